@@ -1,0 +1,41 @@
+/*
+ * Checked size arithmetic. Every product or sum of sizes that came from the network goes through
+ * these before it reaches an allocator or an index computation. Each returns 0 on success and -1
+ * (leaving *out unspecified) when the exact result does not fit the type.
+ */
+#ifndef KD_COMMON_CHECKED_H
+#define KD_COMMON_CHECKED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+static inline int kd_mul_overflow(size_t a, size_t b, size_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+static inline int kd_add_overflow(size_t a, size_t b, size_t *out)
+{
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+static inline int kd_mul_overflow_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+
+static inline int kd_add_overflow_i64(int64_t a, int64_t b, int64_t *out)
+{
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+/* a * b * c as size_t, or -1 on overflow. */
+static inline int kd_mul3_overflow(size_t a, size_t b, size_t c, size_t *out)
+{
+    size_t ab;
+    if (kd_mul_overflow(a, b, &ab))
+        return -1;
+    return kd_mul_overflow(ab, c, out);
+}
+
+#endif

@@ -1,0 +1,427 @@
+/*
+ * Building, validating, hashing and multiplying host CSR matrices (see csr.h).
+ *
+ * Every builder funnels into csr_canonicalize(), which takes entries grouped by row (a row pointer
+ * plus column and value arrays it may reorder), sorts each row that is not already sorted, sums
+ * duplicates in a deterministic order (by column, then by value bits), and writes the result in
+ * the requested value type. Inputs that are already canonical — the common case — take a copy
+ * path with one validation pass and no sorting.
+ */
+#include "common/csr.h"
+#include "common/checked.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+static void *kd_malloc_array(size_t count, size_t size)
+{
+    size_t bytes;
+    if (kd_mul_overflow(count, size, &bytes))
+        return NULL;
+    return malloc(bytes == 0 ? 1 : bytes);
+}
+
+int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_limits_t *limits,
+                       kd_err_t *err)
+{
+    if (rows < 0 || cols < 0 || nnz < 0)
+        return kd_err_set(err, KD_EBADREQ, "negative size: rows = %lld, cols = %lld, nnz = %lld",
+                          (long long)rows, (long long)cols, (long long)nnz);
+    if (rows > KD_CSR_INDEX_MAX - 1 || cols > KD_CSR_INDEX_MAX)
+        return kd_err_set(err, KD_ETOOLARGE,
+                          "%lld x %lld is over the largest supported dimension %d",
+                          (long long)rows, (long long)cols, KD_CSR_INDEX_MAX - 1);
+    if (nnz > KD_CSR_INDEX_MAX)
+        return kd_err_set(err, KD_ETOOLARGE, "nnz = %lld is over the largest supported %d",
+                          (long long)nnz, KD_CSR_INDEX_MAX);
+    if (limits != NULL) {
+        if (limits->max_rows > 0 && rows > limits->max_rows)
+            return kd_err_set(err, KD_ETOOLARGE, "rows = %lld is over this server's limit %lld",
+                              (long long)rows, (long long)limits->max_rows);
+        if (limits->max_cols > 0 && cols > limits->max_cols)
+            return kd_err_set(err, KD_ETOOLARGE, "cols = %lld is over this server's limit %lld",
+                              (long long)cols, (long long)limits->max_cols);
+        if (limits->max_nnz > 0 && nnz > limits->max_nnz)
+            return kd_err_set(err, KD_ETOOLARGE, "nnz = %lld is over this server's limit %lld",
+                              (long long)nnz, (long long)limits->max_nnz);
+    }
+    return KD_OK;
+}
+
+int kd_csr_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, kd_csr_t **out,
+                 kd_err_t *err)
+{
+    int rc = kd_csr_check_shape(rows, cols, nnz, NULL, err);
+    if (rc != KD_OK)
+        return rc;
+    if (dtype != KD_DTYPE_F64 && dtype != KD_DTYPE_F32)
+        return kd_err_set(err, KD_EINTERNAL, "matrix values must be float32 or float64");
+    kd_csr_t *csr = calloc(1, sizeof(*csr));
+    if (csr == NULL)
+        goto fail;
+    csr->rows = rows;
+    csr->cols = cols;
+    csr->nnz = nnz;
+    csr->dtype = dtype;
+    csr->indptr = kd_malloc_array((size_t)rows + 1, sizeof(int32_t));
+    csr->indices = kd_malloc_array((size_t)nnz, sizeof(int32_t));
+    csr->values = kd_malloc_array((size_t)nnz, kd_dtype_size(dtype));
+    if (csr->indptr == NULL || csr->indices == NULL || csr->values == NULL)
+        goto fail;
+    *out = csr;
+    return KD_OK;
+fail:
+    kd_csr_free(csr);
+    return kd_err_set(err, KD_ENOMEM, "out of host memory for a %lld x %lld matrix with %lld nonzeros",
+                      (long long)rows, (long long)cols, (long long)nnz);
+}
+
+void kd_csr_free(kd_csr_t *csr)
+{
+    if (csr == NULL)
+        return;
+    free(csr->indptr);
+    free(csr->indices);
+    free(csr->values);
+    free(csr);
+}
+
+struct kd_entry {
+    int32_t col;
+    double value;
+};
+
+static int kd_entry_cmp(const void *a, const void *b)
+{
+    const struct kd_entry *x = a, *y = b;
+    if (x->col != y->col)
+        return x->col < y->col ? -1 : 1;
+    /* Same column (a duplicate): order by value bits so the sum does not depend on input order. */
+    uint64_t bx, by;
+    memcpy(&bx, &x->value, 8);
+    memcpy(&by, &y->value, 8);
+    return bx < by ? -1 : (bx > by ? 1 : 0);
+}
+
+/*
+ * Entries grouped by row: row r owns positions rowptr[r] .. rowptr[r+1]-1 of col[] and val[].
+ * Sorts rows in place where needed, sums duplicates, and writes a new canonical matrix.
+ */
+static int csr_canonicalize(int64_t rows, int64_t cols, const int64_t *rowptr, int32_t *col,
+                            double *val, kd_dtype_t out_dtype, kd_csr_t **out, kd_err_t *err)
+{
+    int64_t nnz = rowptr[rows];
+    struct kd_entry *scratch = NULL;
+    size_t scratch_cap = 0;
+    int64_t unique = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo = rowptr[r], hi = rowptr[r + 1];
+        int sorted = 1;
+        for (int64_t k = lo + 1; k < hi; k++) {
+            if (col[k] <= col[k - 1]) {
+                sorted = 0;
+                break;
+            }
+        }
+        if (!sorted) {
+            size_t len = (size_t)(hi - lo);
+            if (len > scratch_cap) {
+                struct kd_entry *grown = realloc(scratch, len * sizeof(*scratch));
+                if (grown == NULL) {
+                    free(scratch);
+                    return kd_err_set(err, KD_ENOMEM, "out of host memory sorting row %lld",
+                                      (long long)r);
+                }
+                scratch = grown;
+                scratch_cap = len;
+            }
+            for (size_t k = 0; k < len; k++) {
+                scratch[k].col = col[lo + (int64_t)k];
+                scratch[k].value = val[lo + (int64_t)k];
+            }
+            qsort(scratch, len, sizeof(*scratch), kd_entry_cmp);
+            for (size_t k = 0; k < len; k++) {
+                col[lo + (int64_t)k] = scratch[k].col;
+                val[lo + (int64_t)k] = scratch[k].value;
+            }
+        }
+        for (int64_t k = lo; k < hi; k++)
+            if (k == lo || col[k] != col[k - 1])
+                unique++;
+    }
+    free(scratch);
+
+    kd_csr_t *csr;
+    int rc = kd_csr_alloc(rows, cols, unique, out_dtype, &csr, err);
+    if (rc != KD_OK)
+        return rc;
+    int64_t w = -1;
+    csr->indptr[0] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo = rowptr[r], hi = rowptr[r + 1];
+        double sum = 0.0;
+        for (int64_t k = lo; k < hi; k++) {
+            if (k == lo || col[k] != col[k - 1]) {
+                if (k != lo)
+                    kd_store_real(csr->values, out_dtype, (size_t)w, sum);
+                w++;
+                csr->indices[w] = col[k];
+                sum = val[k];
+            } else {
+                sum += val[k];
+            }
+        }
+        if (hi > lo)
+            kd_store_real(csr->values, out_dtype, (size_t)w, sum);
+        csr->indptr[r + 1] = (int32_t)(w + 1);
+    }
+    (void)nnz;
+    *out = csr;
+    return KD_OK;
+}
+
+int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *indptr,
+                           kd_dtype_t indptr_type, const void *indices, kd_dtype_t index_type,
+                           const void *values, kd_dtype_t value_type, kd_dtype_t out_dtype,
+                           const kd_csr_limits_t *limits, kd_csr_t **out, kd_err_t *err)
+{
+    int rc = kd_csr_check_shape(rows, cols, nnz, limits, err);
+    if (rc != KD_OK)
+        return rc;
+
+    /* indptr: starts at 0, never decreases, ends at nnz. */
+    int64_t first = kd_load_index(indptr, indptr_type, 0);
+    if (first != 0)
+        return kd_err_set(err, KD_EBADREQ, "indptr[0] = %lld, must be 0", (long long)first);
+    int64_t prev = 0;
+    for (int64_t r = 1; r <= rows; r++) {
+        int64_t p = kd_load_index(indptr, indptr_type, (size_t)r);
+        if (p < prev)
+            return kd_err_set(err, KD_EBADREQ,
+                              "indptr[%lld] = %lld is less than indptr[%lld] = %lld "
+                              "(indptr must be non-decreasing)",
+                              (long long)r, (long long)p, (long long)(r - 1), (long long)prev);
+        if (p > nnz)
+            return kd_err_set(err, KD_EBADREQ, "indptr[%lld] = %lld is past nnz = %lld",
+                              (long long)r, (long long)p, (long long)nnz);
+        prev = p;
+    }
+    if (prev != nnz)
+        return kd_err_set(err, KD_EBADREQ, "indptr[%lld] = %lld but nnz = %lld (they must agree)",
+                          (long long)rows, (long long)prev, (long long)nnz);
+
+    /* indices in range; note whether every row is already strictly sorted. */
+    int canonical = 1;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t lo = kd_load_index(indptr, indptr_type, (size_t)r);
+        int64_t hi = kd_load_index(indptr, indptr_type, (size_t)r + 1);
+        int64_t last = -1;
+        for (int64_t k = lo; k < hi; k++) {
+            int64_t c = kd_load_index(indices, index_type, (size_t)k);
+            if (c < 0 || c >= cols) {
+                if (cols == 0)
+                    return kd_err_set(err, KD_EBADREQ,
+                                      "indices[%lld] = %lld but the matrix has no columns",
+                                      (long long)k, (long long)c);
+                return kd_err_set(err, KD_EBADREQ, "indices[%lld] = %lld is outside 0..%lld",
+                                  (long long)k, (long long)c, (long long)(cols - 1));
+            }
+            if (c <= last)
+                canonical = 0;
+            last = c;
+        }
+    }
+
+    if (canonical) {
+        kd_csr_t *csr;
+        rc = kd_csr_alloc(rows, cols, nnz, out_dtype, &csr, err);
+        if (rc != KD_OK)
+            return rc;
+        for (int64_t r = 0; r <= rows; r++)
+            csr->indptr[r] = (int32_t)kd_load_index(indptr, indptr_type, (size_t)r);
+        if (index_type == KD_DTYPE_I32)
+            memcpy(csr->indices, indices, (size_t)nnz * 4);
+        else
+            for (int64_t k = 0; k < nnz; k++)
+                csr->indices[k] = (int32_t)kd_load_i64(indices, (size_t)k);
+        kd_convert_real(csr->values, out_dtype, values, value_type, (size_t)nnz);
+        *out = csr;
+        return KD_OK;
+    }
+
+    int64_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
+    int32_t *col = kd_malloc_array((size_t)nnz, sizeof(int32_t));
+    double *val = kd_malloc_array((size_t)nnz, sizeof(double));
+    if (rowptr == NULL || col == NULL || val == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld nonzeros", (long long)nnz);
+        goto done;
+    }
+    for (int64_t r = 0; r <= rows; r++)
+        rowptr[r] = kd_load_index(indptr, indptr_type, (size_t)r);
+    for (int64_t k = 0; k < nnz; k++) {
+        col[k] = (int32_t)kd_load_index(indices, index_type, (size_t)k);
+        val[k] = kd_load_real(values, value_type, (size_t)k);
+    }
+    rc = csr_canonicalize(rows, cols, rowptr, col, val, out_dtype, out, err);
+done:
+    free(rowptr);
+    free(col);
+    free(val);
+    return rc;
+}
+
+int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *row,
+                           const void *col_in, kd_dtype_t index_type, const void *values,
+                           kd_dtype_t value_type, kd_dtype_t out_dtype,
+                           const kd_csr_limits_t *limits, kd_csr_t **out, kd_err_t *err)
+{
+    int rc = kd_csr_check_shape(rows, cols, nnz, limits, err);
+    if (rc != KD_OK)
+        return rc;
+    for (int64_t k = 0; k < nnz; k++) {
+        int64_t r = kd_load_index(row, index_type, (size_t)k);
+        int64_t c = kd_load_index(col_in, index_type, (size_t)k);
+        if (r < 0 || r >= rows)
+            return kd_err_set(err, KD_EBADREQ, "row[%lld] = %lld is outside 0..%lld", (long long)k,
+                              (long long)r, (long long)(rows - 1));
+        if (c < 0 || c >= cols)
+            return kd_err_set(err, KD_EBADREQ, "col[%lld] = %lld is outside 0..%lld", (long long)k,
+                              (long long)c, (long long)(cols - 1));
+    }
+    int64_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
+    int64_t *fill = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
+    int32_t *col = kd_malloc_array((size_t)nnz, sizeof(int32_t));
+    double *val = kd_malloc_array((size_t)nnz, sizeof(double));
+    if (rowptr == NULL || fill == NULL || col == NULL || val == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld nonzeros", (long long)nnz);
+        goto done;
+    }
+    memset(rowptr, 0, ((size_t)rows + 1) * sizeof(int64_t));
+    for (int64_t k = 0; k < nnz; k++)
+        rowptr[kd_load_index(row, index_type, (size_t)k) + 1]++;
+    for (int64_t r = 0; r < rows; r++)
+        rowptr[r + 1] += rowptr[r];
+    memcpy(fill, rowptr, ((size_t)rows + 1) * sizeof(int64_t));
+    for (int64_t k = 0; k < nnz; k++) {
+        int64_t r = kd_load_index(row, index_type, (size_t)k);
+        int64_t at = fill[r]++;
+        col[at] = (int32_t)kd_load_index(col_in, index_type, (size_t)k);
+        val[at] = values != NULL ? kd_load_real(values, value_type, (size_t)k) : 1.0;
+    }
+    rc = csr_canonicalize(rows, cols, rowptr, col, val, out_dtype, out, err);
+done:
+    free(rowptr);
+    free(fill);
+    free(col);
+    free(val);
+    return rc;
+}
+
+int kd_csr_convert(const kd_csr_t *csr, kd_dtype_t dtype, kd_csr_t **out, kd_err_t *err)
+{
+    kd_csr_t *copy;
+    int rc = kd_csr_alloc(csr->rows, csr->cols, csr->nnz, dtype, &copy, err);
+    if (rc != KD_OK)
+        return rc;
+    memcpy(copy->indptr, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    memcpy(copy->indices, csr->indices, (size_t)csr->nnz * sizeof(int32_t));
+    kd_convert_real(copy->values, dtype, csr->values, csr->dtype, (size_t)csr->nnz);
+    *out = copy;
+    return KD_OK;
+}
+
+int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16])
+{
+    XXH3_state_t *state = XXH3_createState();
+    if (state == NULL)
+        return KD_ENOMEM;
+    /* A fixed little-endian header so the id does not depend on struct layout. */
+    uint8_t header[32] = {'k', 'r', 'y', 'l', 'o', 'v', 'd', '1'};
+    int64_t fields[3] = {csr->rows, csr->cols, csr->nnz};
+    memcpy(header + 8, fields, sizeof(fields));
+    XXH3_128bits_reset(state);
+    XXH3_128bits_update(state, header, sizeof(header));
+    uint8_t dtype = (uint8_t)csr->dtype;
+    XXH3_128bits_update(state, &dtype, 1);
+    XXH3_128bits_update(state, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    XXH3_128bits_update(state, csr->indices, (size_t)csr->nnz * sizeof(int32_t));
+    XXH3_128bits_update(state, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype));
+    XXH128_hash_t h = XXH3_128bits_digest(state);
+    XXH3_freeState(state);
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, h);
+    memcpy(id, canon.digest, 16);
+    return KD_OK;
+}
+
+void kd_id_to_hex(const uint8_t id[16], char hex[KD_ID_HEX_LEN + 1])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        hex[2 * i] = digits[id[i] >> 4];
+        hex[2 * i + 1] = digits[id[i] & 15];
+    }
+    hex[KD_ID_HEX_LEN] = '\0';
+}
+
+static int kd_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int kd_id_from_hex(const char *hex, size_t len, uint8_t id[16])
+{
+    if (len != KD_ID_HEX_LEN)
+        return -1;
+    for (int i = 0; i < 16; i++) {
+        int hi = kd_hex_digit(hex[2 * i]), lo = kd_hex_digit(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        id[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+void kd_csr_compute_stats(const kd_csr_t *csr, kd_csr_stats_t *stats)
+{
+    memset(stats, 0, sizeof(*stats));
+    if (csr->rows == 0)
+        return;
+    double sum = 0.0, sumsq = 0.0;
+    stats->min_row = INT64_MAX;
+    for (int64_t r = 0; r < csr->rows; r++) {
+        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+        if (len < stats->min_row)
+            stats->min_row = len;
+        if (len > stats->max_row)
+            stats->max_row = len;
+        if (len == 0)
+            stats->empty_rows++;
+        sum += (double)len;
+        sumsq += (double)len * (double)len;
+    }
+    stats->mean_row = sum / (double)csr->rows;
+    double var = sumsq / (double)csr->rows - stats->mean_row * stats->mean_row;
+    stats->stddev_row = var > 0.0 ? sqrt(var) : 0.0;
+    for (int64_t k = 0; k < csr->nnz; k++)
+        if (!isfinite(kd_csr_value(csr, k)))
+            stats->nonfinite++;
+}
+
+void kd_csr_spmv_ref(const kd_csr_t *csr, const double *x, double alpha, double beta, double *y)
+{
+    for (int64_t r = 0; r < csr->rows; r++) {
+        double sum = 0.0;
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
+            sum += kd_csr_value(csr, k) * x[csr->indices[k]];
+        y[r] = beta == 0.0 ? alpha * sum : alpha * sum + beta * y[r];
+    }
+}

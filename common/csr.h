@@ -1,0 +1,104 @@
+/*
+ * The host-side sparse matrix: compressed sparse rows in canonical form (column indices strictly
+ * increasing inside each row, duplicates summed, explicit zeros kept), with 32-bit indices as the
+ * device kernels use them. Every matrix krylovd accepts — CSR or COO arrays from the wire, or a
+ * Matrix Market file — becomes a kd_csr_t through the builders below, which validate every index
+ * and size (the arrays come from the network) and say exactly what is wrong.
+ *
+ * The content id of a matrix is the XXH3-128 hash of its canonical form, so the same matrix
+ * uploaded twice, in any order of entries, gets the same id.
+ */
+#ifndef KD_COMMON_CSR_H
+#define KD_COMMON_CSR_H
+
+#include "common/dtype.h"
+#include "common/error.h"
+
+#include <stdint.h>
+
+/* The largest dimension or nonzero count a kd_csr_t can hold: indices and row pointers are int32. */
+#define KD_CSR_INDEX_MAX INT32_MAX
+
+typedef struct kd_csr {
+    int64_t rows;
+    int64_t cols;
+    int64_t nnz;
+    kd_dtype_t dtype; /* KD_DTYPE_F64 or KD_DTYPE_F32 */
+    int32_t *indptr;  /* rows + 1 entries, indptr[0] = 0, indptr[rows] = nnz */
+    int32_t *indices; /* nnz entries */
+    void *values;     /* nnz entries of dtype */
+} kd_csr_t;
+
+/* Caps applied on top of KD_CSR_INDEX_MAX (configured server limits). Zero means no extra cap. */
+typedef struct kd_csr_limits {
+    int64_t max_rows;
+    int64_t max_cols;
+    int64_t max_nnz;
+} kd_csr_limits_t;
+
+/* Row-length statistics, for format selection and for matrix.info. */
+typedef struct kd_csr_stats {
+    int64_t min_row;
+    int64_t max_row;
+    double mean_row;
+    double stddev_row;
+    int64_t empty_rows;
+    int64_t nonfinite; /* values that are NaN or +-Inf */
+} kd_csr_stats_t;
+
+/* Check rows/cols/nnz against KD_CSR_INDEX_MAX and limits (which may be NULL). KD_EBADREQ for a
+ * negative size, KD_ETOOLARGE over a limit. */
+int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_limits_t *limits,
+                       kd_err_t *err);
+
+/* Allocate an uninitialised matrix of that shape (after kd_csr_check_shape). */
+int kd_csr_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, kd_csr_t **out,
+                 kd_err_t *err);
+
+/* Free a matrix; accepts NULL. */
+void kd_csr_free(kd_csr_t *csr);
+
+/*
+ * Build a canonical matrix from CSR arrays as they arrive on the wire (unaligned little-endian;
+ * indptr and indices int32 or int64; values float32 or float64, converted to out_dtype). Checks:
+ * indptr[0] = 0, indptr non-decreasing, indptr[rows] = nnz, every index in 0..cols-1. Rows need
+ * not be sorted; duplicate entries in a row are summed.
+ */
+int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *indptr,
+                           kd_dtype_t indptr_type, const void *indices, kd_dtype_t index_type,
+                           const void *values, kd_dtype_t value_type, kd_dtype_t out_dtype,
+                           const kd_csr_limits_t *limits, kd_csr_t **out, kd_err_t *err);
+
+/* Build a canonical matrix from COO triplets (any order; duplicates summed). `values` may be NULL
+ * for a pattern matrix (all ones). row/col are int32 or int64 (index_type). */
+int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *row,
+                           const void *col, kd_dtype_t index_type, const void *values,
+                           kd_dtype_t value_type, kd_dtype_t out_dtype,
+                           const kd_csr_limits_t *limits, kd_csr_t **out, kd_err_t *err);
+
+/* A deep copy with values converted to dtype. */
+int kd_csr_convert(const kd_csr_t *csr, kd_dtype_t dtype, kd_csr_t **out, kd_err_t *err);
+
+/* Content id: XXH3-128 over (rows, cols, nnz, dtype, indptr, indices, values) of the canonical
+ * form. Returns 0 or KD_ENOMEM. */
+int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16]);
+
+#define KD_ID_HEX_LEN 32
+/* 32 lower-case hex digits and a NUL. */
+void kd_id_to_hex(const uint8_t id[16], char hex[KD_ID_HEX_LEN + 1]);
+/* Parse 32 hex digits (either case); returns 0 or -1. */
+int kd_id_from_hex(const char *hex, size_t len, uint8_t id[16]);
+
+void kd_csr_compute_stats(const kd_csr_t *csr, kd_csr_stats_t *stats);
+
+/* Reference y = alpha * A * x + beta * y on the CPU in double precision (values widened), for
+ * tests and for the final residual check. When beta == 0, y is not read (it may hold NaN). */
+void kd_csr_spmv_ref(const kd_csr_t *csr, const double *x, double alpha, double beta, double *y);
+
+/* Value i of the matrix widened to double. */
+static inline double kd_csr_value(const kd_csr_t *csr, int64_t i)
+{
+    return kd_load_real(csr->values, csr->dtype, (size_t)i);
+}
+
+#endif

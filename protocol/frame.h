@@ -1,0 +1,62 @@
+/*
+ * Message framing for a msgpack byte stream: finds where each top-level msgpack object ends, so a
+ * connection can be fed bytes as they arrive (messages split across reads or glued together) and
+ * get back whole messages. It scans msgpack headers incrementally and never builds objects, so it
+ * can refuse a message by its *declared* size (a bin32 header claiming 4 GiB is refused after five
+ * bytes) and still name the msgpack-rpc msgid in the refusal; it then discards the rest of that
+ * message without buffering it and goes on with the next. Bytes that are not msgpack (the
+ * reserved byte 0xc1, nesting deeper than the limit) end the stream with KD_FRAME_ERROR.
+ *
+ * No sockets here: the caller reads into kd_frame_reserve()'s space (libuv's alloc_cb) or copies
+ * with kd_frame_feed(), then drains kd_frame_next() until it says KD_FRAME_NEED_MORE.
+ */
+#ifndef KD_PROTOCOL_FRAME_H
+#define KD_PROTOCOL_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kd_frame_limits {
+    size_t max_message;  /* bytes in one message; larger ones are refused (TOO_LARGE) */
+    size_t max_elements; /* array + map elements in one message (each costs a msgpack_object when
+                            unpacked, 24x a 1-byte element): over it is TOO_LARGE */
+    int max_depth;       /* nesting of arrays/maps; deeper is KD_FRAME_ERROR */
+} kd_frame_limits_t;
+
+typedef enum kd_frame_kind {
+    KD_FRAME_NEED_MORE = 0, /* no complete message yet */
+    KD_FRAME_MESSAGE = 1,   /* ev->data/len: one whole message, malloc'd, now owned by the caller */
+    KD_FRAME_TOO_LARGE = 2, /* a message over a limit; its remaining bytes will be skipped */
+    KD_FRAME_ERROR = 3,     /* not msgpack: the stream cannot be resynchronised; close it */
+} kd_frame_kind_t;
+
+typedef struct kd_frame_event {
+    kd_frame_kind_t kind;
+    void *data;          /* KD_FRAME_MESSAGE: the message bytes (free() them) */
+    size_t len;
+    int has_msgid;       /* TOO_LARGE: the message began [0, msgid, ...] and msgid was seen */
+    uint64_t msgid;
+    char message[256];   /* TOO_LARGE / ERROR: what was wrong, for the error response or log */
+} kd_frame_event_t;
+
+typedef struct kd_frame kd_frame_t;
+
+/* Returns 0 or KD_ENOMEM. */
+int kd_frame_new(const kd_frame_limits_t *limits, kd_frame_t **out);
+void kd_frame_free(kd_frame_t *frame); /* accepts NULL */
+
+/* Space to receive up to *len bytes into (at least 1, about `suggested`); then kd_frame_commit()
+ * with the count actually written. Returns 0 or KD_ENOMEM. */
+int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *len);
+void kd_frame_commit(kd_frame_t *frame, size_t n);
+
+/* Copy bytes in (for clients and tests). Returns 0 or KD_ENOMEM. */
+int kd_frame_feed(kd_frame_t *frame, const void *data, size_t len);
+
+/* The next event; call until KD_FRAME_NEED_MORE. After KD_FRAME_ERROR every call returns it again. */
+kd_frame_kind_t kd_frame_next(kd_frame_t *frame, kd_frame_event_t *ev);
+
+/* Bytes held in the frame buffer (for tests and memory accounting). */
+size_t kd_frame_buffered(const kd_frame_t *frame);
+
+#endif

@@ -1,0 +1,149 @@
+/*
+ * Decoding one msgpack-rpc request into plain C structs, with full validation of everything that
+ * can be checked without knowing the server's matrices: message shape, method, parameter names and
+ * types, dtypes, bin lengths (a multiple of the element size; counts that agree with rows, cols
+ * and each other), and the configured size limits. Array payloads are not copied: a kd_array_t
+ * points into the message buffer, which the request owns (plain msgpack arrays of numbers are
+ * converted into buffers the request also owns).
+ *
+ * What needs the matrix store (does the id exist, does x have cols entries, are the CSR indices in
+ * range) is checked later by the server and solver, off the event-loop thread.
+ */
+#ifndef KD_PROTOCOL_REQUEST_H
+#define KD_PROTOCOL_REQUEST_H
+
+#include "common/dtype.h"
+#include "common/error.h"
+
+#include <stdint.h>
+
+typedef enum kd_method {
+    KD_METHOD_MATRIX_PUT = 0,
+    KD_METHOD_MATRIX_INFO,
+    KD_METHOD_MATRIX_LIST,
+    KD_METHOD_MATRIX_DROP,
+    KD_METHOD_MATRIX_PIN,
+    KD_METHOD_SPMV,
+    KD_METHOD_SOLVE,
+    KD_METHOD_JOB_CANCEL,
+    KD_METHOD_SERVER_STATUS,
+    KD_METHOD_COUNT
+} kd_method_t;
+
+/* "matrix.put", ... */
+const char *kd_method_name(kd_method_t method);
+
+/* A numeric array from the request. data is little-endian and possibly unaligned. */
+typedef struct kd_array {
+    int present;
+    const void *data;
+    int64_t count; /* elements */
+    kd_dtype_t dtype;
+} kd_array_t;
+
+/* A bounded string copied out of the message. */
+#define KD_NAME_MAX 128
+#define KD_FORMAT_NAME_MAX 32
+
+typedef enum kd_put_kind { KD_PUT_CSR = 0, KD_PUT_COO = 1, KD_PUT_MTX = 2 } kd_put_kind_t;
+
+typedef struct kd_put_request {
+    kd_put_kind_t kind;
+    int64_t rows, cols; /* CSR and COO */
+    kd_dtype_t dtype;   /* value type: float64 (default) or float32 */
+    kd_array_t indptr;  /* CSR: rows + 1 entries, int32 or int64 */
+    kd_array_t indices; /* CSR: nnz entries */
+    kd_array_t row;     /* COO */
+    kd_array_t col;     /* COO */
+    kd_array_t values;  /* CSR/COO: nnz entries of dtype */
+    const char *mtx;    /* MTX: Matrix Market text (not NUL-terminated) */
+    size_t mtx_len;
+    char name[KD_NAME_MAX];           /* optional, "" when absent */
+    char format[KD_FORMAT_NAME_MAX];  /* optional forced format, "" when absent */
+    char select[KD_FORMAT_NAME_MAX];  /* optional selection mode ("measure" | "heuristic"), "" */
+    int pin;                          /* optional: pin on upload (-1 absent, 0, 1) */
+} kd_put_request_t;
+
+typedef struct kd_id_request {
+    uint8_t id[16];
+    int pinned; /* matrix.pin: 0 or 1 (default 1) */
+} kd_id_request_t;
+
+typedef struct kd_spmv_request {
+    uint8_t id[16];
+    kd_dtype_t dtype; /* of x, y in and y out: float64 (default) or float32 */
+    kd_array_t x;
+    kd_array_t y; /* optional input y for beta != 0 */
+    double alpha; /* default 1 */
+    double beta;  /* default 0 */
+} kd_spmv_request_t;
+
+typedef enum kd_method_solve {
+    KD_SOLVE_METHOD_CG = 0,
+    KD_SOLVE_METHOD_SD = 1,
+    KD_SOLVE_METHOD_PCG = 2,
+} kd_solve_method_name_t;
+
+typedef struct kd_solve_request {
+    uint8_t id[16];
+    kd_dtype_t dtype; /* of b, x0 and the returned x */
+    kd_array_t b;     /* nrhs * rows values, column-major */
+    kd_array_t x0;    /* optional, same shape as b */
+    int method;       /* kd_solve_method_name_t, default cg */
+    double rtol;      /* default 1e-8 */
+    double atol;      /* default 0 */
+    int64_t maxiter;  /* default -1: 10 * rows, chosen by the server */
+    int64_t nrhs;     /* default 1 */
+    int64_t check_every; /* default 0: chosen by the solver */
+    int history;      /* bool */
+    int progress;     /* bool: stream solve.progress notifications */
+    char preconditioner[KD_FORMAT_NAME_MAX]; /* optional ("jacobi" | "none"), "" */
+} kd_solve_request_t;
+
+typedef struct kd_cancel_request {
+    uint64_t target_msgid;
+} kd_cancel_request_t;
+
+typedef struct kd_request {
+    uint64_t msgid;
+    kd_method_t method;
+    int64_t timeout_ms; /* optional `timeout_ms` on any request; 0 = none */
+    union {
+        kd_put_request_t put;
+        kd_id_request_t id; /* matrix.info, matrix.drop, matrix.pin */
+        kd_spmv_request_t spmv;
+        kd_solve_request_t solve;
+        kd_cancel_request_t cancel;
+    } u;
+    struct kd_request_owned *owned; /* private: the message buffer, msgpack zone, converted arrays */
+} kd_request_t;
+
+typedef struct kd_proto_limits {
+    int64_t max_rows;    /* 0 = only the format's own limit */
+    int64_t max_cols;
+    int64_t max_nnz;
+    int64_t max_nrhs;
+    size_t max_array_elements; /* plain msgpack arrays (not bin) longer than this: TOO_LARGE */
+} kd_proto_limits_t;
+
+/* What went wrong when decoding, with enough to address an error response. */
+typedef struct kd_decode_error {
+    kd_err_t err;
+    int has_msgid;    /* a response can be sent: the message was a request with a msgid */
+    uint64_t msgid;
+    int is_notification; /* [2, method, params]: no response is expected */
+} kd_decode_error_t;
+
+/*
+ * Decode one whole message (from kd_frame_next). Takes ownership of buf (malloc'd) in every case:
+ * on success the request owns it and kd_request_free() releases it; on failure it is freed here.
+ * Returns 0, or a negative code with derr filled (KD_EBADREQ, KD_ETOOLARGE, KD_ENOMEM, ...).
+ * A notification or a response sent by a client is not a request: KD_EBADREQ with
+ * is_notification or !has_msgid set, and nothing to answer.
+ */
+int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd_request_t **out,
+                      kd_decode_error_t *derr);
+
+void kd_request_free(kd_request_t *req); /* accepts NULL */
+
+#endif

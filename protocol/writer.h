@@ -1,0 +1,60 @@
+/*
+ * Encoding msgpack-rpc messages: a growable buffer with a msgpack packer on it, and helpers for the
+ * envelope of each message kind. The server writes responses and notifications with it, the
+ * client library writes requests. A writer remembers the first allocation failure; check
+ * kd_writer_failed() (or the return of kd_writer_release) once at the end instead of after every
+ * call.
+ *
+ *   request       [0, msgid, method, [params]]
+ *   response      [1, msgid, error | nil, result | nil]   error = {"code": STR, "message": STR}
+ *   notification  [2, method, [params]]
+ */
+#ifndef KD_PROTOCOL_WRITER_H
+#define KD_PROTOCOL_WRITER_H
+
+#include <msgpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kd_writer {
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+    int failed;
+} kd_writer_t;
+
+void kd_writer_init(kd_writer_t *w);
+void kd_writer_destroy(kd_writer_t *w);
+int kd_writer_failed(const kd_writer_t *w);
+/* Hand over the bytes (malloc'd; the caller frees) and reset the writer. NULL if any write failed
+ * (the bytes are freed then). */
+void *kd_writer_release(kd_writer_t *w, size_t *len);
+
+void kd_w_nil(kd_writer_t *w);
+void kd_w_bool(kd_writer_t *w, int v);
+void kd_w_int(kd_writer_t *w, int64_t v);
+void kd_w_uint(kd_writer_t *w, uint64_t v);
+void kd_w_double(kd_writer_t *w, double v);
+void kd_w_str(kd_writer_t *w, const char *s); /* NUL-terminated */
+void kd_w_strn(kd_writer_t *w, const char *s, size_t len);
+void kd_w_bin(kd_writer_t *w, const void *data, size_t len);
+void kd_w_array(kd_writer_t *w, uint32_t n);
+void kd_w_map(kd_writer_t *w, uint32_t n);
+
+/* key + value in a map */
+void kd_w_kv_nil(kd_writer_t *w, const char *key);
+void kd_w_kv_bool(kd_writer_t *w, const char *key, int v);
+void kd_w_kv_int(kd_writer_t *w, const char *key, int64_t v);
+void kd_w_kv_double(kd_writer_t *w, const char *key, double v);
+void kd_w_kv_str(kd_writer_t *w, const char *key, const char *v);
+void kd_w_kv_bin(kd_writer_t *w, const char *key, const void *data, size_t len);
+
+/* [0, msgid, method, — the caller then writes the params array (kd_w_array(w, 1); kd_w_map...). */
+void kd_w_request_begin(kd_writer_t *w, uint64_t msgid, const char *method);
+/* [1, msgid, nil, — the caller then writes the result. */
+void kd_w_result_begin(kd_writer_t *w, uint64_t msgid);
+/* A whole error response [1, msgid, {"code", "message"}, nil]; code is a KD_E* value. */
+void kd_w_error_response(kd_writer_t *w, uint64_t msgid, int code, const char *message);
+/* [2, method, — the caller then writes the params array. */
+void kd_w_notification_begin(kd_writer_t *w, const char *method);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * A sparse matrix resident in device memory, in one storage format, and SpMV on it. Each format
+ * lives in its own solver/format_*.c behind the private ops table in solver/format.h; this header
+ * is what the rest of krylovd sees.
+ */
+#ifndef KD_SOLVER_MATRIX_H
+#define KD_SOLVER_MATRIX_H
+
+#include "common/csr.h"
+#include "solver/ocl.h"
+#include "solver/vector.h"
+
+typedef enum kd_format {
+    KD_FMT_CSR_SCALAR = 0,
+    KD_FMT_CSR_VECTOR,
+    KD_FMT_CSR_ADAPTIVE,
+    KD_FMT_ELL,
+    KD_FMT_ELLPACK_R,
+    KD_FMT_SELL_C_SIGMA,
+    KD_FMT_HYB,
+    KD_FMT_COO,
+    KD_FMT_COUNT
+} kd_format_t;
+
+/* "csr_scalar", "csr_vector", ... as used on the wire. */
+const char *kd_format_name(kd_format_t format);
+/* Returns 0 or -1 for an unknown name. */
+int kd_format_parse(const char *name, kd_format_t *out);
+/* 1 if this build implements the format. */
+int kd_format_available(kd_format_t format);
+
+typedef struct kd_matrix {
+    int64_t rows, cols, nnz;
+    kd_dtype_t dtype;
+    kd_format_t format;
+    size_t device_bytes;      /* bytes of device memory this matrix holds */
+    const struct kd_format_ops *ops; /* private */
+    void *impl;                      /* private, format-specific */
+} kd_matrix_t;
+
+/* Copy csr to the device in `format` (values in csr->dtype). KD_EDEVMEM when the device refuses
+ * the allocation; KD_EUNSUPPORTED for float64 on a device without fp64. */
+int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
+                     kd_err_t *err);
+void kd_matrix_free(kd_matrix_t *m); /* accepts NULL */
+
+/* Enqueue y = alpha * A * x + beta * y. x has cols entries and y rows entries, both of the
+ * matrix's dtype. When beta == 0, y is only written (it may hold NaN before). */
+int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                   double beta, kd_vec_t *y, kd_err_t *err);
+
+#endif

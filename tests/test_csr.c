@@ -1,0 +1,209 @@
+/*
+ * The host CSR builders: validation messages for each bad input, canonical form (sorted rows,
+ * duplicates summed), content ids that do not depend on entry order, and the CPU reference SpMV.
+ */
+#include "common/checked.h"
+#include "common/csr.h"
+#include "kd_test.h"
+
+static void test_canonical_input_is_copied(void)
+{
+    int32_t indptr[] = {0, 2, 2, 3};
+    int32_t indices[] = {0, 2, 1};
+    double values[] = {1.5, -2.0, 4.0};
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_from_csr_arrays(3, 3, 3, indptr, KD_DTYPE_I32, indices, KD_DTYPE_I32, values,
+                                   KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err) == KD_OK);
+    CHECK_EQ_INT(m->nnz, 3);
+    CHECK_EQ_INT(m->indptr[1], 2);
+    CHECK_EQ_INT(m->indptr[2], 2);
+    CHECK_EQ_INT(m->indices[2], 1);
+    CHECK(kd_csr_value(m, 1) == -2.0);
+    kd_csr_free(m);
+}
+
+static void test_unsorted_rows_and_duplicates(void)
+{
+    /* row 0: (2, 1), (0, 2), (2, 3) -> (0, 2), (2, 4) */
+    int64_t indptr[] = {0, 3, 4};
+    int64_t indices[] = {2, 0, 2, 1};
+    float values[] = {1.0f, 2.0f, 3.0f, 5.0f};
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_from_csr_arrays(2, 3, 4, indptr, KD_DTYPE_I64, indices, KD_DTYPE_I64, values,
+                                   KD_DTYPE_F32, KD_DTYPE_F64, NULL, &m, &err) == KD_OK);
+    CHECK_EQ_INT(m->nnz, 3);
+    CHECK_EQ_INT(m->indptr[1], 2);
+    CHECK_EQ_INT(m->indices[0], 0);
+    CHECK_EQ_INT(m->indices[1], 2);
+    CHECK(kd_csr_value(m, 0) == 2.0);
+    CHECK(kd_csr_value(m, 1) == 4.0);
+    CHECK(kd_csr_value(m, 2) == 5.0);
+    kd_csr_free(m);
+}
+
+static void test_bad_indptr_and_indices(void)
+{
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    double v[] = {1, 2, 3};
+    int32_t bad_first[] = {1, 2, 3};
+    int32_t idx[] = {0, 1, 2};
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 3, 3, bad_first, KD_DTYPE_I32, idx, KD_DTYPE_I32, v,
+                                        KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err),
+                 KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "indptr[0] = 1");
+
+    int32_t decreasing[] = {0, 3, 2};
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 3, 3, decreasing, KD_DTYPE_I32, idx, KD_DTYPE_I32, v,
+                                        KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err),
+                 KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "non-decreasing");
+
+    int32_t short_end[] = {0, 1, 2};
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 3, 3, short_end, KD_DTYPE_I32, idx, KD_DTYPE_I32, v,
+                                        KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err),
+                 KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "nnz = 3");
+
+    int32_t ok_ptr[] = {0, 2, 3};
+    int32_t out_of_range[] = {0, 1, 912};
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 900, 3, ok_ptr, KD_DTYPE_I32, out_of_range,
+                                        KD_DTYPE_I32, v, KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m,
+                                        &err),
+                 KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "indices[2] = 912 is outside 0..899");
+
+    int32_t negative[] = {0, -1, 1};
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 3, 3, ok_ptr, KD_DTYPE_I32, negative, KD_DTYPE_I32, v,
+                                        KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err),
+                 KD_EBADREQ);
+    CHECK(m == NULL);
+}
+
+static void test_shape_limits(void)
+{
+    kd_err_t err = {0};
+    CHECK_EQ_INT(kd_csr_check_shape(-1, 3, 0, NULL, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_csr_check_shape(INT64_MAX, 3, 0, NULL, &err), KD_ETOOLARGE);
+    CHECK_EQ_INT(kd_csr_check_shape(3, 3, (int64_t)INT32_MAX + 1, NULL, &err), KD_ETOOLARGE);
+    kd_csr_limits_t lim = {.max_rows = 100, .max_cols = 100, .max_nnz = 10};
+    CHECK_EQ_INT(kd_csr_check_shape(101, 3, 0, &lim, &err), KD_ETOOLARGE);
+    CHECK_STR_CONTAINS(err.message, "limit 100");
+    CHECK_EQ_INT(kd_csr_check_shape(5, 5, 11, &lim, &err), KD_ETOOLARGE);
+    CHECK_EQ_INT(kd_csr_check_shape(0, 0, 0, &lim, &err), KD_OK);
+    size_t out;
+    CHECK(kd_mul_overflow(SIZE_MAX / 2, 3, &out) != 0);
+    CHECK(kd_mul3_overflow(1u << 20, 1u << 20, 1u << 20, &out) == 0);
+}
+
+static void test_coo_and_hash_independent_of_order(void)
+{
+    enum { N = 40, NNZ = 300 };
+    int32_t row[NNZ], col[NNZ];
+    double val[NNZ];
+    for (int k = 0; k < NNZ; k++) {
+        row[k] = (int32_t)kd_test_rand_below(N);
+        col[k] = (int32_t)kd_test_rand_below(N);
+        val[k] = (double)kd_test_rand_below(1000) / 8.0; /* exact in binary: sums are exact */
+    }
+    kd_csr_t *a = NULL, *b = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_from_coo_arrays(N, N, NNZ, row, col, KD_DTYPE_I32, val, KD_DTYPE_F64,
+                                   KD_DTYPE_F64, NULL, &a, &err) == KD_OK);
+    /* shuffle the triplets */
+    for (int k = NNZ - 1; k > 0; k--) {
+        int j = (int)kd_test_rand_below(k + 1);
+        int32_t tr = row[k], tc = col[k];
+        double tv = val[k];
+        row[k] = row[j], col[k] = col[j], val[k] = val[j];
+        row[j] = tr, col[j] = tc, val[j] = tv;
+    }
+    REQUIRE(kd_csr_from_coo_arrays(N, N, NNZ, row, col, KD_DTYPE_I32, val, KD_DTYPE_F64,
+                                   KD_DTYPE_F64, NULL, &b, &err) == KD_OK);
+    CHECK_EQ_INT(a->nnz, b->nnz);
+    uint8_t ida[16], idb[16];
+    CHECK(kd_csr_hash(a, ida) == KD_OK);
+    CHECK(kd_csr_hash(b, idb) == KD_OK);
+    CHECK(memcmp(ida, idb, 16) == 0);
+
+    /* dense reference of the summed triplets */
+    static double dense[N][N];
+    memset(dense, 0, sizeof(dense));
+    for (int k = 0; k < NNZ; k++)
+        dense[row[k]][col[k]] += val[k];
+    for (int r = 0; r < N; r++)
+        for (int32_t k = a->indptr[r]; k < a->indptr[r + 1]; k++) {
+            CHECK(dense[r][a->indices[k]] == kd_csr_value(a, k));
+            if (k > a->indptr[r])
+                CHECK(a->indices[k] > a->indices[k - 1]);
+        }
+
+    /* a different value changes the id */
+    kd_store_real(b->values, b->dtype, 0, kd_csr_value(b, 0) + 1.0);
+    CHECK(kd_csr_hash(b, idb) == KD_OK);
+    CHECK(memcmp(ida, idb, 16) != 0);
+
+    char hex[KD_ID_HEX_LEN + 1];
+    uint8_t back[16];
+    kd_id_to_hex(ida, hex);
+    CHECK_EQ_INT(strlen(hex), 32);
+    CHECK(kd_id_from_hex(hex, 32, back) == 0);
+    CHECK(memcmp(back, ida, 16) == 0);
+    CHECK(kd_id_from_hex("zz", 2, back) == -1);
+    hex[5] = 'g';
+    CHECK(kd_id_from_hex(hex, 32, back) == -1);
+    kd_csr_free(a);
+    kd_csr_free(b);
+}
+
+static void test_coo_bad_index(void)
+{
+    int64_t row[] = {0, 3};
+    int64_t col[] = {0, 0};
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    CHECK_EQ_INT(kd_csr_from_coo_arrays(3, 3, 2, row, col, KD_DTYPE_I64, NULL, KD_DTYPE_F64,
+                                        KD_DTYPE_F64, NULL, &m, &err),
+                 KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "row[1] = 3 is outside 0..2");
+}
+
+static void test_reference_spmv_and_stats(void)
+{
+    /* [[2, 0], [0, 0], [1, 3]] */
+    int32_t indptr[] = {0, 1, 1, 3};
+    int32_t indices[] = {0, 0, 1};
+    double values[] = {2, 1, 3};
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_from_csr_arrays(3, 2, 3, indptr, KD_DTYPE_I32, indices, KD_DTYPE_I32, values,
+                                   KD_DTYPE_F64, KD_DTYPE_F32, NULL, &m, &err) == KD_OK);
+    CHECK(m->dtype == KD_DTYPE_F32);
+    double x[] = {1, 2}, y[] = {NAN, NAN, NAN};
+    kd_csr_spmv_ref(m, x, 1.0, 0.0, y);
+    CHECK(y[0] == 2 && y[1] == 0 && y[2] == 7);
+    kd_csr_spmv_ref(m, x, 2.0, 1.0, y);
+    CHECK(y[0] == 6 && y[1] == 0 && y[2] == 21);
+    kd_csr_stats_t st;
+    kd_csr_compute_stats(m, &st);
+    CHECK_EQ_INT(st.empty_rows, 1);
+    CHECK_EQ_INT(st.max_row, 2);
+    CHECK_EQ_INT(st.min_row, 0);
+    CHECK_NEAR(st.mean_row, 1.0, 1e-12);
+    kd_csr_free(m);
+}
+
+int main(void)
+{
+    kd_test_seed();
+    RUN(test_canonical_input_is_copied);
+    RUN(test_unsorted_rows_and_duplicates);
+    RUN(test_bad_indptr_and_indices);
+    RUN(test_shape_limits);
+    RUN(test_coo_and_hash_independent_of_order);
+    RUN(test_coo_bad_index);
+    RUN(test_reference_spmv_and_stats);
+    return kd_test_finish();
+}
