@@ -1,5 +1,5 @@
 /*
- * The OpenCL C sources in kernels/*.cl, embedded into the binary at build time by
+ * The OpenCL C sources (kernels/NAME.cl), embedded into the binary at build time by
  * cmake/embed_kernels.cmake. Each is found by its file stem ("csr_scalar" for csr_scalar.cl).
  */
 #ifndef KD_KERNELS_H
