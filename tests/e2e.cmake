@@ -1,0 +1,5 @@
+# End-to-end tests: a real krylovd on loopback (started by the test, port 0), the C client.
+kd_add_test(test_e2e_basic SOURCES test_e2e_basic.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_basic krylovd)
+kd_add_test(test_e2e_wire SOURCES test_e2e_wire.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_wire krylovd)

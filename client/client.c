@@ -1,0 +1,741 @@
+/*
+ * libkrylov (see krylov.h): blocking msgpack-rpc over one TCP connection. Each call writes one
+ * request, then reads messages until the response with its msgid arrives, passing solve.progress
+ * notifications for it to the caller's callback on the way. Responses are framed by the same
+ * kd_frame scanner the server uses and unpacked with msgpack-c; vectors arrive as bin payloads
+ * and are copied straight into the caller's arrays.
+ */
+#include "krylov.h"
+
+#include "client/mtx_file.h"
+#include "common/checked.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "protocol/frame.h"
+#include "protocol/object.h"
+#include "protocol/writer.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define KRYLOV_MAX_FILE ((size_t)4 << 30)
+
+struct krylov_client {
+    int fd;
+    int timeout_ms;
+    uint64_t next_msgid;
+    kd_frame_t *frame;
+    char code[32];
+    char message[KD_ERR_MESSAGE_MAX];
+};
+
+/* One received response, kept alive while the caller reads its result. */
+typedef struct kd_reply {
+    void *buf;
+    msgpack_unpacked up;
+    const msgpack_object *result;
+} kd_reply_t;
+
+static int kd_client_fail(krylov_client_t *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int kd_client_fail(krylov_client_t *c, int code, const char *fmt, ...)
+{
+    snprintf(c->code, sizeof(c->code), "%s",
+             code == KRYLOV_ECONNECTION ? "CONNECTION" : kd_error_wire_name(code));
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->message, sizeof(c->message), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static void kd_client_ok(krylov_client_t *c)
+{
+    c->code[0] = '\0';
+    c->message[0] = '\0';
+}
+
+krylov_client_t *krylov_client_new(void)
+{
+    krylov_client_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->fd = -1;
+    c->next_msgid = 1;
+    return c;
+}
+
+void krylov_close(krylov_client_t *c)
+{
+    if (c == NULL)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    kd_frame_free(c->frame);
+    c->frame = NULL;
+}
+
+void krylov_client_free(krylov_client_t *c)
+{
+    krylov_close(c);
+    free(c);
+}
+
+void krylov_set_timeout(krylov_client_t *c, int timeout_ms)
+{
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+const char *krylov_error_code(const krylov_client_t *c)
+{
+    return c->code;
+}
+
+const char *krylov_error_message(const krylov_client_t *c)
+{
+    return c->message;
+}
+
+int krylov_connect(krylov_client_t *c, const char *address)
+{
+    krylov_close(c);
+    char host[256], port[16] = "7373";
+    const char *colon;
+    if (address[0] == '[') {
+        const char *close_br = strchr(address, ']');
+        if (close_br == NULL)
+            return kd_client_fail(c, KRYLOV_EBADREQ, "bad address '%s'", address);
+        snprintf(host, sizeof(host), "%.*s", (int)(close_br - address - 1), address + 1);
+        colon = close_br[1] == ':' ? close_br + 1 : NULL;
+    } else {
+        colon = strrchr(address, ':');
+        size_t n = colon ? (size_t)(colon - address) : strlen(address);
+        if (n >= sizeof(host))
+            return kd_client_fail(c, KRYLOV_EBADREQ, "address '%s' is too long", address);
+        memcpy(host, address, n);
+        host[n] = '\0';
+    }
+    if (colon != NULL)
+        snprintf(port, sizeof(port), "%s", colon + 1);
+
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host, port, &hints, &res);
+    if (gai != 0)
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "cannot resolve %s: %s", address,
+                              gai_strerror(gai));
+    int fd = -1, saved = 0;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+            break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "cannot connect to %s: %s", address,
+                              strerror(saved ? saved : ECONNREFUSED));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    kd_frame_limits_t limits = {.max_message = (size_t)1 << 34,
+                                .max_elements = (size_t)1 << 28,
+                                .max_depth = 32};
+    if (kd_frame_new(&limits, &c->frame) != KD_OK) {
+        close(fd);
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    }
+    c->fd = fd;
+    kd_client_ok(c);
+    return KRYLOV_OK;
+}
+
+static int kd_client_wait(krylov_client_t *c, short events)
+{
+    struct pollfd p = {.fd = c->fd, .events = events};
+    for (;;) {
+        int n = poll(&p, 1, c->timeout_ms > 0 ? c->timeout_ms : -1);
+        if (n > 0)
+            return KRYLOV_OK;
+        if (n == 0) {
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ETIMEOUT, "no answer from the server within %d ms",
+                                  c->timeout_ms);
+        }
+        if (errno != EINTR) {
+            int e = errno;
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "poll: %s", strerror(e));
+        }
+    }
+}
+
+static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        int rc = kd_client_wait(c, POLLOUT);
+        if (rc != KRYLOV_OK)
+            return rc;
+        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            int e = errno;
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost while sending: %s",
+                                  strerror(e));
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return KRYLOV_OK;
+}
+
+/* Read until one whole message is framed; *buf is malloc'd. */
+static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
+{
+    for (;;) {
+        kd_frame_event_t ev;
+        kd_frame_kind_t kind = kd_frame_next(c->frame, &ev);
+        if (kind == KD_FRAME_MESSAGE) {
+            *buf = ev.data;
+            *len = ev.len;
+            return KRYLOV_OK;
+        }
+        if (kind != KD_FRAME_NEED_MORE) {
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_EPROTO, "bad response from the server: %s",
+                                  ev.message);
+        }
+        int rc = kd_client_wait(c, POLLIN);
+        if (rc != KRYLOV_OK)
+            return rc;
+        char *space;
+        size_t room;
+        if (kd_frame_reserve(c->frame, 1 << 20, &space, &room) != KD_OK)
+            return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+        ssize_t n = recv(c->fd, space, room, 0);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+            int e = n == 0 ? 0 : errno;
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "connection closed by the server%s%s",
+                                  e ? ": " : "", e ? strerror(e) : "");
+        }
+        if (n > 0)
+            kd_frame_commit(c->frame, (size_t)n);
+    }
+}
+
+static void kd_reply_destroy(kd_reply_t *r)
+{
+    msgpack_unpacked_destroy(&r->up);
+    free(r->buf);
+    r->buf = NULL;
+}
+
+/*
+ * Send the request in w (its msgid is `msgid`) and wait for its response. On KRYLOV_OK,
+ * reply->result is the result object (destroy the reply after reading it). Error responses
+ * become the call's error code and message.
+ */
+static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
+                          const krylov_solve_options_t *progress, kd_reply_t *reply)
+{
+    if (c->fd < 0) {
+        kd_writer_destroy(w);
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "not connected");
+    }
+    size_t len;
+    void *bytes = kd_writer_release(w, &len);
+    if (bytes == NULL)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory encoding the request");
+    int rc = kd_client_send(c, bytes, len);
+    free(bytes);
+    if (rc != KRYLOV_OK)
+        return rc;
+    for (;;) {
+        memset(reply, 0, sizeof(*reply));
+        rc = kd_client_recv(c, &reply->buf, &len);
+        if (rc != KRYLOV_OK)
+            return rc;
+        msgpack_unpacked_init(&reply->up);
+        size_t off = 0;
+        if (msgpack_unpack_next(&reply->up, reply->buf, len, &off) != MSGPACK_UNPACK_SUCCESS) {
+            kd_reply_destroy(reply);
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_EPROTO, "the server sent bytes that do not unpack");
+        }
+        kd_response_view_t resp;
+        kd_notification_view_t note;
+        int kind = kd_obj_parse_message(&reply->up.data, &resp, &note);
+        if (kind == 2) {
+            int64_t id = -1, rhs = 0, it = 0;
+            double res = 0.0;
+            if (progress != NULL && progress->progress != NULL && note.params != NULL &&
+                kd_obj_int64(kd_obj_get(note.params, "msgid"), &id) == 0 && (uint64_t)id == msgid) {
+                kd_obj_int64(kd_obj_get(note.params, "rhs"), &rhs);
+                kd_obj_int64(kd_obj_get(note.params, "iteration"), &it);
+                kd_obj_double(kd_obj_get(note.params, "residual"), &res);
+                progress->progress(progress->progress_ctx, rhs, it, res);
+            }
+            kd_reply_destroy(reply);
+            continue;
+        }
+        if (kind != 1) {
+            kd_reply_destroy(reply);
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_EPROTO, "the server sent a message that is not a "
+                                                    "msgpack-rpc response");
+        }
+        if (resp.msgid != msgid) { /* an answer to an earlier, abandoned call */
+            kd_reply_destroy(reply);
+            continue;
+        }
+        if (resp.error != NULL) {
+            const char *code = "INTERNAL", *msg = "";
+            size_t code_len = 8, msg_len = 0;
+            kd_obj_str(kd_obj_get(resp.error, "code"), &code, &code_len);
+            kd_obj_str(kd_obj_get(resp.error, "message"), &msg, &msg_len);
+            int err = kd_error_from_wire_name(code, code_len);
+            snprintf(c->code, sizeof(c->code), "%.*s", (int)code_len, code);
+            snprintf(c->message, sizeof(c->message), "%.*s", (int)msg_len, msg);
+            kd_reply_destroy(reply);
+            return err;
+        }
+        reply->result = resp.result;
+        kd_client_ok(c);
+        return KRYLOV_OK;
+    }
+}
+
+static uint64_t kd_client_begin(krylov_client_t *c, kd_writer_t *w, const char *method,
+                                uint32_t nparams)
+{
+    uint64_t msgid = c->next_msgid++;
+    kd_writer_init(w);
+    kd_w_request_begin(w, msgid, method);
+    kd_w_array(w, 1);
+    kd_w_map(w, nparams);
+    return msgid;
+}
+
+static int kd_result_missing(krylov_client_t *c, kd_reply_t *reply, const char *field)
+{
+    kd_reply_destroy(reply);
+    return kd_client_fail(c, KRYLOV_EPROTO, "the server's result has no valid '%s'", field);
+}
+
+static void kd_copy_str(const msgpack_object *o, char *dst, size_t cap)
+{
+    if (kd_obj_str_copy(o, dst, cap) != 0)
+        dst[0] = '\0';
+}
+
+static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    kd_copy_str(kd_obj_get(m, "id"), info->id, sizeof(info->id));
+    kd_copy_str(kd_obj_get(m, "name"), info->name, sizeof(info->name));
+    kd_copy_str(kd_obj_get(m, "dtype"), info->dtype, sizeof(info->dtype));
+    kd_copy_str(kd_obj_get(m, "format"), info->format, sizeof(info->format));
+    kd_obj_int64(kd_obj_get(m, "rows"), &info->rows);
+    kd_obj_int64(kd_obj_get(m, "cols"), &info->cols);
+    kd_obj_int64(kd_obj_get(m, "nnz"), &info->nnz);
+    kd_obj_int64(kd_obj_get(m, "device_bytes"), &info->device_bytes);
+    kd_obj_bool(kd_obj_get(m, "pinned"), &info->pinned);
+    kd_obj_bool(kd_obj_get(m, "created"), &info->created);
+    const msgpack_object *st = kd_obj_get(m, "stats");
+    kd_obj_int64(kd_obj_get(st, "min_row"), &info->min_row);
+    kd_obj_int64(kd_obj_get(st, "max_row"), &info->max_row);
+    kd_obj_int64(kd_obj_get(st, "empty_rows"), &info->empty_rows);
+    kd_obj_double(kd_obj_get(st, "mean_row"), &info->mean_row);
+}
+
+static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
+{
+    if (opt == NULL)
+        return;
+    if (opt->name != NULL)
+        kd_w_kv_str(w, "name", opt->name);
+    if (opt->format != NULL)
+        kd_w_kv_str(w, "format", opt->format);
+    if (opt->dtype != NULL)
+        kd_w_kv_str(w, "dtype", opt->dtype);
+    if (opt->pin)
+        kd_w_kv_bool(w, "pin", 1);
+}
+
+static uint32_t kd_put_option_count(const krylov_put_options_t *opt)
+{
+    if (opt == NULL)
+        return 0;
+    return (opt->name != NULL) + (opt->format != NULL) + (opt->dtype != NULL) + (opt->pin != 0);
+}
+
+static int kd_finish_info(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
+                          krylov_matrix_info_t *info)
+{
+    kd_reply_t reply;
+    int rc = kd_client_call(c, w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    if (reply.result == NULL || reply.result->type != MSGPACK_OBJECT_MAP)
+        return kd_result_missing(c, &reply, "matrix info");
+    if (info != NULL)
+        kd_parse_info(reply.result, info);
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
+static int kd_check_count(krylov_client_t *c, int64_t n, size_t elem, size_t *bytes)
+{
+    if (n < 0 || kd_mul_overflow((size_t)n, elem, bytes) || *bytes > UINT32_MAX)
+        return kd_client_fail(c, KRYLOV_ETOOLARGE, "%lld values do not fit one message",
+                              (long long)n);
+    return KRYLOV_OK;
+}
+
+int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,
+                   const int32_t *indices, const double *values, const krylov_put_options_t *opt,
+                   krylov_matrix_info_t *info)
+{
+    if (rows < 0 || cols < 0)
+        return kd_client_fail(c, KRYLOV_EBADREQ, "negative shape %lld x %lld", (long long)rows,
+                              (long long)cols);
+    int64_t nnz = indptr[rows];
+    size_t ptr_bytes, idx_bytes, val_bytes;
+    int rc = kd_check_count(c, rows + 1, 4, &ptr_bytes);
+    if (rc == KRYLOV_OK)
+        rc = kd_check_count(c, nnz, 4, &idx_bytes);
+    if (rc == KRYLOV_OK)
+        rc = kd_check_count(c, nnz, 8, &val_bytes);
+    if (rc != KRYLOV_OK)
+        return rc;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
+    kd_w_kv_int(&w, "rows", rows);
+    kd_w_kv_int(&w, "cols", cols);
+    kd_w_kv_bin(&w, "indptr", indptr, ptr_bytes);
+    kd_w_kv_bin(&w, "indices", indices, idx_bytes);
+    kd_w_kv_bin(&w, "values", values, val_bytes);
+    kd_put_options(&w, opt);
+    return kd_finish_info(c, &w, msgid, info);
+}
+
+int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz,
+                   const int32_t *row, const int32_t *col, const double *values,
+                   const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+{
+    size_t idx_bytes, val_bytes;
+    int rc = kd_check_count(c, nnz, 4, &idx_bytes);
+    if (rc == KRYLOV_OK)
+        rc = kd_check_count(c, nnz, 8, &val_bytes);
+    if (rc != KRYLOV_OK)
+        return rc;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
+    kd_w_kv_int(&w, "rows", rows);
+    kd_w_kv_int(&w, "cols", cols);
+    kd_w_kv_bin(&w, "row", row, idx_bytes);
+    kd_w_kv_bin(&w, "col", col, idx_bytes);
+    kd_w_kv_bin(&w, "values", values, val_bytes);
+    kd_put_options(&w, opt);
+    return kd_finish_info(c, &w, msgid, info);
+}
+
+int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,
+                   const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+{
+    if (len > UINT32_MAX)
+        return kd_client_fail(c, KRYLOV_ETOOLARGE, "Matrix Market text of %zu bytes is over 4 GiB",
+                              len);
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 1 + kd_put_option_count(opt));
+    kd_w_kv_bin(&w, "mtx", text, len);
+    kd_put_options(&w, opt);
+    return kd_finish_info(c, &w, msgid, info);
+}
+
+int krylov_put_file(krylov_client_t *c, const char *path, const krylov_put_options_t *opt,
+                    krylov_matrix_info_t *info)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kd_err_t err = {0};
+    int rc = kd_mtx_file_read(path, KRYLOV_MAX_FILE, &text, &len, &err);
+    if (rc != KD_OK)
+        return kd_client_fail(c, rc, "%s", err.message);
+    rc = krylov_put_mtx(c, text, len, opt, info);
+    free(text);
+    return rc;
+}
+
+static int kd_id_request(krylov_client_t *c, const char *method, const char *id, int pinned,
+                         kd_reply_t *reply)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, method, pinned >= 0 ? 2 : 1);
+    kd_w_kv_str(&w, "id", id);
+    if (pinned >= 0)
+        kd_w_kv_bool(&w, "pinned", pinned);
+    return kd_client_call(c, &w, msgid, NULL, reply);
+}
+
+int krylov_info(krylov_client_t *c, const char *id, krylov_matrix_info_t *info)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.info", 1);
+    kd_w_kv_str(&w, "id", id);
+    return kd_finish_info(c, &w, msgid, info);
+}
+
+int krylov_pin(krylov_client_t *c, const char *id, int pinned)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.pin", 2);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bool(&w, "pinned", pinned != 0);
+    return kd_finish_info(c, &w, msgid, NULL);
+}
+
+int krylov_drop(krylov_client_t *c, const char *id)
+{
+    kd_reply_t reply;
+    int rc = kd_id_request(c, "matrix.drop", id, -1, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
+int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.list", 0);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    const msgpack_object *list = kd_obj_get(reply.result, "matrices");
+    if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
+        return kd_result_missing(c, &reply, "matrices");
+    size_t n = list->via.array.size;
+    krylov_matrix_info_t *out = calloc(n ? n : 1, sizeof(*out));
+    if (out == NULL) {
+        kd_reply_destroy(&reply);
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        kd_parse_info(&list->via.array.ptr[i], &out[i]);
+    kd_reply_destroy(&reply);
+    *infos = out;
+    *count = n;
+    return KRYLOV_OK;
+}
+
+/* Copy a float64 bin result of exactly n values into dst. */
+static int kd_copy_vector(krylov_client_t *c, kd_reply_t *reply, const char *field, double *dst,
+                          int64_t n)
+{
+    const void *data;
+    size_t len;
+    if (kd_obj_bytes(kd_obj_get(reply->result, field), &data, &len) != 0 ||
+        len != (size_t)n * sizeof(double))
+        return kd_result_missing(c, reply, field);
+    memcpy(dst, data, len);
+    return KRYLOV_OK;
+}
+
+int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
+                double beta, double *y, int64_t ny)
+{
+    size_t xb, yb;
+    int rc = kd_check_count(c, nx, 8, &xb);
+    if (rc == KRYLOV_OK)
+        rc = kd_check_count(c, ny, 8, &yb);
+    if (rc != KRYLOV_OK)
+        return rc;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "spmv", beta != 0.0 ? 5 : 3);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "x", x, xb);
+    kd_w_kv_double(&w, "alpha", alpha);
+    if (beta != 0.0) {
+        kd_w_kv_double(&w, "beta", beta);
+        kd_w_kv_bin(&w, "y", y, yb);
+    }
+    kd_reply_t reply;
+    rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    rc = kd_copy_vector(c, &reply, "y", y, ny);
+    if (rc == KRYLOV_OK)
+        kd_reply_destroy(&reply);
+    return rc;
+}
+
+void krylov_solve_options_init(krylov_solve_options_t *opt)
+{
+    memset(opt, 0, sizeof(*opt));
+    opt->method = "cg";
+    opt->rtol = 1e-8;
+    opt->atol = 0.0;
+    opt->maxiter = -1;
+    opt->nrhs = 1;
+}
+
+void krylov_solve_result_free(krylov_solve_result_t *result)
+{
+    if (result == NULL)
+        return;
+    free(result->history);
+    result->history = NULL;
+    result->history_len = 0;
+}
+
+/* Element k of a field that is a scalar (nrhs == 1) or a list of nrhs. */
+static const msgpack_object *kd_rhs_field(const msgpack_object *result, const char *key,
+                                          int64_t nrhs, int64_t k)
+{
+    const msgpack_object *o = kd_obj_get(result, key);
+    if (o == NULL || nrhs == 1)
+        return o;
+    if (o->type != MSGPACK_OBJECT_ARRAY || o->via.array.size != (uint32_t)nrhs)
+        return NULL;
+    return &o->via.array.ptr[k];
+}
+
+static int kd_parse_history(const msgpack_object *h, krylov_solve_result_t *r)
+{
+    if (h == NULL || h->type != MSGPACK_OBJECT_ARRAY)
+        return 0;
+    uint32_t n = h->via.array.size;
+    r->history = malloc((n ? n : 1) * sizeof(double));
+    if (r->history == NULL)
+        return -1;
+    r->history_len = n;
+    for (uint32_t i = 0; i < n; i++)
+        kd_obj_double(&h->via.array.ptr[i], &r->history[i]);
+    return 0;
+}
+
+int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
+                 const krylov_solve_options_t *opt, double *x, krylov_solve_result_t *result)
+{
+    krylov_solve_options_t defaults;
+    if (opt == NULL) {
+        krylov_solve_options_init(&defaults);
+        opt = &defaults;
+    }
+    int64_t nrhs = opt->nrhs > 0 ? opt->nrhs : 1;
+    int64_t total;
+    size_t bytes;
+    if (kd_mul_overflow_i64(n, nrhs, &total))
+        return kd_client_fail(c, KRYLOV_ETOOLARGE, "n * nrhs overflows");
+    int rc = kd_check_count(c, total, 8, &bytes);
+    if (rc != KRYLOV_OK)
+        return rc;
+    uint32_t nparams = 6 + (opt->maxiter >= 0) + (nrhs > 1) + (opt->check_every > 0) +
+                       (opt->x0 != NULL) + (opt->timeout_ms > 0) + (opt->progress != NULL);
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "solve", nparams);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", b, bytes);
+    kd_w_kv_str(&w, "method", opt->method != NULL ? opt->method : "cg");
+    kd_w_kv_double(&w, "rtol", opt->rtol);
+    kd_w_kv_double(&w, "atol", opt->atol);
+    kd_w_kv_bool(&w, "history", opt->history);
+    if (opt->maxiter >= 0)
+        kd_w_kv_int(&w, "maxiter", opt->maxiter);
+    if (nrhs > 1)
+        kd_w_kv_int(&w, "nrhs", nrhs);
+    if (opt->check_every > 0)
+        kd_w_kv_int(&w, "check_every", opt->check_every);
+    if (opt->x0 != NULL)
+        kd_w_kv_bin(&w, "x0", opt->x0, bytes);
+    if (opt->timeout_ms > 0)
+        kd_w_kv_int(&w, "timeout_ms", opt->timeout_ms);
+    if (opt->progress != NULL)
+        kd_w_kv_bool(&w, "progress", 1);
+    kd_reply_t reply;
+    rc = kd_client_call(c, &w, msgid, opt, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    rc = kd_copy_vector(c, &reply, "x", x, total);
+    if (rc != KRYLOV_OK)
+        return rc;
+    double time_ms = 0.0;
+    kd_obj_double(kd_obj_get(reply.result, "time_ms"), &time_ms);
+    const msgpack_object *hist = kd_obj_get(reply.result, "history");
+    for (int64_t k = 0; k < nrhs; k++) {
+        krylov_solve_result_t *r = &result[k];
+        memset(r, 0, sizeof(*r));
+        r->time_ms = time_ms;
+        if (kd_obj_str_copy(kd_rhs_field(reply.result, "status", nrhs, k), r->status,
+                            sizeof(r->status)) != 0 ||
+            kd_obj_int64(kd_rhs_field(reply.result, "iterations", nrhs, k), &r->iterations) != 0 ||
+            kd_obj_double(kd_rhs_field(reply.result, "residual_norm", nrhs, k),
+                          &r->residual_norm) != 0 ||
+            kd_obj_double(kd_rhs_field(reply.result, "relative_residual", nrhs, k),
+                          &r->relative_residual) != 0) {
+            for (int64_t j = 0; j < k; j++)
+                krylov_solve_result_free(&result[j]);
+            return kd_result_missing(c, &reply, "status");
+        }
+        kd_copy_str(kd_rhs_field(reply.result, "message", nrhs, k), r->message,
+                    sizeof(r->message));
+        const msgpack_object *h = hist;
+        if (h != NULL && nrhs > 1)
+            h = (h->type == MSGPACK_OBJECT_ARRAY && h->via.array.size == (uint32_t)nrhs)
+                    ? &h->via.array.ptr[k]
+                    : NULL;
+        if (kd_parse_history(h, r) != 0) {
+            kd_reply_destroy(&reply);
+            return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+        }
+    }
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
+int krylov_status(krylov_client_t *c, krylov_server_status_t *st)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "server.status", 0);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    const msgpack_object *r = reply.result;
+    memset(st, 0, sizeof(*st));
+    kd_copy_str(kd_obj_get(r, "version"), st->version, sizeof(st->version));
+    const msgpack_object *d = kd_obj_get(r, "device");
+    kd_copy_str(kd_obj_get(d, "name"), st->device, sizeof(st->device));
+    kd_copy_str(kd_obj_get(d, "type"), st->device_type, sizeof(st->device_type));
+    kd_copy_str(kd_obj_get(d, "platform"), st->platform, sizeof(st->platform));
+    kd_obj_int64(kd_obj_get(d, "global_mem_bytes"), &st->global_mem_bytes);
+    kd_obj_int64(kd_obj_get(r, "matrices"), &st->matrices);
+    kd_obj_int64(kd_obj_get(r, "device_bytes_used"), &st->device_bytes_used);
+    kd_obj_int64(kd_obj_get(r, "requests"), &st->requests);
+    kd_obj_int64(kd_obj_get(r, "errors"), &st->errors);
+    kd_obj_int64(kd_obj_get(r, "connections"), &st->connections);
+    kd_obj_int64(kd_obj_get(r, "queue_depth"), &st->queue_depth);
+    kd_obj_double(kd_obj_get(r, "uptime_s"), &st->uptime_s);
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}

@@ -1,0 +1,161 @@
+/*
+ * libkrylov: the C client for krylovd.
+ *
+ *   krylov_client_t *c = krylov_client_new();
+ *   if (krylov_connect(c, "127.0.0.1:7373") != KRYLOV_OK) { puts(krylov_error_message(c)); ... }
+ *   krylov_matrix_info_t info;
+ *   krylov_put_file(c, "A.mtx", NULL, &info);           // info.id names the matrix from now on
+ *   krylov_solve_options_t opt;
+ *   krylov_solve_options_init(&opt);                     // cg, rtol 1e-8
+ *   krylov_solve_result_t res;
+ *   krylov_solve(c, info.id, b, n, &opt, x, &res);       // res.status: "converged", ...
+ *   krylov_solve_result_free(&res);
+ *   krylov_client_free(c);
+ *
+ * Every call is synchronous on one connection; a client is not shared between threads. Calls
+ * return KRYLOV_OK (0) or a negative code; krylov_error_code() gives the server's wire code
+ * ("NOT_FOUND", ...) or "CONNECTION" for transport failures, and krylov_error_message() the text.
+ */
+#ifndef KRYLOV_H
+#define KRYLOV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    KRYLOV_OK = 0,
+    KRYLOV_EBADREQ = -1,
+    KRYLOV_ENOTFOUND = -2,
+    KRYLOV_ETOOLARGE = -3,
+    KRYLOV_EDEVMEM = -4,
+    KRYLOV_EBUSY = -5,
+    KRYLOV_ECANCELLED = -6,
+    KRYLOV_ETIMEOUT = -7,
+    KRYLOV_EUNSUPPORTED = -8,
+    KRYLOV_EDEVICE = -9,
+    KRYLOV_ENOMEM = -10,
+    KRYLOV_EIO = -11,
+    KRYLOV_EPROTO = -12,
+    KRYLOV_EINTERNAL = -13,
+    KRYLOV_ENOTSPD = -14,
+    KRYLOV_ECONNECTION = -20, /* cannot connect, or the connection broke */
+};
+
+typedef struct krylov_client krylov_client_t;
+
+krylov_client_t *krylov_client_new(void); /* NULL only when out of memory */
+void krylov_client_free(krylov_client_t *c); /* closes the connection; accepts NULL */
+
+/* "host:port" (port defaults to 7373; "[::1]:7373" for IPv6). */
+int krylov_connect(krylov_client_t *c, const char *address);
+void krylov_close(krylov_client_t *c);
+
+/* Give up on a call after this long without progress (0 = wait forever, the default). */
+void krylov_set_timeout(krylov_client_t *c, int timeout_ms);
+
+const char *krylov_error_code(const krylov_client_t *c);    /* "" after success */
+const char *krylov_error_message(const krylov_client_t *c); /* "" after success */
+
+typedef struct krylov_matrix_info {
+    char id[33];
+    char name[128];
+    int64_t rows, cols, nnz;
+    char dtype[16];
+    char format[32];
+    int64_t device_bytes;
+    int pinned;
+    int created; /* matrix.put: 1 when this call stored it, 0 when it was already there */
+    int64_t min_row, max_row, empty_rows;
+    double mean_row;
+} krylov_matrix_info_t;
+
+typedef struct krylov_put_options {
+    const char *name;   /* NULL: none */
+    const char *format; /* NULL: the server chooses */
+    const char *dtype;  /* "float64" (default) or "float32": the precision the matrix is kept in */
+    int pin;            /* keep resident */
+} krylov_put_options_t;
+
+int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,
+                   const int32_t *indices, const double *values, const krylov_put_options_t *opt,
+                   krylov_matrix_info_t *info);
+int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz,
+                   const int32_t *row, const int32_t *col, const double *values,
+                   const krylov_put_options_t *opt, krylov_matrix_info_t *info);
+/* Matrix Market text; the server parses it. */
+int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,
+                   const krylov_put_options_t *opt, krylov_matrix_info_t *info);
+/* A .mtx or .mtx.gz file, sent as Matrix Market text. */
+int krylov_put_file(krylov_client_t *c, const char *path, const krylov_put_options_t *opt,
+                    krylov_matrix_info_t *info);
+
+int krylov_info(krylov_client_t *c, const char *id, krylov_matrix_info_t *info);
+/* *infos is malloc'd (free() it). */
+int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count);
+int krylov_drop(krylov_client_t *c, const char *id);
+int krylov_pin(krylov_client_t *c, const char *id, int pinned);
+
+/* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. */
+int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
+                double beta, double *y, int64_t ny);
+
+typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
+
+typedef struct krylov_solve_options {
+    const char *method;  /* "cg" (default), "sd", "pcg" */
+    double rtol;         /* default 1e-8 */
+    double atol;         /* default 0 */
+    int64_t maxiter;     /* -1 (default): the server's default, 10 * rows */
+    int64_t nrhs;        /* right-hand sides in b (column-major), default 1 */
+    int64_t check_every; /* 0 (default): the server chooses */
+    const double *x0;    /* NULL: zero */
+    int history;         /* fill result.history */
+    int timeout_ms;      /* server-side deadline; 0 = none */
+    krylov_progress_fn progress; /* called on solve.progress notifications; NULL: none asked */
+    void *progress_ctx;
+} krylov_solve_options_t;
+
+void krylov_solve_options_init(krylov_solve_options_t *opt);
+
+typedef struct krylov_solve_result {
+    char status[24]; /* "converged", "max_iterations", "breakdown", "non_finite" */
+    int64_t iterations;
+    double residual_norm;     /* ||b - A x|| */
+    double relative_residual; /* ||b - A x|| / ||b|| */
+    double time_ms;           /* the whole solve call on the server */
+    char message[256];
+    double *history;
+    int64_t history_len;
+} krylov_solve_result_t;
+
+/* Solve A x = b. b and x hold n * nrhs values; result points to nrhs results. */
+int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
+                 const krylov_solve_options_t *opt, double *x, krylov_solve_result_t *result);
+void krylov_solve_result_free(krylov_solve_result_t *result); /* frees history */
+
+typedef struct krylov_server_status {
+    char version[32];
+    char device[128];
+    char device_type[16];
+    char platform[128];
+    int64_t global_mem_bytes;
+    int64_t matrices;
+    int64_t device_bytes_used;
+    int64_t requests;
+    int64_t errors;
+    int64_t connections;
+    int64_t queue_depth;
+    double uptime_s;
+} krylov_server_status_t;
+
+int krylov_status(krylov_client_t *c, krylov_server_status_t *status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# `make run`: start krylovd on loopback with the default device (a GPU if there is one, else PoCL
+# on the CPU), upload a bundled real SPD matrix through the krylov CLI, multiply and solve with it,
+# print the results, and stop the daemon.
+set -euo pipefail
+
+bin=${1:-build/bin}
+matrix=${KRYLOV_DEMO_MATRIX:-tests/matrices/494_bus.mtx}
+work=$(mktemp -d)
+pid=
+cleanup() {
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin/krylovd" --listen 127.0.0.1:0 --port-file "$work/port" --state-dir "$work/state" \
+  --device "${KRYLOV_DEVICE:-auto}" --log-level "${KRYLOV_LOG_LEVEL:-warn}" &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -s "$work/port" ] && break
+  kill -0 "$pid" 2>/dev/null || { echo "krylovd exited during start-up" >&2; exit 1; }
+  sleep 0.1
+done
+[ -s "$work/port" ] || { echo "krylovd did not start listening within 60 s" >&2; exit 1; }
+export KRYLOV_SERVER="127.0.0.1:$(cat "$work/port")"
+krylov="$bin/krylov"
+
+echo "== krylovd on $KRYLOV_SERVER"
+"$krylov" status
+echo
+echo "== upload $matrix"
+id=$("$krylov" put "$matrix" --name "$(basename "$matrix" .mtx)")
+"$krylov" info "$id"
+echo
+echo "== y = A * ones"
+"$krylov" spmv "$id" ones
+echo
+echo "== solve A x = ones with conjugate gradient, rtol 1e-8"
+"$krylov" solve "$id" --rhs ones --method cg --rtol 1e-8 -o "$work/x.mtx"
+echo
+kill -TERM "$pid"
+wait "$pid"
+pid=
+echo "== krylovd stopped"

@@ -1,0 +1,293 @@
+/*
+ * One client connection on the loop thread: read bytes into the framer, hand whole messages to
+ * the decoder and dispatcher, and write responses. Memory per client is bounded on both sides:
+ * the framer refuses messages over the size limit, and when a client leaves more than
+ * max_pending_write bytes of responses unread we stop reading its requests until it catches up.
+ *
+ * A connection is freed when it is closed and no job of its is still in flight (refs).
+ */
+#include "common/log.h"
+#include "protocol/writer.h"
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kd_write_req {
+    uv_write_t req;
+    kd_conn_t *conn;
+    void *bytes;
+    size_t len;
+} kd_write_req_t;
+
+static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+
+static void kd_conn_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    kd_conn_t *conn = handle->data;
+    char *base = NULL;
+    size_t len = 0;
+    if (kd_frame_reserve(conn->frame, suggested, &base, &len) != KD_OK) {
+        buf->base = NULL;
+        buf->len = 0; /* libuv reports UV_ENOBUFS to the read callback */
+        return;
+    }
+    buf->base = base;
+    buf->len = len;
+}
+
+static void kd_conn_handle_closed(uv_handle_t *handle)
+{
+    kd_conn_unref(handle->data);
+}
+
+void kd_conn_unref(kd_conn_t *conn)
+{
+    if (--conn->refs > 0)
+        return;
+    kd_frame_free(conn->frame);
+    free(conn);
+}
+
+static void kd_conn_close_now(kd_conn_t *conn)
+{
+    if (uv_is_closing((uv_handle_t *)&conn->tcp))
+        return;
+    uv_close((uv_handle_t *)&conn->tcp, kd_conn_handle_closed);
+    uv_close((uv_handle_t *)&conn->linger, kd_conn_handle_closed);
+}
+
+static void kd_conn_flushed(uv_shutdown_t *req, int status)
+{
+    kd_conn_t *conn = req->data;
+    free(req);
+    kd_conn_close_now(conn);
+    kd_conn_unref(conn);
+}
+
+static void kd_conn_linger_expired(uv_timer_t *timer)
+{
+    kd_conn_close_now(timer->data);
+}
+
+void kd_conn_close(kd_conn_t *conn)
+{
+    if (conn->closing)
+        return;
+    conn->closing = 1;
+    kd_server_t *server = conn->server;
+    /* Its jobs stop at their next check; their responses are dropped. */
+    for (kd_job_t *j = conn->jobs; j != NULL; j = j->conn_next)
+        atomic_store(&j->cancel, KD_ECANCELLED);
+    if (conn->prev != NULL)
+        conn->prev->next = conn->next;
+    else
+        server->conns = conn->next;
+    if (conn->next != NULL)
+        conn->next->prev = conn->prev;
+    conn->prev = conn->next = NULL;
+    server->nconns--;
+    KD_DEBUG("conn", "closing conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
+    uv_read_stop((uv_stream_t *)&conn->tcp);
+    if (conn->write_pending == 0) {
+        kd_conn_close_now(conn);
+        return;
+    }
+    /* Flush what is queued (an error response, say), but give a client that does not read at
+     * most a few seconds. */
+    uv_shutdown_t *req = malloc(sizeof(*req));
+    if (req == NULL || uv_shutdown(req, (uv_stream_t *)&conn->tcp, kd_conn_flushed) != 0) {
+        free(req);
+        kd_conn_close_now(conn);
+        return;
+    }
+    req->data = conn;
+    conn->refs++;
+    uv_timer_start(&conn->linger, kd_conn_linger_expired, 5000, 0);
+}
+
+void kd_conn_accept(kd_server_t *server)
+{
+    kd_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL || kd_frame_new(&server->frame_limits, &conn->frame) != KD_OK) {
+        KD_ERROR("conn", "out of memory accepting a connection");
+        free(conn);
+        return;
+    }
+    conn->server = server;
+    conn->refs = 2; /* the tcp and linger handles */
+    conn->id = ++server->next_conn_id;
+    if (uv_tcp_init(server->loop, &conn->tcp) != 0) {
+        kd_frame_free(conn->frame);
+        free(conn);
+        return;
+    }
+    uv_timer_init(server->loop, &conn->linger);
+    conn->tcp.data = conn;
+    conn->linger.data = conn;
+    conn->next = server->conns;
+    if (server->conns != NULL)
+        server->conns->prev = conn;
+    server->conns = conn;
+    server->nconns++;
+    if (uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)&conn->tcp) != 0) {
+        kd_conn_close(conn);
+        return;
+    }
+    struct sockaddr_storage peer;
+    int len = sizeof(peer);
+    if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&peer, &len) == 0) {
+        char ip[48] = "?";
+        int port = 0;
+        if (peer.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&peer, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+        } else if (peer.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&peer, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
+        }
+        snprintf(conn->peer, sizeof(conn->peer), "%s:%d", ip, port);
+    }
+    server->counters.connections_total++;
+    if (server->nconns > server->cfg.max_connections || server->shutting_down) {
+        server->counters.connections_refused++;
+        KD_WARN("conn", "refusing peer=%s: %zu connections (limit %zu)", conn->peer,
+                server->nconns - 1, server->cfg.max_connections);
+        kd_conn_send_error(conn, 0, KD_EBUSY, "too many connections; try again later");
+        kd_conn_close(conn);
+        return;
+    }
+    uv_tcp_nodelay(&conn->tcp, 1);
+    KD_DEBUG("conn", "accepted conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
+    uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
+}
+
+static void kd_conn_written(uv_write_t *req, int status)
+{
+    kd_write_req_t *w = (kd_write_req_t *)req;
+    kd_conn_t *conn = w->conn;
+    conn->write_pending -= w->len;
+    free(w->bytes);
+    free(w);
+    if (status < 0 && status != UV_ECANCELED && !conn->closing) {
+        KD_DEBUG("conn", "write failed conn=%llu: %s", (unsigned long long)conn->id,
+                 uv_strerror(status));
+        kd_conn_close(conn);
+    } else if (conn->read_paused && !conn->closing &&
+               conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
+        conn->read_paused = 0;
+        uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
+    }
+    kd_conn_unref(conn);
+}
+
+void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
+{
+    if (conn->closing || bytes == NULL) {
+        free(bytes);
+        return;
+    }
+    kd_write_req_t *w = malloc(sizeof(*w));
+    if (w == NULL) {
+        free(bytes);
+        kd_conn_close(conn);
+        return;
+    }
+    w->conn = conn;
+    w->bytes = bytes;
+    w->len = len;
+    uv_buf_t buf = uv_buf_init(bytes, (unsigned int)len);
+    conn->refs++;
+    conn->write_pending += len;
+    int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &buf, 1, kd_conn_written);
+    if (rc != 0) {
+        conn->refs--;
+        conn->write_pending -= len;
+        free(bytes);
+        free(w);
+        kd_conn_close(conn);
+        return;
+    }
+    if (!conn->read_paused && conn->write_pending > conn->server->cfg.max_pending_write) {
+        conn->read_paused = 1;
+        uv_read_stop((uv_stream_t *)&conn->tcp);
+        KD_WARN("conn", "pausing conn=%llu peer=%s: %zu response bytes unread",
+                (unsigned long long)conn->id, conn->peer, conn->write_pending);
+    }
+}
+
+void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
+{
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_error_response(&w, msgid, code, message);
+    size_t len;
+    void *bytes = kd_writer_release(&w, &len);
+    kd_conn_send(conn, bytes, len);
+}
+
+static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
+{
+    kd_server_t *server = conn->server;
+    kd_request_t *req = NULL;
+    kd_decode_error_t derr;
+    memset(&derr, 0, sizeof(derr));
+    int rc = kd_request_decode(data, len, &server->proto_limits, &req, &derr);
+    if (rc == KD_OK) {
+        kd_dispatch_request(conn, req);
+        return;
+    }
+    server->counters.requests++;
+    server->counters.errors++;
+    if (derr.has_msgid) {
+        KD_DEBUG("conn", "bad request conn=%llu msgid=%llu: %s", (unsigned long long)conn->id,
+                 (unsigned long long)derr.msgid, derr.err.message);
+        kd_conn_send_error(conn, derr.msgid, rc, derr.err.message);
+    } else if (derr.is_notification) {
+        KD_DEBUG("conn", "ignoring notification conn=%llu: %s", (unsigned long long)conn->id,
+                 derr.err.message);
+    } else {
+        /* Nothing to address an answer to: not msgpack-rpc. */
+        KD_INFO("conn", "closing conn=%llu peer=%s: %s", (unsigned long long)conn->id, conn->peer,
+                derr.err.message);
+        kd_conn_close(conn);
+    }
+}
+
+static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    kd_conn_t *conn = stream->data;
+    if (nread < 0) {
+        if (nread != UV_EOF)
+            KD_DEBUG("conn", "read error conn=%llu: %s", (unsigned long long)conn->id,
+                     uv_strerror((int)nread));
+        kd_conn_close(conn);
+        return;
+    }
+    kd_frame_commit(conn->frame, (size_t)nread);
+    kd_frame_event_t ev;
+    while (!conn->closing) {
+        kd_frame_kind_t kind = kd_frame_next(conn->frame, &ev);
+        if (kind == KD_FRAME_NEED_MORE)
+            break;
+        if (kind == KD_FRAME_MESSAGE) {
+            kd_conn_handle_message(conn, ev.data, ev.len);
+        } else if (kind == KD_FRAME_TOO_LARGE) {
+            conn->server->counters.requests++;
+            conn->server->counters.errors++;
+            KD_INFO("conn", "too large conn=%llu peer=%s: %s", (unsigned long long)conn->id,
+                    conn->peer, ev.message);
+            if (ev.has_msgid) {
+                kd_conn_send_error(conn, ev.msgid, KD_ETOOLARGE, ev.message);
+            } else {
+                kd_conn_send_error(conn, 0, KD_ETOOLARGE, ev.message);
+                kd_conn_close(conn);
+            }
+        } else {
+            KD_INFO("conn", "closing conn=%llu peer=%s: %s", (unsigned long long)conn->id,
+                    conn->peer, ev.message);
+            kd_conn_close(conn);
+        }
+    }
+    (void)buf;
+}

@@ -1,0 +1,196 @@
+/*
+ * Routing decoded requests (loop thread). Questions the store can answer at once — matrix.info,
+ * matrix.list, server.status, job.cancel — are answered here without waiting behind the device.
+ * Everything that touches the device — put, drop, pin, spmv, solve — becomes a job on the worker
+ * queue; a full queue is answered BUSY at once, so a slow device never makes the loop wait.
+ */
+#include "common/log.h"
+#include "protocol/writer.h"
+#include "server/replies.h"
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w)
+{
+    size_t len;
+    void *bytes = kd_writer_release(w, &len);
+    if (bytes == NULL) {
+        kd_conn_send_error(conn, 0, KD_ENOMEM, "out of host memory encoding a response");
+        return;
+    }
+    kd_conn_send(conn, bytes, len);
+}
+
+static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
+{
+    conn->server->counters.errors++;
+    kd_conn_send_error(conn, msgid, code, message);
+}
+
+static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
+{
+    kd_matrix_meta_t meta;
+    if (kd_store_get_meta(conn->server->store, req->u.id.id, &meta) != KD_OK) {
+        char hex[KD_ID_HEX_LEN + 1], msg[96];
+        kd_id_to_hex(req->u.id.id, hex);
+        snprintf(msg, sizeof(msg), "no matrix %s on this server", hex);
+        kd_answer_error(conn, req->msgid, KD_ENOTFOUND, msg);
+        return;
+    }
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_result_begin(&w, req->msgid);
+    kd_reply_meta(&w, &meta, -1);
+    kd_send_writer(conn, &w);
+}
+
+static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
+{
+    kd_matrix_meta_t *list;
+    size_t count;
+    if (kd_store_list(conn->server->store, &list, &count) != KD_OK) {
+        kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory listing matrices");
+        return;
+    }
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_result_begin(&w, req->msgid);
+    kd_w_map(&w, 1);
+    kd_w_str(&w, "matrices");
+    kd_w_array(&w, (uint32_t)count);
+    for (size_t i = 0; i < count; i++)
+        kd_reply_meta(&w, &list[i], -1);
+    free(list);
+    kd_send_writer(conn, &w);
+}
+
+static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
+{
+    int found = 0;
+    for (kd_job_t *j = conn->jobs; j != NULL; j = j->conn_next) {
+        if (j->msgid == req->u.cancel.target_msgid) {
+            atomic_store(&j->cancel, KD_ECANCELLED);
+            found = 1;
+        }
+    }
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_result_begin(&w, req->msgid);
+    kd_w_map(&w, 1);
+    kd_w_kv_bool(&w, "cancelled", found);
+    kd_send_writer(conn, &w);
+}
+
+static void kd_job_unlink(kd_job_t *job)
+{
+    kd_conn_t *conn = job->conn;
+    if (job->conn_prev != NULL)
+        job->conn_prev->conn_next = job->conn_next;
+    else
+        conn->jobs = job->conn_next;
+    if (job->conn_next != NULL)
+        job->conn_next->conn_prev = job->conn_prev;
+}
+
+static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
+{
+    kd_server_t *server = conn->server;
+    kd_job_t *job = calloc(1, sizeof(*job));
+    if (job == NULL) {
+        kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory queueing the request");
+        kd_request_free(req);
+        return;
+    }
+    job->req = req;
+    job->msgid = req->msgid;
+    job->conn = conn;
+    job->submitted_ns = kd_now_ns();
+    if (req->timeout_ms > 0)
+        job->deadline_ns = job->submitted_ns + (uint64_t)req->timeout_ms * 1000000u;
+    atomic_init(&job->cancel, 0);
+    job->conn_next = conn->jobs;
+    if (conn->jobs != NULL)
+        conn->jobs->conn_prev = job;
+    conn->jobs = job;
+    conn->refs++;
+    int rc = kd_worker_submit(server->worker, job);
+    if (rc != KD_OK) {
+        kd_job_unlink(job);
+        conn->refs--;
+        char msg[160];
+        if (rc == KD_EBUSY)
+            snprintf(msg, sizeof(msg),
+                     "%zu requests are already waiting for the device (limit %zu); try again later",
+                     kd_worker_queued(server->worker), server->cfg.queue_depth);
+        else
+            snprintf(msg, sizeof(msg), "the server is shutting down");
+        kd_answer_error(conn, req->msgid, rc, msg);
+        kd_request_free(req);
+        free(job);
+        return;
+    }
+    server->jobs_in_flight++;
+}
+
+void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
+{
+    kd_server_t *server = conn->server;
+    server->counters.requests++;
+    server->counters.by_method[req->method]++;
+    KD_DEBUG("dispatch", "request conn=%llu msgid=%llu method=%s", (unsigned long long)conn->id,
+             (unsigned long long)req->msgid, kd_method_name(req->method));
+    if (server->shutting_down && req->method != KD_METHOD_SERVER_STATUS) {
+        kd_answer_error(conn, req->msgid, KD_ECANCELLED, "the server is shutting down");
+        kd_request_free(req);
+        return;
+    }
+    switch (req->method) {
+    case KD_METHOD_SERVER_STATUS: {
+        kd_writer_t w;
+        kd_writer_init(&w);
+        kd_reply_status(&w, server, req->msgid);
+        kd_send_writer(conn, &w);
+        break;
+    }
+    case KD_METHOD_MATRIX_INFO:
+        kd_answer_info(conn, req);
+        break;
+    case KD_METHOD_MATRIX_LIST:
+        kd_answer_list(conn, req);
+        break;
+    case KD_METHOD_JOB_CANCEL:
+        kd_answer_cancel(conn, req);
+        break;
+    default:
+        kd_submit_job(conn, req); /* takes req */
+        return;
+    }
+    kd_request_free(req);
+}
+
+void kd_dispatch_job_done(void *ctx, kd_job_t *job)
+{
+    kd_server_t *server = ctx;
+    kd_conn_t *conn = job->conn;
+    kd_job_unlink(job);
+    server->jobs_in_flight--;
+    if (job->error_code != KD_OK)
+        server->counters.errors++;
+    double ms = (double)(kd_now_ns() - job->submitted_ns) / 1e6;
+    KD_DEBUG("dispatch", "done conn=%llu msgid=%llu method=%s ms=%.3f result=%s",
+             (unsigned long long)conn->id, (unsigned long long)job->msgid,
+             kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));
+    kd_conn_send(conn, job->response, job->response_len); /* dropped if the client left */
+    kd_request_free(job->req);
+    free(job);
+    kd_conn_unref(conn);
+    kd_server_job_finished(server);
+}
+
+void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len)
+{
+    (void)ctx;
+    kd_conn_send(job->conn, bytes, len);
+}

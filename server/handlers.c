@@ -1,0 +1,423 @@
+/*
+ * Job handlers: what put, drop, pin, spmv and solve do, on the device worker thread. Each checks
+ * what needs the store (the id exists, vector lengths match the matrix), calls the solver, and
+ * leaves an encoded response in the job. Host buffers for vectors are converted between the
+ * request's dtype and the matrix's here, so the solver only sees its own type.
+ */
+#include "common/checked.h"
+#include "common/log.h"
+#include "protocol/mtx.h"
+#include "protocol/writer.h"
+#include "server/replies.h"
+#include "server/server.h"
+#include "solver/solve.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double kd_ms_since(uint64_t t0)
+{
+    return (double)(kd_now_ns() - t0) / 1e6;
+}
+
+static int kd_not_found(kd_err_t *err, const uint8_t id[16])
+{
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(id, hex);
+    return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
+}
+
+/* n values of `dtype` in a fresh buffer (at least 1 byte). */
+static void *kd_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
+{
+    size_t bytes;
+    if (n < 0 || kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes)) {
+        kd_err_set(err, KD_ETOOLARGE, "vector of %lld values is too large", (long long)n);
+        return NULL;
+    }
+    void *p = malloc(bytes ? bytes : 1);
+    if (p == NULL)
+        kd_err_set(err, KD_ENOMEM, "out of host memory for a vector of %lld values", (long long)n);
+    return p;
+}
+
+static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    const kd_put_request_t *p = &job->req->u.put;
+    kd_csr_t *csr = NULL;
+    kd_matrix_t *dev = NULL;
+    int rc;
+    switch (p->kind) {
+    case KD_PUT_CSR:
+        rc = kd_csr_from_csr_arrays(p->rows, p->cols, p->indices.count, p->indptr.data,
+                                    p->indptr.dtype, p->indices.data, p->indices.dtype,
+                                    p->values.data, p->values.dtype, p->dtype,
+                                    &server->csr_limits, &csr, err);
+        break;
+    case KD_PUT_COO:
+        rc = kd_csr_from_coo_arrays(p->rows, p->cols, p->row.count, p->row.data, p->col.data,
+                                    p->row.dtype, p->values.data, p->values.dtype, p->dtype,
+                                    &server->csr_limits, &csr, err);
+        break;
+    default:
+        rc = kd_mtx_read_matrix(p->mtx, p->mtx_len, p->dtype, &server->csr_limits, &csr, err);
+        if (rc != KD_OK)
+            kd_err_prefix(err, "mtx");
+        break;
+    }
+    if (rc != KD_OK)
+        return rc;
+
+    kd_store_entry_t *entry = calloc(1, sizeof(*entry));
+    if (entry == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory");
+        goto fail;
+    }
+    kd_matrix_meta_t *meta = &entry->meta;
+    if (kd_csr_hash(csr, meta->id) != KD_OK) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+        goto fail;
+    }
+    kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
+    if (existing != NULL) {
+        if (p->pin == 1)
+            kd_store_set_pinned(server->store, existing, 1);
+        kd_matrix_meta_t copy;
+        kd_store_get_meta(server->store, meta->id, &copy);
+        kd_w_result_begin(w, job->msgid);
+        kd_reply_meta(w, &copy, 0);
+        free(entry);
+        kd_csr_free(csr);
+        return KD_OK;
+    }
+
+    kd_format_t format = KD_FMT_CSR_SCALAR;
+    const char *forced = p->format[0] != '\0' ? p->format : server->cfg.default_format;
+    if (forced[0] != '\0') {
+        if (kd_format_parse(forced, &format) != 0) {
+            rc = kd_err_set(err, KD_EBADREQ, "format '%s' is not a known format", forced);
+            goto fail;
+        }
+        if (!kd_format_available(format)) {
+            rc = kd_err_set(err, KD_EUNSUPPORTED, "format '%s' is not available in this build",
+                            forced);
+            goto fail;
+        }
+    }
+    rc = kd_matrix_upload(server->ocl, csr, format, &dev, err);
+    if (rc != KD_OK)
+        goto fail;
+
+    kd_id_to_hex(meta->id, meta->hex);
+    snprintf(meta->name, sizeof(meta->name), "%s", p->name);
+    meta->rows = csr->rows;
+    meta->cols = csr->cols;
+    meta->nnz = csr->nnz;
+    meta->dtype = csr->dtype;
+    meta->format = format;
+    meta->device_bytes = dev->device_bytes;
+    meta->pinned = p->pin == 1;
+    kd_csr_compute_stats(csr, &meta->stats);
+    meta->ncandidates = 1;
+    meta->candidates[0].format = format;
+    meta->candidates[0].time_ms = 0.0;
+    snprintf(meta->candidates[0].dropped, sizeof(meta->candidates[0].dropped), "%s",
+             forced[0] != '\0' ? "forced by the request" : "the only format in this build");
+    entry->dev = dev;
+    dev = NULL;
+    kd_matrix_meta_t copy = *meta;
+    rc = kd_store_insert(server->store, entry); /* takes entry */
+    entry = NULL;
+    if (rc != KD_OK) {
+        kd_err_set(err, rc, "out of host memory registering the matrix");
+        goto fail;
+    }
+    KD_INFO("store", "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s device_bytes=%zu",
+            copy.hex, (long long)copy.rows, (long long)copy.cols, (long long)copy.nnz,
+            kd_dtype_name(copy.dtype), kd_format_name(copy.format), copy.device_bytes);
+    kd_csr_free(csr);
+    kd_w_result_begin(w, job->msgid);
+    kd_reply_meta(w, &copy, 1);
+    return KD_OK;
+fail:
+    kd_matrix_free(dev);
+    free(entry);
+    kd_csr_free(csr);
+    return rc;
+}
+
+static int kd_handle_drop(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    kd_store_entry_t *entry = kd_store_remove(server->store, job->req->u.id.id);
+    if (entry == NULL)
+        return kd_not_found(err, job->req->u.id.id);
+    KD_INFO("store", "drop id=%s", entry->meta.hex);
+    kd_store_entry_free(entry);
+    kd_w_result_begin(w, job->msgid);
+    kd_w_map(w, 1);
+    kd_w_kv_bool(w, "dropped", 1);
+    return KD_OK;
+}
+
+static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    kd_store_entry_t *entry = kd_store_lookup(server->store, job->req->u.id.id);
+    if (entry == NULL)
+        return kd_not_found(err, job->req->u.id.id);
+    kd_store_set_pinned(server->store, entry, job->req->u.id.pinned);
+    kd_matrix_meta_t copy;
+    kd_store_get_meta(server->store, entry->meta.id, &copy);
+    kd_w_result_begin(w, job->msgid);
+    kd_reply_meta(w, &copy, -1);
+    return KD_OK;
+}
+
+static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    const kd_spmv_request_t *q = &job->req->u.spmv;
+    kd_store_entry_t *entry = kd_store_lookup(server->store, q->id);
+    if (entry == NULL)
+        return kd_not_found(err, q->id);
+    const kd_matrix_t *A = entry->dev;
+    if (q->x.count != A->cols)
+        return kd_err_set(err, KD_EBADREQ, "x has %lld entries but matrix %s has %lld columns",
+                          (long long)q->x.count, entry->meta.hex, (long long)A->cols);
+    int use_y = q->beta != 0.0;
+    if (use_y && !q->y.present)
+        return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
+    if (use_y && q->y.count != A->rows)
+        return kd_err_set(err, KD_EBADREQ, "y has %lld entries but matrix %s has %lld rows",
+                          (long long)q->y.count, entry->meta.hex, (long long)A->rows);
+
+    uint64_t t0 = kd_now_ns();
+    kd_vec_t x = {0}, y = {0};
+    void *out = NULL;
+    int rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
+    if (rc == KD_OK)
+        rc = kd_vec_alloc(server->ocl, A->rows, A->dtype, &y, err);
+    if (rc == KD_OK)
+        rc = kd_vec_write(server->ocl, &x, q->x.data, q->x.dtype, err);
+    if (rc == KD_OK && use_y)
+        rc = kd_vec_write(server->ocl, &y, q->y.data, q->y.dtype, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_spmv(server->ocl, A, q->alpha, &x, q->beta, &y, err);
+    if (rc == KD_OK && (out = kd_alloc_values(A->rows, q->dtype, err)) == NULL)
+        rc = err->code;
+    if (rc == KD_OK)
+        rc = kd_vec_read(server->ocl, &y, out, q->dtype, err);
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    if (rc == KD_OK) {
+        kd_w_result_begin(w, job->msgid);
+        kd_w_map(w, 3);
+        kd_w_kv_bin(w, "y", out, (size_t)A->rows * kd_dtype_size(q->dtype));
+        kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+        kd_w_kv_double(w, "time_ms", kd_ms_since(t0));
+    }
+    free(out);
+    return rc;
+}
+
+typedef struct kd_progress_ctx {
+    kd_server_t *server;
+    kd_job_t *job;
+    int enabled;
+    int64_t rhs;
+    uint64_t last_ns;
+} kd_progress_ctx_t;
+
+/* At most four solve.progress notifications a second per solve. */
+static int kd_on_progress(void *ctx, int64_t iteration, double residual)
+{
+    kd_progress_ctx_t *pc = ctx;
+    if (!pc->enabled)
+        return 0;
+    uint64_t now = kd_now_ns();
+    if (pc->last_ns != 0 && now - pc->last_ns < 250000000u)
+        return 0;
+    pc->last_ns = now;
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_notification_begin(&w, "solve.progress");
+    kd_w_array(&w, 1);
+    kd_w_map(&w, 4);
+    kd_w_kv_int(&w, "msgid", (int64_t)pc->job->msgid);
+    kd_w_kv_int(&w, "rhs", pc->rhs);
+    kd_w_kv_int(&w, "iteration", iteration);
+    kd_w_kv_double(&w, "residual", residual);
+    size_t len;
+    void *bytes = kd_writer_release(&w, &len);
+    if (bytes != NULL)
+        kd_worker_notify(pc->server->worker, pc->job, bytes, len);
+    return 0;
+}
+
+static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    const kd_solve_request_t *q = &job->req->u.solve;
+    kd_store_entry_t *entry = kd_store_lookup(server->store, q->id);
+    if (entry == NULL)
+        return kd_not_found(err, q->id);
+    const kd_matrix_t *A = entry->dev;
+    if (A->rows != A->cols)
+        return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
+                          entry->meta.hex, (long long)A->rows, (long long)A->cols);
+    int64_t n = A->rows, nrhs = q->nrhs;
+    int64_t want;
+    if (kd_mul_overflow_i64(n, nrhs, &want) || q->b.count != want)
+        return kd_err_set(err, KD_EBADREQ,
+                          "b has %lld values but %lld right-hand side(s) of matrix %s need %lld x "
+                          "%lld",
+                          (long long)q->b.count, (long long)nrhs, entry->meta.hex, (long long)n,
+                          (long long)nrhs);
+    if (q->x0.present && q->x0.count != want)
+        return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
+                          (long long)q->x0.count, (long long)want);
+
+    kd_solve_params_t params;
+    kd_solve_params_default(&params);
+    params.method = q->method == KD_SOLVE_METHOD_SD    ? KD_SOLVE_SD
+                    : q->method == KD_SOLVE_METHOD_PCG ? KD_SOLVE_PCG
+                                                       : KD_SOLVE_CG;
+    params.rtol = q->rtol;
+    params.atol = q->atol;
+    params.maxiter = q->maxiter >= 0 ? q->maxiter : 10 * n;
+    params.check_every = q->check_every;
+    params.record_history = q->history;
+    kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
+    params.progress = kd_on_progress;
+    params.progress_ctx = &pc;
+    params.cancel = &job->cancel;
+    params.deadline_ns = job->deadline_ns;
+
+    size_t vsize = kd_dtype_size(A->dtype), osize = kd_dtype_size(q->dtype);
+    void *b = kd_alloc_values(n, A->dtype, err);
+    void *x0 = q->x0.present ? kd_alloc_values(n, A->dtype, err) : NULL;
+    void *x = kd_alloc_values(n, A->dtype, err);
+    void *xout = kd_alloc_values(want, q->dtype, err);
+    kd_solve_result_t *results = calloc((size_t)nrhs, sizeof(*results));
+    int rc = KD_OK;
+    if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
+        results == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors",
+                        (long long)n, (long long)nrhs);
+        goto done;
+    }
+    uint64_t t0 = kd_now_ns();
+    for (int64_t k = 0; k < nrhs && rc == KD_OK; k++) {
+        size_t offset = (size_t)(k * n);
+        kd_convert_real(b, A->dtype, (const char *)q->b.data + offset * kd_dtype_size(q->b.dtype),
+                        q->b.dtype, (size_t)n);
+        if (x0 != NULL)
+            kd_convert_real(x0, A->dtype,
+                            (const char *)q->x0.data + offset * kd_dtype_size(q->x0.dtype),
+                            q->x0.dtype, (size_t)n);
+        pc.rhs = k;
+        rc = kd_solve(server->ocl, A, b, x0, x, &params, &results[k], err);
+        if (rc == KD_OK)
+            kd_convert_real((char *)xout + offset * osize, q->dtype, x, A->dtype, (size_t)n);
+    }
+    if (rc != KD_OK)
+        goto done;
+    double total_ms = kd_ms_since(t0);
+    (void)vsize;
+
+    int any_history = q->history;
+    kd_w_result_begin(w, job->msgid);
+    kd_w_map(w, 8 + (any_history ? 1 : 0));
+    kd_w_kv_bin(w, "x", xout, (size_t)want * osize);
+    kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+    if (nrhs == 1) {
+        const kd_solve_result_t *r = &results[0];
+        kd_w_kv_str(w, "status", kd_solve_status_name(r->status));
+        kd_w_kv_int(w, "iterations", r->iterations);
+        kd_w_kv_double(w, "residual_norm", r->residual_norm);
+        kd_w_kv_double(w, "relative_residual", r->relative_residual);
+        kd_w_kv_str(w, "message", r->message);
+        if (any_history) {
+            kd_w_str(w, "history");
+            kd_w_array(w, (uint32_t)r->history_len);
+            for (int64_t i = 0; i < r->history_len; i++)
+                kd_w_double(w, r->history[i]);
+        }
+    } else {
+        const char *keys[] = {"status", "iterations", "residual_norm", "relative_residual",
+                              "message"};
+        for (int f = 0; f < 5; f++) {
+            kd_w_str(w, keys[f]);
+            kd_w_array(w, (uint32_t)nrhs);
+            for (int64_t k = 0; k < nrhs; k++) {
+                const kd_solve_result_t *r = &results[k];
+                switch (f) {
+                case 0: kd_w_str(w, kd_solve_status_name(r->status)); break;
+                case 1: kd_w_int(w, r->iterations); break;
+                case 2: kd_w_double(w, r->residual_norm); break;
+                case 3: kd_w_double(w, r->relative_residual); break;
+                default: kd_w_str(w, r->message); break;
+                }
+            }
+        }
+        if (any_history) {
+            kd_w_str(w, "history");
+            kd_w_array(w, (uint32_t)nrhs);
+            for (int64_t k = 0; k < nrhs; k++) {
+                kd_w_array(w, (uint32_t)results[k].history_len);
+                for (int64_t i = 0; i < results[k].history_len; i++)
+                    kd_w_double(w, results[k].history[i]);
+            }
+        }
+    }
+    kd_w_kv_double(w, "time_ms", total_ms);
+done:
+    if (results != NULL)
+        for (int64_t k = 0; k < nrhs; k++)
+            kd_solve_result_free(&results[k]);
+    free(results);
+    free(b);
+    free(x0);
+    free(x);
+    free(xout);
+    return rc;
+}
+
+void kd_handlers_run(void *ctx, kd_job_t *job)
+{
+    kd_server_t *server = ctx;
+    kd_err_t err = {0};
+    kd_writer_t w;
+    kd_writer_init(&w);
+    int rc;
+    int stop = atomic_load(&job->cancel);
+    if (stop != 0) {
+        rc = kd_err_set(&err, stop, "cancelled before it started");
+    } else if (job->deadline_ns != 0 && kd_now_ns() > job->deadline_ns) {
+        rc = kd_err_set(&err, KD_ETIMEOUT, "timeout_ms = %lld passed while the request waited",
+                        (long long)job->req->timeout_ms);
+    } else {
+        switch (job->req->method) {
+        case KD_METHOD_MATRIX_PUT: rc = kd_handle_put(server, job, &w, &err); break;
+        case KD_METHOD_MATRIX_DROP: rc = kd_handle_drop(server, job, &w, &err); break;
+        case KD_METHOD_MATRIX_PIN: rc = kd_handle_pin(server, job, &w, &err); break;
+        case KD_METHOD_SPMV: rc = kd_handle_spmv(server, job, &w, &err); break;
+        case KD_METHOD_SOLVE: rc = kd_handle_solve(server, job, &w, &err); break;
+        default:
+            rc = kd_err_set(&err, KD_EINTERNAL, "method %s reached the worker",
+                            kd_method_name(job->req->method));
+            break;
+        }
+    }
+    if (rc == KD_OK && kd_writer_failed(&w))
+        rc = kd_err_set(&err, KD_ENOMEM, "out of host memory encoding the response");
+    if (rc != KD_OK) {
+        if (err.message[0] == '\0')
+            kd_err_set(&err, rc, "%s", kd_strerror(rc));
+        kd_writer_destroy(&w);
+        kd_writer_init(&w);
+        kd_w_error_response(&w, job->msgid, rc, err.message);
+        KD_DEBUG("handlers", "msgid=%llu error=%s: %s", (unsigned long long)job->msgid,
+                 kd_error_wire_name(rc), err.message);
+    }
+    job->error_code = rc;
+    job->response = kd_writer_release(&w, &job->response_len);
+}

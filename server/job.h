@@ -1,0 +1,31 @@
+/*
+ * A job: one decoded request on its way through a device worker. Created and destroyed on the
+ * loop thread; while queued or running, the worker thread reads the request and writes the
+ * response. The cancel flag is the only field both threads touch at once.
+ */
+#ifndef KD_SERVER_JOB_H
+#define KD_SERVER_JOB_H
+
+#include "protocol/request.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kd_conn;
+
+typedef struct kd_job {
+    struct kd_job *queue_next;            /* worker queue or completion list */
+    struct kd_job *conn_prev, *conn_next; /* the connection's jobs in flight (loop thread) */
+    struct kd_conn *conn;                 /* holds a reference (loop thread) */
+    kd_request_t *req;                    /* owned */
+    uint64_t msgid;
+    uint64_t submitted_ns;
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC, 0 = none */
+    atomic_int cancel;    /* 0, or the KD_E* code to stop with (KD_ECANCELLED, KD_ETIMEOUT) */
+    void *response;       /* encoded response, malloc'd (worker writes, loop sends) */
+    size_t response_len;
+    int error_code;       /* KD_OK or the error the response carries, for counters */
+} kd_job_t;
+
+#endif

@@ -1,0 +1,17 @@
+/*
+ * Result maps shared by the loop-thread answers and the worker's handlers: a matrix's metadata
+ * (matrix.put / matrix.info / matrix.list) and the server status.
+ */
+#ifndef KD_SERVER_REPLIES_H
+#define KD_SERVER_REPLIES_H
+
+#include "protocol/writer.h"
+#include "server/server.h"
+
+/* The metadata map. created: 1/0 adds {"created": bool} (matrix.put), -1 leaves it out. */
+void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created);
+
+/* A whole response to server.status. */
+void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid);
+
+#endif

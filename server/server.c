@@ -1,0 +1,266 @@
+/*
+ * Server lifecycle: open the device, start the worker, listen, handle signals, and shut down
+ * gracefully. SIGINT/SIGTERM stop accepting, let jobs in flight finish for up to
+ * shutdown_grace_ms, then cancel the rest (their clients get CANCELLED), flush and close every
+ * connection, stop the worker and leave the loop. SIGHUP reopens the log file.
+ */
+#include "server/server.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t kd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" (numeric only for the host part besides
+ * localhost: a daemon should not depend on DNS to start). */
+static int kd_parse_listen(const char *text, struct sockaddr_storage *addr, kd_err_t *err)
+{
+    char host[256];
+    const char *colon;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (close == NULL || close[1] != ':')
+            return kd_err_set(err, KD_EBADREQ, "--listen '%s': expected [IPv6]:PORT", text);
+        size_t n = (size_t)(close - text - 1);
+        if (n >= sizeof(host))
+            return kd_err_set(err, KD_EBADREQ, "--listen '%s': address too long", text);
+        memcpy(host, text + 1, n);
+        host[n] = '\0';
+        colon = close + 1;
+    } else {
+        colon = strrchr(text, ':');
+        if (colon == NULL)
+            return kd_err_set(err, KD_EBADREQ, "--listen '%s': expected HOST:PORT", text);
+        size_t n = (size_t)(colon - text);
+        if (n >= sizeof(host))
+            return kd_err_set(err, KD_EBADREQ, "--listen '%s': address too long", text);
+        memcpy(host, text, n);
+        host[n] = '\0';
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535)
+        return kd_err_set(err, KD_EBADREQ, "--listen '%s': port must be 0..65535", text);
+    if (strcmp(host, "localhost") == 0)
+        snprintf(host, sizeof(host), "127.0.0.1");
+    memset(addr, 0, sizeof(*addr));
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)addr) == 0)
+        return KD_OK;
+    if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)addr) == 0)
+        return KD_OK;
+    return kd_err_set(err, KD_EBADREQ, "--listen '%s': '%s' is not an IPv4 or IPv6 address", text,
+                      host);
+}
+
+static void kd_on_connection(uv_stream_t *listener, int status)
+{
+    kd_server_t *server = listener->data;
+    if (status < 0) {
+        KD_WARN("server", "accept failed: %s", uv_strerror(status));
+        return;
+    }
+    kd_conn_accept(server);
+}
+
+static int kd_write_port_file(const char *path, int port, kd_err_t *err)
+{
+    char tmp[KD_PATH_MAX + 8];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return kd_err_set(err, KD_EIO, "--port-file path too long");
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return kd_err_set(err, KD_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "%d\n", port);
+    if (fclose(f) != 0 || rename(tmp, path) != 0)
+        return kd_err_set(err, KD_EIO, "cannot write %s: %s", path, strerror(errno));
+    return KD_OK;
+}
+
+static void kd_on_signal(uv_signal_t *handle, int signum)
+{
+    kd_server_t *server = handle->data;
+    if (signum == SIGHUP) {
+        if (server->cfg.log_file[0] != '\0' && kd_log_open(server->cfg.log_file) != KD_OK)
+            KD_ERROR("server", "cannot reopen log file %s", server->cfg.log_file);
+        KD_INFO("server", "SIGHUP: log reopened");
+        return;
+    }
+    KD_INFO("server", "signal %d: shutting down", signum);
+    kd_server_shutdown(server);
+}
+
+int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
+{
+    memset(server, 0, sizeof(*server));
+    server->loop = loop;
+    server->cfg = *cfg;
+    server->start_ns = kd_now_ns();
+    server->frame_limits.max_message = cfg->max_message;
+    server->frame_limits.max_elements = cfg->max_array_elements + 64;
+    server->frame_limits.max_depth = 16;
+    server->proto_limits.max_rows = cfg->max_rows;
+    server->proto_limits.max_cols = cfg->max_cols;
+    server->proto_limits.max_nnz = cfg->max_nnz;
+    server->proto_limits.max_nrhs = cfg->max_nrhs;
+    server->proto_limits.max_array_elements = cfg->max_array_elements;
+    server->csr_limits.max_rows = cfg->max_rows;
+    server->csr_limits.max_cols = cfg->max_cols;
+    server->csr_limits.max_nnz = cfg->max_nnz;
+
+    if (cfg->default_format[0] != '\0') {
+        kd_format_t f;
+        if (kd_format_parse(cfg->default_format, &f) != 0 || !kd_format_available(f))
+            return kd_err_set(err, KD_EBADREQ, "--format '%s' is not an available format",
+                              cfg->default_format);
+    }
+
+    struct sockaddr_storage addr;
+    int rc = kd_parse_listen(cfg->listen, &addr, err);
+    if (rc != KD_OK)
+        return rc;
+
+    rc = kd_ocl_open(cfg->device, &server->ocl, err);
+    if (rc != KD_OK)
+        return kd_err_prefix(err, "opening OpenCL device '%s'", cfg->device);
+    const kd_ocl_device_desc_t *desc = kd_ocl_desc(server->ocl);
+    KD_INFO("server", "device \"%s\" platform=\"%s\" type=%s global_mem=%llu fp64=%d", desc->name,
+            desc->platform, desc->is_gpu ? "gpu" : (desc->is_cpu ? "cpu" : "other"),
+            (unsigned long long)desc->global_mem_bytes, desc->has_fp64);
+
+    rc = kd_store_new(&server->store);
+    if (rc != KD_OK)
+        return kd_err_set(err, rc, "cannot create the matrix store");
+
+    if (cfg->state_dir[0] != '\0') {
+        if (mkdir(cfg->state_dir, 0750) != 0 && errno != EEXIST)
+            return kd_err_set(err, KD_EIO, "cannot create state dir %s: %s", cfg->state_dir,
+                              strerror(errno));
+    }
+
+    kd_worker_callbacks_t cb = {.run = kd_handlers_run,
+                                .done = kd_dispatch_job_done,
+                                .notify = kd_dispatch_job_notify,
+                                .ctx = server};
+    rc = kd_worker_start(loop, cfg->queue_depth, &cb, &server->worker);
+    if (rc != KD_OK)
+        return kd_err_set(err, rc, "cannot start the device worker thread");
+
+    int uvrc = uv_tcp_init(loop, &server->listener);
+    if (uvrc != 0)
+        return kd_err_set(err, KD_EIO, "uv_tcp_init: %s", uv_strerror(uvrc));
+    server->listener.data = server;
+    server->listening = 1;
+    uvrc = uv_tcp_bind(&server->listener, (const struct sockaddr *)&addr, 0);
+    if (uvrc == 0)
+        uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
+    if (uvrc != 0)
+        return kd_err_set(err, KD_EIO, "cannot listen on %s: %s", cfg->listen,
+                          uv_strerror(uvrc));
+    struct sockaddr_storage bound;
+    int len = sizeof(bound);
+    int port = 0;
+    if (uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0)
+        port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                 : ((struct sockaddr_in *)&bound)->sin_port);
+    if (cfg->port_file[0] != '\0') {
+        rc = kd_write_port_file(cfg->port_file, port, err);
+        if (rc != KD_OK)
+            return rc;
+    }
+
+    uv_signal_t *sigs[] = {&server->sigint, &server->sigterm, &server->sighup};
+    int signums[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(loop, sigs[i]);
+        sigs[i]->data = server;
+        uv_signal_start(sigs[i], kd_on_signal, signums[i]);
+    }
+    uv_timer_init(loop, &server->grace_timer);
+    server->grace_timer.data = server;
+    signal(SIGPIPE, SIG_IGN);
+
+    KD_INFO("server", "listening addr=%s port=%d version=%s", cfg->listen, port, KD_VERSION);
+    return KD_OK;
+}
+
+static void kd_server_worker_closed(void *arg)
+{
+    kd_server_t *server = arg;
+    server->worker = NULL;
+    uv_close((uv_handle_t *)&server->sigint, NULL);
+    uv_close((uv_handle_t *)&server->sigterm, NULL);
+    uv_close((uv_handle_t *)&server->sighup, NULL);
+    uv_close((uv_handle_t *)&server->grace_timer, NULL);
+}
+
+/* Every job is done: close the clients (after their last responses are flushed) and the worker. */
+static void kd_server_finish(kd_server_t *server)
+{
+    uv_timer_stop(&server->grace_timer);
+    kd_conn_t *c = server->conns;
+    while (c != NULL) {
+        kd_conn_t *next = c->next;
+        kd_conn_close(c);
+        c = next;
+    }
+    if (server->worker != NULL)
+        kd_worker_stop(server->worker, kd_server_worker_closed, server);
+}
+
+static void kd_on_grace_expired(uv_timer_t *timer)
+{
+    kd_server_t *server = timer->data;
+    KD_WARN("server", "shutdown grace period over: cancelling %zu job(s)", server->jobs_in_flight);
+    for (kd_conn_t *c = server->conns; c != NULL; c = c->next)
+        for (kd_job_t *j = c->jobs; j != NULL; j = j->conn_next)
+            atomic_store(&j->cancel, KD_ECANCELLED);
+}
+
+void kd_server_shutdown(kd_server_t *server)
+{
+    if (server->shutting_down)
+        return;
+    server->shutting_down = 1;
+    if (server->listening) {
+        uv_close((uv_handle_t *)&server->listener, NULL);
+        server->listening = 0;
+    }
+    if (server->jobs_in_flight == 0) {
+        kd_server_finish(server);
+        return;
+    }
+    KD_INFO("server", "waiting up to %d ms for %zu job(s)", server->cfg.shutdown_grace_ms,
+            server->jobs_in_flight);
+    uv_timer_start(&server->grace_timer, kd_on_grace_expired, (uint64_t)server->cfg.shutdown_grace_ms,
+                   0);
+}
+
+void kd_server_job_finished(kd_server_t *server)
+{
+    if (server->shutting_down && server->jobs_in_flight == 0)
+        kd_server_finish(server);
+}
+
+int kd_server_run(kd_server_t *server)
+{
+    uv_run(server->loop, UV_RUN_DEFAULT);
+    kd_store_free(server->store);
+    server->store = NULL;
+    kd_ocl_close(server->ocl);
+    server->ocl = NULL;
+    KD_INFO("server", "stopped");
+    return server->exit_code;
+}

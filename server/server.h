@@ -1,0 +1,96 @@
+/*
+ * The krylovd server: one libuv loop thread that owns every socket, a device worker thread that
+ * owns the OpenCL device, and the matrix store between them. server.c accepts connections and
+ * handles signals and shutdown; conn.c reads, frames and writes one client's bytes; dispatch.c
+ * turns decoded requests into immediate answers or jobs; handlers.c runs jobs on the worker.
+ */
+#ifndef KD_SERVER_SERVER_H
+#define KD_SERVER_SERVER_H
+
+#include "protocol/frame.h"
+#include "protocol/request.h"
+#include "server/config.h"
+#include "server/job.h"
+#include "server/store.h"
+#include "server/worker.h"
+#include "solver/ocl.h"
+
+#include <uv.h>
+
+typedef struct kd_conn kd_conn_t;
+
+typedef struct kd_server_counters {
+    uint64_t requests;
+    uint64_t errors;
+    uint64_t by_method[KD_METHOD_COUNT];
+    uint64_t connections_total;
+    uint64_t connections_refused;
+} kd_server_counters_t;
+
+typedef struct kd_server {
+    uv_loop_t *loop;
+    kd_config_t cfg;
+    uv_tcp_t listener;
+    int listening;
+    uv_signal_t sigint, sigterm, sighup;
+    uv_timer_t grace_timer;
+    kd_ocl_t *ocl;
+    kd_worker_t *worker;
+    kd_store_t *store;
+    kd_conn_t *conns; /* doubly linked list of open connections */
+    size_t nconns;
+    uint64_t next_conn_id;
+    size_t jobs_in_flight;
+    int shutting_down;
+    int exit_code;
+    uint64_t start_ns;
+    kd_server_counters_t counters;
+    kd_frame_limits_t frame_limits;
+    kd_proto_limits_t proto_limits;
+    kd_csr_limits_t csr_limits;
+} kd_server_t;
+
+struct kd_conn {
+    uv_tcp_t tcp;
+    uv_timer_t linger; /* bounds how long a closing connection waits to flush */
+    kd_server_t *server;
+    kd_conn_t *prev, *next;
+    kd_frame_t *frame;
+    uint64_t id;
+    int refs;         /* its two handles + each write and job in flight */
+    int closing;      /* uv_close requested: nothing more is sent */
+    int read_paused;  /* too many unread response bytes */
+    size_t write_pending;
+    kd_job_t *jobs;   /* in flight, for job.cancel and disconnects */
+    char peer[64];
+};
+
+/* Set up everything (device, store, worker, listener, signals). */
+int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err);
+/* Run until shutdown; returns the exit code. */
+int kd_server_run(kd_server_t *server);
+/* Begin a graceful shutdown (signals call this). */
+void kd_server_shutdown(kd_server_t *server);
+/* Dispatch calls this after each job completes, so a shutdown can finish. */
+void kd_server_job_finished(kd_server_t *server);
+
+uint64_t kd_now_ns(void);
+
+/* conn.c */
+void kd_conn_accept(kd_server_t *server);
+/* Queue bytes (malloc'd; ownership passes) to the client; dropped if the connection is closing. */
+void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len);
+void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message);
+void kd_conn_close(kd_conn_t *conn);
+void kd_conn_unref(kd_conn_t *conn);
+
+/* dispatch.c: one decoded request from conn (ownership of req passes). */
+void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req);
+/* dispatch.c: worker callbacks (loop thread). */
+void kd_dispatch_job_done(void *ctx, kd_job_t *job);
+void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len);
+
+/* handlers.c: runs on the worker thread. */
+void kd_handlers_run(void *ctx, kd_job_t *job);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * A device worker: one thread that owns one OpenCL device and runs jobs from a bounded FIFO
+ * queue, so the event loop never waits on the GPU. The loop thread submits jobs (KD_EBUSY when the
+ * queue is full); the worker runs each through the handler and posts the finished job back; a
+ * uv_async wakes the loop, which drains the completions and writes the responses. Notifications a
+ * running job emits (solve.progress) travel the same way, in order with its completion.
+ */
+#ifndef KD_SERVER_WORKER_H
+#define KD_SERVER_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct kd_worker kd_worker_t;
+struct kd_job;
+
+/* Runs on the worker thread: do the job, leave the encoded response in job->response. */
+typedef void (*kd_worker_run_fn)(void *ctx, struct kd_job *job);
+
+/* Runs on the loop thread for each finished job (job->response set) and for each notification
+ * (bytes owned by the callee, job still in flight). */
+typedef void (*kd_worker_done_fn)(void *ctx, struct kd_job *job);
+typedef void (*kd_worker_notify_fn)(void *ctx, struct kd_job *job, void *bytes, size_t len);
+
+typedef struct kd_worker_callbacks {
+    kd_worker_run_fn run;
+    kd_worker_done_fn done;
+    kd_worker_notify_fn notify;
+    void *ctx;
+} kd_worker_callbacks_t;
+
+/* Start the thread. capacity bounds the jobs waiting (not counting the running one). */
+int kd_worker_start(uv_loop_t *loop, size_t capacity, const kd_worker_callbacks_t *cb,
+                    kd_worker_t **out);
+
+/* Queue a job (loop thread). KD_EBUSY when the queue is full, KD_ECANCELLED after stop began. */
+int kd_worker_submit(kd_worker_t *w, struct kd_job *job);
+
+/* From the worker thread, during run: send bytes (malloc'd, ownership passes) to the job's
+ * client ahead of its response. */
+void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t len);
+
+/* Jobs waiting and running (any thread). */
+size_t kd_worker_queued(kd_worker_t *w);
+int kd_worker_busy(kd_worker_t *w);
+
+/* Refuse new jobs; the thread ends after the queue drains (queued jobs still run: cancel them
+ * first for a fast stop). Then join it, deliver the last completions and close the async handle;
+ * `closed` is called on the loop thread when the worker is fully gone. */
+void kd_worker_stop(kd_worker_t *w, void (*closed)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * Start a real krylovd for an end-to-end test: on 127.0.0.1 with port 0 (the kernel picks a free
+ * port, which the daemon writes to a port file), a fresh state directory, and the test's device
+ * (KD_TEST_DEVICE, default auto). kd_daemon_stop() sends SIGTERM and returns the exit status.
+ */
+#ifndef KD_TEST_DAEMON_H
+#define KD_TEST_DAEMON_H
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct kd_daemon {
+    pid_t pid;
+    int port;
+    char address[64];
+    char dir[256];
+} kd_daemon_t;
+
+/* extra: NULL-terminated extra arguments, or NULL. Returns 0 or -1. */
+static inline int kd_daemon_start(kd_daemon_t *d, const char *const *extra)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "/tmp/krylovd-test-XXXXXX");
+    if (mkdtemp(d->dir) == NULL)
+        return -1;
+    char port_file[320], state_dir[320];
+    snprintf(port_file, sizeof(port_file), "%s/port", d->dir);
+    snprintf(state_dir, sizeof(state_dir), "%s/state", d->dir);
+    const char *device = getenv("KD_TEST_DEVICE");
+    const char *argv[64];
+    int argc = 0;
+    argv[argc++] = KD_BIN_DIR "/krylovd";
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1:0";
+    argv[argc++] = "--port-file";
+    argv[argc++] = port_file;
+    argv[argc++] = "--state-dir";
+    argv[argc++] = state_dir;
+    argv[argc++] = "--device";
+    argv[argc++] = device != NULL ? device : "auto";
+    argv[argc++] = "--log-level";
+    argv[argc++] = getenv("KD_TEST_LOG_LEVEL") != NULL ? getenv("KD_TEST_LOG_LEVEL") : "warn";
+    for (int i = 0; extra != NULL && extra[i] != NULL && argc < 62; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    d->pid = fork();
+    if (d->pid < 0)
+        return -1;
+    if (d->pid == 0) {
+        execv(argv[0], (char *const *)argv);
+        perror("execv krylovd");
+        _exit(127);
+    }
+    for (int i = 0; i < 1200; i++) { /* PoCL may compile kernels at start: allow 120 s */
+        FILE *f = fopen(port_file, "r");
+        if (f != NULL) {
+            int ok = fscanf(f, "%d", &d->port) == 1;
+            fclose(f);
+            if (ok && d->port > 0) {
+                snprintf(d->address, sizeof(d->address), "127.0.0.1:%d", d->port);
+                return 0;
+            }
+        }
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            fprintf(stderr, "krylovd exited during start-up (status %d)\n", status);
+            d->pid = 0;
+            return -1;
+        }
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+    return -1;
+}
+
+/* SIGTERM, wait; returns the exit status (or -1 if it did not exit normally). */
+static inline int kd_daemon_stop(kd_daemon_t *d)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    waitpid(d->pid, &status, 0);
+    d->pid = 0;
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", d->dir);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#endif
