@@ -16,11 +16,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* msgpack-c's unpacker nests at most 32 containers; max_depth is clamped to this. */
+#define KD_FRAME_DEPTH_MAX 32
+/* Used for a limit left at zero. */
+#define KD_FRAME_DEFAULT_MAX_MESSAGE ((size_t)64 << 20)
+#define KD_FRAME_DEFAULT_MAX_ELEMENTS ((size_t)4 << 20)
+#define KD_FRAME_DEFAULT_MAX_DEPTH 16
+
 typedef struct kd_frame_limits {
     size_t max_message;  /* bytes in one message; larger ones are refused (TOO_LARGE) */
     size_t max_elements; /* array + map elements in one message (each costs a msgpack_object when
-                            unpacked, 24x a 1-byte element): over it is TOO_LARGE */
-    int max_depth;       /* nesting of arrays/maps; deeper is KD_FRAME_ERROR */
+                            unpacked, 24x a 1-byte element; a map entry counts twice): over it is
+                            TOO_LARGE */
+    int max_depth;       /* nesting of arrays/maps (empty ones too); deeper is KD_FRAME_ERROR */
 } kd_frame_limits_t;
 
 typedef enum kd_frame_kind {
@@ -32,31 +40,40 @@ typedef enum kd_frame_kind {
 
 typedef struct kd_frame_event {
     kd_frame_kind_t kind;
-    void *data;          /* KD_FRAME_MESSAGE: the message bytes (free() them) */
+    void *data; /* KD_FRAME_MESSAGE: the message bytes (free() them) */
     size_t len;
-    int has_msgid;       /* TOO_LARGE: the message began [0, msgid, ...] and msgid was seen */
+    int has_msgid; /* TOO_LARGE: the message began [0, msgid, ...] and msgid was seen */
     uint64_t msgid;
-    char message[256];   /* TOO_LARGE / ERROR: what was wrong, for the error response or log */
+    char message[256]; /* TOO_LARGE / ERROR: what was wrong, for the error response or log */
 } kd_frame_event_t;
 
 typedef struct kd_frame kd_frame_t;
 
-/* Returns 0 or KD_ENOMEM. */
+/* limits may be NULL (all defaults). Returns 0 or KD_ENOMEM. */
 int kd_frame_new(const kd_frame_limits_t *limits, kd_frame_t **out);
 void kd_frame_free(kd_frame_t *frame); /* accepts NULL */
 
 /* Space to receive up to *len bytes into (at least 1, about `suggested`); then kd_frame_commit()
- * with the count actually written. Returns 0 or KD_ENOMEM. */
+ * with the count actually written. Drain kd_frame_next() before reserving again: the buffer then
+ * never grows past max_message + `suggested` (plus a partial header). Returns 0 or KD_ENOMEM. */
 int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *len);
 void kd_frame_commit(kd_frame_t *frame, size_t n);
 
-/* Copy bytes in (for clients and tests). Returns 0 or KD_ENOMEM. */
+/* Copy bytes in (for clients and tests; the buffer grows by up to len until drained).
+ * Returns 0 or KD_ENOMEM. */
 int kd_frame_feed(kd_frame_t *frame, const void *data, size_t len);
 
-/* The next event; call until KD_FRAME_NEED_MORE. After KD_FRAME_ERROR every call returns it again. */
+/* The next event; call until KD_FRAME_NEED_MORE. After KD_FRAME_ERROR every call returns it again
+ * (running out of host memory for a message copy is reported as KD_FRAME_ERROR too). */
 kd_frame_kind_t kd_frame_next(kd_frame_t *frame, kd_frame_event_t *ev);
 
 /* Bytes held in the frame buffer (for tests and memory accounting). */
 size_t kd_frame_buffered(const kd_frame_t *frame);
+
+/* 0 when data is exactly one complete msgpack object of len bytes, nested at most max_depth
+ * (clamped to KD_FRAME_DEPTH_MAX) and with every declared array/map count coverable by the bytes
+ * that follow; -1 otherwise. The request decoder runs it before msgpack_unpack_next, so no input
+ * can make the unpacker allocate more than a small multiple of len. */
+int kd_frame_check_one(const void *data, size_t len, int max_depth);
 
 #endif

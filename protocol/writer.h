@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Not movable once initialised: the packer points at the buffer inside it. */
 typedef struct kd_writer {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
@@ -23,10 +24,10 @@ typedef struct kd_writer {
 } kd_writer_t;
 
 void kd_writer_init(kd_writer_t *w);
-void kd_writer_destroy(kd_writer_t *w);
+void kd_writer_destroy(kd_writer_t *w); /* frees the bytes; the writer can be initialised again */
 int kd_writer_failed(const kd_writer_t *w);
 /* Hand over the bytes (malloc'd; the caller frees) and reset the writer. NULL if any write failed
- * (the bytes are freed then). */
+ * (the bytes are freed then) or nothing was written. */
 void *kd_writer_release(kd_writer_t *w, size_t *len);
 
 void kd_w_nil(kd_writer_t *w);
@@ -34,16 +35,18 @@ void kd_w_bool(kd_writer_t *w, int v);
 void kd_w_int(kd_writer_t *w, int64_t v);
 void kd_w_uint(kd_writer_t *w, uint64_t v);
 void kd_w_double(kd_writer_t *w, double v);
-void kd_w_str(kd_writer_t *w, const char *s); /* NUL-terminated */
+void kd_w_str(kd_writer_t *w, const char *s); /* NUL-terminated; NULL writes nil */
 void kd_w_strn(kd_writer_t *w, const char *s, size_t len);
-void kd_w_bin(kd_writer_t *w, const void *data, size_t len);
+void kd_w_bin(kd_writer_t *w, const void *data, size_t len); /* over 4 GiB - 1 fails the writer */
 void kd_w_array(kd_writer_t *w, uint32_t n);
 void kd_w_map(kd_writer_t *w, uint32_t n);
 
-/* key + value in a map */
+/* key + value in a map; kd_w_key alone is followed by any value (a nested map or array) */
+void kd_w_key(kd_writer_t *w, const char *key);
 void kd_w_kv_nil(kd_writer_t *w, const char *key);
 void kd_w_kv_bool(kd_writer_t *w, const char *key, int v);
 void kd_w_kv_int(kd_writer_t *w, const char *key, int64_t v);
+void kd_w_kv_uint(kd_writer_t *w, const char *key, uint64_t v);
 void kd_w_kv_double(kd_writer_t *w, const char *key, double v);
 void kd_w_kv_str(kd_writer_t *w, const char *key, const char *v);
 void kd_w_kv_bin(kd_writer_t *w, const char *key, const void *data, size_t len);

@@ -1,0 +1,769 @@
+/*
+ * Decoding and validating one msgpack-rpc request (see request.h).
+ *
+ * The frame is checked by kd_frame_check_one() (so the unpacker's allocations are bounded by the
+ * frame's length) and unpacked in place: str and bin objects point into the frame buffer, which
+ * the request keeps. The params map is read once into a table indexed by parameter, rejecting
+ * names the method does not take (a typo must not silently fall back to a default) and repeated
+ * names; each method's decoder then reads its parameters from the table with typed helpers that
+ * name the parameter in every message.
+ */
+#include "protocol/request.h"
+
+#include "common/checked.h"
+#include "common/csr.h"
+#include "protocol/frame.h"
+#include "protocol/object.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Arrays converted from plain msgpack arrays: at most three per method (CSR / COO uploads). */
+#define KD_OWNED_ARRAYS 4
+
+struct kd_request_owned {
+    void *buf;
+    msgpack_unpacked unpacked;
+    void *arrays[KD_OWNED_ARRAYS];
+    int narrays;
+};
+
+/* The request and what it owns, in one allocation. */
+struct kd_request_block {
+    kd_request_t req;
+    struct kd_request_owned owned;
+};
+
+static const char *const kd_method_names[KD_METHOD_COUNT] = {
+    [KD_METHOD_MATRIX_PUT] = "matrix.put",
+    [KD_METHOD_MATRIX_INFO] = "matrix.info",
+    [KD_METHOD_MATRIX_LIST] = "matrix.list",
+    [KD_METHOD_MATRIX_DROP] = "matrix.drop",
+    [KD_METHOD_MATRIX_PIN] = "matrix.pin",
+    [KD_METHOD_SPMV] = "spmv",
+    [KD_METHOD_SOLVE] = "solve",
+    [KD_METHOD_JOB_CANCEL] = "job.cancel",
+    [KD_METHOD_SERVER_STATUS] = "server.status",
+};
+
+const char *kd_method_name(kd_method_t method)
+{
+    return (unsigned)method < KD_METHOD_COUNT ? kd_method_names[method] : "unknown";
+}
+
+enum kd_param {
+    KD_P_TIMEOUT_MS,
+    KD_P_ID,
+    KD_P_ROWS,
+    KD_P_COLS,
+    KD_P_DTYPE,
+    KD_P_INDEX_DTYPE,
+    KD_P_INDPTR,
+    KD_P_INDICES,
+    KD_P_ROW,
+    KD_P_COL,
+    KD_P_VALUES,
+    KD_P_MTX,
+    KD_P_NAME,
+    KD_P_FORMAT,
+    KD_P_SELECT,
+    KD_P_PIN,
+    KD_P_PINNED,
+    KD_P_X,
+    KD_P_Y,
+    KD_P_ALPHA,
+    KD_P_BETA,
+    KD_P_B,
+    KD_P_X0,
+    KD_P_METHOD,
+    KD_P_RTOL,
+    KD_P_ATOL,
+    KD_P_MAXITER,
+    KD_P_NRHS,
+    KD_P_CHECK_EVERY,
+    KD_P_HISTORY,
+    KD_P_PROGRESS,
+    KD_P_PRECONDITIONER,
+    KD_P_MSGID,
+    KD_P_COUNT
+};
+
+static const char *const kd_param_names[KD_P_COUNT] = {
+    [KD_P_TIMEOUT_MS] = "timeout_ms",
+    [KD_P_ID] = "id",
+    [KD_P_ROWS] = "rows",
+    [KD_P_COLS] = "cols",
+    [KD_P_DTYPE] = "dtype",
+    [KD_P_INDEX_DTYPE] = "index_dtype",
+    [KD_P_INDPTR] = "indptr",
+    [KD_P_INDICES] = "indices",
+    [KD_P_ROW] = "row",
+    [KD_P_COL] = "col",
+    [KD_P_VALUES] = "values",
+    [KD_P_MTX] = "mtx",
+    [KD_P_NAME] = "name",
+    [KD_P_FORMAT] = "format",
+    [KD_P_SELECT] = "select",
+    [KD_P_PIN] = "pin",
+    [KD_P_PINNED] = "pinned",
+    [KD_P_X] = "x",
+    [KD_P_Y] = "y",
+    [KD_P_ALPHA] = "alpha",
+    [KD_P_BETA] = "beta",
+    [KD_P_B] = "b",
+    [KD_P_X0] = "x0",
+    [KD_P_METHOD] = "method",
+    [KD_P_RTOL] = "rtol",
+    [KD_P_ATOL] = "atol",
+    [KD_P_MAXITER] = "maxiter",
+    [KD_P_NRHS] = "nrhs",
+    [KD_P_CHECK_EVERY] = "check_every",
+    [KD_P_HISTORY] = "history",
+    [KD_P_PROGRESS] = "progress",
+    [KD_P_PRECONDITIONER] = "preconditioner",
+    [KD_P_MSGID] = "msgid",
+};
+
+#define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
+
+/* The parameters each method takes (every method also takes timeout_ms). */
+static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
+    [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
+                             KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
+                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_BIT(NAME) | KD_BIT(FORMAT) |
+                             KD_BIT(SELECT) | KD_BIT(PIN),
+    [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
+    [KD_METHOD_MATRIX_LIST] = 0,
+    [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
+    [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
+    [KD_METHOD_SPMV] =
+        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA),
+    [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
+                        KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
+                        KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
+                        KD_BIT(PRECONDITIONER),
+    [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
+    [KD_METHOD_SERVER_STATUS] = 0,
+};
+
+struct kd_decoder {
+    kd_request_t *req;
+    const kd_proto_limits_t *limits;
+    kd_err_t *err;
+    const char *method;                      /* its name, for messages */
+    const msgpack_object *param[KD_P_COUNT]; /* NULL when absent or nil */
+};
+
+/* Up to 40 bytes of a string from the wire, fit for an error message: bytes other than printable
+ * ASCII become '?', and a longer string ends in "...". */
+static const char *kd_printable(char out[48], const char *s, size_t len)
+{
+    size_t n = len > 40 ? 40 : len;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+    strcpy(out + n, len > n ? "..." : "");
+    return out;
+}
+
+static int kd_missing(struct kd_decoder *d, enum kd_param p)
+{
+    return kd_err_set(d->err, KD_EBADREQ, "missing parameter '%s' for %s", kd_param_names[p],
+                      d->method);
+}
+
+/* An integer >= min, or def when absent. */
+static int kd_param_int(struct kd_decoder *d, enum kd_param p, int64_t min, int64_t def,
+                        int64_t *out)
+{
+    const msgpack_object *o = d->param[p];
+    *out = def;
+    if (o == NULL)
+        return KD_OK;
+    if (kd_obj_int64(o, out) != 0) {
+        if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return kd_err_set(d->err, KD_ETOOLARGE, "%s = %llu is too large", kd_param_names[p],
+                              (unsigned long long)o->via.u64);
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be an integer, got %s", kd_param_names[p],
+                          kd_obj_type_name(o));
+    }
+    if (*out < min)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be >= %lld, got %lld", kd_param_names[p],
+                          (long long)min, (long long)*out);
+    return KD_OK;
+}
+
+/* A finite number >= min, or def when absent. */
+static int kd_param_double(struct kd_decoder *d, enum kd_param p, double min, double def,
+                           double *out)
+{
+    const msgpack_object *o = d->param[p];
+    *out = def;
+    if (o == NULL)
+        return KD_OK;
+    if (kd_obj_double(o, out) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a number, got %s", kd_param_names[p],
+                          kd_obj_type_name(o));
+    if (!isfinite(*out))
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be finite, got %g", kd_param_names[p], *out);
+    if (*out < min)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be >= %g, got %g", kd_param_names[p], min,
+                          *out);
+    return KD_OK;
+}
+
+static int kd_param_bool(struct kd_decoder *d, enum kd_param p, int def, int *out)
+{
+    const msgpack_object *o = d->param[p];
+    *out = def;
+    if (o == NULL || kd_obj_bool(o, out) == 0)
+        return KD_OK;
+    return kd_err_set(d->err, KD_EBADREQ, "%s must be true or false, got %s", kd_param_names[p],
+                      kd_obj_type_name(o));
+}
+
+/* A string copied into buf[cap] ("" when absent). */
+static int kd_param_str(struct kd_decoder *d, enum kd_param p, char *buf, size_t cap)
+{
+    const msgpack_object *o = d->param[p];
+    const char *s;
+    size_t len;
+    buf[0] = '\0';
+    if (o == NULL)
+        return KD_OK;
+    if (kd_obj_str(o, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a str, got %s", kd_param_names[p],
+                          kd_obj_type_name(o));
+    if (len >= cap)
+        return kd_err_set(d->err, KD_EBADREQ, "%s is %zu bytes, longer than the limit of %zu",
+                          kd_param_names[p], len, cap - 1);
+    if (memchr(s, '\0', len) != NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "%s contains a NUL byte", kd_param_names[p]);
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return KD_OK;
+}
+
+/* One of `choices` (a NULL-terminated list); *out is its index, or def when absent. */
+static int kd_param_choice(struct kd_decoder *d, enum kd_param p, const char *const *choices,
+                           int def, int *out)
+{
+    const msgpack_object *o = d->param[p];
+    *out = def;
+    if (o == NULL)
+        return KD_OK;
+    const char *s;
+    size_t len;
+    if (kd_obj_str(o, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a str, got %s", kd_param_names[p],
+                          kd_obj_type_name(o));
+    for (int i = 0; choices[i] != NULL; i++) {
+        if (kd_obj_str_eq(o, choices[i])) {
+            *out = i;
+            return KD_OK;
+        }
+    }
+    char list[128] = "", shown[48];
+    for (int i = 0; choices[i] != NULL; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? " | " : "",
+                 choices[i]);
+    return kd_err_set(d->err, KD_EBADREQ, "%s '%s' is not one of %s", kd_param_names[p],
+                      kd_printable(shown, s, len), list);
+}
+
+/* A dtype name, which must be `a` or `b` (or def when absent). */
+static int kd_param_dtype(struct kd_decoder *d, enum kd_param p, kd_dtype_t a, kd_dtype_t b,
+                          kd_dtype_t def, kd_dtype_t *out)
+{
+    const msgpack_object *o = d->param[p];
+    *out = def;
+    if (o == NULL)
+        return KD_OK;
+    const char *s;
+    size_t len;
+    char shown[48];
+    if (kd_obj_str(o, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a str (%s or %s), got %s",
+                          kd_param_names[p], kd_dtype_name(a), kd_dtype_name(b),
+                          kd_obj_type_name(o));
+    if (kd_dtype_parse(s, len, out) != 0 || (*out != a && *out != b))
+        return kd_err_set(d->err, KD_EBADREQ, "%s '%s' is not %s or %s", kd_param_names[p],
+                          kd_printable(shown, s, len), kd_dtype_name(a), kd_dtype_name(b));
+    return KD_OK;
+}
+
+/* A matrix id: 32 hex digits. */
+static int kd_param_id(struct kd_decoder *d, enum kd_param p, uint8_t id[16])
+{
+    const msgpack_object *o = d->param[p];
+    const char *s;
+    size_t len;
+    char shown[48];
+    if (o == NULL)
+        return kd_missing(d, p);
+    if (kd_obj_str(o, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a str of %d hex digits, got %s",
+                          kd_param_names[p], KD_ID_HEX_LEN, kd_obj_type_name(o));
+    if (kd_id_from_hex(s, len, id) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s '%s' is not %d hex digits (a matrix id)",
+                          kd_param_names[p], kd_printable(shown, s, len), KD_ID_HEX_LEN);
+    return KD_OK;
+}
+
+/* Convert a plain msgpack array of numbers into a buffer the request owns. */
+static int kd_array_from_plain(struct kd_decoder *d, enum kd_param p, const msgpack_object *o,
+                               kd_dtype_t dtype, kd_array_t *out)
+{
+    const char *name = kd_param_names[p];
+    uint32_t n = o->via.array.size;
+    size_t max = d->limits->max_array_elements;
+    if (max > 0 && n > max)
+        return kd_err_set(d->err, KD_ETOOLARGE,
+                          "%s: a plain array of %u numbers is over the limit of %zu; use a bin",
+                          name, n, max);
+    struct kd_request_owned *owned = d->req->owned;
+    size_t bytes;
+    if (owned->narrays == KD_OWNED_ARRAYS)
+        return kd_err_set(d->err, KD_EINTERNAL, "%s: too many converted arrays", name);
+    if (kd_mul_overflow(n, kd_dtype_size(dtype), &bytes))
+        return kd_err_set(d->err, KD_ETOOLARGE, "%s: %u elements overflow a size", name, n);
+    void *data = malloc(bytes > 0 ? bytes : 1);
+    if (data == NULL)
+        return kd_err_set(d->err, KD_ENOMEM, "%s: out of host memory for %u numbers", name, n);
+    owned->arrays[owned->narrays++] = data;
+    int real = dtype == KD_DTYPE_F64 || dtype == KD_DTYPE_F32;
+    for (uint32_t i = 0; i < n; i++) {
+        const msgpack_object *e = &o->via.array.ptr[i];
+        if (real) {
+            double v;
+            if (kd_obj_double(e, &v) != 0)
+                return kd_err_set(d->err, KD_EBADREQ, "%s[%u] must be a number, got %s", name, i,
+                                  kd_obj_type_name(e));
+            kd_store_real(data, dtype, i, v);
+            continue;
+        }
+        int64_t v;
+        if (kd_obj_int64(e, &v) != 0 && e->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return kd_err_set(d->err, KD_EBADREQ, "%s[%u] must be an integer, got %s", name, i,
+                              kd_obj_type_name(e));
+        if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER && e->via.u64 > INT64_MAX)
+            return kd_err_set(d->err, KD_EBADREQ, "%s[%u] = %llu does not fit int64", name, i,
+                              (unsigned long long)e->via.u64);
+        if (dtype == KD_DTYPE_I32) {
+            if (v < INT32_MIN || v > INT32_MAX)
+                return kd_err_set(d->err, KD_EBADREQ,
+                                  "%s[%u] = %lld does not fit int32; send index_dtype int64", name,
+                                  i, (long long)v);
+            int32_t v32 = (int32_t)v;
+            memcpy((char *)data + (size_t)i * 4, &v32, 4);
+        } else {
+            memcpy((char *)data + (size_t)i * 8, &v, 8);
+        }
+    }
+    out->present = 1;
+    out->data = data;
+    out->count = n;
+    out->dtype = dtype;
+    return KD_OK;
+}
+
+/* A numeric array: a bin of little-endian dtype values (referenced in place) or a plain array of
+ * numbers (converted). Left not present when absent. */
+static int kd_param_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype, kd_array_t *out)
+{
+    const msgpack_object *o = d->param[p];
+    memset(out, 0, sizeof(*out));
+    if (o == NULL)
+        return KD_OK;
+    if (o->type == MSGPACK_OBJECT_ARRAY)
+        return kd_array_from_plain(d, p, o, dtype, out);
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "%s must be a bin of %s or an array of numbers, got %s",
+                          kd_param_names[p], kd_dtype_name(dtype), kd_obj_type_name(o));
+    size_t len = o->via.bin.size;
+    size_t size = kd_dtype_size(dtype);
+    if (len % size != 0)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "%s: bin of %zu bytes is not a whole number of %s values",
+                          kd_param_names[p], len, kd_dtype_name(dtype));
+    out->present = 1;
+    out->data = o->via.bin.ptr;
+    out->count = (int64_t)(len / size);
+    out->dtype = dtype;
+    return KD_OK;
+}
+
+static int kd_param_required_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype,
+                                   kd_array_t *out)
+{
+    if (d->param[p] == NULL)
+        return kd_missing(d, p);
+    return kd_param_array(d, p, dtype, out);
+}
+
+/* A parameter that must not be given in this form of the request. */
+static int kd_forbid(struct kd_decoder *d, enum kd_param p, const char *why)
+{
+    if (d->param[p] == NULL)
+        return KD_OK;
+    return kd_err_set(d->err, KD_EBADREQ, "%s is not used %s", kd_param_names[p], why);
+}
+
+static int kd_check_counts(struct kd_decoder *d, enum kd_param p, const kd_array_t *a,
+                           int64_t expected, const char *what)
+{
+    if (a->count == expected)
+        return KD_OK;
+    return kd_err_set(d->err, KD_EBADREQ, "%s has %lld entries but %s %lld", kd_param_names[p],
+                      (long long)a->count, what, (long long)expected);
+}
+
+static int kd_decode_put(struct kd_decoder *d)
+{
+    static const char *const selects[] = {"measure", "heuristic", NULL};
+    kd_put_request_t *put = &d->req->u.put;
+    int csr = d->param[KD_P_INDPTR] != NULL;
+    int coo = d->param[KD_P_ROW] != NULL || d->param[KD_P_COL] != NULL;
+    int mtx = d->param[KD_P_MTX] != NULL;
+    int select, rc;
+    if (csr + coo + mtx != 1)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "matrix.put takes exactly one of indptr (CSR), row and col (COO) or mtx "
+                          "(Matrix Market text); got %s",
+                          csr + coo + mtx == 0 ? "none" : "more than one");
+    if ((rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
+                             &put->dtype)) != KD_OK ||
+        (rc = kd_param_str(d, KD_P_NAME, put->name, sizeof(put->name))) != KD_OK ||
+        (rc = kd_param_str(d, KD_P_FORMAT, put->format, sizeof(put->format))) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_SELECT, selects, -1, &select)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_PIN, -1, &put->pin)) != KD_OK)
+        return rc;
+    if (select >= 0)
+        snprintf(put->select, sizeof(put->select), "%s", selects[select]);
+
+    if (mtx) {
+        static const enum kd_param unused[] = {KD_P_ROWS, KD_P_COLS, KD_P_INDICES, KD_P_VALUES,
+                                               KD_P_INDEX_DTYPE};
+        for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++)
+            if ((rc = kd_forbid(d, unused[i], "with mtx (the Matrix Market text has it)")) != KD_OK)
+                return rc;
+        const void *text;
+        if (kd_obj_bytes(d->param[KD_P_MTX], &text, &put->mtx_len) != 0)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "mtx must be a str or bin of Matrix Market text, got %s",
+                              kd_obj_type_name(d->param[KD_P_MTX]));
+        put->kind = KD_PUT_MTX;
+        put->mtx = text;
+        return KD_OK;
+    }
+
+    kd_dtype_t index_dtype;
+    if ((rc = kd_param_int(d, KD_P_ROWS, INT64_MIN, 0, &put->rows)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_COLS, INT64_MIN, 0, &put->cols)) != KD_OK ||
+        (rc = kd_param_dtype(d, KD_P_INDEX_DTYPE, KD_DTYPE_I32, KD_DTYPE_I64, KD_DTYPE_I32,
+                             &index_dtype)) != KD_OK)
+        return rc;
+    if (d->param[KD_P_ROWS] == NULL)
+        return kd_missing(d, KD_P_ROWS);
+    if (d->param[KD_P_COLS] == NULL)
+        return kd_missing(d, KD_P_COLS);
+    if ((rc = kd_param_required_array(d, KD_P_VALUES, put->dtype, &put->values)) != KD_OK)
+        return rc;
+
+    kd_csr_limits_t limits = {d->limits->max_rows, d->limits->max_cols, d->limits->max_nnz};
+    int64_t nnz = put->values.count;
+    if (csr) {
+        put->kind = KD_PUT_CSR;
+        if ((rc = kd_param_required_array(d, KD_P_INDPTR, index_dtype, &put->indptr)) != KD_OK ||
+            (rc = kd_param_required_array(d, KD_P_INDICES, index_dtype, &put->indices)) != KD_OK)
+            return rc;
+        if ((rc = kd_csr_check_shape(put->rows, put->cols, nnz, &limits, d->err)) != KD_OK)
+            return rc;
+        if ((rc = kd_check_counts(d, KD_P_INDPTR, &put->indptr, put->rows + 1, "rows + 1 =")) !=
+                KD_OK ||
+            (rc = kd_check_counts(d, KD_P_INDICES, &put->indices, nnz, "values has")) != KD_OK)
+            return rc;
+        return KD_OK;
+    }
+    put->kind = KD_PUT_COO;
+    if ((rc = kd_forbid(d, KD_P_INDICES, "with row/col (COO); CSR takes indptr and indices")) !=
+            KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_ROW, index_dtype, &put->row)) != KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_COL, index_dtype, &put->col)) != KD_OK)
+        return rc;
+    if ((rc = kd_csr_check_shape(put->rows, put->cols, nnz, &limits, d->err)) != KD_OK)
+        return rc;
+    if ((rc = kd_check_counts(d, KD_P_ROW, &put->row, nnz, "values has")) != KD_OK ||
+        (rc = kd_check_counts(d, KD_P_COL, &put->col, nnz, "values has")) != KD_OK)
+        return rc;
+    return KD_OK;
+}
+
+static int kd_decode_spmv(struct kd_decoder *d)
+{
+    kd_spmv_request_t *spmv = &d->req->u.spmv;
+    int rc;
+    if ((rc = kd_param_id(d, KD_P_ID, spmv->id)) != KD_OK ||
+        (rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
+                             &spmv->dtype)) != KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_X, spmv->dtype, &spmv->x)) != KD_OK ||
+        (rc = kd_param_array(d, KD_P_Y, spmv->dtype, &spmv->y)) != KD_OK ||
+        (rc = kd_param_double(d, KD_P_ALPHA, -INFINITY, 1.0, &spmv->alpha)) != KD_OK ||
+        (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK)
+        return rc;
+    if (spmv->beta != 0.0 && !spmv->y.present)
+        return kd_err_set(d->err, KD_EBADREQ, "beta = %g needs y (the vector beta scales)",
+                          spmv->beta);
+    return KD_OK;
+}
+
+static int kd_decode_solve(struct kd_decoder *d)
+{
+    static const char *const methods[] = {[KD_SOLVE_METHOD_CG] = "cg",
+                                          [KD_SOLVE_METHOD_SD] = "sd",
+                                          [KD_SOLVE_METHOD_PCG] = "pcg",
+                                          NULL};
+    static const char *const preconditioners[] = {"jacobi", "none", NULL};
+    kd_solve_request_t *solve = &d->req->u.solve;
+    int precond, rc;
+    if ((rc = kd_param_id(d, KD_P_ID, solve->id)) != KD_OK ||
+        (rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
+                             &solve->dtype)) != KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_B, solve->dtype, &solve->b)) != KD_OK ||
+        (rc = kd_param_array(d, KD_P_X0, solve->dtype, &solve->x0)) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_METHOD, methods, KD_SOLVE_METHOD_CG, &solve->method)) !=
+            KD_OK ||
+        (rc = kd_param_double(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol)) != KD_OK ||
+        (rc = kd_param_double(d, KD_P_ATOL, 0.0, 0.0, &solve->atol)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_MAXITER, 0, -1, &solve->maxiter)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_NRHS, 1, 1, &solve->nrhs)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_CHECK_EVERY, 0, 0, &solve->check_every)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_HISTORY, 0, &solve->history)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_PROGRESS, 0, &solve->progress)) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_PRECONDITIONER, preconditioners, -1, &precond)) != KD_OK)
+        return rc;
+    if (precond >= 0)
+        snprintf(solve->preconditioner, sizeof(solve->preconditioner), "%s",
+                 preconditioners[precond]);
+    if (precond == 0 && solve->method != KD_SOLVE_METHOD_PCG)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "preconditioner 'jacobi' needs method 'pcg', not '%s'",
+                          methods[solve->method]);
+    int64_t max_nrhs = d->limits->max_nrhs;
+    if (max_nrhs > 0 && solve->nrhs > max_nrhs)
+        return kd_err_set(d->err, KD_ETOOLARGE, "nrhs = %lld is over this server's limit %lld",
+                          (long long)solve->nrhs, (long long)max_nrhs);
+    if (solve->b.count % solve->nrhs != 0)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "b has %lld values, not a whole number of columns for nrhs = %lld",
+                          (long long)solve->b.count, (long long)solve->nrhs);
+    if (solve->x0.present)
+        return kd_check_counts(d, KD_P_X0, &solve->x0, solve->b.count, "b has");
+    return KD_OK;
+}
+
+static int kd_decode_method(struct kd_decoder *d)
+{
+    kd_request_t *req = d->req;
+    int rc = kd_param_int(d, KD_P_TIMEOUT_MS, 0, 0, &req->timeout_ms);
+    if (rc != KD_OK)
+        return rc;
+    switch (req->method) {
+    case KD_METHOD_MATRIX_PUT:
+        return kd_decode_put(d);
+    case KD_METHOD_MATRIX_INFO:
+    case KD_METHOD_MATRIX_DROP:
+        return kd_param_id(d, KD_P_ID, req->u.id.id);
+    case KD_METHOD_MATRIX_PIN:
+        if ((rc = kd_param_id(d, KD_P_ID, req->u.id.id)) != KD_OK)
+            return rc;
+        return kd_param_bool(d, KD_P_PINNED, 1, &req->u.id.pinned);
+    case KD_METHOD_SPMV:
+        return kd_decode_spmv(d);
+    case KD_METHOD_SOLVE:
+        return kd_decode_solve(d);
+    case KD_METHOD_JOB_CANCEL:
+        if (d->param[KD_P_MSGID] == NULL)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "missing parameter 'msgid' for job.cancel (the request to cancel)");
+        if (kd_obj_uint64(d->param[KD_P_MSGID], &req->u.cancel.target_msgid) != 0)
+            return kd_err_set(d->err, KD_EBADREQ, "msgid must be a non-negative integer, got %s",
+                              kd_obj_type_name(d->param[KD_P_MSGID]));
+        return KD_OK;
+    case KD_METHOD_MATRIX_LIST:
+    case KD_METHOD_SERVER_STATUS:
+    case KD_METHOD_COUNT:
+        break;
+    }
+    return KD_OK;
+}
+
+static int kd_unknown_param(struct kd_decoder *d, const char *name, size_t len)
+{
+    char shown[48], accepted[256] = "";
+    uint64_t allowed = kd_method_params[d->req->method] | KD_BIT(TIMEOUT_MS);
+    for (int p = 0; p < KD_P_COUNT; p++)
+        if (allowed & ((uint64_t)1 << p))
+            snprintf(accepted + strlen(accepted), sizeof(accepted) - strlen(accepted), "%s%s",
+                     accepted[0] ? ", " : "", kd_param_names[p]);
+    return kd_err_set(d->err, KD_EBADREQ, "unknown parameter '%s' for %s (it takes %s)",
+                      kd_printable(shown, name, len), d->method, accepted);
+}
+
+/* Read params ([map], a map, [] or nil) into d->param, refusing unknown and repeated names. */
+static int kd_read_params(struct kd_decoder *d, const msgpack_object *params)
+{
+    const msgpack_object *map = params;
+    if (params->type == MSGPACK_OBJECT_ARRAY) {
+        if (params->via.array.size == 0)
+            return KD_OK;
+        if (params->via.array.size > 1)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "params must be [map], a map, [] or nil; got an array of %u",
+                              params->via.array.size);
+        map = &params->via.array.ptr[0];
+    }
+    if (map->type == MSGPACK_OBJECT_NIL)
+        return KD_OK;
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return kd_err_set(d->err, KD_EBADREQ, "params must be [map], a map, [] or nil; got %s%s",
+                          map == params ? "" : "[] of ", kd_obj_type_name(map));
+    uint64_t allowed = kd_method_params[d->req->method] | KD_BIT(TIMEOUT_MS);
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        const msgpack_object_kv *kv = &map->via.map.ptr[i];
+        const char *name;
+        size_t len;
+        if (kd_obj_str(&kv->key, &name, &len) != 0)
+            return kd_err_set(d->err, KD_EBADREQ, "parameter names must be str, got %s",
+                              kd_obj_type_name(&kv->key));
+        int p = 0;
+        while (p < KD_P_COUNT &&
+               !(((allowed >> p) & 1) && kd_obj_str_eq(&kv->key, kd_param_names[p])))
+            p++;
+        if (p == KD_P_COUNT)
+            return kd_unknown_param(d, name, len);
+        if ((seen >> p) & 1)
+            return kd_err_set(d->err, KD_EBADREQ, "parameter '%s' is given twice",
+                              kd_param_names[p]);
+        seen |= (uint64_t)1 << p;
+        d->param[p] = kv->val.type == MSGPACK_OBJECT_NIL ? NULL : &kv->val;
+    }
+    return KD_OK;
+}
+
+/* The envelope [0, msgid, method, params], then the method's parameters. */
+static int kd_decode_envelope(struct kd_decoder *d, const msgpack_object *root,
+                              kd_decode_error_t *derr)
+{
+    kd_request_t *req = d->req;
+    uint64_t kind;
+    char shown[48];
+    if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size == 0)
+        return kd_err_set(
+            d->err, KD_EBADREQ, "a request is an array [0, msgid, method, params], got %s%s",
+            root->type == MSGPACK_OBJECT_ARRAY ? "an empty " : "", kd_obj_type_name(root));
+    const msgpack_object *e = root->via.array.ptr;
+    uint32_t n = root->via.array.size;
+    if (kd_obj_uint64(&e[0], &kind) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "message type (element 0) must be 0, got %s",
+                          kd_obj_type_name(&e[0]));
+    if (kind == 1)
+        return kd_err_set(d->err, KD_EBADREQ, "a response [1, ...] is not a request");
+    if (kind == 2) {
+        derr->is_notification = 1;
+        return kd_err_set(d->err, KD_EBADREQ, "the server takes no notifications [2, ...]");
+    }
+    if (kind != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "message type %llu is not 0 (a request)",
+                          (unsigned long long)kind);
+    if (n >= 2 && kd_obj_uint64(&e[1], &req->msgid) == 0) {
+        derr->has_msgid = 1;
+        derr->msgid = req->msgid;
+    }
+    if (n != 4)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "a request has 4 elements [0, msgid, method, params], got %u", n);
+    if (!derr->has_msgid)
+        return kd_err_set(d->err, KD_EBADREQ, "msgid must be a non-negative integer, got %s",
+                          kd_obj_type_name(&e[1]));
+    const char *name;
+    size_t len;
+    if (kd_obj_str(&e[2], &name, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "method must be a str, got %s",
+                          kd_obj_type_name(&e[2]));
+    int m = 0;
+    while (m < KD_METHOD_COUNT && !kd_obj_str_eq(&e[2], kd_method_names[m]))
+        m++;
+    if (m == KD_METHOD_COUNT) {
+        char list[256] = "";
+        for (int i = 0; i < KD_METHOD_COUNT; i++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+                     kd_method_names[i]);
+        return kd_err_set(d->err, KD_EBADREQ, "unknown method '%s' (methods: %s)",
+                          kd_printable(shown, name, len), list);
+    }
+    req->method = (kd_method_t)m;
+    d->method = kd_method_names[m];
+    int rc = kd_read_params(d, &e[3]);
+    if (rc != KD_OK)
+        return rc;
+    return kd_decode_method(d);
+}
+
+int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd_request_t **out,
+                      kd_decode_error_t *derr)
+{
+    static const kd_proto_limits_t no_limits;
+    memset(derr, 0, sizeof(*derr));
+    *out = NULL;
+    struct kd_request_block *block = calloc(1, sizeof(*block));
+    if (block == NULL) {
+        free(buf);
+        return kd_err_set(&derr->err, KD_ENOMEM, "out of host memory for a request");
+    }
+    kd_request_t *req = &block->req;
+    req->owned = &block->owned;
+    req->owned->buf = buf;
+    msgpack_unpacked_init(&req->owned->unpacked);
+
+    struct kd_decoder d = {.req = req, .limits = limits ? limits : &no_limits, .err = &derr->err};
+    size_t off = 0;
+    int rc;
+    if (buf == NULL || kd_frame_check_one(buf, len, KD_FRAME_DEPTH_MAX) != 0) {
+        rc = kd_err_set(d.err, KD_EPROTO, "not one complete msgpack message of %zu bytes", len);
+        goto fail;
+    }
+    msgpack_unpack_return ur = msgpack_unpack_next(&req->owned->unpacked, buf, len, &off);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
+        rc = kd_err_set(d.err, KD_ENOMEM, "out of host memory unpacking a %zu-byte message", len);
+        goto fail;
+    }
+    if ((ur != MSGPACK_UNPACK_SUCCESS && ur != MSGPACK_UNPACK_EXTRA_BYTES) || off != len) {
+        rc = kd_err_set(d.err, KD_EPROTO, "msgpack could not unpack the %zu-byte message", len);
+        goto fail;
+    }
+    rc = kd_decode_envelope(&d, &req->owned->unpacked.data, derr);
+    if (rc != KD_OK)
+        goto fail;
+    *out = req;
+    return KD_OK;
+fail:
+    kd_request_free(req);
+    return rc;
+}
+
+void kd_request_free(kd_request_t *req)
+{
+    if (req == NULL)
+        return;
+    struct kd_request_owned *owned = req->owned;
+    msgpack_unpacked_destroy(&owned->unpacked);
+    for (int i = 0; i < owned->narrays; i++)
+        free(owned->arrays[i]);
+    free(owned->buf);
+    free((struct kd_request_block *)req);
+}
