@@ -33,7 +33,7 @@ typedef struct kd_matrix {
     int64_t rows, cols, nnz;
     kd_dtype_t dtype;
     kd_format_t format;
-    size_t device_bytes;      /* bytes of device memory this matrix holds */
+    size_t device_bytes;             /* bytes of device memory this matrix holds */
     const struct kd_format_ops *ops; /* private */
     void *impl;                      /* private, format-specific */
 } kd_matrix_t;

@@ -35,12 +35,15 @@ typedef struct kd_ocl_device_desc {
 
 typedef struct kd_ocl kd_ocl_t;
 
-/* Every device of every platform, in a stable order. *out is malloc'd (free() it); *count may be 0
- * when no platform is installed. */
+/* Every device of every platform, in a stable order (platforms sorted by name, vendor and version;
+ * devices in the order their platform reports them). *out is malloc'd (free() it; NULL when
+ * *count is 0); *count is 0 when no platform is installed. */
 int kd_ocl_list_devices(kd_ocl_device_desc_t **out, size_t *count, kd_err_t *err);
 
 /* Open a device: "auto" (the first GPU, else the first CPU, else the first device), "gpu", "cpu",
- * or a decimal index into kd_ocl_list_devices(). */
+ * or a decimal index into kd_ocl_list_devices(). KD_EDEVICE when no platform is installed or the
+ * runtime fails, KD_ENOTFOUND when no device matches, KD_EBADREQ for a selector that is none of
+ * these. */
 int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err);
 void kd_ocl_close(kd_ocl_t *ocl); /* accepts NULL */
 
@@ -66,5 +69,94 @@ int kd_ocl_fail(kd_err_t *err, cl_int status, const char *what);
 
 /* Wait for the queue to drain. */
 int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err);
+
+/* KD_OK when the device computes in `dtype`: KD_EUNSUPPORTED for float64 on a device without
+ * cl_khr_fp64, KD_EINTERNAL for a type that is not float32/float64. */
+int kd_ocl_check_dtype(const kd_ocl_t *ocl, kd_dtype_t dtype, kd_err_t *err);
+
+/* The work-group size 1-D kernels launch with on this device: the largest power of two that is at
+ * most 256 and at most CL_DEVICE_MAX_WORK_GROUP_SIZE. Programs get it as -DKD_WG_SIZE=N. */
+size_t kd_ocl_work_group_size(const kd_ocl_t *ocl);
+
+/*
+ * clCreateBuffer of `bytes` (> 0; callers represent empty arrays as a NULL cl_mem and never ask
+ * for zero bytes) after checking bytes against CL_DEVICE_MAX_MEM_ALLOC_SIZE. `what` names the
+ * buffer in messages ("matrix values"). Allocation failures are KD_EDEVMEM with the size.
+ */
+int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *host_ptr,
+                         const char *what, cl_mem *out, kd_err_t *err);
+
+/* Enqueue a 1-D kernel over `global` work-items (a multiple of `local`). `what` names it in
+ * messages. */
+int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
+                  kd_err_t *err);
+
+/*
+ * For tests and tools: build `source` (preceded by the prelude, with the same options as
+ * kd_ocl_kernel) outside the cache. `name` names it in messages. The caller releases *out.
+ */
+int kd_ocl_build_source(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
+                        const char *options, cl_program *out, kd_err_t *err);
+
+/* For tests: make the device look as if it lacked cl_khr_fp64 (has_fp64 = 0), or restore what
+ * it reports (1). Everything that checks the dtype then answers as on such a device. */
+void kd_ocl_test_set_fp64(kd_ocl_t *ocl, int has_fp64);
+
+/*
+ * Setting kernel arguments in order without checking each call by hand: begin, add arguments,
+ * then kd_ocl_args_end() reports the first clSetKernelArg that failed (and which argument). A
+ * NULL cl_mem is passed as a NULL pointer, as OpenCL 1.2 allows (empty arrays).
+ */
+typedef struct kd_ocl_args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_uint failed_index;
+    cl_int status;
+} kd_ocl_args_t;
+
+static inline kd_ocl_args_t kd_ocl_args_begin(cl_kernel kernel)
+{
+    kd_ocl_args_t a = {kernel, 0, 0, CL_SUCCESS};
+    return a;
+}
+
+static inline void kd_ocl_arg(kd_ocl_args_t *a, size_t size, const void *value)
+{
+    if (a->status == CL_SUCCESS) {
+        a->status = clSetKernelArg(a->kernel, a->next, size, value);
+        a->failed_index = a->next;
+    }
+    a->next++;
+}
+
+static inline void kd_ocl_arg_mem(kd_ocl_args_t *a, cl_mem mem)
+{
+    kd_ocl_arg(a, sizeof(cl_mem), mem != NULL ? (const void *)&mem : NULL);
+}
+
+static inline void kd_ocl_arg_int(kd_ocl_args_t *a, cl_int v)
+{
+    kd_ocl_arg(a, sizeof(v), &v);
+}
+
+static inline void kd_ocl_arg_long(kd_ocl_args_t *a, cl_long v)
+{
+    kd_ocl_arg(a, sizeof(v), &v);
+}
+
+/* A VALUE argument: cl_double or cl_float by dtype. */
+static inline void kd_ocl_arg_value(kd_ocl_args_t *a, kd_dtype_t dtype, double v)
+{
+    if (dtype == KD_DTYPE_F64) {
+        cl_double d = v;
+        kd_ocl_arg(a, sizeof(d), &d);
+    } else {
+        cl_float f = (cl_float)v;
+        kd_ocl_arg(a, sizeof(f), &f);
+    }
+}
+
+/* KD_OK, or the first failure as KD_EDEVICE naming `what` and the argument index. */
+int kd_ocl_args_end(const kd_ocl_args_t *a, const char *what, kd_err_t *err);
 
 #endif

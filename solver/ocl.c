@@ -1,0 +1,801 @@
+/*
+ * The OpenCL runtime for one device (see ocl.h): discovery of every device of every platform in a
+ * stable order, opening one by selector, the context and its in-order profiling queue, and the
+ * program cache.
+ *
+ * Programs are built from the embedded kernels/<program>.cl preceded by kernels/prelude.cl, with
+ * `-cl-std=CL1.2 -DKD_FP64=1|0` plus the caller's options (typically -DKD_WG_SIZE=N). The cache is
+ * keyed by (program, dtype, options) and holds the kernels created from each program, so a solve
+ * that launches the same kernel thousands of times looks it up by name and never rebuilds. A
+ * failed build is not cached: the error, with the build log, is returned each time it is asked.
+ */
+#include "solver/ocl.h"
+#include "common/checked.h"
+#include "common/log.h"
+#include "kernels/kernels.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* From cl_ext.h (cl_khr_icd): the loader found no platform at all. */
+#define KD_CL_PLATFORM_NOT_FOUND_KHR (-1001)
+
+#define KD_OCL_WG_MAX 256
+
+struct kd_ocl_kernel_entry {
+    char *name;
+    cl_kernel kernel;
+};
+
+struct kd_ocl_program_entry {
+    char *program;
+    kd_dtype_t dtype;
+    char *options;
+    cl_program handle;
+    struct kd_ocl_kernel_entry *kernels;
+    size_t kernel_count;
+    size_t kernel_cap;
+};
+
+struct kd_ocl {
+    kd_ocl_device_desc_t desc;
+    cl_context context;
+    cl_command_queue queue;
+    size_t work_group_size;
+    int real_fp64; /* what the device reports; desc.has_fp64 may be lowered by tests */
+    struct kd_ocl_program_entry *programs;
+    size_t program_count;
+    size_t program_cap;
+};
+
+const char *kd_ocl_error_name(cl_int status)
+{
+    switch (status) {
+#define KD_CL_NAME(code)                                                                           \
+    case code:                                                                                     \
+        return #code;
+        KD_CL_NAME(CL_SUCCESS)
+        KD_CL_NAME(CL_DEVICE_NOT_FOUND)
+        KD_CL_NAME(CL_DEVICE_NOT_AVAILABLE)
+        KD_CL_NAME(CL_COMPILER_NOT_AVAILABLE)
+        KD_CL_NAME(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+        KD_CL_NAME(CL_OUT_OF_RESOURCES)
+        KD_CL_NAME(CL_OUT_OF_HOST_MEMORY)
+        KD_CL_NAME(CL_PROFILING_INFO_NOT_AVAILABLE)
+        KD_CL_NAME(CL_MEM_COPY_OVERLAP)
+        KD_CL_NAME(CL_IMAGE_FORMAT_MISMATCH)
+        KD_CL_NAME(CL_IMAGE_FORMAT_NOT_SUPPORTED)
+        KD_CL_NAME(CL_BUILD_PROGRAM_FAILURE)
+        KD_CL_NAME(CL_MAP_FAILURE)
+        KD_CL_NAME(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+        KD_CL_NAME(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+        KD_CL_NAME(CL_COMPILE_PROGRAM_FAILURE)
+        KD_CL_NAME(CL_LINKER_NOT_AVAILABLE)
+        KD_CL_NAME(CL_LINK_PROGRAM_FAILURE)
+        KD_CL_NAME(CL_DEVICE_PARTITION_FAILED)
+        KD_CL_NAME(CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+        KD_CL_NAME(CL_INVALID_VALUE)
+        KD_CL_NAME(CL_INVALID_DEVICE_TYPE)
+        KD_CL_NAME(CL_INVALID_PLATFORM)
+        KD_CL_NAME(CL_INVALID_DEVICE)
+        KD_CL_NAME(CL_INVALID_CONTEXT)
+        KD_CL_NAME(CL_INVALID_QUEUE_PROPERTIES)
+        KD_CL_NAME(CL_INVALID_COMMAND_QUEUE)
+        KD_CL_NAME(CL_INVALID_HOST_PTR)
+        KD_CL_NAME(CL_INVALID_MEM_OBJECT)
+        KD_CL_NAME(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)
+        KD_CL_NAME(CL_INVALID_IMAGE_SIZE)
+        KD_CL_NAME(CL_INVALID_SAMPLER)
+        KD_CL_NAME(CL_INVALID_BINARY)
+        KD_CL_NAME(CL_INVALID_BUILD_OPTIONS)
+        KD_CL_NAME(CL_INVALID_PROGRAM)
+        KD_CL_NAME(CL_INVALID_PROGRAM_EXECUTABLE)
+        KD_CL_NAME(CL_INVALID_KERNEL_NAME)
+        KD_CL_NAME(CL_INVALID_KERNEL_DEFINITION)
+        KD_CL_NAME(CL_INVALID_KERNEL)
+        KD_CL_NAME(CL_INVALID_ARG_INDEX)
+        KD_CL_NAME(CL_INVALID_ARG_VALUE)
+        KD_CL_NAME(CL_INVALID_ARG_SIZE)
+        KD_CL_NAME(CL_INVALID_KERNEL_ARGS)
+        KD_CL_NAME(CL_INVALID_WORK_DIMENSION)
+        KD_CL_NAME(CL_INVALID_WORK_GROUP_SIZE)
+        KD_CL_NAME(CL_INVALID_WORK_ITEM_SIZE)
+        KD_CL_NAME(CL_INVALID_GLOBAL_OFFSET)
+        KD_CL_NAME(CL_INVALID_EVENT_WAIT_LIST)
+        KD_CL_NAME(CL_INVALID_EVENT)
+        KD_CL_NAME(CL_INVALID_OPERATION)
+        KD_CL_NAME(CL_INVALID_GL_OBJECT)
+        KD_CL_NAME(CL_INVALID_BUFFER_SIZE)
+        KD_CL_NAME(CL_INVALID_MIP_LEVEL)
+        KD_CL_NAME(CL_INVALID_GLOBAL_WORK_SIZE)
+        KD_CL_NAME(CL_INVALID_PROPERTY)
+        KD_CL_NAME(CL_INVALID_IMAGE_DESCRIPTOR)
+        KD_CL_NAME(CL_INVALID_COMPILER_OPTIONS)
+        KD_CL_NAME(CL_INVALID_LINKER_OPTIONS)
+        KD_CL_NAME(CL_INVALID_DEVICE_PARTITION_COUNT)
+#undef KD_CL_NAME
+    case -1000:
+        return "CL_INVALID_GL_SHAREGROUP_REFERENCE_KHR";
+    case KD_CL_PLATFORM_NOT_FOUND_KHR:
+        return "CL_PLATFORM_NOT_FOUND_KHR";
+    }
+    return "CL_UNKNOWN_ERROR";
+}
+
+int kd_ocl_fail(kd_err_t *err, cl_int status, const char *what)
+{
+    int code = KD_EDEVICE;
+    if (status == CL_MEM_OBJECT_ALLOCATION_FAILURE || status == CL_OUT_OF_RESOURCES ||
+        status == CL_INVALID_BUFFER_SIZE)
+        code = KD_EDEVMEM;
+    else if (status == CL_OUT_OF_HOST_MEMORY)
+        code = KD_ENOMEM;
+    return kd_err_set(err, code, "%s failed: %s (%d)", what, kd_ocl_error_name(status),
+                      (int)status);
+}
+
+/* ---- discovery ---------------------------------------------------------------------------- */
+
+/* Copy a string property into buf (truncating); cap >= 1. */
+static cl_int kd_ocl_platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t cap)
+{
+    size_t size = 0;
+    buf[0] = '\0';
+    cl_int st = clGetPlatformInfo(p, what, 0, NULL, &size);
+    if (st != CL_SUCCESS)
+        return st;
+    char *tmp = malloc(size + 1);
+    if (tmp == NULL)
+        return CL_OUT_OF_HOST_MEMORY;
+    st = clGetPlatformInfo(p, what, size, tmp, NULL);
+    if (st == CL_SUCCESS) {
+        tmp[size] = '\0';
+        snprintf(buf, cap, "%s", tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+/* A string device property, malloc'd (the caller frees it). */
+static cl_int kd_ocl_device_string_alloc(cl_device_id d, cl_device_info what, char **out)
+{
+    size_t size = 0;
+    *out = NULL;
+    cl_int st = clGetDeviceInfo(d, what, 0, NULL, &size);
+    if (st != CL_SUCCESS)
+        return st;
+    char *tmp = malloc(size + 1);
+    if (tmp == NULL)
+        return CL_OUT_OF_HOST_MEMORY;
+    st = clGetDeviceInfo(d, what, size, tmp, NULL);
+    if (st != CL_SUCCESS) {
+        free(tmp);
+        return st;
+    }
+    tmp[size] = '\0';
+    *out = tmp;
+    return CL_SUCCESS;
+}
+
+static cl_int kd_ocl_device_string(cl_device_id d, cl_device_info what, char *buf, size_t cap)
+{
+    char *tmp;
+    buf[0] = '\0';
+    cl_int st = kd_ocl_device_string_alloc(d, what, &tmp);
+    if (st != CL_SUCCESS)
+        return st;
+    snprintf(buf, cap, "%s", tmp);
+    free(tmp);
+    return CL_SUCCESS;
+}
+
+/* 1 if the space-separated list `list` holds the token `name`. */
+static int kd_ocl_has_token(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += len) {
+        int starts = p == list || isspace((unsigned char)p[-1]);
+        int ends = p[len] == '\0' || isspace((unsigned char)p[len]);
+        if (starts && ends)
+            return 1;
+    }
+    return 0;
+}
+
+static int kd_ocl_describe(cl_platform_id platform, const char *platform_name, cl_device_id dev,
+                           kd_ocl_device_desc_t *d, kd_err_t *err)
+{
+    cl_int st;
+    const char *what = "clGetDeviceInfo";
+    memset(d, 0, sizeof(*d));
+    d->platform_id = platform;
+    d->device_id = dev;
+    snprintf(d->platform, sizeof(d->platform), "%s", platform_name);
+    if ((st = kd_ocl_device_string(dev, CL_DEVICE_NAME, d->name, sizeof(d->name))) != CL_SUCCESS ||
+        (st = kd_ocl_device_string(dev, CL_DEVICE_VENDOR, d->vendor, sizeof(d->vendor))) !=
+            CL_SUCCESS ||
+        (st = kd_ocl_device_string(dev, CL_DEVICE_VERSION, d->version, sizeof(d->version))) !=
+            CL_SUCCESS ||
+        (st = kd_ocl_device_string(dev, CL_DRIVER_VERSION, d->driver, sizeof(d->driver))) !=
+            CL_SUCCESS)
+        return kd_ocl_fail(err, st, what);
+
+    cl_device_type type = 0;
+    cl_uint units = 0;
+    size_t max_wg = 0;
+    cl_ulong global = 0, max_alloc = 0, local = 0;
+    if ((st = clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof(type), &type, NULL)) != CL_SUCCESS ||
+        (st = clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof(units), &units, NULL)) !=
+            CL_SUCCESS ||
+        (st = clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(max_wg), &max_wg, NULL)) !=
+            CL_SUCCESS ||
+        (st = clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof(global), &global, NULL)) !=
+            CL_SUCCESS ||
+        (st = clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof(max_alloc), &max_alloc,
+                              NULL)) != CL_SUCCESS ||
+        (st = clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local), &local, NULL)) !=
+            CL_SUCCESS)
+        return kd_ocl_fail(err, st, what);
+    d->is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
+    d->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    d->compute_units = units;
+    d->max_work_group = max_wg;
+    d->global_mem_bytes = global;
+    d->max_alloc_bytes = max_alloc;
+    d->local_mem_bytes = local;
+
+    char *extensions;
+    if ((st = kd_ocl_device_string_alloc(dev, CL_DEVICE_EXTENSIONS, &extensions)) != CL_SUCCESS)
+        return kd_ocl_fail(err, st, what);
+    d->has_fp64 = kd_ocl_has_token(extensions, "cl_khr_fp64");
+    free(extensions);
+    return KD_OK;
+}
+
+struct kd_ocl_platform_sort {
+    cl_platform_id id;
+    size_t order;
+    char name[128];
+    char vendor[128];
+    char version[128];
+};
+
+static int kd_ocl_platform_cmp(const void *a, const void *b)
+{
+    const struct kd_ocl_platform_sort *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (c == 0)
+        c = strcmp(x->vendor, y->vendor);
+    if (c == 0)
+        c = strcmp(x->version, y->version);
+    if (c == 0)
+        c = x->order < y->order ? -1 : (x->order > y->order ? 1 : 0);
+    return c;
+}
+
+int kd_ocl_list_devices(kd_ocl_device_desc_t **out, size_t *count, kd_err_t *err)
+{
+    struct kd_ocl_platform_sort *platforms = NULL;
+    cl_platform_id *ids = NULL;
+    cl_device_id *devices = NULL;
+    kd_ocl_device_desc_t *list = NULL;
+    size_t n = 0;
+    int rc = KD_OK;
+    *out = NULL;
+    *count = 0;
+
+    cl_uint nplat = 0;
+    cl_int st = clGetPlatformIDs(0, NULL, &nplat);
+    if (st == KD_CL_PLATFORM_NOT_FOUND_KHR || (st == CL_SUCCESS && nplat == 0))
+        return KD_OK;
+    if (st != CL_SUCCESS)
+        return kd_ocl_fail(err, st, "clGetPlatformIDs");
+    ids = calloc(nplat, sizeof(*ids));
+    platforms = calloc(nplat, sizeof(*platforms));
+    if (ids == NULL || platforms == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory listing OpenCL platforms");
+        goto fail;
+    }
+    if ((st = clGetPlatformIDs(nplat, ids, NULL)) != CL_SUCCESS) {
+        rc = kd_ocl_fail(err, st, "clGetPlatformIDs");
+        goto fail;
+    }
+    for (cl_uint p = 0; p < nplat; p++) {
+        platforms[p].id = ids[p];
+        platforms[p].order = p;
+        if ((st = kd_ocl_platform_string(ids[p], CL_PLATFORM_NAME, platforms[p].name,
+                                         sizeof(platforms[p].name))) != CL_SUCCESS ||
+            (st = kd_ocl_platform_string(ids[p], CL_PLATFORM_VENDOR, platforms[p].vendor,
+                                         sizeof(platforms[p].vendor))) != CL_SUCCESS ||
+            (st = kd_ocl_platform_string(ids[p], CL_PLATFORM_VERSION, platforms[p].version,
+                                         sizeof(platforms[p].version))) != CL_SUCCESS) {
+            rc = kd_ocl_fail(err, st, "clGetPlatformInfo");
+            goto fail;
+        }
+    }
+    qsort(platforms, nplat, sizeof(*platforms), kd_ocl_platform_cmp);
+
+    for (cl_uint p = 0; p < nplat; p++) {
+        cl_uint ndev = 0;
+        st = clGetDeviceIDs(platforms[p].id, CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
+        if (st == CL_DEVICE_NOT_FOUND || (st == CL_SUCCESS && ndev == 0))
+            continue;
+        if (st != CL_SUCCESS) {
+            rc = kd_ocl_fail(err, st, "clGetDeviceIDs");
+            goto fail;
+        }
+        free(devices);
+        devices = calloc(ndev, sizeof(*devices));
+        kd_ocl_device_desc_t *grown = realloc(list, (n + ndev) * sizeof(*list));
+        if (devices == NULL || grown == NULL) {
+            if (grown != NULL)
+                list = grown;
+            rc = kd_err_set(err, KD_ENOMEM, "out of host memory listing OpenCL devices");
+            goto fail;
+        }
+        list = grown;
+        if ((st = clGetDeviceIDs(platforms[p].id, CL_DEVICE_TYPE_ALL, ndev, devices, NULL)) !=
+            CL_SUCCESS) {
+            rc = kd_ocl_fail(err, st, "clGetDeviceIDs");
+            goto fail;
+        }
+        for (cl_uint d = 0; d < ndev; d++) {
+            rc = kd_ocl_describe(platforms[p].id, platforms[p].name, devices[d], &list[n], err);
+            if (rc != KD_OK)
+                goto fail;
+            list[n].index = (int)n;
+            n++;
+        }
+    }
+    free(devices);
+    free(ids);
+    free(platforms);
+    if (n == 0) {
+        free(list);
+        list = NULL;
+    }
+    *out = list;
+    *count = n;
+    return KD_OK;
+fail:
+    free(devices);
+    free(ids);
+    free(platforms);
+    free(list);
+    return rc;
+}
+
+/* ---- open / close ------------------------------------------------------------------------- */
+
+static int kd_ocl_select(const kd_ocl_device_desc_t *list, size_t n, const char *selector,
+                         size_t *pick, kd_err_t *err)
+{
+    if (n == 0)
+        return kd_err_set(err, KD_EDEVICE,
+                          "no OpenCL platform found: install an ICD (pocl-opencl-icd for the CPU)");
+    if (strcmp(selector, "auto") == 0) {
+        for (size_t i = 0; i < n; i++)
+            if (list[i].is_gpu) {
+                *pick = i;
+                return KD_OK;
+            }
+        for (size_t i = 0; i < n; i++)
+            if (list[i].is_cpu) {
+                *pick = i;
+                return KD_OK;
+            }
+        *pick = 0;
+        return KD_OK;
+    }
+    if (strcmp(selector, "gpu") == 0 || strcmp(selector, "cpu") == 0) {
+        int want_gpu = selector[0] == 'g';
+        for (size_t i = 0; i < n; i++)
+            if (want_gpu ? list[i].is_gpu : list[i].is_cpu) {
+                *pick = i;
+                return KD_OK;
+            }
+        return kd_err_set(err, KD_ENOTFOUND, "no %s device found among %zu OpenCL device%s%s",
+                          want_gpu ? "GPU" : "CPU", n, n == 1 ? "" : "s",
+                          want_gpu ? "" : " (pocl-opencl-icd provides one)");
+    }
+    size_t len = strlen(selector);
+    int digits = len > 0 && len <= 9;
+    for (size_t i = 0; digits && i < len; i++)
+        digits = isdigit((unsigned char)selector[i]) != 0;
+    if (!digits)
+        return kd_err_set(err, KD_EBADREQ,
+                          "device selector \"%.64s\" is not auto, gpu, cpu or a device index",
+                          selector);
+    size_t index = (size_t)strtoul(selector, NULL, 10);
+    if (index >= n)
+        return kd_err_set(err, KD_ENOTFOUND, "device %zu does not exist: %zu device%s found", index,
+                          n, n == 1 ? "" : "s");
+    *pick = index;
+    return KD_OK;
+}
+
+int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
+{
+    kd_ocl_device_desc_t *list = NULL;
+    size_t n = 0;
+    kd_ocl_t *ocl = NULL;
+    size_t pick = 0;
+    cl_int st;
+    *out = NULL;
+    if (selector == NULL)
+        selector = "auto";
+
+    int rc = kd_ocl_list_devices(&list, &n, err);
+    if (rc != KD_OK)
+        goto fail;
+    if ((rc = kd_ocl_select(list, n, selector, &pick, err)) != KD_OK)
+        goto fail;
+    if ((ocl = calloc(1, sizeof(*ocl))) == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory opening an OpenCL device");
+        goto fail;
+    }
+    ocl->desc = list[pick];
+    ocl->real_fp64 = ocl->desc.has_fp64;
+
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                     (cl_context_properties)ocl->desc.platform_id, 0};
+    ocl->context = clCreateContext(props, 1, &ocl->desc.device_id, NULL, NULL, &st);
+    if (ocl->context == NULL || st != CL_SUCCESS) {
+        rc = kd_ocl_fail(err, st, "clCreateContext");
+        goto fail;
+    }
+    ocl->queue =
+        clCreateCommandQueue(ocl->context, ocl->desc.device_id, CL_QUEUE_PROFILING_ENABLE, &st);
+    if (ocl->queue == NULL || st != CL_SUCCESS) {
+        rc = kd_ocl_fail(err, st, "clCreateCommandQueue");
+        goto fail;
+    }
+    size_t wg = 1;
+    while (wg * 2 <= KD_OCL_WG_MAX && wg * 2 <= ocl->desc.max_work_group)
+        wg *= 2;
+    ocl->work_group_size = wg;
+    free(list);
+    KD_DEBUG("ocl", "opened device %d \"%s\" on \"%s\" fp64=%d work_group=%zu", ocl->desc.index,
+             ocl->desc.name, ocl->desc.platform, ocl->desc.has_fp64, wg);
+    *out = ocl;
+    return KD_OK;
+fail:
+    if (rc != KD_OK && n > 0 && list != NULL && ocl != NULL)
+        kd_err_prefix(err, "opening device %d (%s)", list[pick].index, list[pick].name);
+    free(list);
+    kd_ocl_close(ocl);
+    return rc;
+}
+
+static void kd_ocl_program_entry_release(struct kd_ocl_program_entry *e)
+{
+    for (size_t k = 0; k < e->kernel_count; k++) {
+        clReleaseKernel(e->kernels[k].kernel);
+        free(e->kernels[k].name);
+    }
+    free(e->kernels);
+    if (e->handle != NULL)
+        clReleaseProgram(e->handle);
+    free(e->program);
+    free(e->options);
+}
+
+void kd_ocl_close(kd_ocl_t *ocl)
+{
+    if (ocl == NULL)
+        return;
+    if (ocl->queue != NULL)
+        (void)clFinish(ocl->queue); /* best effort: nothing to report to at close */
+    for (size_t i = 0; i < ocl->program_count; i++)
+        kd_ocl_program_entry_release(&ocl->programs[i]);
+    free(ocl->programs);
+    if (ocl->queue != NULL)
+        clReleaseCommandQueue(ocl->queue);
+    if (ocl->context != NULL)
+        clReleaseContext(ocl->context);
+    free(ocl);
+}
+
+const kd_ocl_device_desc_t *kd_ocl_desc(const kd_ocl_t *ocl)
+{
+    return &ocl->desc;
+}
+
+cl_context kd_ocl_context(const kd_ocl_t *ocl)
+{
+    return ocl->context;
+}
+
+cl_command_queue kd_ocl_queue(const kd_ocl_t *ocl)
+{
+    return ocl->queue;
+}
+
+size_t kd_ocl_work_group_size(const kd_ocl_t *ocl)
+{
+    return ocl->work_group_size;
+}
+
+int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err)
+{
+    cl_int st = clFinish(ocl->queue);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clFinish");
+}
+
+void kd_ocl_test_set_fp64(kd_ocl_t *ocl, int has_fp64)
+{
+    ocl->desc.has_fp64 = has_fp64 && ocl->real_fp64;
+}
+
+int kd_ocl_check_dtype(const kd_ocl_t *ocl, kd_dtype_t dtype, kd_err_t *err)
+{
+    if (dtype != KD_DTYPE_F64 && dtype != KD_DTYPE_F32)
+        return kd_err_set(err, KD_EINTERNAL, "device values must be float32 or float64, not %s",
+                          kd_dtype_name(dtype));
+    if (dtype == KD_DTYPE_F64 && !ocl->desc.has_fp64)
+        return kd_err_set(err, KD_EUNSUPPORTED,
+                          "device %d (%s) has no cl_khr_fp64: float64 is not supported on it; "
+                          "use float32",
+                          ocl->desc.index, ocl->desc.name);
+    return KD_OK;
+}
+
+/* ---- buffers and launches ----------------------------------------------------------------- */
+
+int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *host_ptr,
+                         const char *what, cl_mem *out, kd_err_t *err)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return kd_err_set(err, KD_EINTERNAL, "zero-byte device buffer requested for %s", what);
+    if ((uint64_t)bytes > ocl->desc.max_alloc_bytes)
+        return kd_err_set(err, KD_EDEVMEM,
+                          "%s needs %zu bytes, more than the %llu bytes device %d (%s) allows in "
+                          "one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
+                          what, bytes, (unsigned long long)ocl->desc.max_alloc_bytes,
+                          ocl->desc.index, ocl->desc.name);
+    cl_int st = CL_SUCCESS;
+    cl_mem mem = clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st);
+    if (mem == NULL || st != CL_SUCCESS) {
+        if (mem != NULL)
+            clReleaseMemObject(mem);
+        int code = kd_ocl_fail(err, st, "clCreateBuffer");
+        kd_err_prefix(err, "allocating %zu bytes of device memory for %s", bytes, what);
+        return code;
+    }
+    *out = mem;
+    return KD_OK;
+}
+
+int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
+                  kd_err_t *err)
+{
+    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        int code = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
+        kd_err_prefix(err, "launching %s over %zu work-items", what, global);
+        return code;
+    }
+    return KD_OK;
+}
+
+int kd_ocl_args_end(const kd_ocl_args_t *a, const char *what, kd_err_t *err)
+{
+    if (a->status == CL_SUCCESS)
+        return KD_OK;
+    int code = kd_ocl_fail(err, a->status, "clSetKernelArg");
+    kd_err_prefix(err, "setting argument %u of %s", (unsigned)a->failed_index, what);
+    return code;
+}
+
+/* ---- programs ----------------------------------------------------------------------------- */
+
+/*
+ * The part of a build log a person needs, on one line: from the first line that mentions an
+ * error (else from the start), lines trimmed and joined with " | ", cut to fit cap with "...".
+ */
+static void kd_ocl_log_excerpt(const char *log, char *out, size_t cap)
+{
+    const char *start = log;
+    const char *hit = strstr(log, "error");
+    if (hit != NULL) {
+        while (hit > log && hit[-1] != '\n')
+            hit--;
+        start = hit;
+    }
+    size_t w = 0;
+    int full = 0;
+    for (const char *line = start; *line != '\0' && !full;) {
+        const char *end = strchr(line, '\n');
+        if (end == NULL)
+            end = line + strlen(line);
+        const char *a = line, *b = end;
+        while (a < b && isspace((unsigned char)*a))
+            a++;
+        while (b > a && isspace((unsigned char)b[-1]))
+            b--;
+        if (b > a) {
+            if (w > 0)
+                for (const char *sep = " | "; *sep != '\0' && w < cap - 1; sep++)
+                    out[w++] = *sep;
+            for (const char *c = a; c < b && w < cap - 1; c++)
+                out[w++] = *c;
+            full = w >= cap - 1;
+        }
+        line = *end == '\n' ? end + 1 : end;
+    }
+    out[w] = '\0';
+    if (full && cap > 4)
+        memcpy(out + cap - 4, "...", 4);
+    if (w == 0)
+        snprintf(out, cap, "(empty build log)");
+}
+
+static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
+                        const char *options, cl_program *out, kd_err_t *err)
+{
+    char *flags = NULL;
+    char *log = NULL;
+    cl_program program = NULL;
+    cl_int st;
+    *out = NULL;
+    int rc = kd_ocl_check_dtype(ocl, dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    const kd_kernel_source_t *prelude = kd_kernel_source_find("prelude");
+    if (prelude == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "kernels/prelude.cl is not embedded in this build");
+
+    const char *extra = options != NULL ? options : "";
+    size_t flags_len = strlen(extra) + 64;
+    if ((flags = malloc(flags_len)) == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
+        goto fail;
+    }
+    snprintf(flags, flags_len, "-cl-std=CL1.2 -DKD_FP64=%d %s", dtype == KD_DTYPE_F64 ? 1 : 0,
+             extra);
+
+    /* "#line 1" after the prelude: line numbers in the build log count from the top of the
+     * program's own .cl file. */
+    const char *parts[] = {prelude->source, "\n#line 1\n", source};
+    program = clCreateProgramWithSource(ocl->context, 3, parts, NULL, &st);
+    if (program == NULL || st != CL_SUCCESS) {
+        rc = kd_ocl_fail(err, st, "clCreateProgramWithSource");
+        goto fail;
+    }
+    cl_int build = clBuildProgram(program, 1, &ocl->desc.device_id, flags, NULL, NULL);
+    if (build != CL_SUCCESS) {
+        size_t size = 0;
+        char excerpt[360];
+        st = clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, 0, NULL,
+                                   &size);
+        if (st == CL_SUCCESS && (log = malloc(size + 1)) != NULL) {
+            st = clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, size,
+                                       log, NULL);
+            log[st == CL_SUCCESS ? size : 0] = '\0';
+        }
+        if (log != NULL && st == CL_SUCCESS) {
+            kd_ocl_log_excerpt(log, excerpt, sizeof(excerpt));
+            KD_ERROR("ocl", "build of %s failed options=\"%s\" log:\n%s", name, flags, log);
+        } else {
+            snprintf(excerpt, sizeof(excerpt), "(no build log: %s)", kd_ocl_error_name(st));
+        }
+        rc = kd_err_set(err, KD_EDEVICE, "building %s for %s on %s failed (%s): %s", name,
+                        kd_dtype_name(dtype), ocl->desc.name, kd_ocl_error_name(build), excerpt);
+        goto fail;
+    }
+    free(flags);
+    *out = program;
+    return KD_OK;
+fail:
+    free(log);
+    free(flags);
+    if (program != NULL)
+        clReleaseProgram(program);
+    return rc;
+}
+
+int kd_ocl_build_source(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
+                        const char *options, cl_program *out, kd_err_t *err)
+{
+    return kd_ocl_build(ocl, name, source, dtype, options, out, err);
+}
+
+static int kd_ocl_same_options(const char *a, const char *b)
+{
+    return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
+}
+
+static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
+                              const char *options, struct kd_ocl_program_entry **out, kd_err_t *err)
+{
+    for (size_t i = 0; i < ocl->program_count; i++) {
+        struct kd_ocl_program_entry *e = &ocl->programs[i];
+        if (e->dtype == dtype && strcmp(e->program, program) == 0 &&
+            kd_ocl_same_options(e->options, options)) {
+            *out = e;
+            return KD_OK;
+        }
+    }
+    const kd_kernel_source_t *src = kd_kernel_source_find(program);
+    if (src == NULL || strcmp(program, "prelude") == 0)
+        return kd_err_set(err, KD_EINTERNAL, "no kernel program kernels/%.64s.cl in this build",
+                          program);
+    if (ocl->program_count == ocl->program_cap) {
+        size_t cap = ocl->program_cap ? ocl->program_cap * 2 : 8;
+        struct kd_ocl_program_entry *grown = realloc(ocl->programs, cap * sizeof(*grown));
+        if (grown == NULL)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
+        ocl->programs = grown;
+        ocl->program_cap = cap;
+    }
+    char name[96];
+    snprintf(name, sizeof(name), "kernels/%s.cl", program);
+    struct kd_ocl_program_entry e = {0};
+    e.dtype = dtype;
+    e.program = strdup(program);
+    e.options = strdup(options != NULL ? options : "");
+    if (e.program == NULL || e.options == NULL) {
+        kd_ocl_program_entry_release(&e);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
+    }
+    int rc = kd_ocl_build(ocl, name, src->source, dtype, options, &e.handle, err);
+    if (rc != KD_OK) {
+        kd_ocl_program_entry_release(&e);
+        return rc;
+    }
+    ocl->programs[ocl->program_count] = e;
+    *out = &ocl->programs[ocl->program_count++];
+    return KD_OK;
+}
+
+int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                  const char *kernel_name, cl_kernel *out, kd_err_t *err)
+{
+    struct kd_ocl_program_entry *e = NULL;
+    *out = NULL;
+    int rc = kd_ocl_check_dtype(ocl, dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    rc = kd_ocl_program_get(ocl, program, dtype, options, &e, err);
+    if (rc != KD_OK)
+        return rc;
+    for (size_t k = 0; k < e->kernel_count; k++) {
+        if (strcmp(e->kernels[k].name, kernel_name) == 0) {
+            *out = e->kernels[k].kernel;
+            return KD_OK;
+        }
+    }
+    if (e->kernel_count == e->kernel_cap) {
+        size_t cap = e->kernel_cap ? e->kernel_cap * 2 : 8;
+        struct kd_ocl_kernel_entry *grown = realloc(e->kernels, cap * sizeof(*grown));
+        if (grown == NULL)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory caching kernels");
+        e->kernels = grown;
+        e->kernel_cap = cap;
+    }
+    cl_int st;
+    cl_kernel kernel = clCreateKernel(e->handle, kernel_name, &st);
+    if (kernel == NULL || st != CL_SUCCESS) {
+        if (kernel != NULL)
+            clReleaseKernel(kernel);
+        if (st == CL_INVALID_KERNEL_NAME)
+            return kd_err_set(err, KD_EINTERNAL, "no kernel %.64s in kernels/%.64s.cl", kernel_name,
+                              program);
+        int code = kd_ocl_fail(err, st, "clCreateKernel");
+        kd_err_prefix(err, "creating kernel %.64s", kernel_name);
+        return code;
+    }
+    char *name = strdup(kernel_name);
+    if (name == NULL) {
+        clReleaseKernel(kernel);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory caching kernels");
+    }
+    e->kernels[e->kernel_count].name = name;
+    e->kernels[e->kernel_count].kernel = kernel;
+    e->kernel_count++;
+    *out = kernel;
+    return KD_OK;
+}
