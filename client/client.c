@@ -418,7 +418,7 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
         return kd_client_fail(c, KRYLOV_EBADREQ, "negative shape %lld x %lld", (long long)rows,
                               (long long)cols);
     int64_t nnz = indptr[rows];
-    size_t ptr_bytes, idx_bytes, val_bytes;
+    size_t ptr_bytes = 0, idx_bytes = 0, val_bytes = 0;
     int rc = kd_check_count(c, rows + 1, 4, &ptr_bytes);
     if (rc == KRYLOV_OK)
         rc = kd_check_count(c, nnz, 4, &idx_bytes);
@@ -441,7 +441,7 @@ int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz,
                    const int32_t *row, const int32_t *col, const double *values,
                    const krylov_put_options_t *opt, krylov_matrix_info_t *info)
 {
-    size_t idx_bytes, val_bytes;
+    size_t idx_bytes = 0, val_bytes = 0;
     int rc = kd_check_count(c, nnz, 4, &idx_bytes);
     if (rc == KRYLOV_OK)
         rc = kd_check_count(c, nnz, 8, &val_bytes);
@@ -564,7 +564,7 @@ static int kd_copy_vector(krylov_client_t *c, kd_reply_t *reply, const char *fie
 int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                 double beta, double *y, int64_t ny)
 {
-    size_t xb, yb;
+    size_t xb = 0, yb = 0;
     int rc = kd_check_count(c, nx, 8, &xb);
     if (rc == KRYLOV_OK)
         rc = kd_check_count(c, ny, 8, &yb);
@@ -644,7 +644,7 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
     }
     int64_t nrhs = opt->nrhs > 0 ? opt->nrhs : 1;
     int64_t total;
-    size_t bytes;
+    size_t bytes = 0;
     if (kd_mul_overflow_i64(n, nrhs, &total))
         return kd_client_fail(c, KRYLOV_ETOOLARGE, "n * nrhs overflows");
     int rc = kd_check_count(c, total, 8, &bytes);

@@ -54,12 +54,29 @@ typedef struct raw_answer {
     char message[512];
 } raw_answer_t;
 
+/* Bytes read past one response stay here for the next read on that connection. */
+static kd_frame_t *frames[1024];
+
+static kd_frame_t *frame_of(int fd)
+{
+    if (frames[fd] == NULL) {
+        kd_frame_limits_t lim = {.max_message = 1 << 26, .max_elements = 1 << 20, .max_depth = 16};
+        kd_frame_new(&lim, &frames[fd]);
+    }
+    return frames[fd];
+}
+
+static void raw_close(int fd)
+{
+    kd_frame_free(frames[fd]);
+    frames[fd] = NULL;
+    close(fd);
+}
+
 static raw_answer_t raw_read(int fd, int timeout_ms)
 {
     raw_answer_t a = {.kind = -1};
-    kd_frame_limits_t lim = {.max_message = 1 << 26, .max_elements = 1 << 20, .max_depth = 16};
-    kd_frame_t *fr = NULL;
-    kd_frame_new(&lim, &fr);
+    kd_frame_t *fr = frame_of(fd);
     for (;;) {
         kd_frame_event_t ev;
         if (kd_frame_next(fr, &ev) == KD_FRAME_MESSAGE) {
@@ -96,7 +113,6 @@ static raw_answer_t raw_read(int fd, int timeout_ms)
         }
         kd_frame_commit(fr, (size_t)n);
     }
-    kd_frame_free(fr);
     return a;
 }
 
@@ -142,7 +158,7 @@ static void test_unframeable_bytes_close_only_that_connection(void)
     const unsigned char junk[] = {0x94, 0x00, 0x01, 0xc1, 0xc1, 0xc1};
     raw_send(fd, junk, sizeof(junk));
     CHECK_EQ_INT(raw_read(fd, 10000).kind, 0);
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 
     /* random bytes: either an error answer or a close, never a hang of the server */
@@ -155,7 +171,7 @@ static void test_unframeable_bytes_close_only_that_connection(void)
         raw_send(fd, buf, sizeof(buf));
         shutdown(fd, SHUT_WR);
         raw_read(fd, 2000);
-        close(fd);
+        raw_close(fd);
     }
     good_client_still_served();
 }
@@ -169,7 +185,7 @@ static void test_not_a_request(void)
     kd_w_map(&w, 1);
     kd_w_kv_int(&w, "method", 1);
     CHECK_EQ_INT(raw_exchange(fd, &w).kind, 0);
-    close(fd);
+    raw_close(fd);
 
     /* [0, msgid, 42, []]: method is not a string */
     fd = raw_connect();
@@ -181,7 +197,7 @@ static void test_not_a_request(void)
     kd_w_array(&w, 0);
     raw_answer_t a = raw_exchange(fd, &w);
     expect_error(a, 7, "BAD_REQUEST", "method");
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 }
 
@@ -216,7 +232,7 @@ static void test_method_and_parameter_errors(void)
     begin(&w, 6, "matrix.info", 1);
     kd_w_kv_str(&w, "idd", "00000000000000000000000000000000");
     expect_error(raw_exchange(fd, &w), 6, "BAD_REQUEST", "idd");
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 }
 
@@ -277,7 +293,7 @@ static void test_bad_matrices(void)
     begin(&w, 16, "matrix.put", 1);
     kd_w_kv_str(&w, "mtx", "%%MatrixMarket matrix coordinate complex general\n1 1 1\n1 1 1 0\n");
     expect_error(raw_exchange(fd, &w), 16, "UNSUPPORTED", "complex");
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 }
 
@@ -303,13 +319,13 @@ static void test_declared_size_over_limit(void)
     raw_send(fd, msg, n);
     raw_answer_t a = raw_read(fd, 10000);
     expect_error(a, 99, "TOO_LARGE", "");
-    close(fd);
+    raw_close(fd);
 
     /* a message cut short, then the client leaves */
     fd = raw_connect();
     raw_send(fd, msg, n);
     raw_send(fd, "abc", 3);
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 }
 
@@ -349,7 +365,7 @@ static void test_pipelined_and_split_requests(void)
     CHECK_EQ_INT(a.kind, 1);
     CHECK_EQ_INT(a.msgid, 200);
     CHECK(!a.is_error);
-    close(fd);
+    raw_close(fd);
     good_client_still_served();
 }
 
