@@ -152,9 +152,8 @@ int krylov_connect(krylov_client_t *c, const char *address)
                               strerror(saved ? saved : ECONNREFUSED));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    kd_frame_limits_t limits = {.max_message = (size_t)1 << 34,
-                                .max_elements = (size_t)1 << 28,
-                                .max_depth = 32};
+    kd_frame_limits_t limits = {
+        .max_message = (size_t)1 << 34, .max_elements = (size_t)1 << 28, .max_depth = 32};
     if (kd_frame_new(&limits, &c->frame) != KD_OK) {
         close(fd);
         return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
@@ -219,8 +218,7 @@ static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
         }
         if (kind != KD_FRAME_NEED_MORE) {
             krylov_close(c);
-            return kd_client_fail(c, KRYLOV_EPROTO, "bad response from the server: %s",
-                                  ev.message);
+            return kd_client_fail(c, KRYLOV_EPROTO, "bad response from the server: %s", ev.message);
         }
         int rc = kd_client_wait(c, POLLIN);
         if (rc != KRYLOV_OK)
@@ -299,10 +297,13 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
         if (kind != 1) {
             kd_reply_destroy(reply);
             krylov_close(c);
-            return kd_client_fail(c, KRYLOV_EPROTO, "the server sent a message that is not a "
-                                                    "msgpack-rpc response");
+            return kd_client_fail(c, KRYLOV_EPROTO,
+                                  "the server sent a message that is not a "
+                                  "msgpack-rpc response");
         }
-        if (resp.msgid != msgid) { /* an answer to an earlier, abandoned call */
+        /* msgid 0 with an error: the server refused the connection itself (BUSY) */
+        if (resp.msgid != msgid && !(resp.msgid == 0 && resp.error != NULL)) {
+            /* an answer to an earlier, abandoned call */
             kd_reply_destroy(reply);
             continue;
         }
@@ -437,9 +438,9 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
     return kd_finish_info(c, &w, msgid, info);
 }
 
-int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz,
-                   const int32_t *row, const int32_t *col, const double *values,
-                   const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, const int32_t *row,
+                   const int32_t *col, const double *values, const krylov_put_options_t *opt,
+                   krylov_matrix_info_t *info)
 {
     size_t idx_bytes = 0, val_bytes = 0;
     int rc = kd_check_count(c, nnz, 4, &idx_bytes);
@@ -697,8 +698,7 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
                 krylov_solve_result_free(&result[j]);
             return kd_result_missing(c, &reply, "status");
         }
-        kd_copy_str(kd_rhs_field(reply.result, "message", nrhs, k), r->message,
-                    sizeof(r->message));
+        kd_copy_str(kd_rhs_field(reply.result, "message", nrhs, k), r->message, sizeof(r->message));
         const msgpack_object *h = hist;
         if (h != NULL && nrhs > 1)
             h = (h->type == MSGPACK_OBJECT_ARRAY && h->via.array.size == (uint32_t)nrhs)

@@ -47,7 +47,7 @@ enum {
 
 typedef struct krylov_client krylov_client_t;
 
-krylov_client_t *krylov_client_new(void); /* NULL only when out of memory */
+krylov_client_t *krylov_client_new(void);    /* NULL only when out of memory */
 void krylov_client_free(krylov_client_t *c); /* closes the connection; accepts NULL */
 
 /* "host:port" (port defaults to 7373; "[::1]:7373" for IPv6). */
@@ -83,9 +83,9 @@ typedef struct krylov_put_options {
 int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,
                    const int32_t *indices, const double *values, const krylov_put_options_t *opt,
                    krylov_matrix_info_t *info);
-int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz,
-                   const int32_t *row, const int32_t *col, const double *values,
-                   const krylov_put_options_t *opt, krylov_matrix_info_t *info);
+int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, const int32_t *row,
+                   const int32_t *col, const double *values, const krylov_put_options_t *opt,
+                   krylov_matrix_info_t *info);
 /* Matrix Market text; the server parses it. */
 int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,
                    const krylov_put_options_t *opt, krylov_matrix_info_t *info);
@@ -106,15 +106,15 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
 typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
 
 typedef struct krylov_solve_options {
-    const char *method;  /* "cg" (default), "sd", "pcg" */
-    double rtol;         /* default 1e-8 */
-    double atol;         /* default 0 */
-    int64_t maxiter;     /* -1 (default): the server's default, 10 * rows */
-    int64_t nrhs;        /* right-hand sides in b (column-major), default 1 */
-    int64_t check_every; /* 0 (default): the server chooses */
-    const double *x0;    /* NULL: zero */
-    int history;         /* fill result.history */
-    int timeout_ms;      /* server-side deadline; 0 = none */
+    const char *method;          /* "cg" (default), "sd", "pcg" */
+    double rtol;                 /* default 1e-8 */
+    double atol;                 /* default 0 */
+    int64_t maxiter;             /* -1 (default): the server's default, 10 * rows */
+    int64_t nrhs;                /* right-hand sides in b (column-major), default 1 */
+    int64_t check_every;         /* 0 (default): the server chooses */
+    const double *x0;            /* NULL: zero */
+    int history;                 /* fill result.history */
+    int timeout_ms;              /* server-side deadline; 0 = none */
     krylov_progress_fn progress; /* called on solve.progress notifications; NULL: none asked */
     void *progress_ctx;
 } krylov_solve_options_t;

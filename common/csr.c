@@ -31,8 +31,8 @@ int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_lim
                           (long long)rows, (long long)cols, (long long)nnz);
     if (rows > KD_CSR_INDEX_MAX - 1 || cols > KD_CSR_INDEX_MAX)
         return kd_err_set(err, KD_ETOOLARGE,
-                          "%lld x %lld is over the largest supported dimension %d",
-                          (long long)rows, (long long)cols, KD_CSR_INDEX_MAX - 1);
+                          "%lld x %lld is over the largest supported dimension %d", (long long)rows,
+                          (long long)cols, KD_CSR_INDEX_MAX - 1);
     if (nnz > KD_CSR_INDEX_MAX)
         return kd_err_set(err, KD_ETOOLARGE, "nnz = %lld is over the largest supported %d",
                           (long long)nnz, KD_CSR_INDEX_MAX);
@@ -74,7 +74,8 @@ int kd_csr_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, kd_c
     return KD_OK;
 fail:
     kd_csr_free(csr);
-    return kd_err_set(err, KD_ENOMEM, "out of host memory for a %lld x %lld matrix with %lld nonzeros",
+    return kd_err_set(err, KD_ENOMEM,
+                      "out of host memory for a %lld x %lld matrix with %lld nonzeros",
                       (long long)rows, (long long)cols, (long long)nnz);
 }
 

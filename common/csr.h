@@ -16,7 +16,8 @@
 
 #include <stdint.h>
 
-/* The largest dimension or nonzero count a kd_csr_t can hold: indices and row pointers are int32. */
+/* The largest dimension or nonzero count a kd_csr_t can hold: indices and row pointers are int32.
+ */
 #define KD_CSR_INDEX_MAX INT32_MAX
 
 typedef struct kd_csr {

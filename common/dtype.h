@@ -30,10 +30,14 @@ static inline size_t kd_dtype_size(kd_dtype_t t)
 static inline const char *kd_dtype_name(kd_dtype_t t)
 {
     switch (t) {
-    case KD_DTYPE_F64: return "float64";
-    case KD_DTYPE_F32: return "float32";
-    case KD_DTYPE_I32: return "int32";
-    case KD_DTYPE_I64: return "int64";
+    case KD_DTYPE_F64:
+        return "float64";
+    case KD_DTYPE_F32:
+        return "float32";
+    case KD_DTYPE_I32:
+        return "int32";
+    case KD_DTYPE_I64:
+        return "int64";
     }
     return "unknown";
 }
@@ -42,11 +46,15 @@ static inline const char *kd_dtype_name(kd_dtype_t t)
  * Returns 0 or -1. */
 static inline int kd_dtype_parse(const char *s, size_t len, kd_dtype_t *out)
 {
-    static const struct { const char *name; kd_dtype_t t; } names[] = {
-        {"float64", KD_DTYPE_F64}, {"f8", KD_DTYPE_F64}, {"<f8", KD_DTYPE_F64}, {"double", KD_DTYPE_F64},
-        {"float32", KD_DTYPE_F32}, {"f4", KD_DTYPE_F32}, {"<f4", KD_DTYPE_F32}, {"float", KD_DTYPE_F32},
-        {"int32", KD_DTYPE_I32},   {"i4", KD_DTYPE_I32}, {"<i4", KD_DTYPE_I32},
-        {"int64", KD_DTYPE_I64},   {"i8", KD_DTYPE_I64}, {"<i8", KD_DTYPE_I64},
+    static const struct {
+        const char *name;
+        kd_dtype_t t;
+    } names[] = {
+        {"float64", KD_DTYPE_F64}, {"f8", KD_DTYPE_F64},      {"<f8", KD_DTYPE_F64},
+        {"double", KD_DTYPE_F64},  {"float32", KD_DTYPE_F32}, {"f4", KD_DTYPE_F32},
+        {"<f4", KD_DTYPE_F32},     {"float", KD_DTYPE_F32},   {"int32", KD_DTYPE_I32},
+        {"i4", KD_DTYPE_I32},      {"<i4", KD_DTYPE_I32},     {"int64", KD_DTYPE_I64},
+        {"i8", KD_DTYPE_I64},      {"<i8", KD_DTYPE_I64},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (strlen(names[i].name) == len && memcmp(names[i].name, s, len) == 0) {
@@ -109,7 +117,8 @@ static inline void kd_store_real(void *p, kd_dtype_t t, size_t i, double v)
 
 /* Convert n reals between float types (src and dst may be unaligned; they must not overlap unless
  * the types are equal and src == dst). */
-static inline void kd_convert_real(void *dst, kd_dtype_t dt, const void *src, kd_dtype_t st, size_t n)
+static inline void kd_convert_real(void *dst, kd_dtype_t dt, const void *src, kd_dtype_t st,
+                                   size_t n)
 {
     if (dt == st) {
         if (dst != src)

@@ -4,7 +4,8 @@
  * Like libuv: a function returns 0 on success or a negative KD_E* code, and data comes back through
  * out-parameters. Where a person needs more than the code ("indices[17] = 912 is outside 0..899"),
  * the function also takes a kd_err_t that it fills through kd_err_set(). Each code maps one-to-one
- * to a wire error code string ("NOT_FOUND") through kd_error_wire_name(); docs/PROTOCOL.md lists them.
+ * to a wire error code string ("NOT_FOUND") through kd_error_wire_name(); docs/PROTOCOL.md lists
+ * them.
  */
 #ifndef KD_COMMON_ERROR_H
 #define KD_COMMON_ERROR_H
@@ -13,20 +14,20 @@
 
 enum {
     KD_OK = 0,
-    KD_EBADREQ = -1,     /* BAD_REQUEST: the request is malformed or inconsistent */
-    KD_ENOTFOUND = -2,   /* NOT_FOUND: no such matrix / job */
-    KD_ETOOLARGE = -3,   /* TOO_LARGE: over a configured limit (message, rows, nnz, ...) */
-    KD_EDEVMEM = -4,     /* DEVICE_MEMORY: the device (or its budget) cannot hold it */
-    KD_EBUSY = -5,       /* BUSY: queue full, try again later */
-    KD_ECANCELLED = -6,  /* CANCELLED: job.cancel, client gone, or shutdown */
-    KD_ETIMEOUT = -7,    /* TIMEOUT: the request's deadline passed */
-    KD_EUNSUPPORTED = -8,/* UNSUPPORTED: valid, but not something this server/device can do */
-    KD_EDEVICE = -9,     /* DEVICE_ERROR: the OpenCL runtime failed (build log, CL error name) */
-    KD_ENOMEM = -10,     /* INTERNAL: host memory exhausted */
-    KD_EIO = -11,        /* INTERNAL: file system error */
-    KD_EPROTO = -12,     /* BAD_REQUEST: bytes that are not msgpack-rpc (connection is closed) */
-    KD_EINTERNAL = -13,  /* INTERNAL: a bug; the message says where */
-    KD_ENOTSPD = -14,    /* NOT_SPD: a method that needs an SPD matrix proved it is not */
+    KD_EBADREQ = -1,      /* BAD_REQUEST: the request is malformed or inconsistent */
+    KD_ENOTFOUND = -2,    /* NOT_FOUND: no such matrix / job */
+    KD_ETOOLARGE = -3,    /* TOO_LARGE: over a configured limit (message, rows, nnz, ...) */
+    KD_EDEVMEM = -4,      /* DEVICE_MEMORY: the device (or its budget) cannot hold it */
+    KD_EBUSY = -5,        /* BUSY: queue full, try again later */
+    KD_ECANCELLED = -6,   /* CANCELLED: job.cancel, client gone, or shutdown */
+    KD_ETIMEOUT = -7,     /* TIMEOUT: the request's deadline passed */
+    KD_EUNSUPPORTED = -8, /* UNSUPPORTED: valid, but not something this server/device can do */
+    KD_EDEVICE = -9,      /* DEVICE_ERROR: the OpenCL runtime failed (build log, CL error name) */
+    KD_ENOMEM = -10,      /* INTERNAL: host memory exhausted */
+    KD_EIO = -11,         /* INTERNAL: file system error */
+    KD_EPROTO = -12,      /* BAD_REQUEST: bytes that are not msgpack-rpc (connection is closed) */
+    KD_EINTERNAL = -13,   /* INTERNAL: a bug; the message says where */
+    KD_ENOTSPD = -14,     /* NOT_SPD: a method that needs an SPD matrix proved it is not */
 };
 #define KD_ERROR_COUNT 15
 

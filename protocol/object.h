@@ -17,9 +17,9 @@ int kd_obj_int64(const msgpack_object *o, int64_t *out);   /* integers only */
 int kd_obj_uint64(const msgpack_object *o, uint64_t *out); /* non-negative integers only */
 int kd_obj_double(const msgpack_object *o, double *out);   /* float or integer */
 int kd_obj_bool(const msgpack_object *o, int *out);
-int kd_obj_str(const msgpack_object *o, const char **s, size_t *len); /* str only */
+int kd_obj_str(const msgpack_object *o, const char **s, size_t *len);   /* str only */
 int kd_obj_bytes(const msgpack_object *o, const void **p, size_t *len); /* bin or str */
-int kd_obj_str_eq(const msgpack_object *o, const char *s);  /* 1 if a str equal to s */
+int kd_obj_str_eq(const msgpack_object *o, const char *s);              /* 1 if a str equal to s */
 
 /* Copy a str into a NUL-terminated buffer; -1 if absent, not a str, or too long. */
 int kd_obj_str_copy(const msgpack_object *o, char *buf, size_t cap);

@@ -58,10 +58,10 @@ typedef struct kd_put_request {
     kd_array_t values;  /* CSR/COO: nnz entries of dtype */
     const char *mtx;    /* MTX: Matrix Market text (not NUL-terminated) */
     size_t mtx_len;
-    char name[KD_NAME_MAX];           /* optional, "" when absent */
-    char format[KD_FORMAT_NAME_MAX];  /* optional forced format, "" when absent */
-    char select[KD_FORMAT_NAME_MAX];  /* optional selection mode ("measure" | "heuristic"), "" */
-    int pin;                          /* optional: pin on upload (-1 absent, 0, 1) */
+    char name[KD_NAME_MAX];          /* optional, "" when absent */
+    char format[KD_FORMAT_NAME_MAX]; /* optional forced format, "" when absent */
+    char select[KD_FORMAT_NAME_MAX]; /* optional selection mode ("measure" | "heuristic"), "" */
+    int pin;                         /* optional: pin on upload (-1 absent, 0, 1) */
 } kd_put_request_t;
 
 typedef struct kd_id_request {
@@ -86,17 +86,17 @@ typedef enum kd_method_solve {
 
 typedef struct kd_solve_request {
     uint8_t id[16];
-    kd_dtype_t dtype; /* of b, x0 and the returned x */
-    kd_array_t b;     /* nrhs * rows values, column-major */
-    kd_array_t x0;    /* optional, same shape as b */
-    int method;       /* kd_solve_method_name_t, default cg */
-    double rtol;      /* default 1e-8 */
-    double atol;      /* default 0 */
-    int64_t maxiter;  /* default -1: 10 * rows, chosen by the server */
-    int64_t nrhs;     /* default 1 */
-    int64_t check_every; /* default 0: chosen by the solver */
-    int history;      /* bool */
-    int progress;     /* bool: stream solve.progress notifications */
+    kd_dtype_t dtype;                        /* of b, x0 and the returned x */
+    kd_array_t b;                            /* nrhs * rows values, column-major */
+    kd_array_t x0;                           /* optional, same shape as b */
+    int method;                              /* kd_solve_method_name_t, default cg */
+    double rtol;                             /* default 1e-8 */
+    double atol;                             /* default 0 */
+    int64_t maxiter;                         /* default -1: 10 * rows, chosen by the server */
+    int64_t nrhs;                            /* default 1 */
+    int64_t check_every;                     /* default 0: chosen by the solver */
+    int history;                             /* bool */
+    int progress;                            /* bool: stream solve.progress notifications */
     char preconditioner[KD_FORMAT_NAME_MAX]; /* optional ("jacobi" | "none"), "" */
 } kd_solve_request_t;
 
@@ -115,11 +115,12 @@ typedef struct kd_request {
         kd_solve_request_t solve;
         kd_cancel_request_t cancel;
     } u;
-    struct kd_request_owned *owned; /* private: the message buffer, msgpack zone, converted arrays */
+    struct kd_request_owned
+        *owned; /* private: the message buffer, msgpack zone, converted arrays */
 } kd_request_t;
 
 typedef struct kd_proto_limits {
-    int64_t max_rows;    /* 0 = only the format's own limit */
+    int64_t max_rows; /* 0 = only the format's own limit */
     int64_t max_cols;
     int64_t max_nnz;
     int64_t max_nrhs;
@@ -129,7 +130,7 @@ typedef struct kd_proto_limits {
 /* What went wrong when decoding, with enough to address an error response. */
 typedef struct kd_decode_error {
     kd_err_t err;
-    int has_msgid;    /* a response can be sent: the message was a request with a msgid */
+    int has_msgid; /* a response can be sent: the message was a request with a msgid */
     uint64_t msgid;
     int is_notification; /* [2, method, params]: no response is expected */
 } kd_decode_error_t;

@@ -68,28 +68,29 @@ static int kd_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out)
 
 void kd_config_print_usage(const char *argv0)
 {
-    printf("usage: %s [options]\n"
-           "\n"
-           "Serve sparse matrix-vector products and Krylov solves over msgpack-rpc on TCP.\n"
-           "\n"
-           "  --listen HOST:PORT         address to listen on (default 127.0.0.1:7373; port 0 = any)\n"
-           "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
-           "  --list-devices             print the OpenCL devices and exit\n"
-           "  --state-dir DIR            where accepted matrices are kept across restarts\n"
-           "  --port-file FILE           write the bound port here once listening\n"
-           "  --log-level LEVEL          debug | info | warn | error (default info)\n"
-           "  --log-file FILE            append the log here instead of stderr\n"
-           "  --max-message SIZE         largest request in bytes (default 1G; K/M/G suffixes)\n"
-           "  --max-array-elements N     msgpack array elements per request (default 1048576)\n"
-           "  --max-connections N        concurrent clients (default 1024)\n"
-           "  --queue-depth N            requests waiting per device before BUSY (default 256)\n"
-           "  --max-rows N, --max-cols N, --max-nnz N   matrix size limits\n"
-           "  --max-nrhs N               right-hand sides per solve (default 64)\n"
-           "  --max-pending-write SIZE   unread response bytes per client before pausing it\n"
-           "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
-           "  --format NAME              force one SpMV format for every matrix\n"
-           "  --version, --help\n",
-           argv0);
+    printf(
+        "usage: %s [options]\n"
+        "\n"
+        "Serve sparse matrix-vector products and Krylov solves over msgpack-rpc on TCP.\n"
+        "\n"
+        "  --listen HOST:PORT         address to listen on (default 127.0.0.1:7373; port 0 = any)\n"
+        "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
+        "  --list-devices             print the OpenCL devices and exit\n"
+        "  --state-dir DIR            where accepted matrices are kept across restarts\n"
+        "  --port-file FILE           write the bound port here once listening\n"
+        "  --log-level LEVEL          debug | info | warn | error (default info)\n"
+        "  --log-file FILE            append the log here instead of stderr\n"
+        "  --max-message SIZE         largest request in bytes (default 1G; K/M/G suffixes)\n"
+        "  --max-array-elements N     msgpack array elements per request (default 1048576)\n"
+        "  --max-connections N        concurrent clients (default 1024)\n"
+        "  --queue-depth N            requests waiting per device before BUSY (default 256)\n"
+        "  --max-rows N, --max-cols N, --max-nnz N   matrix size limits\n"
+        "  --max-nrhs N               right-hand sides per solve (default 64)\n"
+        "  --max-pending-write SIZE   unread response bytes per client before pausing it\n"
+        "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
+        "  --format NAME              force one SpMV format for every matrix\n"
+        "  --version, --help\n",
+        argv0);
 }
 
 int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
@@ -132,20 +133,20 @@ int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
     if (strcmp(name, flag) == 0) {                                                                 \
         if (strlen(val) >= sizeof(cfg->field))                                                     \
             return kd_err_set(err, KD_EBADREQ, "%s: value too long", flag);                        \
-        snprintf(cfg->field, sizeof(cfg->field), "%s", val);                                      \
+        snprintf(cfg->field, sizeof(cfg->field), "%s", val);                                       \
         continue;                                                                                  \
     }
 #define KD_SIZE_OPT(flag, field)                                                                   \
     if (strcmp(name, flag) == 0) {                                                                 \
         if (kd_config_parse_size(val, &size) != 0 || size == 0)                                    \
-            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a size (e.g. 64M)", flag, val);   \
+            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a size (e.g. 64M)", flag, val);    \
         cfg->field = size;                                                                         \
         continue;                                                                                  \
     }
 #define KD_INT_OPT(flag, field, lo, hi)                                                            \
     if (strcmp(name, flag) == 0) {                                                                 \
         if (kd_parse_i64(val, lo, hi, &n64) != 0)                                                  \
-            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a number in %lld..%lld", flag,    \
+            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a number in %lld..%lld", flag,     \
                               val, (long long)(lo), (long long)(hi));                              \
         cfg->field = n64;                                                                          \
         continue;                                                                                  \

@@ -277,12 +277,10 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
             conn->server->counters.errors++;
             KD_INFO("conn", "too large conn=%llu peer=%s: %s", (unsigned long long)conn->id,
                     conn->peer, ev.message);
-            if (ev.has_msgid) {
+            if (ev.has_msgid)
                 kd_conn_send_error(conn, ev.msgid, KD_ETOOLARGE, ev.message);
-            } else {
-                kd_conn_send_error(conn, 0, KD_ETOOLARGE, ev.message);
+            else /* no msgid to address an answer to: not a request we can serve */
                 kd_conn_close(conn);
-            }
         } else {
             KD_INFO("conn", "closing conn=%llu peer=%s: %s", (unsigned long long)conn->id,
                     conn->peer, ev.message);

@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w)
+static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
 {
     size_t len;
     void *bytes = kd_writer_release(w, &len);
     if (bytes == NULL) {
-        kd_conn_send_error(conn, 0, KD_ENOMEM, "out of host memory encoding a response");
+        kd_conn_send_error(conn, msgid, KD_ENOMEM, "out of host memory encoding a response");
         return;
     }
     kd_conn_send(conn, bytes, len);
@@ -43,7 +43,7 @@ static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
     kd_reply_meta(&w, &meta, -1);
-    kd_send_writer(conn, &w);
+    kd_send_writer(conn, &w, req->msgid);
 }
 
 static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
@@ -63,7 +63,7 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
     for (size_t i = 0; i < count; i++)
         kd_reply_meta(&w, &list[i], -1);
     free(list);
-    kd_send_writer(conn, &w);
+    kd_send_writer(conn, &w, req->msgid);
 }
 
 static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
@@ -75,12 +75,21 @@ static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
             found = 1;
         }
     }
+    if (!found) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "no request with msgid %llu is queued or running on this "
+                 "connection",
+                 (unsigned long long)req->u.cancel.target_msgid);
+        kd_answer_error(conn, req->msgid, KD_ENOTFOUND, msg);
+        return;
+    }
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
     kd_w_map(&w, 1);
-    kd_w_kv_bool(&w, "cancelled", found);
-    kd_send_writer(conn, &w);
+    kd_w_kv_bool(&w, "cancelled", 1);
+    kd_send_writer(conn, &w, req->msgid);
 }
 
 static void kd_job_unlink(kd_job_t *job)
@@ -151,7 +160,7 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
         kd_writer_t w;
         kd_writer_init(&w);
         kd_reply_status(&w, server, req->msgid);
-        kd_send_writer(conn, &w);
+        kd_send_writer(conn, &w, req->msgid);
         break;
     }
     case KD_METHOD_MATRIX_INFO:

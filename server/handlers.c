@@ -52,8 +52,8 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     case KD_PUT_CSR:
         rc = kd_csr_from_csr_arrays(p->rows, p->cols, p->indices.count, p->indptr.data,
                                     p->indptr.dtype, p->indices.data, p->indices.dtype,
-                                    p->values.data, p->values.dtype, p->dtype,
-                                    &server->csr_limits, &csr, err);
+                                    p->values.data, p->values.dtype, p->dtype, &server->csr_limits,
+                                    &csr, err);
         break;
     case KD_PUT_COO:
         rc = kd_csr_from_coo_arrays(p->rows, p->cols, p->row.count, p->row.data, p->col.data,
@@ -300,8 +300,8 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     int rc = KD_OK;
     if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
         results == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors",
-                        (long long)n, (long long)nrhs);
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors", (long long)n,
+                        (long long)nrhs);
         goto done;
     }
     uint64_t t0 = kd_now_ns();
@@ -350,11 +350,21 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
             for (int64_t k = 0; k < nrhs; k++) {
                 const kd_solve_result_t *r = &results[k];
                 switch (f) {
-                case 0: kd_w_str(w, kd_solve_status_name(r->status)); break;
-                case 1: kd_w_int(w, r->iterations); break;
-                case 2: kd_w_double(w, r->residual_norm); break;
-                case 3: kd_w_double(w, r->relative_residual); break;
-                default: kd_w_str(w, r->message); break;
+                case 0:
+                    kd_w_str(w, kd_solve_status_name(r->status));
+                    break;
+                case 1:
+                    kd_w_int(w, r->iterations);
+                    break;
+                case 2:
+                    kd_w_double(w, r->residual_norm);
+                    break;
+                case 3:
+                    kd_w_double(w, r->relative_residual);
+                    break;
+                default:
+                    kd_w_str(w, r->message);
+                    break;
                 }
             }
         }
@@ -396,11 +406,21 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
                         (long long)job->req->timeout_ms);
     } else {
         switch (job->req->method) {
-        case KD_METHOD_MATRIX_PUT: rc = kd_handle_put(server, job, &w, &err); break;
-        case KD_METHOD_MATRIX_DROP: rc = kd_handle_drop(server, job, &w, &err); break;
-        case KD_METHOD_MATRIX_PIN: rc = kd_handle_pin(server, job, &w, &err); break;
-        case KD_METHOD_SPMV: rc = kd_handle_spmv(server, job, &w, &err); break;
-        case KD_METHOD_SOLVE: rc = kd_handle_solve(server, job, &w, &err); break;
+        case KD_METHOD_MATRIX_PUT:
+            rc = kd_handle_put(server, job, &w, &err);
+            break;
+        case KD_METHOD_MATRIX_DROP:
+            rc = kd_handle_drop(server, job, &w, &err);
+            break;
+        case KD_METHOD_MATRIX_PIN:
+            rc = kd_handle_pin(server, job, &w, &err);
+            break;
+        case KD_METHOD_SPMV:
+            rc = kd_handle_spmv(server, job, &w, &err);
+            break;
+        case KD_METHOD_SOLVE:
+            rc = kd_handle_solve(server, job, &w, &err);
+            break;
         default:
             rc = kd_err_set(&err, KD_EINTERNAL, "method %s reached the worker",
                             kd_method_name(job->req->method));

@@ -25,7 +25,7 @@ typedef struct kd_job {
     atomic_int cancel;    /* 0, or the KD_E* code to stop with (KD_ECANCELLED, KD_ETIMEOUT) */
     void *response;       /* encoded response, malloc'd (worker writes, loop sends) */
     size_t response_len;
-    int error_code;       /* KD_OK or the error the response carries, for counters */
+    int error_code; /* KD_OK or the error the response carries, for counters */
 } kd_job_t;
 
 #endif

@@ -24,8 +24,8 @@ static int kd_list_devices(void)
     for (size_t i = 0; i < count; i++) {
         const kd_ocl_device_desc_t *d = &devs[i];
         printf("%d: %s [%s] platform=\"%s\" %s, %u compute units, %.1f GiB, fp64 %s\n", d->index,
-               d->name, d->is_gpu ? "gpu" : (d->is_cpu ? "cpu" : "other"), d->platform,
-               d->version, d->compute_units, (double)d->global_mem_bytes / (1u << 30),
+               d->name, d->is_gpu ? "gpu" : (d->is_cpu ? "cpu" : "other"), d->platform, d->version,
+               d->compute_units, (double)d->global_mem_bytes / (1u << 30),
                d->has_fp64 ? "yes" : "no");
     }
     free(devs);

@@ -167,8 +167,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     if (uvrc == 0)
         uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
     if (uvrc != 0)
-        return kd_err_set(err, KD_EIO, "cannot listen on %s: %s", cfg->listen,
-                          uv_strerror(uvrc));
+        return kd_err_set(err, KD_EIO, "cannot listen on %s: %s", cfg->listen, uv_strerror(uvrc));
     struct sockaddr_storage bound;
     int len = sizeof(bound);
     int port = 0;
@@ -244,8 +243,8 @@ void kd_server_shutdown(kd_server_t *server)
     }
     KD_INFO("server", "waiting up to %d ms for %zu job(s)", server->cfg.shutdown_grace_ms,
             server->jobs_in_flight);
-    uv_timer_start(&server->grace_timer, kd_on_grace_expired, (uint64_t)server->cfg.shutdown_grace_ms,
-                   0);
+    uv_timer_start(&server->grace_timer, kd_on_grace_expired,
+                   (uint64_t)server->cfg.shutdown_grace_ms, 0);
 }
 
 void kd_server_job_finished(kd_server_t *server)

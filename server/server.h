@@ -57,11 +57,11 @@ struct kd_conn {
     kd_conn_t *prev, *next;
     kd_frame_t *frame;
     uint64_t id;
-    int refs;         /* its two handles + each write and job in flight */
-    int closing;      /* uv_close requested: nothing more is sent */
-    int read_paused;  /* too many unread response bytes */
+    int refs;        /* its two handles + each write and job in flight */
+    int closing;     /* uv_close requested: nothing more is sent */
+    int read_paused; /* too many unread response bytes */
     size_t write_pending;
-    kd_job_t *jobs;   /* in flight, for job.cancel and disconnects */
+    kd_job_t *jobs; /* in flight, for job.cancel and disconnects */
     char peer[64];
 };
 

@@ -19,8 +19,8 @@
 /* One format's outcome at selection time (matrix.info `candidates`). */
 typedef struct kd_candidate {
     kd_format_t format;
-    double time_ms;     /* measured SpMV time, when timed */
-    char dropped[96];   /* why it was not timed, or "" */
+    double time_ms;   /* measured SpMV time, when timed */
+    char dropped[96]; /* why it was not timed, or "" */
 } kd_candidate_t;
 
 typedef struct kd_matrix_meta {

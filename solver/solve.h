@@ -38,7 +38,7 @@ typedef struct kd_solve_params {
     int64_t maxiter;     /* or after this many iterations (never more); KD_SOLVE_MAXITER_AUTO:
                             10 * rows */
     int64_t check_every; /* iterations between convergence checks; 0 = choose from the size
-                            (see docs/ARCHITECTURE-solver.md) */
+                            (see docs/ARCHITECTURE.md) */
     int record_history;  /* fill result.history with the residual norm at each check */
     kd_solve_progress_fn progress; /* may be NULL */
     void *progress_ctx;

@@ -57,7 +57,7 @@ static int kd_test_case_failed;
     do {                                                                                           \
         double kd_a_ = (a), kd_b_ = (b);                                                           \
         double kd_s_ = fabs(kd_b_) > 1.0 ? fabs(kd_b_) : 1.0;                                      \
-        CHECK_MSG(fabs(kd_a_ - kd_b_) <= (tol) * kd_s_, "%.17g vs %.17g (tol %g)", kd_a_, kd_b_,   \
+        CHECK_MSG(fabs(kd_a_ - kd_b_) <= (tol)*kd_s_, "%.17g vs %.17g (tol %g)", kd_a_, kd_b_,     \
                   (double)(tol));                                                                  \
     } while (0)
 

@@ -69,9 +69,8 @@ static void test_bad_indptr_and_indices(void)
 
     int32_t ok_ptr[] = {0, 2, 3};
     int32_t out_of_range[] = {0, 1, 912};
-    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 900, 3, ok_ptr, KD_DTYPE_I32, out_of_range,
-                                        KD_DTYPE_I32, v, KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m,
-                                        &err),
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(2, 900, 3, ok_ptr, KD_DTYPE_I32, out_of_range, KD_DTYPE_I32,
+                                        v, KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err),
                  KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "indices[2] = 912 is outside 0..899");
 

@@ -137,8 +137,9 @@ static void test_put_three_ways_same_id(void)
 
 static void test_spmv_matches_reference(void)
 {
-    static const char *files[] = {"494_bus.mtx", "bayer10.mtx", "rajat01.mtx", "arrow.mtx",
-                                  "Groebner_id2003_aug.mtx", "3by0.mtx"};
+    static const char *files[] = {
+        "494_bus.mtx", "bayer10.mtx", "rajat01.mtx", "arrow.mtx", "Groebner_id2003_aug.mtx",
+        "3by0.mtx"};
     for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
         kd_csr_t *A = load_matrix(files[f]);
         REQUIRE(A != NULL);
@@ -200,6 +201,46 @@ static void test_cg_and_sd_converge(void)
         CHECK(res.history[res.history_len - 1] < res.history[0]);
     krylov_solve_result_free(&res);
 
+    /* dwt_878 is a pattern file: with its values read as 1.0 it is indefinite (eigenvalues from
+     * -2.96 to 8.91; SciPy's CG diverges on it too). CG must say so, not claim convergence. */
+    kd_csr_t *P = load_matrix("dwt_878.mtx");
+    REQUIRE(P != NULL);
+    char ppath[512];
+    snprintf(ppath, sizeof(ppath), "%s/dwt_878.mtx", KD_TEST_MATRICES);
+    krylov_matrix_info_t pinfo;
+    REQUIRE(krylov_put_file(client, ppath, NULL, &pinfo) == KRYLOV_OK);
+    CHECK_EQ_INT(pinfo.nnz, 7448);
+    double *pb = random_vector(P->rows), *px = malloc((size_t)P->rows * sizeof(double));
+    krylov_solve_result_t pres;
+    krylov_solve_options_t popt;
+    krylov_solve_options_init(&popt);
+    REQUIRE(krylov_solve(client, pinfo.id, pb, P->rows, &popt, px, &pres) == KRYLOV_OK);
+    if (strcmp(pres.status, "converged") == 0)
+        CHECK(true_relative_residual(P, pb, px) <= 1e-8);
+    else
+        CHECK_MSG(strcmp(pres.status, "breakdown") == 0 ||
+                      strcmp(pres.status, "max_iterations") == 0,
+                  "dwt_878: %s", pres.status);
+
+    /* dwt_878 + 4 I is SPD (Gershgorin): CG and steepest descent both meet rtol */
+    for (int64_t r = 0; r < P->rows; r++)
+        for (int32_t k = P->indptr[r]; k < P->indptr[r + 1]; k++)
+            if (P->indices[k] == r)
+                kd_store_real(P->values, P->dtype, (size_t)k, kd_csr_value(P, k) + 4.0);
+    REQUIRE(krylov_put_csr(client, P->rows, P->cols, P->indptr, P->indices, P->values, NULL,
+                           &pinfo) == KRYLOV_OK);
+    const char *methods[] = {"cg", "sd"};
+    for (int m = 0; m < 2; m++) {
+        popt.method = methods[m];
+        REQUIRE(krylov_solve(client, pinfo.id, pb, P->rows, &popt, px, &pres) == KRYLOV_OK);
+        CHECK_MSG(strcmp(pres.status, "converged") == 0, "%s: %s", methods[m], pres.status);
+        CHECK_MSG(true_relative_residual(P, pb, px) <= 1e-8, "%s on dwt_878 + 4I: %g", methods[m],
+                  true_relative_residual(P, pb, px));
+    }
+    free(pb);
+    free(px);
+    kd_csr_free(P);
+
     /* warm start from the answer: done at once */
     opt.x0 = x;
     opt.history = 0;
@@ -225,11 +266,15 @@ static void test_cg_and_sd_converge(void)
         for (int j = 0; j < g; j++) {
             int r = i * g + j;
             ptr[r] = nz;
-            if (i > 0) idx[nz] = r - g, val[nz++] = -1;
-            if (j > 0) idx[nz] = r - 1, val[nz++] = -1;
+            if (i > 0)
+                idx[nz] = r - g, val[nz++] = -1;
+            if (j > 0)
+                idx[nz] = r - 1, val[nz++] = -1;
             idx[nz] = r, val[nz++] = 8;
-            if (j < g - 1) idx[nz] = r + 1, val[nz++] = -1;
-            if (i < g - 1) idx[nz] = r + g, val[nz++] = -1;
+            if (j < g - 1)
+                idx[nz] = r + 1, val[nz++] = -1;
+            if (i < g - 1)
+                idx[nz] = r + g, val[nz++] = -1;
         }
     ptr[n] = nz;
     kd_csr_t *L = NULL;

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run HERE (the Debian development machine), from the repository root: download the .deb files
+# krylovd needs to build on the GPU host into .debs/ (git-ignored), which a `device` call carries.
+# Nothing can be installed on the GPU host; bench/device/setup.sh unpacks these into a prefix there.
+set -euo pipefail
+mkdir -p .debs
+cd .debs
+apt-get download libuv1 libuv1-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev \
+  zlib1g-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers \
+  pkgconf pkgconf-bin libpkgconf3 clinfo
+ls -l
