@@ -1,0 +1,186 @@
+/*
+ * Benchmark matrix generators (see matgen.h). Rows are written in column order as they are made,
+ * so no sorting pass is needed, and the generators touch each output byte once.
+ */
+#include "bench/matgen.h"
+#include "client/mtx_file.h"
+#include "protocol/mtx.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static kd_csr_t *kd_matgen_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype)
+{
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    if (kd_csr_alloc(rows, cols, nnz, dtype, &m, &err) != KD_OK) {
+        fprintf(stderr, "matgen: %s\n", err.message);
+        return NULL;
+    }
+    return m;
+}
+
+kd_csr_t *kd_matgen_laplacian_2d(int64_t nx, int64_t ny, kd_dtype_t dtype)
+{
+    int64_t n = nx * ny;
+    int64_t nnz = 5 * n - 2 * nx - 2 * ny;
+    kd_csr_t *m = kd_matgen_alloc(n, n, nnz, dtype);
+    if (m == NULL)
+        return NULL;
+    int64_t k = 0;
+    for (int64_t j = 0; j < ny; j++) {
+        for (int64_t i = 0; i < nx; i++) {
+            int64_t r = j * nx + i;
+            m->indptr[r] = (int32_t)k;
+#define KD_PUT(c, v) (m->indices[k] = (int32_t)(c), kd_store_real(m->values, dtype, (size_t)k++, v))
+            if (j > 0)
+                KD_PUT(r - nx, -1.0);
+            if (i > 0)
+                KD_PUT(r - 1, -1.0);
+            KD_PUT(r, 4.0);
+            if (i < nx - 1)
+                KD_PUT(r + 1, -1.0);
+            if (j < ny - 1)
+                KD_PUT(r + nx, -1.0);
+        }
+    }
+    m->indptr[n] = (int32_t)k;
+    return m;
+}
+
+kd_csr_t *kd_matgen_laplacian_3d(int64_t g, kd_dtype_t dtype)
+{
+    int64_t n = g * g * g;
+    int64_t nnz = 7 * n - 6 * g * g;
+    kd_csr_t *m = kd_matgen_alloc(n, n, nnz, dtype);
+    if (m == NULL)
+        return NULL;
+    int64_t k = 0;
+    for (int64_t z = 0; z < g; z++)
+        for (int64_t y = 0; y < g; y++)
+            for (int64_t x = 0; x < g; x++) {
+                int64_t r = (z * g + y) * g + x;
+                m->indptr[r] = (int32_t)k;
+                if (z > 0)
+                    KD_PUT(r - g * g, -1.0);
+                if (y > 0)
+                    KD_PUT(r - g, -1.0);
+                if (x > 0)
+                    KD_PUT(r - 1, -1.0);
+                KD_PUT(r, 6.0);
+                if (x < g - 1)
+                    KD_PUT(r + 1, -1.0);
+                if (y < g - 1)
+                    KD_PUT(r + g, -1.0);
+                if (z < g - 1)
+                    KD_PUT(r + g * g, -1.0);
+            }
+    m->indptr[n] = (int32_t)k;
+    return m;
+}
+
+static uint64_t kd_matgen_next(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static int kd_int_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+kd_csr_t *kd_matgen_power_law(int64_t rows, int64_t cols, double mean_row, uint64_t seed,
+                              kd_dtype_t dtype)
+{
+    uint64_t s = seed ? seed : 0x9e3779b97f4a7c15ull;
+    /* Pareto lengths with shape 1.5: length = ceil(xm / u^(1/a)), xm chosen so the uncapped mean
+     * a*xm/(a-1) is mean_row; lengths are capped at cols (and 10^6). */
+    const double a = 1.5;
+    double xm = mean_row * (a - 1.0) / a;
+    int32_t *len = malloc((size_t)rows * sizeof(int32_t));
+    if (len == NULL)
+        return NULL;
+    int64_t nnz = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double u = ((double)(kd_matgen_next(&s) >> 11) + 1.0) / 9007199254740993.0;
+        double l = ceil(xm / pow(u, 1.0 / a));
+        if (l > (double)cols)
+            l = (double)cols;
+        if (l > 1e6)
+            l = 1e6;
+        len[r] = (int32_t)l;
+        nnz += len[r];
+    }
+    kd_csr_t *m = kd_matgen_alloc(rows, cols, nnz, dtype);
+    if (m == NULL) {
+        free(len);
+        return NULL;
+    }
+    int64_t k = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        m->indptr[r] = (int32_t)k;
+        int64_t l = len[r];
+        int32_t *c = m->indices + k;
+        if (l * 2 > cols) { /* dense-ish row: take every column with probability l/cols */
+            int64_t got = 0;
+            for (int64_t j = 0; j < cols && got < l; j++)
+                if ((int64_t)(kd_matgen_next(&s) % (uint64_t)(cols - j)) < l - got)
+                    c[got++] = (int32_t)j;
+            l = got;
+        } else { /* draw, sort, redraw duplicates until distinct */
+            for (int64_t j = 0; j < l; j++)
+                c[j] = (int32_t)(kd_matgen_next(&s) % (uint64_t)cols);
+            for (;;) {
+                qsort(c, (size_t)l, sizeof(int32_t), kd_int_cmp);
+                int dup = 0;
+                for (int64_t j = 1; j < l; j++)
+                    if (c[j] == c[j - 1]) {
+                        c[j] = (int32_t)(kd_matgen_next(&s) % (uint64_t)cols);
+                        dup = 1;
+                    }
+                if (!dup)
+                    break;
+            }
+        }
+        for (int64_t j = 0; j < l; j++) {
+            double v = (double)(kd_matgen_next(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+            kd_store_real(m->values, dtype, (size_t)(k + j), v);
+        }
+        k += l;
+    }
+    m->indptr[rows] = (int32_t)k;
+    m->nnz = k;
+    free(len);
+    return m;
+}
+#undef KD_PUT
+
+kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
+{
+    long long a = 0;
+    double b = 0;
+    if (sscanf(spec, "lap2d:%lld", &a) == 1 && a > 0)
+        return kd_matgen_laplacian_2d(a, a, dtype);
+    if (sscanf(spec, "lap3d:%lld", &a) == 1 && a > 0)
+        return kd_matgen_laplacian_3d(a, dtype);
+    if (sscanf(spec, "powerlaw:%lld:%lf", &a, &b) == 2 && a > 0 && b > 0)
+        return kd_matgen_power_law(a, a, b, 42, dtype);
+    char *text = NULL;
+    size_t len = 0;
+    kd_err_t err = {0};
+    kd_csr_t *m = NULL;
+    if (kd_mtx_file_read(spec, (size_t)8 << 30, &text, &len, &err) == KD_OK)
+        kd_mtx_read_matrix(text, len, dtype, NULL, &m, &err);
+    free(text);
+    if (m == NULL)
+        fprintf(stderr, "matgen: %s: %s\n", spec, err.message);
+    return m;
+}

@@ -1,0 +1,27 @@
+/*
+ * Benchmark matrices made in memory, at sizes real workloads have (1M-30M nonzeros), built straight
+ * into canonical CSR: 2-D and 3-D Laplacians (regular, the easy case for every format) and
+ * power-law row lengths with random columns (irregular: where formats earn their keep). Seeded, so
+ * every run and every contender sees the same matrix.
+ */
+#ifndef KD_BENCH_MATGEN_H
+#define KD_BENCH_MATGEN_H
+
+#include "common/csr.h"
+
+/* 5-point Laplacian on an nx x ny grid (rows = nx*ny): 4 on the diagonal, -1 off it. SPD. */
+kd_csr_t *kd_matgen_laplacian_2d(int64_t nx, int64_t ny, kd_dtype_t dtype);
+
+/* 7-point Laplacian on an n x n x n grid: 6 on the diagonal, -1 off it. SPD. */
+kd_csr_t *kd_matgen_laplacian_3d(int64_t n, kd_dtype_t dtype);
+
+/* rows x cols with row lengths drawn from a Zipf-like law (mean about `mean_row`, a few rows
+ * thousands long, many of length 1) and uniformly random distinct columns; values in [-1, 1). */
+kd_csr_t *kd_matgen_power_law(int64_t rows, int64_t cols, double mean_row, uint64_t seed,
+                              kd_dtype_t dtype);
+
+/* A matrix by name: "lap2d:2048" (2048 x 2048 grid), "lap3d:160", "powerlaw:2000000:8" (rows,
+ * mean row length), or a path to a .mtx/.mtx.gz file. NULL with a message on stderr on failure. */
+kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);
+
+#endif
