@@ -153,6 +153,18 @@ void kd_progress_bytes(void *ctx, uint64_t sent, uint64_t total)
     kd_progress_emit(p, line);
 }
 
+void kd_progress_steps(kd_progress_t *p, int64_t done, int64_t total, const char *unit)
+{
+    double now = kd_progress_now();
+    if (!kd_progress_due(p, now, done == total))
+        return;
+    char bar[64], line[256];
+    kd_progress_bar(bar, sizeof(bar), total > 0 ? (double)done / (double)total : 1.0);
+    snprintf(line, sizeof(line), "%s  %s%s %lld / %lld  %.1f s", p->label, bar, unit,
+             (long long)done, (long long)total, now - p->start_s);
+    kd_progress_emit(p, line);
+}
+
 void kd_progress_done(kd_progress_t *p)
 {
     if (p->enabled && p->terminal && p->drawn) {

@@ -4,6 +4,7 @@
  *
  *   cg  [##########..........]  52%  it 1840  ||r|| 3.1e-06 -> 1.0e-08  4210 it/s  0.4 s
  *   upload  [#######.............]  35%  120.0 / 342.9 MiB  210.3 MiB/s
+ *   bench  [##########..........]  50%  run 10 / 20  1.2 s
  *
  * On a terminal the line is redrawn in place and erased when the work ends; it appears only once
  * the work has taken KD_PROGRESS_DELAY_S, so quick commands print nothing extra. Forced on
@@ -50,6 +51,9 @@ void kd_progress_solve(void *ctx, int64_t rhs, int64_t iteration, double residua
 
 /* A krylov_send_progress_fn: bytes of a request written so far. ctx is the kd_progress_t. */
 void kd_progress_bytes(void *ctx, uint64_t sent, uint64_t total);
+
+/* Counted steps (`krylov bench` runs): `done` of `total` so far. */
+void kd_progress_steps(kd_progress_t *p, int64_t done, int64_t total, const char *unit);
 
 /* The work is over: erase the line (terminal). */
 void kd_progress_done(kd_progress_t *p);

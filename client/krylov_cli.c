@@ -714,7 +714,6 @@ static int kd_cmd_bench(kd_cli_t *cli, int argc, char **argv)
     }
     kd_progress_t bar;
     kd_progress_init(&bar, stderr, cli->progress, "bench");
-    kd_progress_set_target(&bar, 0.0, warmup + runs);
     for (int64_t r = -warmup; r < runs; r++) {
         double ms = -1.0, t0 = kd_now_ms();
         if (krylov_spmv_timed(cli->client, info.id, 1.0, x, info.cols, 0.0, y, info.rows, &ms) !=
@@ -728,7 +727,7 @@ static int kd_cmd_bench(kd_cli_t *cli, int argc, char **argv)
             server[r] = ms;
             trip[r] = t1 - t0;
         }
-        kd_progress_solve(&bar, 0, r + warmup + 1, 1.0);
+        kd_progress_steps(&bar, r + warmup + 1, warmup + runs, "run");
     }
     kd_progress_done(&bar);
     kd_timing_t ts = kd_timing_of(server, runs), tt = kd_timing_of(trip, runs);

@@ -25,6 +25,9 @@ DEFAULT_PORT = 7373
 # larger ones are sent straight from the caller's buffer.
 _INLINE_BIN_BYTES = 64 * 1024
 _RECV_BYTES = 1 << 20
+# Each sendall gets the whole timeout (Python's timeout bounds a sendall as a whole), so large
+# bins go out in steps: the client's timeout is then "this long without progress", as for recv.
+_SEND_STEP = 4 << 20
 
 
 class _ClientTimeout(errors.Timeout):
@@ -153,7 +156,9 @@ class Connection:
             raise errors.ConnectionFailed(f"not connected to {self.address} (the client is closed)")
         try:
             for chunk in chunks:
-                self._sock.sendall(chunk)
+                view = memoryview(chunk)
+                for offset in range(0, len(view), _SEND_STEP):
+                    self._sock.sendall(view[offset : offset + _SEND_STEP])
         except socket.timeout:
             # half a request on the stream cannot be taken back
             raise self._fail(
