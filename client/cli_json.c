@@ -4,6 +4,7 @@
  * value.
  */
 #include "client/cli_json.h"
+#include "client/cli_utf8.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -71,33 +72,6 @@ void kd_json_array_begin(kd_json_t *j)
 void kd_json_array_end(kd_json_t *j)
 {
     kd_json_close(j, ']');
-}
-
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if the bytes there are not one. */
-static size_t kd_utf8_sequence(const unsigned char *s)
-{
-    unsigned c = s[0];
-    size_t n;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, min = 0x10000;
-    else
-        return 0;
-    unsigned cp = c & (0x3f >> (n - 1));
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n;
 }
 
 static void kd_json_string(FILE *out, const char *str)

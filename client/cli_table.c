@@ -1,8 +1,10 @@
 /*
  * Aligned text tables (see cli_table.h). Widths count UTF-8 characters, not bytes, so a name
- * with accents does not push its row out of line.
+ * with accents does not push its row out of line; control characters become spaces and bytes that
+ * are not UTF-8 question marks.
  */
 #include "client/cli_table.h"
+#include "client/cli_utf8.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,6 +23,16 @@ static void kd_table_add(kd_table_t *t, char *text)
     if (text == NULL) {
         t->failed = 1;
         return;
+    }
+    /* a newline or tab in a name must not break the table, nor a stray byte the terminal */
+    for (unsigned char *c = (unsigned char *)text; *c != '\0';) {
+        size_t n = kd_utf8_sequence(c);
+        if (n == 0)
+            *c++ = '?';
+        else if (n == 1 && (*c < 0x20 || *c == 0x7f))
+            *c++ = ' ';
+        else
+            c += n;
     }
     if (t->cell == 0) {
         if (t->rows == t->cap_rows) {

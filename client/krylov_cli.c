@@ -91,9 +91,10 @@ static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char 
     va_start(ap, fmt);
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
+    int show_code = code[0] != '\0' && strcmp(code, "USAGE") != 0;
     fprintf(stderr, "krylov%s%s: %s%s%s\n", cli->command ? " " : "",
-            cli->command ? cli->command : "", code[0] && strcmp(code, "USAGE") ? code : "",
-            code[0] && strcmp(code, "USAGE") ? ": " : "", message);
+            cli->command ? cli->command : "", show_code ? code : "", show_code ? ": " : "",
+            message);
     if (cli->json) {
         kd_json_t j;
         kd_json_init(&j, stdout);
@@ -108,6 +109,12 @@ static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char 
         kd_json_finish(&j);
     }
     return exit_code;
+}
+
+/* Connect once the command's arguments are known good, so usage errors need no server. */
+static int kd_connect(kd_cli_t *cli)
+{
+    return krylov_connect(cli->client, cli->server);
 }
 
 static int kd_fail(kd_cli_t *cli)
@@ -313,7 +320,9 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
     if (bar.enabled)
         krylov_set_send_progress(cli->client, kd_progress_bytes, &bar);
     krylov_matrix_info_t info;
-    int rc = krylov_put_file(cli->client, argv[0], &opt, &info);
+    int rc = kd_connect(cli);
+    if (rc == KRYLOV_OK)
+        rc = krylov_put_file(cli->client, argv[0], &opt, &info);
     krylov_set_send_progress(cli->client, NULL, NULL);
     kd_progress_done(&bar);
     if (rc != KRYLOV_OK)
@@ -341,7 +350,7 @@ static int kd_cmd_info(kd_cli_t *cli, int argc, char **argv)
     if (argc != 1)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: info ID");
     krylov_matrix_info_t info;
-    if (krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
         kd_json_t j;
@@ -360,7 +369,7 @@ static int kd_cmd_drop(kd_cli_t *cli, int argc, char **argv)
 {
     if (argc != 1)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: drop ID");
-    if (krylov_drop(cli->client, argv[0]) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_drop(cli->client, argv[0]) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
         kd_json_t j;
@@ -384,7 +393,7 @@ static int kd_cmd_pin(kd_cli_t *cli, int argc, char **argv)
     else if (argc != 1)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: pin ID [--off]");
     krylov_matrix_info_t info;
-    if (krylov_pin(cli->client, argv[0], pinned) != KRYLOV_OK ||
+    if (kd_connect(cli) != KRYLOV_OK || krylov_pin(cli->client, argv[0], pinned) != KRYLOV_OK ||
         krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
@@ -413,7 +422,7 @@ static int kd_cmd_spmv(kd_cli_t *cli, int argc, char **argv)
             return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }
     krylov_matrix_info_t info;
-    if (krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     double *x = kd_load_vector(cli, argv[1], info.cols, "x");
     double *y = malloc((info.rows > 0 ? (size_t)info.rows : 1) * sizeof(double));
@@ -554,7 +563,7 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
         }
     }
     krylov_matrix_info_t info;
-    if (krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     double *b = kd_load_vector(cli, rhs, info.rows, "rhs");
     double *x0 = NULL;
@@ -699,7 +708,7 @@ static int kd_cmd_bench(kd_cli_t *cli, int argc, char **argv)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "--runs %lld is over 1000000",
                          (long long)runs);
     krylov_matrix_info_t info;
-    if (krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     double *x = kd_load_vector(cli, "random", info.cols, "x");
     double *y = malloc((info.rows > 0 ? (size_t)info.rows : 1) * sizeof(double));
@@ -793,7 +802,7 @@ static int kd_cmd_list(kd_cli_t *cli, int argc, char **argv)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "list takes no arguments");
     krylov_matrix_info_t *list = NULL;
     size_t n = 0;
-    if (krylov_list(cli->client, &list, &n) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_list(cli->client, &list, &n) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
         kd_json_t j;
@@ -856,7 +865,7 @@ static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
     if (argc != 0)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "status takes no arguments");
     krylov_server_status_t st;
-    if (krylov_status(cli->client, &st) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK || krylov_status(cli->client, &st) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
         kd_json_t j;
@@ -996,11 +1005,7 @@ int main(int argc, char **argv)
     if (cli.client == NULL)
         return kd_report(&cli, KD_EXIT_ERROR, "INTERNAL", "out of memory");
     krylov_set_timeout(cli.client, timeout_ms);
-    int rc;
-    if (krylov_connect(cli.client, cli.server) != KRYLOV_OK)
-        rc = kd_fail(&cli);
-    else
-        rc = cmd->run(&cli, argc - i, argv + i);
+    int rc = cmd->run(&cli, argc - i, argv + i);
     krylov_client_free(cli.client);
     return rc;
 }

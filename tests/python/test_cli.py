@@ -211,6 +211,22 @@ class TestJson(unittest.TestCase):
         self.assertIn(mid, gone["error"]["message"])
         self.assertIn("NOT_FOUND", p.stderr)
 
+    def test_strings_are_escaped(self):
+        # a name with JSON's special characters, non-ASCII text and a byte that is not UTF-8
+        tag = "%d" % rng.integers(1 << 30)
+        name = 'q"uote \\ back\nnew\tline \u00e9\u2713 ' + tag
+        A = sp.random(30, 30, density=0.3, random_state=int(rng.integers(1 << 31)))
+        path = os.path.join(tmp, "named.mtx")
+        scipy.io.mmwrite(path, A)
+        doc, _ = run_json(self, "put", path, "--name", name)
+        self.assertEqual(doc["name"], name)
+        self.assertEqual(run_json(self, "info", doc["id"])[0]["name"], name)
+        p = subprocess.run([KRYLOV, "--server", daemon.address, "--json", "put", path.encode(),
+                            "--name", b"bad\xffbyte", "--dtype", "float32"],
+                           capture_output=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout.decode("utf-8"))["name"], "bad\ufffdbyte")
+
     def test_errors_are_json_too(self):
         doc, _ = run_json(self, "info", "not-an-id", expect=1)
         self.assertEqual(doc["error"]["code"], "BAD_REQUEST")
@@ -225,6 +241,10 @@ class TestJson(unittest.TestCase):
         s.close()
         doc, _ = run_json(self, "status", server=f"127.0.0.1:{port}", expect=1)
         self.assertEqual(doc["error"]["code"], "CONNECTION")
+        # arguments are checked before connecting: a usage error needs no server
+        doc, _ = run_json(self, "bench", "0" * 32, "--runs", "0", server=f"127.0.0.1:{port}",
+                          expect=2)
+        self.assertEqual(doc["error"]["code"], "USAGE")
         doc, _ = run_json(self, "put", matrix_path("bad/bad_header.mtx"), expect=1)
         self.assertEqual(doc["error"]["code"], "BAD_REQUEST")
 
@@ -268,7 +288,16 @@ class TestTables(unittest.TestCase):
             p = run("put", matrix_path(f), "--name", name)
             self.assertEqual(p.returncode, 0, p.stderr)
             ids.append(p.stdout.strip())
-        p = run("list")
+        # a name with a tab and a byte that is not UTF-8: shown as "tab here?", still aligned
+        A = sp.random(25, 25, density=0.3, random_state=int(rng.integers(1 << 31)))
+        path = os.path.join(tmp, "oddname.mtx")
+        scipy.io.mmwrite(path, A)
+        odd = subprocess.run([KRYLOV, "--server", daemon.address, "put", path.encode(), "--name",
+                              b"tab\there\xfe"], capture_output=True, timeout=300)
+        self.assertEqual(odd.returncode, 0, odd.stderr)
+        ids.append(odd.stdout.decode().strip())
+        names.append("tab here?")
+        p = run("list")  # text=True: stdout must decode as UTF-8
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.rstrip("\n").split("\n")
         header, rule = lines[0], lines[1]
