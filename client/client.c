@@ -28,12 +28,16 @@
 #include <unistd.h>
 
 #define KRYLOV_MAX_FILE ((size_t)4 << 30)
+/* One send() at most this much, so send progress is reported in steps a person can see. */
+#define KRYLOV_SEND_STEP ((size_t)1 << 20)
 
 struct krylov_client {
     int fd;
     int timeout_ms;
     uint64_t next_msgid;
     kd_frame_t *frame;
+    krylov_send_progress_fn send_progress;
+    void *send_progress_ctx;
     char code[32];
     char message[KD_ERR_MESSAGE_MAX];
 };
@@ -95,6 +99,12 @@ void krylov_client_free(krylov_client_t *c)
 void krylov_set_timeout(krylov_client_t *c, int timeout_ms)
 {
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 0;
+}
+
+void krylov_set_send_progress(krylov_client_t *c, krylov_send_progress_fn fn, void *ctx)
+{
+    c->send_progress = fn;
+    c->send_progress_ctx = ctx;
 }
 
 const char *krylov_error_code(const krylov_client_t *c)
@@ -186,11 +196,12 @@ static int kd_client_wait(krylov_client_t *c, short events)
 static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
 {
     const char *p = data;
+    const size_t total = len;
     while (len > 0) {
         int rc = kd_client_wait(c, POLLOUT);
         if (rc != KRYLOV_OK)
             return rc;
-        ssize_t n = send(c->fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, p, len < KRYLOV_SEND_STEP ? len : KRYLOV_SEND_STEP, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
@@ -201,6 +212,8 @@ static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
         }
         p += n;
         len -= (size_t)n;
+        if (c->send_progress != NULL)
+            c->send_progress(c->send_progress_ctx, (uint64_t)(total - len), (uint64_t)total);
     }
     return KRYLOV_OK;
 }
@@ -341,10 +354,33 @@ static int kd_result_missing(krylov_client_t *c, kd_reply_t *reply, const char *
     return kd_client_fail(c, KRYLOV_EPROTO, "the server's result has no valid '%s'", field);
 }
 
+/* Copy a str field, cut to fit (an absent or non-str field gives ""). */
 static void kd_copy_str(const msgpack_object *o, char *dst, size_t cap)
 {
-    if (kd_obj_str_copy(o, dst, cap) != 0)
-        dst[0] = '\0';
+    const char *s;
+    size_t len;
+    if (kd_obj_str(o, &s, &len) != 0)
+        len = 0;
+    if (len >= cap)
+        len = cap - 1;
+    if (len > 0)
+        memcpy(dst, s, len);
+    dst[len] = '\0';
+}
+
+static void kd_parse_candidates(const msgpack_object *list, krylov_matrix_info_t *info)
+{
+    if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
+        return;
+    for (uint32_t i = 0; i < list->via.array.size && info->ncandidates < KRYLOV_MAX_CANDIDATES;
+         i++) {
+        const msgpack_object *m = &list->via.array.ptr[i];
+        krylov_format_candidate_t *cand = &info->candidates[info->ncandidates++];
+        kd_copy_str(kd_obj_get(m, "format"), cand->format, sizeof(cand->format));
+        kd_copy_str(kd_obj_get(m, "dropped"), cand->dropped, sizeof(cand->dropped));
+        if (kd_obj_double(kd_obj_get(m, "time_ms"), &cand->time_ms) != 0)
+            cand->time_ms = -1.0;
+    }
 }
 
 static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
@@ -365,6 +401,12 @@ static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
     kd_obj_int64(kd_obj_get(st, "max_row"), &info->max_row);
     kd_obj_int64(kd_obj_get(st, "empty_rows"), &info->empty_rows);
     kd_obj_double(kd_obj_get(st, "mean_row"), &info->mean_row);
+    kd_obj_double(kd_obj_get(st, "stddev_row"), &info->stddev_row);
+    kd_obj_int64(kd_obj_get(st, "nonfinite"), &info->nonfinite);
+    info->resident = 1;
+    kd_obj_bool(kd_obj_get(m, "resident"), &info->resident);
+    kd_obj_int64(kd_obj_get(m, "uses"), &info->uses);
+    kd_parse_candidates(kd_obj_get(m, "candidates"), info);
 }
 
 static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
@@ -565,6 +607,12 @@ static int kd_copy_vector(krylov_client_t *c, kd_reply_t *reply, const char *fie
 int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                 double beta, double *y, int64_t ny)
 {
+    return krylov_spmv_timed(c, id, alpha, x, nx, beta, y, ny, NULL);
+}
+
+int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
+                      double beta, double *y, int64_t ny, double *server_ms)
+{
     size_t xb = 0, yb = 0;
     int rc = kd_check_count(c, nx, 8, &xb);
     if (rc == KRYLOV_OK)
@@ -585,9 +633,12 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
     if (rc != KRYLOV_OK)
         return rc;
     rc = kd_copy_vector(c, &reply, "y", y, ny);
-    if (rc == KRYLOV_OK)
-        kd_reply_destroy(&reply);
-    return rc;
+    if (rc != KRYLOV_OK)
+        return rc;
+    if (server_ms != NULL && kd_obj_double(kd_obj_get(reply.result, "time_ms"), server_ms) != 0)
+        *server_ms = -1.0;
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
 }
 
 void krylov_solve_options_init(krylov_solve_options_t *opt)
@@ -736,6 +787,19 @@ int krylov_status(krylov_client_t *c, krylov_server_status_t *st)
     kd_obj_int64(kd_obj_get(r, "connections"), &st->connections);
     kd_obj_int64(kd_obj_get(r, "queue_depth"), &st->queue_depth);
     kd_obj_double(kd_obj_get(r, "uptime_s"), &st->uptime_s);
+    kd_copy_str(kd_obj_get(d, "vendor"), st->vendor, sizeof(st->vendor));
+    kd_copy_str(kd_obj_get(d, "version"), st->device_version, sizeof(st->device_version));
+    kd_obj_int64(kd_obj_get(d, "compute_units"), &st->compute_units);
+    kd_obj_bool(kd_obj_get(d, "fp64"), &st->fp64);
+    const msgpack_object *by = kd_obj_get(r, "requests_by_method");
+    if (by != NULL && by->type == MSGPACK_OBJECT_MAP)
+        for (uint32_t i = 0; i < by->via.map.size && st->nmethods < KRYLOV_MAX_METHODS; i++) {
+            krylov_method_count_t *mc = &st->by_method[st->nmethods];
+            if (kd_obj_str_copy(&by->via.map.ptr[i].key, mc->method, sizeof(mc->method)) != 0 ||
+                kd_obj_int64(&by->via.map.ptr[i].val, &mc->requests) != 0)
+                continue;
+            st->nmethods++;
+        }
     kd_reply_destroy(&reply);
     return KRYLOV_OK;
 }

@@ -57,8 +57,27 @@ void krylov_close(krylov_client_t *c);
 /* Give up on a call after this long without progress (0 = wait forever, the default). */
 void krylov_set_timeout(krylov_client_t *c, int timeout_ms);
 
+/*
+ * Called while a request is being written to the socket: `sent` of `total` bytes so far (the
+ * request's msgpack encoding, so slightly more than its arrays). The server acts on a request
+ * only once all of it has arrived, so for an upload this is the upload's progress; the wait for
+ * the answer comes after sent == total. Called at least once per request (sent == total last);
+ * NULL (the default) turns it off.
+ */
+typedef void (*krylov_send_progress_fn)(void *ctx, uint64_t sent, uint64_t total);
+void krylov_set_send_progress(krylov_client_t *c, krylov_send_progress_fn fn, void *ctx);
+
 const char *krylov_error_code(const krylov_client_t *c);    /* "" after success */
 const char *krylov_error_message(const krylov_client_t *c); /* "" after success */
+
+#define KRYLOV_MAX_CANDIDATES 16
+
+/* A format the server considered at upload: timed (time_ms >= 0) or dropped (reason in dropped). */
+typedef struct krylov_format_candidate {
+    char format[32];
+    double time_ms; /* -1 when dropped */
+    char dropped[96];
+} krylov_format_candidate_t;
 
 typedef struct krylov_matrix_info {
     char id[33];
@@ -71,6 +90,12 @@ typedef struct krylov_matrix_info {
     int created; /* matrix.put: 1 when this call stored it, 0 when it was already there */
     int64_t min_row, max_row, empty_rows;
     double mean_row;
+    int resident;      /* in device memory now */
+    int64_t uses;      /* requests that used it since upload or restart */
+    double stddev_row; /* of the row lengths */
+    int64_t nonfinite; /* values that are NaN or infinite */
+    int ncandidates;   /* the first KRYLOV_MAX_CANDIDATES formats considered at upload */
+    krylov_format_candidate_t candidates[KRYLOV_MAX_CANDIDATES];
 } krylov_matrix_info_t;
 
 typedef struct krylov_put_options {
@@ -102,6 +127,10 @@ int krylov_pin(krylov_client_t *c, const char *id, int pinned);
 /* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. */
 int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                 double beta, double *y, int64_t ny);
+/* krylov_spmv, also giving the server's time for the request in *server_ms (copying x to the
+ * device and y back included; the network and encoding not). server_ms may be NULL. */
+int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
+                      double beta, double *y, int64_t ny, double *server_ms);
 
 typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
 
@@ -137,6 +166,13 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
                  const krylov_solve_options_t *opt, double *x, krylov_solve_result_t *result);
 void krylov_solve_result_free(krylov_solve_result_t *result); /* frees history */
 
+#define KRYLOV_MAX_METHODS 32
+
+typedef struct krylov_method_count {
+    char method[32];
+    int64_t requests;
+} krylov_method_count_t;
+
 typedef struct krylov_server_status {
     char version[32];
     char device[128];
@@ -150,6 +186,12 @@ typedef struct krylov_server_status {
     int64_t connections;
     int64_t queue_depth;
     double uptime_s;
+    char vendor[128];
+    char device_version[128];
+    int64_t compute_units;
+    int fp64;
+    int nmethods; /* requests received per method, in the server's order */
+    krylov_method_count_t by_method[KRYLOV_MAX_METHODS];
 } krylov_server_status_t;
 
 int krylov_status(krylov_client_t *c, krylov_server_status_t *status);

@@ -1,66 +1,190 @@
 /*
- * krylov: the command-line client. Each subcommand is one or two libkrylov calls; vectors come
- * from Matrix Market files (array or coordinate, .gz too) or are generated ("ones").
+ * krylov: the command-line client. Each subcommand is one or a few libkrylov calls; vectors come
+ * from Matrix Market files (array or coordinate, .gz too) or are generated ("ones", "random").
  *
- *   krylov [--server HOST:PORT] [--timeout MS] COMMAND ...
+ *   krylov [--server HOST:PORT] [--timeout MS] [--json] [--progress|--no-progress] COMMAND ...
+ *
+ * Output is for people by default: aligned tables for `list` and `status`, a progress line on a
+ * terminal for long solves and uploads (cli_progress.c). With --json every command prints exactly
+ * one JSON document on stdout instead (cli_json.c), errors included, for scripts; messages for
+ * people still go to stderr. `solve --plot F.png` draws the convergence history with gnuplot
+ * (cli_plot.c). Exit status: 0 done, 1 an error from the server or the connection, 2 a usage
+ * error, 3 a solve that did not converge, 4 a plot that could not be written.
  */
 #include "krylov.h"
 
+#include "client/cli_json.h"
+#include "client/cli_plot.h"
+#include "client/cli_progress.h"
+#include "client/cli_table.h"
 #include "client/mtx_file.h"
 #include "protocol/mtx.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define KRYLOV_DEFAULT_SERVER "127.0.0.1:7373"
 #define KRYLOV_MAX_VECTOR_FILE ((size_t)4 << 30)
 
+enum {
+    KD_EXIT_OK = 0,
+    KD_EXIT_ERROR = 1,
+    KD_EXIT_USAGE = 2,
+    KD_EXIT_NOT_CONVERGED = 3,
+    KD_EXIT_PLOT = 4
+};
+
+typedef struct kd_cli {
+    krylov_client_t *client;
+    const char *server;
+    const char *command;
+    int json; /* one JSON document on stdout */
+    kd_progress_mode_t progress;
+} kd_cli_t;
+
 static void kd_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: krylov [--server HOST:PORT] [--timeout MS] COMMAND [ARGS]\n"
-            "\n"
-            "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
-            "                          upload a Matrix Market matrix; prints its id\n"
-            "  info ID                 show a matrix\n"
-            "  list                    list the matrices on the server\n"
-            "  drop ID                 remove a matrix\n"
-            "  spmv ID X.mtx|ones [-o Y.mtx]\n"
-            "                          y = A x; prints ||y|| and the time, writes y with -o\n"
-            "  solve ID [--rhs B.mtx|ones] [--method cg|sd|pcg] [--rtol R] [--atol A]\n"
-            "        [--maxiter N] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
-            "                          solve A x = b; prints status, iterations, residual, time\n"
-            "  status                  show the server and its device\n"
-            "\n"
-            "The server defaults to $KRYLOV_SERVER, else %s.\n",
-            KRYLOV_DEFAULT_SERVER);
+    fprintf(
+        out,
+        "usage: krylov [--server HOST:PORT] [--timeout MS] [--json] [--progress|--no-progress]\n"
+        "              COMMAND [ARGS]\n"
+        "\n"
+        "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
+        "                          upload a Matrix Market matrix; prints its id\n"
+        "  info ID                 show a matrix\n"
+        "  list                    list the matrices on the server\n"
+        "  drop ID                 remove a matrix\n"
+        "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
+        "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
+        "                          y = A x; prints ||y|| and the time, writes y with -o\n"
+        "  solve ID [--rhs B.mtx|ones|random] [--method cg|sd|pcg] [--rtol R] [--atol A]\n"
+        "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
+        "        [--plot CONV.png]\n"
+        "                          solve A x = b; prints status, iterations, residual, time;\n"
+        "                          --plot draws the residual history with gnuplot\n"
+        "  bench ID [--runs N] [--warmup W]\n"
+        "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
+        "  status                  show the server and its device\n"
+        "\n"
+        "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
+        "  --progress    always show the progress line on stderr; --no-progress: never\n"
+        "                (default: on a terminal, for work that takes over %.1f s)\n"
+        "\n"
+        "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
+        "2 usage, 3 solve not converged, 4 plot not written.\n",
+        KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
 }
 
-static int kd_fail(const char *what, krylov_client_t *c)
+/* An error document on stdout (with --json) and a line for people on stderr. */
+static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char *fmt, ...)
 {
-    fprintf(stderr, "krylov: %s: %s: %s\n", what, krylov_error_code(c), krylov_error_message(c));
-    return 1;
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    int show_code = code[0] != '\0' && strcmp(code, "USAGE") != 0;
+    fprintf(stderr, "krylov%s%s: %s%s%s\n", cli->command ? " " : "",
+            cli->command ? cli->command : "", show_code ? code : "", show_code ? ": " : "",
+            message);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_key(&j, "error");
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "command", cli->command);
+        kd_json_kv_str(&j, "code", code);
+        kd_json_kv_str(&j, "message", message);
+        kd_json_object_end(&j);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    }
+    return exit_code;
 }
 
-/* "ones" or a Matrix Market vector file of exactly n values. */
-static double *kd_load_vector(const char *spec, int64_t n, const char *what)
+/* Connect once the command's arguments are known good, so usage errors need no server. */
+static int kd_connect(kd_cli_t *cli)
+{
+    return krylov_connect(cli->client, cli->server);
+}
+
+static int kd_fail(kd_cli_t *cli)
+{
+    return kd_report(cli, KD_EXIT_ERROR, krylov_error_code(cli->client), "%s",
+                     krylov_error_message(cli->client));
+}
+
+static int kd_parse_double(kd_cli_t *cli, const char *opt, const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(v))
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "%s wants a number, not '%s'", opt, text);
+    *out = v;
+    return 0;
+}
+
+static int kd_parse_int(kd_cli_t *cli, const char *opt, const char *text, int64_t min, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno != 0 || v < min)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "%s wants an integer >= %lld, not '%s'", opt,
+                         (long long)min, text);
+    *out = v;
+    return 0;
+}
+
+static uint64_t kd_random_state;
+
+/* uniform in [-1, 1): xorshift64* seeded from the clock */
+static double kd_random_value(void)
+{
+    if (kd_random_state == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        kd_random_state = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec;
+        kd_random_state |= 1;
+    }
+    uint64_t x = kd_random_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    kd_random_state = x;
+    return (double)((x * 0x2545F4914F6CDD1Dull) >> 11) / 4503599627370496.0 - 1.0;
+}
+
+/* "ones", "random" or a Matrix Market vector file of exactly n values; NULL after reporting. */
+static double *kd_load_vector(kd_cli_t *cli, const char *spec, int64_t n, const char *what)
 {
     size_t count = n > 0 ? (size_t)n : 1;
-    if (strcmp(spec, "ones") == 0) {
+    if (strcmp(spec, "ones") == 0 || strcmp(spec, "random") == 0) {
         double *v = malloc(count * sizeof(double));
-        if (v == NULL)
+        if (v == NULL) {
+            kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory for %s", what);
             return NULL;
+        }
+        int ones = spec[0] == 'o';
         for (int64_t i = 0; i < n; i++)
-            v[i] = 1.0;
+            v[i] = ones ? 1.0 : kd_random_value();
         return v;
     }
     char *text = NULL;
     size_t len = 0;
     kd_err_t err = {0};
     if (kd_mtx_file_read(spec, KRYLOV_MAX_VECTOR_FILE, &text, &len, &err) != KD_OK) {
-        fprintf(stderr, "krylov: %s: %s\n", what, err.message);
+        kd_report(cli, KD_EXIT_ERROR, kd_error_wire_name(err.code), "%s: %s", what, err.message);
         return NULL;
     }
     double *v = NULL;
@@ -68,19 +192,21 @@ static double *kd_load_vector(const char *spec, int64_t n, const char *what)
     int rc = kd_mtx_read_dense(text, len, n > 0 ? n : 1, &v, &rows, &cols, &err);
     free(text);
     if (rc != KD_OK) {
-        fprintf(stderr, "krylov: %s: %s: %s\n", what, spec, err.message);
+        kd_report(cli, KD_EXIT_ERROR, kd_error_wire_name(rc), "%s: %s: %s", what, spec,
+                  err.message);
         return NULL;
     }
     if (rows * cols != n) {
-        fprintf(stderr, "krylov: %s: %s holds %lld x %lld values; the matrix needs %lld\n", what,
-                spec, (long long)rows, (long long)cols, (long long)n);
+        kd_report(cli, KD_EXIT_ERROR, "BAD_REQUEST",
+                  "%s: %s holds %lld x %lld values; the matrix needs %lld", what, spec,
+                  (long long)rows, (long long)cols, (long long)n);
         free(v);
         return NULL;
     }
     return v;
 }
 
-static int kd_save_vector(const char *path, const double *v, int64_t n)
+static int kd_save_vector(kd_cli_t *cli, const char *path, const double *v, int64_t n)
 {
     char *text = NULL;
     size_t len = 0;
@@ -89,10 +215,9 @@ static int kd_save_vector(const char *path, const double *v, int64_t n)
     if (rc == KD_OK)
         rc = kd_mtx_file_write(path, text, len, &err);
     free(text);
-    if (rc != KD_OK) {
-        fprintf(stderr, "krylov: writing %s: %s\n", path, err.message);
-        return 1;
-    }
+    if (rc != KD_OK)
+        return kd_report(cli, KD_EXIT_ERROR, kd_error_wire_name(rc), "writing %s: %s", path,
+                         err.message);
     return 0;
 }
 
@@ -104,6 +229,49 @@ static double kd_norm2(const double *v, int64_t n)
     return sqrt(s);
 }
 
+static double kd_mib(int64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* The matrix.info fields as JSON members of the object being written. */
+static void kd_json_info_fields(kd_json_t *j, const krylov_matrix_info_t *m)
+{
+    kd_json_kv_str(j, "id", m->id);
+    kd_json_kv_str(j, "name", m->name);
+    kd_json_kv_int(j, "rows", m->rows);
+    kd_json_kv_int(j, "cols", m->cols);
+    kd_json_kv_int(j, "nnz", m->nnz);
+    kd_json_kv_str(j, "dtype", m->dtype);
+    kd_json_kv_str(j, "format", m->format);
+    kd_json_kv_int(j, "device_bytes", m->device_bytes);
+    kd_json_kv_bool(j, "pinned", m->pinned);
+    kd_json_kv_bool(j, "resident", m->resident);
+    kd_json_kv_int(j, "uses", m->uses);
+    kd_json_key(j, "stats");
+    kd_json_object_begin(j);
+    kd_json_kv_int(j, "min_row", m->min_row);
+    kd_json_kv_int(j, "max_row", m->max_row);
+    kd_json_kv_double(j, "mean_row", m->mean_row);
+    kd_json_kv_double(j, "stddev_row", m->stddev_row);
+    kd_json_kv_int(j, "empty_rows", m->empty_rows);
+    kd_json_kv_int(j, "nonfinite", m->nonfinite);
+    kd_json_object_end(j);
+    kd_json_key(j, "candidates");
+    kd_json_array_begin(j);
+    for (int i = 0; i < m->ncandidates; i++) {
+        const krylov_format_candidate_t *cand = &m->candidates[i];
+        kd_json_object_begin(j);
+        kd_json_kv_str(j, "format", cand->format);
+        if (cand->dropped[0] != '\0')
+            kd_json_kv_str(j, "dropped", cand->dropped);
+        else
+            kd_json_kv_double(j, "time_ms", cand->time_ms);
+        kd_json_object_end(j);
+    }
+    kd_json_array_end(j);
+}
+
 static void kd_print_info(const krylov_matrix_info_t *m)
 {
     printf("id           %s\n", m->id);
@@ -111,18 +279,29 @@ static void kd_print_info(const krylov_matrix_info_t *m)
         printf("name         %s\n", m->name);
     printf("shape        %lld x %lld, %lld nonzeros, %s\n", (long long)m->rows, (long long)m->cols,
            (long long)m->nnz, m->dtype);
-    printf("format       %s (%.2f MiB on the device)%s\n", m->format,
-           (double)m->device_bytes / (1 << 20), m->pinned ? ", pinned" : "");
-    printf("rows         %lld..%lld nonzeros, mean %.2f, %lld empty\n", (long long)m->min_row,
-           (long long)m->max_row, m->mean_row, (long long)m->empty_rows);
+    printf("format       %s (%.2f MiB on the device)%s%s\n", m->format, kd_mib(m->device_bytes),
+           m->pinned ? ", pinned" : "", m->resident ? "" : ", evicted (reloads on use)");
+    printf("rows         %lld..%lld nonzeros, mean %.2f, stddev %.2f, %lld empty\n",
+           (long long)m->min_row, (long long)m->max_row, m->mean_row, m->stddev_row,
+           (long long)m->empty_rows);
+    if (m->nonfinite > 0)
+        printf("nonfinite    %lld values are NaN or infinite\n", (long long)m->nonfinite);
+    printf("uses         %lld\n", (long long)m->uses);
+    for (int i = 0; i < m->ncandidates; i++) {
+        const krylov_format_candidate_t *cand = &m->candidates[i];
+        int chosen = strcmp(cand->format, m->format) == 0;
+        printf("%-13s%-14s", i == 0 ? "candidates" : "", cand->format);
+        if (cand->dropped[0] != '\0')
+            printf("dropped: %s%s\n", cand->dropped, chosen ? "  (chosen)" : "");
+        else
+            printf("%.4f ms%s\n", cand->time_ms, chosen ? "  (chosen)" : "");
+    }
 }
 
-static int kd_cmd_put(krylov_client_t *c, int argc, char **argv)
+static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
 {
-    if (argc < 1) {
-        fprintf(stderr, "krylov put: which file?\n");
-        return 2;
-    }
+    if (argc < 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "which file?");
     krylov_put_options_t opt = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--pin") == 0)
@@ -133,67 +312,214 @@ static int kd_cmd_put(krylov_client_t *c, int argc, char **argv)
             opt.format = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--dtype") == 0)
             opt.dtype = argv[++i];
-        else {
-            fprintf(stderr, "krylov put: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }
+    kd_progress_t bar;
+    kd_progress_init(&bar, stderr, cli->progress, "upload");
+    if (bar.enabled)
+        krylov_set_send_progress(cli->client, kd_progress_bytes, &bar);
     krylov_matrix_info_t info;
-    if (krylov_put_file(c, argv[0], &opt, &info) != KRYLOV_OK)
-        return kd_fail("put", c);
-    printf("%s\n", info.id);
+    int rc = kd_connect(cli);
+    if (rc == KRYLOV_OK)
+        rc = krylov_put_file(cli->client, argv[0], &opt, &info);
+    krylov_set_send_progress(cli->client, NULL, NULL);
+    kd_progress_done(&bar);
+    if (rc != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_info_fields(&j, &info);
+        kd_json_kv_bool(&j, "created", info.created);
+        kd_json_kv_str(&j, "file", argv[0]);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("%s\n", info.id);
+    }
     fprintf(stderr, "%s: %lld x %lld, %lld nonzeros, %s, format %s%s\n", argv[0],
             (long long)info.rows, (long long)info.cols, (long long)info.nnz, info.dtype,
             info.format, info.created ? "" : " (already on the server)");
     return 0;
 }
 
-static int kd_cmd_spmv(krylov_client_t *c, int argc, char **argv)
+static int kd_cmd_info(kd_cli_t *cli, int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "krylov spmv: usage: spmv ID X.mtx|ones [-o Y.mtx]\n");
-        return 2;
+    if (argc != 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: info ID");
+    krylov_matrix_info_t info;
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_info_fields(&j, &info);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        kd_print_info(&info);
     }
+    return 0;
+}
+
+static int kd_cmd_drop(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc != 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: drop ID");
+    if (kd_connect(cli) != KRYLOV_OK || krylov_drop(cli->client, argv[0]) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "id", argv[0]);
+        kd_json_kv_bool(&j, "dropped", 1);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("dropped %s\n", argv[0]);
+    }
+    return 0;
+}
+
+static int kd_cmd_pin(kd_cli_t *cli, int argc, char **argv)
+{
+    int pinned = 1;
+    if (argc == 2 && strcmp(argv[1], "--off") == 0)
+        pinned = 0;
+    else if (argc != 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: pin ID [--off]");
+    krylov_matrix_info_t info;
+    if (kd_connect(cli) != KRYLOV_OK || krylov_pin(cli->client, argv[0], pinned) != KRYLOV_OK ||
+        krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_info_fields(&j, &info);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("%s %s\n", info.pinned ? "pinned" : "unpinned", info.id);
+    }
+    return 0;
+}
+
+static int kd_cmd_spmv(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc < 2)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE",
+                         "usage: spmv ID X.mtx|ones|random [-o Y.mtx]");
     const char *out = NULL;
     for (int i = 2; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "-o") == 0)
             out = argv[++i];
-        else {
-            fprintf(stderr, "krylov spmv: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }
     krylov_matrix_info_t info;
-    if (krylov_info(c, argv[0], &info) != KRYLOV_OK)
-        return kd_fail("spmv", c);
-    double *x = kd_load_vector(argv[1], info.cols, "x");
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+        return kd_fail(cli);
+    double *x = kd_load_vector(cli, argv[1], info.cols, "x");
     double *y = malloc((info.rows > 0 ? (size_t)info.rows : 1) * sizeof(double));
-    int rc = 1;
-    if (x != NULL && y != NULL) {
-        if (krylov_spmv(c, argv[0], 1.0, x, info.cols, 0.0, y, info.rows) != KRYLOV_OK) {
-            rc = kd_fail("spmv", c);
-        } else {
-            printf("||y|| = %.17g (%lld rows)\n", kd_norm2(y, info.rows), (long long)info.rows);
-            rc = out != NULL ? kd_save_vector(out, y, info.rows) : 0;
-        }
+    int rc = KD_EXIT_ERROR;
+    double server_ms = -1.0;
+    if (x == NULL)
+        goto done;
+    if (y == NULL) {
+        rc = kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory for y");
+        goto done;
     }
+    if (krylov_spmv_timed(cli->client, argv[0], 1.0, x, info.cols, 0.0, y, info.rows, &server_ms) !=
+        KRYLOV_OK) {
+        rc = kd_fail(cli);
+        goto done;
+    }
+    if (out != NULL && (rc = kd_save_vector(cli, out, y, info.rows)) != 0)
+        goto done;
+    double norm = kd_norm2(y, info.rows);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "id", info.id);
+        kd_json_kv_int(&j, "rows", info.rows);
+        kd_json_kv_int(&j, "cols", info.cols);
+        kd_json_kv_str(&j, "x", argv[1]);
+        kd_json_kv_double(&j, "norm", norm);
+        kd_json_kv_double(&j, "time_ms", server_ms);
+        kd_json_kv_str(&j, "output", out);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("||y|| = %.17g (%lld rows, %.3f ms on the server)\n", norm, (long long)info.rows,
+               server_ms);
+    }
+    rc = 0;
+done:
     free(x);
     free(y);
     return rc;
 }
 
-static int kd_cmd_solve(krylov_client_t *c, int argc, char **argv)
+static int kd_solve_json(kd_cli_t *cli, const krylov_matrix_info_t *info,
+                         const krylov_solve_options_t *opt, const krylov_solve_result_t *res,
+                         const char *rhs, const char *out, const char *plot, const char *plot_error)
 {
-    if (argc < 1) {
-        fprintf(stderr, "krylov solve: which matrix id?\n");
-        return 2;
+    kd_json_t j;
+    kd_json_init(&j, stdout);
+    kd_json_object_begin(&j);
+    kd_json_kv_str(&j, "id", info->id);
+    kd_json_kv_int(&j, "rows", info->rows);
+    kd_json_kv_str(&j, "method", opt->method);
+    kd_json_kv_str(&j, "rhs", rhs);
+    kd_json_kv_double(&j, "rtol", opt->rtol);
+    kd_json_kv_double(&j, "atol", opt->atol);
+    if (opt->maxiter >= 0)
+        kd_json_kv_int(&j, "maxiter", opt->maxiter);
+    else
+        kd_json_kv_null(&j, "maxiter");
+    kd_json_kv_str(&j, "status", res->status);
+    kd_json_kv_bool(&j, "converged", strcmp(res->status, "converged") == 0);
+    kd_json_kv_int(&j, "iterations", res->iterations);
+    kd_json_kv_double(&j, "residual_norm", res->residual_norm);
+    kd_json_kv_double(&j, "relative_residual", res->relative_residual);
+    kd_json_kv_double(&j, "time_ms", res->time_ms);
+    kd_json_kv_str(&j, "message", res->message);
+    if (opt->history) {
+        if (opt->check_every > 0)
+            kd_json_kv_int(&j, "check_every", opt->check_every);
+        else
+            kd_json_kv_null(&j, "check_every");
+        kd_json_key(&j, "history");
+        kd_json_array_begin(&j);
+        for (int64_t i = 0; i < res->history_len; i++)
+            kd_json_double(&j, res->history[i]);
+        kd_json_array_end(&j);
     }
+    kd_json_kv_str(&j, "output", out);
+    kd_json_kv_str(&j, "plot", plot_error == NULL ? plot : NULL);
+    if (plot_error != NULL)
+        kd_json_kv_str(&j, "plot_error", plot_error);
+    kd_json_object_end(&j);
+    kd_json_finish(&j);
+    return 0;
+}
+
+static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc < 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "which matrix id?");
     krylov_solve_options_t opt;
     krylov_solve_options_init(&opt);
-    const char *rhs = "ones", *out = NULL, *x0_path = NULL;
+    const char *rhs = "ones", *out = NULL, *x0_path = NULL, *plot = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int has = i + 1 < argc;
+        int has = i + 1 < argc, bad = 0;
         if (strcmp(a, "--history") == 0)
             opt.history = 1;
         else if (has && strcmp(a, "--rhs") == 0)
@@ -201,47 +527,110 @@ static int kd_cmd_solve(krylov_client_t *c, int argc, char **argv)
         else if (has && strcmp(a, "--method") == 0)
             opt.method = argv[++i];
         else if (has && strcmp(a, "--rtol") == 0)
-            opt.rtol = strtod(argv[++i], NULL);
+            bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
         else if (has && strcmp(a, "--atol") == 0)
-            opt.atol = strtod(argv[++i], NULL);
+            bad = kd_parse_double(cli, a, argv[++i], &opt.atol);
         else if (has && strcmp(a, "--maxiter") == 0)
-            opt.maxiter = strtoll(argv[++i], NULL, 10);
+            bad = kd_parse_int(cli, a, argv[++i], 0, &opt.maxiter);
+        else if (has && strcmp(a, "--check-every") == 0)
+            bad = kd_parse_int(cli, a, argv[++i], 1, &opt.check_every);
         else if (has && strcmp(a, "--x0") == 0)
             x0_path = argv[++i];
         else if (has && strcmp(a, "-o") == 0)
             out = argv[++i];
-        else {
-            fprintf(stderr, "krylov solve: unknown option '%s'\n", a);
-            return 2;
+        else if (has && strcmp(a, "--plot") == 0)
+            plot = argv[++i];
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", a);
+        if (bad)
+            return bad;
+    }
+    /* Look for gnuplot first, so the message comes before a long solve, not after it. */
+    char gnuplot[4096];
+    char plot_error[1024];
+    const char *plot_failed = NULL;
+    if (plot != NULL) {
+        opt.history = 1;
+        if (opt.check_every <= 0)
+            opt.check_every = 1; /* one point per iteration */
+        if (kd_plot_find_program("gnuplot", gnuplot, sizeof(gnuplot)) != 0) {
+            snprintf(plot_error, sizeof(plot_error),
+                     "--plot needs gnuplot, which is not on PATH; install it (Debian: apt-get "
+                     "install gnuplot-nox) or use --json for the history. Solving without the "
+                     "plot.");
+            plot_failed = plot_error;
+            fprintf(stderr, "krylov solve: %s\n", plot_error);
         }
     }
     krylov_matrix_info_t info;
-    if (krylov_info(c, argv[0], &info) != KRYLOV_OK)
-        return kd_fail("solve", c);
-    double *b = kd_load_vector(rhs, info.rows, "rhs");
-    double *x0 = x0_path != NULL ? kd_load_vector(x0_path, info.rows, "x0") : NULL;
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+        return kd_fail(cli);
+    double *b = kd_load_vector(cli, rhs, info.rows, "rhs");
+    double *x0 = NULL;
     double *x = malloc((info.rows > 0 ? (size_t)info.rows : 1) * sizeof(double));
-    int rc = 1;
-    if (b == NULL || x == NULL || (x0_path != NULL && x0 == NULL))
+    int rc = KD_EXIT_ERROR;
+    if (b == NULL ||
+        (x0_path != NULL && (x0 = kd_load_vector(cli, x0_path, info.rows, "x0")) == NULL))
         goto done;
-    opt.x0 = x0;
-    krylov_solve_result_t res;
-    if (krylov_solve(c, argv[0], b, info.rows, &opt, x, &res) != KRYLOV_OK) {
-        rc = kd_fail("solve", c);
+    if (x == NULL) {
+        rc = kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory for x");
         goto done;
     }
-    printf("status             %s%s%s\n", res.status, res.message[0] ? ": " : "", res.message);
-    printf("iterations         %lld\n", (long long)res.iterations);
-    printf("relative residual  %.3e  (||b - Ax|| = %.3e)\n", res.relative_residual,
-           res.residual_norm);
-    printf("time               %.3f ms on the server\n", res.time_ms);
-    if (opt.history)
-        for (int64_t i = 0; i < res.history_len; i++)
-            printf("history %lld %.6e\n", (long long)i, res.history[i]);
+    opt.x0 = x0;
+    kd_progress_t bar;
+    kd_progress_init(&bar, stderr, cli->progress, opt.method);
+    double target = fmax(opt.rtol * kd_norm2(b, info.rows), opt.atol);
+    kd_progress_set_target(&bar, target, opt.maxiter >= 0 ? opt.maxiter : 10 * info.rows);
+    if (bar.enabled) {
+        opt.progress = kd_progress_solve;
+        opt.progress_ctx = &bar;
+    }
+    krylov_solve_result_t res;
+    int solved = krylov_solve(cli->client, argv[0], b, info.rows, &opt, x, &res);
+    kd_progress_done(&bar);
+    if (solved != KRYLOV_OK) {
+        rc = kd_fail(cli);
+        goto done;
+    }
+    if (plot != NULL && plot_failed == NULL) {
+        char title[256];
+        snprintf(title, sizeof(title), "%s on %s (%lld x %lld, %lld nonzeros): %s", opt.method,
+                 info.name[0] ? info.name : info.id, (long long)info.rows, (long long)info.cols,
+                 (long long)info.nnz, res.status);
+        kd_plot_series_t series = {.residuals = res.history,
+                                   .count = res.history_len,
+                                   .check_every = opt.check_every,
+                                   .iterations = res.iterations,
+                                   .target = target,
+                                   .title = title};
+        if (kd_plot_convergence(gnuplot, plot, &series, plot_error, sizeof(plot_error)) != 0) {
+            plot_failed = plot_error;
+            fprintf(stderr, "krylov solve: --plot: %s\n", plot_error);
+        }
+    }
+    rc = out != NULL ? kd_save_vector(cli, out, x, info.rows) : 0;
+    if (rc == 0) {
+        if (cli->json) {
+            kd_solve_json(cli, &info, &opt, &res, rhs, out, plot, plot_failed);
+        } else {
+            printf("status             %s%s%s\n", res.status, res.message[0] ? ": " : "",
+                   res.message);
+            printf("iterations         %lld\n", (long long)res.iterations);
+            printf("relative residual  %.3e  (||b - Ax|| = %.3e)\n", res.relative_residual,
+                   res.residual_norm);
+            printf("time               %.3f ms on the server\n", res.time_ms);
+            if (opt.history && plot == NULL)
+                for (int64_t i = 0; i < res.history_len; i++)
+                    printf("history %lld %.6e\n", (long long)i, res.history[i]);
+            if (plot != NULL && plot_failed == NULL)
+                printf("plot               %s\n", plot);
+        }
+        if (plot_failed != NULL)
+            rc = KD_EXIT_PLOT;
+        else if (strcmp(res.status, "converged") != 0)
+            rc = KD_EXIT_NOT_CONVERGED;
+    }
     krylov_solve_result_free(&res);
-    rc = out != NULL ? kd_save_vector(out, x, info.rows) : 0;
-    if (rc == 0 && strcmp(res.status, "converged") != 0)
-        rc = 3;
 done:
     free(b);
     free(x0);
@@ -249,43 +638,331 @@ done:
     return rc;
 }
 
-static int kd_cmd_list(krylov_client_t *c)
+static int kd_compare_double(const void *a, const void *b)
 {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct kd_timing {
+    double min, median, mean, max;
+} kd_timing_t;
+
+static kd_timing_t kd_timing_of(double *v, int64_t n)
+{
+    kd_timing_t t = {0};
+    if (n <= 0)
+        return t;
+    qsort(v, (size_t)n, sizeof(double), kd_compare_double);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += v[i];
+    t.min = v[0];
+    t.max = v[n - 1];
+    t.mean = sum / (double)n;
+    t.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return t;
+}
+
+static double kd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* 2 nnz flops in ms milliseconds, in GFLOP/s */
+static double kd_gflops(int64_t nnz, double ms)
+{
+    return ms > 0.0 ? 2.0 * (double)nnz / (ms * 1e6) : 0.0;
+}
+
+static void kd_json_timing(kd_json_t *j, const char *key, const kd_timing_t *t)
+{
+    kd_json_key(j, key);
+    kd_json_object_begin(j);
+    kd_json_kv_double(j, "min", t->min);
+    kd_json_kv_double(j, "median", t->median);
+    kd_json_kv_double(j, "mean", t->mean);
+    kd_json_kv_double(j, "max", t->max);
+    kd_json_object_end(j);
+}
+
+static int kd_cmd_bench(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc < 1)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: bench ID [--runs N] [--warmup W]");
+    int64_t runs = 20, warmup = 2;
+    for (int i = 1; i < argc; i++) {
+        int bad;
+        if (i + 1 < argc && strcmp(argv[i], "--runs") == 0)
+            bad = kd_parse_int(cli, argv[i], argv[i + 1], 1, &runs), i++;
+        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0)
+            bad = kd_parse_int(cli, argv[i], argv[i + 1], 0, &warmup), i++;
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
+        if (bad)
+            return bad;
+    }
+    if (runs > 1000000)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "--runs %lld is over 1000000",
+                         (long long)runs);
+    krylov_matrix_info_t info;
+    if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
+        return kd_fail(cli);
+    double *x = kd_load_vector(cli, "random", info.cols, "x");
+    double *y = malloc((info.rows > 0 ? (size_t)info.rows : 1) * sizeof(double));
+    double *server = malloc((size_t)runs * sizeof(double));
+    double *trip = malloc((size_t)runs * sizeof(double));
+    int rc = KD_EXIT_ERROR;
+    if (x == NULL)
+        goto done;
+    if (y == NULL || server == NULL || trip == NULL) {
+        rc = kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory");
+        goto done;
+    }
+    kd_progress_t bar;
+    kd_progress_init(&bar, stderr, cli->progress, "bench");
+    for (int64_t r = -warmup; r < runs; r++) {
+        double ms = -1.0, t0 = kd_now_ms();
+        if (krylov_spmv_timed(cli->client, info.id, 1.0, x, info.cols, 0.0, y, info.rows, &ms) !=
+            KRYLOV_OK) {
+            kd_progress_done(&bar);
+            rc = kd_fail(cli);
+            goto done;
+        }
+        double t1 = kd_now_ms();
+        if (r >= 0) {
+            server[r] = ms;
+            trip[r] = t1 - t0;
+        }
+        kd_progress_steps(&bar, r + warmup + 1, warmup + runs, "run");
+    }
+    kd_progress_done(&bar);
+    kd_timing_t ts = kd_timing_of(server, runs), tt = kd_timing_of(trip, runs);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "id", info.id);
+        kd_json_kv_str(&j, "name", info.name);
+        kd_json_kv_int(&j, "rows", info.rows);
+        kd_json_kv_int(&j, "cols", info.cols);
+        kd_json_kv_int(&j, "nnz", info.nnz);
+        kd_json_kv_str(&j, "dtype", info.dtype);
+        kd_json_kv_str(&j, "format", info.format);
+        kd_json_kv_int(&j, "runs", runs);
+        kd_json_kv_int(&j, "warmup", warmup);
+        kd_json_timing(&j, "server_ms", &ts);
+        kd_json_timing(&j, "round_trip_ms", &tt);
+        kd_json_key(&j, "gflops");
+        kd_json_object_begin(&j);
+        kd_json_kv_double(&j, "server_best", kd_gflops(info.nnz, ts.min));
+        kd_json_kv_double(&j, "server_median", kd_gflops(info.nnz, ts.median));
+        kd_json_kv_double(&j, "round_trip_median", kd_gflops(info.nnz, tt.median));
+        kd_json_object_end(&j);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("spmv %s%s%s: %lld x %lld, %lld nonzeros, %s, %s\n", info.id,
+               info.name[0] ? " " : "", info.name, (long long)info.rows, (long long)info.cols,
+               (long long)info.nnz, info.dtype, info.format);
+        printf("%lld runs after %lld warm-up\n\n", (long long)runs, (long long)warmup);
+        const char *headers[] = {"", ">min ms", ">median ms", ">mean ms", ">GFLOP/s (median)"};
+        kd_table_t t;
+        kd_table_init(&t, 5, headers);
+        kd_table_cell(&t, "server");
+        kd_table_cell(&t, "%.4f", ts.min);
+        kd_table_cell(&t, "%.4f", ts.median);
+        kd_table_cell(&t, "%.4f", ts.mean);
+        kd_table_cell(&t, "%.3f", kd_gflops(info.nnz, ts.median));
+        kd_table_cell(&t, "round trip");
+        kd_table_cell(&t, "%.4f", tt.min);
+        kd_table_cell(&t, "%.4f", tt.median);
+        kd_table_cell(&t, "%.4f", tt.mean);
+        kd_table_cell(&t, "%.3f", kd_gflops(info.nnz, tt.median));
+        kd_table_print(&t, stdout);
+        printf("\nserver: the spmv request on the server, copying x to the device and y back "
+               "included;\nround trip: as seen here, with the network and encoding. "
+               "GFLOP/s = 2 nnz / time.\n");
+    }
+    rc = 0;
+done:
+    free(x);
+    free(y);
+    free(server);
+    free(trip);
+    return rc;
+}
+
+static int kd_cmd_list(kd_cli_t *cli, int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 0)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "list takes no arguments");
     krylov_matrix_info_t *list = NULL;
     size_t n = 0;
-    if (krylov_list(c, &list, &n) != KRYLOV_OK)
-        return kd_fail("list", c);
-    printf("%-32s  %10s  %10s  %12s  %-8s  %-12s  %s\n", "id", "rows", "cols", "nnz", "dtype",
-           "format", "name");
-    for (size_t i = 0; i < n; i++)
-        printf("%-32s  %10lld  %10lld  %12lld  %-8s  %-12s  %s\n", list[i].id,
-               (long long)list[i].rows, (long long)list[i].cols, (long long)list[i].nnz,
-               list[i].dtype, list[i].format, list[i].name);
+    if (kd_connect(cli) != KRYLOV_OK || krylov_list(cli->client, &list, &n) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_key(&j, "matrices");
+        kd_json_array_begin(&j);
+        for (size_t i = 0; i < n; i++) {
+            kd_json_object_begin(&j);
+            kd_json_info_fields(&j, &list[i]);
+            kd_json_object_end(&j);
+        }
+        kd_json_array_end(&j);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else if (n == 0) {
+        printf("no matrices on the server\n");
+    } else {
+        const char *headers[] = {"ID",    "NAME",   ">ROWS",   ">COLS",  ">NNZ",
+                                 "DTYPE", "FORMAT", ">DEVICE", "PINNED", ">USES"};
+        kd_table_t t;
+        kd_table_init(&t, 10, headers);
+        int64_t bytes = 0;
+        for (size_t i = 0; i < n; i++) {
+            const krylov_matrix_info_t *m = &list[i];
+            kd_table_cell(&t, "%s", m->id);
+            kd_table_cell(&t, "%s", m->name);
+            kd_table_cell(&t, "%lld", (long long)m->rows);
+            kd_table_cell(&t, "%lld", (long long)m->cols);
+            kd_table_cell(&t, "%lld", (long long)m->nnz);
+            kd_table_cell(&t, "%s", m->dtype);
+            kd_table_cell(&t, "%s", m->format);
+            kd_table_cell(&t, "%.2f MiB", kd_mib(m->device_bytes));
+            kd_table_cell(&t, "%s", m->pinned ? "yes" : "no");
+            kd_table_cell(&t, "%lld", (long long)m->uses);
+            bytes += m->device_bytes;
+        }
+        kd_table_print(&t, stdout);
+        printf("%zu matri%s, %.2f MiB on the device\n", n, n == 1 ? "x" : "ces", kd_mib(bytes));
+    }
     free(list);
     return 0;
 }
 
-static int kd_cmd_status(krylov_client_t *c)
+static void kd_format_duration(char *buf, size_t cap, double s)
 {
+    if (s < 120.0)
+        snprintf(buf, cap, "%.1f s", s);
+    else if (s < 7200.0)
+        snprintf(buf, cap, "%.1f min", s / 60.0);
+    else if (s < 172800.0)
+        snprintf(buf, cap, "%.1f h", s / 3600.0);
+    else
+        snprintf(buf, cap, "%.1f days", s / 86400.0);
+}
+
+static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 0)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "status takes no arguments");
     krylov_server_status_t st;
-    if (krylov_status(c, &st) != KRYLOV_OK)
-        return kd_fail("status", c);
-    printf("krylovd      %s, up %.1f s\n", st.version, st.uptime_s);
-    printf("device       %s (%s, %s), %.1f GiB\n", st.device, st.device_type, st.platform,
-           (double)st.global_mem_bytes / (1u << 30));
-    printf("matrices     %lld, %.2f MiB on the device\n", (long long)st.matrices,
-           (double)st.device_bytes_used / (1 << 20));
-    printf("requests     %lld (%lld errors), %lld connections, %lld queued\n",
-           (long long)st.requests, (long long)st.errors, (long long)st.connections,
+    if (kd_connect(cli) != KRYLOV_OK || krylov_status(cli->client, &st) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "server", cli->server);
+        kd_json_kv_str(&j, "version", st.version);
+        kd_json_key(&j, "device");
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "name", st.device);
+        kd_json_kv_str(&j, "type", st.device_type);
+        kd_json_kv_str(&j, "platform", st.platform);
+        kd_json_kv_str(&j, "vendor", st.vendor);
+        kd_json_kv_str(&j, "version", st.device_version);
+        kd_json_kv_int(&j, "global_mem_bytes", st.global_mem_bytes);
+        kd_json_kv_int(&j, "compute_units", st.compute_units);
+        kd_json_kv_bool(&j, "fp64", st.fp64);
+        kd_json_object_end(&j);
+        kd_json_kv_int(&j, "matrices", st.matrices);
+        kd_json_kv_int(&j, "device_bytes_used", st.device_bytes_used);
+        kd_json_kv_double(&j, "uptime_s", st.uptime_s);
+        kd_json_kv_int(&j, "requests", st.requests);
+        kd_json_kv_int(&j, "errors", st.errors);
+        kd_json_kv_int(&j, "connections", st.connections);
+        kd_json_kv_int(&j, "queue_depth", st.queue_depth);
+        kd_json_key(&j, "requests_by_method");
+        kd_json_object_begin(&j);
+        for (int i = 0; i < st.nmethods; i++)
+            kd_json_kv_int(&j, st.by_method[i].method, st.by_method[i].requests);
+        kd_json_object_end(&j);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+        return 0;
+    }
+    char uptime[32];
+    kd_format_duration(uptime, sizeof(uptime), st.uptime_s);
+    printf("server      %s, krylovd %s, up %s\n", cli->server, st.version, uptime);
+    printf("device      %s (%s)\n", st.device, st.device_type);
+    printf("platform    %s; %s\n", st.platform, st.device_version);
+    printf("memory      %.1f GiB, %lld compute units, fp64 %s\n",
+           (double)st.global_mem_bytes / (1024.0 * 1024.0 * 1024.0), (long long)st.compute_units,
+           st.fp64 ? "yes" : "no");
+    printf("matrices    %lld, %.2f MiB on the device\n", (long long)st.matrices,
+           kd_mib(st.device_bytes_used));
+    printf("clients     %lld connected, %lld requests queued\n", (long long)st.connections,
            (long long)st.queue_depth);
+    printf("requests    %lld (%lld errors)\n", (long long)st.requests, (long long)st.errors);
+    if (st.nmethods > 0) {
+        printf("\n");
+        const char *mheaders[] = {"METHOD", ">REQUESTS"};
+        kd_table_t m;
+        kd_table_init(&m, 2, mheaders);
+        for (int i = 0; i < st.nmethods; i++) {
+            kd_table_cell(&m, "%s", st.by_method[i].method);
+            kd_table_cell(&m, "%lld", (long long)st.by_method[i].requests);
+        }
+        kd_table_print(&m, stdout);
+    }
     return 0;
+}
+
+typedef struct kd_command {
+    const char *name;
+    int (*run)(kd_cli_t *cli, int argc, char **argv);
+} kd_command_t;
+
+static const kd_command_t kd_commands[] = {
+    {"put", kd_cmd_put},     {"info", kd_cmd_info},   {"list", kd_cmd_list},
+    {"drop", kd_cmd_drop},   {"pin", kd_cmd_pin},     {"spmv", kd_cmd_spmv},
+    {"solve", kd_cmd_solve}, {"bench", kd_cmd_bench}, {"status", kd_cmd_status},
+};
+
+/* Take the flags that may stand anywhere (--json, --progress, --no-progress) out of argv. */
+static int kd_take_anywhere_flags(kd_cli_t *cli, int argc, char **argv)
+{
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            cli->json = 1;
+        else if (strcmp(argv[i], "--progress") == 0)
+            cli->progress = KD_PROGRESS_ON;
+        else if (strcmp(argv[i], "--no-progress") == 0)
+            cli->progress = KD_PROGRESS_OFF;
+        else
+            argv[kept++] = argv[i];
+    }
+    argv[kept] = NULL;
+    return kept;
 }
 
 int main(int argc, char **argv)
 {
-    const char *server = getenv("KRYLOV_SERVER");
-    if (server == NULL || server[0] == '\0')
-        server = KRYLOV_DEFAULT_SERVER;
+    kd_cli_t cli = {.progress = KD_PROGRESS_AUTO};
+    cli.server = getenv("KRYLOV_SERVER");
+    if (cli.server == NULL || cli.server[0] == '\0')
+        cli.server = KRYLOV_DEFAULT_SERVER;
+    argc = kd_take_anywhere_flags(&cli, argc, argv);
     int timeout_ms = 0;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
@@ -293,60 +970,42 @@ int main(int argc, char **argv)
             kd_usage(stdout);
             return 0;
         } else if (i + 1 < argc && strcmp(argv[i], "--server") == 0) {
-            server = argv[++i];
+            cli.server = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--timeout") == 0) {
-            timeout_ms = atoi(argv[++i]);
+            int64_t t;
+            if (kd_parse_int(&cli, "--timeout", argv[++i], 0, &t) != 0)
+                return KD_EXIT_USAGE;
+            timeout_ms = t > 2147483647 ? 2147483647 : (int)t;
         } else {
-            fprintf(stderr, "krylov: unknown option '%s'\n", argv[i]);
             kd_usage(stderr);
-            return 2;
+            return kd_report(&cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
         }
     }
     if (i >= argc) {
         kd_usage(stderr);
-        return 2;
+        return kd_report(&cli, KD_EXIT_USAGE, "USAGE", "which command?");
     }
-    const char *cmd = argv[i++];
-    int nargs = argc - i;
-    char **args = argv + i;
-    static const char *known[] = {"put", "info", "list", "drop", "spmv", "solve", "status"};
-    int ok = 0;
-    for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
-        ok |= strcmp(cmd, known[k]) == 0;
-    if (!ok) {
-        fprintf(stderr, "krylov: unknown command '%s'\n", cmd);
+    cli.command = argv[i++];
+    if (strcmp(cli.command, "help") == 0) {
+        kd_usage(stdout);
+        return 0;
+    }
+    const kd_command_t *cmd = NULL;
+    for (size_t k = 0; k < sizeof(kd_commands) / sizeof(kd_commands[0]); k++)
+        if (strcmp(cli.command, kd_commands[k].name) == 0)
+            cmd = &kd_commands[k];
+    if (cmd == NULL) {
+        const char *unknown = cli.command;
+        cli.command = NULL;
         kd_usage(stderr);
-        return 2;
+        return kd_report(&cli, KD_EXIT_USAGE, "USAGE", "unknown command '%s'", unknown);
     }
 
-    krylov_client_t *c = krylov_client_new();
-    if (c == NULL)
-        return 1;
-    krylov_set_timeout(c, timeout_ms);
-    int rc;
-    if (krylov_connect(c, server) != KRYLOV_OK) {
-        rc = kd_fail("connect", c);
-    } else if (strcmp(cmd, "put") == 0) {
-        rc = kd_cmd_put(c, nargs, args);
-    } else if (strcmp(cmd, "spmv") == 0) {
-        rc = kd_cmd_spmv(c, nargs, args);
-    } else if (strcmp(cmd, "solve") == 0) {
-        rc = kd_cmd_solve(c, nargs, args);
-    } else if (strcmp(cmd, "list") == 0) {
-        rc = kd_cmd_list(c);
-    } else if (strcmp(cmd, "status") == 0) {
-        rc = kd_cmd_status(c);
-    } else if (nargs < 1) {
-        fprintf(stderr, "krylov %s: which matrix id?\n", cmd);
-        rc = 2;
-    } else if (strcmp(cmd, "info") == 0) {
-        krylov_matrix_info_t info;
-        rc = krylov_info(c, args[0], &info) == KRYLOV_OK ? (kd_print_info(&info), 0)
-                                                         : kd_fail("info", c);
-    } else {
-        rc = krylov_drop(c, args[0]) == KRYLOV_OK ? (printf("dropped %s\n", args[0]), 0)
-                                                  : kd_fail("drop", c);
-    }
-    krylov_client_free(c);
+    cli.client = krylov_client_new();
+    if (cli.client == NULL)
+        return kd_report(&cli, KD_EXIT_ERROR, "INTERNAL", "out of memory");
+    krylov_set_timeout(cli.client, timeout_ms);
+    int rc = cmd->run(&cli, argc - i, argv + i);
+    krylov_client_free(cli.client);
     return rc;
 }

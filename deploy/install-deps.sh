@@ -16,6 +16,8 @@ packages=(
   libuv1-dev libmsgpack-dev libxxhash-dev zlib1g-dev libsystemd-dev
   # tests: fuzzing and sanitizers (clang/libFuzzer), reference solutions and the Python client
   clang libclang-rt-dev python3 python3-numpy python3-scipy python3-msgpack
+  # the Python client's packaging (pip install client/python, offline) and `krylov solve --plot`
+  python3-pip python3-venv python3-setuptools python3-wheel gnuplot-nox
   # tests: unit verification (systemd-analyze)
   systemd
 )

@@ -1,0 +1,56 @@
+"""Python client for krylovd: keep sparse matrices resident on a GPU, multiply and solve with them.
+
+    import krylov, scipy.sparse as sp, numpy as np
+    A = sp.random(1000, 1000, density=0.01) + 10 * sp.eye(1000)
+    with krylov.Client("127.0.0.1:7373") as kd:      # default: $KRYLOV_SERVER, else 127.0.0.1:7373
+        info = kd.put(A)                              # MatrixInfo; info.id is a content hash
+        y = kd.spmv(info, np.ones(1000))              # == A @ ones
+        res = kd.solve(info, np.ones(1000), rtol=1e-10)
+        print(res.status, res.iterations, res.relative_residual)
+
+Errors from the server raise KrylovError subclasses (NotFound, BadRequest, ...); see
+krylov.errors. krylov.scipy.ResidentOperator wraps a resident matrix as a SciPy LinearOperator.
+"""
+
+from .client import DEFAULT_ADDRESS, Client, MatrixInfo, Progress, ServerStatus, SolveResult
+from .errors import (
+    BadRequest,
+    Busy,
+    Cancelled,
+    ConnectionFailed,
+    DeviceError,
+    DeviceMemory,
+    InternalError,
+    KrylovError,
+    NotFound,
+    NotSPD,
+    ProtocolError,
+    TooLarge,
+    Timeout,
+    Unsupported,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "MatrixInfo",
+    "SolveResult",
+    "ServerStatus",
+    "Progress",
+    "DEFAULT_ADDRESS",
+    "KrylovError",
+    "BadRequest",
+    "NotFound",
+    "TooLarge",
+    "DeviceMemory",
+    "DeviceError",
+    "Busy",
+    "Cancelled",
+    "Timeout",
+    "Unsupported",
+    "NotSPD",
+    "InternalError",
+    "ConnectionFailed",
+    "ProtocolError",
+]

@@ -1,0 +1,542 @@
+"""The krylov client: upload sparse matrices to krylovd once, then multiply and solve with them.
+
+    import krylov
+    with krylov.Client("127.0.0.1:7373") as kd:
+        A = kd.put(scipy_sparse_matrix, name="poisson")    # MatrixInfo; A.id names it from now on
+        y = kd.spmv(A, x)                                   # A @ x on the server's device
+        res = kd.solve(A, b, rtol=1e-10)                    # SolveResult: res.x, res.status, ...
+
+Arrays are sent as little-endian bins straight from numpy's memory when they are already
+contiguous in the wire's dtype, and results come back as np.frombuffer views of the received
+message: no copies beyond the socket's. Those result arrays are read-only; `.copy()` one to change
+it, or give spmv an `out=` array to fill.
+"""
+
+import gzip
+import os
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _rpc, errors
+
+__all__ = ["Client", "MatrixInfo", "SolveResult", "ServerStatus", "Progress", "DEFAULT_ADDRESS"]
+
+DEFAULT_ADDRESS = "127.0.0.1:7373"
+
+_VALUE_DTYPES = {"float64": np.dtype("<f8"), "float32": np.dtype("<f4")}
+_DTYPE_ALIASES = {
+    "float64": "float64", "f8": "float64", "<f8": "float64", "double": "float64", "d": "float64",
+    "float32": "float32", "f4": "float32", "<f4": "float32", "float": "float32", "single": "float32",
+}
+
+Progress = namedtuple("Progress", ["msgid", "rhs", "iteration", "residual"])
+Progress.__doc__ = """A solve.progress notification: right-hand side `rhs` (0-based) is at
+`iteration` with residual norm ||r|| = `residual` (the recurrence's value; the final residual in
+SolveResult is recomputed as ||b - A x||)."""
+
+
+@dataclass(frozen=True)
+class MatrixInfo:
+    """A matrix on the server (the matrix.put / matrix.info result). Pass it, or its `.id`, to
+    spmv, solve, info, pin and drop."""
+
+    id: str
+    rows: int
+    cols: int
+    nnz: int
+    dtype: str
+    format: str
+    device_bytes: int
+    name: str = ""
+    pinned: bool = False
+    resident: bool = True
+    uses: int = 0
+    stats: dict = field(default_factory=dict)
+    candidates: list = field(default_factory=list)
+    created: Optional[bool] = None  # matrix.put only: False when the matrix was already there
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def shape(self):
+        return (self.rows, self.cols)
+
+    @classmethod
+    def from_wire(cls, d):
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str):
+            raise errors.ProtocolError(f"the server's matrix info has no id: {d!r:.200}")
+        return cls(
+            id=d["id"],
+            rows=int(d.get("rows", 0)),
+            cols=int(d.get("cols", 0)),
+            nnz=int(d.get("nnz", 0)),
+            dtype=d.get("dtype", ""),
+            format=d.get("format", ""),
+            device_bytes=int(d.get("device_bytes", 0)),
+            name=d.get("name", ""),
+            pinned=bool(d.get("pinned", False)),
+            resident=bool(d.get("resident", True)),
+            uses=int(d.get("uses", 0)),
+            stats=dict(d.get("stats") or {}),
+            candidates=list(d.get("candidates") or []),
+            created=d.get("created"),
+            raw=d,
+        )
+
+    def __str__(self):
+        return self.id
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """The server.status result."""
+
+    version: str
+    device: dict
+    matrices: int
+    device_bytes_used: int
+    uptime_s: float
+    requests: int
+    errors: int
+    connections: int
+    queue_depth: int
+    requests_by_method: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_wire(cls, d):
+        if not isinstance(d, dict):
+            raise errors.ProtocolError(f"the server's status is not a map: {d!r:.200}")
+        return cls(
+            version=d.get("version", ""),
+            device=dict(d.get("device") or {}),
+            matrices=int(d.get("matrices", 0)),
+            device_bytes_used=int(d.get("device_bytes_used", 0)),
+            uptime_s=float(d.get("uptime_s", 0.0)),
+            requests=int(d.get("requests", 0)),
+            errors=int(d.get("errors", 0)),
+            connections=int(d.get("connections", 0)),
+            queue_depth=int(d.get("queue_depth", 0)),
+            requests_by_method=dict(d.get("requests_by_method") or {}),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """What a solve returned.
+
+    With a 1-D b: x has shape (n,); status ("converged", "max_iterations", "breakdown",
+    "non_finite"), iterations, residual (||b - A x||, recomputed at the end), relative_residual
+    (residual / ||b||) and message are scalars; history (with history=True) is an array of the
+    residual norm at each check. With a 2-D b (n x k): x is (n, k) and those fields are lists /
+    arrays with one entry per right-hand side. time_ms is the whole solve on the server.
+    """
+
+    x: np.ndarray
+    status: Any
+    iterations: Any
+    residual: Any
+    relative_residual: Any
+    time_ms: float
+    message: Any
+    history: Any = None
+    nrhs: int = 1
+
+    @property
+    def residual_norm(self):
+        return self.residual
+
+    @property
+    def converged(self):
+        """True when every right-hand side converged."""
+        if isinstance(self.status, str):
+            return self.status == "converged"
+        return all(s == "converged" for s in self.status)
+
+    def __repr__(self):
+        if self.nrhs == 1 and isinstance(self.status, str):
+            return (
+                f"SolveResult(status={self.status!r}, iterations={self.iterations}, "
+                f"relative_residual={self.relative_residual:.3g}, time_ms={self.time_ms:.3f})"
+            )
+        return (
+            f"SolveResult(nrhs={self.nrhs}, status={list(self.status)!r}, "
+            f"iterations={list(self.iterations)!r}, time_ms={self.time_ms:.3f})"
+        )
+
+
+def _dtype_name(dtype, default):
+    if dtype is None:
+        return default
+    if isinstance(dtype, str):
+        name = _DTYPE_ALIASES.get(dtype.lower())
+    else:
+        try:
+            d = np.dtype(dtype)
+        except TypeError:
+            d = np.dtype("O")
+        name = {8: "float64", 4: "float32"}.get(d.itemsize) if d.kind == "f" else None
+    if name is None:
+        raise errors.BadRequest(f"dtype {dtype!r}: krylovd stores float64 or float32 values")
+    return name
+
+
+def _default_value_dtype(arr):
+    return "float32" if arr.dtype.kind == "f" and arr.dtype.itemsize == 4 else "float64"
+
+
+def _check_real(arr, what):
+    if arr.dtype.kind == "c":
+        raise TypeError(f"{what} is complex ({arr.dtype}); krylovd works with real values")
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"{what} has dtype {arr.dtype}; expected real numbers")
+
+
+def _values_bin(arr, dtype_name):
+    """A 1-D array as a little-endian bin of dtype_name: no copy when it already is one."""
+    wire = np.ascontiguousarray(arr, dtype=_VALUE_DTYPES[dtype_name])
+    return _rpc.Bin(wire.reshape(-1).view(np.uint8))
+
+
+def _vector_bin(v, what, dtype_name):
+    """A vector (1-D) or a block of right-hand sides (2-D, n x k, sent column-major)."""
+    arr = np.asarray(v)
+    _check_real(arr, what)
+    if arr.ndim == 1:
+        return _values_bin(arr, dtype_name), 1
+    if arr.ndim == 2:
+        wire = np.asfortranarray(arr, dtype=_VALUE_DTYPES[dtype_name])
+        return _rpc.Bin(wire.ravel(order="F").view(np.uint8)), arr.shape[1]
+    raise ValueError(f"{what} must be 1-D (n) or 2-D (n x k), not of shape {arr.shape}")
+
+
+def _index_dtype(*arrays):
+    for a in arrays:
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"index arrays must hold integers, not {a.dtype}")
+    if all(a.dtype.itemsize < 4 or (a.dtype.itemsize == 4 and a.dtype.kind == "i") for a in arrays):
+        return np.dtype("<i4"), "int32"
+    return np.dtype("<i8"), "int64"
+
+
+def _index_bin(arr, wire_dtype):
+    return _rpc.Bin(np.ascontiguousarray(arr, dtype=wire_dtype).reshape(-1).view(np.uint8))
+
+
+def _read_mtx(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise errors.BadRequest(f"{path}: corrupt gzip data: {e}") from None
+    return data
+
+
+def _matrix_params(A, dtype):
+    """matrix.put parameters for A (see Client.put). Returns (params, default name)."""
+    if isinstance(A, (str, os.PathLike)):
+        path = os.fspath(A)
+        base = os.path.basename(path)
+        for suffix in (".gz", ".mtx"):
+            if base.endswith(suffix):
+                base = base[: -len(suffix)]
+        params = {"mtx": _rpc.Bin(_read_mtx(path))}
+        if dtype is not None:
+            params["dtype"] = _dtype_name(dtype, "float64")
+        return params, base
+
+    if isinstance(A, tuple) and len(A) == 4:
+        indptr, indices, data, shape = A
+        fmt = "csr"
+    elif hasattr(A, "tocsr") and hasattr(A, "shape") and hasattr(A, "format"):
+        if A.format == "coo":
+            indptr = None
+            indices, data, shape = (A.row, A.col), A.data, A.shape
+            fmt = "coo"
+        else:
+            csr = A.tocsr()
+            indptr, indices, data, shape = csr.indptr, csr.indices, csr.data, csr.shape
+            fmt = "csr"
+    elif isinstance(A, np.ndarray) or hasattr(A, "__array__"):
+        dense = np.asarray(A)
+        if dense.ndim != 2:
+            raise ValueError(f"a dense matrix must be 2-D, not of shape {dense.shape}")
+        _check_real(dense, "the matrix")
+        row, col = np.nonzero(dense)
+        indptr, indices, data, shape = None, (row, col), dense[row, col], dense.shape
+        fmt = "coo"
+    else:
+        raise TypeError(
+            "put() takes a scipy.sparse matrix or array, a dense 2-D array, a tuple "
+            f"(indptr, indices, data, shape) or a Matrix Market file path; got {type(A).__name__}"
+        )
+
+    rows, cols = (int(s) for s in shape)
+    data = np.asarray(data)
+    _check_real(data, "the matrix")
+    value_dtype = _dtype_name(dtype, _default_value_dtype(data))
+    params = {"rows": rows, "cols": cols, "dtype": value_dtype}
+    if fmt == "csr":
+        indptr, indices = np.asarray(indptr), np.asarray(indices)
+        wire_index, index_name = _index_dtype(indptr, indices)
+        params["indptr"] = _index_bin(indptr, wire_index)
+        params["indices"] = _index_bin(indices, wire_index)
+    else:
+        row, col = (np.asarray(a) for a in indices)
+        wire_index, index_name = _index_dtype(row, col)
+        params["row"] = _index_bin(row, wire_index)
+        params["col"] = _index_bin(col, wire_index)
+    params["index_dtype"] = index_name
+    params["values"] = _values_bin(data, value_dtype)
+    return params, None
+
+
+def _matrix_id(matrix):
+    if isinstance(matrix, str):
+        return matrix
+    mid = getattr(matrix, "id", None)
+    if isinstance(mid, str):
+        return mid
+    raise TypeError(f"expected a matrix id (str) or a MatrixInfo, got {type(matrix).__name__}")
+
+
+def _result_array(result, field_name, shape=None):
+    data = result.get(field_name)
+    dtype = _VALUE_DTYPES.get(result.get("dtype", "float64"))
+    if not isinstance(data, (bytes, bytearray)) or dtype is None or len(data) % dtype.itemsize:
+        raise errors.ProtocolError(f"the server's result has no valid '{field_name}'")
+    arr = np.frombuffer(data, dtype=dtype)
+    return arr if shape is None else arr.reshape(shape)
+
+
+def _optional(params, **kwargs):
+    for key, value in kwargs.items():
+        if value is not None:
+            params[key] = value
+    return params
+
+
+class Client:
+    """A connection to krylovd.
+
+    address: "host:port" ("[::1]:7373" for IPv6; the port defaults to 7373); None reads
+    $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without hearing
+    anything (None: forever); when it passes the call raises krylov.Timeout and the request is
+    cancelled on the server. A Client is one TCP connection: use one per thread.
+    """
+
+    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0):
+        if address is None:
+            address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
+        self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout)
+
+    @property
+    def address(self):
+        return self._conn.address
+
+    @property
+    def closed(self):
+        return self._conn.closed
+
+    def close(self):
+        self._conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"krylov.Client({self.address!r}{', closed' if self.closed else ''})"
+
+    def call(self, method, params=None, *, on_progress=None):
+        """Send any request (docs/PROTOCOL.md) and return its raw result. Values of type
+        krylov._rpc.Bin or bytes are sent as bins."""
+        return self._conn.call(method, params, on_progress)
+
+    # matrices
+
+    def put(self, A, *, name=None, format=None, dtype=None, pin=None, select=None,
+            timeout_ms=None):
+        """Upload a matrix; returns its MatrixInfo (info.id names it from now on).
+
+        A: a scipy.sparse matrix or array (COO is sent as COO, anything else as CSR), a dense 2-D
+        numpy array, a tuple (indptr, indices, data, shape) in CSR form, or the path of a Matrix
+        Market file (.mtx or .mtx.gz; its base name is the default name). dtype: "float64" or
+        "float32", the precision kept on the device (default: float32 for float32 data, else
+        float64). format forces an SpMV format; pin keeps it resident. Uploading the same matrix
+        again is cheap and returns the same id (info.created is then False).
+        """
+        params, default_name = _matrix_params(A, dtype)
+        _optional(params, name=name if name is not None else default_name, format=format,
+                  pin=None if pin is None else bool(pin), select=select, timeout_ms=timeout_ms)
+        return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+
+    def info(self, matrix):
+        """The MatrixInfo of a matrix on the server (NotFound if there is none)."""
+        return MatrixInfo.from_wire(self._conn.call("matrix.info", {"id": _matrix_id(matrix)}))
+
+    def list(self):
+        """Every matrix on the server, as a list of MatrixInfo."""
+        result = self._conn.call("matrix.list")
+        items = result.get("matrices") if isinstance(result, dict) else None
+        if not isinstance(items, list):
+            raise errors.ProtocolError("the server's matrix.list result has no 'matrices'")
+        return [MatrixInfo.from_wire(m) for m in items]
+
+    def drop(self, matrix):
+        """Remove a matrix from the server (NotFound if there is none)."""
+        self._conn.call("matrix.drop", {"id": _matrix_id(matrix)})
+
+    def pin(self, matrix, pinned=True):
+        """Pin a matrix (it is never evicted from device memory), or unpin it; returns its info."""
+        return MatrixInfo.from_wire(
+            self._conn.call("matrix.pin", {"id": _matrix_id(matrix), "pinned": bool(pinned)})
+        )
+
+    def status(self):
+        """The server's ServerStatus: version, device, matrices, counters."""
+        return ServerStatus.from_wire(self._conn.call("server.status"))
+
+    # arithmetic
+
+    def spmv(self, matrix, x, *, alpha=1.0, beta=0.0, y=None, dtype=None, out=None,
+             timeout_ms=None):
+        """y = alpha * A @ x + beta * y on the server; returns the new y.
+
+        x has cols entries; y (rows entries) is needed when beta != 0. dtype: the wire type of x,
+        y and the result (default: float32 for a float32 x, else float64). The result is a
+        read-only view of the received bytes; with out= it is copied into out, which is returned.
+        """
+        x = np.asarray(x)
+        _check_real(x, "x")
+        dtype_name = _dtype_name(dtype, _default_value_dtype(x))
+        if x.ndim != 1:
+            raise ValueError(f"x must be 1-D, not of shape {x.shape}")
+        params = {"id": _matrix_id(matrix), "x": _values_bin(x, dtype_name), "dtype": dtype_name}
+        if alpha != 1.0:
+            params["alpha"] = float(alpha)
+        if beta != 0.0:
+            if y is None:
+                raise ValueError("spmv with beta != 0 needs y")
+            y_arr = np.asarray(y)
+            _check_real(y_arr, "y")
+            params["beta"] = float(beta)
+            params["y"] = _values_bin(y_arr, dtype_name)
+        _optional(params, timeout_ms=timeout_ms)
+        result = _result_array(self._conn.call("spmv", params), "y")
+        if out is not None:
+            np.copyto(out, result)
+            return out
+        return result
+
+    def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
+              preconditioner=None, check_every=None, history=False, callback=None, dtype=None,
+              timeout_ms=None):
+        """Solve A x = b on the server for a symmetric positive definite A.
+
+        b: a vector (n), or n x k for k right-hand sides at once. method: "cg", "pcg" (Jacobi
+        preconditioned) or "sd" (steepest descent). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
+        history=True records the residual norm at each check (every check_every iterations).
+        callback(Progress) is called for the server's progress notifications (at most a few a
+        second); if it returns True the solve is cancelled and Cancelled is raised. Returns a
+        SolveResult; a solve that stops without converging is not an exception (look at .status).
+        """
+        b_arr = np.asarray(b)
+        _check_real(b_arr, "b")
+        dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
+        b_bin, nrhs = _vector_bin(b_arr, "b", dtype_name)
+        params = {
+            "id": _matrix_id(matrix),
+            "b": b_bin,
+            "dtype": dtype_name,
+            "method": method,
+            "rtol": float(rtol),
+            "atol": float(atol),
+        }
+        if nrhs != 1:
+            params["nrhs"] = nrhs
+        if x0 is not None:
+            x0_arr = np.asarray(x0)
+            if x0_arr.shape != b_arr.shape:
+                raise ValueError(f"x0 has shape {x0_arr.shape} but b has shape {b_arr.shape}")
+            params["x0"] = _vector_bin(x0_arr, "x0", dtype_name)[0]
+        if history:
+            params["history"] = True
+        _optional(params, maxiter=None if maxiter is None else int(maxiter),
+                  preconditioner=preconditioner,
+                  check_every=None if check_every is None else int(check_every),
+                  timeout_ms=timeout_ms)
+
+        on_progress = None
+        if callback is not None:
+            params["progress"] = True
+
+            def on_progress(p):
+                return callback(Progress(p.get("msgid"), p.get("rhs", 0), p.get("iteration", 0),
+                                         p.get("residual", float("nan"))))
+
+        result = self._conn.call("solve", params, on_progress)
+        return self._solve_result(result, b_arr, nrhs)
+
+    @staticmethod
+    def _solve_result(result, b_arr, nrhs):
+        if not isinstance(result, dict):
+            raise errors.ProtocolError("the server's solve result is not a map")
+        n = b_arr.shape[0]
+        if b_arr.ndim == 1:
+            x = _result_array(result, "x")
+        else:
+            # column-major on the wire: k runs of n values; the transpose is an (n, k) view
+            x = _result_array(result, "x", (nrhs, n)).T
+        time_ms = float(result.get("time_ms", 0.0))
+        hist = result.get("history")
+        if b_arr.ndim == 1:
+            return SolveResult(
+                x=x,
+                status=result.get("status"),
+                iterations=int(result.get("iterations", 0)),
+                residual=float(result.get("residual_norm", float("nan"))),
+                relative_residual=float(result.get("relative_residual", float("nan"))),
+                time_ms=time_ms,
+                message=result.get("message", ""),
+                history=None if hist is None else np.asarray(hist, dtype=float),
+                nrhs=1,
+            )
+
+        def per_rhs(key):
+            value = result.get(key)
+            if nrhs == 1 and not isinstance(value, list):
+                value = [value]
+            if not isinstance(value, list) or len(value) != nrhs:
+                raise errors.ProtocolError(f"the server's solve result has no valid '{key}'")
+            return value
+
+        if hist is not None:
+            hist = [np.asarray(h, dtype=float) for h in (hist if nrhs > 1 else [hist])]
+        return SolveResult(
+            x=x,
+            status=per_rhs("status"),
+            iterations=np.asarray(per_rhs("iterations"), dtype=np.int64),
+            residual=np.asarray(per_rhs("residual_norm"), dtype=float),
+            relative_residual=np.asarray(per_rhs("relative_residual"), dtype=float),
+            time_ms=time_ms,
+            message=per_rhs("message"),
+            history=hist,
+            nrhs=nrhs,
+        )
+
+    def operator(self, matrix, *, symmetric=None):
+        """A scipy.sparse.linalg.LinearOperator whose matvec runs on the server (needs SciPy);
+        see krylov.scipy.ResidentOperator."""
+        from .scipy import ResidentOperator
+
+        return ResidentOperator(self, matrix, symmetric=symmetric)

@@ -1,0 +1,76 @@
+"""SciPy adapter: a matrix resident on krylovd as a scipy.sparse.linalg.LinearOperator.
+
+Existing SciPy code that takes a LinearOperator (cg, gmres, bicgstab, minres, eigsh, ...) runs
+unchanged, with every A @ v computed on the server's device:
+
+    import scipy.sparse.linalg as spla
+    from krylov.scipy import ResidentOperator
+    op = ResidentOperator(client, info)          # or client.operator(info), or .upload(client, A)
+    x, status = spla.gmres(op, b)
+
+Each matvec is one spmv round trip; for CG itself, `op.solve(b)` runs the whole iteration on the
+server instead (one round trip).
+"""
+
+import numpy as np
+from scipy.sparse.linalg import LinearOperator
+
+from .client import MatrixInfo, _matrix_id
+
+__all__ = ["ResidentOperator"]
+
+
+class ResidentOperator(LinearOperator):
+    """A LinearOperator for the matrix `matrix` (an id or MatrixInfo) on `client`'s server.
+
+    matvec(v) = A @ v through client.spmv. A^T v is only available when symmetric=True (then it
+    is A @ v), since the server multiplies by A alone. dtype is the operator's dtype for SciPy
+    and the wire type of its vectors (default: the matrix's own, float64 or float32).
+    """
+
+    def __init__(self, client, matrix, *, symmetric=None, dtype=None):
+        info = matrix if isinstance(matrix, MatrixInfo) else client.info(_matrix_id(matrix))
+        self.client = client
+        self.info = info
+        self.id = info.id
+        self.symmetric = bool(symmetric)
+        if dtype is None:
+            dtype = np.float32 if info.dtype == "float32" else np.float64
+        wire = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+        self._wire_dtype = "float32" if wire is np.float32 else "float64"
+        super().__init__(dtype=np.dtype(wire), shape=info.shape)
+
+    @classmethod
+    def upload(cls, client, A, *, symmetric=None, **put_options):
+        """Upload A with Client.put (put_options: name, dtype, format, pin, ...) and wrap it.
+        symmetric defaults to A's own symmetry when A is a scipy.sparse matrix."""
+        if symmetric is None and hasattr(A, "tocsr") and A.shape[0] == A.shape[1]:
+            symmetric = (A - A.T).count_nonzero() == 0
+        return cls(client, client.put(A, **put_options), symmetric=symmetric)
+
+    def _matvec(self, x):
+        x = np.asarray(x).reshape(-1)
+        return self.client.spmv(self.id, x, dtype=self._wire_dtype)
+
+    def _rmatvec(self, x):
+        if not self.symmetric:
+            raise NotImplementedError(
+                "krylovd multiplies by A only, not A^T; if A is symmetric, create the operator "
+                "with symmetric=True"
+            )
+        return self._matvec(x)
+
+    def _adjoint(self):
+        if self.symmetric:
+            return self
+        return super()._adjoint()
+
+    def solve(self, b, **options):
+        """Solve A x = b on the server (Client.solve's options); returns a SolveResult."""
+        return self.client.solve(self.id, b, **options)
+
+    def __repr__(self):
+        return (
+            f"<{self.shape[0]}x{self.shape[1]} ResidentOperator {self.id} "
+            f"({self.info.nnz} nonzeros, {self.info.dtype}) on {self.client.address}>"
+        )

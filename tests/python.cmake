@@ -1,0 +1,25 @@
+# The Python client (client/python), the krylov CLI and the examples in docs/, tested end to end
+# from Python: each unittest module in tests/python starts its own krylovd on loopback (port 0).
+# They run with Debian's interpreter, which has numpy, scipy and msgpack (deploy/install-deps.sh);
+# `python3` on PATH may be another one without them. PYTHONPATH points at the package's source,
+# so nothing needs installing (test_py_package checks that it does install).
+set(KD_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy, scipy and msgpack for the tests")
+
+if(NOT EXISTS ${KD_PYTHON})
+  message(WARNING "${KD_PYTHON} not found: the Python client and CLI tests are not registered")
+  return()
+endif()
+
+# What the tests run: `cmake --build build --target kd_python_test_deps` builds just that.
+add_custom_target(kd_python_test_deps DEPENDS krylovd krylov-cli example_c_client)
+
+set(kd_bin ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+foreach(module test_py_client test_py_scipy test_py_package test_cli test_examples)
+  add_test(NAME ${module} COMMAND ${KD_PYTHON} -m unittest -v ${module}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
+  set_tests_properties(${module} PROPERTIES
+    LABELS "e2e;python"
+    TIMEOUT 600
+    REQUIRED_FILES "${kd_bin}/krylovd;${kd_bin}/krylov;${kd_bin}/example_c_client"
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/client/python:${CMAKE_CURRENT_SOURCE_DIR}/python;KD_BIN_DIR=${kd_bin};KD_SOURCE_DIR=${PROJECT_SOURCE_DIR};KD_TEST_MATRICES=${KD_TEST_MATRICES};PYTHONDONTWRITEBYTECODE=1")
+endforeach()

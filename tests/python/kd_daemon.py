@@ -1,0 +1,100 @@
+"""Test support for the Python and CLI end-to-end tests: a real krylovd on loopback, started like
+tests/kd_daemon.h does (port 0, the port read from --port-file, a fresh state directory, the
+device from KD_TEST_DEVICE), and fresh random inputs with a printed, replayable seed
+(KD_TEST_SEED), as tests/kd_test.h does for the C tests.
+
+The paths come from the environment that tests/python.cmake sets: KD_BIN_DIR (krylovd, krylov,
+the examples), KD_SOURCE_DIR (the repository) and KD_TEST_MATRICES.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SOURCE_DIR = os.environ.get(
+    "KD_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+)
+BIN_DIR = os.environ.get("KD_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+MATRICES = os.environ.get("KD_TEST_MATRICES", os.path.join(SOURCE_DIR, "tests", "matrices"))
+
+
+def matrix_path(name):
+    return os.path.join(MATRICES, name)
+
+
+def make_rng():
+    """A numpy Generator seeded from KD_TEST_SEED or the clock; the seed is printed."""
+    env = os.environ.get("KD_TEST_SEED")
+    seed = int(env, 0) if env else time.time_ns() % (1 << 63)
+    print(f"KD_TEST_SEED={seed}", file=sys.stderr, flush=True)
+    return np.random.default_rng(seed)
+
+
+class Daemon:
+    """krylovd on 127.0.0.1 with a kernel-chosen port; `with Daemon() as d: d.address`."""
+
+    def __init__(self, *extra_args):
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.dir = None
+        self.address = None
+        self.port = None
+
+    def start(self):
+        self.dir = tempfile.mkdtemp(prefix="krylovd-pytest-")
+        port_file = os.path.join(self.dir, "port")
+        argv = [
+            os.path.join(BIN_DIR, "krylovd"),
+            "--listen", "127.0.0.1:0",
+            "--port-file", port_file,
+            "--state-dir", os.path.join(self.dir, "state"),
+            "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
+            "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
+        ] + self.extra_args
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120  # PoCL may compile kernels at start
+        while time.monotonic() < deadline:
+            try:
+                with open(port_file) as f:
+                    text = f.read().strip()
+                if text and int(text) > 0:
+                    self.port = int(text)
+                    self.address = f"127.0.0.1:{self.port}"
+                    return self
+            except (FileNotFoundError, ValueError):
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"krylovd exited during start-up (status {self.proc.returncode})")
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("krylovd did not write its port within 120 s")
+
+    def stop(self):
+        """SIGTERM and wait; returns the exit status."""
+        status = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                status = self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                status = self.proc.wait()
+            self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        return status
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
