@@ -48,6 +48,9 @@ struct kd_ocl {
     struct kd_ocl_program_entry *programs;
     size_t program_count;
     size_t program_cap;
+    int timing;            /* kd_ocl_timing_begin: launches record events */
+    cl_event timing_first; /* the first recorded launch, or NULL */
+    cl_event timing_last;  /* the last recorded launch, or NULL */
 };
 
 const char *kd_ocl_error_name(cl_int status)
@@ -488,6 +491,10 @@ void kd_ocl_close(kd_ocl_t *ocl)
         return;
     if (ocl->queue != NULL)
         (void)clFinish(ocl->queue); /* best effort: nothing to report to at close */
+    if (ocl->timing_first != NULL)
+        clReleaseEvent(ocl->timing_first);
+    if (ocl->timing_last != NULL)
+        clReleaseEvent(ocl->timing_last);
     for (size_t i = 0; i < ocl->program_count; i++)
         kd_ocl_program_entry_release(&ocl->programs[i]);
     free(ocl->programs);
@@ -572,13 +579,63 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
 int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
                   kd_err_t *err)
 {
-    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+    cl_event event = NULL;
+    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL,
+                                       ocl->timing ? &event : NULL);
     if (st != CL_SUCCESS) {
         int code = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
         kd_err_prefix(err, "launching %s over %zu work-items", what, global);
         return code;
     }
+    if (event != NULL) {
+        if (ocl->timing_first == NULL) {
+            ocl->timing_first = event;
+        } else {
+            if (ocl->timing_last != NULL)
+                clReleaseEvent(ocl->timing_last);
+            ocl->timing_last = event;
+        }
+    }
     return KD_OK;
+}
+
+static void kd_ocl_timing_reset(kd_ocl_t *ocl)
+{
+    if (ocl->timing_first != NULL)
+        clReleaseEvent(ocl->timing_first);
+    if (ocl->timing_last != NULL)
+        clReleaseEvent(ocl->timing_last);
+    ocl->timing_first = ocl->timing_last = NULL;
+    ocl->timing = 0;
+}
+
+void kd_ocl_timing_begin(kd_ocl_t *ocl)
+{
+    kd_ocl_timing_reset(ocl);
+    ocl->timing = 1;
+}
+
+int kd_ocl_timing_end(kd_ocl_t *ocl, double *ms, kd_err_t *err)
+{
+    *ms = 0.0;
+    cl_event first = ocl->timing_first;
+    cl_event last = ocl->timing_last != NULL ? ocl->timing_last : first;
+    int rc = KD_OK;
+    if (first != NULL) {
+        cl_ulong start = 0, end = 0;
+        cl_int st = clWaitForEvents(1, &last);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof(start), &start,
+                                         NULL);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
+        if (st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "reading kernel profiling events");
+        else
+            *ms = end > start ? (double)(end - start) / 1e6 : 0.0;
+    }
+    kd_ocl_timing_reset(ocl);
+    return rc;
 }
 
 int kd_ocl_args_end(const kd_ocl_args_t *a, const char *what, kd_err_t *err)

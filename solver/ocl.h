@@ -92,6 +92,15 @@ int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, 
                   kd_err_t *err);
 
 /*
+ * Device-side timing of whatever kd_ocl_launch enqueues between the two calls (format selection,
+ * benchmarks): kd_ocl_timing_begin starts recording the launches' profiling events;
+ * kd_ocl_timing_end waits for the last one and gives the time from the first kernel's start to
+ * the last kernel's end in milliseconds (0 when nothing was launched), and stops recording.
+ */
+void kd_ocl_timing_begin(kd_ocl_t *ocl);
+int kd_ocl_timing_end(kd_ocl_t *ocl, double *ms, kd_err_t *err);
+
+/*
  * For tests and tools: build `source` (preceded by the prelude, with the same options as
  * kd_ocl_kernel) outside the cache. `name` names it in messages. The caller releases *out.
  */
