@@ -31,8 +31,9 @@ typedef int (*kd_bench_fn)(void *ctx, kd_err_t *err);
 /*
  * Time fn on the device: `warmup` untimed calls, then `runs` calls each timed alone (profiling
  * events from its first kernel's start to its last kernel's end; the host waits after each), into
- * per_run_ms[runs]; then `runs` calls enqueued back to back in one timing window, whose time per
- * call goes to *batch_ms (launch gaps included, as a CUDA event pair around a loop would see).
+ * per_run_ms[runs]; then `runs` calls enqueued back to back without events, the host clock
+ * around them (from an idle queue to clFinish) divided by runs in *batch_ms: the throughput a
+ * caller sees, launch costs included, as a CUDA event pair around a loop of calls would see it.
  */
 int kd_bench_time_device(kd_ocl_t *ocl, kd_bench_fn fn, void *ctx, int warmup, int runs,
                          double *per_run_ms, double *batch_ms, kd_err_t *err);

@@ -5,8 +5,8 @@
  * Per format: built from the CSR arrays as kd_matrix_upload does, checked once against the CPU
  * (relative error max|y - y_ref| / max|y_ref|), then `--warmup` untimed runs and `--runs` timed
  * ones, each timed alone with OpenCL profiling events (first kernel's start to last kernel's end;
- * the median is the headline), then the same number back to back in one event window (time per
- * run, launch gaps included). y = A x with beta = 0, x random in [-1, 1).
+ * the median is the headline), then the same number back to back (host clock around the queue,
+ * per run: launch costs included). y = A x with beta = 0, x random in [-1, 1).
  *
  * Derived: effective bandwidth by the minimal-bytes model (bench.h) over the median, GFLOP/s as
  * 2 nnz / median. Formats the selection drops for padding are not built (their reason is shown).
@@ -92,6 +92,57 @@ done:
     if (b != NULL)
         clReleaseMemObject(b);
     return gbs;
+}
+
+/* Host-to-device bandwidth for `bytes` of pageable memory three ways, in GB/s: a buffer created
+ * with CL_MEM_COPY_HOST_PTR (what kd_format_upload_array does), a blocking clEnqueueWriteBuffer,
+ * and a memcpy into a mapped CL_MEM_ALLOC_HOST_PTR (pinned) buffer followed by a device copy. */
+static void kd_bench_upload_gbs(kd_ocl_t *ocl, size_t bytes, double out[3])
+{
+    cl_context ctx = kd_ocl_context(ocl);
+    cl_command_queue q = kd_ocl_queue(ocl);
+    unsigned char *host = malloc(bytes);
+    cl_int st = CL_SUCCESS;
+    out[0] = out[1] = out[2] = 0.0;
+    if (host == NULL)
+        return;
+    memset(host, 1, bytes);
+    for (int rep = 0; rep < 2; rep++) {
+        double t0 = kd_bench_now_ms();
+        cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &st);
+        if (a != NULL)
+            clFinish(q);
+        double t1 = kd_bench_now_ms();
+        cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_ONLY, bytes, NULL, &st);
+        if (b != NULL)
+            st = clEnqueueWriteBuffer(q, b, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+        double t2 = kd_bench_now_ms();
+        cl_mem pin = clCreateBuffer(ctx, CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &st);
+        void *p = pin != NULL ? clEnqueueMapBuffer(q, pin, CL_TRUE, CL_MAP_WRITE, 0, bytes, 0, NULL,
+                                                   NULL, &st)
+                              : NULL;
+        double t3 = kd_bench_now_ms();
+        if (p != NULL) {
+            memcpy(p, host, bytes);
+            clEnqueueUnmapMemObject(q, pin, p, 0, NULL, NULL);
+            if (b != NULL)
+                clEnqueueCopyBuffer(q, pin, b, 0, 0, bytes, 0, NULL, NULL);
+            clFinish(q);
+        }
+        double t4 = kd_bench_now_ms();
+        if (rep == 1) {
+            out[0] = a != NULL ? (double)bytes / ((t1 - t0) * 1e-3) / 1e9 : 0.0;
+            out[1] = b != NULL ? (double)bytes / ((t2 - t1) * 1e-3) / 1e9 : 0.0;
+            out[2] = p != NULL ? (double)bytes / ((t4 - t3) * 1e-3) / 1e9 : 0.0;
+        }
+        if (a != NULL)
+            clReleaseMemObject(a);
+        if (b != NULL)
+            clReleaseMemObject(b);
+        if (pin != NULL)
+            clReleaseMemObject(pin);
+    }
+    free(host);
 }
 
 static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f, kd_vec_t *x,
@@ -274,8 +325,13 @@ int kd_bench_spmv_main(int argc, char **argv)
     if (copy_bytes > dev->max_alloc_bytes / 2)
         copy_bytes = (size_t)(dev->max_alloc_bytes / 2);
     double copy_gbs = kd_bench_copy_gbs(ocl, copy_bytes);
+    double up[3];
+    kd_bench_upload_gbs(ocl, copy_bytes / 4, up);
     printf("device: %s (%s, driver %s), %s, %d runs per format; copy bandwidth %.0f GB/s\n",
            dev->name, dev->platform, dev->driver, kd_dtype_name(dtype), runs, copy_gbs);
+    printf("host to device, %zu MB pageable: COPY_HOST_PTR %.1f GB/s, WriteBuffer %.1f GB/s, "
+           "memcpy to pinned + copy %.1f GB/s\n",
+           copy_bytes / 4 >> 20, up[0], up[1], up[2]);
 
     kd_bench_matrix_result_t *res = calloc((size_t)nspecs, sizeof(*res));
     int status = 0, done = 0;

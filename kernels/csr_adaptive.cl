@@ -6,15 +6,16 @@
  *
  *  - stream (row_end > row_begin, at most KD_CAP entries, at most KD_WG_SIZE rows): many short
  *    rows. The group first streams the block's entries, consecutive work-items reading
- *    consecutive entries (fully coalesced, whatever the row lengths), and stores the products
+ *    consecutive entries (fully coalesced, whatever the row lengths; each work-item's
+ *    KD_CAP / KD_WG_SIZE loads issued together), and stores the products
  *    values[k] * x[indices[k]] in local memory. After a barrier, T work-items serve each row,
  *    T = KD_WG_SIZE / rows rounded down to a power of two (1 for blocks of 256 short rows, up to
  *    KD_WG_SIZE for a block of one row): lane l of a row adds the row's products l, l + T, ...
  *    from local memory, and the T lanes fold their sums in a tree in local memory, a barrier
  *    between levels. The first lane writes y.
  *  - vector (one row of more than KD_CAP entries, row_end = row_begin + 1): the whole group walks
- *    the row, work-item i reading entries i, i + KD_WG_SIZE, ... (coalesced), and folds the
- *    group's sums in a tree. One work-group per medium row.
+ *    the row, work-item i reading entries i, i + KD_WG_SIZE, ... (coalesced, four at a time into
+ *    four partial sums), and folds the group's sums in a tree. One work-group per medium row.
  *  - chunk (row_end = -(slot + 1)): a piece [k_begin, k_end) of a very long row, split at upload
  *    so that several work-groups share the row. The group reduces its piece as in vector mode
  *    and writes the sum to partials[slot] - no y, no alpha or beta, no atomics. A second kernel,
@@ -27,6 +28,10 @@
 #ifndef KD_CAP
 #error "KD_CAP (entries a stream block holds in local memory) must be defined"
 #endif
+#if KD_CAP % KD_WG_SIZE != 0
+#error "KD_CAP must be a multiple of KD_WG_SIZE"
+#endif
+#define KD_ITEMS (KD_CAP / KD_WG_SIZE)
 
 /* The group's sum of v through red[KD_WG_SIZE]; valid in work-item 0. */
 VALUE kd_adaptive_group_sum(__local VALUE *red, VALUE v)
@@ -57,11 +62,19 @@ __kernel KD_WG_ATTR void kd_csr_adaptive_spmv(__global const int4 *blocks,
     const int row_begin = b.x, row_end = b.y, k_begin = b.z, k_end = b.w;
 
     if (row_end < 0 || k_end - k_begin > KD_CAP) { /* chunk or vector: the group walks one row */
-        VALUE sum = KD_ZERO;
-        for (int k = k_begin + lid; k < k_end; k += KD_WG_SIZE)
-            sum += values[k] * x[indices[k]];
         const VALUE old = (row_end >= 0 && beta != KD_ZERO) ? y[row_begin] : KD_ZERO;
-        sum = kd_adaptive_group_sum(red, sum);
+        /* four independent partial sums: four loads in flight per work-item */
+        VALUE s0 = KD_ZERO, s1 = KD_ZERO, s2 = KD_ZERO, s3 = KD_ZERO;
+        int k = k_begin + lid;
+        for (; k + 3 * KD_WG_SIZE < k_end; k += 4 * KD_WG_SIZE) {
+            s0 += values[k] * x[indices[k]];
+            s1 += values[k + KD_WG_SIZE] * x[indices[k + KD_WG_SIZE]];
+            s2 += values[k + 2 * KD_WG_SIZE] * x[indices[k + 2 * KD_WG_SIZE]];
+            s3 += values[k + 3 * KD_WG_SIZE] * x[indices[k + 3 * KD_WG_SIZE]];
+        }
+        for (; k < k_end; k += KD_WG_SIZE)
+            s0 += values[k] * x[indices[k]];
+        const VALUE sum = kd_adaptive_group_sum(red, (s0 + s1) + (s2 + s3));
         if (lid == 0) {
             if (row_end < 0)
                 partials[-row_end - 1] = sum;
@@ -71,10 +84,24 @@ __kernel KD_WG_ATTR void kd_csr_adaptive_spmv(__global const int4 *blocks,
         return;
     }
 
-    /* stream: products of the whole block into local memory, coalesced */
+    /* stream: the block's products into local memory. Work-item lid takes entries lid,
+     * lid + KD_WG_SIZE, ... (coalesced), and issues all its index and value loads, then all its
+     * gathers from x, before the first use, so KD_ITEMS loads per work-item are in flight. */
     const int count = k_end - k_begin;
-    for (int k = lid; k < count; k += KD_WG_SIZE)
-        products[k] = values[k_begin + k] * x[indices[k_begin + k]];
+    int col[KD_ITEMS];
+    VALUE val[KD_ITEMS];
+#pragma unroll
+    for (int i = 0; i < KD_ITEMS; i++) {
+        const int k = lid + i * KD_WG_SIZE;
+        col[i] = k < count ? indices[k_begin + k] : 0;
+        val[i] = k < count ? values[k_begin + k] : KD_ZERO;
+    }
+#pragma unroll
+    for (int i = 0; i < KD_ITEMS; i++) {
+        const int k = lid + i * KD_WG_SIZE;
+        if (k < count)
+            products[k] = val[i] * x[col[i]];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     const int nrows = row_end - row_begin;

@@ -31,6 +31,9 @@ typedef struct kd_format_source {
     cl_mem values;        /* nnz VALUE; NULL when nnz == 0 */
     int on_device;        /* the three arrays are uploaded */
     double upload_ms;     /* host wall time the upload took (for the benchmark) */
+    /* Host metadata made by a format's prepare op (row blocks, permutations, offsets), owned by
+     * the source and freed with it; NULL until prepared. */
+    void *prepared[KD_FMT_COUNT];
 } kd_format_source_t;
 
 /* Borrow csr (it must outlive the source) and compute its statistics; nothing is allocated. */
@@ -40,15 +43,23 @@ void kd_format_source_init_stats(kd_format_source_t *src, const kd_csr_t *csr,
                                  const kd_csr_stats_t *stats);
 /* Upload the CSR arrays (once; later calls return at once). */
 int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *err);
-/* Release the source's references; matrices built from it keep their own. */
+/* Release the source's references and prepared metadata; matrices built from it keep their own
+ * device arrays. */
 void kd_format_source_close(kd_format_source_t *src);
 
 typedef struct kd_format_ops {
     kd_format_t format;
-    /* The device memory the format would take for csr, in bytes, computed on the host in at most
-     * O(rows) before anything is allocated; SIZE_MAX when it does not fit in memory. The
-     * selection compares it with CSR's to drop formats that waste memory (ELL padding). */
-    size_t (*plan_bytes)(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats);
+    /* Optional: make the format's host metadata from src->csr and src->stats (at most O(rows))
+     * into src->prepared[format]. It makes no OpenCL call and touches nothing else in src, so the
+     * selection runs it on another thread while the CSR arrays upload. upload prepares itself
+     * when this has not run. KD_ENOMEM. */
+    int (*prepare)(const kd_ocl_t *ocl, kd_format_source_t *src);
+    void (*prepared_free)(void *prepared);
+    /* The device memory the format would take, in bytes, from the host data alone (preparing
+     * first when the format has a prepare op) before anything is allocated; SIZE_MAX when it does
+     * not fit in memory. The selection compares it with CSR's to drop formats that waste memory
+     * (ELL padding). Same threading rules as prepare. */
+    size_t (*plan_bytes)(const kd_ocl_t *ocl, kd_format_source_t *src);
     /* Build the format on the device from src: set m->impl and add every allocated buffer's size
      * to m->device_bytes. On failure, leave m->impl as whatever `release` can free. Conversion
      * kernels may still be running when it returns (the queue is in order). */

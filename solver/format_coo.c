@@ -78,8 +78,9 @@ int kd_coo_part_spmv(kd_ocl_t *ocl, kd_dtype_t dtype, const kd_coo_part_t *part,
                          err);
 }
 
-static size_t coo_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats)
+static size_t coo_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
+    const kd_csr_t *csr = src->csr;
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(csr->dtype);
     size_t chunks = ((size_t)csr->nnz + wg - 1) / wg;

@@ -113,15 +113,48 @@ static void adaptive_plan_init(kd_adaptive_plan_t *p, const kd_ocl_t *ocl, kd_dt
     p->long_rows = p->long_slots = NULL;
 }
 
-static size_t adaptive_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr,
-                                  const kd_csr_stats_t *stats)
+static void adaptive_prepared_free(void *prepared)
 {
-    kd_adaptive_plan_t p;
-    adaptive_plan_init(&p, ocl, csr->dtype);
-    adaptive_walk(csr, kd_ocl_work_group_size(ocl), &p);
-    size_t extra = p.nblocks * sizeof(cl_int4);
-    if (p.nlong > 0)
-        extra += p.nlong * 8 + 4 + p.nslots * kd_dtype_size(csr->dtype);
+    kd_adaptive_plan_t *p = prepared;
+    if (p == NULL)
+        return;
+    free(p->blocks);
+    free(p->long_rows);
+    free(p->long_slots);
+    free(p);
+}
+
+/* The block table, in src->prepared: one counting walk, then one filling walk. */
+static int adaptive_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    kd_adaptive_plan_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return KD_ENOMEM;
+    adaptive_plan_init(p, ocl, csr->dtype);
+    adaptive_walk(csr, wg, p);
+    p->blocks = malloc((p->nblocks + 1) * sizeof(cl_int4));
+    p->long_rows = malloc((p->nlong + 1) * sizeof(int32_t));
+    p->long_slots = malloc((p->nlong + 1) * sizeof(int32_t));
+    if (p->blocks == NULL || p->long_rows == NULL || p->long_slots == NULL) {
+        adaptive_prepared_free(p);
+        return KD_ENOMEM;
+    }
+    adaptive_walk(csr, wg, p);
+    src->prepared[KD_FMT_CSR_ADAPTIVE] = p;
+    return KD_OK;
+}
+
+static size_t adaptive_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    if (src->prepared[KD_FMT_CSR_ADAPTIVE] == NULL && adaptive_prepare(ocl, src) != KD_OK)
+        return SIZE_MAX;
+    const kd_adaptive_plan_t *p = src->prepared[KD_FMT_CSR_ADAPTIVE];
+    size_t extra = p->nblocks * sizeof(cl_int4);
+    if (p->nlong > 0)
+        extra += p->nlong * 8 + 4 + p->nslots * kd_dtype_size(csr->dtype);
     size_t base = kd_format_csr_bytes(csr);
     return base > SIZE_MAX - extra ? SIZE_MAX : base + extra;
 }
@@ -141,8 +174,6 @@ static void adaptive_release(kd_matrix_t *m)
 static int adaptive_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    kd_adaptive_plan_t p;
     int rc = KD_OK;
     kd_csr_adaptive_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
@@ -153,36 +184,25 @@ static int adaptive_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *
     impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
     impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
 
-    adaptive_plan_init(&p, ocl, csr->dtype);
-    adaptive_walk(csr, wg, &p); /* count */
-    p.blocks = malloc((p.nblocks + 1) * sizeof(cl_int4));
-    p.long_rows = malloc((p.nlong + 1) * sizeof(int32_t));
-    p.long_slots = malloc((p.nlong + 1) * sizeof(int32_t));
-    if (p.blocks == NULL || p.long_rows == NULL || p.long_slots == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for the row blocks");
-        goto done;
-    }
-    adaptive_walk(csr, wg, &p); /* fill */
-    impl->nblocks = p.nblocks;
-    impl->nlong = p.nlong;
-    impl->nslots = p.nslots;
-    impl->cap = p.cap;
-    rc = kd_format_upload_array(ocl, m, p.blocks, p.nblocks * sizeof(cl_int4), "row blocks",
+    if (src->prepared[KD_FMT_CSR_ADAPTIVE] == NULL && adaptive_prepare(ocl, src) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the row blocks");
+    const kd_adaptive_plan_t *p = src->prepared[KD_FMT_CSR_ADAPTIVE];
+    impl->nblocks = p->nblocks;
+    impl->nlong = p->nlong;
+    impl->nslots = p->nslots;
+    impl->cap = p->cap;
+    rc = kd_format_upload_array(ocl, m, p->blocks, p->nblocks * sizeof(cl_int4), "row blocks",
                                 &impl->blocks, err);
-    if (rc == KD_OK && p.nlong > 0) {
-        rc = kd_format_upload_array(ocl, m, p.long_rows, p.nlong * sizeof(int32_t), "long rows",
+    if (rc == KD_OK && p->nlong > 0) {
+        rc = kd_format_upload_array(ocl, m, p->long_rows, p->nlong * sizeof(int32_t), "long rows",
                                     &impl->long_rows, err);
         if (rc == KD_OK)
-            rc = kd_format_upload_array(ocl, m, p.long_slots, (p.nlong + 1) * sizeof(int32_t),
+            rc = kd_format_upload_array(ocl, m, p->long_slots, (p->nlong + 1) * sizeof(int32_t),
                                         "long-row slots", &impl->long_slots, err);
         if (rc == KD_OK)
-            rc = kd_format_alloc_array(ocl, m, p.nslots * v, "long-row partial sums",
+            rc = kd_format_alloc_array(ocl, m, p->nslots * v, "long-row partial sums",
                                        &impl->partials, err);
     }
-done:
-    free(p.blocks);
-    free(p.long_rows);
-    free(p.long_slots);
     return rc;
 }
 
@@ -235,6 +255,8 @@ static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
 
 const kd_format_ops_t kd_format_csr_adaptive_ops = {
     .format = KD_FMT_CSR_ADAPTIVE,
+    .prepare = adaptive_prepare,
+    .prepared_free = adaptive_prepared_free,
     .plan_bytes = adaptive_plan_bytes,
     .upload = adaptive_upload,
     .spmv = adaptive_spmv,

@@ -37,9 +37,9 @@ static void csr_vector_release(kd_matrix_t *m)
     m->impl = NULL;
 }
 
-static size_t csr_vector_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr,
-                                    const kd_csr_stats_t *stats)
+static size_t csr_vector_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
+    const kd_csr_t *csr = src->csr;
     return kd_format_csr_bytes(csr);
 }
 

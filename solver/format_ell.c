@@ -18,8 +18,10 @@ typedef struct kd_ell {
     int64_t ld;
 } kd_ell_t;
 
-static size_t ell_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats)
+static size_t ell_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
+    const kd_csr_t *csr = src->csr;
+    const kd_csr_stats_t *stats = &src->stats;
     size_t ld = kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
     size_t slots = kd_format_size_mad(ld, (size_t)stats->max_row, 0);
     return kd_format_size_mad(slots, sizeof(int32_t) + kd_dtype_size(csr->dtype), 0);

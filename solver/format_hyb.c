@@ -47,18 +47,57 @@ static int hyb_width(const kd_csr_t *csr, const kd_csr_stats_t *stats, int64_t *
     return (int)k;
 }
 
-static size_t hyb_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats)
+typedef struct kd_hyb_prepared {
+    int width;
+    int64_t overflow;
+    int32_t *offsets; /* rows + 1: where each row's overflow starts in the COO part */
+} kd_hyb_prepared_t;
+
+static void hyb_prepared_free(void *prepared)
 {
-    int64_t over;
-    int k = hyb_width(csr, stats, &over);
-    if (k < 0)
+    kd_hyb_prepared_t *p = prepared;
+    if (p == NULL)
+        return;
+    free(p->offsets);
+    free(p);
+}
+
+static int hyb_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    kd_hyb_prepared_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return KD_ENOMEM;
+    p->width = hyb_width(csr, &src->stats, &p->overflow);
+    p->offsets = malloc(((size_t)csr->rows + 1) * sizeof(int32_t));
+    if (p->width < 0 || p->offsets == NULL) {
+        hyb_prepared_free(p);
+        return KD_ENOMEM;
+    }
+    int64_t d = 0;
+    for (int64_t r = 0; r < csr->rows; r++) {
+        p->offsets[r] = (int32_t)d;
+        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+        d += len > p->width ? len - p->width : 0;
+    }
+    p->offsets[csr->rows] = (int32_t)d;
+    src->prepared[KD_FMT_HYB] = p;
+    return KD_OK;
+}
+
+static size_t hyb_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    if (src->prepared[KD_FMT_HYB] == NULL && hyb_prepare(ocl, src) != KD_OK)
         return SIZE_MAX;
+    const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
     size_t v = kd_dtype_size(csr->dtype);
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t ld = kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
-    size_t ell = kd_format_size_mad(kd_format_size_mad(ld, (size_t)k, 0), sizeof(int32_t) + v, 0);
-    size_t coo = kd_format_size_mad((size_t)over, 2 * sizeof(int32_t) + v,
-                                    2 * v * (((size_t)over + wg - 1) / wg));
+    size_t ell =
+        kd_format_size_mad(kd_format_size_mad(ld, (size_t)p->width, 0), sizeof(int32_t) + v, 0);
+    size_t coo = kd_format_size_mad((size_t)p->overflow, 2 * sizeof(int32_t) + v,
+                                    2 * v * (((size_t)p->overflow + wg - 1) / wg));
     return ell == SIZE_MAX || coo == SIZE_MAX || ell > SIZE_MAX - coo ? SIZE_MAX : ell + coo;
 }
 
@@ -104,20 +143,10 @@ static int hyb_build_coo(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl,
     const kd_csr_t *csr = src->csr;
     size_t wg = kd_ocl_work_group_size(ocl);
     cl_mem coo_ptr = NULL;
-    int32_t *ptr = malloc(((size_t)csr->rows + 1) * sizeof(int32_t));
-    if (ptr == NULL)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for HYB offsets");
-    int64_t d = 0;
-    for (int64_t r = 0; r < csr->rows; r++) {
-        ptr[r] = (int32_t)d;
-        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        d += len > impl->width ? len - impl->width : 0;
-    }
-    ptr[csr->rows] = (int32_t)d;
+    const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
     int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                  ((size_t)csr->rows + 1) * sizeof(int32_t), ptr,
+                                  ((size_t)csr->rows + 1) * sizeof(int32_t), p->offsets,
                                   "HYB overflow offsets", &coo_ptr, err);
-    free(ptr);
     if (rc != KD_OK)
         return rc;
     char options[64];
@@ -153,10 +182,11 @@ static int hyb_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd
     if (impl == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
-    int64_t over = 0;
-    int k = hyb_width(csr, &src->stats, &over);
-    if (k < 0)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for a row-length histogram");
+    if (src->prepared[KD_FMT_HYB] == NULL && hyb_prepare(ocl, src) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for HYB's row offsets");
+    const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
+    int64_t over = p->overflow;
+    int k = p->width;
     impl->width = k;
     impl->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
     size_t slots = kd_format_size_mad((size_t)impl->ld, (size_t)k, 0);
@@ -219,6 +249,8 @@ static int hyb_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
 
 const kd_format_ops_t kd_format_hyb_ops = {
     .format = KD_FMT_HYB,
+    .prepare = hyb_prepare,
+    .prepared_free = hyb_prepared_free,
     .plan_bytes = hyb_plan_bytes,
     .upload = hyb_upload,
     .spmv = hyb_spmv,

@@ -106,13 +106,47 @@ static size_t sell_slices(const kd_csr_t *csr)
     return ((size_t)csr->rows + KD_SELL_C - 1) / KD_SELL_C;
 }
 
-static size_t sell_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats)
+typedef struct kd_sell_prepared {
+    int64_t slots;
+    int32_t *perm;      /* rows */
+    int64_t *slice_ptr; /* slices + 1 */
+} kd_sell_prepared_t;
+
+static void sell_prepared_free(void *prepared)
 {
-    int64_t slots = sell_plan(csr, NULL, NULL);
-    if (slots < 0)
+    kd_sell_prepared_t *p = prepared;
+    if (p == NULL)
+        return;
+    free(p->perm);
+    free(p->slice_ptr);
+    free(p);
+}
+
+static int sell_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    kd_sell_prepared_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return KD_ENOMEM;
+    p->perm = malloc((size_t)csr->rows * sizeof(int32_t) + 1);
+    p->slice_ptr = malloc((sell_slices(csr) + 1) * sizeof(int64_t));
+    if (p->perm == NULL || p->slice_ptr == NULL ||
+        (p->slots = sell_plan(csr, p->perm, p->slice_ptr)) < 0) {
+        sell_prepared_free(p);
+        return KD_ENOMEM;
+    }
+    src->prepared[KD_FMT_SELL_C_SIGMA] = p;
+    return KD_OK;
+}
+
+static size_t sell_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    if (src->prepared[KD_FMT_SELL_C_SIGMA] == NULL && sell_prepare(ocl, src) != KD_OK)
         return SIZE_MAX;
+    const kd_sell_prepared_t *p = src->prepared[KD_FMT_SELL_C_SIGMA];
     size_t meta = (size_t)csr->rows * sizeof(int32_t) + (sell_slices(csr) + 1) * sizeof(int64_t);
-    return kd_format_size_mad((size_t)slots, sizeof(int32_t) + kd_dtype_size(csr->dtype), meta);
+    return kd_format_size_mad((size_t)p->slots, sizeof(int32_t) + kd_dtype_size(csr->dtype), meta);
 }
 
 static void sell_release(kd_matrix_t *m)
@@ -139,43 +173,37 @@ static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, k
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(csr->dtype);
     size_t slices = sell_slices(csr);
-    int rc = KD_OK;
     kd_sell_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
-    int32_t *perm = malloc((size_t)csr->rows * sizeof(int32_t) + 1);
-    int64_t *slice_ptr = malloc((slices + 1) * sizeof(int64_t));
-    int64_t slots = -1;
-    if (perm == NULL || slice_ptr == NULL || (slots = sell_plan(csr, perm, slice_ptr)) < 0) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory sorting rows for SELL-C-sigma");
-        goto done;
-    }
+    if (src->prepared[KD_FMT_SELL_C_SIGMA] == NULL && sell_prepare(ocl, src) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory sorting rows for SELL-C-sigma");
+    const kd_sell_prepared_t *p = src->prepared[KD_FMT_SELL_C_SIGMA];
+    int64_t slots = p->slots;
     size_t ibytes = kd_format_size_mad((size_t)slots, sizeof(int32_t), 0);
     size_t vbytes = kd_format_size_mad((size_t)slots, v, 0);
-    if (ibytes == SIZE_MAX || vbytes == SIZE_MAX) {
-        rc = kd_err_set(err, KD_ETOOLARGE, "SELL-C-sigma arrays of %lld slots do not fit",
-                        (long long)slots);
-        goto done;
-    }
-    rc = kd_format_upload_array(ocl, m, slice_ptr, (slices + 1) * sizeof(int64_t), "slice pointers",
-                                &impl->slice_ptr, err);
+    if (ibytes == SIZE_MAX || vbytes == SIZE_MAX)
+        return kd_err_set(err, KD_ETOOLARGE, "SELL-C-sigma arrays of %lld slots do not fit",
+                          (long long)slots);
+    int rc = kd_format_upload_array(ocl, m, p->slice_ptr, (slices + 1) * sizeof(int64_t),
+                                    "slice pointers", &impl->slice_ptr, err);
     if (rc == KD_OK)
-        rc = kd_format_upload_array(ocl, m, perm, (size_t)csr->rows * sizeof(int32_t),
+        rc = kd_format_upload_array(ocl, m, p->perm, (size_t)csr->rows * sizeof(int32_t),
                                     "row permutation", &impl->perm, err);
     if (rc == KD_OK)
         rc = kd_format_alloc_array(ocl, m, ibytes, "SELL column indices", &impl->indices, err);
     if (rc == KD_OK)
         rc = kd_format_alloc_array(ocl, m, vbytes, "SELL values", &impl->values, err);
     if (rc != KD_OK || slots == 0 || csr->rows == 0)
-        goto done;
+        return rc;
 
     char options[96];
     sell_options(ocl, options, sizeof(options));
     cl_kernel kernel;
     rc = kd_ocl_kernel(ocl, "sell_c_sigma", csr->dtype, options, "kd_sell_from_csr", &kernel, err);
     if (rc != KD_OK)
-        goto done;
+        return rc;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_int(&a, (cl_int)csr->rows);
     kd_ocl_arg_mem(&a, impl->slice_ptr);
@@ -186,13 +214,9 @@ static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, k
     kd_ocl_arg_mem(&a, impl->indices);
     kd_ocl_arg_mem(&a, impl->values);
     if ((rc = kd_ocl_args_end(&a, "kd_sell_from_csr", err)) != KD_OK)
-        goto done;
-    rc = kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
-                       "kd_sell_from_csr", err);
-done:
-    free(perm);
-    free(slice_ptr);
-    return rc;
+        return rc;
+    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
+                         "kd_sell_from_csr", err);
 }
 
 static int sell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
@@ -224,6 +248,8 @@ static int sell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd
 
 const kd_format_ops_t kd_format_sell_c_sigma_ops = {
     .format = KD_FMT_SELL_C_SIGMA,
+    .prepare = sell_prepare,
+    .prepared_free = sell_prepared_free,
     .plan_bytes = sell_plan_bytes,
     .upload = sell_upload,
     .spmv = sell_spmv,

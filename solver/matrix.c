@@ -69,7 +69,13 @@ size_t kd_matrix_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_c
                             kd_format_t format)
 {
     const kd_format_ops_t *ops = kd_format_ops(format);
-    return ops != NULL ? ops->plan_bytes(ocl, csr, stats) : SIZE_MAX;
+    if (ops == NULL)
+        return SIZE_MAX;
+    kd_format_source_t src;
+    kd_format_source_init_stats(&src, csr, stats);
+    size_t bytes = ops->plan_bytes(ocl, &src);
+    kd_format_source_close(&src);
+    return bytes;
 }
 
 /* ---- the source every format is built from ------------------------------------------------ */
@@ -137,6 +143,12 @@ void kd_format_source_close(kd_format_source_t *src)
     kd_format_release_mems(mems, 3);
     src->indptr = src->indices = src->values = NULL;
     src->on_device = 0;
+    for (int f = 0; f < KD_FMT_COUNT; f++) {
+        const kd_format_ops_t *ops = kd_format_ops((kd_format_t)f);
+        if (src->prepared[f] != NULL && ops != NULL && ops->prepared_free != NULL)
+            ops->prepared_free(src->prepared[f]);
+        src->prepared[f] = NULL;
+    }
 }
 
 cl_mem kd_format_share(kd_matrix_t *m, cl_mem mem, size_t bytes)

@@ -8,7 +8,9 @@
  *    dominated are dropped with a reason too. The CSR arrays then cross the bus once; each
  *    remaining candidate is built from them on the device, run once to warm up and timed for a
  *    few runs with profiling events, and the fastest is kept (the others are freed as soon as
- *    they lose).
+ *    they lose). A launch-bound matrix is not measured (the statistics choose), and measuring
+ *    stops once a candidate reaches 90% of the device's copy bandwidth: solver/select.c says
+ *    why each shortcut is safe.
  *  - heuristic: a choice from the statistics alone, nothing timed.
  *
  * The solver never includes server/: the server copies kd_select_candidate_t into its own
@@ -59,8 +61,12 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err);
 
+/* 1 when all of csr's SpMV traffic (the minimal-bytes model) takes under 5 us at the device's
+ * copy bandwidth: every format then runs in the launch latency, and measuring is noise. */
+int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr);
+
 /* The heuristic's choice for these statistics, with a one-line reason (for tests and tools). */
-kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *stats,
+kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *stats, int launch_bound,
                                 const char **reason);
 
 #endif
