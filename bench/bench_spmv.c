@@ -35,7 +35,7 @@ typedef struct kd_bench_format_result {
     char dropped[96];
     double median_ms, min_ms, batch_ms, gbs, gflops, rel_err;
     size_t device_bytes;
-    double build_ms;
+    double build_ms, transfer_ms;
 } kd_bench_format_result_t;
 
 typedef struct kd_bench_matrix_result {
@@ -145,6 +145,44 @@ static void kd_bench_upload_gbs(kd_ocl_t *ocl, size_t bytes, double out[3])
     free(host);
 }
 
+/* Device allocation on first use: creating a buffer of `bytes` and filling it, against filling it
+ * again, in ms; and a small (64 KiB) buffer's create + fill + release. out: {big first fill,
+ * big second fill, big release, small total}. */
+static void kd_bench_alloc_ms(kd_ocl_t *ocl, size_t bytes, double out[4])
+{
+    cl_context ctx = kd_ocl_context(ocl);
+    cl_command_queue q = kd_ocl_queue(ocl);
+    unsigned char zero = 0;
+    cl_int st;
+    clFinish(q);
+    double t0 = kd_bench_now_ms();
+    cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &st);
+    if (a == NULL)
+        return;
+    clEnqueueFillBuffer(q, a, &zero, 1, 0, bytes, 0, NULL, NULL);
+    clFinish(q);
+    double t1 = kd_bench_now_ms();
+    clEnqueueFillBuffer(q, a, &zero, 1, 0, bytes, 0, NULL, NULL);
+    clFinish(q);
+    double t2 = kd_bench_now_ms();
+    clReleaseMemObject(a);
+    clFinish(q);
+    double t3 = kd_bench_now_ms();
+    for (int i = 0; i < 10; i++) {
+        cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 65536, NULL, &st);
+        if (b == NULL)
+            break;
+        clEnqueueFillBuffer(q, b, &zero, 1, 0, 65536, 0, NULL, NULL);
+        clFinish(q);
+        clReleaseMemObject(b);
+    }
+    double t4 = kd_bench_now_ms();
+    out[0] = t1 - t0;
+    out[1] = t2 - t1;
+    out[2] = t3 - t2;
+    out[3] = (t4 - t3) / 10.0;
+}
+
 static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f, kd_vec_t *x,
                                kd_vec_t *y, const double *ref, int warmup, int runs,
                                double min_bytes, kd_bench_format_result_t *r, kd_err_t *err)
@@ -156,10 +194,13 @@ static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
     if (t == NULL || got == NULL)
         goto done;
     double t0 = kd_bench_now_ms();
-    if ((rc = kd_matrix_upload(ocl, csr, f, &m, err)) != KD_OK ||
+    kd_select_result_t sr;
+    if ((rc = kd_select_upload(ocl, csr, kd_format_name(f), KD_SELECT_MEASURE, &m, &sr, err)) !=
+            KD_OK ||
         (rc = kd_ocl_finish(ocl, err)) != KD_OK)
         goto done;
-    r->build_ms = kd_bench_now_ms() - t0;
+    r->build_ms = kd_bench_now_ms() - t0 - sr.transfer_ms; /* beyond the CSR transfer */
+    r->transfer_ms = sr.transfer_ms;
     r->device_bytes = m->device_bytes;
     if ((rc = kd_vec_fill(ocl, y, NAN, err)) != KD_OK ||
         (rc = kd_matrix_spmv(ocl, m, 1.0, x, 0.0, y, err)) != KD_OK ||
@@ -261,9 +302,9 @@ static void kd_bench_write_json(const char *path, const kd_ocl_t *ocl, kd_dtype_
                 fprintf(f,
                         "\"median_ms\": %.6g, \"min_ms\": %.6g, \"batch_ms\": %.6g, "
                         "\"gbs\": %.6g, \"gflops\": %.6g, \"rel_err\": %.3g, "
-                        "\"device_bytes\": %zu, \"build_ms\": %.6g",
+                        "\"device_bytes\": %zu, \"build_ms\": %.6g, \"transfer_ms\": %.6g",
                         fr->median_ms, fr->min_ms, fr->batch_ms, fr->gbs, fr->gflops, fr->rel_err,
-                        fr->device_bytes, fr->build_ms);
+                        fr->device_bytes, fr->build_ms, fr->transfer_ms);
             }
             fputc('}', f);
         }
@@ -332,12 +373,25 @@ int kd_bench_spmv_main(int argc, char **argv)
     printf("host to device, %zu MB pageable: COPY_HOST_PTR %.1f GB/s, WriteBuffer %.1f GB/s, "
            "memcpy to pinned + copy %.1f GB/s\n",
            copy_bytes / 4 >> 20, up[0], up[1], up[2]);
+    double al[4] = {0, 0, 0, 0};
+    kd_bench_alloc_ms(ocl, copy_bytes / 4, al);
+    printf("allocation, %zu MB: create + first fill %.2f ms, second fill %.2f ms, release %.2f "
+           "ms; 64 KiB create + fill + release %.3f ms\n",
+           copy_bytes / 4 >> 20, al[0], al[1], al[2], al[3]);
 
     kd_bench_matrix_result_t *res = calloc((size_t)nspecs, sizeof(*res));
     int status = 0, done = 0;
     for (int s = 0; s < nspecs; s++) {
         kd_bench_matrix_result_t *r = &res[done];
-        kd_csr_t *csr = kd_matgen_by_name(specs[s], dtype);
+        /* "local:SPEC": SPEC with each row's columns replaced by row, row + 1, ... (mod cols): the
+         * same row lengths with x gathered from a few cache lines, to tell the cost of random
+         * gathers from the rest */
+        int local = strncmp(specs[s], "local:", 6) == 0;
+        kd_csr_t *csr = kd_matgen_by_name(specs[s] + (local ? 6 : 0), dtype);
+        if (csr != NULL && local)
+            for (int64_t row = 0; row < csr->rows; row++)
+                for (int32_t k = csr->indptr[row]; k < csr->indptr[row + 1]; k++)
+                    csr->indices[k] = (int32_t)((row + (k - csr->indptr[row])) % csr->cols);
         if (csr == NULL) {
             status = 1;
             continue;
@@ -435,14 +489,14 @@ int kd_bench_spmv_main(int argc, char **argv)
         const kd_bench_format_result_t *fa = &r->fmt[sw->format];
         double t_auto = fa->built ? fa->median_ms : 0.0;
         double budget = 50.0 * t_auto + sw->transfer_ms;
-        printf("  auto: %s (%.3fx the fastest); selection %.2f ms warm (%.2f cold), transfer "
-               "%.2f ms, host plans %.2f ms, %d timing runs; budget 50 SpMV + transfer = %.2f ms "
-               "-> %.2fx\n",
+        printf("  auto: %s (%.3fx the fastest); selection %.2f ms warm (%.2f cold): transfer "
+               "%.2f, analysis %.2f (beside it), builds %.2f, timing %.2f ms, %d runs; budget 50 "
+               "SpMV + transfer = %.2f ms -> %.2fx\n",
                kd_format_name(sw->format),
                fa->built && r->fmt[r->best].median_ms > 0 ? t_auto / r->fmt[r->best].median_ms
                                                           : 0.0,
-               sw->total_ms, r->select_cold.total_ms, sw->transfer_ms, sw->plan_ms, sw->spmv_runs,
-               budget, budget > 0 ? sw->total_ms / budget : 0.0);
+               sw->total_ms, r->select_cold.total_ms, sw->transfer_ms, sw->plan_ms, sw->build_ms,
+               sw->measure_ms, sw->spmv_runs, budget, budget > 0 ? sw->total_ms / budget : 0.0);
         fflush(stdout);
         done++;
     }

@@ -144,9 +144,8 @@ static int hyb_build_coo(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl,
     size_t wg = kd_ocl_work_group_size(ocl);
     cl_mem coo_ptr = NULL;
     const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                  ((size_t)csr->rows + 1) * sizeof(int32_t), p->offsets,
-                                  "HYB overflow offsets", &coo_ptr, err);
+    int rc = kd_format_buffer_from_host(ocl, p->offsets, ((size_t)csr->rows + 1) * sizeof(int32_t),
+                                        "HYB overflow offsets", &coo_ptr, err);
     if (rc != KD_OK)
         return rc;
     char options[64];

@@ -113,15 +113,13 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
         kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &value_bytes))
         return kd_err_set(err, KD_ETOOLARGE, "matrix arrays do not fit in memory");
     double t0 = kd_wall_ms();
-    cl_mem_flags flags = CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR;
-    int rc = kd_ocl_buffer_create(ocl, flags, indptr_bytes, csr->indptr, "row pointers",
-                                  &src->indptr, err);
-    if (rc == KD_OK && index_bytes > 0)
-        rc = kd_ocl_buffer_create(ocl, flags, index_bytes, csr->indices, "column indices",
-                                  &src->indices, err);
-    if (rc == KD_OK && value_bytes > 0)
-        rc =
-            kd_ocl_buffer_create(ocl, flags, value_bytes, csr->values, "values", &src->values, err);
+    int rc = kd_format_buffer_from_host(ocl, csr->indptr, indptr_bytes, "row pointers",
+                                        &src->indptr, err);
+    if (rc == KD_OK)
+        rc = kd_format_buffer_from_host(ocl, csr->indices, index_bytes, "column indices",
+                                        &src->indices, err);
+    if (rc == KD_OK)
+        rc = kd_format_buffer_from_host(ocl, csr->values, value_bytes, "values", &src->values, err);
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
     if (rc != KD_OK) {
@@ -189,14 +187,30 @@ size_t kd_format_csr_bytes(const kd_csr_t *csr)
     return kd_format_size_mad((size_t)csr->nnz, entry, ((size_t)csr->rows + 1) * sizeof(int32_t));
 }
 
-int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,
-                           const char *what, cl_mem *out, kd_err_t *err)
+int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
+                               cl_mem *out, kd_err_t *err)
 {
     *out = NULL;
     if (bytes == 0)
         return KD_OK;
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)host,
-                                  what, out, err);
+    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY, bytes, NULL, what, out, err);
+    if (rc != KD_OK)
+        return rc;
+    cl_int st =
+        clEnqueueWriteBuffer(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        clReleaseMemObject(*out);
+        *out = NULL;
+        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+        kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
+    }
+    return rc;
+}
+
+int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,
+                           const char *what, cl_mem *out, kd_err_t *err)
+{
+    int rc = kd_format_buffer_from_host(ocl, host, bytes, what, out, err);
     if (rc == KD_OK)
         m->device_bytes += bytes;
     return rc;

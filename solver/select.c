@@ -8,17 +8,19 @@
  *    cost. It makes no OpenCL call.
  *  - Screening, before anything is allocated: formats whose plan exceeds KD_SELECT_MEMORY_FACTOR
  *    times CSR's memory are dropped (padding); formats measurements on this project's benchmark
- *    set showed to be dominated are dropped with the reason (bench/NOTES.md): a row longer than
- *    KD_SELECT_SERIAL_MAX entries per work-item, COO (csr_adaptive balances rows as well with
- *    fewer bytes and launches), ELL beside ELLPACK-R, SELL-C-sigma and HYB where ELLPACK-R pads
- *    little, and on GPUs (where a lone long row stalls its warp and short rows waste a vector's
- *    lanes; a CPU thread minds neither) one work-item per row on a row of thousands and
+ *    set showed to be dominated are dropped with the reason (bench/NOTES.md): COO and HYB
+ *    (csr_adaptive balances rows as well, with fewer bytes and one launch; where rows pad little
+ *    HYB is ELLPACK-R with an empty COO part), ELL beside ELLPACK-R, SELL-C-sigma where
+ *    ELLPACK-R pads little, and on GPUs (where a lone long row stalls its warp and short rows waste
+ * a vector's lanes; a CPU thread minds neither) one work-item per row on a row of thousands and
  *    csr_vector on short rows numerous enough to fill the device.
  *  - Launch-bound matrices (all traffic in under KD_SELECT_LAUNCH_BOUND_US at the device's copy
  *    bandwidth): every format runs in the launch latency and their timings differ by less than
  *    their noise, so the statistics choose; the choice is timed for matrix.info, nothing else is.
- *  - Measuring: the heuristic's choice first, then the others, cheapest to build first. Each is
- *    built on the device from the shared CSR arrays and run once (timed: the warm-up); a
+ *  - Measuring: the formats that share the CSR arrays first (building them allocates nothing;
+ *    NVIDIA's OpenCL takes tens of milliseconds to allocate a few hundred megabytes), the
+ *    heuristic's choice first within each group. Each is built on the device from the shared CSR
+ *    arrays and run once (timed: the warm-up); a
  *    candidate more than KD_SELECT_CUTOFF times slower than the best stops there; otherwise
  *    KD_SELECT_RUNS more runs are queued and waited for once, and the minimum counts (noise only
  *    adds time). Once the best candidate reaches KD_SELECT_ROOFLINE of the copy bandwidth by the
@@ -264,6 +266,9 @@ static void *kd_select_analyse(void *arg)
         } else if ((f == KD_FMT_SELL_C_SIGMA || f == KD_FMT_HYB) && ell_fits) {
             snprintf(c->dropped, sizeof(c->dropped),
                      "dominated: rows pad little, ellpack_r needs no sorting or splitting");
+        } else if (f == KD_FMT_HYB) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: csr_adaptive spreads long rows with fewer bytes, one launch");
         } else if (gpu && f == KD_FMT_CSR_VECTOR && fills && st->mean_row < 8.0) {
             snprintf(c->dropped, sizeof(c->dropped),
                      "dominated: short rows (mean %.1f) that fill the device one per work-item",
@@ -418,10 +423,24 @@ static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
                         &cache, NULL) != CL_SUCCESS ||
         kd_select_min_bytes(csr) < 2.0 * (double)cache)
         roofline_ms = 0.0; /* cache-resident, or unknown: no roofline shortcut */
-    for (int k = -1; k < res->ncandidates; k++) {
-        /* the heuristic's choice first, then the others in table order (cheapest to build) */
-        kd_select_candidate_t *c = k < 0 ? kd_select_find(res, an.first) : &res->candidates[k];
-        if (c == NULL || c->dropped[0] != '\0' || (k >= 0 && c->format == an.first))
+    /* the order: formats sharing the CSR arrays, then the others; the heuristic's choice first in
+     * its group */
+    kd_select_candidate_t *order[KD_FMT_COUNT];
+    int norder = 0;
+    for (int group = 0; group < 2; group++) {
+        for (int k = -1; k < res->ncandidates; k++) {
+            kd_select_candidate_t *c = k < 0 ? kd_select_find(res, an.first) : &res->candidates[k];
+            if (c == NULL || (k >= 0 && c->format == an.first))
+                continue;
+            int shares = c->format == KD_FMT_CSR_SCALAR || c->format == KD_FMT_CSR_VECTOR ||
+                         c->format == KD_FMT_CSR_ADAPTIVE;
+            if (shares == (group == 0))
+                order[norder++] = c;
+        }
+    }
+    for (int k = 0; k < norder; k++) {
+        kd_select_candidate_t *c = order[k];
+        if (c->dropped[0] != '\0')
             continue;
         if (best != NULL && roofline_ms > 0.0 && roofline_ms >= KD_SELECT_ROOFLINE * best_ms) {
             snprintf(c->dropped, sizeof(c->dropped),
@@ -430,10 +449,16 @@ static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
             continue;
         }
         kd_matrix_t *m = NULL;
+        double t_build = kd_select_now_ms();
         rc = kd_matrix_upload_source(ocl, src, c->format, &m, err);
+        if (rc == KD_OK)
+            rc = kd_ocl_finish(ocl, err);
+        double t_measure = kd_select_now_ms();
+        res->build_ms += t_measure - t_build;
         if (rc == KD_OK)
             rc = kd_select_time(ocl, m, &x, &y, best != NULL ? best_ms : 0.0, an.launch_bound,
                                 &res->spmv_runs, &c->time_ms, err);
+        res->measure_ms += kd_select_now_ms() - t_measure;
         if (rc == KD_EDEVMEM) {
             snprintf(c->dropped, sizeof(c->dropped), "no device memory: %.70s", err->message);
             kd_matrix_free(m);

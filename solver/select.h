@@ -45,7 +45,10 @@ typedef struct kd_select_result {
     int ncandidates;
     kd_select_candidate_t candidates[KD_FMT_COUNT];
     double transfer_ms; /* host wall time of copying the CSR arrays to the device */
-    double plan_ms;     /* host wall time of the row statistics and the memory plans */
+    double plan_ms;     /* host wall time of the analysis: statistics, plans, host metadata (beside
+                           the transfer for a large matrix) */
+    double build_ms;    /* host wall time building candidates on the device */
+    double measure_ms;  /* host wall time of the timed runs */
     double total_ms;    /* host wall time of the whole call, transfer included */
     int spmv_runs;      /* SpMVs run for timing, warm-ups included */
 } kd_select_result_t;

@@ -29,7 +29,7 @@ if [ "${KD_BENCH_TESTS:-1}" = 1 ]; then
     > "$out/ctest-gpu.log" 2>&1; tail -6 "$out/ctest-gpu.log")
 fi
 
-mats=${KD_BENCH_MATRICES:-"lap2d:2048 lap3d:160 powerlaw:2000000:8"}
+mats=${KD_BENCH_MATRICES:-"lap2d:2048 lap3d:160 powerlaw:2000000:8 local:powerlaw:2000000:8"}
 if [ -z "${KD_BENCH_MATRICES:-}" ]; then
   for f in 494_bus dwt_878 can___24 ani4 bayer10 rajat01 adder_dcop_05 watt_2 arrow \
            Groebner_id2003_aug Franz6_id1959_aug; do
