@@ -16,6 +16,7 @@
 /* Subcommands: argv[0] is the subcommand's name; return the process exit status. */
 int kd_bench_spmv_main(int argc, char **argv);
 int kd_bench_export_main(int argc, char **argv);
+int kd_bench_kernels_main(int argc, char **argv);
 
 /* Host wall clock in milliseconds (CLOCK_MONOTONIC). */
 double kd_bench_now_ms(void);

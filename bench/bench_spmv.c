@@ -243,8 +243,10 @@ static void kd_bench_json_select(FILE *f, const char *key, const kd_select_resul
 {
     fprintf(f,
             "\"%s\": {\"format\": \"%s\", \"total_ms\": %.6g, \"transfer_ms\": %.6g, "
-            "\"plan_ms\": %.6g, \"spmv_runs\": %d, \"candidates\": [",
-            key, kd_format_name(s->format), s->total_ms, s->transfer_ms, s->plan_ms, s->spmv_runs);
+            "\"plan_ms\": %.6g, \"build_ms\": %.6g, \"measure_ms\": %.6g, \"spmv_runs\": %d, "
+            "\"candidates\": [",
+            key, kd_format_name(s->format), s->total_ms, s->transfer_ms, s->plan_ms, s->build_ms,
+            s->measure_ms, s->spmv_runs);
     for (int i = 0; i < s->ncandidates; i++) {
         const kd_select_candidate_t *c = &s->candidates[i];
         fprintf(f, "%s{\"format\": \"%s\", ", i ? ", " : "", kd_format_name(c->format));
@@ -314,6 +316,20 @@ static void kd_bench_write_json(const char *path, const kd_ocl_t *ocl, kd_dtype_
     fclose(f);
 }
 
+/* 1 if name is an item of the comma-separated list. */
+static int kd_bench_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p = comma != NULL ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
 static void kd_bench_spmv_usage(void)
 {
     fprintf(stderr, "usage: krylov-bench spmv [--device SEL] [--dtype float64|float32] [--runs N]\n"
@@ -323,7 +339,7 @@ static void kd_bench_spmv_usage(void)
 
 int kd_bench_spmv_main(int argc, char **argv)
 {
-    const char *device = "auto", *json = NULL, *export_dir = NULL;
+    const char *device = "auto", *json = NULL, *export_dir = NULL, *only = NULL;
     kd_dtype_t dtype = KD_DTYPE_F64;
     int runs = 200, warmup = 10, nspecs = 0;
     const char **specs = calloc((size_t)argc + 1, sizeof(char *));
@@ -342,6 +358,8 @@ int kd_bench_spmv_main(int argc, char **argv)
             json = argv[++i];
         else if (strcmp(a, "--export") == 0 && next != NULL)
             export_dir = argv[++i];
+        else if (strcmp(a, "--formats") == 0 && next != NULL)
+            only = argv[++i];
         else if (a[0] == '-') {
             kd_bench_spmv_usage();
             free(specs);
@@ -440,6 +458,10 @@ int kd_bench_spmv_main(int argc, char **argv)
                        65536.0;
         for (int f = 0; f < KD_FMT_COUNT && rc == KD_OK; f++) {
             kd_bench_format_result_t *fr = &r->fmt[f];
+            if (only != NULL && !kd_bench_listed(only, kd_format_name((kd_format_t)f))) {
+                snprintf(fr->dropped, sizeof(fr->dropped), "not asked for (--formats)");
+                continue;
+            }
             size_t plan = kd_matrix_plan_bytes(ocl, csr, &r->stats, (kd_format_t)f);
             if ((double)plan > limit) {
                 snprintf(fr->dropped, sizeof(fr->dropped), "padding: %.3g MB", (double)plan / 1e6);
@@ -473,17 +495,18 @@ int kd_bench_spmv_main(int argc, char **argv)
                r->name, (long long)r->rows, (long long)r->cols, (long long)r->nnz,
                (long long)r->stats.min_row, (long long)r->stats.max_row, r->stats.mean_row,
                r->stats.stddev_row, r->min_bytes / 1e6);
-        printf("  %-13s %10s %10s %10s %8s %8s %9s\n", "format", "median_ms", "min_ms", "batch_ms",
-               "GB/s", "GFLOP/s", "rel_err");
+        printf("  %-13s %10s %10s %10s %8s %8s %9s %9s\n", "format", "median_ms", "min_ms",
+               "batch_ms", "GB/s", "GFLOP/s", "rel_err", "build_ms");
         for (int f = 0; f < KD_FMT_COUNT; f++) {
             const kd_bench_format_result_t *fr = &r->fmt[f];
             if (!fr->built) {
                 printf("  %-13s %s\n", kd_format_name((kd_format_t)f), fr->dropped);
                 continue;
             }
-            printf("  %-13s %10.4f %10.4f %10.4f %8.1f %8.1f %9.1e%s\n",
+            printf("  %-13s %10.4f %10.4f %10.4f %8.1f %8.1f %9.1e %9.2f%s\n",
                    kd_format_name((kd_format_t)f), fr->median_ms, fr->min_ms, fr->batch_ms, fr->gbs,
-                   fr->gflops, fr->rel_err, (kd_format_t)f == r->best ? "  fastest" : "");
+                   fr->gflops, fr->rel_err, fr->build_ms,
+                   (kd_format_t)f == r->best ? "  fastest" : "");
         }
         const kd_select_result_t *sw = &r->select_warm;
         const kd_bench_format_result_t *fa = &r->fmt[sw->format];

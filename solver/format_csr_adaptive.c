@@ -39,14 +39,18 @@ typedef struct kd_adaptive_plan {
     int32_t *long_rows, *long_slots;
 } kd_adaptive_plan_t;
 
-/* CAP: WG * 8 entries, halved until the products and the reduction scratch take at most a
- * half of the device's local memory (at least WG entries). */
+/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG, for tuning experiments),
+ * halved until the products and the reduction scratch take at most half of the device's local
+ * memory (at least WG entries). */
 static int adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(dtype);
     size_t local = kd_ocl_desc(ocl)->local_mem_bytes;
     size_t cap = wg * 8;
+    const char *env = getenv("KD_CSR_ADAPTIVE_CAP");
+    if (env != NULL && atol(env) >= (long)wg && atol(env) % (long)wg == 0)
+        cap = (size_t)atol(env);
     while (cap > wg && (cap + wg) * v > local / 2)
         cap /= 2;
     return (int)cap;

@@ -116,8 +116,8 @@ int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr)
     return bw > 0.0 && kd_select_min_bytes(csr) / bw * 1e6 < KD_SELECT_LAUNCH_BOUND_US;
 }
 
-kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *st, int launch_bound,
-                                const char **reason)
+kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *st, int gpu,
+                                int launch_bound, const char **reason)
 {
     const char *why;
     kd_format_t f;
@@ -126,6 +126,9 @@ kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *st, i
     if (csr->rows == 0 || csr->nnz == 0) {
         f = KD_FMT_CSR_SCALAR;
         why = "no entries";
+    } else if (!gpu) {
+        f = KD_FMT_CSR_SCALAR;
+        why = "a CPU device: a thread walks whole rows, the kernels with barriers cost more there";
     } else if (launch_bound) {
         if (vector_steps > 64) {
             f = KD_FMT_CSR_ADAPTIVE;
@@ -218,7 +221,8 @@ static void *kd_select_analyse(void *arg)
     const kd_csr_stats_t *st = &src->stats;
     double t0 = kd_select_now_ms();
     kd_select_row_stats(csr, &src->stats);
-    a->first = kd_select_heuristic(csr, st, a->launch_bound, &a->first_reason);
+    a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
+                                   &a->first_reason);
 
     res->ncandidates = 0;
     for (int f = 0; f < KD_FMT_COUNT; f++) {
@@ -365,8 +369,8 @@ static int kd_select_heuristic_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd
                                       kd_select_result_t *res, kd_err_t *err)
 {
     const char *why = NULL;
-    kd_format_t f =
-        kd_select_heuristic(src->csr, &src->stats, kd_select_launch_bound(ocl, src->csr), &why);
+    kd_format_t f = kd_select_heuristic(src->csr, &src->stats, kd_ocl_desc(ocl)->is_gpu,
+                                        kd_select_launch_bound(ocl, src->csr), &why);
     /* a choice that would pad too much falls back to CSR adaptive, which never pads */
     kd_select_candidate_t probe = {.format = f};
     kd_select_memory_screen(ocl, src, &probe);

@@ -68,8 +68,10 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * copy bandwidth: every format then runs in the launch latency, and measuring is noise. */
 int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr);
 
-/* The heuristic's choice for these statistics, with a one-line reason (for tests and tools). */
-kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *stats, int launch_bound,
-                                const char **reason);
+/* The heuristic's choice for these statistics on a GPU (gpu = 1) or a CPU device, launch-bound or
+ * not, with a one-line reason (reason may be NULL). Its rules come from measurements on an H100
+ * and on PoCL (bench/NOTES.md). */
+kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *stats, int gpu,
+                                int launch_bound, const char **reason);
 
 #endif

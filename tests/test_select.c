@@ -216,7 +216,7 @@ static void test_launch_bound(void)
     check_measured("40x40", csr, &res);
     kd_csr_stats_t st;
     kd_csr_compute_stats(csr, &st);
-    CHECK_EQ_INT(res.format, kd_select_heuristic(csr, &st, 1, NULL));
+    CHECK_EQ_INT(res.format, kd_select_heuristic(csr, &st, kd_ocl_desc(ocl)->is_gpu, 1, NULL));
     int timed = 0;
     for (int i = 0; i < res.ncandidates; i++) {
         const kd_select_candidate_t *c = &res.candidates[i];
@@ -296,12 +296,14 @@ static void test_heuristic(void)
         kd_csr_stats_t st;
         kd_csr_compute_stats(cases[i].csr, &st);
         const char *why = NULL;
-        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 0, &why) == cases[i].big, "%s: %s",
-                  cases[i].name, kd_format_name(kd_select_heuristic(cases[i].csr, &st, 0, NULL)));
+        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 1, 0, &why) == cases[i].big, "%s: %s",
+                  cases[i].name,
+                  kd_format_name(kd_select_heuristic(cases[i].csr, &st, 1, 0, NULL)));
         CHECK(why != NULL && why[0] != '\0');
-        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 1, NULL) == cases[i].small,
+        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 1, 1, NULL) == cases[i].small,
                   "%s (launch-bound): %s", cases[i].name,
-                  kd_format_name(kd_select_heuristic(cases[i].csr, &st, 1, NULL)));
+                  kd_format_name(kd_select_heuristic(cases[i].csr, &st, 1, 1, NULL)));
+        CHECK(kd_select_heuristic(cases[i].csr, &st, 0, 0, NULL) == KD_FMT_CSR_SCALAR); /* CPU */
 
         /* and through kd_select_upload, on this device */
         kd_err_t err = {0};
@@ -311,8 +313,11 @@ static void test_heuristic(void)
         CHECK_MSG(rc == KD_OK, "%s: %s", cases[i].name, err.message);
         if (rc != KD_OK)
             continue;
-        kd_format_t expect =
-            kd_select_launch_bound(ocl, cases[i].csr) ? cases[i].small : cases[i].big;
+        kd_format_t expect = cases[i].big;
+        if (!kd_ocl_desc(ocl)->is_gpu)
+            expect = KD_FMT_CSR_SCALAR;
+        else if (kd_select_launch_bound(ocl, cases[i].csr))
+            expect = cases[i].small;
         CHECK_MSG(m->format == expect, "%s: heuristic chose %s, expected %s", cases[i].name,
                   kd_format_name(m->format), kd_format_name(expect));
         CHECK_EQ_INT(res.ncandidates, 1);
