@@ -1,7 +1,7 @@
 /*
  * krylov-bench: benchmarks of krylovd's solver layer, one subcommand per bench/bench_<name>.c,
  * listed in the table below (adding one is one line). Without arguments it runs `spmv` on a small
- * default set of generated matrices (what `make bench` does).
+ * default set of generated matrices, 20 runs each (what `make bench` does; sized for a CPU).
  */
 #include "bench/bench.h"
 
@@ -30,8 +30,9 @@ static void kd_bench_usage(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        char *defaults[] = {"spmv", "lap2d:1024", "lap3d:64", "powerlaw:200000:8", NULL};
-        return kd_bench_spmv_main(4, defaults);
+        char *defaults[] = {"spmv", "--runs", "20", "lap2d:512", "lap3d:48", "powerlaw:100000:8",
+                            NULL};
+        return kd_bench_spmv_main(6, defaults);
     }
     for (size_t i = 0; i < sizeof(kd_bench_commands) / sizeof(kd_bench_commands[0]); i++)
         if (strcmp(argv[1], kd_bench_commands[i].name) == 0)
