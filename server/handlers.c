@@ -10,6 +10,7 @@
 #include "protocol/writer.h"
 #include "server/replies.h"
 #include "server/server.h"
+#include "solver/select.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -92,20 +93,13 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         return KD_OK;
     }
 
-    kd_format_t format = KD_FMT_CSR_SCALAR;
+    /* A forced format is built as named; otherwise the formats are measured (or chosen from the
+     * row statistics with select = "heuristic", the only other value the decoder lets through). */
     const char *forced = p->format[0] != '\0' ? p->format : server->cfg.default_format;
-    if (forced[0] != '\0') {
-        if (kd_format_parse(forced, &format) != 0) {
-            rc = kd_err_set(err, KD_EBADREQ, "format '%s' is not a known format", forced);
-            goto fail;
-        }
-        if (!kd_format_available(format)) {
-            rc = kd_err_set(err, KD_EUNSUPPORTED, "format '%s' is not available in this build",
-                            forced);
-            goto fail;
-        }
-    }
-    rc = kd_matrix_upload(server->ocl, csr, format, &dev, err);
+    kd_select_mode_t mode = KD_SELECT_MEASURE;
+    (void)kd_select_mode_parse(p->select, &mode);
+    kd_select_result_t sel;
+    rc = kd_select_upload(server->ocl, csr, forced, mode, &dev, &sel, err);
     if (rc != KD_OK)
         goto fail;
 
@@ -115,15 +109,17 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     meta->cols = csr->cols;
     meta->nnz = csr->nnz;
     meta->dtype = csr->dtype;
-    meta->format = format;
+    meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
     meta->pinned = p->pin == 1;
     kd_csr_compute_stats(csr, &meta->stats);
-    meta->ncandidates = 1;
-    meta->candidates[0].format = format;
-    meta->candidates[0].time_ms = 0.0;
-    snprintf(meta->candidates[0].dropped, sizeof(meta->candidates[0].dropped), "%s",
-             forced[0] != '\0' ? "forced by the request" : "the only format in this build");
+    meta->ncandidates = sel.ncandidates;
+    for (int i = 0; i < sel.ncandidates; i++) {
+        meta->candidates[i].format = sel.candidates[i].format;
+        meta->candidates[i].time_ms = sel.candidates[i].time_ms;
+        snprintf(meta->candidates[i].dropped, sizeof(meta->candidates[i].dropped), "%s",
+                 sel.candidates[i].dropped);
+    }
     entry->dev = dev;
     dev = NULL;
     kd_matrix_meta_t copy = *meta;

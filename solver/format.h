@@ -1,9 +1,15 @@
 /*
- * The private seam between solver/matrix.c and the storage formats. Each format lives in its own
- * solver/format_<name>.c with its kernels in kernels/<name>.cl, and exports one kd_format_ops
- * table; matrix.c lists the tables by kd_format_t, and a format is "available" when its entry is
- * not NULL. Adding a format is: write the .c and .cl, add the table to kd_format_table in
- * matrix.c. Nothing outside solver/ includes this header.
+ * The private seam between solver/matrix.c, solver/select.c and the storage formats. Each format
+ * lives in its own solver/format_<name>.c with its kernels in kernels/<name>.cl, and exports one
+ * kd_format_ops table; matrix.c lists the tables by kd_format_t, and a format is "available" when
+ * its entry is not NULL. Adding a format is: write the .c and .cl, add the table to
+ * kd_format_table in matrix.c. Nothing outside solver/ includes this header.
+ *
+ * Every format is built from a kd_format_source: the host CSR, its row statistics, and the CSR
+ * arrays on the device, uploaded once. The CSR formats keep references to those device arrays;
+ * the others are converted from them by kernels on the device, so host work is O(rows) metadata
+ * (row blocks, permutations, offsets) and the matrix crosses the bus once even when the
+ * selection builds every candidate.
  *
  * matrix.c validates everything before calling an op: the dtype is supported by the device, the
  * shape fits int32 indices, x and y have the right lengths and dtype and do not alias, and the
@@ -14,11 +20,50 @@
 
 #include "solver/matrix.h"
 
+#include <stdint.h>
+
+/* What a format is built from (see the top of this file). */
+typedef struct kd_format_source {
+    const kd_csr_t *csr;  /* host CSR, canonical; borrowed */
+    kd_csr_stats_t stats; /* row-length statistics of csr */
+    cl_mem indptr;        /* rows + 1 int32; NULL until kd_format_source_device */
+    cl_mem indices;       /* nnz int32; NULL when nnz == 0 */
+    cl_mem values;        /* nnz VALUE; NULL when nnz == 0 */
+    int on_device;        /* the three arrays are uploaded */
+    double upload_ms;     /* host wall time the upload took (for the benchmark) */
+    /* Host metadata made by a format's prepare op (row blocks, permutations, offsets), owned by
+     * the source and freed with it; NULL until prepared. */
+    void *prepared[KD_FMT_COUNT];
+} kd_format_source_t;
+
+/* Borrow csr (it must outlive the source) and compute its statistics; nothing is allocated. */
+void kd_format_source_init(kd_format_source_t *src, const kd_csr_t *csr);
+/* The same, with statistics the caller already has. */
+void kd_format_source_init_stats(kd_format_source_t *src, const kd_csr_t *csr,
+                                 const kd_csr_stats_t *stats);
+/* Upload the CSR arrays (once; later calls return at once). */
+int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *err);
+/* Release the source's references and prepared metadata; matrices built from it keep their own
+ * device arrays. */
+void kd_format_source_close(kd_format_source_t *src);
+
 typedef struct kd_format_ops {
     kd_format_t format;
-    /* Build the format from csr on the device: set m->impl and add every allocated buffer's
-     * size to m->device_bytes. On failure, leave m->impl as whatever `release` can free. */
-    int (*upload)(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err);
+    /* Optional: make the format's host metadata from src->csr and src->stats (at most O(rows))
+     * into src->prepared[format]. It makes no OpenCL call and touches nothing else in src, so the
+     * selection runs it on another thread while the CSR arrays upload. upload prepares itself
+     * when this has not run. KD_ENOMEM. */
+    int (*prepare)(const kd_ocl_t *ocl, kd_format_source_t *src);
+    void (*prepared_free)(void *prepared);
+    /* The device memory the format would take, in bytes, from the host data alone (preparing
+     * first when the format has a prepare op) before anything is allocated; SIZE_MAX when it does
+     * not fit in memory. The selection compares it with CSR's to drop formats that waste memory
+     * (ELL padding). Same threading rules as prepare. */
+    size_t (*plan_bytes)(const kd_ocl_t *ocl, kd_format_source_t *src);
+    /* Build the format on the device from src: set m->impl and add every allocated buffer's size
+     * to m->device_bytes. On failure, leave m->impl as whatever `release` can free. Conversion
+     * kernels may still be running when it returns (the queue is in order). */
+    int (*upload)(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err);
     /* Enqueue y = alpha * A * x + beta * y; when beta == 0, y must not be read. rows > 0. */
     int (*spmv)(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x, double beta,
                 kd_vec_t *y, kd_err_t *err);
@@ -27,6 +72,28 @@ typedef struct kd_format_ops {
 } kd_format_ops_t;
 
 extern const kd_format_ops_t kd_format_csr_scalar_ops;
+extern const kd_format_ops_t kd_format_csr_vector_ops;
+extern const kd_format_ops_t kd_format_csr_adaptive_ops;
+extern const kd_format_ops_t kd_format_ell_ops;
+extern const kd_format_ops_t kd_format_ellpack_r_ops;
+extern const kd_format_ops_t kd_format_sell_c_sigma_ops;
+extern const kd_format_ops_t kd_format_hyb_ops;
+extern const kd_format_ops_t kd_format_coo_ops;
+
+/* The ops of an available format, or NULL. */
+const kd_format_ops_t *kd_format_ops(kd_format_t format);
+
+/* Build `format` from src (which may already be on the device) into a new matrix. */
+int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
+                            kd_matrix_t **out, kd_err_t *err);
+
+/*
+ * A read-only device buffer holding a copy of `bytes` bytes of host data (a blocking
+ * clEnqueueWriteBuffer: on NVIDIA's OpenCL five times faster from pageable memory than
+ * CL_MEM_COPY_HOST_PTR, bench/NOTES.md). bytes == 0 gives *out = NULL.
+ */
+int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
+                               cl_mem *out, kd_err_t *err);
 
 /*
  * A read-only device copy of `bytes` bytes of host data, for a format's arrays. bytes == 0 gives
@@ -36,10 +103,49 @@ extern const kd_format_ops_t kd_format_csr_scalar_ops;
 int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,
                            const char *what, cl_mem *out, kd_err_t *err);
 
+/* An uninitialised device array of `bytes` bytes that kernels fill (conversions, partial sums);
+ * bytes == 0 gives NULL. Adds the allocation to m->device_bytes. */
+int kd_format_alloc_array(kd_ocl_t *ocl, kd_matrix_t *m, size_t bytes, const char *what,
+                          cl_mem *out, kd_err_t *err);
+
+/* A new reference to one of the source's arrays for a matrix (NULL stays NULL); its size counts
+ * in m->device_bytes, since the matrix keeps it alive. */
+cl_mem kd_format_share(kd_matrix_t *m, cl_mem mem, size_t bytes);
+
+/* clReleaseMemObject on each non-NULL entry, which is set to NULL. */
+void kd_format_release_mems(cl_mem *mems, size_t count);
+
+/* "-DKD_WG_SIZE=N" followed by `extra` (may be NULL) into buf. */
+void kd_format_options(const kd_ocl_t *ocl, const char *extra, char *buf, size_t cap);
+
 /* The global size for one work-item per item: count rounded up to a multiple of wg. */
 static inline size_t kd_format_round_up(size_t count, size_t wg)
 {
     return (count + wg - 1) / wg * wg;
 }
+
+/* Bytes of the CSR arrays of csr on the device: the yardstick for plan_bytes. */
+size_t kd_format_csr_bytes(const kd_csr_t *csr);
+
+/* a * b + c in size_t, SIZE_MAX on overflow (for plan_bytes). */
+size_t kd_format_size_mad(size_t a, size_t b, size_t c);
+
+/*
+ * The part of a COO matrix HYB shares with COO: entries sorted by row, in chunks of KD_WG_SIZE
+ * entries (one work-group each), and two partial sums per chunk for the rows that cross a chunk
+ * boundary. kd_coo_part_spmv enqueues y += alpha * A_part * x (y is read: it already holds
+ * beta * y or the ELL part's result).
+ */
+typedef struct kd_coo_part {
+    int64_t nnz;
+    size_t chunks;
+    cl_mem rows, cols, values; /* nnz each, NULL when nnz == 0 */
+    cl_mem head, tail;         /* chunks VALUE each: the first and last row segment's sum */
+} kd_coo_part_t;
+
+int kd_coo_part_alloc_partials(kd_ocl_t *ocl, kd_matrix_t *m, kd_coo_part_t *part, kd_err_t *err);
+int kd_coo_part_spmv(kd_ocl_t *ocl, kd_dtype_t dtype, const kd_coo_part_t *part, double alpha,
+                     const kd_vec_t *x, kd_vec_t *y, kd_err_t *err);
+void kd_coo_part_release(kd_coo_part_t *part);
 
 #endif

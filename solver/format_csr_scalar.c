@@ -2,12 +2,11 @@
  * CSR scalar: the matrix's own CSR arrays on the device, one work-item per row
  * (kernels/csr_scalar.cl). The baseline every other format is measured against, and the fastest
  * for regular matrices with short rows of similar length. Device memory: (rows + 1) * 4 bytes of
- * row pointers, nnz * 4 of column indices, nnz * sizeof(value) of values.
+ * row pointers, nnz * 4 of column indices, nnz * sizeof(value) of values — the source's arrays,
+ * shared by reference with the other CSR formats built from the same source.
  */
-#include "common/checked.h"
 #include "solver/format.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct kd_csr_scalar {
@@ -21,35 +20,30 @@ static void csr_scalar_release(kd_matrix_t *m)
     kd_csr_scalar_t *impl = m->impl;
     if (impl == NULL)
         return;
-    if (impl->indptr != NULL)
-        clReleaseMemObject(impl->indptr);
-    if (impl->indices != NULL)
-        clReleaseMemObject(impl->indices);
-    if (impl->values != NULL)
-        clReleaseMemObject(impl->values);
+    cl_mem mems[] = {impl->indptr, impl->indices, impl->values};
+    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
     free(impl);
     m->impl = NULL;
 }
 
-static int csr_scalar_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err)
+static size_t csr_scalar_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
-    size_t indptr_bytes, index_bytes, value_bytes;
-    if (kd_mul_overflow((size_t)csr->rows + 1, sizeof(int32_t), &indptr_bytes) ||
-        kd_mul_overflow((size_t)csr->nnz, sizeof(int32_t), &index_bytes) ||
-        kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &value_bytes))
-        return kd_err_set(err, KD_ETOOLARGE, "matrix arrays do not fit in memory");
+    const kd_csr_t *csr = src->csr;
+    return kd_format_csr_bytes(csr);
+}
+
+static int csr_scalar_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
     kd_csr_scalar_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
-    int rc = kd_format_upload_array(ocl, m, csr->indptr, indptr_bytes, "row pointers",
-                                    &impl->indptr, err);
-    if (rc == KD_OK)
-        rc = kd_format_upload_array(ocl, m, csr->indices, index_bytes, "column indices",
-                                    &impl->indices, err);
-    if (rc == KD_OK)
-        rc = kd_format_upload_array(ocl, m, csr->values, value_bytes, "values", &impl->values, err);
-    return rc;
+    size_t v = kd_dtype_size(csr->dtype);
+    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
+    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+    return KD_OK;
 }
 
 static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
@@ -57,8 +51,8 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
 {
     const kd_csr_scalar_t *impl = m->impl;
     size_t wg = kd_ocl_work_group_size(ocl);
-    char options[48];
-    snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", wg);
+    char options[64];
+    kd_format_options(ocl, NULL, options, sizeof(options));
     cl_kernel kernel;
     int rc =
         kd_ocl_kernel(ocl, "csr_scalar", m->dtype, options, "kd_csr_scalar_spmv", &kernel, err);
@@ -81,6 +75,7 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
 
 const kd_format_ops_t kd_format_csr_scalar_ops = {
     .format = KD_FMT_CSR_SCALAR,
+    .plan_bytes = csr_scalar_plan_bytes,
     .upload = csr_scalar_upload,
     .spmv = csr_scalar_spmv,
     .release = csr_scalar_release,

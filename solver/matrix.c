@@ -1,7 +1,7 @@
 /*
  * Device-resident matrices and SpMV (see matrix.h): the format names, the table of implemented
- * formats (solver/format.h), and the checks every format can rely on. The formats themselves
- * live in solver/format_<name>.c.
+ * formats (solver/format.h), the shared source a format is built from, and the checks every
+ * format can rely on. The formats themselves live in solver/format_<name>.c.
  */
 #include "solver/matrix.h"
 #include "common/checked.h"
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const kd_format_names[KD_FMT_COUNT] = {
     [KD_FMT_CSR_SCALAR] = "csr_scalar",
@@ -22,9 +23,16 @@ static const char *const kd_format_names[KD_FMT_COUNT] = {
     [KD_FMT_COO] = "coo",
 };
 
-/* The implemented formats; NULL entries are formats this build does not have yet. */
+/* The implemented formats; a NULL entry would be a format this build does not have. */
 static const kd_format_ops_t *const kd_format_table[KD_FMT_COUNT] = {
     [KD_FMT_CSR_SCALAR] = &kd_format_csr_scalar_ops,
+    [KD_FMT_CSR_VECTOR] = &kd_format_csr_vector_ops,
+    [KD_FMT_CSR_ADAPTIVE] = &kd_format_csr_adaptive_ops,
+    [KD_FMT_ELL] = &kd_format_ell_ops,
+    [KD_FMT_ELLPACK_R] = &kd_format_ellpack_r_ops,
+    [KD_FMT_SELL_C_SIGMA] = &kd_format_sell_c_sigma_ops,
+    [KD_FMT_HYB] = &kd_format_hyb_ops,
+    [KD_FMT_COO] = &kd_format_coo_ops,
 };
 
 const char *kd_format_name(kd_format_t format)
@@ -52,14 +60,169 @@ int kd_format_available(kd_format_t format)
     return (int)format >= 0 && format < KD_FMT_COUNT && kd_format_table[format] != NULL;
 }
 
-int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,
-                           const char *what, cl_mem *out, kd_err_t *err)
+const kd_format_ops_t *kd_format_ops(kd_format_t format)
+{
+    return kd_format_available(format) ? kd_format_table[format] : NULL;
+}
+
+size_t kd_matrix_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats,
+                            kd_format_t format)
+{
+    const kd_format_ops_t *ops = kd_format_ops(format);
+    if (ops == NULL)
+        return SIZE_MAX;
+    kd_format_source_t src;
+    kd_format_source_init_stats(&src, csr, stats);
+    size_t bytes = ops->plan_bytes(ocl, &src);
+    kd_format_source_close(&src);
+    return bytes;
+}
+
+/* ---- the source every format is built from ------------------------------------------------ */
+
+void kd_format_source_init_stats(kd_format_source_t *src, const kd_csr_t *csr,
+                                 const kd_csr_stats_t *stats)
+{
+    memset(src, 0, sizeof(*src));
+    src->csr = csr;
+    src->stats = *stats;
+}
+
+void kd_format_source_init(kd_format_source_t *src, const kd_csr_t *csr)
+{
+    kd_csr_stats_t stats;
+    kd_csr_compute_stats(csr, &stats);
+    kd_format_source_init_stats(src, csr, &stats);
+}
+
+static double kd_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *err)
+{
+    if (src->on_device)
+        return KD_OK;
+    const kd_csr_t *csr = src->csr;
+    size_t indptr_bytes, index_bytes, value_bytes;
+    if (kd_mul_overflow((size_t)csr->rows + 1, sizeof(int32_t), &indptr_bytes) ||
+        kd_mul_overflow((size_t)csr->nnz, sizeof(int32_t), &index_bytes) ||
+        kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &value_bytes))
+        return kd_err_set(err, KD_ETOOLARGE, "matrix arrays do not fit in memory");
+    double t0 = kd_wall_ms();
+    int rc = kd_format_buffer_from_host(ocl, csr->indptr, indptr_bytes, "row pointers",
+                                        &src->indptr, err);
+    if (rc == KD_OK)
+        rc = kd_format_buffer_from_host(ocl, csr->indices, index_bytes, "column indices",
+                                        &src->indices, err);
+    if (rc == KD_OK)
+        rc = kd_format_buffer_from_host(ocl, csr->values, value_bytes, "values", &src->values, err);
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    if (rc != KD_OK) {
+        cl_mem mems[3] = {src->indptr, src->indices, src->values};
+        kd_format_release_mems(mems, 3);
+        src->indptr = src->indices = src->values = NULL;
+        return rc;
+    }
+    src->upload_ms = kd_wall_ms() - t0;
+    src->on_device = 1;
+    return KD_OK;
+}
+
+void kd_format_source_close(kd_format_source_t *src)
+{
+    if (src == NULL)
+        return;
+    cl_mem mems[3] = {src->indptr, src->indices, src->values};
+    kd_format_release_mems(mems, 3);
+    src->indptr = src->indices = src->values = NULL;
+    src->on_device = 0;
+    for (int f = 0; f < KD_FMT_COUNT; f++) {
+        const kd_format_ops_t *ops = kd_format_ops((kd_format_t)f);
+        if (src->prepared[f] != NULL && ops != NULL && ops->prepared_free != NULL)
+            ops->prepared_free(src->prepared[f]);
+        src->prepared[f] = NULL;
+    }
+}
+
+cl_mem kd_format_share(kd_matrix_t *m, cl_mem mem, size_t bytes)
+{
+    if (mem == NULL)
+        return NULL;
+    clRetainMemObject(mem);
+    m->device_bytes += bytes;
+    return mem;
+}
+
+void kd_format_release_mems(cl_mem *mems, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (mems[i] != NULL)
+            clReleaseMemObject(mems[i]);
+        mems[i] = NULL;
+    }
+}
+
+void kd_format_options(const kd_ocl_t *ocl, const char *extra, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "-DKD_WG_SIZE=%zu%s%s", kd_ocl_work_group_size(ocl),
+             extra != NULL ? " " : "", extra != NULL ? extra : "");
+}
+
+size_t kd_format_size_mad(size_t a, size_t b, size_t c)
+{
+    size_t ab;
+    if (kd_mul_overflow(a, b, &ab) || ab > SIZE_MAX - c)
+        return SIZE_MAX;
+    return ab + c;
+}
+
+size_t kd_format_csr_bytes(const kd_csr_t *csr)
+{
+    size_t entry = sizeof(int32_t) + kd_dtype_size(csr->dtype);
+    return kd_format_size_mad((size_t)csr->nnz, entry, ((size_t)csr->rows + 1) * sizeof(int32_t));
+}
+
+int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
+                               cl_mem *out, kd_err_t *err)
 {
     *out = NULL;
     if (bytes == 0)
         return KD_OK;
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)host,
-                                  what, out, err);
+    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY, bytes, NULL, what, out, err);
+    if (rc != KD_OK)
+        return rc;
+    cl_int st =
+        clEnqueueWriteBuffer(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        clReleaseMemObject(*out);
+        *out = NULL;
+        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+        kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
+    }
+    return rc;
+}
+
+int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,
+                           const char *what, cl_mem *out, kd_err_t *err)
+{
+    int rc = kd_format_buffer_from_host(ocl, host, bytes, what, out, err);
+    if (rc == KD_OK)
+        m->device_bytes += bytes;
+    return rc;
+}
+
+int kd_format_alloc_array(kd_ocl_t *ocl, kd_matrix_t *m, size_t bytes, const char *what,
+                          cl_mem *out, kd_err_t *err)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return KD_OK;
+    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, what, out, err);
     if (rc == KD_OK)
         m->device_bytes += bytes;
     return rc;
@@ -68,6 +231,24 @@ int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
                      kd_err_t *err)
 {
+    kd_format_source_t src;
+    *out = NULL;
+    if (!kd_format_available(format)) {
+        if ((int)format < 0 || format >= KD_FMT_COUNT)
+            return kd_err_set(err, KD_EBADREQ, "unknown matrix format %d", (int)format);
+        return kd_err_set(err, KD_EUNSUPPORTED, "format %s is not implemented in this build",
+                          kd_format_name(format));
+    }
+    kd_format_source_init(&src, csr);
+    int rc = kd_matrix_upload_source(ocl, &src, format, out, err);
+    kd_format_source_close(&src);
+    return rc;
+}
+
+int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
+                            kd_matrix_t **out, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
     kd_matrix_t *m = NULL;
     *out = NULL;
     if (!kd_format_available(format)) {
@@ -90,7 +271,9 @@ int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_
     m->dtype = csr->dtype;
     m->format = format;
     m->ops = kd_format_table[format];
-    rc = m->ops->upload(ocl, csr, m, err);
+    rc = kd_format_source_device(ocl, src, err);
+    if (rc == KD_OK)
+        rc = m->ops->upload(ocl, src, m, err);
     if (rc != KD_OK) {
         kd_err_prefix(err, "uploading a %lld x %lld %s matrix with %lld nonzeros as %s",
                       (long long)csr->rows, (long long)csr->cols, kd_dtype_name(csr->dtype),

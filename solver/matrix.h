@@ -38,8 +38,15 @@ typedef struct kd_matrix {
     void *impl;                      /* private, format-specific */
 } kd_matrix_t;
 
-/* Copy csr to the device in `format` (values in csr->dtype). KD_EDEVMEM when the device refuses
- * the allocation; KD_EUNSUPPORTED for float64 on a device without fp64. */
+/* The device memory, in bytes, that `format` would take for csr on this device, computed on the
+ * host from the row pointers alone (at most O(rows)) before anything is allocated: padding
+ * included. SIZE_MAX when it does not fit in memory or the format is not available. */
+size_t kd_matrix_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_csr_stats_t *stats,
+                            kd_format_t format);
+
+/* Copy csr to the device in `format` (values in csr->dtype): the CSR arrays cross the bus and
+ * the format is built from them on the device. KD_EDEVMEM when the device refuses the
+ * allocation; KD_EUNSUPPORTED for float64 on a device without fp64. */
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
                      kd_err_t *err);
 void kd_matrix_free(kd_matrix_t *m); /* accepts NULL */

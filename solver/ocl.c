@@ -48,6 +48,10 @@ struct kd_ocl {
     struct kd_ocl_program_entry *programs;
     size_t program_count;
     size_t program_cap;
+    double copy_bandwidth; /* bytes/s, 0 until measured */
+    int timing;            /* kd_ocl_timing_begin: launches record events */
+    cl_event timing_first; /* the first recorded launch, or NULL */
+    cl_event timing_last;  /* the last recorded launch, or NULL */
 };
 
 const char *kd_ocl_error_name(cl_int status)
@@ -488,6 +492,10 @@ void kd_ocl_close(kd_ocl_t *ocl)
         return;
     if (ocl->queue != NULL)
         (void)clFinish(ocl->queue); /* best effort: nothing to report to at close */
+    if (ocl->timing_first != NULL)
+        clReleaseEvent(ocl->timing_first);
+    if (ocl->timing_last != NULL)
+        clReleaseEvent(ocl->timing_last);
     for (size_t i = 0; i < ocl->program_count; i++)
         kd_ocl_program_entry_release(&ocl->programs[i]);
     free(ocl->programs);
@@ -572,13 +580,129 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
 int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
                   kd_err_t *err)
 {
-    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+    cl_event event = NULL;
+    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL,
+                                       ocl->timing ? &event : NULL);
     if (st != CL_SUCCESS) {
         int code = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
         kd_err_prefix(err, "launching %s over %zu work-items", what, global);
         return code;
     }
+    if (event != NULL) {
+        if (ocl->timing_first == NULL) {
+            ocl->timing_first = event;
+        } else {
+            if (ocl->timing_last != NULL)
+                clReleaseEvent(ocl->timing_last);
+            ocl->timing_last = event;
+        }
+    }
     return KD_OK;
+}
+
+static void kd_ocl_timing_reset(kd_ocl_t *ocl)
+{
+    if (ocl->timing_first != NULL)
+        clReleaseEvent(ocl->timing_first);
+    if (ocl->timing_last != NULL)
+        clReleaseEvent(ocl->timing_last);
+    ocl->timing_first = ocl->timing_last = NULL;
+    ocl->timing = 0;
+}
+
+void kd_ocl_timing_begin(kd_ocl_t *ocl)
+{
+    kd_ocl_timing_reset(ocl);
+    ocl->timing = 1;
+}
+
+void kd_ocl_timing_take(kd_ocl_t *ocl, cl_event *first, cl_event *last)
+{
+    *first = ocl->timing_first;
+    *last = ocl->timing_last;
+    if (*first != NULL && *last == NULL) {
+        clRetainEvent(*first);
+        *last = *first;
+    }
+    ocl->timing_first = ocl->timing_last = NULL;
+    ocl->timing = 0;
+}
+
+int kd_ocl_event_span_ms(cl_event first, cl_event last, double *ms, kd_err_t *err)
+{
+    *ms = 0.0;
+    int rc = KD_OK;
+    if (first != NULL && last != NULL) {
+        cl_ulong start = 0, end = 0;
+        cl_int st = clWaitForEvents(1, &last);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof(start), &start,
+                                         NULL);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(end), &end, NULL);
+        if (st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "reading kernel profiling events");
+        else
+            *ms = end > start ? (double)(end - start) / 1e6 : 0.0;
+    }
+    if (first != NULL)
+        clReleaseEvent(first);
+    if (last != NULL)
+        clReleaseEvent(last);
+    return rc;
+}
+
+int kd_ocl_timing_end(kd_ocl_t *ocl, double *ms, kd_err_t *err)
+{
+    cl_event first, last;
+    kd_ocl_timing_take(ocl, &first, &last);
+    return kd_ocl_event_span_ms(first, last, ms, err);
+}
+
+double kd_ocl_copy_bandwidth(kd_ocl_t *ocl)
+{
+    if (ocl->copy_bandwidth > 0.0)
+        return ocl->copy_bandwidth;
+    size_t bytes = (size_t)256 << 20;
+    if (!ocl->desc.is_gpu)
+        bytes = (size_t)32 << 20;
+    while (bytes > (1u << 20) && (bytes > ocl->desc.max_alloc_bytes / 2 ||
+                                  (uint64_t)bytes * 4 > ocl->desc.global_mem_bytes))
+        bytes /= 2;
+    cl_int st;
+    cl_mem a = clCreateBuffer(ocl->context, CL_MEM_READ_WRITE, bytes, NULL, &st);
+    cl_mem b =
+        st == CL_SUCCESS ? clCreateBuffer(ocl->context, CL_MEM_READ_WRITE, bytes, NULL, &st) : NULL;
+    unsigned char zero = 0;
+    if (st == CL_SUCCESS)
+        st = clEnqueueFillBuffer(ocl->queue, a, &zero, 1, 0, bytes, 0, NULL, NULL);
+    double best = 0.0;
+    for (int i = 0; i < 4 && st == CL_SUCCESS; i++) {
+        cl_event ev = NULL;
+        cl_ulong t0 = 0, t1 = 0;
+        st = clEnqueueCopyBuffer(ocl->queue, a, b, 0, 0, bytes, 0, NULL, &ev);
+        if (st == CL_SUCCESS)
+            st = clWaitForEvents(1, &ev);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof(t0), &t0, NULL);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL);
+        if (ev != NULL)
+            clReleaseEvent(ev);
+        if (st == CL_SUCCESS && i > 0 && t1 > t0) {
+            double bw = 2.0 * (double)bytes / ((double)(t1 - t0) * 1e-9);
+            if (bw > best)
+                best = bw;
+        }
+    }
+    if (a != NULL)
+        clReleaseMemObject(a);
+    if (b != NULL)
+        clReleaseMemObject(b);
+    ocl->copy_bandwidth = best;
+    if (best > 0.0)
+        KD_INFO("ocl", "device %d copy bandwidth %.0f GB/s", ocl->desc.index, best / 1e9);
+    return best;
 }
 
 int kd_ocl_args_end(const kd_ocl_args_t *a, const char *what, kd_err_t *err)

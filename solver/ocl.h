@@ -92,6 +92,26 @@ int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, 
                   kd_err_t *err);
 
 /*
+ * Device-side timing of whatever kd_ocl_launch enqueues between the two calls (format selection,
+ * benchmarks): kd_ocl_timing_begin starts recording the launches' profiling events;
+ * kd_ocl_timing_end waits for the last one and gives the time from the first kernel's start to
+ * the last kernel's end in milliseconds (0 when nothing was launched), and stops recording.
+ */
+void kd_ocl_timing_begin(kd_ocl_t *ocl);
+int kd_ocl_timing_end(kd_ocl_t *ocl, double *ms, kd_err_t *err);
+/* Like kd_ocl_timing_end without waiting: stops recording and hands over the first and last
+ * recorded launches' events (both NULL when nothing was launched; the same event twice when one
+ * was), for kd_ocl_event_span_ms later, so several windows can be queued before one wait. */
+void kd_ocl_timing_take(kd_ocl_t *ocl, cl_event *first, cl_event *last);
+/* Wait for `last`; *ms = end(last) - start(first) in milliseconds (0 for NULLs). Releases both. */
+int kd_ocl_event_span_ms(cl_event first, cl_event last, double *ms, kd_err_t *err);
+
+/* The device's copy bandwidth in bytes per second (bytes read + written by clEnqueueCopyBuffer
+ * between two buffers of up to 256 MiB, best of 3 after a warm-up), measured on first use and
+ * cached; 0 when it cannot be measured. Format selection uses it as the roofline. */
+double kd_ocl_copy_bandwidth(kd_ocl_t *ocl);
+
+/*
  * For tests and tools: build `source` (preceded by the prelude, with the same options as
  * kd_ocl_kernel) outside the cache. `name` names it in messages. The caller releases *out.
  */

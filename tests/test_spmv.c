@@ -197,7 +197,7 @@ static void test_format_names(void)
         CHECK(strcmp(kd_format_name((kd_format_t)f), names[f]) == 0);
         CHECK(kd_format_parse(names[f], &parsed) == 0);
         CHECK_EQ_INT(parsed, f);
-        CHECK_EQ_INT(kd_format_available((kd_format_t)f), f == KD_FMT_CSR_SCALAR);
+        CHECK(kd_format_available((kd_format_t)f)); /* every format is built */
     }
     kd_format_t out;
     CHECK(kd_format_parse("csr", &out) == -1);
@@ -212,10 +212,8 @@ static void test_upload_and_argument_errors(void)
     kd_err_t err = {0};
     kd_csr_t *csr = kd_test_random_matrix(10, 8, NULL, 3);
     kd_matrix_t *m = NULL;
-    CHECK_EQ_INT(kd_matrix_upload(ocl, csr, KD_FMT_ELL, &m, &err), KD_EUNSUPPORTED);
-    CHECK_STR_CONTAINS(err.message, "ell");
-    CHECK(m == NULL);
     CHECK_EQ_INT(kd_matrix_upload(ocl, csr, KD_FMT_COUNT, &m, &err), KD_EBADREQ);
+    CHECK(m == NULL);
 
     kd_csr_t *c32 = NULL;
     REQUIRE(kd_csr_convert(csr, KD_DTYPE_F32, &c32, &err) == KD_OK);

@@ -1,0 +1,268 @@
+/*
+ * CSR adaptive: the shared CSR arrays plus a table of row blocks (kernels/csr_adaptive.cl explains
+ * the three kinds of block and their thread mapping). The table is made here, on the host, in one
+ * pass over the row pointers:
+ *
+ *  - consecutive rows of at most CAP entries are packed into a stream block while the block holds
+ *    at most CAP entries and at most WG rows (CAP = WG * 8 entries of local memory, fewer when the
+ *    device has little);
+ *  - a row of more than CAP entries and at most LONG = 4 CAP gets a vector block of its own (one
+ *    work-group);
+ *  - a longer row is split into chunks of CHUNK = 2 CAP entries, one work-group each, writing one
+ *    partial sum per chunk; kd_csr_adaptive_long adds them up. The partials live in a device
+ *    buffer owned by the matrix (one slot per chunk), reused by every spmv: the in-order queue
+ *    runs one spmv after another.
+ *
+ * Device memory: the CSR arrays (shared), 16 bytes per block, and for long rows 8 bytes each plus
+ * one value per chunk.
+ */
+#include "common/checked.h"
+#include "solver/format.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct kd_csr_adaptive {
+    cl_mem indptr, indices, values;
+    cl_mem blocks;     /* nblocks cl_int4 */
+    cl_mem long_rows;  /* nlong int32 */
+    cl_mem long_slots; /* nlong + 1 int32 */
+    cl_mem partials;   /* nslots VALUE */
+    size_t nblocks, nlong, nslots;
+    int cap;
+} kd_csr_adaptive_t;
+
+typedef struct kd_adaptive_plan {
+    int cap, chunk, long_len;
+    size_t nblocks, nlong, nslots;
+    cl_int4 *blocks; /* NULL for a dry run */
+    int32_t *long_rows, *long_slots;
+} kd_adaptive_plan_t;
+
+/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG, for tuning experiments),
+ * halved until the products and the reduction scratch take at most half of the device's local
+ * memory (at least WG entries). */
+static int adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
+{
+    size_t wg = kd_ocl_work_group_size(ocl);
+    size_t v = kd_dtype_size(dtype);
+    size_t local = kd_ocl_desc(ocl)->local_mem_bytes;
+    size_t cap = wg * 8;
+    const char *env = getenv("KD_CSR_ADAPTIVE_CAP");
+    if (env != NULL && atol(env) >= (long)wg && atol(env) % (long)wg == 0)
+        cap = (size_t)atol(env);
+    while (cap > wg && (cap + wg) * v > local / 2)
+        cap /= 2;
+    return (int)cap;
+}
+
+static void adaptive_push(kd_adaptive_plan_t *p, int32_t a, int32_t b, int32_t c, int32_t d)
+{
+    if (p->blocks != NULL) {
+        cl_int4 *blk = &p->blocks[p->nblocks];
+        blk->s[0] = a;
+        blk->s[1] = b;
+        blk->s[2] = c;
+        blk->s[3] = d;
+    }
+    p->nblocks++;
+}
+
+/* Walk the rows once: count (dry run) or fill the block and long-row tables. */
+static void adaptive_walk(const kd_csr_t *csr, size_t wg, kd_adaptive_plan_t *p)
+{
+    const int32_t *ip = csr->indptr;
+    p->nblocks = p->nlong = p->nslots = 0;
+    int64_t r = 0;
+    while (r < csr->rows) {
+        int64_t len = ip[r + 1] - ip[r];
+        if (len > p->cap) {
+            if (len > p->long_len) {
+                if (p->long_rows != NULL) {
+                    p->long_rows[p->nlong] = (int32_t)r;
+                    p->long_slots[p->nlong] = (int32_t)p->nslots;
+                }
+                p->nlong++;
+                for (int64_t k = ip[r]; k < ip[r + 1]; k += p->chunk) {
+                    int64_t end = k + p->chunk < ip[r + 1] ? k + p->chunk : ip[r + 1];
+                    adaptive_push(p, (int32_t)r, -(int32_t)p->nslots - 1, (int32_t)k, (int32_t)end);
+                    p->nslots++;
+                }
+            } else {
+                adaptive_push(p, (int32_t)r, (int32_t)r + 1, ip[r], ip[r + 1]);
+            }
+            r++;
+            continue;
+        }
+        int64_t start = r, n = 0;
+        while (r < csr->rows && (size_t)(r - start) < wg) {
+            int64_t l = ip[r + 1] - ip[r];
+            if (n + l > p->cap)
+                break;
+            n += l;
+            r++;
+        }
+        adaptive_push(p, (int32_t)start, (int32_t)r, ip[start], ip[r]);
+    }
+    if (p->long_slots != NULL)
+        p->long_slots[p->nlong] = (int32_t)p->nslots;
+}
+
+static void adaptive_plan_init(kd_adaptive_plan_t *p, const kd_ocl_t *ocl, kd_dtype_t dtype)
+{
+    p->cap = adaptive_cap(ocl, dtype);
+    p->chunk = 2 * p->cap;
+    p->long_len = 4 * p->cap;
+    p->blocks = NULL;
+    p->long_rows = p->long_slots = NULL;
+}
+
+static void adaptive_prepared_free(void *prepared)
+{
+    kd_adaptive_plan_t *p = prepared;
+    if (p == NULL)
+        return;
+    free(p->blocks);
+    free(p->long_rows);
+    free(p->long_slots);
+    free(p);
+}
+
+/* The block table, in src->prepared: one counting walk, then one filling walk. */
+static int adaptive_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    kd_adaptive_plan_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return KD_ENOMEM;
+    adaptive_plan_init(p, ocl, csr->dtype);
+    adaptive_walk(csr, wg, p);
+    p->blocks = malloc((p->nblocks + 1) * sizeof(cl_int4));
+    p->long_rows = malloc((p->nlong + 1) * sizeof(int32_t));
+    p->long_slots = malloc((p->nlong + 1) * sizeof(int32_t));
+    if (p->blocks == NULL || p->long_rows == NULL || p->long_slots == NULL) {
+        adaptive_prepared_free(p);
+        return KD_ENOMEM;
+    }
+    adaptive_walk(csr, wg, p);
+    src->prepared[KD_FMT_CSR_ADAPTIVE] = p;
+    return KD_OK;
+}
+
+static size_t adaptive_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    if (src->prepared[KD_FMT_CSR_ADAPTIVE] == NULL && adaptive_prepare(ocl, src) != KD_OK)
+        return SIZE_MAX;
+    const kd_adaptive_plan_t *p = src->prepared[KD_FMT_CSR_ADAPTIVE];
+    size_t extra = p->nblocks * sizeof(cl_int4);
+    if (p->nlong > 0)
+        extra += p->nlong * 8 + 4 + p->nslots * kd_dtype_size(csr->dtype);
+    size_t base = kd_format_csr_bytes(csr);
+    return base > SIZE_MAX - extra ? SIZE_MAX : base + extra;
+}
+
+static void adaptive_release(kd_matrix_t *m)
+{
+    kd_csr_adaptive_t *impl = m->impl;
+    if (impl == NULL)
+        return;
+    cl_mem mems[] = {impl->indptr,    impl->indices,    impl->values,  impl->blocks,
+                     impl->long_rows, impl->long_slots, impl->partials};
+    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    free(impl);
+    m->impl = NULL;
+}
+
+static int adaptive_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
+    int rc = KD_OK;
+    kd_csr_adaptive_t *impl = calloc(1, sizeof(*impl));
+    if (impl == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
+    m->impl = impl;
+    size_t v = kd_dtype_size(csr->dtype);
+    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
+    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+
+    if (src->prepared[KD_FMT_CSR_ADAPTIVE] == NULL && adaptive_prepare(ocl, src) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the row blocks");
+    const kd_adaptive_plan_t *p = src->prepared[KD_FMT_CSR_ADAPTIVE];
+    impl->nblocks = p->nblocks;
+    impl->nlong = p->nlong;
+    impl->nslots = p->nslots;
+    impl->cap = p->cap;
+    rc = kd_format_upload_array(ocl, m, p->blocks, p->nblocks * sizeof(cl_int4), "row blocks",
+                                &impl->blocks, err);
+    if (rc == KD_OK && p->nlong > 0) {
+        rc = kd_format_upload_array(ocl, m, p->long_rows, p->nlong * sizeof(int32_t), "long rows",
+                                    &impl->long_rows, err);
+        if (rc == KD_OK)
+            rc = kd_format_upload_array(ocl, m, p->long_slots, (p->nlong + 1) * sizeof(int32_t),
+                                        "long-row slots", &impl->long_slots, err);
+        if (rc == KD_OK)
+            rc = kd_format_alloc_array(ocl, m, p->nslots * v, "long-row partial sums",
+                                       &impl->partials, err);
+    }
+    return rc;
+}
+
+static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                         double beta, kd_vec_t *y, kd_err_t *err)
+{
+    const kd_csr_adaptive_t *impl = m->impl;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    char extra[32], options[96];
+    snprintf(extra, sizeof(extra), "-DKD_CAP=%d", impl->cap);
+    kd_format_options(ocl, extra, options, sizeof(options));
+    cl_kernel kernel;
+    int rc =
+        kd_ocl_kernel(ocl, "csr_adaptive", m->dtype, options, "kd_csr_adaptive_spmv", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_mem(&a, impl->blocks);
+    kd_ocl_arg_mem(&a, impl->indptr);
+    kd_ocl_arg_mem(&a, impl->indices);
+    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, x->mem);
+    kd_ocl_arg_mem(&a, y->mem);
+    kd_ocl_arg_mem(&a, impl->partials);
+    kd_ocl_arg_value(&a, m->dtype, alpha);
+    kd_ocl_arg_value(&a, m->dtype, beta);
+    if ((rc = kd_ocl_args_end(&a, "kd_csr_adaptive_spmv", err)) != KD_OK)
+        return rc;
+    rc = kd_ocl_launch(ocl, kernel, impl->nblocks * wg, wg, "kd_csr_adaptive_spmv", err);
+    if (rc != KD_OK || impl->nlong == 0)
+        return rc;
+
+    rc =
+        kd_ocl_kernel(ocl, "csr_adaptive", m->dtype, options, "kd_csr_adaptive_long", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)impl->nlong);
+    kd_ocl_arg_mem(&a, impl->long_rows);
+    kd_ocl_arg_mem(&a, impl->long_slots);
+    kd_ocl_arg_mem(&a, impl->partials);
+    kd_ocl_arg_mem(&a, y->mem);
+    kd_ocl_arg_value(&a, m->dtype, alpha);
+    kd_ocl_arg_value(&a, m->dtype, beta);
+    if ((rc = kd_ocl_args_end(&a, "kd_csr_adaptive_long", err)) != KD_OK)
+        return rc;
+    return kd_ocl_launch(ocl, kernel, kd_format_round_up(impl->nlong, wg), wg,
+                         "kd_csr_adaptive_long", err);
+}
+
+const kd_format_ops_t kd_format_csr_adaptive_ops = {
+    .format = KD_FMT_CSR_ADAPTIVE,
+    .prepare = adaptive_prepare,
+    .prepared_free = adaptive_prepared_free,
+    .plan_bytes = adaptive_plan_bytes,
+    .upload = adaptive_upload,
+    .spmv = adaptive_spmv,
+    .release = adaptive_release,
+};

@@ -1,0 +1,95 @@
+/*
+ * CSR vector: the shared CSR arrays with a group of T work-items per row (kernels/csr_vector.cl),
+ * T a power of two from 2 to 64 chosen at upload from the mean row length (the smallest T at
+ * least the mean, so a typical row takes one or two coalesced steps). For matrices whose rows are
+ * long enough that one work-item per row would read them serially. Device memory: the same as
+ * csr_scalar (the source's arrays, shared).
+ */
+#include "solver/format.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct kd_csr_vector {
+    cl_mem indptr, indices, values;
+    int threads_per_row;
+} kd_csr_vector_t;
+
+/* The smallest power of two in 2..64 that is at least the mean row length (64 above 32). */
+static int csr_vector_threads(double mean_row, size_t wg)
+{
+    int t = 2;
+    while (t < 64 && (double)t < mean_row)
+        t *= 2;
+    while ((size_t)t > wg && t > 1)
+        t /= 2;
+    return t;
+}
+
+static void csr_vector_release(kd_matrix_t *m)
+{
+    kd_csr_vector_t *impl = m->impl;
+    if (impl == NULL)
+        return;
+    cl_mem mems[] = {impl->indptr, impl->indices, impl->values};
+    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    free(impl);
+    m->impl = NULL;
+}
+
+static size_t csr_vector_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    return kd_format_csr_bytes(csr);
+}
+
+static int csr_vector_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
+    kd_csr_vector_t *impl = calloc(1, sizeof(*impl));
+    if (impl == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
+    m->impl = impl;
+    size_t v = kd_dtype_size(csr->dtype);
+    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
+    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+    impl->threads_per_row = csr_vector_threads(src->stats.mean_row, kd_ocl_work_group_size(ocl));
+    return KD_OK;
+}
+
+static int csr_vector_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                           double beta, kd_vec_t *y, kd_err_t *err)
+{
+    const kd_csr_vector_t *impl = m->impl;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    char extra[32], options[96];
+    snprintf(extra, sizeof(extra), "-DKD_TPR=%d", impl->threads_per_row);
+    kd_format_options(ocl, extra, options, sizeof(options));
+    cl_kernel kernel;
+    int rc =
+        kd_ocl_kernel(ocl, "csr_vector", m->dtype, options, "kd_csr_vector_spmv", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)m->rows);
+    kd_ocl_arg_mem(&a, impl->indptr);
+    kd_ocl_arg_mem(&a, impl->indices);
+    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, x->mem);
+    kd_ocl_arg_mem(&a, y->mem);
+    kd_ocl_arg_value(&a, m->dtype, alpha);
+    kd_ocl_arg_value(&a, m->dtype, beta);
+    if ((rc = kd_ocl_args_end(&a, "kd_csr_vector_spmv", err)) != KD_OK)
+        return rc;
+    size_t items = (size_t)m->rows * (size_t)impl->threads_per_row;
+    return kd_ocl_launch(ocl, kernel, kd_format_round_up(items, wg), wg, "kd_csr_vector_spmv", err);
+}
+
+const kd_format_ops_t kd_format_csr_vector_ops = {
+    .format = KD_FMT_CSR_VECTOR,
+    .plan_bytes = csr_vector_plan_bytes,
+    .upload = csr_vector_upload,
+    .spmv = csr_vector_spmv,
+    .release = csr_vector_release,
+};

@@ -1,0 +1,126 @@
+/*
+ * ELLPACK-R: ELL's padded column-major arrays (width W = the longest row, leading dimension ld =
+ * rows rounded up to 32) plus an array of row lengths, so the kernel loops exactly each row's
+ * length and never touches padding (kernels/ellpack_r.cl). Built on the device from the source's
+ * CSR arrays by kd_ellpack_r_from_csr. Device memory: W * ld * (4 + sizeof(value)) + 4 * rows
+ * bytes; dropped by the selection like ELL when padding would waste memory.
+ */
+#include "solver/format.h"
+
+#include <stdlib.h>
+
+#define KD_ELL_ALIGN 32
+
+typedef struct kd_ellpack_r {
+    cl_mem lengths; /* rows int32 */
+    cl_mem indices; /* width * ld int32, NULL when width == 0 */
+    cl_mem values;  /* width * ld VALUE */
+    int width;
+    int64_t ld;
+} kd_ellpack_r_t;
+
+static size_t ellpack_r_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    const kd_csr_t *csr = src->csr;
+    const kd_csr_stats_t *stats = &src->stats;
+    size_t ld = kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
+    size_t slots = kd_format_size_mad(ld, (size_t)stats->max_row, 0);
+    return kd_format_size_mad(slots, sizeof(int32_t) + kd_dtype_size(csr->dtype),
+                              (size_t)csr->rows * sizeof(int32_t));
+}
+
+static void ellpack_r_release(kd_matrix_t *m)
+{
+    kd_ellpack_r_t *impl = m->impl;
+    if (impl == NULL)
+        return;
+    cl_mem mems[] = {impl->lengths, impl->indices, impl->values};
+    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    free(impl);
+    m->impl = NULL;
+}
+
+static int ellpack_r_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    size_t v = kd_dtype_size(csr->dtype);
+    kd_ellpack_r_t *impl = calloc(1, sizeof(*impl));
+    if (impl == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
+    m->impl = impl;
+    impl->width = (int)src->stats.max_row;
+    impl->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
+    size_t slots = kd_format_size_mad((size_t)impl->ld, (size_t)impl->width, 0);
+    size_t ibytes = kd_format_size_mad(slots, sizeof(int32_t), 0);
+    size_t vbytes = kd_format_size_mad(slots, v, 0);
+    if (slots == SIZE_MAX || ibytes == SIZE_MAX || vbytes == SIZE_MAX)
+        return kd_err_set(err, KD_ETOOLARGE,
+                          "ELLPACK-R arrays of %d x %lld slots do not fit in memory", impl->width,
+                          (long long)impl->ld);
+    int rc = kd_format_alloc_array(ocl, m, (size_t)csr->rows * sizeof(int32_t), "row lengths",
+                                   &impl->lengths, err);
+    if (rc == KD_OK)
+        rc = kd_format_alloc_array(ocl, m, ibytes, "ELLPACK-R column indices", &impl->indices, err);
+    if (rc == KD_OK)
+        rc = kd_format_alloc_array(ocl, m, vbytes, "ELLPACK-R values", &impl->values, err);
+    if (rc != KD_OK || csr->rows == 0)
+        return rc;
+
+    char options[64];
+    kd_format_options(ocl, NULL, options, sizeof(options));
+    cl_kernel kernel;
+    rc =
+        kd_ocl_kernel(ocl, "ellpack_r", csr->dtype, options, "kd_ellpack_r_from_csr", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)csr->rows);
+    kd_ocl_arg_int(&a, impl->width);
+    kd_ocl_arg_long(&a, impl->ld);
+    kd_ocl_arg_mem(&a, src->indptr);
+    kd_ocl_arg_mem(&a, src->indices);
+    kd_ocl_arg_mem(&a, src->values);
+    kd_ocl_arg_mem(&a, impl->lengths);
+    kd_ocl_arg_mem(&a, impl->indices);
+    kd_ocl_arg_mem(&a, impl->values);
+    if ((rc = kd_ocl_args_end(&a, "kd_ellpack_r_from_csr", err)) != KD_OK)
+        return rc;
+    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
+                         "kd_ellpack_r_from_csr", err);
+}
+
+static int ellpack_r_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                          double beta, kd_vec_t *y, kd_err_t *err)
+{
+    const kd_ellpack_r_t *impl = m->impl;
+    size_t wg = kd_ocl_work_group_size(ocl);
+    char options[64];
+    kd_format_options(ocl, NULL, options, sizeof(options));
+    cl_kernel kernel;
+    int rc = kd_ocl_kernel(ocl, "ellpack_r", m->dtype, options, "kd_ellpack_r_spmv", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)m->rows);
+    kd_ocl_arg_long(&a, impl->ld);
+    kd_ocl_arg_mem(&a, impl->lengths);
+    kd_ocl_arg_mem(&a, impl->indices);
+    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, x->mem);
+    kd_ocl_arg_mem(&a, y->mem);
+    kd_ocl_arg_value(&a, m->dtype, alpha);
+    kd_ocl_arg_value(&a, m->dtype, beta);
+    if ((rc = kd_ocl_args_end(&a, "kd_ellpack_r_spmv", err)) != KD_OK)
+        return rc;
+    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg,
+                         "kd_ellpack_r_spmv", err);
+}
+
+const kd_format_ops_t kd_format_ellpack_r_ops = {
+    .format = KD_FMT_ELLPACK_R,
+    .plan_bytes = ellpack_r_plan_bytes,
+    .upload = ellpack_r_upload,
+    .spmv = ellpack_r_spmv,
+    .release = ellpack_r_release,
+};

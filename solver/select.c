@@ -1,0 +1,546 @@
+/*
+ * Format selection (see select.h). What it costs, for a matrix of n rows and nnz entries, and how
+ * that is kept near the price of the transfer plus a few dozen SpMVs:
+ *
+ *  - Host analysis, O(n): row statistics, each format's memory plan and host metadata (row blocks,
+ *    permutations, offsets: the formats' prepare ops). For a large matrix it runs on a second
+ *    thread while the CSR arrays cross the bus, so it costs nothing the transfer does not already
+ *    cost. It makes no OpenCL call.
+ *  - Screening, before anything is allocated: formats whose plan exceeds KD_SELECT_MEMORY_FACTOR
+ *    times CSR's memory are dropped (padding); formats measurements on this project's benchmark
+ *    set showed to be dominated are dropped with the reason (bench/NOTES.md): COO and HYB
+ *    (csr_adaptive balances rows as well, with fewer bytes and one launch; where rows pad little
+ *    HYB is ELLPACK-R with an empty COO part), ELL beside ELLPACK-R, SELL-C-sigma where
+ *    ELLPACK-R pads little, and on GPUs (where a lone long row stalls its warp and short rows waste
+ * a vector's lanes; a CPU thread minds neither) one work-item per row on a row of thousands and
+ *    csr_vector on short rows numerous enough to fill the device.
+ *  - Launch-bound matrices (all traffic in under KD_SELECT_LAUNCH_BOUND_US at the device's copy
+ *    bandwidth): every format runs in the launch latency and their timings differ by less than
+ *    their noise, so the statistics choose; the choice is timed for matrix.info, nothing else is.
+ *  - Measuring: the formats that share the CSR arrays first (building them allocates nothing;
+ *    NVIDIA's OpenCL takes tens of milliseconds to allocate a few hundred megabytes), the
+ *    heuristic's choice first within each group. Each is built on the device from the shared CSR
+ *    arrays and run once (timed: the warm-up); a
+ *    candidate more than KD_SELECT_CUTOFF times slower than the best stops there; otherwise
+ *    KD_SELECT_RUNS more runs are queued and waited for once, and the minimum counts (noise only
+ *    adds time). Once the best candidate reaches KD_SELECT_ROOFLINE of the copy bandwidth by the
+ *    minimal-bytes model, no other format can be more than a few percent faster, and the rest are
+ *    not built (only for matrices over twice the device's global memory cache, which could
+ *    otherwise run from cache faster than memory's bandwidth).
+ */
+#include "solver/select.h"
+#include "common/log.h"
+#include "solver/format.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KD_SELECT_RUNS 3
+#define KD_SELECT_RUNS_SHORT 7
+#define KD_SELECT_SHORT_MS 0.05
+#define KD_SELECT_CUTOFF 3.0
+#define KD_SELECT_ROOFLINE 0.9
+#define KD_SELECT_LAUNCH_BOUND_US 5.0
+/* One work-item walking more entries than this in a row is far slower than spreading the row. */
+#define KD_SELECT_SERIAL_MAX 4096
+#define KD_SELECT_SLACK_BYTES ((size_t)64 << 10)
+/* Matrices with at least this many rows are analysed on a second thread during the upload. */
+#define KD_SELECT_THREAD_ROWS 65536
+
+static double kd_select_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int kd_select_mode_parse(const char *name, kd_select_mode_t *out)
+{
+    if (name == NULL || name[0] == '\0' || strcmp(name, "measure") == 0) {
+        *out = KD_SELECT_MEASURE;
+        return 0;
+    }
+    if (strcmp(name, "heuristic") == 0) {
+        *out = KD_SELECT_HEURISTIC;
+        return 0;
+    }
+    return -1;
+}
+
+/* Row-length statistics in O(rows) (kd_csr_compute_stats also scans the values). */
+static void kd_select_row_stats(const kd_csr_t *csr, kd_csr_stats_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    if (csr->rows == 0)
+        return;
+    double sumsq = 0.0;
+    int64_t lo = INT64_MAX, hi = 0, empty = 0;
+    for (int64_t r = 0; r < csr->rows; r++) {
+        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+        lo = len < lo ? len : lo;
+        hi = len > hi ? len : hi;
+        empty += len == 0;
+        sumsq += (double)len * (double)len;
+    }
+    st->min_row = lo;
+    st->max_row = hi;
+    st->empty_rows = empty;
+    st->mean_row = (double)csr->nnz / (double)csr->rows;
+    double var = sumsq / (double)csr->rows - st->mean_row * st->mean_row;
+    st->stddev_row = var > 0.0 ? sqrt(var) : 0.0;
+}
+
+/* csr_vector's work-items per row, as format_csr_vector.c chooses them. */
+static int64_t kd_select_vector_lanes(const kd_csr_stats_t *st)
+{
+    int64_t t = 2;
+    while (t < 64 && (double)t < st->mean_row)
+        t *= 2;
+    return t;
+}
+
+static double kd_select_min_bytes(const kd_csr_t *csr)
+{
+    double v = (double)kd_dtype_size(csr->dtype);
+    return (double)csr->nnz * (v + 4.0) + ((double)csr->rows + 1.0) * 4.0 + (double)csr->cols * v +
+           (double)csr->rows * v;
+}
+
+int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr)
+{
+    double bw = kd_ocl_copy_bandwidth(ocl);
+    return bw > 0.0 && kd_select_min_bytes(csr) / bw * 1e6 < KD_SELECT_LAUNCH_BOUND_US;
+}
+
+kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *st, int gpu,
+                                int launch_bound, const char **reason)
+{
+    const char *why;
+    kd_format_t f;
+    double mean = st->mean_row;
+    int64_t vector_steps = st->max_row / kd_select_vector_lanes(st);
+    if (csr->rows == 0 || csr->nnz == 0) {
+        f = KD_FMT_CSR_SCALAR;
+        why = "no entries";
+    } else if (!gpu) {
+        f = KD_FMT_CSR_SCALAR;
+        why = "a CPU device: a thread walks whole rows, the kernels with barriers cost more there";
+    } else if (launch_bound) {
+        if (vector_steps > 64) {
+            f = KD_FMT_CSR_ADAPTIVE;
+            why = "launch-bound, with rows too long for a few work-items: row blocks";
+        } else {
+            f = KD_FMT_CSR_VECTOR;
+            why = "launch-bound: several work-items per row shorten the chain of loads";
+        }
+    } else if ((double)st->max_row > 64.0 * mean && st->max_row > 1024) {
+        f = KD_FMT_CSR_ADAPTIVE;
+        why = "a few rows far longer than the mean: row blocks spread them over work-groups";
+    } else if (mean >= 24.0) {
+        f = KD_FMT_CSR_VECTOR;
+        why = "long rows on average: several work-items per row";
+    } else if (st->stddev_row <= 0.5 * mean && (double)st->max_row <= 2.0 * mean + 2.0) {
+        f = KD_FMT_ELLPACK_R;
+        why = "short rows of similar length: column-major padded arrays, coalesced";
+    } else {
+        f = KD_FMT_CSR_ADAPTIVE;
+        why = "irregular row lengths: row blocks";
+    }
+    if (reason != NULL)
+        *reason = why;
+    return f;
+}
+
+/* ---- screening ---------------------------------------------------------------------------- */
+
+/* Work-items that share one row in format f, or 0 for formats that spread long rows over
+ * work-groups (csr_adaptive, hyb, coo). */
+static int64_t kd_select_lanes_per_row(kd_format_t f, const kd_csr_stats_t *st)
+{
+    switch (f) {
+    case KD_FMT_CSR_SCALAR:
+    case KD_FMT_ELL:
+    case KD_FMT_ELLPACK_R:
+    case KD_FMT_SELL_C_SIGMA:
+        return 1;
+    case KD_FMT_CSR_VECTOR:
+        return kd_select_vector_lanes(st);
+    default:
+        return 0;
+    }
+}
+
+typedef struct kd_select_analysis {
+    const kd_ocl_t *ocl;
+    kd_format_source_t *src;
+    kd_select_result_t *res;
+    int launch_bound;
+    kd_format_t first; /* the heuristic's choice */
+    const char *first_reason;
+    int rc;
+} kd_select_analysis_t;
+
+static kd_select_candidate_t *kd_select_find(kd_select_result_t *res, kd_format_t f)
+{
+    for (int i = 0; i < res->ncandidates; i++)
+        if (res->candidates[i].format == f)
+            return &res->candidates[i];
+    return NULL;
+}
+
+/* The memory screen of one format: its plan (preparing its metadata) against CSR's. */
+static void kd_select_memory_screen(const kd_ocl_t *ocl, kd_format_source_t *src,
+                                    kd_select_candidate_t *c)
+{
+    const kd_format_ops_t *ops = kd_format_ops(c->format);
+    size_t csr_bytes = kd_format_csr_bytes(src->csr);
+    double limit = KD_SELECT_MEMORY_FACTOR * (double)csr_bytes + (double)KD_SELECT_SLACK_BYTES;
+    size_t plan = ops->plan_bytes(ocl, src);
+    if (plan == SIZE_MAX)
+        snprintf(c->dropped, sizeof(c->dropped), "would not fit in memory");
+    else if ((double)plan > limit)
+        snprintf(c->dropped, sizeof(c->dropped),
+                 "padding: %.3g MB, %.1fx the CSR arrays (limit %gx)", (double)plan / 1e6,
+                 (double)plan / (double)(csr_bytes > 0 ? csr_bytes : 1), KD_SELECT_MEMORY_FACTOR);
+}
+
+/*
+ * Statistics, screening and the kept formats' host metadata (see the top of this file). No
+ * OpenCL calls: runs on a second thread during the upload of a large matrix.
+ */
+static void *kd_select_analyse(void *arg)
+{
+    kd_select_analysis_t *a = arg;
+    kd_format_source_t *src = a->src;
+    const kd_csr_t *csr = src->csr;
+    kd_select_result_t *res = a->res;
+    const kd_csr_stats_t *st = &src->stats;
+    double t0 = kd_select_now_ms();
+    kd_select_row_stats(csr, &src->stats);
+    a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
+                                   &a->first_reason);
+
+    res->ncandidates = 0;
+    for (int f = 0; f < KD_FMT_COUNT; f++) {
+        if (!kd_format_available((kd_format_t)f))
+            continue;
+        kd_select_candidate_t *c = &res->candidates[res->ncandidates++];
+        memset(c, 0, sizeof(*c));
+        c->format = (kd_format_t)f;
+    }
+    /* ELL's plans are O(1): screen them first, the others' dominance depends on them */
+    kd_select_candidate_t *ell = kd_select_find(res, KD_FMT_ELL);
+    kd_select_candidate_t *ellr = kd_select_find(res, KD_FMT_ELLPACK_R);
+    if (ell != NULL)
+        kd_select_memory_screen(a->ocl, src, ell);
+    if (ellr != NULL)
+        kd_select_memory_screen(a->ocl, src, ellr);
+    int ell_fits = ellr != NULL && ellr->dropped[0] == '\0';
+    int fills = (double)csr->rows >= 8.0 * (double)kd_ocl_desc(a->ocl)->compute_units *
+                                         (double)kd_ocl_work_group_size(a->ocl);
+    int gpu = kd_ocl_desc(a->ocl)->is_gpu; /* the two rules below are about GPU threads */
+
+    for (int i = 0; i < res->ncandidates; i++) {
+        kd_select_candidate_t *c = &res->candidates[i];
+        kd_format_t f = c->format;
+        int64_t lanes = kd_select_lanes_per_row(f, st);
+        if (c->dropped[0] != '\0')
+            continue;
+        if (a->launch_bound && f != a->first) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "not timed: launch-bound (%.0f KB of traffic), the statistics choose",
+                     kd_select_min_bytes(csr) / 1e3);
+        } else if (f == a->first) {
+            if (f != KD_FMT_ELL && f != KD_FMT_ELLPACK_R)
+                kd_select_memory_screen(a->ocl, src, c);
+        } else if (gpu && lanes > 0 && st->max_row / lanes > KD_SELECT_SERIAL_MAX) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: a row of %lld entries is %lld serial steps for one work-item",
+                     (long long)st->max_row, (long long)(st->max_row / lanes));
+        } else if (f == KD_FMT_COO) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: csr_adaptive balances rows too, with 4 fewer bytes an entry");
+        } else if (f == KD_FMT_ELL && ell_fits) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated by ellpack_r: same layout, rows end without a sentinel load");
+        } else if ((f == KD_FMT_SELL_C_SIGMA || f == KD_FMT_HYB) && ell_fits) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: rows pad little, ellpack_r needs no sorting or splitting");
+        } else if (f == KD_FMT_HYB) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: csr_adaptive spreads long rows with fewer bytes, one launch");
+        } else if (gpu && f == KD_FMT_CSR_VECTOR && fills && st->mean_row < 8.0) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "dominated: short rows (mean %.1f) that fill the device one per work-item",
+                     st->mean_row);
+        } else if (f != KD_FMT_ELL && f != KD_FMT_ELLPACK_R) {
+            kd_select_memory_screen(a->ocl, src, c);
+        }
+    }
+    kd_select_candidate_t *first = kd_select_find(res, a->first);
+    if (a->launch_bound && first != NULL && first->dropped[0] != '\0') {
+        /* the statistics' choice pads too much: row blocks never pad */
+        a->first = KD_FMT_CSR_ADAPTIVE;
+        first = kd_select_find(res, a->first);
+        first->dropped[0] = '\0';
+        kd_select_memory_screen(a->ocl, src, first);
+    }
+    /* host metadata of every format still in the race, while the bus is busy */
+    for (int i = 0; i < res->ncandidates && a->rc == KD_OK; i++) {
+        const kd_format_ops_t *ops = kd_format_ops(res->candidates[i].format);
+        if (res->candidates[i].dropped[0] == '\0' && ops->prepare != NULL &&
+            src->prepared[res->candidates[i].format] == NULL)
+            a->rc = ops->prepare(a->ocl, src);
+    }
+    res->plan_ms = kd_select_now_ms() - t0;
+    return NULL;
+}
+
+/* ---- timing ------------------------------------------------------------------------------- */
+
+/*
+ * Time one candidate (see the top of this file): *ms is its first run's time when that run loses
+ * by KD_SELECT_CUTOFF against best_ms (> 0), else the fastest of the further runs.
+ */
+static int kd_select_time(kd_ocl_t *ocl, const kd_matrix_t *m, kd_vec_t *x, kd_vec_t *y,
+                          double best_ms, int launch_bound, int *runs, double *ms, kd_err_t *err)
+{
+    cl_event first[1 + KD_SELECT_RUNS_SHORT], last[1 + KD_SELECT_RUNS_SHORT];
+    int n = 0, rc = KD_OK;
+    *ms = 0.0;
+    if (m->rows == 0)
+        return KD_OK;
+    kd_ocl_timing_begin(ocl);
+    rc = kd_matrix_spmv(ocl, m, 1.0, x, 0.0, y, err);
+    kd_ocl_timing_take(ocl, &first[0], &last[0]);
+    int rc2 = kd_ocl_event_span_ms(first[0], last[0], ms, err);
+    rc = rc != KD_OK ? rc : rc2;
+    (*runs)++;
+    if (rc != KD_OK || (best_ms > 0.0 && *ms > KD_SELECT_CUTOFF * best_ms))
+        return rc;
+    /* short runs are noisy and cheap: more of them; a launch-bound matrix's one candidate is timed
+     * only for matrix.info: two more */
+    int want = launch_bound ? 2 : *ms < KD_SELECT_SHORT_MS ? KD_SELECT_RUNS_SHORT : KD_SELECT_RUNS;
+    for (n = 0; n < want && rc == KD_OK; n++) {
+        kd_ocl_timing_begin(ocl);
+        rc = kd_matrix_spmv(ocl, m, 1.0, x, 0.0, y, err);
+        kd_ocl_timing_take(ocl, &first[n], &last[n]);
+        (*runs)++;
+    }
+    double fastest = 0.0;
+    for (int i = 0; i < n; i++) {
+        double t = 0.0;
+        rc2 = kd_ocl_event_span_ms(first[i], last[i], &t, err); /* releases both */
+        rc = rc != KD_OK ? rc : rc2;
+        if (i == 0 || t < fastest)
+            fastest = t;
+    }
+    if (rc == KD_OK && n > 0)
+        *ms = fastest;
+    return rc;
+}
+
+/* ---- the three modes ---------------------------------------------------------------------- */
+
+static int kd_select_forced(kd_ocl_t *ocl, kd_format_source_t *src, const char *name,
+                            kd_matrix_t **out, kd_select_result_t *res, kd_err_t *err)
+{
+    kd_format_t f;
+    if (kd_format_parse(name, &f) != 0)
+        return kd_err_set(err, KD_EBADREQ, "format '%s' is not a known format", name);
+    if (!kd_format_available(f))
+        return kd_err_set(err, KD_EUNSUPPORTED, "format '%s' is not available in this build", name);
+    int rc = kd_matrix_upload_source(ocl, src, f, out, err);
+    if (rc != KD_OK)
+        return rc;
+    res->format = f;
+    res->ncandidates = 1;
+    res->candidates[0].format = f;
+    snprintf(res->candidates[0].dropped, sizeof(res->candidates[0].dropped),
+             "forced by the request");
+    return KD_OK;
+}
+
+static int kd_select_heuristic_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t **out,
+                                      kd_select_result_t *res, kd_err_t *err)
+{
+    const char *why = NULL;
+    kd_format_t f = kd_select_heuristic(src->csr, &src->stats, kd_ocl_desc(ocl)->is_gpu,
+                                        kd_select_launch_bound(ocl, src->csr), &why);
+    /* a choice that would pad too much falls back to CSR adaptive, which never pads */
+    kd_select_candidate_t probe = {.format = f};
+    kd_select_memory_screen(ocl, src, &probe);
+    if (probe.dropped[0] != '\0') {
+        f = KD_FMT_CSR_ADAPTIVE;
+        why = "row blocks (the statistics' choice would pad too much)";
+    }
+    int rc = kd_matrix_upload_source(ocl, src, f, out, err);
+    if (rc != KD_OK)
+        return rc;
+    res->format = f;
+    res->ncandidates = 1;
+    res->candidates[0].format = f;
+    snprintf(res->candidates[0].dropped, sizeof(res->candidates[0].dropped), "heuristic: %s", why);
+    return KD_OK;
+}
+
+static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t **out,
+                             kd_select_result_t *res, kd_err_t *err)
+{
+    const kd_csr_t *csr = src->csr;
+    kd_vec_t x = {0}, y = {0};
+    kd_matrix_t *best = NULL;
+    double best_ms = 0.0;
+    int rc;
+    double copy_bw = kd_ocl_copy_bandwidth(ocl);
+    kd_select_analysis_t an = {.ocl = ocl, .src = src, .res = res, .rc = KD_OK};
+    an.launch_bound = kd_select_launch_bound(ocl, csr);
+
+    /* analysis beside the upload for a large matrix; in line for a small one */
+    pthread_t thread;
+    int threaded = csr->rows >= KD_SELECT_THREAD_ROWS &&
+                   pthread_create(&thread, NULL, kd_select_analyse, &an) == 0;
+    if (!threaded)
+        kd_select_analyse(&an);
+    rc = kd_format_source_device(ocl, src, err);
+    if (threaded)
+        pthread_join(thread, NULL);
+    if (rc != KD_OK)
+        goto fail;
+    if (an.rc != KD_OK) {
+        rc = kd_err_set(err, an.rc, "out of host memory analysing the matrix");
+        goto fail;
+    }
+    res->transfer_ms = src->upload_ms;
+    if ((rc = kd_vec_alloc(ocl, csr->cols, csr->dtype, &x, err)) != KD_OK ||
+        (rc = kd_vec_alloc(ocl, csr->rows, csr->dtype, &y, err)) != KD_OK ||
+        (rc = kd_vec_fill(ocl, &x, 1.0, err)) != KD_OK)
+        goto fail;
+
+    double roofline_ms = copy_bw > 0.0 ? kd_select_min_bytes(csr) / copy_bw * 1e3 : 0.0;
+    cl_ulong cache = 0;
+    if (clGetDeviceInfo(kd_ocl_desc(ocl)->device_id, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof(cache),
+                        &cache, NULL) != CL_SUCCESS ||
+        kd_select_min_bytes(csr) < 2.0 * (double)cache)
+        roofline_ms = 0.0; /* cache-resident, or unknown: no roofline shortcut */
+    /* the order: formats sharing the CSR arrays, then the others; the heuristic's choice first in
+     * its group */
+    kd_select_candidate_t *order[KD_FMT_COUNT];
+    int norder = 0;
+    for (int group = 0; group < 2; group++) {
+        for (int k = -1; k < res->ncandidates; k++) {
+            kd_select_candidate_t *c = k < 0 ? kd_select_find(res, an.first) : &res->candidates[k];
+            if (c == NULL || (k >= 0 && c->format == an.first))
+                continue;
+            int shares = c->format == KD_FMT_CSR_SCALAR || c->format == KD_FMT_CSR_VECTOR ||
+                         c->format == KD_FMT_CSR_ADAPTIVE;
+            if (shares == (group == 0))
+                order[norder++] = c;
+        }
+    }
+    for (int k = 0; k < norder; k++) {
+        kd_select_candidate_t *c = order[k];
+        if (c->dropped[0] != '\0')
+            continue;
+        if (best != NULL && roofline_ms > 0.0 && roofline_ms >= KD_SELECT_ROOFLINE * best_ms) {
+            snprintf(c->dropped, sizeof(c->dropped),
+                     "not timed: %s already runs at %.0f%% of the copy bandwidth",
+                     kd_format_name(best->format), 100.0 * roofline_ms / best_ms);
+            continue;
+        }
+        kd_matrix_t *m = NULL;
+        double t_build = kd_select_now_ms();
+        rc = kd_matrix_upload_source(ocl, src, c->format, &m, err);
+        if (rc == KD_OK)
+            rc = kd_ocl_finish(ocl, err);
+        double t_measure = kd_select_now_ms();
+        res->build_ms += t_measure - t_build;
+        if (rc == KD_OK)
+            rc = kd_select_time(ocl, m, &x, &y, best != NULL ? best_ms : 0.0, an.launch_bound,
+                                &res->spmv_runs, &c->time_ms, err);
+        res->measure_ms += kd_select_now_ms() - t_measure;
+        if (rc == KD_EDEVMEM) {
+            snprintf(c->dropped, sizeof(c->dropped), "no device memory: %.70s", err->message);
+            kd_matrix_free(m);
+            rc = KD_OK;
+            continue;
+        }
+        if (rc != KD_OK) {
+            kd_matrix_free(m);
+            goto fail;
+        }
+        if (best == NULL || c->time_ms < best_ms) {
+            kd_matrix_free(best);
+            best = m;
+            best_ms = c->time_ms;
+        } else {
+            kd_matrix_free(m);
+        }
+    }
+    if (best == NULL) {
+        rc = kd_err_set(err, KD_EDEVMEM, "no format of this matrix fits in device memory");
+        goto fail;
+    }
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    res->format = best->format;
+    *out = best;
+    return KD_OK;
+fail:
+    kd_matrix_free(best);
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    return rc;
+}
+
+int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
+                     kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
+                     kd_err_t *err)
+{
+    double t0 = kd_select_now_ms();
+    kd_format_source_t src;
+    kd_csr_stats_t stats = {0};
+    *out = NULL;
+    memset(result, 0, sizeof(*result));
+    int rc = kd_ocl_check_dtype(ocl, csr->dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    rc = kd_csr_check_shape(csr->rows, csr->cols, csr->nnz, NULL, err);
+    if (rc != KD_OK)
+        return rc;
+    int forced = forced_format != NULL && forced_format[0] != '\0';
+    if (forced || mode == KD_SELECT_HEURISTIC) {
+        kd_select_row_stats(csr, &stats);
+        result->plan_ms = kd_select_now_ms() - t0;
+    }
+    kd_format_source_init_stats(&src, csr, &stats); /* measure computes them beside the upload */
+    if (forced)
+        rc = kd_select_forced(ocl, &src, forced_format, out, result, err);
+    else if (mode == KD_SELECT_HEURISTIC)
+        rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
+    else
+        rc = kd_select_measure(ocl, &src, out, result, err);
+    result->transfer_ms = src.upload_ms;
+    kd_format_source_close(&src);
+    result->total_ms = kd_select_now_ms() - t0;
+    if (rc == KD_OK && !forced && mode == KD_SELECT_MEASURE) {
+        char line[640];
+        size_t w = 0;
+        for (int i = 0; i < result->ncandidates && w < sizeof(line); i++) {
+            const kd_select_candidate_t *c = &result->candidates[i];
+            int n = c->dropped[0] != '\0' ? snprintf(line + w, sizeof(line) - w, " %s=(%s)",
+                                                     kd_format_name(c->format), c->dropped)
+                                          : snprintf(line + w, sizeof(line) - w, " %s=%.4fms",
+                                                     kd_format_name(c->format), c->time_ms);
+            w += n > 0 ? (size_t)n : 0;
+        }
+        KD_DEBUG("select", "chose %s in %.2fms (transfer %.2fms, analysis %.2fms, %d runs):%s",
+                 kd_format_name(result->format), result->total_ms, result->transfer_ms,
+                 result->plan_ms, result->spmv_runs, line);
+    }
+    return rc;
+}

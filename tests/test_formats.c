@@ -1,0 +1,340 @@
+/*
+ * Every SpMV format in float64 and float32 against kd_csr_spmv_ref on the CPU, on every real
+ * matrix in tests/matrices and on generated matrices that break naive kernels: empty rows, an
+ * all-empty matrix, one dense row, a row of 100,000 entries (longer than any work-group or row
+ * block), rows whose lengths sit on either side of the row-block, chunk and slice sizes, power-law
+ * rows, 1x1, n x 1, 1 x n, 0 x 0, and row counts that are multiples of nothing.
+ *
+ * Each multiplication has fresh random x and y. y is poisoned with NaN when beta = 0 (every
+ * element must be written and y never read) and lives inside a larger buffer whose guard band past
+ * the last row must come back untouched. Several (alpha, beta) pairs run on the same device matrix,
+ * so formats that keep partial sums between launches are run more than once.
+ *
+ * Env KD_TEST_FORMAT=<name> restricts the run to one format (for debugging a kernel).
+ */
+#include "client/mtx_file.h"
+#include "kd_solver_test.h"
+#include "protocol/mtx.h"
+#include "solver/matrix.h"
+
+static kd_ocl_t *ocl;
+static int only_format = -1;
+
+#define GUARD 67
+#define SENTINEL (-4242.25)
+/* Formats whose plan is larger than this are skipped on a matrix (ELL on a 100k-entry row). */
+#define PLAN_LIMIT ((size_t)256 << 20)
+
+static const double pairs_all[][2] = {
+    {1.0, 0.0}, {-2.5, 0.0}, {1.5, -0.75}, {1.0, 1.0}, {0.0, 2.0}};
+static const double pairs_few[][2] = {{1.0, 0.0}, {1.5, -0.75}, {0.0, 2.0}};
+
+/* One y = alpha A x + beta y on an uploaded matrix, checked element by element. */
+static void check_spmv(const char *name, const kd_matrix_t *m, const kd_csr_t *csr, double alpha,
+                       double beta)
+{
+    kd_err_t err = {0};
+    kd_dtype_t dtype = csr->dtype;
+    int64_t rows = csr->rows, cols = csr->cols;
+    size_t vsize = kd_dtype_size(dtype);
+    size_t total = (size_t)rows + GUARD;
+    double *xw = NULL, *y0w = NULL;
+    void *xh = kd_test_random_vector(cols, dtype, -1.0, 1.0, &xw);
+    void *y0h = kd_test_random_vector(rows, dtype, -1.0, 1.0, &y0w);
+    void *yinit = malloc(total * vsize);
+    void *yout = malloc(total * vsize);
+    double *ref = malloc((total + 1) * sizeof(double));
+    kd_vec_t x = {0};
+    cl_mem ybuf = NULL;
+    for (size_t i = 0; i < total; i++) {
+        double v = (int64_t)i < rows ? (beta == 0.0 ? NAN : y0w[i]) : SENTINEL;
+        kd_store_real(yinit, dtype, i, v);
+    }
+    REQUIRE(kd_vec_alloc(ocl, cols, dtype, &x, &err) == KD_OK);
+    REQUIRE(kd_vec_write(ocl, &x, xh, dtype, &err) == KD_OK);
+    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, total * vsize,
+                                 yinit, "y", &ybuf, &err) == KD_OK);
+    kd_vec_t y = {ybuf, rows, dtype};
+    int rc = kd_matrix_spmv(ocl, m, alpha, &x, beta, &y, &err);
+    CHECK_MSG(rc == KD_OK, "%s %s: spmv: %s", name, kd_format_name(m->format), err.message);
+    REQUIRE(clEnqueueReadBuffer(kd_ocl_queue(ocl), ybuf, CL_TRUE, 0, total * vsize, yout, 0, NULL,
+                                NULL) == CL_SUCCESS);
+
+    for (int64_t i = 0; i < rows; i++)
+        ref[i] = beta == 0.0 ? NAN : y0w[i];
+    kd_csr_spmv_ref(csr, xw, alpha, beta, ref);
+    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
+    int64_t bad = 0, guard_bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double got = kd_load_real(yout, dtype, (size_t)r);
+        double scale = 0.0;
+        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
+            scale += fabs(kd_csr_value(csr, k) * xw[csr->indices[k]]);
+        scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0w[r]));
+        /* a sum of len terms in the value type: error <= (len + 4) eps * scale */
+        double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
+        if (!isfinite(got) || fabs(got - ref[r]) > tol * scale + 1e-300) {
+            if (bad++ < 5)
+                fprintf(stderr, "%s %s %s alpha=%g beta=%g: y[%lld] = %.17g, expected %.17g\n",
+                        name, kd_format_name(m->format), kd_dtype_name(dtype), alpha, beta,
+                        (long long)r, got, ref[r]);
+        }
+    }
+    for (size_t i = (size_t)rows; i < total; i++)
+        guard_bad += kd_load_real(yout, dtype, i) != SENTINEL;
+    CHECK_MSG(bad == 0, "%s %s (%s, alpha=%g beta=%g): %lld of %lld rows wrong", name,
+              kd_format_name(m->format), kd_dtype_name(dtype), alpha, beta, (long long)bad,
+              (long long)rows);
+    CHECK_MSG(guard_bad == 0, "%s %s (%s): %lld guard values past row %lld were overwritten", name,
+              kd_format_name(m->format), kd_dtype_name(dtype), (long long)guard_bad,
+              (long long)rows);
+    if (ybuf != NULL)
+        clReleaseMemObject(ybuf);
+    kd_vec_release(&x);
+    free(xh);
+    free(xw);
+    free(y0h);
+    free(y0w);
+    free(yinit);
+    free(yout);
+    free(ref);
+}
+
+/* Every format and dtype on csr64 (freed here), with npairs (alpha, beta) pairs each. */
+static void formats_case(const char *name, kd_csr_t *csr64, const double (*pairs)[2], int npairs)
+{
+    kd_dtype_t dtypes[2];
+    int nd = kd_test_dtypes(ocl, dtypes);
+    kd_csr_stats_t stats;
+    kd_csr_compute_stats(csr64, &stats);
+    for (int d = 0; d < nd; d++) {
+        kd_err_t err = {0};
+        kd_csr_t *csr = NULL;
+        REQUIRE(kd_csr_convert(csr64, dtypes[d], &csr, &err) == KD_OK);
+        for (int f = 0; f < KD_FMT_COUNT; f++) {
+            if (only_format >= 0 && f != only_format)
+                continue;
+            size_t plan = kd_matrix_plan_bytes(ocl, csr, &stats, (kd_format_t)f);
+            if (plan > PLAN_LIMIT)
+                continue; /* padded formats on a very long row: the selection drops these */
+            kd_matrix_t *m = NULL;
+            int rc = kd_matrix_upload(ocl, csr, (kd_format_t)f, &m, &err);
+            CHECK_MSG(rc == KD_OK, "%s: upload as %s (%s): %s", name,
+                      kd_format_name((kd_format_t)f), kd_dtype_name(dtypes[d]), err.message);
+            if (rc != KD_OK)
+                continue;
+            CHECK_EQ_INT(m->format, f);
+            CHECK(csr->nnz == 0 || m->device_bytes > 0);
+            for (int p = 0; p < npairs; p++)
+                check_spmv(name, m, csr, pairs[p][0], pairs[p][1]);
+            kd_matrix_free(m);
+        }
+        kd_csr_free(csr);
+    }
+    kd_csr_free(csr64);
+}
+
+#define ALL_PAIRS pairs_all, (int)(sizeof(pairs_all) / sizeof(pairs_all[0]))
+#define FEW_PAIRS pairs_few, (int)(sizeof(pairs_few) / sizeof(pairs_few[0]))
+
+static kd_csr_t *load_matrix(const char *file)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, file);
+    char *text = NULL;
+    size_t len = 0;
+    kd_err_t err = {0};
+    kd_csr_t *m = NULL;
+    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) == KD_OK)
+        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err);
+    free(text);
+    if (m == NULL)
+        fprintf(stderr, "loading %s: %s\n", path, err.message);
+    return m;
+}
+
+static void test_real_matrices(void)
+{
+    static const char *files[] = {
+        "494_bus.mtx",
+        "dwt_878.mtx",
+        "can___24.mtx",
+        "ani4.mtx",
+        "bayer10.mtx",
+        "rajat01.mtx",
+        "adder_dcop_05.mtx",
+        "watt_2.mtx",
+        "arrow.mtx",
+        "Groebner_id2003_aug.mtx",
+        "Franz6_id1959_aug.mtx",
+        "3by0.mtx",
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        kd_csr_t *m = load_matrix(files[i]);
+        CHECK_MSG(m != NULL, "cannot load %s", files[i]);
+        if (m != NULL)
+            formats_case(files[i], m, FEW_PAIRS);
+    }
+}
+
+static void test_degenerate_shapes(void)
+{
+    formats_case("0x0", kd_test_random_matrix(0, 0, NULL, 0), ALL_PAIRS);
+    formats_case("3x0", kd_test_random_matrix(3, 0, NULL, 0), ALL_PAIRS);
+    formats_case("0x3", kd_test_random_matrix(0, 3, NULL, 0), ALL_PAIRS);
+    formats_case("1x1", kd_test_random_matrix(1, 1, (int64_t[]){1}, 0), ALL_PAIRS);
+    int64_t ones[1000];
+    for (int i = 0; i < 1000; i++)
+        ones[i] = 1;
+    formats_case("1000x1", kd_test_random_matrix(1000, 1, ones, 0), ALL_PAIRS);
+    formats_case("1x1000", kd_test_random_matrix(1, 1000, (int64_t[]){1000}, 0), ALL_PAIRS);
+    formats_case("1x1000 sparse", kd_test_random_matrix(1, 1000, (int64_t[]){17}, 0), ALL_PAIRS);
+    formats_case("1x100 empty", kd_test_random_matrix(1, 100, (int64_t[]){0}, 0), ALL_PAIRS);
+}
+
+static void test_empty_rows(void)
+{
+    int64_t zeros[50] = {0};
+    formats_case("all-empty 50x40", kd_test_random_matrix(50, 40, zeros, 0), ALL_PAIRS);
+    int64_t len[300];
+    for (int i = 0; i < 300; i++)
+        len[i] = i % 3 == 0 ? 0 : kd_test_rand_below(9);
+    formats_case("every third row empty", kd_test_random_matrix(300, 300, len, 0), ALL_PAIRS);
+    int64_t last[100] = {0};
+    last[99] = 5;
+    formats_case("only the last row", kd_test_random_matrix(100, 100, last, 0), ALL_PAIRS);
+    int64_t first[700] = {0};
+    first[0] = 600;
+    formats_case("only the first row, long", kd_test_random_matrix(700, 700, first, 0), FEW_PAIRS);
+}
+
+static void test_long_rows(void)
+{
+    int64_t n = 2000;
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = kd_test_rand_below(6);
+    len[777] = n; /* one dense row among short ones */
+    formats_case("one dense row", kd_test_random_matrix(n, n, len, 0), FEW_PAIRS);
+    free(len);
+
+    /* A row of 100,000 entries among short rows, with long rows first and last too. */
+    n = 3001;
+    len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = 1 + kd_test_rand_below(5);
+    len[0] = 9000;
+    len[1500] = 100000;
+    len[1501] = 20000;
+    len[n - 1] = 12345;
+    formats_case("row of 100k entries", kd_test_random_matrix(n, 150000, len, 0), FEW_PAIRS);
+    free(len);
+
+    /* Row lengths on both sides of the sizes the kernels cut at (work-group 256, row-block
+     * capacity 1024/2048, long-row limit and chunk 4096/8192, slice 32), shuffled among short
+     * rows so every kind of block meets every other. */
+    static const int64_t edges[] = {31,   32,   33,   255,  256,  257,   511,  512,
+                                    513,  1023, 1024, 1025, 2047, 2048,  2049, 4095,
+                                    4096, 4097, 8191, 8192, 8193, 16384, 16385};
+    n = 400;
+    len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = kd_test_rand_below(4);
+    for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); e++)
+        len[kd_test_rand_below(n)] = edges[e];
+    formats_case("row lengths at the cut sizes", kd_test_random_matrix(n, 20000, len, 0),
+                 FEW_PAIRS);
+    free(len);
+
+    /* Rows exactly one COO chunk long, so row and chunk boundaries coincide. */
+    n = 40;
+    len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = i % 4 == 0 ? 256 : i % 4 == 1 ? 512 : i % 4 == 2 ? 255 : 257;
+    formats_case("rows of chunk length", kd_test_random_matrix(n, 2000, len, 0), FEW_PAIRS);
+    free(len);
+}
+
+static void test_irregular(void)
+{
+    formats_case("power-law rows", kd_test_power_law_matrix(20000, 20000), FEW_PAIRS);
+    formats_case("arrow-head", kd_test_arrow_matrix(3001), FEW_PAIRS);
+    int64_t n = 5000;
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = 3;
+    len[kd_test_rand_below(n)] = 3000; /* 1000x the mean */
+    formats_case("row 1000x the mean", kd_test_random_matrix(n, n, len, 0), FEW_PAIRS);
+    free(len);
+}
+
+static void test_odd_sizes(void)
+{
+    static const int64_t counts[] = {2, 7, 31, 33, 255, 257, 1025, 4099};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "random %lld rows", (long long)counts[i]);
+        formats_case(name, kd_test_random_matrix(counts[i], 333, NULL, 6), FEW_PAIRS);
+    }
+    formats_case("laplacian 37x29", kd_test_laplacian_2d(37, 29), ALL_PAIRS);
+    formats_case("wide 100x20000", kd_test_random_matrix(100, 20000, NULL, 300), FEW_PAIRS);
+    formats_case("random 20000x15000", kd_test_random_matrix(20000, 15000, NULL, 8), FEW_PAIRS);
+}
+
+/* The plans the selection screens with are computed before allocating and are honest. */
+static void test_plans(void)
+{
+    kd_err_t err = {0};
+    int64_t n = 2000;
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = 3;
+    len[5] = n;
+    kd_csr_t *csr = kd_test_random_matrix(n, n, len, 0);
+    free(len);
+    kd_csr_stats_t st;
+    kd_csr_compute_stats(csr, &st);
+    size_t csr_bytes = kd_matrix_plan_bytes(ocl, csr, &st, KD_FMT_CSR_SCALAR);
+    CHECK_EQ_INT(csr_bytes, (n + 1) * 4 + csr->nnz * 12);
+    /* ELL pads every row to the dense one: 2016 x 2000 slots. */
+    CHECK_EQ_INT(kd_matrix_plan_bytes(ocl, csr, &st, KD_FMT_ELL), 2016 * 2000 * 12);
+    /* SELL-C-sigma pads only the dense row's slice. */
+    CHECK(kd_matrix_plan_bytes(ocl, csr, &st, KD_FMT_SELL_C_SIGMA) < 2 * 32 * 2000 * 12);
+    CHECK(kd_matrix_plan_bytes(ocl, csr, &st, KD_FMT_COUNT) == SIZE_MAX);
+    for (int f = 0; f < KD_FMT_COUNT; f++) {
+        if (kd_matrix_plan_bytes(ocl, csr, &st, (kd_format_t)f) > PLAN_LIMIT)
+            continue;
+        kd_matrix_t *m = NULL;
+        REQUIRE(kd_matrix_upload(ocl, csr, (kd_format_t)f, &m, &err) == KD_OK);
+        CHECK_MSG(m->device_bytes == kd_matrix_plan_bytes(ocl, csr, &st, (kd_format_t)f),
+                  "%s: device_bytes %zu, plan %zu", kd_format_name((kd_format_t)f), m->device_bytes,
+                  kd_matrix_plan_bytes(ocl, csr, &st, (kd_format_t)f));
+        kd_matrix_free(m);
+    }
+    kd_csr_free(csr);
+}
+
+int main(void)
+{
+    kd_test_seed();
+    const char *only = getenv("KD_TEST_FORMAT");
+    kd_format_t f;
+    if (only != NULL && only[0] != '\0' && kd_format_parse(only, &f) == 0)
+        only_format = (int)f;
+    ocl = kd_test_open_device();
+    if (ocl == NULL)
+        return 1;
+    for (int i = 0; i < KD_FMT_COUNT; i++)
+        CHECK_MSG(kd_format_available((kd_format_t)i), "%s is not built",
+                  kd_format_name((kd_format_t)i));
+    RUN(test_plans);
+    RUN(test_degenerate_shapes);
+    RUN(test_empty_rows);
+    RUN(test_long_rows);
+    RUN(test_irregular);
+    RUN(test_odd_sizes);
+    RUN(test_real_matrices);
+    kd_ocl_close(ocl);
+    return kd_test_finish();
+}

@@ -1,0 +1,387 @@
+/*
+ * Format selection at upload (solver/select.h): formats that would waste memory are dropped with a
+ * reason before anything is allocated (ELL on a matrix with one dense row), dominated formats are
+ * dropped with theirs (COO; ELL beside ELLPACK-R; SELL-C-sigma and HYB where ELLPACK-R pads
+ * little; one work-item per row on a row of thousands), a launch-bound matrix is not measured,
+ * the format kept is the fastest of those timed, forced formats are built as named and nothing
+ * else, the heuristic times nothing, bad names are refused, and degenerate shapes still upload.
+ * Every matrix that comes back is checked with one SpMV against the CPU reference. What is timed
+ * depends on the device (launch-bound and roofline thresholds scale with its copy bandwidth), so
+ * the assertions are about invariants and reasons, which hold on PoCL and on a GPU.
+ */
+#include "kd_solver_test.h"
+#include "solver/select.h"
+
+static kd_ocl_t *ocl;
+
+/* max |A x - ref| / max(1, |ref|) over rows for a fresh random x, beta = 0 over a NaN y. */
+static double spmv_error(const kd_matrix_t *m, const kd_csr_t *csr)
+{
+    kd_err_t err = {0};
+    double *xw = NULL;
+    void *xh = kd_test_random_vector(csr->cols, csr->dtype, -1.0, 1.0, &xw);
+    double *ref = malloc(((size_t)csr->rows + 1) * sizeof(double));
+    double *got = malloc(((size_t)csr->rows + 1) * sizeof(double));
+    kd_vec_t x = {0}, y = {0};
+    double worst = INFINITY;
+    if (kd_vec_alloc(ocl, csr->cols, csr->dtype, &x, &err) != KD_OK ||
+        kd_vec_alloc(ocl, csr->rows, csr->dtype, &y, &err) != KD_OK ||
+        kd_vec_write(ocl, &x, xh, csr->dtype, &err) != KD_OK ||
+        kd_vec_fill(ocl, &y, NAN, &err) != KD_OK ||
+        kd_matrix_spmv(ocl, m, 1.0, &x, 0.0, &y, &err) != KD_OK ||
+        kd_vec_read(ocl, &y, got, KD_DTYPE_F64, &err) != KD_OK) {
+        fprintf(stderr, "spmv: %s\n", err.message);
+        goto done;
+    }
+    kd_csr_spmv_ref(csr, xw, 1.0, 0.0, ref);
+    worst = 0.0;
+    for (int64_t i = 0; i < csr->rows; i++) {
+        double d = fabs(got[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        worst = isfinite(got[i]) ? fmax(worst, d) : INFINITY;
+    }
+done:
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    free(xh);
+    free(xw);
+    free(ref);
+    free(got);
+    return worst;
+}
+
+static const kd_select_candidate_t *find(const kd_select_result_t *r, kd_format_t f)
+{
+    for (int i = 0; i < r->ncandidates; i++)
+        if (r->candidates[i].format == f)
+            return &r->candidates[i];
+    return NULL;
+}
+
+/* The drop reason of format f ("" when it was timed, "(missing)" when it is not listed). */
+static const char *reason(const kd_select_result_t *r, kd_format_t f)
+{
+    const kd_select_candidate_t *c = find(r, f);
+    return c != NULL ? c->dropped : "(missing)";
+}
+
+/* The measured choice on csr: every format listed once, the kept one timed and fastest. */
+static void check_measured(const char *name, const kd_csr_t *csr, kd_select_result_t *res)
+{
+    kd_err_t err = {0};
+    kd_matrix_t *m = NULL;
+    int rc = kd_select_upload(ocl, csr, NULL, KD_SELECT_MEASURE, &m, res, &err);
+    CHECK_MSG(rc == KD_OK, "%s: %s", name, err.message);
+    if (rc != KD_OK)
+        return;
+    CHECK_EQ_INT(res->ncandidates, KD_FMT_COUNT);
+    CHECK_EQ_INT(m->format, res->format);
+    const kd_select_candidate_t *chosen = find(res, res->format);
+    REQUIRE(chosen != NULL);
+    CHECK_MSG(chosen->dropped[0] == '\0', "%s: the kept format %s was not timed (%s)", name,
+              kd_format_name(res->format), chosen->dropped);
+    int timed = 0;
+    for (int i = 0; i < res->ncandidates; i++) {
+        const kd_select_candidate_t *c = &res->candidates[i];
+        CHECK(find(res, c->format) == c); /* each format once */
+        if (c->dropped[0] != '\0') {
+            static const char *const prefixes[] = {
+                "padding: ", "dominated", "not timed: ", "would not fit", "no device memory"};
+            int known = 0;
+            for (size_t p = 0; p < sizeof(prefixes) / sizeof(prefixes[0]); p++)
+                known |= strncmp(c->dropped, prefixes[p], strlen(prefixes[p])) == 0;
+            CHECK_MSG(known, "%s: %s dropped for an unknown reason: %s", name,
+                      kd_format_name(c->format), c->dropped);
+            continue;
+        }
+        timed++;
+        CHECK_MSG(c->time_ms >= 0.0 && (csr->rows == 0 || c->time_ms > 0.0), "%s: %s timed %g ms",
+                  name, kd_format_name(c->format), c->time_ms);
+        CHECK_MSG(chosen->time_ms <= c->time_ms, "%s: kept %s (%g ms) but %s took %g ms", name,
+                  kd_format_name(res->format), chosen->time_ms, kd_format_name(c->format),
+                  c->time_ms);
+    }
+    CHECK(timed >= 1);
+    CHECK(res->spmv_runs >= (csr->rows > 0 ? timed : 0)); /* losers may stop after one run */
+    CHECK(res->total_ms >= res->transfer_ms && res->transfer_ms >= 0.0);
+    if (csr->rows > 0)
+        CHECK_MSG(spmv_error(m, csr) < (csr->dtype == KD_DTYPE_F64 ? 1e-12 : 1e-4),
+                  "%s: the kept %s matrix multiplies wrongly", name, kd_format_name(m->format));
+    kd_matrix_free(m);
+}
+
+static void test_dense_row_drops_ell(void)
+{
+    int64_t n = 3000;
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = 1 + kd_test_rand_below(5);
+    len[1234] = n; /* one dense row */
+    kd_csr_t *csr = kd_test_random_matrix(n, n, len, 0);
+    free(len);
+    kd_select_result_t res;
+    check_measured("one dense row", csr, &res);
+    static const kd_format_t padded[] = {KD_FMT_ELL, KD_FMT_ELLPACK_R};
+    for (size_t i = 0; i < 2; i++) {
+        const kd_select_candidate_t *c = find(&res, padded[i]);
+        REQUIRE(c != NULL);
+        CHECK_STR_CONTAINS(c->dropped, "padding");
+        CHECK_STR_CONTAINS(c->dropped, "the CSR arrays (limit 3x)");
+        CHECK(c->time_ms == 0.0);
+        CHECK(res.format != padded[i]);
+    }
+    kd_csr_free(csr);
+
+    /* One row 100x the mean: ELL pads every row to it, SELL-C-sigma only that row's slice. */
+    n = 20000;
+    len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = 2 + kd_test_rand_below(3);
+    len[kd_test_rand_below(n)] = 300;
+    csr = kd_test_random_matrix(n, n, len, 0);
+    free(len);
+    check_measured("one row 100x the mean", csr, &res);
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_ELL), "padding");
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_ELLPACK_R), "padding");
+    /* whether they are timed depends on the device; they are not dropped for padding */
+    CHECK(strncmp(reason(&res, KD_FMT_SELL_C_SIGMA), "padding", 7) != 0);
+    CHECK(strncmp(reason(&res, KD_FMT_HYB), "padding", 7) != 0);
+    kd_csr_free(csr);
+}
+
+/* A regular matrix large enough to be measured on any device: the padded and sorted formats are
+ * dominated by ELLPACK-R, COO always, csr_vector by short rows filling the device. */
+static void test_measure_regular(void)
+{
+    kd_select_result_t res;
+    kd_csr_t *lap = kd_test_laplacian_2d(700, 700);
+    CHECK(!kd_select_launch_bound(ocl, lap));
+    check_measured("laplacian 700x700", lap, &res);
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_COO), "dominated");
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_ELL), "dominated by ellpack_r");
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_SELL_C_SIGMA), "dominated: rows pad little");
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_HYB), "dominated: rows pad little");
+    if (kd_ocl_desc(ocl)->is_gpu) /* a GPU rule: idle lanes of a vector */
+        CHECK_STR_CONTAINS(reason(&res, KD_FMT_CSR_VECTOR), "dominated: short rows");
+    CHECK(res.format == KD_FMT_CSR_SCALAR || res.format == KD_FMT_CSR_ADAPTIVE ||
+          res.format == KD_FMT_ELLPACK_R);
+    CHECK(res.transfer_ms > 0.0 && res.plan_ms > 0.0);
+
+    kd_csr_t *lap32 = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_convert(lap, KD_DTYPE_F32, &lap32, &err) == KD_OK);
+    check_measured("laplacian 700x700 float32", lap32, &res);
+    kd_csr_free(lap32);
+    kd_csr_free(lap);
+}
+
+/* n rows of 1..8 entries with every `every`-th row `len` long. */
+static kd_csr_t *rows_with_long_ones(int64_t n, int64_t every, int64_t len_long)
+{
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = i % every == every - 1 ? len_long : 1 + kd_test_rand_below(8);
+    kd_csr_t *m = kd_test_random_matrix(n, n, len, 0);
+    free(len);
+    return m;
+}
+
+/* Long rows: one work-item per row is dominated, ELL pads too much; what is left is timed. */
+static void test_measure_long_rows(void)
+{
+    kd_select_result_t res;
+    kd_csr_t *csr = rows_with_long_ones(200000, 1000, 10000);
+    CHECK(!kd_select_launch_bound(ocl, csr));
+    check_measured("long rows", csr, &res);
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_ELL), "padding");
+    CHECK_STR_CONTAINS(reason(&res, KD_FMT_ELLPACK_R), "padding");
+    CHECK(reason(&res, KD_FMT_CSR_ADAPTIVE)[0] == '\0'); /* the heuristic's choice, timed */
+    if (kd_ocl_desc(ocl)->is_gpu) { /* a GPU rule: a long row stalls its warp */
+        CHECK_STR_CONTAINS(reason(&res, KD_FMT_CSR_SCALAR), "dominated: a row of ");
+        CHECK(res.format == KD_FMT_CSR_ADAPTIVE || res.format == KD_FMT_HYB ||
+              res.format == KD_FMT_CSR_VECTOR);
+    }
+    kd_csr_free(csr);
+
+    kd_csr_t *pl = kd_test_power_law_matrix(5000, 5000);
+    check_measured("power-law", pl, &res);
+    kd_csr_free(pl);
+}
+
+/* A matrix whose traffic takes a few microseconds: the statistics choose, one format is timed. */
+static void test_launch_bound(void)
+{
+    kd_select_result_t res;
+    kd_csr_t *csr = kd_test_random_matrix(40, 40, NULL, 5);
+    REQUIRE(kd_select_launch_bound(ocl, csr));
+    check_measured("40x40", csr, &res);
+    kd_csr_stats_t st;
+    kd_csr_compute_stats(csr, &st);
+    CHECK_EQ_INT(res.format, kd_select_heuristic(csr, &st, kd_ocl_desc(ocl)->is_gpu, 1, NULL));
+    int timed = 0;
+    for (int i = 0; i < res.ncandidates; i++) {
+        const kd_select_candidate_t *c = &res.candidates[i];
+        timed += c->dropped[0] == '\0';
+        if (c->dropped[0] != '\0' && strncmp(c->dropped, "padding", 7) != 0)
+            CHECK_STR_CONTAINS(c->dropped, "not timed: launch-bound");
+    }
+    CHECK_EQ_INT(timed, 1);
+    kd_csr_free(csr);
+}
+
+static void test_forced_formats(void)
+{
+    kd_csr_t *csr = kd_test_power_law_matrix(700, 600);
+    for (int f = 0; f < KD_FMT_COUNT; f++) {
+        kd_err_t err = {0};
+        kd_matrix_t *m = NULL;
+        kd_select_result_t res;
+        const char *name = kd_format_name((kd_format_t)f);
+        int rc = kd_select_upload(ocl, csr, name, KD_SELECT_MEASURE, &m, &res, &err);
+        CHECK_MSG(rc == KD_OK, "forced %s: %s", name, err.message);
+        if (rc != KD_OK)
+            continue;
+        CHECK_EQ_INT(m->format, f);
+        CHECK_EQ_INT(res.format, f);
+        CHECK_EQ_INT(res.ncandidates, 1);
+        CHECK_EQ_INT(res.candidates[0].format, f);
+        CHECK_STR_CONTAINS(res.candidates[0].dropped, "forced");
+        CHECK_EQ_INT(res.spmv_runs, 0);
+        CHECK_MSG(spmv_error(m, csr) < 1e-12, "forced %s multiplies wrongly", name);
+        kd_matrix_free(m);
+    }
+    /* A forced padded format is built even where the selection would drop it. */
+    kd_err_t err = {0};
+    kd_matrix_t *m = NULL;
+    kd_select_result_t res;
+    CHECK(kd_select_upload(ocl, csr, "ell", KD_SELECT_HEURISTIC, &m, &res, &err) == KD_OK);
+    CHECK(m != NULL && m->format == KD_FMT_ELL);
+    kd_matrix_free(m);
+    m = NULL;
+
+    CHECK_EQ_INT(kd_select_upload(ocl, csr, "csr", KD_SELECT_MEASURE, &m, &res, &err), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "format 'csr' is not a known format");
+    CHECK(m == NULL);
+    CHECK_EQ_INT(kd_select_upload(ocl, csr, "ELL", KD_SELECT_MEASURE, &m, &res, &err), KD_EBADREQ);
+    kd_csr_free(csr);
+}
+
+/* n rows of 1..8 entries with every 1000th row 3000 long. */
+static kd_csr_t *few_long_rows(int64_t n)
+{
+    int64_t *len = malloc((size_t)n * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        len[i] = i % 1000 == 999 ? 3000 : 1 + kd_test_rand_below(8);
+    kd_csr_t *m = kd_test_random_matrix(n, n, len, 0);
+    free(len);
+    return m;
+}
+
+static void test_heuristic(void)
+{
+    /* the rules, on statistics alone */
+    struct {
+        const char *name;
+        kd_csr_t *csr;
+        kd_format_t big, small; /* expected when not launch-bound, and when launch-bound */
+    } cases[] = {
+        {"laplacian", kd_test_laplacian_2d(60, 50), KD_FMT_ELLPACK_R, KD_FMT_CSR_VECTOR},
+        {"few long rows", few_long_rows(6000), KD_FMT_CSR_ADAPTIVE, KD_FMT_CSR_ADAPTIVE},
+        {"arrow-head", kd_test_arrow_matrix(3000), KD_FMT_CSR_ADAPTIVE, KD_FMT_CSR_ADAPTIVE},
+        {"wide rows", kd_test_random_matrix(300, 5000, NULL, 100), KD_FMT_CSR_VECTOR,
+         KD_FMT_CSR_VECTOR},
+        {"empty", kd_test_random_matrix(40, 40, (int64_t[40]){0}, 0), KD_FMT_CSR_SCALAR,
+         KD_FMT_CSR_SCALAR},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kd_csr_stats_t st;
+        kd_csr_compute_stats(cases[i].csr, &st);
+        const char *why = NULL;
+        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 1, 0, &why) == cases[i].big, "%s: %s",
+                  cases[i].name,
+                  kd_format_name(kd_select_heuristic(cases[i].csr, &st, 1, 0, NULL)));
+        CHECK(why != NULL && why[0] != '\0');
+        CHECK_MSG(kd_select_heuristic(cases[i].csr, &st, 1, 1, NULL) == cases[i].small,
+                  "%s (launch-bound): %s", cases[i].name,
+                  kd_format_name(kd_select_heuristic(cases[i].csr, &st, 1, 1, NULL)));
+        CHECK(kd_select_heuristic(cases[i].csr, &st, 0, 0, NULL) == KD_FMT_CSR_SCALAR); /* CPU */
+
+        /* and through kd_select_upload, on this device */
+        kd_err_t err = {0};
+        kd_matrix_t *m = NULL;
+        kd_select_result_t res;
+        int rc = kd_select_upload(ocl, cases[i].csr, "", KD_SELECT_HEURISTIC, &m, &res, &err);
+        CHECK_MSG(rc == KD_OK, "%s: %s", cases[i].name, err.message);
+        if (rc != KD_OK)
+            continue;
+        kd_format_t expect = cases[i].big;
+        if (!kd_ocl_desc(ocl)->is_gpu)
+            expect = KD_FMT_CSR_SCALAR;
+        else if (kd_select_launch_bound(ocl, cases[i].csr))
+            expect = cases[i].small;
+        CHECK_MSG(m->format == expect, "%s: heuristic chose %s, expected %s", cases[i].name,
+                  kd_format_name(m->format), kd_format_name(expect));
+        CHECK_EQ_INT(res.ncandidates, 1);
+        CHECK_STR_CONTAINS(res.candidates[0].dropped, "heuristic: ");
+        CHECK_EQ_INT(res.spmv_runs, 0); /* nothing timed */
+        CHECK_MSG(spmv_error(m, cases[i].csr) < 1e-12, "%s: wrong product", cases[i].name);
+        kd_matrix_free(m);
+        kd_csr_free(cases[i].csr);
+    }
+    kd_select_mode_t mode;
+    CHECK(kd_select_mode_parse("measure", &mode) == 0 && mode == KD_SELECT_MEASURE);
+    CHECK(kd_select_mode_parse("heuristic", &mode) == 0 && mode == KD_SELECT_HEURISTIC);
+    CHECK(kd_select_mode_parse(NULL, &mode) == 0 && mode == KD_SELECT_MEASURE);
+    CHECK(kd_select_mode_parse("fast", &mode) == -1);
+}
+
+static void test_degenerate(void)
+{
+    kd_select_result_t res;
+    int64_t one = 1;
+    kd_csr_t *shapes[] = {
+        kd_test_random_matrix(0, 0, NULL, 0),
+        kd_test_random_matrix(3, 0, NULL, 0),
+        kd_test_random_matrix(0, 3, NULL, 0),
+        kd_test_random_matrix(1, 1, &one, 0),
+        kd_test_random_matrix(1, 5000, (int64_t[]){5000}, 0),
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%lld x %lld", (long long)shapes[i]->rows,
+                 (long long)shapes[i]->cols);
+        check_measured(name, shapes[i], &res);
+        kd_csr_free(shapes[i]);
+    }
+}
+
+static void test_unsupported_dtype(void)
+{
+    kd_err_t err = {0};
+    kd_csr_t *csr = kd_test_random_matrix(10, 10, NULL, 3);
+    kd_matrix_t *m = NULL;
+    kd_select_result_t res;
+    kd_ocl_test_set_fp64(ocl, 0);
+    CHECK_EQ_INT(kd_select_upload(ocl, csr, NULL, KD_SELECT_MEASURE, &m, &res, &err),
+                 KD_EUNSUPPORTED);
+    CHECK(m == NULL);
+    kd_ocl_test_set_fp64(ocl, 1);
+    kd_csr_free(csr);
+}
+
+int main(void)
+{
+    kd_test_seed();
+    ocl = kd_test_open_device();
+    if (ocl == NULL)
+        return 1;
+    RUN(test_dense_row_drops_ell);
+    RUN(test_measure_regular);
+    RUN(test_measure_long_rows);
+    RUN(test_launch_bound);
+    RUN(test_forced_formats);
+    RUN(test_heuristic);
+    RUN(test_degenerate);
+    RUN(test_unsupported_dtype);
+    kd_ocl_close(ocl);
+    return kd_test_finish();
+}
