@@ -244,7 +244,7 @@ static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
         return;
     }
     server->counters.requests++;
-    server->counters.errors++;
+    kd_server_count_error(server, rc);
     if (derr.has_msgid) {
         KD_DEBUG("conn", "bad request conn=%llu msgid=%llu: %s", (unsigned long long)conn->id,
                  (unsigned long long)derr.msgid, derr.err.message);
@@ -284,7 +284,7 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
             kd_conn_handle_message(conn, ev.data, ev.len);
         } else if (kind == KD_FRAME_TOO_LARGE) {
             conn->server->counters.requests++;
-            conn->server->counters.errors++;
+            kd_server_count_error(conn->server, KD_ETOOLARGE);
             KD_INFO("conn", "too large conn=%llu peer=%s: %s", (unsigned long long)conn->id,
                     conn->peer, ev.message);
             if (ev.has_msgid)

@@ -29,7 +29,7 @@ static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
     kd_conn_send(conn, bytes, len);
 }
 
-static void kd_count_error(kd_server_t *server, int code)
+void kd_server_count_error(kd_server_t *server, int code)
 {
     server->counters.errors++;
     if (code < 0 && -code < KD_ERROR_COUNT)
@@ -38,7 +38,7 @@ static void kd_count_error(kd_server_t *server, int code)
 
 static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
 {
-    kd_count_error(conn->server, code);
+    kd_server_count_error(conn->server, code);
     kd_conn_send_error(conn, msgid, code, message);
 }
 
@@ -293,7 +293,7 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
     kd_job_unlink(job);
     server->jobs_in_flight--;
     if (job->error_code != KD_OK)
-        kd_count_error(server, job->error_code);
+        kd_server_count_error(server, job->error_code);
     double ms = (double)(kd_now_ns() - job->submitted_ns) / 1e6;
     KD_DEBUG("dispatch", "done conn=%llu msgid=%llu method=%s ms=%.3f result=%s",
              (unsigned long long)conn->id, (unsigned long long)job->msgid,

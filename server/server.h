@@ -99,6 +99,8 @@ void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *m
 void kd_conn_close(kd_conn_t *conn);
 void kd_conn_unref(kd_conn_t *conn);
 
+/* dispatch.c: count an error answer (errors, errors_by_code). */
+void kd_server_count_error(kd_server_t *server, int code);
 /* dispatch.c: one decoded request from conn (ownership of req passes). */
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req);
 /* dispatch.c: worker callbacks (loop thread). */

@@ -188,10 +188,8 @@ static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
         if (kind != KD_FRAME_NEED_MORE)
             return m->kind = KD_RPC_GARBAGE;
         uint64_t now = kd_rpc_now_ms();
-        if (now >= deadline)
-            return m->kind = KD_RPC_TIMEOUT;
         struct pollfd p = {.fd = r->fd, .events = POLLIN};
-        int n = poll(&p, 1, (int)(deadline - now));
+        int n = poll(&p, 1, now >= deadline ? 0 : (int)(deadline - now)); /* 0: just look */
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
