@@ -5,9 +5,9 @@
  * requests per second and latency percentiles. Exits 1 if any answer was wrong, missing,
  * duplicated or an error. The numbers in docs/BENCHMARKS.md ("Service") come from
  *
- *   build/bin/krylov-load --clients 64 --requests 200
+ *   build/bin/krylov-load --clients 64 --requests 200          (make bench-load)
  *
- * (bench/load.sh runs that and the other recorded configurations.)
+ * and the other configurations listed there.
  */
 #include "bench/loadgen.h"
 #include "bench/matgen.h"

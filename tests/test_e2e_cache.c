@@ -5,8 +5,10 @@
  * and the `resident` flags must equal those of an independent simulation of the documented
  * policy. A pinned matrix stays resident while the others cycle; a matrix larger than the budget,
  * or one that only fits by evicting pinned ones, gets DEVICE_MEMORY naming the sizes, and so do a
- * solve's vectors. Finally the driver refusing an allocation (a daemon told to refuse large ones)
- * makes the server evict, retry once and answer DEVICE_MEMORY — and keep serving.
+ * solve's vectors. The driver refusing an allocation (a daemon told to refuse large ones) makes
+ * the server evict, retry once and answer DEVICE_MEMORY — and keep serving. And the disk limit
+ * (--state-max-bytes) forgets the least recently used unpinned matrix to make room, never a
+ * pinned one, and refuses a matrix that cannot fit with TOO_LARGE.
  */
 #include "bench/matgen.h"
 #include "kd_daemon.h"
@@ -340,6 +342,68 @@ static void test_driver_refusal(void)
     CHECK_EQ_INT(kd_daemon_stop(&d2), 0);
 }
 
+static int file_exists(const kd_daemon_t *dd, const char *id)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/matrices/%s.kdm", dd->state_dir, id);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL)
+        fclose(f);
+    return f != NULL;
+}
+
+static void test_disk_limit(void)
+{
+    /* Each file: a 2048-byte header + the CSR arrays; room for two and a half. */
+    size_t file = 2048 + sim.size;
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%zu", 2 * file + file / 2);
+    kd_daemon_t d2;
+    const char *extra[] = {"--state-max-bytes", limit, NULL};
+    REQUIRE(kd_daemon_start(&d2, extra) == 0);
+    kd_rpc_t r;
+    REQUIRE(kd_rpc_connect(&r, d2.port) == 0);
+    kd_rpc_msg_t m;
+    char id[NMAT][33];
+    REQUIRE(kd_rpc_put(&r, 1, mats[0], NULL, 1, id[0], &m) == 0); /* pinned */
+    kd_rpc_msg_free(&m);
+    REQUIRE(kd_rpc_put(&r, 2, mats[1], NULL, -1, id[1], &m) == 0);
+    kd_rpc_msg_free(&m);
+    CHECK(file_exists(&d2, id[0]) && file_exists(&d2, id[1]));
+    /* a third: the unpinned one goes (file and matrix), the pinned one stays */
+    REQUIRE(kd_rpc_put(&r, 3, mats[2], NULL, -1, id[2], &m) == 0);
+    kd_rpc_msg_free(&m);
+    CHECK(file_exists(&d2, id[0]));
+    CHECK(!file_exists(&d2, id[1]));
+    CHECK(file_exists(&d2, id[2]));
+    REQUIRE(kd_rpc_id_call(&r, 4, "matrix.info", id[1], -1, &m) == KD_RPC_RESPONSE);
+    CHECK(strcmp(m.code, "NOT_FOUND") == 0);
+    kd_rpc_msg_free(&m);
+    REQUIRE(kd_rpc_status(&r, &m) == 0);
+    CHECK_EQ_INT(kd_rpc_int(m.result, "cache", "disk_evictions", -1), 1);
+    CHECK_EQ_INT(kd_rpc_int(m.result, "matrices", NULL, -1), 2);
+    CHECK((size_t)kd_rpc_int(m.result, "state_bytes", NULL, -1) == 2 * file);
+    kd_rpc_msg_free(&m);
+    /* with the other one pinned too, nothing can make room */
+    REQUIRE(kd_rpc_id_call(&r, 5, "matrix.pin", id[2], 1, &m) == KD_RPC_RESPONSE);
+    kd_rpc_msg_free(&m);
+    CHECK(kd_rpc_put(&r, 6, mats[3], NULL, -1, id[3], &m) != 0);
+    CHECK_MSG(strcmp(m.code, "TOO_LARGE") == 0, "%s %s", m.code, m.message);
+    CHECK_STR_CONTAINS(m.message, "--state-max-bytes");
+    CHECK_STR_CONTAINS(m.message, "pinned");
+    kd_rpc_msg_free(&m);
+    CHECK(file_exists(&d2, id[0]) && file_exists(&d2, id[2]) && !file_exists(&d2, id[3]));
+    /* a matrix larger than the whole limit */
+    kd_csr_t *big = kd_matgen_laplacian_2d(150, 150, KD_DTYPE_F64);
+    char big_id[33];
+    CHECK(kd_rpc_put(&r, 7, big, NULL, -1, big_id, &m) != 0);
+    CHECK(strcmp(m.code, "TOO_LARGE") == 0);
+    kd_rpc_msg_free(&m);
+    kd_csr_free(big);
+    kd_rpc_close(&r);
+    CHECK_EQ_INT(kd_daemon_stop(&d2), 0);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -362,6 +426,7 @@ int main(void)
     RUN(test_lru_eviction_in_turn);
     RUN(test_pinned_stays_resident);
     RUN(test_driver_refusal);
+    RUN(test_disk_limit);
     for (int i = 0; i < NMAT; i++)
         kd_csr_free(mats[i]);
     CHECK_EQ_INT(kd_daemon_stop(&d), 0);

@@ -6,7 +6,8 @@
  * SpMV result as before the crash — while the half upload left nothing that loads. A put sent
  * whole just before the kill is either fully there or absent. Then files are damaged while the
  * daemon is down: a bad header is moved aside at start-up, a bad payload at first use (the request
- * gets NOT_FOUND saying why), and both are logged. matrix.drop removes the file.
+ * gets NOT_FOUND saying why), and both are logged. matrix.drop removes the file. A pin survives
+ * restarts, and SIGHUP makes the daemon reopen its log file (for log rotation).
  */
 #include "bench/matgen.h"
 #include "kd_daemon.h"
@@ -359,6 +360,31 @@ static void test_pin_survives_restart(void)
     kd_csr_free(A);
 }
 
+static void test_sighup_reopens_log(void)
+{
+    char rotated[450];
+    snprintf(rotated, sizeof(rotated), "%s.1", log_path);
+    REQUIRE(rename(log_path, rotated) == 0);
+    kill(d.pid, SIGHUP);
+    struct stat st;
+    for (int i = 0; i < 200 && stat(log_path, &st) != 0; i++)
+        kd_rpc_sleep_ms(10);
+    CHECK_MSG(stat(log_path, &st) == 0, "no new log file after SIGHUP");
+    /* what happens next goes to the new file */
+    kd_rpc_t c;
+    REQUIRE(kd_rpc_connect(&c, d.port) == 0);
+    kd_csr_t *A = kd_matgen_laplacian_2d(9, 7, KD_DTYPE_F64);
+    char id[33];
+    kd_rpc_msg_t m;
+    REQUIRE(kd_rpc_put(&c, 1, A, NULL, -1, id, &m) == 0);
+    kd_rpc_msg_free(&m);
+    CHECK(log_contains(id));
+    CHECK(log_contains("SIGHUP"));
+    kd_csr_free(A);
+    kd_rpc_close(&c);
+    CHECK(kill(d.pid, 0) == 0); /* still running */
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -377,6 +403,7 @@ int main(void)
     RUN(test_put_then_crash_mid_upload);
     RUN(test_corrupt_files_are_moved_aside);
     RUN(test_pin_survives_restart);
+    RUN(test_sighup_reopens_log);
     for (int i = 0; i < 3; i++) {
         kd_csr_free(kept[i].A);
         free(kept[i].x);

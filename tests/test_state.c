@@ -172,8 +172,9 @@ static void test_write_read_back(void)
     }
     /* an empty matrix (no nonzeros) round-trips too */
     kd_csr_t *e = NULL;
-    int32_t ptr[4] = {0, 0, 0, 0};
-    REQUIRE(kd_csr_from_csr_arrays(3, 5, 0, ptr, KD_DTYPE_I32, NULL, KD_DTYPE_I32, NULL,
+    int32_t ptr[4] = {0, 0, 0, 0}, no_index[1] = {0};
+    double no_value[1] = {0};
+    REQUIRE(kd_csr_from_csr_arrays(3, 5, 0, ptr, KD_DTYPE_I32, no_index, KD_DTYPE_I32, no_value,
                                    KD_DTYPE_F64, KD_DTYPE_F64, NULL, &e, &err) == KD_OK);
     kd_matrix_meta_t meta;
     meta_of(e, "", &meta);
