@@ -182,6 +182,8 @@ static void kd_conn_written(uv_write_t *req, int status)
     } else if (conn->read_paused && !conn->closing &&
                conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
         conn->read_paused = 0;
+        if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
+            conn->message_start_ns = kd_now_ns();
         uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
     }
     kd_conn_unref(conn);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,6 +56,8 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     if (d->pid < 0)
         return -1;
     if (d->pid == 0) {
+        /* If the test dies, so does its daemon (it would keep ctest waiting on its output). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(argv[0], (char *const *)argv);
         perror("execv krylovd");
         _exit(127);
