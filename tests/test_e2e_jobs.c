@@ -56,7 +56,7 @@ static void send_cancel(kd_rpc_t *r, uint64_t msgid, uint64_t target)
 /* Wait until the server says a job is running (so what comes next queues behind it). */
 static void wait_running(kd_rpc_t *probe, int64_t jobs)
 {
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < 1500; i++) { /* 30 s: generous for a loaded machine */
         kd_rpc_msg_t m;
         if (kd_rpc_status(probe, &m) == 0 &&
             kd_rpc_int(m.result, "jobs_in_flight", NULL, -1) >= jobs &&
