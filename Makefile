@@ -1,18 +1,22 @@
 # A thin wrapper for people; CMake does the work (like Neovim's top-level Makefile).
 #
-#   make run     install what is missing, build, start krylovd on loopback, solve a bundled matrix
-#   make test    install what is missing, build, run the whole test suite (ctest)
-#   make bench   build and run krylov-bench on the default device
+#   make run        install what is missing, build, start krylovd on loopback, solve a bundled matrix
+#   make test       install what is missing, build, run the whole test suite (ctest)
+#   make test-asan  unit and end-to-end tests built with ASan + UBSan (build-asan/)
+#   make fuzz       the libFuzzer targets, FUZZ_SECONDS each (clang; build-fuzz/)
+#   make bench      build and run krylov-bench on the default device
+#   make bench-load the service load benchmark: 64 clients x 200 requests (bench/load.c)
 #
-# Variables: BUILD (build folder), BUILD_TYPE, CMAKE_FLAGS, CTEST_FLAGS, JOBS.
+# Variables: BUILD (build folder), BUILD_TYPE, CMAKE_FLAGS, CTEST_FLAGS, JOBS, FUZZ_SECONDS.
 
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
+FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build test run bench clean format
+.PHONY: all deps configure build test test-asan fuzz run bench bench-load clean format
 
 all: build
 
@@ -28,14 +32,27 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKD_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' $(CTEST_FLAGS)
+
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DKD_FUZZ=ON -DKD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
+
 run: build
 	bash deploy/quickstart.sh $(BUILD)/bin
 
 bench: build
 	$(BUILD)/bin/krylov-bench
 
+bench-load: build
+	$(BUILD)/bin/krylov-load --clients 64 --requests 200
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-fuzz

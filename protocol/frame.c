@@ -322,6 +322,11 @@ size_t kd_frame_buffered(const kd_frame_t *frame)
     return frame->tail - frame->head;
 }
 
+int kd_frame_in_message(const kd_frame_t *frame)
+{
+    return frame->tail > frame->head || frame->discarding;
+}
+
 static void kd_frame_fail(kd_frame_t *f, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

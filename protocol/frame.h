@@ -70,6 +70,11 @@ kd_frame_kind_t kd_frame_next(kd_frame_t *frame, kd_frame_event_t *ev);
 /* Bytes held in the frame buffer (for tests and memory accounting). */
 size_t kd_frame_buffered(const kd_frame_t *frame);
 
+/* 1 while a message has begun and not ended, after kd_frame_next() said KD_FRAME_NEED_MORE: some
+ * of its bytes are buffered, or a refused message is still being discarded. For a per-message
+ * deadline (slow senders). */
+int kd_frame_in_message(const kd_frame_t *frame);
+
 /* 0 when data is exactly one complete msgpack object of len bytes, nested at most max_depth
  * (clamped to KD_FRAME_DEPTH_MAX) and with every declared array/map count coverable by the bytes
  * that follow; -1 otherwise. The request decoder runs it before msgpack_unpack_next, so no input

@@ -1,9 +1,12 @@
 /*
- * Defaults and command-line parsing for krylovd (see config.h). Parsing is strict: an unknown
- * option, a missing value or a malformed number stops the daemon with a message naming it.
+ * Defaults, the config file and command-line parsing for krylovd (see config.h). Parsing is
+ * strict: an unknown option or key, a missing value or a malformed number stops the daemon with a
+ * message naming it (and, for the file, the line). One table of settings serves both, so a key in
+ * the file is always spelled like its long option.
  */
 #include "server/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +21,17 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_message = (size_t)1 << 30;
     cfg->max_array_elements = (size_t)1 << 20;
     cfg->max_connections = 1024;
+    cfg->max_connection_jobs = 64;
     cfg->queue_depth = 256;
     cfg->max_rows = INT32_MAX - 1;
     cfg->max_cols = INT32_MAX;
     cfg->max_nnz = INT32_MAX;
     cfg->max_nrhs = 64;
-    cfg->max_pending_write = (size_t)1 << 30;
+    cfg->max_pending_write = (size_t)64 << 20;
+    cfg->idle_timeout_ms = 600000;
+    cfg->message_timeout_ms = 120000;
     cfg->shutdown_grace_ms = 10000;
+    cfg->device_memory_percent = 90.0;
 }
 
 int kd_config_parse_size(const char *text, size_t *out)
@@ -49,7 +56,7 @@ int kd_config_parse_size(const char *text, size_t *out)
         end++;
     if (*end != '\0')
         return -1;
-    if (shift > 0 && v > (SIZE_MAX >> shift))
+    if (v > SIZE_MAX || (shift > 0 && v > (SIZE_MAX >> shift)))
         return -1;
     *out = (size_t)(v << shift);
     return 0;
@@ -66,117 +73,280 @@ static int kd_parse_i64(const char *text, int64_t lo, int64_t hi, int64_t *out)
     return 0;
 }
 
+/* "90%" (a percentage in (0, 100]) or a size ("12G"). */
+static int kd_parse_device_memory(const char *text, kd_config_t *cfg)
+{
+    size_t len = strlen(text);
+    if (len > 1 && text[len - 1] == '%') {
+        char num[32];
+        if (len - 1 >= sizeof(num))
+            return -1;
+        memcpy(num, text, len - 1);
+        num[len - 1] = '\0';
+        errno = 0;
+        char *end;
+        double p = strtod(num, &end);
+        if (errno != 0 || end == num || *end != '\0' || !(p > 0.0 && p <= 100.0))
+            return -1;
+        cfg->device_memory_percent = p;
+        cfg->device_memory_bytes = 0;
+        return 0;
+    }
+    size_t bytes;
+    if (kd_config_parse_size(text, &bytes) != 0 || bytes == 0)
+        return -1;
+    cfg->device_memory_bytes = bytes;
+    return 0;
+}
+
 void kd_config_print_usage(const char *argv0)
 {
     printf(
         "usage: %s [options]\n"
         "\n"
         "Serve sparse matrix-vector products and Krylov solves over msgpack-rpc on TCP.\n"
+        "Every option can also be set in a config file as `name = value` (name without --).\n"
         "\n"
+        "  --config FILE              read settings from FILE first; options given here win\n"
         "  --listen HOST:PORT         address to listen on (default 127.0.0.1:7373; port 0 = any)\n"
         "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
+        "  --state-max-bytes SIZE     limit on the state files' total (default 0: none)\n"
+        "  --device-memory SIZE|P%%    device-memory budget for matrices (default 90%%)\n"
         "  --port-file FILE           write the bound port here once listening\n"
         "  --log-level LEVEL          debug | info | warn | error (default info)\n"
-        "  --log-file FILE            append the log here instead of stderr\n"
+        "  --log-file FILE            append the log here instead of stderr (SIGHUP reopens)\n"
         "  --max-message SIZE         largest request in bytes (default 1G; K/M/G suffixes)\n"
         "  --max-array-elements N     msgpack array elements per request (default 1048576)\n"
         "  --max-connections N        concurrent clients (default 1024)\n"
+        "  --max-jobs-per-connection N  requests one client may have waiting or running "
+        "(default 64)\n"
         "  --queue-depth N            requests waiting per device before BUSY (default 256)\n"
         "  --max-rows N, --max-cols N, --max-nnz N   matrix size limits\n"
         "  --max-nrhs N               right-hand sides per solve (default 64)\n"
-        "  --max-pending-write SIZE   unread response bytes per client before pausing it\n"
+        "  --max-pending-write SIZE   unread response bytes per client before pausing it "
+        "(default 64M)\n"
+        "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
+        "never)\n"
+        "  --message-timeout-ms MS    close a connection whose message takes longer to arrive\n"
+        "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
         "  --format NAME              force one SpMV format for every matrix\n"
         "  --version, --help\n",
         argv0);
 }
 
-int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
+int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t *err)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *opt = argv[i];
-        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) {
-            kd_config_print_usage(argv[0]);
-            return 1;
-        }
-        if (strcmp(opt, "--version") == 0) {
-            printf("krylovd %s\n", KD_VERSION);
-            return 1;
-        }
-        if (strcmp(opt, "--list-devices") == 0) {
-            cfg->list_devices = 1;
-            continue;
-        }
-        const char *val = NULL;
-        const char *eq = strchr(opt, '=');
-        char name[64];
-        if (strncmp(opt, "--", 2) == 0 && eq != NULL) {
-            size_t n = (size_t)(eq - opt);
-            if (n >= sizeof(name))
-                return kd_err_set(err, KD_EBADREQ, "unknown option '%s'", opt);
-            memcpy(name, opt, n);
-            name[n] = '\0';
-            val = eq + 1;
-        } else {
-            snprintf(name, sizeof(name), "%s", opt);
-            if (i + 1 < argc)
-                val = argv[i + 1], i++;
-        }
-        if (val == NULL)
-            return kd_err_set(err, KD_EBADREQ, "option '%s' needs a value", name);
-
-        int64_t n64;
-        size_t size;
-#define KD_STR_OPT(flag, field)                                                                    \
-    if (strcmp(name, flag) == 0) {                                                                 \
+    int64_t n64;
+    size_t size;
+#define KD_STR_OPT(key, field)                                                                     \
+    if (strcmp(name, key) == 0) {                                                                  \
         if (strlen(val) >= sizeof(cfg->field))                                                     \
-            return kd_err_set(err, KD_EBADREQ, "%s: value too long", flag);                        \
+            return kd_err_set(err, KD_EBADREQ, "%s: value too long", key);                         \
         snprintf(cfg->field, sizeof(cfg->field), "%s", val);                                       \
-        continue;                                                                                  \
+        return KD_OK;                                                                              \
     }
-#define KD_SIZE_OPT(flag, field)                                                                   \
-    if (strcmp(name, flag) == 0) {                                                                 \
-        if (kd_config_parse_size(val, &size) != 0 || size == 0)                                    \
-            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a size (e.g. 64M)", flag, val);    \
+#define KD_SIZE_OPT(key, field, zero_ok)                                                           \
+    if (strcmp(name, key) == 0) {                                                                  \
+        if (kd_config_parse_size(val, &size) != 0 || (size == 0 && !(zero_ok)))                    \
+            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a size (e.g. 64M)", key, val);     \
         cfg->field = size;                                                                         \
-        continue;                                                                                  \
+        return KD_OK;                                                                              \
     }
-#define KD_INT_OPT(flag, field, lo, hi)                                                            \
-    if (strcmp(name, flag) == 0) {                                                                 \
+#define KD_INT_OPT(key, field, lo, hi)                                                             \
+    if (strcmp(name, key) == 0) {                                                                  \
         if (kd_parse_i64(val, lo, hi, &n64) != 0)                                                  \
-            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a number in %lld..%lld", flag,     \
-                              val, (long long)(lo), (long long)(hi));                              \
+            return kd_err_set(err, KD_EBADREQ, "%s: '%s' is not a number in %lld..%lld", key, val, \
+                              (long long)(lo), (long long)(hi));                                   \
         cfg->field = n64;                                                                          \
-        continue;                                                                                  \
+        return KD_OK;                                                                              \
     }
-        KD_STR_OPT("--listen", listen)
-        KD_STR_OPT("--device", device)
-        KD_STR_OPT("--state-dir", state_dir)
-        KD_STR_OPT("--port-file", port_file)
-        KD_STR_OPT("--log-file", log_file)
-        KD_STR_OPT("--format", default_format)
-        KD_SIZE_OPT("--max-message", max_message)
-        KD_SIZE_OPT("--max-pending-write", max_pending_write)
-        KD_INT_OPT("--max-array-elements", max_array_elements, 1, INT32_MAX)
-        KD_INT_OPT("--max-connections", max_connections, 1, 1000000)
-        KD_INT_OPT("--queue-depth", queue_depth, 1, 1000000)
-        KD_INT_OPT("--max-rows", max_rows, 1, INT32_MAX - 1)
-        KD_INT_OPT("--max-cols", max_cols, 1, INT32_MAX)
-        KD_INT_OPT("--max-nnz", max_nnz, 1, INT32_MAX)
-        KD_INT_OPT("--max-nrhs", max_nrhs, 1, 4096)
-        KD_INT_OPT("--shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
+    KD_STR_OPT("listen", listen)
+    KD_STR_OPT("device", device)
+    KD_STR_OPT("state-dir", state_dir)
+    KD_STR_OPT("port-file", port_file)
+    KD_STR_OPT("log-file", log_file)
+    KD_STR_OPT("format", default_format)
+    KD_SIZE_OPT("max-message", max_message, 0)
+    KD_SIZE_OPT("max-pending-write", max_pending_write, 0)
+    KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)
+    KD_SIZE_OPT("test-max-alloc", test_max_alloc, 1)
+    KD_INT_OPT("max-array-elements", max_array_elements, 1, INT32_MAX)
+    KD_INT_OPT("max-connections", max_connections, 1, 1000000)
+    KD_INT_OPT("max-jobs-per-connection", max_connection_jobs, 1, 1000000)
+    KD_INT_OPT("queue-depth", queue_depth, 1, 1000000)
+    KD_INT_OPT("max-rows", max_rows, 1, INT32_MAX - 1)
+    KD_INT_OPT("max-cols", max_cols, 1, INT32_MAX)
+    KD_INT_OPT("max-nnz", max_nnz, 1, INT32_MAX)
+    KD_INT_OPT("max-nrhs", max_nrhs, 1, 4096)
+    KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
+    KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
+    KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
 #undef KD_STR_OPT
 #undef KD_SIZE_OPT
 #undef KD_INT_OPT
-        if (strcmp(name, "--log-level") == 0) {
-            if (kd_log_parse_level(val, &cfg->log_level) != 0)
-                return kd_err_set(err, KD_EBADREQ,
-                                  "--log-level: '%s' is not debug, info, warn or error", val);
+    if (strcmp(name, "device-memory") == 0) {
+        if (kd_parse_device_memory(val, cfg) != 0)
+            return kd_err_set(err, KD_EBADREQ,
+                              "device-memory: '%s' is not a size (e.g. 12G) or a percentage of "
+                              "the device's memory in (0, 100] (e.g. 90%%)",
+                              val);
+        return KD_OK;
+    }
+    if (strcmp(name, "log-level") == 0) {
+        if (kd_log_parse_level(val, &cfg->log_level) != 0)
+            return kd_err_set(err, KD_EBADREQ, "log-level: '%s' is not debug, info, warn or error",
+                              val);
+        return KD_OK;
+    }
+    return kd_err_set(err, KD_ENOTFOUND, "unknown setting '%s'", name);
+}
+
+static char *kd_trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+int kd_config_load_file(kd_config_t *cfg, const char *path, kd_err_t *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return kd_err_set(err, KD_EIO, "cannot read config file %s: %s", path, strerror(errno));
+    char line[KD_PATH_MAX + 256];
+    int lineno = 0, rc = KD_OK;
+    while (rc == KD_OK && fgets(line, sizeof(line), f) != NULL) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof(line) - 1 && line[len - 1] != '\n' && !feof(f)) {
+            rc = kd_err_set(err, KD_EBADREQ, "%s:%d: line too long", path, lineno);
+            break;
+        }
+        /* A comment: '#' at the start or after whitespace, outside quotes. */
+        int quoted = 0;
+        for (char *p = line; *p != '\0'; p++) {
+            if (*p == '"')
+                quoted = !quoted;
+            else if (*p == '#' && !quoted && (p == line || isspace((unsigned char)p[-1]))) {
+                *p = '\0';
+                break;
+            }
+        }
+        char *s = kd_trim(line);
+        if (*s == '\0')
+            continue;
+        char *eq = strchr(s, '=');
+        if (eq == NULL) {
+            rc = kd_err_set(err, KD_EBADREQ, "%s:%d: expected `key = value`, got '%s'", path,
+                            lineno, s);
+            break;
+        }
+        *eq = '\0';
+        char *key = kd_trim(s), *val = kd_trim(eq + 1);
+        size_t vlen = strlen(val);
+        if (vlen >= 2 && val[0] == '"' && val[vlen - 1] == '"') {
+            val[vlen - 1] = '\0';
+            val++;
+        }
+        if (strncmp(key, "--", 2) == 0)
+            key += 2;
+        if (strcmp(key, "config") == 0 || strcmp(key, "list-devices") == 0) {
+            rc = kd_err_set(err, KD_EBADREQ, "%s:%d: '%s' is not allowed in a config file", path,
+                            lineno, key);
+            break;
+        }
+        kd_err_t e = {0};
+        int src = kd_config_set(cfg, key, val, &e);
+        if (src == KD_ENOTFOUND)
+            rc = kd_err_set(err, KD_EBADREQ,
+                            "%s:%d: unknown key '%s' (keys are the long options without --; see "
+                            "krylovd --help)",
+                            path, lineno, key);
+        else if (src != KD_OK)
+            rc = kd_err_set(err, KD_EBADREQ, "%s:%d: %s", path, lineno, e.message);
+    }
+    if (rc == KD_OK && ferror(f))
+        rc = kd_err_set(err, KD_EIO, "cannot read config file %s", path);
+    fclose(f);
+    if (rc == KD_OK)
+        snprintf(cfg->config_file, sizeof(cfg->config_file), "%s", path);
+    return rc;
+}
+
+/* Split argv[*i] into a name (without --) and a value ("--name=value" or "--name value"). */
+static int kd_arg_split(int argc, char **argv, int *i, char *name, size_t cap, const char **val,
+                        kd_err_t *err)
+{
+    const char *opt = argv[*i];
+    if (strncmp(opt, "--", 2) != 0)
+        return kd_err_set(err, KD_EBADREQ, "unexpected argument '%s' (try --help)", opt);
+    const char *eq = strchr(opt, '=');
+    *val = NULL;
+    if (eq != NULL) {
+        size_t n = (size_t)(eq - opt - 2);
+        if (n >= cap)
+            return kd_err_set(err, KD_EBADREQ, "unknown option '%s'", opt);
+        memcpy(name, opt + 2, n);
+        name[n] = '\0';
+        *val = eq + 1;
+    } else {
+        if (strlen(opt + 2) >= cap)
+            return kd_err_set(err, KD_EBADREQ, "unknown option '%s'", opt);
+        snprintf(name, cap, "%s", opt + 2);
+        if (*i + 1 < argc)
+            *val = argv[++*i];
+    }
+    if (*val == NULL)
+        return kd_err_set(err, KD_EBADREQ, "option '--%s' needs a value", name);
+    return KD_OK;
+}
+
+int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
+{
+    /* --help and --version first, then the config file, then the rest over it. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            kd_config_print_usage(argv[0]);
+            return 1;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("krylovd %s\n", KD_VERSION);
+            return 1;
+        }
+    }
+    char name[64];
+    const char *val;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--list-devices") == 0)
+            continue;
+        int rc = kd_arg_split(argc, argv, &i, name, sizeof(name), &val, err);
+        if (rc != KD_OK)
+            return rc;
+        if (strcmp(name, "config") == 0 && (rc = kd_config_load_file(cfg, val, err)) != KD_OK)
+            return rc;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--list-devices") == 0) {
+            cfg->list_devices = 1;
             continue;
         }
-        return kd_err_set(err, KD_EBADREQ, "unknown option '%s' (try --help)", name);
+        int rc = kd_arg_split(argc, argv, &i, name, sizeof(name), &val, err);
+        if (rc != KD_OK)
+            return rc;
+        if (strcmp(name, "config") == 0)
+            continue;
+        kd_err_t e = {0};
+        rc = kd_config_set(cfg, name, val, &e);
+        if (rc == KD_ENOTFOUND)
+            return kd_err_set(err, KD_EBADREQ, "unknown option '--%s' (try --help)", name);
+        if (rc != KD_OK)
+            return kd_err_set(err, rc, "--%s", e.message);
     }
     return 0;
 }

@@ -1,6 +1,8 @@
 /*
- * krylovd's configuration: every limit and setting with its safe default, filled from the command
- * line (and, later, a config file). Sizes accept K/M/G suffixes (powers of 1024).
+ * krylovd's configuration: every limit and setting with its safe default, filled from a config
+ * file (--config FILE: `key = value` lines, keys named like the long options) and then from the
+ * command line, which overrides the file. Sizes accept K/M/G/T suffixes (powers of 1024).
+ * docs/OPERATIONS.md lists every key.
  */
 #ifndef KD_SERVER_CONFIG_H
 #define KD_SERVER_CONFIG_H
@@ -18,18 +20,26 @@ typedef struct kd_config {
     char listen[256]; /* host:port; port 0 picks a free port (see port_file) */
     char device[64];  /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
-    char port_file[KD_PATH_MAX]; /* written with the bound port once listening (tests, scripts) */
-    char log_file[KD_PATH_MAX];  /* "" = stderr */
+    char config_file[KD_PATH_MAX]; /* --config: where the file settings came from, or "" */
+    char port_file[KD_PATH_MAX];   /* written with the bound port once listening (tests, scripts) */
+    char log_file[KD_PATH_MAX];    /* "" = stderr */
     kd_log_level_t log_level;
     int list_devices;          /* --list-devices: print and exit */
     size_t max_message;        /* bytes in one request */
     size_t max_array_elements; /* msgpack array/map elements in one request */
     size_t max_connections;
-    size_t queue_depth; /* jobs waiting per device before BUSY */
+    size_t max_connection_jobs; /* requests one connection may have queued or running */
+    size_t queue_depth;         /* jobs waiting per device before BUSY */
     int64_t max_rows, max_cols, max_nnz, max_nrhs;
-    size_t max_pending_write; /* response bytes a client has not read before we stop reading it */
-    int shutdown_grace_ms;    /* SIGTERM: how long running jobs may finish */
-    char default_format[32];  /* "" = choose per matrix */
+    size_t max_pending_write;   /* response bytes a client has not read before we stop reading it */
+    int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
+    int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */
+    int shutdown_grace_ms;      /* SIGTERM: how long running jobs may finish */
+    char default_format[32];    /* "" = choose per matrix */
+    size_t device_memory_bytes; /* device-memory budget in bytes, or 0: ... */
+    double device_memory_percent; /* ... this percentage of the device's global memory */
+    size_t state_max_bytes;       /* total size of the state files, 0 = no limit */
+    size_t test_max_alloc; /* tests only: lower the device's largest allocation (0 = as is) */
 } kd_config_t;
 
 void kd_config_defaults(kd_config_t *cfg);
@@ -37,9 +47,19 @@ void kd_config_defaults(kd_config_t *cfg);
 /* Parse a size: "123", "64K", "512M", "2G". Returns 0 or -1. */
 int kd_config_parse_size(const char *text, size_t *out);
 
-/* Apply command-line arguments. Returns 0 to run, 1 when it printed --help or --version (exit 0),
- * or KD_EBADREQ with a message for a bad argument. */
+/* Apply command-line arguments, after the settings of the --config file among them if there is
+ * one. Returns 0 to run, 1 when it printed --help or --version (exit 0), or KD_EBADREQ with a
+ * message for a bad argument (or a bad line of the file, with its path and line number). */
 int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err);
+
+/* Apply a config file's settings: `key = value` lines; `#` starts a comment (at the start of a
+ * line, or after whitespace); blank lines are ignored; a value may be double-quoted. KD_EBADREQ
+ * naming the file and line for an unknown key or a bad value, KD_EIO when it cannot be read. */
+int kd_config_load_file(kd_config_t *cfg, const char *path, kd_err_t *err);
+
+/* Set one setting by its long option name without the dashes ("queue-depth"). KD_EBADREQ for a
+ * bad value, KD_ENOTFOUND for an unknown name. */
+int kd_config_set(kd_config_t *cfg, const char *name, const char *value, kd_err_t *err);
 
 void kd_config_print_usage(const char *argv0);
 

@@ -3,6 +3,9 @@
  * the decoder and dispatcher, and write responses. Memory per client is bounded on both sides:
  * the framer refuses messages over the size limit, and when a client leaves more than
  * max_pending_write bytes of responses unread we stop reading its requests until it catches up.
+ * Time is bounded too (kd_conn_sweep): a message must arrive whole within message_timeout_ms of
+ * its first byte, and a connection with nothing in flight that neither sends nor takes bytes for
+ * idle_timeout_ms is closed.
  *
  * A connection is freed when it is closed and no job of its is still in flight (refs).
  */
@@ -76,9 +79,6 @@ void kd_conn_close(kd_conn_t *conn)
         return;
     conn->closing = 1;
     kd_server_t *server = conn->server;
-    /* Its jobs stop at their next check; their responses are dropped. */
-    for (kd_job_t *j = conn->jobs; j != NULL; j = j->conn_next)
-        atomic_store(&j->cancel, KD_ECANCELLED);
     if (conn->prev != NULL)
         conn->prev->next = conn->next;
     else
@@ -89,6 +89,9 @@ void kd_conn_close(kd_conn_t *conn)
     server->nconns--;
     KD_DEBUG("conn", "closing conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
     uv_read_stop((uv_stream_t *)&conn->tcp);
+    /* Queued jobs leave the queue now; running ones stop at their next check. Their responses
+     * are dropped. (The handles still hold references, so conn outlives this.) */
+    kd_dispatch_stop_jobs(server, conn, KD_ECANCELLED, "the client disconnected", 1);
     if (conn->write_pending == 0) {
         kd_conn_close_now(conn);
         return;
@@ -117,6 +120,7 @@ void kd_conn_accept(kd_server_t *server)
     conn->server = server;
     conn->refs = 2; /* the tcp and linger handles */
     conn->id = ++server->next_conn_id;
+    conn->last_activity_ns = kd_now_ns();
     if (uv_tcp_init(server->loop, &conn->tcp) != 0) {
         kd_frame_free(conn->frame);
         free(conn);
@@ -167,6 +171,8 @@ static void kd_conn_written(uv_write_t *req, int status)
     kd_write_req_t *w = (kd_write_req_t *)req;
     kd_conn_t *conn = w->conn;
     conn->write_pending -= w->len;
+    if (status == 0)
+        conn->last_activity_ns = kd_now_ns();
     free(w->bytes);
     free(w);
     if (status < 0 && status != UV_ECANCELED && !conn->closing) {
@@ -176,6 +182,8 @@ static void kd_conn_written(uv_write_t *req, int status)
     } else if (conn->read_paused && !conn->closing &&
                conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
         conn->read_paused = 0;
+        if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
+            conn->message_start_ns = kd_now_ns();
         uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
     }
     kd_conn_unref(conn);
@@ -238,7 +246,7 @@ static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
         return;
     }
     server->counters.requests++;
-    server->counters.errors++;
+    kd_server_count_error(server, rc);
     if (derr.has_msgid) {
         KD_DEBUG("conn", "bad request conn=%llu msgid=%llu: %s", (unsigned long long)conn->id,
                  (unsigned long long)derr.msgid, derr.err.message);
@@ -265,16 +273,20 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         return;
     }
     kd_frame_commit(conn->frame, (size_t)nread);
+    uint64_t now = kd_now_ns();
+    if (nread > 0)
+        conn->last_activity_ns = now;
     kd_frame_event_t ev;
     while (!conn->closing) {
         kd_frame_kind_t kind = kd_frame_next(conn->frame, &ev);
         if (kind == KD_FRAME_NEED_MORE)
             break;
+        conn->message_start_ns = 0; /* a message ended; the next one's clock starts below */
         if (kind == KD_FRAME_MESSAGE) {
             kd_conn_handle_message(conn, ev.data, ev.len);
         } else if (kind == KD_FRAME_TOO_LARGE) {
             conn->server->counters.requests++;
-            conn->server->counters.errors++;
+            kd_server_count_error(conn->server, KD_ETOOLARGE);
             KD_INFO("conn", "too large conn=%llu peer=%s: %s", (unsigned long long)conn->id,
                     conn->peer, ev.message);
             if (ev.has_msgid)
@@ -287,5 +299,38 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
             kd_conn_close(conn);
         }
     }
+    if (!conn->closing && kd_frame_in_message(conn->frame)) {
+        if (conn->message_start_ns == 0)
+            conn->message_start_ns = now;
+    } else {
+        conn->message_start_ns = 0;
+    }
     (void)buf;
+}
+
+void kd_conn_sweep(kd_server_t *server, uint64_t now)
+{
+    uint64_t idle = (uint64_t)server->cfg.idle_timeout_ms * 1000000u;
+    uint64_t slow = (uint64_t)server->cfg.message_timeout_ms * 1000000u;
+    kd_conn_t *c = server->conns;
+    while (c != NULL) {
+        kd_conn_t *next = c->next; /* closing unlinks c */
+        if (slow > 0 && c->message_start_ns != 0 && !c->read_paused &&
+            now - c->message_start_ns > slow) {
+            server->counters.connections_slow++;
+            KD_INFO("conn",
+                    "closing conn=%llu peer=%s: a message took longer than %lld ms to arrive "
+                    "(%zu bytes of it buffered)",
+                    (unsigned long long)c->id, c->peer, (long long)server->cfg.message_timeout_ms,
+                    kd_frame_buffered(c->frame));
+            kd_conn_close(c);
+        } else if (idle > 0 && c->jobs == NULL && now - c->last_activity_ns > idle) {
+            server->counters.connections_idle++;
+            KD_INFO("conn", "closing conn=%llu peer=%s: idle for %lld ms%s",
+                    (unsigned long long)c->id, c->peer, (long long)server->cfg.idle_timeout_ms,
+                    c->write_pending > 0 ? " with responses unread" : "");
+            kd_conn_close(c);
+        }
+        c = next;
+    }
 }

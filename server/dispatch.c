@@ -2,7 +2,13 @@
  * Routing decoded requests (loop thread). Questions the store can answer at once — matrix.info,
  * matrix.list, server.status, job.cancel — are answered here without waiting behind the device.
  * Everything that touches the device — put, drop, pin, spmv, solve — becomes a job on the worker
- * queue; a full queue is answered BUSY at once, so a slow device never makes the loop wait.
+ * queue; a full queue (or a client with too many requests in flight) is answered BUSY at once, so
+ * a slow device never makes the loop wait.
+ *
+ * A queued job can leave the queue without running: its timeout_ms passes (a timer per job with a
+ * deadline answers TIMEOUT at once), job.cancel names it, its client disconnects or the server
+ * shuts down. kd_worker_remove() takes it back under the worker's lock, so it is either answered
+ * here or run by the worker, never both.
  */
 #include "common/log.h"
 #include "protocol/writer.h"
@@ -23,9 +29,16 @@ static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
     kd_conn_send(conn, bytes, len);
 }
 
+void kd_server_count_error(kd_server_t *server, int code)
+{
+    server->counters.errors++;
+    if (code < 0 && -code < KD_ERROR_COUNT)
+        server->counters.errors_by_code[-code]++;
+}
+
 static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
 {
-    conn->server->counters.errors++;
+    kd_server_count_error(conn->server, code);
     kd_conn_send_error(conn, msgid, code, message);
 }
 
@@ -66,32 +79,6 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
     kd_send_writer(conn, &w, req->msgid);
 }
 
-static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
-{
-    int found = 0;
-    for (kd_job_t *j = conn->jobs; j != NULL; j = j->conn_next) {
-        if (j->msgid == req->u.cancel.target_msgid) {
-            atomic_store(&j->cancel, KD_ECANCELLED);
-            found = 1;
-        }
-    }
-    if (!found) {
-        char msg[128];
-        snprintf(msg, sizeof(msg),
-                 "no request with msgid %llu is queued or running on this "
-                 "connection",
-                 (unsigned long long)req->u.cancel.target_msgid);
-        kd_answer_error(conn, req->msgid, KD_ENOTFOUND, msg);
-        return;
-    }
-    kd_writer_t w;
-    kd_writer_init(&w);
-    kd_w_result_begin(&w, req->msgid);
-    kd_w_map(&w, 1);
-    kd_w_kv_bool(&w, "cancelled", 1);
-    kd_send_writer(conn, &w, req->msgid);
-}
-
 static void kd_job_unlink(kd_job_t *job)
 {
     kd_conn_t *conn = job->conn;
@@ -101,11 +88,125 @@ static void kd_job_unlink(kd_job_t *job)
         conn->jobs = job->conn_next;
     if (job->conn_next != NULL)
         job->conn_next->conn_prev = job->conn_prev;
+    job->conn_prev = job->conn_next = NULL;
+    conn->njobs--;
+}
+
+static void kd_job_timer_closed(uv_handle_t *handle)
+{
+    free(handle->data);
+}
+
+/* Free a finished job (its timer, if any, is closed first). */
+static void kd_job_free(kd_job_t *job)
+{
+    kd_request_free(job->req);
+    job->req = NULL;
+    if (job->has_timer) {
+        uv_timer_stop(&job->deadline_timer);
+        uv_close((uv_handle_t *)&job->deadline_timer, kd_job_timer_closed);
+        return;
+    }
+    free(job);
+}
+
+/* Answer a job that kd_worker_remove() took out of the queue, as if the worker had finished it. */
+static void kd_job_answer(kd_server_t *server, kd_job_t *job, int code, const char *message)
+{
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_error_response(&w, job->msgid, code, message);
+    job->error_code = code;
+    job->response = kd_writer_release(&w, &job->response_len);
+    kd_dispatch_job_done(server, job);
+}
+
+static void kd_job_deadline(uv_timer_t *timer)
+{
+    kd_job_t *job = timer->data;
+    kd_server_t *server = job->conn->server;
+    if (kd_worker_remove(server->worker, job) != KD_OK)
+        return; /* running: a solve checks its deadline itself; anything else finishes */
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "timeout_ms = %lld passed while the request waited for the device (%zu requests "
+             "still queued)",
+             (long long)job->req->timeout_ms, kd_worker_queued(server->worker));
+    server->counters.timeouts_queued++;
+    kd_job_answer(server, job, KD_ETIMEOUT, msg);
+}
+
+void kd_dispatch_stop_jobs(kd_server_t *server, kd_conn_t *conn, int code, const char *message,
+                           int cancel_running)
+{
+    /* Collect first (through queue_next, free once out of the worker's queue): answering a job
+     * can end the server's shutdown, which walks the same lists. */
+    kd_job_t *removed = NULL;
+    kd_conn_t *c = conn != NULL ? conn : server->conns;
+    while (c != NULL) {
+        for (kd_job_t *j = c->jobs; j != NULL; j = j->conn_next) {
+            if (kd_worker_remove(server->worker, j) == KD_OK) {
+                j->queue_next = removed;
+                removed = j;
+            } else if (cancel_running) {
+                atomic_store(&j->cancel, code);
+            }
+        }
+        c = conn != NULL ? NULL : c->next;
+    }
+    while (removed != NULL) {
+        kd_job_t *next = removed->queue_next;
+        removed->queue_next = NULL;
+        kd_job_answer(server, removed, code, message);
+        removed = next;
+    }
+}
+
+static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
+{
+    kd_server_t *server = conn->server;
+    kd_job_t *target = NULL;
+    for (kd_job_t *j = conn->jobs; j != NULL && target == NULL; j = j->conn_next)
+        if (j->msgid == req->u.cancel.target_msgid)
+            target = j;
+    if (target == NULL) {
+        char msg[128];
+        snprintf(msg, sizeof(msg),
+                 "no request with msgid %llu is queued or running on this connection",
+                 (unsigned long long)req->u.cancel.target_msgid);
+        kd_answer_error(conn, req->msgid, KD_ENOTFOUND, msg);
+        return;
+    }
+    /* The result first, then the cancelled request's CANCELLED (at once when it was queued). */
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_result_begin(&w, req->msgid);
+    kd_w_map(&w, 1);
+    kd_w_kv_bool(&w, "cancelled", 1);
+    kd_send_writer(conn, &w, req->msgid);
+    if (kd_worker_remove(server->worker, target) == KD_OK) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "cancelled by job.cancel (msgid %llu) before it started",
+                 (unsigned long long)req->msgid);
+        kd_job_answer(server, target, KD_ECANCELLED, msg);
+    } else {
+        atomic_store(&target->cancel, KD_ECANCELLED);
+    }
 }
 
 static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
+    if (conn->njobs >= server->cfg.max_connection_jobs) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "this connection already has %zu requests waiting or running (limit %zu); wait "
+                 "for some answers",
+                 conn->njobs, server->cfg.max_connection_jobs);
+        kd_answer_error(conn, req->msgid, KD_EBUSY, msg);
+        kd_request_free(req);
+        return;
+    }
     kd_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL) {
         kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory queueing the request");
@@ -119,15 +220,8 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     if (req->timeout_ms > 0)
         job->deadline_ns = job->submitted_ns + (uint64_t)req->timeout_ms * 1000000u;
     atomic_init(&job->cancel, 0);
-    job->conn_next = conn->jobs;
-    if (conn->jobs != NULL)
-        conn->jobs->conn_prev = job;
-    conn->jobs = job;
-    conn->refs++;
     int rc = kd_worker_submit(server->worker, job);
     if (rc != KD_OK) {
-        kd_job_unlink(job);
-        conn->refs--;
         char msg[160];
         if (rc == KD_EBUSY)
             snprintf(msg, sizeof(msg),
@@ -140,7 +234,20 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
         free(job);
         return;
     }
+    /* Queued: the worker may already run it, but only the loop thread frees it (after the
+     * completion comes back through the async handle), so linking it now is safe. */
+    job->conn_next = conn->jobs;
+    if (conn->jobs != NULL)
+        conn->jobs->conn_prev = job;
+    conn->jobs = job;
+    conn->njobs++;
+    conn->refs++;
     server->jobs_in_flight++;
+    if (req->timeout_ms > 0 && uv_timer_init(server->loop, &job->deadline_timer) == 0) {
+        job->has_timer = 1;
+        job->deadline_timer.data = job;
+        uv_timer_start(&job->deadline_timer, kd_job_deadline, (uint64_t)req->timeout_ms, 0);
+    }
 }
 
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
@@ -186,14 +293,15 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
     kd_job_unlink(job);
     server->jobs_in_flight--;
     if (job->error_code != KD_OK)
-        server->counters.errors++;
+        kd_server_count_error(server, job->error_code);
     double ms = (double)(kd_now_ns() - job->submitted_ns) / 1e6;
     KD_DEBUG("dispatch", "done conn=%llu msgid=%llu method=%s ms=%.3f result=%s",
              (unsigned long long)conn->id, (unsigned long long)job->msgid,
              kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));
+    conn->last_activity_ns = kd_now_ns();
     kd_conn_send(conn, job->response, job->response_len); /* dropped if the client left */
-    kd_request_free(job->req);
-    free(job);
+    job->response = NULL;
+    kd_job_free(job);
     kd_conn_unref(conn);
     kd_server_job_finished(server);
 }

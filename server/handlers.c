@@ -3,6 +3,11 @@
  * what needs the store (the id exists, vector lengths match the matrix), calls the solver, and
  * leaves an encoded response in the job. Host buffers for vectors are converted between the
  * request's dtype and the matrix's here, so the solver only sees its own type.
+ *
+ * Matrices come through the cache (cache.c): kd_cache_use() makes one resident (reloading it from
+ * the state directory if it was evicted) with room in the device budget for the request's
+ * vectors, and kd_cache_admit() persists and registers a new one. When the driver itself refuses
+ * an allocation, kd_handlers_run() evicts the other unpinned matrices and runs the job once more.
  */
 #include "common/checked.h"
 #include "common/log.h"
@@ -41,6 +46,36 @@ static void *kd_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
     if (p == NULL)
         kd_err_set(err, KD_ENOMEM, "out of host memory for a vector of %lld values", (long long)n);
     return p;
+}
+
+/* Room in the device budget for a new matrix, estimated from its CSR arrays (the format's real
+ * size is checked again by kd_cache_admit after upload). */
+static int kd_handlers_make_room(kd_server_t *server, const kd_csr_t *csr, const char *hex,
+                                 kd_err_t *err)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "matrix %s (%lld x %lld, %lld nonzeros, %s)", hex,
+             (long long)csr->rows, (long long)csr->cols, (long long)csr->nnz,
+             kd_dtype_name(csr->dtype));
+    return kd_cache_reserve(server, kd_cache_estimate(csr->rows, csr->nnz, csr->dtype), NULL, what,
+                            err);
+}
+
+/* Device bytes for vectors of per_row * rows + per_col * cols values of matrix id's type (0 when
+ * there is no such matrix: kd_cache_use reports that). */
+static size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
+                                       int64_t per_col)
+{
+    kd_matrix_meta_t meta;
+    if (kd_store_get_meta(server->store, id, &meta) != KD_OK)
+        return 0;
+    int64_t a, b, n;
+    size_t bytes;
+    if (kd_mul_overflow_i64(per_row, meta.rows, &a) ||
+        kd_mul_overflow_i64(per_col, meta.cols, &b) || kd_add_overflow_i64(a, b, &n) || n < 0 ||
+        kd_mul_overflow((size_t)n, kd_dtype_size(meta.dtype), &bytes))
+        return SIZE_MAX;
+    return bytes;
 }
 
 static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
@@ -82,8 +117,8 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     }
     kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
     if (existing != NULL) {
-        if (p->pin == 1)
-            kd_store_set_pinned(server->store, existing, 1);
+        if (p->pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
+            goto fail;
         kd_matrix_meta_t copy;
         kd_store_get_meta(server->store, meta->id, &copy);
         kd_w_result_begin(w, job->msgid);
@@ -96,6 +131,10 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     /* A forced format is built as named; otherwise the formats are measured (or chosen from the
      * row statistics with select = "heuristic", the only other value the decoder lets through). */
     const char *forced = p->format[0] != '\0' ? p->format : server->cfg.default_format;
+    kd_id_to_hex(meta->id, meta->hex);
+    rc = kd_handlers_make_room(server, csr, meta->hex, err);
+    if (rc != KD_OK)
+        goto fail;
     kd_select_mode_t mode = KD_SELECT_MEASURE;
     (void)kd_select_mode_parse(p->select, &mode);
     kd_select_result_t sel;
@@ -103,7 +142,6 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     if (rc != KD_OK)
         goto fail;
 
-    kd_id_to_hex(meta->id, meta->hex);
     snprintf(meta->name, sizeof(meta->name), "%s", p->name);
     meta->rows = csr->rows;
     meta->cols = csr->cols;
@@ -123,12 +161,11 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     entry->dev = dev;
     dev = NULL;
     kd_matrix_meta_t copy = *meta;
-    rc = kd_store_insert(server->store, entry); /* takes entry */
+    rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry */
     entry = NULL;
-    if (rc != KD_OK) {
-        kd_err_set(err, rc, "out of host memory registering the matrix");
+    if (rc != KD_OK)
         goto fail;
-    }
+    kd_store_get_meta(server->store, copy.id, &copy);
     KD_INFO("store", "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s device_bytes=%zu",
             copy.hex, (long long)copy.rows, (long long)copy.cols, (long long)copy.nnz,
             kd_dtype_name(copy.dtype), kd_format_name(copy.format), copy.device_bytes);
@@ -145,11 +182,9 @@ fail:
 
 static int kd_handle_drop(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
-    kd_store_entry_t *entry = kd_store_remove(server->store, job->req->u.id.id);
-    if (entry == NULL)
-        return kd_not_found(err, job->req->u.id.id);
-    KD_INFO("store", "drop id=%s", entry->meta.hex);
-    kd_store_entry_free(entry);
+    int rc = kd_cache_drop(server, job->req->u.id.id, err);
+    if (rc != KD_OK)
+        return rc;
     kd_w_result_begin(w, job->msgid);
     kd_w_map(w, 1);
     kd_w_kv_bool(w, "dropped", 1);
@@ -161,7 +196,9 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     kd_store_entry_t *entry = kd_store_lookup(server->store, job->req->u.id.id);
     if (entry == NULL)
         return kd_not_found(err, job->req->u.id.id);
-    kd_store_set_pinned(server->store, entry, job->req->u.id.pinned);
+    int rc = kd_cache_set_pinned(server, entry, job->req->u.id.pinned, err);
+    if (rc != KD_OK)
+        return rc;
     kd_matrix_meta_t copy;
     kd_store_get_meta(server->store, entry->meta.id, &copy);
     kd_w_result_begin(w, job->msgid);
@@ -172,9 +209,11 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
 static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_spmv_request_t *q = &job->req->u.spmv;
-    kd_store_entry_t *entry = kd_store_lookup(server->store, q->id);
-    if (entry == NULL)
-        return kd_not_found(err, q->id);
+    kd_store_entry_t *entry;
+    int rc =
+        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, 1, 1), &entry, err);
+    if (rc != KD_OK)
+        return rc;
     const kd_matrix_t *A = entry->dev;
     if (q->x.count != A->cols)
         return kd_err_set(err, KD_EBADREQ, "x has %lld entries but matrix %s has %lld columns",
@@ -189,7 +228,7 @@ static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd
     uint64_t t0 = kd_now_ns();
     kd_vec_t x = {0}, y = {0};
     void *out = NULL;
-    int rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
+    rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
     if (rc == KD_OK)
         rc = kd_vec_alloc(server->ocl, A->rows, A->dtype, &y, err);
     if (rc == KD_OK)
@@ -252,9 +291,11 @@ static int kd_on_progress(void *ctx, int64_t iteration, double residual)
 static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
-    kd_store_entry_t *entry = kd_store_lookup(server->store, q->id);
-    if (entry == NULL)
-        return kd_not_found(err, q->id);
+    kd_store_entry_t *entry;
+    int rc = kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, 6 + q->nrhs, 0),
+                          &entry, err);
+    if (rc != KD_OK)
+        return rc;
     const kd_matrix_t *A = entry->dev;
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
@@ -293,7 +334,6 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     void *x = kd_alloc_values(n, A->dtype, err);
     void *xout = kd_alloc_values(want, q->dtype, err);
     kd_solve_result_t *results = calloc((size_t)nrhs, sizeof(*results));
-    int rc = KD_OK;
     if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
         results == NULL) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors", (long long)n,
@@ -387,6 +427,54 @@ done:
     return rc;
 }
 
+static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    int rc;
+    switch (job->req->method) {
+    case KD_METHOD_MATRIX_PUT:
+        rc = kd_handle_put(server, job, w, err);
+        break;
+    case KD_METHOD_MATRIX_DROP:
+        rc = kd_handle_drop(server, job, w, err);
+        break;
+    case KD_METHOD_MATRIX_PIN:
+        rc = kd_handle_pin(server, job, w, err);
+        break;
+    case KD_METHOD_SPMV:
+        rc = kd_handle_spmv(server, job, w, err);
+        break;
+    case KD_METHOD_SOLVE:
+        rc = kd_handle_solve(server, job, w, err);
+        break;
+    default:
+        rc = kd_err_set(err, KD_EINTERNAL, "method %s reached the worker",
+                        kd_method_name(job->req->method));
+        break;
+    }
+    return rc;
+}
+
+/* The driver refused an allocation (not the budget): evict every other unpinned matrix and say
+ * whether running the job again can help. */
+static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const kd_err_t *err)
+{
+    const uint8_t *id = NULL;
+    if (job->req->method == KD_METHOD_SPMV)
+        id = job->req->u.spmv.id;
+    else if (job->req->method == KD_METHOD_SOLVE)
+        id = job->req->u.solve.id;
+    else if (job->req->method == KD_METHOD_MATRIX_PIN)
+        id = job->req->u.id.id;
+    kd_store_entry_t *keep = id != NULL ? kd_store_find(server->store, id) : NULL;
+    size_t evicted = kd_cache_evict_all(server, keep);
+    KD_WARN("handlers", "msgid=%llu: the device refused an allocation (%s); evicted %zu matrices%s",
+            (unsigned long long)job->msgid, err->message, evicted,
+            evicted > 0 ? ", retrying once" : "");
+    if (evicted > 0)
+        kd_store_count(server->store, KD_STORE_DEVMEM_RETRIES);
+    return evicted > 0;
+}
+
 void kd_handlers_run(void *ctx, kd_job_t *job)
 {
     kd_server_t *server = ctx;
@@ -401,26 +489,15 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
         rc = kd_err_set(&err, KD_ETIMEOUT, "timeout_ms = %lld passed while the request waited",
                         (long long)job->req->timeout_ms);
     } else {
-        switch (job->req->method) {
-        case KD_METHOD_MATRIX_PUT:
-            rc = kd_handle_put(server, job, &w, &err);
-            break;
-        case KD_METHOD_MATRIX_DROP:
-            rc = kd_handle_drop(server, job, &w, &err);
-            break;
-        case KD_METHOD_MATRIX_PIN:
-            rc = kd_handle_pin(server, job, &w, &err);
-            break;
-        case KD_METHOD_SPMV:
-            rc = kd_handle_spmv(server, job, &w, &err);
-            break;
-        case KD_METHOD_SOLVE:
-            rc = kd_handle_solve(server, job, &w, &err);
-            break;
-        default:
-            rc = kd_err_set(&err, KD_EINTERNAL, "method %s reached the worker",
-                            kd_method_name(job->req->method));
-            break;
+        server->budget_refused = 0;
+        rc = kd_handlers_dispatch(server, job, &w, &err);
+        if (rc == KD_EDEVMEM && !server->budget_refused &&
+            kd_handlers_evict_for_retry(server, job, &err)) {
+            kd_writer_destroy(&w);
+            kd_writer_init(&w);
+            kd_err_clear(&err);
+            server->budget_refused = 0;
+            rc = kd_handlers_dispatch(server, job, &w, &err);
         }
     }
     if (rc == KD_OK && kd_writer_failed(&w))

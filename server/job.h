@@ -1,12 +1,16 @@
 /*
  * A job: one decoded request on its way through a device worker. Created and destroyed on the
  * loop thread; while queued or running, the worker thread reads the request and writes the
- * response. The cancel flag is the only field both threads touch at once.
+ * response. The cancel flag is the only field both threads touch at once. A job that is still
+ * queued can also be taken back out of the queue by the loop thread (timeout, job.cancel, its
+ * client leaving, shutdown) and answered there without the worker ever seeing it.
  */
 #ifndef KD_SERVER_JOB_H
 #define KD_SERVER_JOB_H
 
 #include "protocol/request.h"
+
+#include <uv.h>
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -25,7 +29,9 @@ typedef struct kd_job {
     atomic_int cancel;    /* 0, or the KD_E* code to stop with (KD_ECANCELLED, KD_ETIMEOUT) */
     void *response;       /* encoded response, malloc'd (worker writes, loop sends) */
     size_t response_len;
-    int error_code; /* KD_OK or the error the response carries, for counters */
+    int error_code;            /* KD_OK or the error the response carries, for counters */
+    uv_timer_t deadline_timer; /* loop thread: answers TIMEOUT if it fires while still queued */
+    int has_timer;             /* deadline_timer was initialised (then freed in its close cb) */
 } kd_job_t;
 
 #endif

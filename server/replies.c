@@ -43,7 +43,7 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
     kd_w_kv_str(w, "format", kd_format_name(meta->format));
     kd_w_kv_int(w, "device_bytes", (int64_t)meta->device_bytes);
     kd_w_kv_bool(w, "pinned", meta->pinned);
-    kd_w_kv_bool(w, "resident", 1);
+    kd_w_kv_bool(w, "resident", meta->resident);
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
     kd_reply_candidates(w, meta);
@@ -54,10 +54,14 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
+    const kd_server_counters_t *c = &server->counters;
     kd_store_totals_t totals;
     kd_store_totals(server->store, &totals);
+    size_t paused = 0;
+    for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
+        paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, 10);
+    kd_w_map(w, 18);
     kd_w_kv_str(w, "version", KD_VERSION);
     kd_w_str(w, "device");
     kd_w_map(w, 8);
@@ -70,14 +74,44 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_kv_int(w, "compute_units", d->compute_units);
     kd_w_kv_bool(w, "fp64", d->has_fp64);
     kd_w_kv_int(w, "matrices", (int64_t)totals.matrices);
+    kd_w_kv_int(w, "resident_matrices", (int64_t)totals.resident);
     kd_w_kv_int(w, "device_bytes_used", (int64_t)totals.device_bytes);
+    kd_w_kv_int(w, "device_budget_bytes", (int64_t)server->device_budget);
+    kd_w_kv_int(w, "state_bytes", (int64_t)totals.file_bytes);
+    kd_w_kv_int(w, "state_max_bytes", (int64_t)server->cfg.state_max_bytes);
     kd_w_kv_double(w, "uptime_s", (double)(kd_now_ns() - server->start_ns) / 1e9);
-    kd_w_kv_int(w, "requests", (int64_t)server->counters.requests);
-    kd_w_kv_int(w, "errors", (int64_t)server->counters.errors);
+    kd_w_kv_int(w, "requests", (int64_t)c->requests);
+    kd_w_kv_int(w, "errors", (int64_t)c->errors);
     kd_w_kv_int(w, "connections", (int64_t)server->nconns);
     kd_w_kv_int(w, "queue_depth", (int64_t)kd_worker_queued(server->worker));
+    kd_w_kv_int(w, "jobs_in_flight", (int64_t)server->jobs_in_flight);
+    kd_w_str(w, "cache");
+    kd_w_map(w, 7);
+    kd_w_kv_int(w, "hits", (int64_t)totals.counters[KD_STORE_HITS]);
+    kd_w_kv_int(w, "misses", (int64_t)totals.counters[KD_STORE_MISSES]);
+    kd_w_kv_int(w, "reloads", (int64_t)totals.counters[KD_STORE_RELOADS]);
+    kd_w_kv_int(w, "evictions", (int64_t)totals.counters[KD_STORE_EVICTIONS]);
+    kd_w_kv_int(w, "disk_evictions", (int64_t)totals.counters[KD_STORE_DISK_EVICTIONS]);
+    kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
+    kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
+    kd_w_str(w, "connection_stats");
+    kd_w_map(w, 6);
+    kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);
+    kd_w_kv_int(w, "refused", (int64_t)c->connections_refused);
+    kd_w_kv_int(w, "closed_idle", (int64_t)c->connections_idle);
+    kd_w_kv_int(w, "closed_slow", (int64_t)c->connections_slow);
+    kd_w_kv_int(w, "paused", (int64_t)paused);
+    kd_w_kv_int(w, "timeouts_in_queue", (int64_t)c->timeouts_queued);
     kd_w_str(w, "requests_by_method");
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)
-        kd_w_kv_int(w, kd_method_name((kd_method_t)m), (int64_t)server->counters.by_method[m]);
+        kd_w_kv_int(w, kd_method_name((kd_method_t)m), (int64_t)c->by_method[m]);
+    kd_w_str(w, "errors_by_code");
+    uint32_t ncodes = 0;
+    for (int e = 1; e < KD_ERROR_COUNT; e++)
+        ncodes += c->errors_by_code[e] > 0;
+    kd_w_map(w, ncodes);
+    for (int e = 1; e < KD_ERROR_COUNT; e++)
+        if (c->errors_by_code[e] > 0)
+            kd_w_kv_int(w, kd_error_wire_name(-e), (int64_t)c->errors_by_code[e]);
 }

@@ -1,8 +1,10 @@
 /*
- * Server lifecycle: open the device, start the worker, listen, handle signals, and shut down
- * gracefully. SIGINT/SIGTERM stop accepting, let jobs in flight finish for up to
- * shutdown_grace_ms, then cancel the rest (their clients get CANCELLED), flush and close every
- * connection, stop the worker and leave the loop. SIGHUP reopens the log file.
+ * Server lifecycle: open the device, the matrix cache and the state directory, start the worker,
+ * listen, handle signals, sweep slow and idle connections, and shut down gracefully.
+ * SIGINT/SIGTERM stop accepting, answer every queued request CANCELLED at once, let the running
+ * one finish for up to shutdown_grace_ms and then cancel it (its client gets CANCELLED), flush and
+ * close every connection, stop the worker and leave the loop with exit status 0. SIGHUP reopens
+ * the log file.
  */
 #include "server/server.h"
 #include "common/log.h"
@@ -89,6 +91,11 @@ static int kd_write_port_file(const char *path, int port, kd_err_t *err)
     return KD_OK;
 }
 
+static void kd_on_sweep(uv_timer_t *timer)
+{
+    kd_conn_sweep(timer->data, kd_now_ns());
+}
+
 static void kd_on_signal(uv_signal_t *handle, int signum)
 {
     kd_server_t *server = handle->data;
@@ -140,15 +147,18 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
             desc->platform, desc->is_gpu ? "gpu" : (desc->is_cpu ? "cpu" : "other"),
             (unsigned long long)desc->global_mem_bytes, desc->has_fp64);
 
+    if (cfg->test_max_alloc > 0) {
+        KD_WARN("server", "test knob: device allocations over %zu bytes are refused",
+                cfg->test_max_alloc);
+        kd_ocl_test_set_max_alloc(server->ocl, cfg->test_max_alloc);
+    }
+
     rc = kd_store_new(&server->store);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot create the matrix store");
-
-    if (cfg->state_dir[0] != '\0') {
-        if (mkdir(cfg->state_dir, 0750) != 0 && errno != EEXIST)
-            return kd_err_set(err, KD_EIO, "cannot create state dir %s: %s", cfg->state_dir,
-                              strerror(errno));
-    }
+    rc = kd_cache_open(server, err);
+    if (rc != KD_OK)
+        return rc;
 
     kd_worker_callbacks_t cb = {.run = kd_handlers_run,
                                 .done = kd_dispatch_job_done,
@@ -189,6 +199,16 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     }
     uv_timer_init(loop, &server->grace_timer);
     server->grace_timer.data = server;
+    uv_timer_init(loop, &server->sweep_timer);
+    server->sweep_timer.data = server;
+    int64_t shortest = cfg->idle_timeout_ms;
+    if (cfg->message_timeout_ms > 0 && (shortest == 0 || cfg->message_timeout_ms < shortest))
+        shortest = cfg->message_timeout_ms;
+    if (shortest > 0) {
+        uint64_t every = (uint64_t)shortest / 8;
+        every = every < 20 ? 20 : (every > 1000 ? 1000 : every);
+        uv_timer_start(&server->sweep_timer, kd_on_sweep, every, every);
+    }
     signal(SIGPIPE, SIG_IGN);
 
     KD_INFO("server", "listening addr=%s port=%d version=%s", cfg->listen, port, KD_VERSION);
@@ -203,12 +223,17 @@ static void kd_server_worker_closed(void *arg)
     uv_close((uv_handle_t *)&server->sigterm, NULL);
     uv_close((uv_handle_t *)&server->sighup, NULL);
     uv_close((uv_handle_t *)&server->grace_timer, NULL);
+    uv_close((uv_handle_t *)&server->sweep_timer, NULL);
 }
 
 /* Every job is done: close the clients (after their last responses are flushed) and the worker. */
 static void kd_server_finish(kd_server_t *server)
 {
+    if (server->finishing)
+        return;
+    server->finishing = 1;
     uv_timer_stop(&server->grace_timer);
+    uv_timer_stop(&server->sweep_timer);
     kd_conn_t *c = server->conns;
     while (c != NULL) {
         kd_conn_t *next = c->next;
@@ -223,9 +248,7 @@ static void kd_on_grace_expired(uv_timer_t *timer)
 {
     kd_server_t *server = timer->data;
     KD_WARN("server", "shutdown grace period over: cancelling %zu job(s)", server->jobs_in_flight);
-    for (kd_conn_t *c = server->conns; c != NULL; c = c->next)
-        for (kd_job_t *j = c->jobs; j != NULL; j = j->conn_next)
-            atomic_store(&j->cancel, KD_ECANCELLED);
+    kd_dispatch_stop_jobs(server, NULL, KD_ECANCELLED, "the server is shutting down", 1);
 }
 
 void kd_server_shutdown(kd_server_t *server)
@@ -237,6 +260,10 @@ void kd_server_shutdown(kd_server_t *server)
         uv_close((uv_handle_t *)&server->listener, NULL);
         server->listening = 0;
     }
+    /* What has not started will not: answer it now. The running job gets the grace period. */
+    kd_dispatch_stop_jobs(server, NULL, KD_ECANCELLED, "the server is shutting down", 0);
+    if (server->finishing)
+        return;
     if (server->jobs_in_flight == 0) {
         kd_server_finish(server);
         return;
@@ -258,6 +285,7 @@ int kd_server_run(kd_server_t *server)
     uv_run(server->loop, UV_RUN_DEFAULT);
     kd_store_free(server->store);
     server->store = NULL;
+    kd_cache_close(server);
     kd_ocl_close(server->ocl);
     server->ocl = NULL;
     KD_INFO("server", "stopped");

@@ -1,16 +1,19 @@
 /*
  * The krylovd server: one libuv loop thread that owns every socket, a device worker thread that
  * owns the OpenCL device, and the matrix store between them. server.c accepts connections and
- * handles signals and shutdown; conn.c reads, frames and writes one client's bytes; dispatch.c
- * turns decoded requests into immediate answers or jobs; handlers.c runs jobs on the worker.
+ * handles signals, connection timeouts and shutdown; conn.c reads, frames and writes one client's
+ * bytes; dispatch.c turns decoded requests into immediate answers or jobs; handlers.c runs jobs
+ * on the worker; cache.c and state.c keep matrices within the device budget and on disk.
  */
 #ifndef KD_SERVER_SERVER_H
 #define KD_SERVER_SERVER_H
 
 #include "protocol/frame.h"
 #include "protocol/request.h"
+#include "server/cache.h"
 #include "server/config.h"
 #include "server/job.h"
+#include "server/state.h"
 #include "server/store.h"
 #include "server/worker.h"
 #include "solver/ocl.h"
@@ -23,8 +26,12 @@ typedef struct kd_server_counters {
     uint64_t requests;
     uint64_t errors;
     uint64_t by_method[KD_METHOD_COUNT];
+    uint64_t errors_by_code[KD_ERROR_COUNT]; /* index: -code */
     uint64_t connections_total;
-    uint64_t connections_refused;
+    uint64_t connections_refused; /* over --max-connections, or during shutdown */
+    uint64_t connections_idle;    /* closed by --idle-timeout-ms */
+    uint64_t connections_slow;    /* closed by --message-timeout-ms */
+    uint64_t timeouts_queued;     /* TIMEOUT answered by the loop while the request waited */
 } kd_server_counters_t;
 
 typedef struct kd_server {
@@ -34,14 +41,19 @@ typedef struct kd_server {
     int listening;
     uv_signal_t sigint, sigterm, sighup;
     uv_timer_t grace_timer;
+    uv_timer_t sweep_timer; /* idle and slow-message connections */
     kd_ocl_t *ocl;
     kd_worker_t *worker;
     kd_store_t *store;
-    kd_conn_t *conns; /* doubly linked list of open connections */
+    kd_state_t *state;    /* NULL without --state-dir */
+    size_t device_budget; /* bytes of device memory matrices and vectors may use */
+    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    kd_conn_t *conns;     /* doubly linked list of open connections */
     size_t nconns;
     uint64_t next_conn_id;
     size_t jobs_in_flight;
     int shutting_down;
+    int finishing; /* every job is done: connections and the worker are closing */
     int exit_code;
     uint64_t start_ns;
     kd_server_counters_t counters;
@@ -62,6 +74,9 @@ struct kd_conn {
     int read_paused; /* too many unread response bytes */
     size_t write_pending;
     kd_job_t *jobs; /* in flight, for job.cancel and disconnects */
+    size_t njobs;
+    uint64_t last_activity_ns; /* bytes read or written, or a job finished */
+    uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];
 };
 
@@ -84,11 +99,21 @@ void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *m
 void kd_conn_close(kd_conn_t *conn);
 void kd_conn_unref(kd_conn_t *conn);
 
+/* dispatch.c: count an error answer (errors, errors_by_code). */
+void kd_server_count_error(kd_server_t *server, int code);
 /* dispatch.c: one decoded request from conn (ownership of req passes). */
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req);
 /* dispatch.c: worker callbacks (loop thread). */
 void kd_dispatch_job_done(void *ctx, kd_job_t *job);
+/* dispatch.c: take every queued job of conn (of every connection when conn is NULL) out of the
+ * worker's queue and answer it with code on the loop thread; running jobs get their cancel flag
+ * set to code instead, when cancel_running. */
+void kd_dispatch_stop_jobs(kd_server_t *server, kd_conn_t *conn, int code, const char *message,
+                           int cancel_running);
 void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len);
+
+/* conn.c: close connections that are idle or slow to send a message (the sweep timer). */
+void kd_conn_sweep(kd_server_t *server, uint64_t now);
 
 /* handlers.c: runs on the worker thread. */
 void kd_handlers_run(void *ctx, kd_job_t *job);

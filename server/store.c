@@ -1,7 +1,8 @@
 /*
  * The matrix registry (see store.h): a growable array of entries under a mutex. A server holds
  * hundreds of matrices at most — each one is megabytes to gigabytes of device memory — so a
- * linear scan over 16-byte ids costs nothing next to any request that uses them.
+ * linear scan over 16-byte ids (and over last-used times for the LRU victim) costs nothing next
+ * to any request that uses them.
  */
 #include "server/store.h"
 #include "common/error.h"
@@ -14,7 +15,7 @@ struct kd_store {
     pthread_mutex_t lock;
     kd_store_entry_t **entries;
     size_t count, cap;
-    size_t device_bytes;
+    uint64_t counters[KD_STORE_COUNTER_COUNT];
 };
 
 static uint64_t kd_store_now_ns(void)
@@ -78,6 +79,15 @@ kd_store_entry_t *kd_store_lookup(kd_store_t *store, const uint8_t id[16])
     return e;
 }
 
+kd_store_entry_t *kd_store_find(kd_store_t *store, const uint8_t id[16])
+{
+    pthread_mutex_lock(&store->lock);
+    size_t i = kd_store_index(store, id);
+    kd_store_entry_t *e = i != SIZE_MAX ? store->entries[i] : NULL;
+    pthread_mutex_unlock(&store->lock);
+    return e;
+}
+
 int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
 {
     pthread_mutex_lock(&store->lock);
@@ -92,9 +102,14 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
         store->entries = grown;
         store->cap = cap;
     }
-    entry->meta.created_ns = entry->meta.last_used_ns = kd_store_now_ns();
+    uint64_t now = kd_store_now_ns();
+    entry->meta.created_ns = now;
+    if (entry->meta.last_used_ns == 0)
+        entry->meta.last_used_ns = now;
+    entry->meta.resident = entry->dev != NULL;
+    if (entry->dev != NULL)
+        entry->meta.device_bytes = entry->dev->device_bytes;
     store->entries[store->count++] = entry;
-    store->device_bytes += entry->meta.device_bytes;
     pthread_mutex_unlock(&store->lock);
     return KD_OK;
 }
@@ -109,7 +124,6 @@ kd_store_entry_t *kd_store_remove(kd_store_t *store, const uint8_t id[16])
         memmove(&store->entries[i], &store->entries[i + 1],
                 (store->count - i - 1) * sizeof(*store->entries));
         store->count--;
-        store->device_bytes -= e->meta.device_bytes;
     }
     pthread_mutex_unlock(&store->lock);
     return e;
@@ -119,6 +133,51 @@ void kd_store_set_pinned(kd_store_t *store, kd_store_entry_t *entry, int pinned)
 {
     pthread_mutex_lock(&store->lock);
     entry->meta.pinned = pinned;
+    pthread_mutex_unlock(&store->lock);
+}
+
+kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_matrix_t *dev)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_matrix_t *old = entry->dev;
+    entry->dev = dev;
+    entry->meta.resident = dev != NULL;
+    if (dev != NULL)
+        entry->meta.device_bytes = dev->device_bytes;
+    pthread_mutex_unlock(&store->lock);
+    return old;
+}
+
+void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes)
+{
+    pthread_mutex_lock(&store->lock);
+    entry->meta.stored = stored;
+    entry->meta.file_bytes = stored ? file_bytes : 0;
+    pthread_mutex_unlock(&store->lock);
+}
+
+kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
+                                      int resident_only)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_store_entry_t *best = NULL;
+    for (size_t i = 0; i < store->count; i++) {
+        kd_store_entry_t *e = store->entries[i];
+        if (e == except || e->meta.pinned || !e->meta.stored)
+            continue;
+        if (resident_only && e->dev == NULL)
+            continue;
+        if (best == NULL || e->meta.last_used_ns < best->meta.last_used_ns)
+            best = e;
+    }
+    pthread_mutex_unlock(&store->lock);
+    return best;
+}
+
+void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
+{
+    pthread_mutex_lock(&store->lock);
+    store->counters[counter]++;
     pthread_mutex_unlock(&store->lock);
 }
 
@@ -153,8 +212,22 @@ int kd_store_list(kd_store_t *store, kd_matrix_meta_t **out, size_t *count)
 
 void kd_store_totals(kd_store_t *store, kd_store_totals_t *out)
 {
+    memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&store->lock);
     out->matrices = store->count;
-    out->device_bytes = store->device_bytes;
+    for (size_t i = 0; i < store->count; i++) {
+        const kd_matrix_meta_t *m = &store->entries[i]->meta;
+        out->pinned += m->pinned != 0;
+        out->file_bytes += m->file_bytes;
+        if (m->pinned)
+            out->pinned_file_bytes += m->file_bytes;
+        if (m->resident) {
+            out->resident++;
+            out->device_bytes += m->device_bytes;
+            if (m->pinned)
+                out->pinned_bytes += m->device_bytes;
+        }
+    }
+    memcpy(out->counters, store->counters, sizeof(out->counters));
     pthread_mutex_unlock(&store->lock);
 }

@@ -1,9 +1,13 @@
 /*
- * The matrix registry: content id -> metadata and the device-resident matrix. Metadata is read
- * from the loop thread (matrix.info, matrix.list, server.status) and written by the worker, under
- * one mutex; the device matrix itself is only touched on the worker thread, which is also the only
- * thread that inserts or removes entries, so an entry the worker looked up stays valid while it
- * works on it.
+ * The matrix registry: content id -> metadata and, while the matrix is resident, its device copy.
+ * Metadata is read from the loop thread (matrix.info, matrix.list, server.status) and written by
+ * the worker, under one mutex; the device matrix itself is only touched on the worker thread,
+ * which is also the only thread that inserts or removes entries, so an entry the worker looked up
+ * stays valid while it works on it.
+ *
+ * An entry need not be resident: after an eviction or a restart only its metadata (from the state
+ * file's header) is here, and server/cache.c loads it again on first use. The store keeps the
+ * totals the cache decides by (resident bytes, file bytes) and the cache counters.
  */
 #ifndef KD_SERVER_STORE_H
 #define KD_SERVER_STORE_H
@@ -33,8 +37,11 @@ typedef struct kd_matrix_meta {
     size_t device_bytes;
     kd_csr_stats_t stats;
     int pinned;
+    int resident;      /* in device memory now (dev != NULL) */
+    int stored;        /* has a file in the state directory */
+    size_t file_bytes; /* that file's size */
     uint64_t created_ns;
-    uint64_t last_used_ns;
+    uint64_t last_used_ns; /* CLOCK_MONOTONIC: the LRU order for both device and disk eviction */
     uint64_t uses;
     int ncandidates;
     kd_candidate_t candidates[KD_FMT_COUNT];
@@ -42,7 +49,7 @@ typedef struct kd_matrix_meta {
 
 typedef struct kd_store_entry {
     kd_matrix_meta_t meta;
-    kd_matrix_t *dev; /* worker thread only */
+    kd_matrix_t *dev; /* worker thread only; NULL when not resident */
 } kd_store_entry_t;
 
 typedef struct kd_store kd_store_t;
@@ -55,7 +62,12 @@ void kd_store_free(kd_store_t *store);
 /* Worker thread: the entry for id, or NULL. Marks it used. */
 kd_store_entry_t *kd_store_lookup(kd_store_t *store, const uint8_t id[16]);
 
-/* Worker thread: add an entry (ownership passes, also on failure). KD_ENOMEM. */
+/* Worker thread: the entry for id without marking it used, or NULL. */
+kd_store_entry_t *kd_store_find(kd_store_t *store, const uint8_t id[16]);
+
+/* Worker thread (or start-up, before the worker runs): add an entry (ownership passes, also on
+ * failure). Its created/last-used times are set to now unless last_used_ns is already set.
+ * KD_ENOMEM. */
 int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry);
 
 /* Worker thread: unlink and return the entry for id (the caller frees it with
@@ -67,6 +79,33 @@ void kd_store_entry_free(kd_store_entry_t *entry); /* frees the device matrix to
 /* Worker thread: update the pinned flag under the lock. */
 void kd_store_set_pinned(kd_store_t *store, kd_store_entry_t *entry, int pinned);
 
+/* Worker thread: make dev (NULL: none) the entry's device copy and return the previous one (the
+ * caller frees it). Updates resident, device_bytes (when dev is not NULL) and the totals. */
+kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_matrix_t *dev);
+
+/* Worker thread: record the entry's file (stored = 1, its size) or its absence (file_bytes 0). */
+void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes);
+
+/* Worker thread: the least recently used entry that is not pinned, is stored on disk, is not
+ * `except` (may be NULL), and is resident (resident_only) or has a file (!resident_only); NULL
+ * when there is none. */
+kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
+                                      int resident_only);
+
+/* Cache counters (server.status `cache`). */
+typedef enum kd_store_counter {
+    KD_STORE_HITS = 0,       /* a request found its matrix resident */
+    KD_STORE_MISSES,         /* ... not resident: it was loaded from the state directory */
+    KD_STORE_RELOADS,        /* loads from the state directory that succeeded */
+    KD_STORE_EVICTIONS,      /* matrices moved out of device memory to make room */
+    KD_STORE_DISK_EVICTIONS, /* matrices forgotten to keep the state directory under its limit */
+    KD_STORE_CORRUPT,        /* state files moved aside */
+    KD_STORE_DEVMEM_RETRIES, /* driver allocation failures retried after evicting */
+    KD_STORE_COUNTER_COUNT
+} kd_store_counter_t;
+
+void kd_store_count(kd_store_t *store, kd_store_counter_t counter);
+
 /* Any thread: a copy of the metadata. KD_ENOTFOUND. */
 int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t *out);
 
@@ -76,7 +115,13 @@ int kd_store_list(kd_store_t *store, kd_matrix_meta_t **out, size_t *count);
 
 typedef struct kd_store_totals {
     size_t matrices;
-    size_t device_bytes;
+    size_t resident;     /* matrices in device memory */
+    size_t pinned;       /* pinned matrices */
+    size_t device_bytes; /* device memory of resident matrices */
+    size_t pinned_bytes; /* ... of those that are pinned and resident */
+    size_t file_bytes;   /* state files of all matrices */
+    size_t pinned_file_bytes;
+    uint64_t counters[KD_STORE_COUNTER_COUNT];
 } kd_store_totals_t;
 
 void kd_store_totals(kd_store_t *store, kd_store_totals_t *out);

@@ -161,6 +161,28 @@ int kd_worker_submit(kd_worker_t *w, kd_job_t *job)
     return KD_OK;
 }
 
+int kd_worker_remove(kd_worker_t *w, kd_job_t *job)
+{
+    pthread_mutex_lock(&w->lock);
+    kd_job_t *prev = NULL, *j = w->head;
+    while (j != NULL && j != job) {
+        prev = j;
+        j = j->queue_next;
+    }
+    if (j != NULL) {
+        if (prev != NULL)
+            prev->queue_next = j->queue_next;
+        else
+            w->head = j->queue_next;
+        if (w->tail == j)
+            w->tail = prev;
+        w->queued--;
+        j->queue_next = NULL;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return j != NULL ? KD_OK : KD_ENOTFOUND;
+}
+
 void kd_worker_notify(kd_worker_t *w, kd_job_t *job, void *bytes, size_t len)
 {
     kd_event_t *ev = calloc(1, sizeof(*ev));

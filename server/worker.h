@@ -39,6 +39,11 @@ int kd_worker_start(uv_loop_t *loop, size_t capacity, const kd_worker_callbacks_
 /* Queue a job (loop thread). KD_EBUSY when the queue is full, KD_ECANCELLED after stop began. */
 int kd_worker_submit(kd_worker_t *w, struct kd_job *job);
 
+/* Take a job that has not started back out of the queue (loop thread). KD_OK when it was
+ * removed (the worker will never see it: the caller answers it), KD_ENOTFOUND when it is running
+ * or finished. */
+int kd_worker_remove(kd_worker_t *w, struct kd_job *job);
+
 /* From the worker thread, during run: send bytes (malloc'd, ownership passes) to the job's
  * client ahead of its response. */
 void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t len);

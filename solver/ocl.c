@@ -537,6 +537,12 @@ void kd_ocl_test_set_fp64(kd_ocl_t *ocl, int has_fp64)
     ocl->desc.has_fp64 = has_fp64 && ocl->real_fp64;
 }
 
+void kd_ocl_test_set_max_alloc(kd_ocl_t *ocl, uint64_t bytes)
+{
+    if (bytes > 0 && bytes < ocl->desc.max_alloc_bytes)
+        ocl->desc.max_alloc_bytes = bytes;
+}
+
 int kd_ocl_check_dtype(const kd_ocl_t *ocl, kd_dtype_t dtype, kd_err_t *err)
 {
     if (dtype != KD_DTYPE_F64 && dtype != KD_DTYPE_F32)

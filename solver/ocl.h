@@ -122,6 +122,10 @@ int kd_ocl_build_source(kd_ocl_t *ocl, const char *name, const char *source, kd_
  * it reports (1). Everything that checks the dtype then answers as on such a device. */
 void kd_ocl_test_set_fp64(kd_ocl_t *ocl, int has_fp64);
 
+/* For tests: refuse allocations over `bytes` (when lower than CL_DEVICE_MAX_MEM_ALLOC_SIZE) as
+ * the driver refuses larger ones: KD_EDEVMEM from kd_ocl_buffer_create. */
+void kd_ocl_test_set_max_alloc(kd_ocl_t *ocl, uint64_t bytes);
+
 /*
  * Setting kernel arguments in order without checking each call by hand: begin, add arguments,
  * then kd_ocl_args_end() reports the first clSetKernelArg that failed (and which argument). A

@@ -2,6 +2,8 @@
  * Start a real krylovd for an end-to-end test: on 127.0.0.1 with port 0 (the kernel picks a free
  * port, which the daemon writes to a port file), a fresh state directory, and the test's device
  * (KD_TEST_DEVICE, default auto). kd_daemon_stop() sends SIGTERM and returns the exit status.
+ * For restarts: kd_daemon_kill() (SIGKILL) or kd_daemon_signal() keep the directory, and
+ * kd_daemon_restart() starts a new daemon on the same state directory.
  */
 #ifndef KD_TEST_DAEMON_H
 #define KD_TEST_DAEMON_H
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,18 +23,18 @@ typedef struct kd_daemon {
     int port;
     char address[64];
     char dir[256];
+    char state_dir[320];
 } kd_daemon_t;
 
-/* extra: NULL-terminated extra arguments, or NULL. Returns 0 or -1. */
-static inline int kd_daemon_start(kd_daemon_t *d, const char *const *extra)
+/* Start krylovd on d->dir (which exists). */
+static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
 {
-    memset(d, 0, sizeof(*d));
-    snprintf(d->dir, sizeof(d->dir), "/tmp/krylovd-test-XXXXXX");
-    if (mkdtemp(d->dir) == NULL)
-        return -1;
-    char port_file[320], state_dir[320];
+    char port_file[320];
     snprintf(port_file, sizeof(port_file), "%s/port", d->dir);
-    snprintf(state_dir, sizeof(state_dir), "%s/state", d->dir);
+    snprintf(d->state_dir, sizeof(d->state_dir), "%s/state", d->dir);
+    const char *state_dir = d->state_dir;
+    unlink(port_file);
+    d->port = 0;
     const char *device = getenv("KD_TEST_DEVICE");
     const char *argv[64];
     int argc = 0;
@@ -53,6 +56,8 @@ static inline int kd_daemon_start(kd_daemon_t *d, const char *const *extra)
     if (d->pid < 0)
         return -1;
     if (d->pid == 0) {
+        /* If the test dies, so does its daemon (it would keep ctest waiting on its output). */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(argv[0], (char *const *)argv);
         perror("execv krylovd");
         _exit(127);
@@ -80,6 +85,52 @@ static inline int kd_daemon_start(kd_daemon_t *d, const char *const *extra)
     waitpid(d->pid, NULL, 0);
     d->pid = 0;
     return -1;
+}
+
+/* extra: NULL-terminated extra arguments, or NULL. Returns 0 or -1. */
+static inline int kd_daemon_start(kd_daemon_t *d, const char *const *extra)
+{
+    memset(d, 0, sizeof(*d));
+    snprintf(d->dir, sizeof(d->dir), "/tmp/krylovd-test-XXXXXX");
+    if (mkdtemp(d->dir) == NULL)
+        return -1;
+    return kd_daemon_launch(d, extra);
+}
+
+/* Start a new daemon on the same directory (after kd_daemon_kill or kd_daemon_signal). */
+static inline int kd_daemon_restart(kd_daemon_t *d, const char *const *extra)
+{
+    return kd_daemon_launch(d, extra);
+}
+
+/* Send sig and wait; returns the exit status, -1 if it did not exit normally, or 128 + the
+ * signal that ended it. The directory stays. */
+static inline int kd_daemon_signal(kd_daemon_t *d, int sig)
+{
+    if (d->pid <= 0)
+        return -1;
+    kill(d->pid, sig);
+    int status = 0;
+    waitpid(d->pid, &status, 0);
+    d->pid = 0;
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* SIGKILL: a crash, as far as the state directory can tell. */
+static inline void kd_daemon_kill(kd_daemon_t *d)
+{
+    kd_daemon_signal(d, SIGKILL);
+}
+
+/* Remove the directory (after the daemon is gone). */
+static inline void kd_daemon_cleanup(kd_daemon_t *d)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", d->dir);
 }
 
 /* SIGTERM, wait; returns the exit status (or -1 if it did not exit normally). */

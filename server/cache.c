@@ -1,0 +1,369 @@
+/*
+ * The cache policy (see cache.h).
+ *
+ * Device memory. The budget is --device-memory (bytes, or a percentage of the device's global
+ * memory; 90% by default). The store knows each resident matrix's real device size; before a
+ * matrix's format is chosen its size is estimated as its CSR arrays and corrected after upload.
+ * A request also needs room for its vectors while it runs (one worker per device runs one request
+ * at a time, so that room is a check, not a reservation). When something does not fit, the least
+ * recently used unpinned resident matrices are evicted: their device copies are freed, and their
+ * state files stay, so they reload on next use. A matrix without a state file (no --state-dir) is
+ * never evicted, since it could not come back. If evicting every candidate would still not make
+ * room, nothing is evicted and the request fails with DEVICE_MEMORY naming the sizes.
+ *
+ * Disk. Every accepted matrix gets a state file before matrix.put answers. --state-max-bytes
+ * bounds the files' total: the least recently used unpinned matrices are forgotten (file and
+ * device copy) to make room for a new one.
+ */
+#include "server/cache.h"
+#include "common/checked.h"
+#include "common/log.h"
+#include "server/server.h"
+#include "server/state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+size_t kd_cache_estimate(int64_t rows, int64_t nnz, kd_dtype_t dtype)
+{
+    size_t ptr, body, sum;
+    if (rows < 0 || nnz < 0 || kd_mul_overflow((size_t)rows + 1, 4, &ptr) ||
+        kd_mul_overflow((size_t)nnz, 4 + kd_dtype_size(dtype), &body) ||
+        kd_add_overflow(ptr, body, &sum))
+        return SIZE_MAX;
+    return sum;
+}
+
+/* ---- start-up ----------------------------------------------------------------------------- */
+
+typedef struct kd_scan_ctx {
+    kd_server_t *server;
+    uint64_t now_mono_ns;
+    int64_t now_unix;
+    int failed;
+} kd_scan_ctx_t;
+
+static int kd_cache_register(void *arg, const kd_matrix_meta_t *meta, size_t file_bytes,
+                             int64_t mtime_s)
+{
+    kd_scan_ctx_t *ctx = arg;
+    kd_store_entry_t *entry = calloc(1, sizeof(*entry));
+    if (entry == NULL) {
+        ctx->failed = 1;
+        return 1;
+    }
+    entry->meta = *meta;
+    entry->meta.resident = 0;
+    entry->meta.stored = 1;
+    entry->meta.file_bytes = file_bytes;
+    /* The LRU order across a restart: older files first (a used matrix is not rewritten, so this
+     * is the upload order; in-process use then takes over). */
+    int64_t age_s = ctx->now_unix - mtime_s;
+    if (age_s < 0)
+        age_s = 0;
+    uint64_t age_ns = (uint64_t)age_s * 1000000000u;
+    entry->meta.last_used_ns = age_ns < ctx->now_mono_ns ? ctx->now_mono_ns - age_ns : 1;
+    if (kd_store_insert(ctx->server->store, entry) != KD_OK) {
+        ctx->failed = 1;
+        return 1;
+    }
+    return 0;
+}
+
+int kd_cache_open(kd_server_t *server, kd_err_t *err)
+{
+    const kd_config_t *cfg = &server->cfg;
+    const kd_ocl_device_desc_t *desc = kd_ocl_desc(server->ocl);
+    if (cfg->device_memory_bytes > 0)
+        server->device_budget = cfg->device_memory_bytes;
+    else
+        server->device_budget =
+            (size_t)((double)desc->global_mem_bytes * cfg->device_memory_percent / 100.0);
+    KD_INFO("cache", "device memory budget=%zu bytes (device has %llu)", server->device_budget,
+            (unsigned long long)desc->global_mem_bytes);
+    if (cfg->state_dir[0] == '\0') {
+        KD_WARN("cache", "no --state-dir: matrices are not kept across restarts and are never "
+                         "evicted from device memory");
+        return KD_OK;
+    }
+    int rc = kd_state_open(cfg->state_dir, &server->state, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_scan_ctx_t ctx = {
+        .server = server, .now_mono_ns = kd_now_ns(), .now_unix = (int64_t)time(NULL)};
+    kd_state_scan_totals_t totals;
+    rc = kd_state_scan(server->state, kd_cache_register, &ctx, &totals, err);
+    if (rc != KD_OK)
+        return rc;
+    if (ctx.failed)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory registering stored matrices");
+    for (size_t i = 0; i < kd_state_moved_aside(server->state); i++)
+        kd_store_count(server->store, KD_STORE_CORRUPT);
+    kd_store_totals_t t;
+    kd_store_totals(server->store, &t);
+    KD_INFO("cache",
+            "state dir %s: matrices=%zu bytes=%zu pinned=%zu corrupt=%zu interrupted_writes=%zu",
+            cfg->state_dir, totals.good, t.file_bytes, t.pinned, totals.corrupt, totals.temporary);
+    return KD_OK;
+}
+
+void kd_cache_close(kd_server_t *server)
+{
+    kd_state_close(server->state);
+    server->state = NULL;
+}
+
+/* ---- device memory ------------------------------------------------------------------------ */
+
+static void kd_cache_evict(kd_server_t *server, kd_store_entry_t *victim, const char *why)
+{
+    kd_matrix_t *dev = kd_store_set_device(server->store, victim, NULL);
+    KD_INFO("cache", "evict id=%s device_bytes=%zu reason=\"%s\"", victim->meta.hex,
+            dev != NULL ? dev->device_bytes : 0, why);
+    kd_matrix_free(dev);
+    kd_store_count(server->store, KD_STORE_EVICTIONS);
+}
+
+static int kd_cache_reserve_budget(kd_server_t *server, size_t bytes, const kd_store_entry_t *keep,
+                                   const char *what, kd_err_t *err)
+{
+    size_t budget = server->device_budget;
+    kd_store_totals_t t;
+    kd_store_totals(server->store, &t);
+    if (t.device_bytes <= budget && bytes <= budget - t.device_bytes)
+        return KD_OK;
+    if (bytes > budget)
+        return kd_err_set(err, KD_EDEVMEM,
+                          "%s needs %zu bytes of device memory, more than the whole budget of "
+                          "%zu bytes (--device-memory)",
+                          what, bytes, budget);
+    /* What eviction could free: every resident, unpinned, stored matrix but `keep`. */
+    size_t fixed = t.pinned_bytes;
+    if (keep != NULL && keep->dev != NULL && !keep->meta.pinned)
+        fixed += keep->meta.device_bytes;
+    if (server->state == NULL) /* nothing is evictable without a state file */
+        fixed = t.device_bytes;
+    if (fixed > budget || bytes > budget - fixed)
+        return kd_err_set(err, KD_EDEVMEM,
+                          "%s needs %zu bytes of device memory; the budget is %zu bytes "
+                          "(--device-memory), %zu of them in use by %zu resident matrices, "
+                          "%zu by pinned ones%s%s",
+                          what, bytes, budget, t.device_bytes, t.resident, t.pinned_bytes,
+                          keep != NULL ? " and the matrix this request uses" : "",
+                          server->state == NULL ? " (without --state-dir nothing is evicted)" : "");
+    size_t used = t.device_bytes;
+    while (used > budget || bytes > budget - used) {
+        kd_store_entry_t *victim = kd_store_lru_victim(server->store, keep, 1);
+        if (victim == NULL) /* cannot happen after the check above; be safe */
+            return kd_err_set(err, KD_EDEVMEM,
+                              "%s needs %zu bytes of device memory: nothing "
+                              "left to evict",
+                              what, bytes);
+        used -= victim->meta.device_bytes;
+        kd_cache_evict(server, victim, "device memory budget");
+    }
+    return KD_OK;
+}
+
+int kd_cache_reserve(kd_server_t *server, size_t bytes, const kd_store_entry_t *keep,
+                     const char *what, kd_err_t *err)
+{
+    int rc = kd_cache_reserve_budget(server, bytes, keep, what, err);
+    if (rc == KD_EDEVMEM)
+        server->budget_refused = 1; /* evicting more and retrying cannot help */
+    return rc;
+}
+
+size_t kd_cache_evict_all(kd_server_t *server, const kd_store_entry_t *keep)
+{
+    size_t n = 0;
+    kd_store_entry_t *victim;
+    while ((victim = kd_store_lru_victim(server->store, keep, 1)) != NULL) {
+        kd_cache_evict(server, victim, "the driver refused an allocation");
+        n++;
+    }
+    return n;
+}
+
+/* Load a non-resident entry from its state file and upload it in its recorded format. */
+static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t extra,
+                           kd_err_t *err)
+{
+    kd_store_count(server->store, KD_STORE_MISSES);
+    if (server->state == NULL || !entry->meta.stored)
+        return kd_err_set(err, KD_EINTERNAL, "matrix %s is neither resident nor stored",
+                          entry->meta.hex);
+    char what[96];
+    snprintf(what, sizeof(what), "reloading matrix %s", entry->meta.hex);
+    size_t estimate = entry->meta.device_bytes > 0
+                          ? entry->meta.device_bytes
+                          : kd_cache_estimate(entry->meta.rows, entry->meta.nnz, entry->meta.dtype);
+    size_t need;
+    if (kd_add_overflow(estimate, extra, &need))
+        need = SIZE_MAX;
+    int rc = kd_cache_reserve(server, need, entry, what, err);
+    if (rc != KD_OK)
+        return rc;
+    uint64_t t0 = kd_now_ns();
+    kd_csr_t *csr = NULL;
+    size_t corrupt_before = kd_state_moved_aside(server->state);
+    rc = kd_state_load(server->state, entry->meta.id, &csr, err);
+    if (rc == KD_ENOTFOUND) {
+        /* Its file failed its checks and was moved aside (or is gone): forget the matrix. */
+        if (kd_state_moved_aside(server->state) > corrupt_before)
+            kd_store_count(server->store, KD_STORE_CORRUPT);
+        KD_WARN("cache", "forget id=%s: %s", entry->meta.hex, err->message);
+        kd_store_entry_t *gone = kd_store_remove(server->store, entry->meta.id);
+        kd_store_entry_free(gone);
+        return rc;
+    }
+    if (rc != KD_OK)
+        return rc;
+    kd_format_t format = entry->meta.format;
+    if (!kd_format_available(format)) {
+        KD_WARN("cache", "reload id=%s: format %s is not in this build; using csr_scalar",
+                entry->meta.hex, kd_format_name(format));
+        format = KD_FMT_CSR_SCALAR;
+    }
+    kd_matrix_t *dev = NULL;
+    rc = kd_matrix_upload(server->ocl, csr, format, &dev, err);
+    kd_csr_free(csr);
+    if (rc != KD_OK)
+        return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
+    kd_store_set_device(server->store, entry, dev);
+    kd_store_count(server->store, KD_STORE_RELOADS);
+    KD_INFO("cache", "reload id=%s format=%s device_bytes=%zu ms=%.1f", entry->meta.hex,
+            kd_format_name(format), dev->device_bytes, (double)(kd_now_ns() - t0) / 1e6);
+    return KD_OK;
+}
+
+int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_store_entry_t **out,
+                 kd_err_t *err)
+{
+    *out = NULL;
+    kd_store_entry_t *entry = kd_store_lookup(server->store, id);
+    if (entry == NULL) {
+        char hex[KD_ID_HEX_LEN + 1];
+        kd_id_to_hex(id, hex);
+        return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
+    }
+    int rc;
+    if (entry->dev != NULL) {
+        kd_store_count(server->store, KD_STORE_HITS);
+    } else if ((rc = kd_cache_reload(server, entry, extra, err)) != KD_OK) {
+        return rc;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "the vectors of this request on matrix %s", entry->meta.hex);
+    rc = kd_cache_reserve(server, extra, entry, what, err);
+    if (rc != KD_OK)
+        return rc;
+    *out = entry;
+    return KD_OK;
+}
+
+/* ---- disk --------------------------------------------------------------------------------- */
+
+static int kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes, const char *hex,
+                                   kd_err_t *err)
+{
+    size_t limit = server->cfg.state_max_bytes;
+    if (limit == 0)
+        return KD_OK;
+    kd_store_totals_t t;
+    kd_store_totals(server->store, &t);
+    if (t.file_bytes <= limit && file_bytes <= limit - t.file_bytes)
+        return KD_OK;
+    if (t.pinned_file_bytes > limit || file_bytes > limit - t.pinned_file_bytes)
+        return kd_err_set(err, KD_ETOOLARGE,
+                          "matrix %s needs %zu bytes in the state directory; the limit is %zu "
+                          "bytes (--state-max-bytes), %zu of them held by pinned matrices",
+                          hex, file_bytes, limit, t.pinned_file_bytes);
+    size_t used = t.file_bytes;
+    while (used > limit || file_bytes > limit - used) {
+        kd_store_entry_t *victim = kd_store_lru_victim(server->store, NULL, 0);
+        if (victim == NULL)
+            return kd_err_set(err, KD_ETOOLARGE, "state directory full: nothing left to remove");
+        kd_err_t rerr = {0};
+        int rc = kd_state_remove(server->state, victim->meta.id, &rerr);
+        if (rc != KD_OK)
+            return kd_err_set(err, rc, "making room in the state directory: %s", rerr.message);
+        used -= victim->meta.file_bytes;
+        KD_INFO("cache", "forget id=%s file_bytes=%zu reason=\"--state-max-bytes\"",
+                victim->meta.hex, victim->meta.file_bytes);
+        kd_store_count(server->store, KD_STORE_DISK_EVICTIONS);
+        kd_store_entry_free(kd_store_remove(server->store, victim->meta.id));
+    }
+    return KD_OK;
+}
+
+int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr, kd_err_t *err)
+{
+    kd_matrix_meta_t *meta = &entry->meta;
+    char what[96];
+    snprintf(what, sizeof(what), "matrix %s (%s)", meta->hex, kd_format_name(meta->format));
+    size_t actual = entry->dev != NULL ? entry->dev->device_bytes : 0;
+    int rc = kd_cache_reserve(server, actual, NULL, what, err);
+    if (rc != KD_OK)
+        goto fail;
+    if (server->state != NULL) {
+        size_t file_bytes;
+        rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err);
+        if (rc == KD_OK)
+            rc = kd_cache_make_disk_room(server, file_bytes, meta->hex, err);
+        if (rc == KD_OK)
+            rc = kd_state_write(server->state, meta, csr, &file_bytes, err);
+        if (rc != KD_OK)
+            goto fail;
+        meta->stored = 1;
+        meta->file_bytes = file_bytes;
+    }
+    return kd_store_insert(server->store, entry); /* takes entry */
+fail:
+    kd_store_entry_free(entry);
+    return rc;
+}
+
+int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, int pinned, kd_err_t *err)
+{
+    if (pinned && entry->dev == NULL) {
+        kd_store_entry_t *loaded;
+        int rc = kd_cache_use(server, entry->meta.id, 0, &loaded, err);
+        if (rc != KD_OK)
+            return rc;
+    }
+    if (entry->meta.pinned == pinned)
+        return KD_OK;
+    kd_store_set_pinned(server->store, entry, pinned);
+    if (server->state != NULL && entry->meta.stored) {
+        kd_matrix_meta_t copy;
+        kd_store_get_meta(server->store, entry->meta.id, &copy);
+        int rc = kd_state_update_header(server->state, &copy, err);
+        if (rc != KD_OK) {
+            kd_store_set_pinned(server->store, entry, !pinned);
+            return kd_err_prefix(err, "recording the pin of matrix %s", entry->meta.hex);
+        }
+    }
+    KD_INFO("cache", "%s id=%s", pinned ? "pin" : "unpin", entry->meta.hex);
+    return KD_OK;
+}
+
+int kd_cache_drop(kd_server_t *server, const uint8_t id[16], kd_err_t *err)
+{
+    kd_store_entry_t *entry = kd_store_find(server->store, id);
+    if (entry == NULL) {
+        char hex[KD_ID_HEX_LEN + 1];
+        kd_id_to_hex(id, hex);
+        return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
+    }
+    if (server->state != NULL && entry->meta.stored) {
+        int rc = kd_state_remove(server->state, id, err);
+        if (rc != KD_OK)
+            return rc;
+    }
+    KD_INFO("store", "drop id=%s", entry->meta.hex);
+    kd_store_entry_free(kd_store_remove(server->store, id));
+    return KD_OK;
+}

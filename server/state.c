@@ -1,0 +1,719 @@
+/*
+ * Matrix files in the state directory (see state.h). The header is encoded field by field in
+ * little-endian at fixed offsets (not a struct dump), so the format does not depend on the
+ * compiler; docs/OPERATIONS.md has the table.
+ *
+ * Durability: write the temporary file, fsync it, rename it over the final name, fsync the
+ * directory. A reader trusts nothing: the header checksum, the file size against the shape, the
+ * payload checksum, the content hash against the id and the CSR structure are all checked, and a
+ * file that fails is moved to corrupt/ rather than deleted, so a person can look at it.
+ */
+#include "server/state.h"
+#include "common/checked.h"
+#include "common/log.h"
+#include "server/config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static const char kd_state_magic[8] = {'K', 'D', 'M', 'A', 'T', 'R', 'I', 'X'};
+
+/* Header offsets (docs/OPERATIONS.md). */
+enum {
+    KD_H_MAGIC = 0,
+    KD_H_VERSION = 8,
+    KD_H_HEADER_BYTES = 12,
+    KD_H_ID = 16,
+    KD_H_ROWS = 32,
+    KD_H_COLS = 40,
+    KD_H_NNZ = 48,
+    KD_H_DTYPE = 56,
+    KD_H_FORMAT = 60,
+    KD_H_FLAGS = 64,
+    KD_H_PAYLOAD_BYTES = 72,
+    KD_H_PAYLOAD_SUM = 80,
+    KD_H_DEVICE_BYTES = 88,
+    KD_H_CREATED = 96,
+    KD_H_STATS = 104, /* min_row, max_row, mean_row, stddev_row, empty_rows, nonfinite */
+    KD_H_NAME = 152,  /* KD_NAME_MAX bytes, NUL-padded */
+    KD_H_NCANDIDATES = 280,
+    KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
+    KD_H_CANDIDATE_BYTES = 112,
+    KD_H_CHECKSUM = KD_STATE_HEADER_BYTES - 8,
+};
+
+#define KD_FLAG_PINNED 1u
+
+_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_CHECKSUM,
+               "state header too small for the candidates");
+_Static_assert(KD_H_NAME + KD_NAME_MAX <= KD_H_NCANDIDATES, "state header: name overlaps");
+_Static_assert(sizeof(((kd_candidate_t *)0)->dropped) == 96, "candidate reason size changed");
+
+struct kd_state {
+    char dir[KD_PATH_MAX];
+    char matrices[KD_PATH_MAX + 16];
+    char corrupt[KD_PATH_MAX + 16];
+    int lock_fd;
+    size_t moved_aside;
+};
+
+/* ---- little-endian fields ----------------------------------------------------------------- */
+
+static void kd_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void kd_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void kd_put_f64(uint8_t *p, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    kd_put_u64(p, bits);
+}
+
+static uint32_t kd_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t kd_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static double kd_get_f64(const uint8_t *p)
+{
+    uint64_t bits = kd_get_u64(p);
+    double v;
+    memcpy(&v, &bits, 8);
+    return v;
+}
+
+/* ---- paths and directories ---------------------------------------------------------------- */
+
+void kd_state_path(const kd_state_t *state, const uint8_t id[16], char *buf, size_t cap)
+{
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(id, hex);
+    snprintf(buf, cap, "%s/%s.kdm", state->matrices, hex);
+}
+
+static void kd_state_tmp_path(const kd_state_t *state, const uint8_t id[16], char *buf, size_t cap)
+{
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(id, hex);
+    snprintf(buf, cap, "%s/.%s.tmp", state->matrices, hex);
+}
+
+const char *kd_state_dir(const kd_state_t *state)
+{
+    return state->dir;
+}
+
+size_t kd_state_moved_aside(const kd_state_t *state)
+{
+    return state->moved_aside;
+}
+
+static int kd_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int kd_mkdir(const char *path, kd_err_t *err)
+{
+    if (mkdir(path, 0750) != 0 && errno != EEXIST)
+        return kd_err_set(err, KD_EIO, "cannot create %s: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return kd_err_set(err, KD_EIO, "%s is not a directory", path);
+    return KD_OK;
+}
+
+int kd_state_open(const char *dir, kd_state_t **out, kd_err_t *err)
+{
+    *out = NULL;
+    if (strlen(dir) >= KD_PATH_MAX - 64)
+        return kd_err_set(err, KD_EIO, "state dir path is too long");
+    kd_state_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory");
+    s->lock_fd = -1;
+    snprintf(s->dir, sizeof(s->dir), "%s", dir);
+    snprintf(s->matrices, sizeof(s->matrices), "%s/matrices", dir);
+    snprintf(s->corrupt, sizeof(s->corrupt), "%s/corrupt", dir);
+    int rc = kd_mkdir(s->dir, err);
+    if (rc == KD_OK)
+        rc = kd_mkdir(s->matrices, err);
+    if (rc != KD_OK)
+        goto fail;
+    char lock[KD_PATH_MAX + 16];
+    snprintf(lock, sizeof(lock), "%s/lock", dir);
+    s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (s->lock_fd < 0) {
+        rc = kd_err_set(err, KD_EIO, "cannot open %s: %s", lock, strerror(errno));
+        goto fail;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = kd_err_set(err, KD_EIO, "state dir %s is in use by another krylovd (%s is locked)",
+                        dir, lock);
+        goto fail;
+    }
+    *out = s;
+    return KD_OK;
+fail:
+    kd_state_close(s);
+    return rc;
+}
+
+void kd_state_close(kd_state_t *state)
+{
+    if (state == NULL)
+        return;
+    if (state->lock_fd >= 0)
+        close(state->lock_fd);
+    free(state);
+}
+
+/* ---- sizes and the header ----------------------------------------------------------------- */
+
+static int kd_payload_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out)
+{
+    size_t ptr, idx, val, sum;
+    if (rows < 0 || nnz < 0 || kd_mul_overflow((size_t)rows + 1, 4, &ptr) ||
+        kd_mul_overflow((size_t)nnz, 4, &idx) ||
+        kd_mul_overflow((size_t)nnz, kd_dtype_size(dtype), &val) ||
+        kd_add_overflow(ptr, idx, &sum) || kd_add_overflow(sum, val, out))
+        return -1;
+    return 0;
+}
+
+int kd_state_file_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out, kd_err_t *err)
+{
+    size_t payload;
+    if (kd_payload_size(rows, nnz, dtype, &payload) != 0 ||
+        kd_add_overflow(payload, KD_STATE_HEADER_BYTES, out))
+        return kd_err_set(err, KD_ETOOLARGE, "a %lld-row matrix with %lld nonzeros is too large",
+                          (long long)rows, (long long)nnz);
+    return KD_OK;
+}
+
+static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, uint64_t sum,
+                             uint64_t created_unix, uint8_t h[KD_STATE_HEADER_BYTES])
+{
+    memset(h, 0, KD_STATE_HEADER_BYTES);
+    memcpy(h + KD_H_MAGIC, kd_state_magic, 8);
+    kd_put_u32(h + KD_H_VERSION, KD_STATE_VERSION);
+    kd_put_u32(h + KD_H_HEADER_BYTES, KD_STATE_HEADER_BYTES);
+    memcpy(h + KD_H_ID, m->id, 16);
+    kd_put_u64(h + KD_H_ROWS, (uint64_t)m->rows);
+    kd_put_u64(h + KD_H_COLS, (uint64_t)m->cols);
+    kd_put_u64(h + KD_H_NNZ, (uint64_t)m->nnz);
+    kd_put_u32(h + KD_H_DTYPE, (uint32_t)m->dtype);
+    kd_put_u32(h + KD_H_FORMAT, (uint32_t)m->format);
+    kd_put_u32(h + KD_H_FLAGS, m->pinned ? KD_FLAG_PINNED : 0u);
+    kd_put_u64(h + KD_H_PAYLOAD_BYTES, payload_bytes);
+    kd_put_u64(h + KD_H_PAYLOAD_SUM, sum);
+    kd_put_u64(h + KD_H_DEVICE_BYTES, (uint64_t)m->device_bytes);
+    kd_put_u64(h + KD_H_CREATED, created_unix);
+    uint8_t *st = h + KD_H_STATS;
+    kd_put_u64(st, (uint64_t)m->stats.min_row);
+    kd_put_u64(st + 8, (uint64_t)m->stats.max_row);
+    kd_put_f64(st + 16, m->stats.mean_row);
+    kd_put_f64(st + 24, m->stats.stddev_row);
+    kd_put_u64(st + 32, (uint64_t)m->stats.empty_rows);
+    kd_put_u64(st + 40, (uint64_t)m->stats.nonfinite);
+    memcpy(h + KD_H_NAME, m->name, strnlen(m->name, KD_NAME_MAX - 1));
+    int nc =
+        m->ncandidates < 0 ? 0 : (m->ncandidates > KD_FMT_COUNT ? KD_FMT_COUNT : m->ncandidates);
+    kd_put_u32(h + KD_H_NCANDIDATES, (uint32_t)nc);
+    for (int i = 0; i < nc; i++) {
+        uint8_t *c = h + KD_H_CANDIDATES + i * KD_H_CANDIDATE_BYTES;
+        kd_put_u32(c, (uint32_t)m->candidates[i].format);
+        kd_put_f64(c + 8, m->candidates[i].time_ms);
+        const char *why = m->candidates[i].dropped;
+        memcpy(c + 16, why, strnlen(why, sizeof(m->candidates[i].dropped) - 1));
+    }
+    kd_put_u64(h + KD_H_CHECKSUM, XXH3_64bits(h, KD_H_CHECKSUM));
+}
+
+/* Decode and check a header; *sum and *payload_bytes get the payload's checksum and size. */
+static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_meta_t *m,
+                            uint64_t *payload_bytes, uint64_t *sum, kd_err_t *err)
+{
+    if (memcmp(h + KD_H_MAGIC, kd_state_magic, 8) != 0)
+        return kd_err_set(err, KD_EIO, "not a krylovd matrix file (bad magic)");
+    uint32_t version = kd_get_u32(h + KD_H_VERSION);
+    if (version != KD_STATE_VERSION)
+        return kd_err_set(err, KD_EIO, "file format version %u, this krylovd reads %u", version,
+                          KD_STATE_VERSION);
+    if (kd_get_u32(h + KD_H_HEADER_BYTES) != KD_STATE_HEADER_BYTES)
+        return kd_err_set(err, KD_EIO, "header size %u, expected %u",
+                          kd_get_u32(h + KD_H_HEADER_BYTES), KD_STATE_HEADER_BYTES);
+    if (kd_get_u64(h + KD_H_CHECKSUM) != XXH3_64bits(h, KD_H_CHECKSUM))
+        return kd_err_set(err, KD_EIO, "header checksum mismatch");
+    memset(m, 0, sizeof(*m));
+    memcpy(m->id, h + KD_H_ID, 16);
+    kd_id_to_hex(m->id, m->hex);
+    m->rows = (int64_t)kd_get_u64(h + KD_H_ROWS);
+    m->cols = (int64_t)kd_get_u64(h + KD_H_COLS);
+    m->nnz = (int64_t)kd_get_u64(h + KD_H_NNZ);
+    uint32_t dtype = kd_get_u32(h + KD_H_DTYPE), format = kd_get_u32(h + KD_H_FORMAT);
+    if (dtype != KD_DTYPE_F64 && dtype != KD_DTYPE_F32)
+        return kd_err_set(err, KD_EIO, "bad value type %u", dtype);
+    if (format >= KD_FMT_COUNT)
+        return kd_err_set(err, KD_EIO, "bad format %u", format);
+    m->dtype = (kd_dtype_t)dtype;
+    m->format = (kd_format_t)format;
+    kd_err_t shape_err = {0};
+    if (kd_csr_check_shape(m->rows, m->cols, m->nnz, NULL, &shape_err) != KD_OK)
+        return kd_err_set(err, KD_EIO, "bad shape: %s", shape_err.message);
+    m->pinned = (kd_get_u32(h + KD_H_FLAGS) & KD_FLAG_PINNED) != 0;
+    *payload_bytes = kd_get_u64(h + KD_H_PAYLOAD_BYTES);
+    *sum = kd_get_u64(h + KD_H_PAYLOAD_SUM);
+    size_t expect;
+    if (kd_payload_size(m->rows, m->nnz, m->dtype, &expect) != 0 || expect != *payload_bytes)
+        return kd_err_set(err, KD_EIO, "payload size %llu does not match the shape",
+                          (unsigned long long)*payload_bytes);
+    m->device_bytes = (size_t)kd_get_u64(h + KD_H_DEVICE_BYTES);
+    const uint8_t *st = h + KD_H_STATS;
+    m->stats.min_row = (int64_t)kd_get_u64(st);
+    m->stats.max_row = (int64_t)kd_get_u64(st + 8);
+    m->stats.mean_row = kd_get_f64(st + 16);
+    m->stats.stddev_row = kd_get_f64(st + 24);
+    m->stats.empty_rows = (int64_t)kd_get_u64(st + 32);
+    m->stats.nonfinite = (int64_t)kd_get_u64(st + 40);
+    if (memchr(h + KD_H_NAME, '\0', KD_NAME_MAX) == NULL)
+        return kd_err_set(err, KD_EIO, "name is not terminated");
+    memcpy(m->name, h + KD_H_NAME, KD_NAME_MAX);
+    uint32_t nc = kd_get_u32(h + KD_H_NCANDIDATES);
+    if (nc > KD_FMT_COUNT)
+        return kd_err_set(err, KD_EIO, "%u format candidates", nc);
+    m->ncandidates = (int)nc;
+    for (uint32_t i = 0; i < nc; i++) {
+        const uint8_t *c = h + KD_H_CANDIDATES + i * KD_H_CANDIDATE_BYTES;
+        uint32_t f = kd_get_u32(c);
+        if (f >= KD_FMT_COUNT)
+            return kd_err_set(err, KD_EIO, "bad candidate format %u", f);
+        m->candidates[i].format = (kd_format_t)f;
+        m->candidates[i].time_ms = kd_get_f64(c + 8);
+        memcpy(m->candidates[i].dropped, c + 16, sizeof(m->candidates[i].dropped));
+        m->candidates[i].dropped[sizeof(m->candidates[i].dropped) - 1] = '\0';
+    }
+    m->stored = 1;
+    return KD_OK;
+}
+
+/* ---- I/O helpers -------------------------------------------------------------------------- */
+
+static int kd_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? (size_t)1 << 30 : len;
+        ssize_t n = write(fd, p, chunk);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* 0, or -1 with errno (0 for a short file). */
+static int kd_pread_all(int fd, void *data, size_t len, uint64_t offset)
+{
+    char *p = data;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? (size_t)1 << 30 : len;
+        ssize_t n = pread(fd, p, chunk, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (n == 0) {
+            errno = 0;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* XXH3-64 of the three arrays, chained: each array's hash seeds the next one's. */
+static uint64_t kd_payload_checksum(const kd_csr_t *csr)
+{
+    uint64_t sum = XXH3_64bits(csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    sum = XXH3_64bits_withSeed(csr->indices, (size_t)csr->nnz * sizeof(int32_t), sum);
+    return XXH3_64bits_withSeed(csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype), sum);
+}
+
+/* Write header + the given payload pieces to tmp, fsync, rename to path, fsync the directory. */
+static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
+                           const uint8_t *header, int src_fd, const kd_csr_t *csr,
+                           uint64_t payload_bytes, kd_err_t *err)
+{
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return kd_err_set(err, KD_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    int bad = kd_write_all(fd, header, KD_STATE_HEADER_BYTES) != 0;
+    if (!bad && csr != NULL) {
+        bad = kd_write_all(fd, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)) != 0 ||
+              kd_write_all(fd, csr->indices, (size_t)csr->nnz * sizeof(int32_t)) != 0 ||
+              kd_write_all(fd, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)) != 0;
+    } else if (!bad && src_fd >= 0) {
+        char buf[1 << 16];
+        uint64_t off = KD_STATE_HEADER_BYTES, left = payload_bytes;
+        while (!bad && left > 0) {
+            size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
+            if (kd_pread_all(src_fd, buf, n, off) != 0) {
+                if (errno == 0)
+                    errno = EIO;
+                bad = 1;
+                break;
+            }
+            bad = kd_write_all(fd, buf, n) != 0;
+            off += n;
+            left -= n;
+        }
+    }
+    if (!bad)
+        bad = fsync(fd) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
+    if (bad) {
+        unlink(tmp);
+        return kd_err_set(err, KD_EIO, "cannot write %s: %s", tmp, strerror(saved));
+    }
+    if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        return kd_err_set(err, KD_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(saved));
+    }
+    if (kd_fsync_dir(state->matrices) != 0)
+        return kd_err_set(err, KD_EIO, "cannot fsync %s: %s", state->matrices, strerror(errno));
+    return KD_OK;
+}
+
+int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr_t *csr,
+                   size_t *file_bytes, kd_err_t *err)
+{
+    size_t payload;
+    if (kd_payload_size(csr->rows, csr->nnz, csr->dtype, &payload) != 0)
+        return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
+    uint8_t header[KD_STATE_HEADER_BYTES];
+    kd_header_encode(meta, payload, kd_payload_checksum(csr), (uint64_t)time(NULL), header);
+    char path[KD_PATH_MAX + 64], tmp[KD_PATH_MAX + 64];
+    kd_state_path(state, meta->id, path, sizeof(path));
+    kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
+    int rc = kd_state_commit(state, tmp, path, header, -1, csr, payload, err);
+    if (rc == KD_OK)
+        *file_bytes = payload + KD_STATE_HEADER_BYTES;
+    return rc;
+}
+
+/* Open path and check its header and size. On KD_OK, *fd is open (the caller closes it) and meta,
+ * *payload and *sum are filled. A readable but wrong file sets *corrupt. */
+static int kd_state_open_checked(const char *path, int *fd_out, kd_matrix_meta_t *meta,
+                                 uint64_t *payload, uint64_t *sum, int *corrupt, kd_err_t *err)
+{
+    *corrupt = 0;
+    *fd_out = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kd_err_set(err, errno == ENOENT ? KD_ENOTFOUND : KD_EIO, "cannot open %s: %s", path,
+                          strerror(errno));
+    uint8_t h[KD_STATE_HEADER_BYTES];
+    struct stat st;
+    int rc = KD_OK;
+    if (fstat(fd, &st) != 0) {
+        rc = kd_err_set(err, KD_EIO, "cannot stat %s: %s", path, strerror(errno));
+    } else if (kd_pread_all(fd, h, sizeof(h), 0) != 0) {
+        if (errno != 0) {
+            rc = kd_err_set(err, KD_EIO, "cannot read %s: %s", path, strerror(errno));
+        } else {
+            *corrupt = 1;
+            rc = kd_err_set(err, KD_EIO, "truncated: %lld bytes, shorter than the header",
+                            (long long)st.st_size);
+        }
+    } else if ((rc = kd_header_decode(h, meta, payload, sum, err)) != KD_OK) {
+        *corrupt = 1;
+    } else if ((uint64_t)st.st_size != *payload + KD_STATE_HEADER_BYTES) {
+        *corrupt = 1;
+        rc = kd_err_set(
+            err, KD_EIO, "%s: %lld bytes, the header says %llu",
+            (uint64_t)st.st_size < *payload + KD_STATE_HEADER_BYTES ? "truncated" : "wrong size",
+            (long long)st.st_size, (unsigned long long)(*payload + KD_STATE_HEADER_BYTES));
+    } else {
+        meta->file_bytes = (size_t)st.st_size;
+    }
+    if (rc != KD_OK) {
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    return KD_OK;
+}
+
+int kd_state_read_header(const char *path, kd_matrix_meta_t *meta, size_t *file_bytes, int *corrupt,
+                         kd_err_t *err)
+{
+    int fd;
+    uint64_t payload, sum;
+    int rc = kd_state_open_checked(path, &fd, meta, &payload, &sum, corrupt, err);
+    if (rc != KD_OK)
+        return rc;
+    close(fd);
+    *file_bytes = meta->file_bytes;
+    return KD_OK;
+}
+
+/* Move a bad file to corrupt/<name>.<unix time> and log why. */
+static void kd_state_move_aside(kd_state_t *state, const char *path, const char *name,
+                                const char *why)
+{
+    kd_err_t err = {0};
+    char dest[KD_PATH_MAX + 160];
+    if (kd_mkdir(state->corrupt, &err) != KD_OK) {
+        KD_ERROR("state", "corrupt file %s (%s) left in place: %s", path, why, err.message);
+        return;
+    }
+    struct stat st;
+    for (int n = 0;; n++) { /* never overwrite an earlier corrupt copy */
+        snprintf(dest, sizeof(dest), "%s/%s.%lld.%d", state->corrupt, name, (long long)time(NULL),
+                 n);
+        if (stat(dest, &st) != 0 || n >= 1000)
+            break;
+    }
+    if (rename(path, dest) != 0) {
+        KD_ERROR("state", "corrupt file %s (%s) left in place: rename: %s", path, why,
+                 strerror(errno));
+        return;
+    }
+    kd_fsync_dir(state->matrices);
+    kd_fsync_dir(state->corrupt);
+    state->moved_aside++;
+    KD_ERROR("state", "corrupt matrix file moved aside path=%s to=%s reason=\"%s\"", path, dest,
+             why);
+}
+
+/* Check the CSR structure of a loaded payload. */
+static int kd_state_check_csr(const kd_csr_t *m)
+{
+    if (m->indptr[0] != 0 || m->indptr[m->rows] != m->nnz)
+        return -1;
+    for (int64_t r = 0; r < m->rows; r++) {
+        if (m->indptr[r + 1] < m->indptr[r])
+            return -1;
+        for (int32_t k = m->indptr[r]; k < m->indptr[r + 1]; k++)
+            if (m->indices[k] < 0 || m->indices[k] >= m->cols ||
+                (k > m->indptr[r] && m->indices[k] <= m->indices[k - 1]))
+                return -1;
+    }
+    return 0;
+}
+
+/* Read the payload of an open, header-checked file into a new CSR and check it against the header
+ * and the id. KD_OK; KD_EIO with *corrupt for a failed check; KD_EIO / KD_ENOMEM otherwise. */
+static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum,
+                                 const uint8_t id[16], kd_csr_t **out, int *corrupt, kd_err_t *err)
+{
+    kd_csr_t *csr = NULL;
+    int rc = kd_csr_alloc(m->rows, m->cols, m->nnz, m->dtype, &csr, err);
+    if (rc != KD_OK)
+        return rc;
+    size_t ptr = ((size_t)m->rows + 1) * 4, idx = (size_t)m->nnz * 4,
+           val = (size_t)m->nnz * kd_dtype_size(m->dtype);
+    uint64_t off = KD_STATE_HEADER_BYTES;
+    uint8_t check[16];
+    if (kd_pread_all(fd, csr->indptr, ptr, off) != 0 ||
+        (idx > 0 && kd_pread_all(fd, csr->indices, idx, off + ptr) != 0) ||
+        (val > 0 && kd_pread_all(fd, csr->values, val, off + ptr + idx) != 0)) {
+        *corrupt = errno == 0; /* it shrank since the header was read */
+        rc = kd_err_set(err, KD_EIO, "%s", errno == 0 ? "truncated" : strerror(errno));
+    } else if (memcmp(m->id, id, 16) != 0) {
+        *corrupt = 1;
+        rc = kd_err_set(err, KD_EIO, "the header names matrix %s", m->hex);
+    } else if (kd_payload_checksum(csr) != sum) {
+        *corrupt = 1;
+        rc = kd_err_set(err, KD_EIO, "payload checksum mismatch");
+    } else if (kd_state_check_csr(csr) != 0) {
+        *corrupt = 1;
+        rc = kd_err_set(err, KD_EIO, "the stored arrays are not a canonical CSR matrix");
+    } else if (kd_csr_hash(csr, check) != KD_OK) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+    } else if (memcmp(check, id, 16) != 0) {
+        *corrupt = 1;
+        rc = kd_err_set(err, KD_EIO, "content hash does not match the id");
+    }
+    if (rc != KD_OK) {
+        kd_csr_free(csr);
+        return rc;
+    }
+    *out = csr;
+    return KD_OK;
+}
+
+int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
+{
+    *out = NULL;
+    char path[KD_PATH_MAX + 64], name[KD_ID_HEX_LEN + 8], hex[KD_ID_HEX_LEN + 1];
+    kd_state_path(state, id, path, sizeof(path));
+    kd_id_to_hex(id, hex);
+    snprintf(name, sizeof(name), "%s.kdm", hex);
+    kd_matrix_meta_t m;
+    uint64_t payload, sum;
+    int fd, corrupt = 0;
+    kd_err_t why = {0};
+    int rc = kd_state_open_checked(path, &fd, &m, &payload, &sum, &corrupt, &why);
+    if (rc == KD_OK) {
+        rc = kd_state_read_payload(fd, &m, sum, id, out, &corrupt, &why);
+        close(fd);
+    }
+    if (rc == KD_OK)
+        return KD_OK;
+    if (!corrupt)
+        return kd_err_set(err, rc, "loading matrix %s from %s: %s", hex, path, why.message);
+    kd_state_move_aside(state, path, name, why.message);
+    return kd_err_set(err, KD_ENOTFOUND,
+                      "the stored copy of matrix %s failed its check (%s) and was moved to %s; "
+                      "upload it again",
+                      hex, why.message, state->corrupt);
+}
+
+int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_err_t *err)
+{
+    char path[KD_PATH_MAX + 64], tmp[KD_PATH_MAX + 64];
+    kd_state_path(state, meta->id, path, sizeof(path));
+    kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return kd_err_set(err, errno == ENOENT ? KD_ENOTFOUND : KD_EIO, "cannot open %s: %s", path,
+                          strerror(errno));
+    uint8_t old[KD_STATE_HEADER_BYTES], header[KD_STATE_HEADER_BYTES];
+    kd_matrix_meta_t disk;
+    uint64_t payload, sum;
+    kd_err_t derr = {0};
+    if (kd_pread_all(fd, old, sizeof(old), 0) != 0 ||
+        kd_header_decode(old, &disk, &payload, &sum, &derr) != KD_OK) {
+        close(fd);
+        return kd_err_set(err, KD_EIO, "cannot update %s: the header does not read back (%s)", path,
+                          derr.message[0] ? derr.message : strerror(errno));
+    }
+    kd_header_encode(meta, payload, sum, kd_get_u64(old + KD_H_CREATED), header);
+    int rc = kd_state_commit(state, tmp, path, header, fd, NULL, payload, err);
+    close(fd);
+    return rc;
+}
+
+int kd_state_remove(kd_state_t *state, const uint8_t id[16], kd_err_t *err)
+{
+    char path[KD_PATH_MAX + 64];
+    kd_state_path(state, id, path, sizeof(path));
+    if (unlink(path) != 0 && errno != ENOENT)
+        return kd_err_set(err, KD_EIO, "cannot remove %s: %s", path, strerror(errno));
+    kd_fsync_dir(state->matrices);
+    return KD_OK;
+}
+
+/* "<32 hex>.kdm" -> id */
+static int kd_state_parse_name(const char *name, uint8_t id[16])
+{
+    size_t len = strlen(name);
+    if (len != KD_ID_HEX_LEN + 4 || strcmp(name + KD_ID_HEX_LEN, ".kdm") != 0)
+        return -1;
+    return kd_id_from_hex(name, KD_ID_HEX_LEN, id);
+}
+
+int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_scan_totals_t *totals,
+                  kd_err_t *err)
+{
+    memset(totals, 0, sizeof(*totals));
+    DIR *d = opendir(state->matrices);
+    if (d == NULL)
+        return kd_err_set(err, KD_EIO, "cannot read %s: %s", state->matrices, strerror(errno));
+    struct dirent *de;
+    int stop = 0;
+    while (!stop && (de = readdir(d)) != NULL) {
+        const char *name = de->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+            continue;
+        char path[KD_PATH_MAX + 300];
+        snprintf(path, sizeof(path), "%s/%s", state->matrices, name);
+        size_t len = strlen(name);
+        if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
+            if (unlink(path) == 0) {
+                totals->temporary++;
+                KD_WARN("state", "removed an interrupted write path=%s", path);
+            }
+            continue;
+        }
+        uint8_t id[16];
+        if (kd_state_parse_name(name, id) != 0) {
+            totals->ignored++;
+            KD_WARN("state", "ignoring a file that is not a matrix path=%s", path);
+            continue;
+        }
+        kd_matrix_meta_t meta;
+        size_t file_bytes = 0;
+        int corrupt = 0;
+        kd_err_t why = {0};
+        int rc = kd_state_read_header(path, &meta, &file_bytes, &corrupt, &why);
+        if (rc == KD_OK && memcmp(meta.id, id, 16) != 0) {
+            corrupt = 1;
+            kd_err_set(&why, KD_EIO, "the header names matrix %s", meta.hex);
+            rc = KD_EIO;
+        }
+        if (rc != KD_OK) {
+            if (corrupt) {
+                totals->corrupt++;
+                kd_state_move_aside(state, path, name, why.message);
+            } else {
+                KD_ERROR("state", "cannot read path=%s: %s", path, why.message);
+            }
+            continue;
+        }
+        struct stat st;
+        int64_t mtime = stat(path, &st) == 0 ? (int64_t)st.st_mtime : 0;
+        totals->good++;
+        stop = fn(ctx, &meta, file_bytes, mtime);
+    }
+    closedir(d);
+    return KD_OK;
+}

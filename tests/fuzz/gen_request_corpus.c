@@ -1,0 +1,153 @@
+/*
+ * Writes the seed corpus of fuzz_request (tests/fuzz/corpus/request/): one well-formed request
+ * per method and upload form, a few near misses, and two requests glued together. Run from the
+ * fuzz build: `build-fuzz/bin/gen_request_corpus tests/fuzz/corpus/request`.
+ */
+#include "protocol/writer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *dir;
+
+static void save(const char *name, kd_writer_t *w)
+{
+    size_t len;
+    void *bytes = kd_writer_release(w, &len);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(bytes, 1, len, f) != len) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+    free(bytes);
+}
+
+static void begin(kd_writer_t *w, uint64_t msgid, const char *method, uint32_t n)
+{
+    kd_writer_init(w);
+    kd_w_request_begin(w, msgid, method);
+    kd_w_array(w, 1);
+    kd_w_map(w, n);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen_request_corpus DIR\n");
+        return 2;
+    }
+    dir = argv[1];
+    static const char id[] = "0123456789abcdef0123456789ABCDEF";
+    int32_t ptr[4] = {0, 2, 3, 4}, idx[4] = {0, 2, 1, 0};
+    double val[4] = {4, -1, 4, 2}, x[3] = {1, 2, 3};
+    kd_writer_t w;
+
+    begin(&w, 1, "matrix.put", 8);
+    kd_w_kv_int(&w, "rows", 3);
+    kd_w_kv_int(&w, "cols", 3);
+    kd_w_kv_bin(&w, "indptr", ptr, sizeof(ptr));
+    kd_w_kv_bin(&w, "indices", idx, sizeof(idx));
+    kd_w_kv_bin(&w, "values", val, sizeof(val));
+    kd_w_kv_str(&w, "name", "seed");
+    kd_w_kv_bool(&w, "pin", 1);
+    kd_w_kv_int(&w, "timeout_ms", 1000);
+    save("put_csr", &w);
+
+    begin(&w, 2, "matrix.put", 7);
+    kd_w_kv_int(&w, "rows", 3);
+    kd_w_kv_int(&w, "cols", 3);
+    kd_w_kv_str(&w, "index_dtype", "int32");
+    kd_w_kv_str(&w, "dtype", "float32");
+    kd_w_str(&w, "row");
+    kd_w_array(&w, 3);
+    kd_w_int(&w, 0);
+    kd_w_int(&w, 1);
+    kd_w_int(&w, 2);
+    kd_w_str(&w, "col");
+    kd_w_array(&w, 3);
+    kd_w_int(&w, 2);
+    kd_w_int(&w, 1);
+    kd_w_int(&w, 0);
+    kd_w_str(&w, "values");
+    kd_w_array(&w, 3);
+    kd_w_double(&w, 1.5);
+    kd_w_int(&w, 2);
+    kd_w_double(&w, -3.25);
+    save("put_coo_arrays", &w);
+
+    begin(&w, 3, "matrix.put", 2);
+    kd_w_kv_str(&w, "mtx",
+                "%%MatrixMarket matrix coordinate real symmetric\n2 2 2\n1 1 4\n2 1 1\n");
+    kd_w_kv_str(&w, "format", "csr_scalar");
+    save("put_mtx", &w);
+
+    begin(&w, 4, "spmv", 6);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "x", x, sizeof(x));
+    kd_w_kv_bin(&w, "y", x, sizeof(x));
+    kd_w_kv_double(&w, "alpha", 2.0);
+    kd_w_kv_double(&w, "beta", -0.5);
+    kd_w_kv_str(&w, "dtype", "f8");
+    save("spmv", &w);
+
+    begin(&w, 5, "solve", 10);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, sizeof(x));
+    kd_w_kv_bin(&w, "x0", x, sizeof(x));
+    kd_w_kv_str(&w, "method", "pcg");
+    kd_w_kv_str(&w, "preconditioner", "jacobi");
+    kd_w_kv_double(&w, "rtol", 1e-8);
+    kd_w_kv_int(&w, "maxiter", 100);
+    kd_w_kv_int(&w, "check_every", 4);
+    kd_w_kv_bool(&w, "history", 1);
+    kd_w_kv_bool(&w, "progress", 1);
+    save("solve", &w);
+
+    begin(&w, 6, "solve", 3);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_int(&w, "nrhs", 3);
+    kd_w_str(&w, "b");
+    kd_w_array(&w, 3);
+    kd_w_double(&w, 1);
+    kd_w_double(&w, 2);
+    kd_w_double(&w, 3);
+    save("solve_nrhs", &w);
+
+    begin(&w, 7, "matrix.info", 1);
+    kd_w_kv_str(&w, "id", id);
+    save("info", &w);
+    begin(&w, 8, "matrix.pin", 2);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bool(&w, "pinned", 0);
+    save("pin", &w);
+    begin(&w, 9, "matrix.drop", 1);
+    kd_w_kv_str(&w, "id", id);
+    save("drop", &w);
+    begin(&w, 10, "job.cancel", 1);
+    kd_w_kv_uint(&w, "msgid", 5);
+    save("cancel", &w);
+
+    kd_writer_init(&w);
+    kd_w_request_begin(&w, 11, "server.status");
+    kd_w_array(&w, 0);
+    kd_w_request_begin(&w, 12, "matrix.list");
+    kd_w_nil(&w);
+    save("status_then_list", &w);
+
+    begin(&w, 13, "spmv", 2);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "x", x, 13); /* not whole float64 values */
+    save("bad_bin_length", &w);
+
+    kd_writer_init(&w);
+    kd_w_array(&w, 3);
+    kd_w_int(&w, 2);
+    kd_w_str(&w, "solve.progress");
+    kd_w_array(&w, 0);
+    save("notification", &w);
+    return 0;
+}

@@ -1,0 +1,166 @@
+/*
+ * krylovd's configuration (server/config.c): defaults are the documented safe ones; a config file
+ * with comments, blank lines and quoted values sets every kind of key; options on the command
+ * line override the file whatever their order; the device-memory budget takes a size or a
+ * percentage; and each bad input — an unknown key, a bad number, a line without `=`, a missing
+ * file, an option without a value — is refused with a message naming the key (and the file's
+ * line).
+ */
+#include "kd_test.h"
+#include "server/config.h"
+
+static char dir[256];
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int parse(kd_config_t *cfg, kd_err_t *err, int argc, const char **argv)
+{
+    kd_config_defaults(cfg);
+    memset(err, 0, sizeof(*err));
+    return kd_config_parse_args(cfg, argc, (char **)argv, err);
+}
+
+static void test_defaults(void)
+{
+    kd_config_t c;
+    kd_config_defaults(&c);
+    CHECK_EQ_INT(c.max_message, (size_t)1 << 30);
+    CHECK_EQ_INT(c.max_connections, 1024);
+    CHECK_EQ_INT(c.queue_depth, 256);
+    CHECK_EQ_INT(c.max_connection_jobs, 64);
+    CHECK_EQ_INT(c.max_pending_write, (size_t)64 << 20);
+    CHECK_EQ_INT(c.idle_timeout_ms, 600000);
+    CHECK_EQ_INT(c.message_timeout_ms, 120000);
+    CHECK_EQ_INT(c.shutdown_grace_ms, 10000);
+    CHECK(c.device_memory_percent == 90.0);
+    CHECK_EQ_INT(c.device_memory_bytes, 0);
+    CHECK_EQ_INT(c.state_max_bytes, 0);
+}
+
+static void test_file_and_overrides(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/krylovd.conf", dir);
+    write_file(path, "# krylovd settings\n"
+                     "\n"
+                     "listen = 0.0.0.0:9000   # all interfaces\n"
+                     "state-dir = \"/var/lib/krylovd state\"\n"
+                     "  queue-depth=12\n"
+                     "max-message = 16M\n"
+                     "device-memory = 75%\n"
+                     "state-max-bytes = 2G\n"
+                     "idle-timeout-ms = 0\n"
+                     "message-timeout-ms = 5000\n"
+                     "max-jobs-per-connection = 3\n"
+                     "log-level = debug\n"
+                     "--max-connections = 10\n");
+    kd_config_t c;
+    kd_err_t err;
+    const char *argv[] = {"krylovd", "--queue-depth", "99", "--config", path, "--device-memory=2G"};
+    REQUIRE(parse(&c, &err, 6, argv) == 0);
+    CHECK(strcmp(c.listen, "0.0.0.0:9000") == 0);
+    CHECK(strcmp(c.state_dir, "/var/lib/krylovd state") == 0);
+    CHECK_EQ_INT(c.queue_depth, 99); /* the command line wins, even given before --config */
+    CHECK_EQ_INT(c.max_message, 16 << 20);
+    CHECK_EQ_INT(c.device_memory_bytes, (size_t)2 << 30);
+    CHECK_EQ_INT(c.state_max_bytes, (size_t)2 << 30);
+    CHECK_EQ_INT(c.idle_timeout_ms, 0);
+    CHECK_EQ_INT(c.message_timeout_ms, 5000);
+    CHECK_EQ_INT(c.max_connection_jobs, 3);
+    CHECK_EQ_INT(c.max_connections, 10);
+    CHECK_EQ_INT(c.log_level, KD_LOG_DEBUG);
+    CHECK(strcmp(c.config_file, path) == 0);
+
+    const char *argv2[] = {"krylovd", "--config=" /* filled below */};
+    char opt[320];
+    snprintf(opt, sizeof(opt), "--config=%s", path);
+    argv2[1] = opt;
+    REQUIRE(parse(&c, &err, 2, argv2) == 0);
+    CHECK_EQ_INT(c.queue_depth, 12);
+    CHECK(c.device_memory_percent == 75.0);
+    CHECK_EQ_INT(c.device_memory_bytes, 0);
+}
+
+static void test_device_memory_values(void)
+{
+    kd_config_t c;
+    kd_err_t err;
+    const char *ok[] = {"50%", "100%", "0.5%", "512M", "1073741824"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        const char *argv[] = {"krylovd", "--device-memory", ok[i]};
+        CHECK_MSG(parse(&c, &err, 3, argv) == 0, "%s: %s", ok[i], err.message);
+    }
+    const char *bad[] = {"0%", "101%", "-5%", "%", "lots", "0", "12X"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[] = {"krylovd", "--device-memory", bad[i]};
+        CHECK_MSG(parse(&c, &err, 3, argv) == KD_EBADREQ, "%s accepted", bad[i]);
+        CHECK_STR_CONTAINS(err.message, "device-memory");
+    }
+}
+
+static void test_bad_input(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/bad.conf", dir);
+    kd_config_t c;
+    kd_err_t err;
+    char opt[320];
+    snprintf(opt, sizeof(opt), "--config=%s", path);
+    const char *argv[] = {"krylovd", opt};
+
+    write_file(path, "listen = 127.0.0.1:1\n# fine so far\nqueue-dept = 3\n");
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, ":3: unknown key 'queue-dept'");
+
+    write_file(path, "queue-depth = many\n");
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, ":1: queue-depth: 'many' is not a number");
+
+    write_file(path, "\n\njust words\n");
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, ":3: expected `key = value`");
+
+    write_file(path, "config = /etc/other.conf\n");
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "not allowed");
+
+    snprintf(opt, sizeof(opt), "--config=%s/missing.conf", dir);
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EIO);
+    CHECK_STR_CONTAINS(err.message, "missing.conf");
+
+    const char *a1[] = {"krylovd", "--queue-depth"};
+    CHECK_EQ_INT(parse(&c, &err, 2, a1), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "needs a value");
+    const char *a2[] = {"krylovd", "--no-such-option", "1"};
+    CHECK_EQ_INT(parse(&c, &err, 3, a2), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "no-such-option");
+    const char *a3[] = {"krylovd", "--max-connections", "0"};
+    CHECK_EQ_INT(parse(&c, &err, 3, a3), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "max-connections");
+    const char *a4[] = {"krylovd", "--max-pending-write", "0"};
+    CHECK_EQ_INT(parse(&c, &err, 3, a4), KD_EBADREQ);
+    const char *a5[] = {"krylovd", "stray"};
+    CHECK_EQ_INT(parse(&c, &err, 2, a5), KD_EBADREQ);
+}
+
+int main(void)
+{
+    kd_test_seed();
+    snprintf(dir, sizeof(dir), "/tmp/krylovd-config-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        return 1;
+    RUN(test_defaults);
+    RUN(test_file_and_overrides);
+    RUN(test_device_memory_values);
+    RUN(test_bad_input);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return kd_test_finish();
+}

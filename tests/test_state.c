@@ -1,0 +1,362 @@
+/*
+ * The state directory's matrix files (server/state.c), without a daemon: a written matrix reads
+ * back bit for bit with its header fields; every kind of damage — a flipped payload byte, a
+ * flipped header byte, a truncated file, a file grown by a byte, a wrong magic, a file under
+ * another id's name — is detected, and a damaged file is moved to corrupt/ rather than loaded;
+ * the scan at start-up reads headers only, removes leftovers of interrupted writes, ignores
+ * foreign files; a header update keeps the payload; a second opener is refused by the lock.
+ */
+#include "common/csr.h"
+#include "kd_test.h"
+#include "server/state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static kd_csr_t *random_matrix(int64_t rows, int64_t cols, int per_row, kd_dtype_t dtype)
+{
+    int64_t nnz = rows * per_row;
+    int32_t *r = malloc((size_t)nnz * 4), *c = malloc((size_t)nnz * 4);
+    double *v = malloc((size_t)nnz * 8);
+    for (int64_t k = 0; k < nnz; k++) {
+        r[k] = (int32_t)(k / per_row);
+        c[k] = (int32_t)kd_test_rand_below(cols);
+        v[k] = kd_test_rand_double(-2, 2);
+    }
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    kd_csr_from_coo_arrays(rows, cols, nnz, r, c, KD_DTYPE_I32, v, KD_DTYPE_F64, dtype, NULL, &m,
+                           &err);
+    free(r);
+    free(c);
+    free(v);
+    return m;
+}
+
+static void meta_of(const kd_csr_t *m, const char *name, kd_matrix_meta_t *meta)
+{
+    memset(meta, 0, sizeof(*meta));
+    kd_csr_hash(m, meta->id);
+    kd_id_to_hex(meta->id, meta->hex);
+    snprintf(meta->name, sizeof(meta->name), "%s", name);
+    meta->rows = m->rows;
+    meta->cols = m->cols;
+    meta->nnz = m->nnz;
+    meta->dtype = m->dtype;
+    meta->format = KD_FMT_CSR_SCALAR;
+    meta->device_bytes = 12345;
+    kd_csr_compute_stats(m, &meta->stats);
+    meta->ncandidates = 2;
+    meta->candidates[0].format = KD_FMT_CSR_SCALAR;
+    meta->candidates[0].time_ms = 0.25;
+    meta->candidates[1].format = KD_FMT_ELL;
+    snprintf(meta->candidates[1].dropped, sizeof(meta->candidates[1].dropped), "padding 3.1x");
+}
+
+static int same_csr(const kd_csr_t *a, const kd_csr_t *b)
+{
+    return a->rows == b->rows && a->cols == b->cols && a->nnz == b->nnz && a->dtype == b->dtype &&
+           memcmp(a->indptr, b->indptr, ((size_t)a->rows + 1) * 4) == 0 &&
+           memcmp(a->indices, b->indices, (size_t)a->nnz * 4) == 0 &&
+           memcmp(a->values, b->values, (size_t)a->nnz * kd_dtype_size(a->dtype)) == 0;
+}
+
+static size_t count_files(const char *sub)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, sub);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 0;
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void flip_byte(const char *path, off_t offset)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char b = 0;
+    if (pread(fd, &b, 1, offset) != 1)
+        fprintf(stderr, "pread failed\n");
+    b ^= 0x40;
+    if (pwrite(fd, &b, 1, offset) != 1)
+        fprintf(stderr, "pwrite failed\n");
+    close(fd);
+}
+
+typedef struct seen {
+    int count;
+    kd_matrix_meta_t last;
+} seen_t;
+
+static int on_file(void *ctx, const kd_matrix_meta_t *meta, size_t file_bytes, int64_t mtime_s)
+{
+    seen_t *s = ctx;
+    s->count++;
+    s->last = *meta;
+    (void)file_bytes;
+    (void)mtime_s;
+    return 0;
+}
+
+static void test_write_read_back(void)
+{
+    kd_state_t *st = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_state_open(dir, &st, &err) == KD_OK);
+    const kd_dtype_t types[] = {KD_DTYPE_F64, KD_DTYPE_F32};
+    for (int t = 0; t < 2; t++) {
+        kd_csr_t *m = random_matrix(300, 200, 4, types[t]);
+        REQUIRE(m != NULL);
+        kd_matrix_meta_t meta, back;
+        meta_of(m, "a matrix", &meta);
+        meta.pinned = t;
+        size_t bytes = 0, expect = 0;
+        REQUIRE(kd_state_write(st, &meta, m, &bytes, &err) == KD_OK);
+        REQUIRE(kd_state_file_size(m->rows, m->nnz, m->dtype, &expect, &err) == KD_OK);
+        CHECK_EQ_INT(bytes, expect);
+        char path[512];
+        kd_state_path(st, meta.id, path, sizeof(path));
+        struct stat sb;
+        REQUIRE(stat(path, &sb) == 0);
+        CHECK_EQ_INT(sb.st_size, expect);
+
+        int corrupt = 1;
+        size_t fb = 0;
+        REQUIRE(kd_state_read_header(path, &back, &fb, &corrupt, &err) == KD_OK);
+        CHECK_EQ_INT(corrupt, 0);
+        CHECK(memcmp(back.id, meta.id, 16) == 0);
+        CHECK(strcmp(back.hex, meta.hex) == 0);
+        CHECK(strcmp(back.name, "a matrix") == 0);
+        CHECK_EQ_INT(back.rows, 300);
+        CHECK_EQ_INT(back.cols, 200);
+        CHECK_EQ_INT(back.nnz, m->nnz);
+        CHECK_EQ_INT(back.dtype, types[t]);
+        CHECK_EQ_INT(back.format, KD_FMT_CSR_SCALAR);
+        CHECK_EQ_INT(back.pinned, t);
+        CHECK_EQ_INT(back.device_bytes, 12345);
+        CHECK_EQ_INT(back.stats.max_row, meta.stats.max_row);
+        CHECK(back.stats.mean_row == meta.stats.mean_row);
+        CHECK_EQ_INT(back.ncandidates, 2);
+        CHECK(back.candidates[0].time_ms == 0.25);
+        CHECK_EQ_INT(back.candidates[1].format, KD_FMT_ELL);
+        CHECK(strcmp(back.candidates[1].dropped, "padding 3.1x") == 0);
+        CHECK_EQ_INT(back.stored, 1);
+
+        kd_csr_t *loaded = NULL;
+        REQUIRE(kd_state_load(st, meta.id, &loaded, &err) == KD_OK);
+        CHECK(same_csr(m, loaded));
+        kd_csr_free(loaded);
+
+        /* a header update keeps the payload and changes the flag */
+        meta.pinned = !meta.pinned;
+        REQUIRE(kd_state_update_header(st, &meta, &err) == KD_OK);
+        REQUIRE(kd_state_read_header(path, &back, &fb, &corrupt, &err) == KD_OK);
+        CHECK_EQ_INT(back.pinned, !t);
+        REQUIRE(kd_state_load(st, meta.id, &loaded, &err) == KD_OK);
+        CHECK(same_csr(m, loaded));
+        kd_csr_free(loaded);
+
+        REQUIRE(kd_state_remove(st, meta.id, &err) == KD_OK);
+        CHECK(stat(path, &sb) != 0);
+        CHECK_EQ_INT(kd_state_load(st, meta.id, &loaded, &err), KD_ENOTFOUND);
+        kd_csr_free(m);
+    }
+    /* an empty matrix (no nonzeros) round-trips too */
+    kd_csr_t *e = NULL;
+    int32_t ptr[4] = {0, 0, 0, 0}, no_index[1] = {0};
+    double no_value[1] = {0};
+    REQUIRE(kd_csr_from_csr_arrays(3, 5, 0, ptr, KD_DTYPE_I32, no_index, KD_DTYPE_I32, no_value,
+                                   KD_DTYPE_F64, KD_DTYPE_F64, NULL, &e, &err) == KD_OK);
+    kd_matrix_meta_t meta;
+    meta_of(e, "", &meta);
+    size_t bytes;
+    REQUIRE(kd_state_write(st, &meta, e, &bytes, &err) == KD_OK);
+    kd_csr_t *loaded = NULL;
+    REQUIRE(kd_state_load(st, meta.id, &loaded, &err) == KD_OK);
+    CHECK(same_csr(e, loaded));
+    kd_csr_free(loaded);
+    kd_state_remove(st, meta.id, &err);
+    kd_csr_free(e);
+
+    /* one daemon per directory */
+    kd_state_t *second = NULL;
+    CHECK_EQ_INT(kd_state_open(dir, &second, &err), KD_EIO);
+    CHECK_STR_CONTAINS(err.message, "in use");
+    kd_state_close(st);
+    REQUIRE(kd_state_open(dir, &second, &err) == KD_OK);
+    kd_state_close(second);
+}
+
+/* Write a fresh matrix, damage it with `damage`, and check kd_state_load refuses it and moves
+ * it aside (and the scan does too, for damage the header shows). */
+typedef void (*damage_fn)(const char *path, size_t size);
+
+static void damage_payload(const char *path, size_t size)
+{
+    flip_byte(path, (off_t)(size - 3));
+}
+static void damage_header(const char *path, size_t size)
+{
+    (void)size;
+    flip_byte(path, 40);
+}
+static void damage_magic(const char *path, size_t size)
+{
+    (void)size;
+    flip_byte(path, 1);
+}
+static void damage_truncate(const char *path, size_t size)
+{
+    if (truncate(path, (off_t)(size - 100)) != 0)
+        fprintf(stderr, "truncate failed\n");
+}
+static void damage_truncate_header(const char *path, size_t size)
+{
+    (void)size;
+    if (truncate(path, 1000) != 0)
+        fprintf(stderr, "truncate failed\n");
+}
+static void damage_grow(const char *path, size_t size)
+{
+    (void)size;
+    int fd = open(path, O_WRONLY | O_APPEND);
+    if (write(fd, "x", 1) != 1)
+        fprintf(stderr, "append failed\n");
+    close(fd);
+}
+static void damage_index(const char *path, size_t size)
+{
+    (void)size;
+    flip_byte(path, 2048 + 301 * 4 + 2); /* a column index: out of range or out of order */
+}
+
+static void test_damage_is_detected(void)
+{
+    struct {
+        const char *what;
+        damage_fn fn;
+        int header_shows; /* the scan at start-up sees it */
+        const char *reason;
+    } cases[] = {
+        {"payload byte", damage_payload, 0, "checksum"},
+        {"column index", damage_index, 0, "checksum"},
+        {"header byte", damage_header, 1, "header checksum"},
+        {"magic", damage_magic, 1, "magic"},
+        {"truncated payload", damage_truncate, 1, "truncated"},
+        {"truncated header", damage_truncate_header, 1, "truncated"},
+        {"grown", damage_grow, 1, "wrong size"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int via_scan = 0; via_scan < 2; via_scan++) {
+            if (via_scan && !cases[i].header_shows)
+                continue;
+            kd_state_t *st = NULL;
+            kd_err_t err = {0};
+            REQUIRE(kd_state_open(dir, &st, &err) == KD_OK);
+            kd_csr_t *m = random_matrix(300, 300, 3, KD_DTYPE_F64);
+            kd_matrix_meta_t meta;
+            meta_of(m, cases[i].what, &meta);
+            size_t bytes;
+            REQUIRE(kd_state_write(st, &meta, m, &bytes, &err) == KD_OK);
+            char path[512];
+            kd_state_path(st, meta.id, path, sizeof(path));
+            cases[i].fn(path, bytes);
+            size_t corrupt_before = count_files("corrupt");
+            if (via_scan) {
+                seen_t seen = {0};
+                kd_state_scan_totals_t totals;
+                REQUIRE(kd_state_scan(st, on_file, &seen, &totals, &err) == KD_OK);
+                CHECK_MSG(seen.count == 0, "%s: scan accepted it", cases[i].what);
+                CHECK_EQ_INT(totals.corrupt, 1);
+            } else {
+                kd_csr_t *loaded = NULL;
+                int rc = kd_state_load(st, meta.id, &loaded, &err);
+                CHECK_MSG(rc == KD_ENOTFOUND, "%s: load returned %d", cases[i].what, rc);
+                CHECK(loaded == NULL);
+                CHECK_STR_CONTAINS(err.message, cases[i].reason);
+                CHECK_STR_CONTAINS(err.message, "moved to");
+            }
+            struct stat sb;
+            CHECK_MSG(stat(path, &sb) != 0, "%s: the damaged file is still in matrices/",
+                      cases[i].what);
+            CHECK_EQ_INT(count_files("corrupt"), corrupt_before + 1);
+            kd_csr_free(m);
+            kd_state_close(st);
+        }
+    }
+}
+
+static void test_scan_headers(void)
+{
+    kd_state_t *st = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_state_open(dir, &st, &err) == KD_OK);
+    kd_csr_t *m = random_matrix(50, 50, 2, KD_DTYPE_F32);
+    kd_matrix_meta_t meta;
+    meta_of(m, "scanned", &meta);
+    meta.pinned = 1;
+    size_t bytes;
+    REQUIRE(kd_state_write(st, &meta, m, &bytes, &err) == KD_OK);
+
+    char path[512];
+    /* a leftover of an interrupted write, a foreign file, a copy under another id's name */
+    snprintf(path, sizeof(path), "%s/matrices/.%s.tmp", dir, meta.hex);
+    FILE *f = fopen(path, "w");
+    fputs("half a matrix", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/matrices/README", dir);
+    f = fopen(path, "w");
+    fputs("not a matrix", f);
+    fclose(f);
+    char src[512], dst[512];
+    kd_state_path(st, meta.id, src, sizeof(src));
+    snprintf(dst, sizeof(dst), "%s/matrices/00000000000000000000000000000000.kdm", dir);
+    char cmd[1200];
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", src, dst);
+    REQUIRE(system(cmd) == 0);
+
+    seen_t seen = {0};
+    kd_state_scan_totals_t totals;
+    REQUIRE(kd_state_scan(st, on_file, &seen, &totals, &err) == KD_OK);
+    CHECK_EQ_INT(seen.count, 1);
+    CHECK_EQ_INT(totals.good, 1);
+    CHECK_EQ_INT(totals.temporary, 1);
+    CHECK_EQ_INT(totals.ignored, 1);
+    CHECK_EQ_INT(totals.corrupt, 1); /* the copy under the wrong name */
+    CHECK(strcmp(seen.last.name, "scanned") == 0);
+    CHECK_EQ_INT(seen.last.pinned, 1);
+    CHECK_EQ_INT(seen.last.dtype, KD_DTYPE_F32);
+    CHECK_EQ_INT(seen.last.file_bytes, bytes);
+    CHECK_EQ_INT(seen.last.resident, 0);
+    snprintf(path, sizeof(path), "%s/matrices/.%s.tmp", dir, meta.hex);
+    struct stat sb;
+    CHECK(stat(path, &sb) != 0);
+    kd_state_remove(st, meta.id, &err);
+    kd_csr_free(m);
+    kd_state_close(st);
+}
+
+int main(void)
+{
+    kd_test_seed();
+    snprintf(dir, sizeof(dir), "/tmp/krylovd-state-XXXXXX");
+    if (mkdtemp(dir) == NULL)
+        return 1;
+    RUN(test_write_read_back);
+    RUN(test_damage_is_detected);
+    RUN(test_scan_headers);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return kd_test_finish();
+}
