@@ -522,8 +522,17 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
         rc = kd_select_forced(ocl, &src, forced_format, out, result, err);
     else if (mode == KD_SELECT_HEURISTIC)
         rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
-    else
+    else {
         rc = kd_select_measure(ocl, &src, out, result, err);
+        if (rc == KD_EDEVMEM) {
+            /* Timing needs room beside the matrix (vectors, a second format at once); when the
+             * device has none, choose from the statistics rather than refuse the matrix. */
+            kd_select_row_stats(csr, &src.stats);
+            memset(result, 0, sizeof(*result));
+            kd_err_clear(err);
+            rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
+        }
+    }
     result->transfer_ms = src.upload_ms;
     kd_format_source_close(&src);
     result->total_ms = kd_select_now_ms() - t0;
