@@ -115,6 +115,8 @@ void kd_config_print_usage(const char *argv0)
         "  --state-max-bytes SIZE     limit on the state files' total (default 0: none)\n"
         "  --device-memory SIZE|P%%    device-memory budget for matrices (default 90%%)\n"
         "  --port-file FILE           write the bound port here once listening\n"
+        "  --metrics HOST:PORT        serve Prometheus metrics on http://HOST:PORT/metrics\n"
+        "  --metrics-port-file FILE   write the metrics port here once listening\n"
         "  --log-level LEVEL          debug | info | warn | error (default info)\n"
         "  --log-file FILE            append the log here instead of stderr (SIGHUP reopens)\n"
         "  --max-message SIZE         largest request in bytes (default 1G; K/M/G suffixes)\n"
@@ -167,6 +169,8 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("device", device)
     KD_STR_OPT("state-dir", state_dir)
     KD_STR_OPT("port-file", port_file)
+    KD_STR_OPT("metrics", metrics)
+    KD_STR_OPT("metrics-port-file", metrics_port_file)
     KD_STR_OPT("log-file", log_file)
     KD_STR_OPT("format", default_format)
     KD_SIZE_OPT("max-message", max_message, 0)

@@ -21,6 +21,8 @@ typedef struct kd_config {
     char device[64];  /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
     char config_file[KD_PATH_MAX]; /* --config: where the file settings came from, or "" */
+    char metrics[256];           /* HOST:PORT for Prometheus /metrics, "" = off */
+    char metrics_port_file[KD_PATH_MAX]; /* written with the metrics port (tests, scripts) */
     char port_file[KD_PATH_MAX];   /* written with the bound port once listening (tests, scripts) */
     char log_file[KD_PATH_MAX];    /* "" = stderr */
     kd_log_level_t log_level;

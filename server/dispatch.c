@@ -253,6 +253,8 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
+    uint64_t t0 = kd_now_ns();
+    kd_method_t method = req->method;
     server->counters.requests++;
     server->counters.by_method[req->method]++;
     KD_DEBUG("dispatch", "request conn=%llu msgid=%llu method=%s", (unsigned long long)conn->id,
@@ -280,10 +282,11 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
         kd_answer_cancel(conn, req);
         break;
     default:
-        kd_submit_job(conn, req); /* takes req */
+        kd_submit_job(conn, req); /* takes req; its latency is recorded when it is done */
         return;
     }
     kd_request_free(req);
+    kd_latency_record(&server->latency[method], kd_now_ns() - t0);
 }
 
 void kd_dispatch_job_done(void *ctx, kd_job_t *job)
@@ -294,7 +297,9 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
     server->jobs_in_flight--;
     if (job->error_code != KD_OK)
         kd_server_count_error(server, job->error_code);
-    double ms = (double)(kd_now_ns() - job->submitted_ns) / 1e6;
+    uint64_t elapsed = kd_now_ns() - job->submitted_ns;
+    kd_latency_record(&server->latency[job->req->method], elapsed);
+    double ms = (double)elapsed / 1e6;
     KD_DEBUG("dispatch", "done conn=%llu msgid=%llu method=%s ms=%.3f result=%s",
              (unsigned long long)conn->id, (unsigned long long)job->msgid,
              kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));

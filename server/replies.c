@@ -4,6 +4,8 @@
  */
 #include "server/replies.h"
 
+#include <string.h>
+
 static void kd_reply_stats(kd_writer_t *w, const kd_csr_stats_t *st)
 {
     kd_w_str(w, "stats");
@@ -61,7 +63,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, 18);
+    kd_w_map(w, 19);
     kd_w_kv_str(w, "version", KD_VERSION);
     kd_w_str(w, "device");
     kd_w_map(w, 8);
@@ -106,12 +108,45 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)
         kd_w_kv_int(w, kd_method_name((kd_method_t)m), (int64_t)c->by_method[m]);
+    /* Several internal codes share a wire name (KD_ENOMEM, KD_EIO -> INTERNAL): sum by name. */
     kd_w_str(w, "errors_by_code");
-    uint32_t ncodes = 0;
-    for (int e = 1; e < KD_ERROR_COUNT; e++)
-        ncodes += c->errors_by_code[e] > 0;
-    kd_w_map(w, ncodes);
-    for (int e = 1; e < KD_ERROR_COUNT; e++)
-        if (c->errors_by_code[e] > 0)
-            kd_w_kv_int(w, kd_error_wire_name(-e), (int64_t)c->errors_by_code[e]);
+    const char *names[KD_ERROR_COUNT];
+    uint64_t counts[KD_ERROR_COUNT];
+    uint32_t nnames = 0;
+    for (int e = 1; e < KD_ERROR_COUNT; e++) {
+        if (c->errors_by_code[e] == 0)
+            continue;
+        const char *name = kd_error_wire_name(-e);
+        uint32_t k = 0;
+        while (k < nnames && strcmp(names[k], name) != 0)
+            k++;
+        if (k == nnames) {
+            names[nnames] = name;
+            counts[nnames++] = 0;
+        }
+        counts[k] += c->errors_by_code[e];
+    }
+    kd_w_map(w, nnames);
+    for (uint32_t k = 0; k < nnames; k++)
+        kd_w_kv_int(w, names[k], (int64_t)counts[k]);
+
+    /* Latency per method that has been called: count, p50/p90/p99 and max in milliseconds. */
+    kd_w_str(w, "latency_ms");
+    uint32_t nmethods = 0;
+    for (int m = 0; m < KD_METHOD_COUNT; m++)
+        nmethods += server->latency[m].count > 0;
+    kd_w_map(w, nmethods);
+    for (int m = 0; m < KD_METHOD_COUNT; m++) {
+        const kd_latency_t *lat = &server->latency[m];
+        if (lat->count == 0)
+            continue;
+        kd_w_str(w, kd_method_name((kd_method_t)m));
+        kd_w_map(w, 6);
+        kd_w_kv_int(w, "count", (int64_t)lat->count);
+        kd_w_kv_double(w, "mean", lat->sum_s / (double)lat->count * 1e3);
+        kd_w_kv_double(w, "p50", kd_latency_quantile(lat, 0.50) * 1e3);
+        kd_w_kv_double(w, "p90", kd_latency_quantile(lat, 0.90) * 1e3);
+        kd_w_kv_double(w, "p99", kd_latency_quantile(lat, 0.99) * 1e3);
+        kd_w_kv_double(w, "max", lat->max_s * 1e3);
+    }
 }

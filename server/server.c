@@ -8,6 +8,8 @@
  */
 #include "server/server.h"
 #include "common/log.h"
+#include "server/metrics.h"
+#include "server/notify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,34 +30,35 @@ uint64_t kd_now_ns(void)
 
 /* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" (numeric only for the host part besides
  * localhost: a daemon should not depend on DNS to start). */
-static int kd_parse_listen(const char *text, struct sockaddr_storage *addr, kd_err_t *err)
+int kd_server_parse_address(const char *text, struct sockaddr_storage *addr, const char *what,
+                            kd_err_t *err)
 {
     char host[256];
     const char *colon;
     if (text[0] == '[') {
         const char *close = strchr(text, ']');
         if (close == NULL || close[1] != ':')
-            return kd_err_set(err, KD_EBADREQ, "--listen '%s': expected [IPv6]:PORT", text);
+            return kd_err_set(err, KD_EBADREQ, "%s '%s': expected [IPv6]:PORT", what, text);
         size_t n = (size_t)(close - text - 1);
         if (n >= sizeof(host))
-            return kd_err_set(err, KD_EBADREQ, "--listen '%s': address too long", text);
+            return kd_err_set(err, KD_EBADREQ, "%s '%s': address too long", what, text);
         memcpy(host, text + 1, n);
         host[n] = '\0';
         colon = close + 1;
     } else {
         colon = strrchr(text, ':');
         if (colon == NULL)
-            return kd_err_set(err, KD_EBADREQ, "--listen '%s': expected HOST:PORT", text);
+            return kd_err_set(err, KD_EBADREQ, "%s '%s': expected HOST:PORT", what, text);
         size_t n = (size_t)(colon - text);
         if (n >= sizeof(host))
-            return kd_err_set(err, KD_EBADREQ, "--listen '%s': address too long", text);
+            return kd_err_set(err, KD_EBADREQ, "%s '%s': address too long", what, text);
         memcpy(host, text, n);
         host[n] = '\0';
     }
     char *end;
     long port = strtol(colon + 1, &end, 10);
     if (*end != '\0' || end == colon + 1 || port < 0 || port > 65535)
-        return kd_err_set(err, KD_EBADREQ, "--listen '%s': port must be 0..65535", text);
+        return kd_err_set(err, KD_EBADREQ, "%s '%s': port must be 0..65535", what, text);
     if (strcmp(host, "localhost") == 0)
         snprintf(host, sizeof(host), "127.0.0.1");
     memset(addr, 0, sizeof(*addr));
@@ -63,7 +66,7 @@ static int kd_parse_listen(const char *text, struct sockaddr_storage *addr, kd_e
         return KD_OK;
     if (uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)addr) == 0)
         return KD_OK;
-    return kd_err_set(err, KD_EBADREQ, "--listen '%s': '%s' is not an IPv4 or IPv6 address", text,
+    return kd_err_set(err, KD_EBADREQ, "%s '%s': '%s' is not an IPv4 or IPv6 address", what, text,
                       host);
 }
 
@@ -135,7 +138,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     }
 
     struct sockaddr_storage addr;
-    int rc = kd_parse_listen(cfg->listen, &addr, err);
+    int rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err);
     if (rc != KD_OK)
         return rc;
 
@@ -173,11 +176,27 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
         return kd_err_set(err, KD_EIO, "uv_tcp_init: %s", uv_strerror(uvrc));
     server->listener.data = server;
     server->listening = 1;
-    uvrc = uv_tcp_bind(&server->listener, (const struct sockaddr *)&addr, 0);
-    if (uvrc == 0)
-        uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
-    if (uvrc != 0)
-        return kd_err_set(err, KD_EIO, "cannot listen on %s: %s", cfg->listen, uv_strerror(uvrc));
+    /* Socket activation: systemd already listens; take its socket instead of binding. */
+    char why[160] = "";
+    int passed = kd_notify_listen_fd(why, sizeof(why));
+    if (passed == -2)
+        return kd_err_set(err, KD_EIO, "socket activation: %s", why);
+    if (passed >= 0) {
+        uvrc = uv_tcp_open(&server->listener, passed);
+        if (uvrc == 0)
+            uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
+        if (uvrc != 0)
+            return kd_err_set(err, KD_EIO, "cannot use the socket systemd passed: %s",
+                              uv_strerror(uvrc));
+        KD_INFO("server", "using the listening socket passed by systemd (fd %d)", passed);
+    } else {
+        uvrc = uv_tcp_bind(&server->listener, (const struct sockaddr *)&addr, 0);
+        if (uvrc == 0)
+            uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
+        if (uvrc != 0)
+            return kd_err_set(err, KD_EIO, "cannot listen on %s: %s", cfg->listen,
+                              uv_strerror(uvrc));
+    }
     struct sockaddr_storage bound;
     int len = sizeof(bound);
     int port = 0;
@@ -211,7 +230,22 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     }
     signal(SIGPIPE, SIG_IGN);
 
-    KD_INFO("server", "listening addr=%s port=%d version=%s", cfg->listen, port, KD_VERSION);
+    if (cfg->metrics[0] != '\0') {
+        int metrics_port = 0;
+        rc = kd_metrics_start(server, cfg->metrics, &metrics_port, err);
+        if (rc != KD_OK)
+            return rc;
+        if (cfg->metrics_port_file[0] != '\0' &&
+            (rc = kd_write_port_file(cfg->metrics_port_file, metrics_port, err)) != KD_OK)
+            return rc;
+    }
+    kd_notify_watchdog_start(loop, &server->watchdog);
+
+    KD_INFO("server", "listening addr=%s port=%d version=%s", passed >= 0 ? "systemd" : cfg->listen,
+            port, KD_VERSION);
+    char status[160];
+    snprintf(status, sizeof(status), "serving on port %d with %s", port, desc->name);
+    kd_notify_ready(status);
     return KD_OK;
 }
 
@@ -224,6 +258,7 @@ static void kd_server_worker_closed(void *arg)
     uv_close((uv_handle_t *)&server->sighup, NULL);
     uv_close((uv_handle_t *)&server->grace_timer, NULL);
     uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+    kd_notify_watchdog_stop(&server->watchdog);
 }
 
 /* Every job is done: close the clients (after their last responses are flushed) and the worker. */
@@ -256,6 +291,8 @@ void kd_server_shutdown(kd_server_t *server)
     if (server->shutting_down)
         return;
     server->shutting_down = 1;
+    kd_notify_stopping("shutting down");
+    kd_metrics_stop(server);
     if (server->listening) {
         uv_close((uv_handle_t *)&server->listener, NULL);
         server->listening = 0;

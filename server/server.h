@@ -13,6 +13,7 @@
 #include "server/cache.h"
 #include "server/config.h"
 #include "server/job.h"
+#include "server/stats.h"
 #include "server/state.h"
 #include "server/store.h"
 #include "server/worker.h"
@@ -57,6 +58,9 @@ typedef struct kd_server {
     int exit_code;
     uint64_t start_ns;
     kd_server_counters_t counters;
+    kd_latency_t latency[KD_METHOD_COUNT]; /* per method, loop thread */
+    struct kd_metrics *metrics;            /* --metrics, or NULL */
+    uv_timer_t watchdog;                   /* systemd WatchdogSec= pings */
     kd_frame_limits_t frame_limits;
     kd_proto_limits_t proto_limits;
     kd_csr_limits_t csr_limits;
@@ -90,6 +94,11 @@ void kd_server_shutdown(kd_server_t *server);
 void kd_server_job_finished(kd_server_t *server);
 
 uint64_t kd_now_ns(void);
+
+/* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" -> a socket address; `what` names the option
+ * in messages. */
+int kd_server_parse_address(const char *text, struct sockaddr_storage *addr, const char *what,
+                            kd_err_t *err);
 
 /* conn.c */
 void kd_conn_accept(kd_server_t *server);

@@ -6,15 +6,15 @@
 set(KD_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy, scipy and msgpack for the tests")
 
 if(NOT EXISTS ${KD_PYTHON})
-  message(WARNING "${KD_PYTHON} not found: the Python client and CLI tests are not registered")
-  return()
+  message(FATAL_ERROR "${KD_PYTHON} not found: run deploy/install-deps.sh (or `make test`, which "
+                      "does), or configure with -DKD_BUILD_TESTS=OFF")
 endif()
 
 # What the tests run: `cmake --build build --target kd_python_test_deps` builds just that.
 add_custom_target(kd_python_test_deps DEPENDS krylovd krylov-cli example_c_client)
 
 set(kd_bin ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
-foreach(module test_py_client test_py_scipy test_py_package test_cli test_examples)
+foreach(module test_py_client test_py_scipy test_py_package test_cli test_examples test_ops)
   add_test(NAME ${module} COMMAND ${KD_PYTHON} -m unittest -v ${module}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
   set_tests_properties(${module} PROPERTIES
