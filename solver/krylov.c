@@ -1,0 +1,396 @@
+/*
+ * Host side of the lock-step Krylov kernels (see krylov.h and kernels/krylov.cl): buffers,
+ * launch shapes and arguments. Every launch is a 2-D range (groups * WG, k) in groups of
+ * (WG, 1); dimension 1 is the column.
+ *
+ * Groups per column G: one wave of eight work-groups per compute unit over all k columns
+ * (8 * CUs / k, rounded up), at most KD_KRYLOV_GROUPS_MAX and at most one group per WG elements.
+ * G depends only on n, k and the device, which keeps results reproducible bit for bit; the
+ * consumer of a reduction reads G partials per work-group, so a smaller G also makes the fused
+ * finals cheaper.
+ */
+#include "solver/krylov.h"
+#include "common/checked.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KD_KRYLOV_GROUPS_MAX 1024
+
+enum { KD_FINAL_SCALARS = 0, KD_FINAL_NORMS = 1 };
+
+static int kd_krylov_kernel(kd_krylov_t *kr, const char *name, cl_kernel *out, kd_err_t *err)
+{
+    return kd_ocl_kernel(kr->ocl, "krylov", kr->dtype, kr->options, name, out, err);
+}
+
+static int kd_krylov_launch(kd_krylov_t *kr, cl_kernel kernel, size_t groups, const char *what,
+                            kd_err_t *err)
+{
+    size_t global[2] = {groups * kr->work_group_size, (size_t)kr->k};
+    size_t local[2] = {kr->work_group_size, 1};
+    cl_int st = clEnqueueNDRangeKernel(kd_ocl_queue(kr->ocl), kernel, 2, NULL, global, local, 0,
+                                       NULL, NULL);
+    if (st != CL_SUCCESS) {
+        int rc = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
+        kd_err_prefix(err, "%s over %lld columns", what, (long long)kr->k);
+        return rc;
+    }
+    return KD_OK;
+}
+
+static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const char *what,
+                            cl_mem *out, kd_err_t *err)
+{
+    size_t bytes;
+    if (kd_mul_overflow(count, size, &bytes))
+        return kd_err_set(err, KD_ETOOLARGE, "%s: %zu elements do not fit", what, count);
+    return kd_ocl_buffer_create(kr->ocl, CL_MEM_READ_WRITE, bytes ? bytes : size, NULL, what, out,
+                                err);
+}
+
+int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
+                   int64_t ld, int64_t k, int64_t groups, const double *threshold, kd_krylov_t *kr,
+                   kd_err_t *err)
+{
+    memset(kr, 0, sizeof(*kr));
+    int rc = kd_ocl_check_dtype(ocl, dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    if (n <= 0 || k <= 0 || ld < n || ld > INT32_MAX || k > INT32_MAX / KD_KRYLOV_GROUPS_MAX)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: bad shape n=%lld ld=%lld k=%lld",
+                          (long long)n, (long long)ld, (long long)k);
+    const size_t vsize = kd_dtype_size(dtype);
+    kr->ocl = ocl;
+    kr->dtype = dtype;
+    kr->method = method;
+    kr->n = n;
+    kr->ld = ld;
+    kr->k = k;
+    kr->work_group_size = kd_ocl_work_group_size(ocl);
+    size_t g = groups > 0
+                   ? (size_t)groups
+                   : ((size_t)kd_ocl_desc(ocl)->compute_units * 8 + (size_t)k - 1) / (size_t)k;
+    size_t per_elements = ((size_t)n + kr->work_group_size - 1) / kr->work_group_size;
+    if (g > per_elements)
+        g = per_elements;
+    if (g > KD_KRYLOV_GROUPS_MAX)
+        g = KD_KRYLOV_GROUPS_MAX;
+    kr->groups = g == 0 ? 1 : g;
+    snprintf(kr->options, sizeof(kr->options), "-DKD_WG_SIZE=%zu", kr->work_group_size);
+
+    const size_t count = (size_t)k * kr->groups;
+    if ((rc = kd_krylov_buffer(kr, count, vsize, "p'q partial sums", &kr->pq_partials, err)) ||
+        (rc = kd_krylov_buffer(kr, count, vsize, "r'r partial sums", &kr->rr_partials, err)) ||
+        (rc = kd_krylov_buffer(kr, count, vsize, "r'z partial sums", &kr->rz_partials, err)) ||
+        (rc = kd_krylov_buffer(kr, 2 * (size_t)k * KD_KRYLOV_SLOTS, vsize, "solver scalars",
+                               &kr->scalars, err)) ||
+        (rc = kd_krylov_buffer(kr, 4 * (size_t)k, sizeof(cl_long), "solver state", &kr->state,
+                               err)) ||
+        (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "thresholds", &kr->threshold, err)) ||
+        (rc = kd_krylov_buffer(kr, (size_t)k, sizeof(cl_int), "column masks", &kr->mask, err)) ||
+        (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "column norms", &kr->norms, err)))
+        goto fail;
+
+    unsigned char *host = malloc((size_t)k * vsize);
+    if (host == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld thresholds", (long long)k);
+        goto fail;
+    }
+    for (int64_t c = 0; c < k; c++)
+        kd_store_real(host, dtype, (size_t)c, threshold[c]);
+    cl_command_queue q = kd_ocl_queue(ocl);
+    cl_long zero = 0;
+    cl_int st =
+        clEnqueueWriteBuffer(q, kr->threshold, CL_TRUE, 0, (size_t)k * vsize, host, 0, NULL, NULL);
+    free(host);
+    if (st == CL_SUCCESS)
+        st = clEnqueueFillBuffer(q, kr->scalars, &zero, vsize, 0,
+                                 2 * (size_t)k * KD_KRYLOV_SLOTS * vsize, 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        st = clEnqueueFillBuffer(q, kr->state, &zero, sizeof(zero), 0,
+                                 4 * (size_t)k * sizeof(cl_long), 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        rc = kd_ocl_fail(err, st, "initialising the solver scalars");
+        goto fail;
+    }
+    return KD_OK;
+fail:
+    kd_krylov_release(kr);
+    return rc;
+}
+
+void kd_krylov_release(kd_krylov_t *kr)
+{
+    if (kr == NULL)
+        return;
+    cl_mem *bufs[] = {&kr->pq_partials, &kr->rr_partials, &kr->rz_partials, &kr->scalars,
+                      &kr->state,       &kr->threshold,   &kr->mask,        &kr->norms};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (*bufs[i] != NULL)
+            clReleaseMemObject(*bufs[i]);
+    memset(kr, 0, sizeof(*kr));
+}
+
+static int kd_krylov_check(const kd_krylov_t *kr, const kd_multivec_t *v, const char *what,
+                           kd_err_t *err)
+{
+    if (v->n != kr->n || v->ld != kr->ld || v->k != kr->k || v->dtype != kr->dtype)
+        return kd_err_set(err, KD_EINTERNAL, "krylov %s: vectors of another shape or type", what);
+    return KD_OK;
+}
+
+static int kd_krylov_parity(int64_t iteration)
+{
+    return (int)(iteration & 1);
+}
+
+int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
+                   int64_t iteration, kd_err_t *err)
+{
+    int rc;
+    cl_kernel kernel;
+    if ((rc = kd_krylov_check(kr, p, "dots", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, q, "dots", err)) != KD_OK ||
+        (rc = kd_krylov_kernel(kr, "kd_krylov_dots", &kernel, err)) != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, p->mem);
+    kd_ocl_arg_mem(&a, q->mem);
+    kd_ocl_arg_mem(&a, kr->pq_partials);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_dots", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_dots", err);
+}
+
+int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
+                              kd_multivec_t *x, cl_mem inv_diagonal, int64_t iteration,
+                              kd_err_t *err)
+{
+    int rc;
+    cl_kernel kernel;
+    if ((rc = kd_krylov_check(kr, q, "update_residual", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, r, "update_residual", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, x, "update_residual", err)) != KD_OK)
+        return rc;
+    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
+    if ((rc = kd_krylov_kernel(kr, "kd_krylov_update_residual", &kernel, err)) != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, (cl_int)kr->groups);
+    kd_ocl_arg_int(&a, (cl_int)kr->method);
+    kd_ocl_arg_long(&a, (cl_long)iteration);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_mem(&a, kr->threshold);
+    kd_ocl_arg_mem(&a, kr->pq_partials);
+    kd_ocl_arg_mem(&a, kr->scalars);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, q->mem);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, x->mem);
+    kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
+    kd_ocl_arg_mem(&a, kr->rr_partials);
+    kd_ocl_arg_mem(&a, kr->rz_partials);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_residual", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_update_residual", err);
+}
+
+int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
+                               kd_multivec_t *x, kd_multivec_t *d, int64_t iteration, kd_err_t *err)
+{
+    int rc;
+    cl_kernel kernel;
+    const int sd = kr->method == KD_KRYLOV_SD;
+    if ((rc = kd_krylov_check(kr, r, "update_direction", err)) != KD_OK ||
+        (!sd && (rc = kd_krylov_check(kr, x, "update_direction", err)) != KD_OK) ||
+        (!sd && (rc = kd_krylov_check(kr, d, "update_direction", err)) != KD_OK))
+        return rc;
+    if ((rc = kd_krylov_kernel(kr, "kd_krylov_update_direction", &kernel, err)) != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, (cl_int)kr->groups);
+    kd_ocl_arg_int(&a, (cl_int)kr->method);
+    kd_ocl_arg_long(&a, (cl_long)iteration);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_mem(&a, kr->scalars);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, kr->rr_partials);
+    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
+    kd_ocl_arg_mem(&a, sd ? NULL : x->mem);
+    kd_ocl_arg_mem(&a, sd ? NULL : d->mem);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_direction", err)) != KD_OK)
+        return rc;
+    /* SD only folds r'r: one group per column does. */
+    return kd_krylov_launch(kr, kernel, sd ? 1 : kr->groups, "kd_krylov_update_direction", err);
+}
+
+static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
+{
+    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->mask, CL_TRUE, 0,
+                                     (size_t)kr->k * sizeof(cl_int), mask, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (column masks)");
+}
+
+/* The partials of r'r (and r'z with pcg) of the masked columns, d = z where asked. */
+static int kd_krylov_partials(kd_krylov_t *kr, const kd_multivec_t *r, int pcg, cl_mem inv_diagonal,
+                              kd_multivec_t *d, int use_mask, int mask_all, kd_err_t *err)
+{
+    cl_kernel kernel;
+    int rc = kd_krylov_kernel(kr, "kd_krylov_residual_partials", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
+    kd_ocl_arg_int(&a, mask_all);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
+    kd_ocl_arg_mem(&a, d != NULL ? d->mem : NULL);
+    kd_ocl_arg_mem(&a, kr->rr_partials);
+    kd_ocl_arg_mem(&a, kr->rz_partials);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_residual_partials", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_residual_partials", err);
+}
+
+static int kd_krylov_final(kd_krylov_t *kr, int pcg, int64_t iteration, int mode, int use_mask,
+                           int mask_all, kd_err_t *err)
+{
+    cl_kernel kernel;
+    int rc = kd_krylov_kernel(kr, "kd_krylov_residual_final", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->groups);
+    kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_long(&a, (cl_long)iteration);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration));
+    kd_ocl_arg_int(&a, mode);
+    kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
+    kd_ocl_arg_int(&a, mask_all);
+    kd_ocl_arg_mem(&a, kr->rr_partials);
+    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, kr->scalars);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, kr->norms);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_residual_final", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, 1, "kd_krylov_residual_final", err);
+}
+
+int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
+                       kd_multivec_t *d, const int *mask, int mask_all, int64_t iteration,
+                       kd_err_t *err)
+{
+    int rc = kd_krylov_check(kr, r, "residual", err);
+    if (rc == KD_OK && d != NULL)
+        rc = kd_krylov_check(kr, d, "residual", err);
+    if (rc != KD_OK)
+        return rc;
+    const int pcg = kr->method == KD_KRYLOV_PCG;
+    if (pcg && inv_diagonal == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
+    if (mask != NULL && (rc = kd_krylov_write_mask(kr, mask, err)) != KD_OK)
+        return rc;
+    if (d == NULL)
+        mask_all &= ~KD_KRYLOV_MASK_DIRECTION;
+    rc = kd_krylov_partials(kr, r, pcg, inv_diagonal, d, mask != NULL, mask_all, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_final(kr, pcg, iteration, KD_FINAL_SCALARS, mask != NULL, mask_all, err);
+    return rc;
+}
+
+int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, double *out,
+                    kd_err_t *err)
+{
+    int rc = kd_krylov_check(kr, t, "norms", err);
+    if (rc != KD_OK)
+        return rc;
+    if (mask != NULL && (rc = kd_krylov_write_mask(kr, mask, err)) != KD_OK)
+        return rc;
+    if ((rc = kd_krylov_partials(kr, t, 0, NULL, NULL, mask != NULL, KD_KRYLOV_MASK_PARTIALS,
+                                 err)) != KD_OK ||
+        (rc = kd_krylov_final(kr, 0, 0, KD_FINAL_NORMS, mask != NULL, KD_KRYLOV_MASK_PARTIALS,
+                              err)) != KD_OK)
+        return rc;
+    const size_t vsize = kd_dtype_size(kr->dtype);
+    unsigned char *host = malloc((size_t)kr->k * vsize);
+    if (host == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld norms", (long long)kr->k);
+    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(kr->ocl), kr->norms, CL_TRUE, 0,
+                                    (size_t)kr->k * vsize, host, 0, NULL, NULL);
+    if (st == CL_SUCCESS) {
+        for (int64_t c = 0; c < kr->k; c++)
+            if (mask == NULL || (mask[c] & KD_KRYLOV_MASK_PARTIALS))
+                out[c] = kd_load_real(host, kr->dtype, (size_t)c);
+    }
+    free(host);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer (column norms)");
+}
+
+int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err)
+{
+    const size_t vsize = kd_dtype_size(kr->dtype);
+    const size_t k = (size_t)kr->k;
+    const size_t par = (size_t)kd_krylov_parity(iteration);
+    unsigned char *scalars = malloc(k * KD_KRYLOV_SLOTS * vsize);
+    cl_long *state = malloc(k * 2 * sizeof(cl_long));
+    if (scalars == NULL || state == NULL) {
+        free(scalars);
+        free(state);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the solver state");
+    }
+    cl_command_queue q = kd_ocl_queue(kr->ocl);
+    /* Two reads, one wait: the in-order queue finishes the first before the second returns. */
+    cl_int st = clEnqueueReadBuffer(q, kr->scalars, CL_FALSE, par * k * KD_KRYLOV_SLOTS * vsize,
+                                    k * KD_KRYLOV_SLOTS * vsize, scalars, 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        st = clEnqueueReadBuffer(q, kr->state, CL_TRUE, par * k * 2 * sizeof(cl_long),
+                                 k * 2 * sizeof(cl_long), state, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        /* The first read may still be writing into our buffer: drain before freeing it. */
+        (void)clFinish(q);
+        free(scalars);
+        free(state);
+        return kd_ocl_fail(err, st, "clEnqueueReadBuffer (solver state)");
+    }
+    for (size_t c = 0; c < k; c++) {
+        const size_t s = c * KD_KRYLOV_SLOTS;
+        out[c].status = (int)state[2 * c];
+        out[c].iteration = (int64_t)state[2 * c + 1];
+        out[c].rr = kd_load_real(scalars, kr->dtype, s + 0);
+        out[c].rz = kd_load_real(scalars, kr->dtype, s + 1);
+        out[c].pq = kd_load_real(scalars, kr->dtype, s + 2);
+        out[c].alpha = kd_load_real(scalars, kr->dtype, s + 3);
+        out[c].beta = kd_load_real(scalars, kr->dtype, s + 4);
+        out[c].fail = kd_load_real(scalars, kr->dtype, s + 5);
+    }
+    free(scalars);
+    free(state);
+    return KD_OK;
+}
+
+int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
+{
+    cl_long word[2] = {KD_KRYLOV_STOPPED, (cl_long)iteration};
+    size_t offset =
+        ((size_t)kd_krylov_parity(iteration) * (size_t)kr->k + (size_t)c) * sizeof(word);
+    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->state, CL_TRUE, offset,
+                                     sizeof(word), word, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
+}

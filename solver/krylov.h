@@ -1,0 +1,124 @@
+/*
+ * k lock-step Krylov iterations on the device: the host side of kernels/krylov.cl, which holds
+ * the thread mapping and the double-buffered device scalars. solver/solve.c is the driver: per
+ * iteration it runs the SpMV of every column through the matrix's format, then
+ *
+ *   CG, PCG:  kd_krylov_dots(d, q)  kd_krylov_update_residual  kd_krylov_update_direction
+ *   SD:       kd_krylov_dots(r, q)  kd_krylov_update_residual  kd_krylov_update_direction
+ *
+ * three launches for all k columns, none of which the host waits for. A kd_krylov_t belongs to
+ * one solve: one value type, one method, k columns of n values with column stride ld (the
+ * kd_multivec_t layout), and per column a convergence threshold on r'r.
+ *
+ * Iteration numbers are 1-based; the device writes the scalars of iteration i into copy i & 1,
+ * so "the state after iteration i" (kd_krylov_read) and the start (iteration 0) need no
+ * bookkeeping on the host. Functions enqueue and return, except kd_krylov_read, kd_krylov_norms,
+ * kd_krylov_stop and the masked kd_krylov_residual, which wait for the queue.
+ */
+#ifndef KD_SOLVER_KRYLOV_H
+#define KD_SOLVER_KRYLOV_H
+
+#include "solver/ocl.h"
+#include "solver/vector.h"
+
+typedef enum kd_krylov_method {
+    KD_KRYLOV_CG = 0,
+    KD_KRYLOV_SD = 1,
+    KD_KRYLOV_PCG = 2, /* Jacobi: z = D^-1 r with the matrix's inverse diagonal */
+} kd_krylov_method_t;
+
+/* A column's device status (the same numbers as kernels/krylov.cl). */
+enum {
+    KD_KRYLOV_RUNNING = 0,
+    KD_KRYLOV_CONVERGED = 1,           /* r'r <= threshold after `iteration` iterations */
+    KD_KRYLOV_BREAKDOWN = 2,           /* p'Ap <= 0 (finite) in iteration `iteration` */
+    KD_KRYLOV_NON_FINITE_PQ = 3,       /* p'Ap not finite in iteration `iteration` */
+    KD_KRYLOV_NON_FINITE_ALPHA = 4,    /* r'z / p'Ap not finite in iteration `iteration` */
+    KD_KRYLOV_NON_FINITE_RESIDUAL = 5, /* r'r not finite after iteration `iteration` */
+    KD_KRYLOV_STOPPED = 6,             /* frozen by kd_krylov_stop */
+    KD_KRYLOV_ZERO_STEP = 7,           /* alpha underflowed to 0 in iteration `iteration` */
+};
+
+/* Bits of a column's mask for kd_krylov_residual / kd_krylov_norms. */
+enum {
+    KD_KRYLOV_MASK_PARTIALS = 1,  /* recompute this column's r'r (and r'z) */
+    KD_KRYLOV_MASK_DIRECTION = 2, /* and set d = z (= r without preconditioner) */
+    KD_KRYLOV_MASK_RESTART = 4,   /* and mark the column running from this iteration */
+};
+
+typedef struct kd_krylov {
+    kd_ocl_t *ocl;
+    kd_dtype_t dtype;
+    kd_krylov_method_t method;
+    int64_t n, ld, k;
+    size_t work_group_size;
+    size_t groups; /* work-groups per column in the reducing kernels */
+    cl_mem pq_partials, rr_partials, rz_partials; /* k * groups VALUEs each */
+    cl_mem scalars;                               /* 2 * k * KD_KRYLOV_SLOTS VALUEs */
+    cl_mem state;                                 /* 2 * k * 2 cl_long */
+    cl_mem threshold;                             /* k VALUEs */
+    cl_mem mask;                                  /* k cl_int */
+    cl_mem norms;                                 /* k VALUEs */
+    char options[48];
+} kd_krylov_t;
+
+#define KD_KRYLOV_SLOTS 6
+
+/* One column's device state after an iteration. */
+typedef struct kd_krylov_column {
+    int status;        /* KD_KRYLOV_RUNNING, ... */
+    int64_t iteration; /* when the status changed (see the enum) */
+    double rr;         /* r'r of the current residual */
+    double rz;         /* r'z (PCG), else r'r */
+    double pq;         /* the last p'Ap */
+    double alpha, beta;
+    double fail; /* the value that stopped the column */
+} kd_krylov_column_t;
+
+/*
+ * groups: work-groups per column for the reducing kernels, 0 = automatic (one wave of eight
+ * groups per compute unit over all columns, at most 1024 per column, at most one per WG
+ * elements). threshold: k values, each column's bound on r'r (already rounded to the dtype). All
+ * columns start as KD_KRYLOV_RUNNING with zero scalars.
+ */
+int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
+                   int64_t ld, int64_t k, int64_t groups, const double *threshold, kd_krylov_t *kr,
+                   kd_err_t *err);
+void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
+
+/* Iteration `iteration`, step 1: the partial sums of p'q of every running column. */
+int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
+                   int64_t iteration, kd_err_t *err);
+/* Step 2: decide (converged, breakdown, non-finite) or take alpha; r -= alpha q (SD: and
+ * x += alpha r); the partial sums of the new r'r and r'z. inv_diagonal: PCG only. */
+int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
+                              kd_multivec_t *x, cl_mem inv_diagonal, int64_t iteration,
+                              kd_err_t *err);
+/* Step 3: r'r, r'z, beta; CG / PCG: x += alpha d, d = z + beta d (SD: bookkeeping only, x and d
+ * may be NULL). */
+int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
+                               kd_multivec_t *x, kd_multivec_t *d, int64_t iteration,
+                               kd_err_t *err);
+
+/*
+ * Recompute r'r (and r'z) from r into the state of iteration `iteration`, for the columns whose
+ * mask has KD_KRYLOV_MASK_PARTIALS (mask NULL: mask_all for every column; else k ints, written
+ * to the device with a blocking write), setting d = z and restarting as the mask bits say. A
+ * running column whose new r'r is not finite stops with KD_KRYLOV_NON_FINITE_RESIDUAL.
+ */
+int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
+                       kd_multivec_t *d, const int *mask, int mask_all, int64_t iteration,
+                       kd_err_t *err);
+
+/* out[c] = t_c't_c for the columns with KD_KRYLOV_MASK_PARTIALS in mask (NULL: all); blocking.
+ * Other entries of out are left as they are. */
+int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, double *out,
+                    kd_err_t *err);
+
+/* Every column's state after iteration `iteration` (k entries; blocking: one host sync). */
+int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err);
+
+/* Freeze column c (KD_KRYLOV_STOPPED) in the state after iteration `iteration`; blocking. */
+int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err);
+
+#endif
