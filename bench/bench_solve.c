@@ -131,6 +131,8 @@ static void kd_bs_usage(void)
             "  --nrhs LIST         right-hand sides per solve (default 1)\n"
             "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
             "(default 0)\n"
+            "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
+            "(default 0)\n"
             "  --iterations N      per timed solve (default 200)\n"
             "  --repeat R          timed solves per row, the median is reported (default 3)\n"
             "  --format NAME       matrix format (default csr_scalar)\n"
@@ -142,7 +144,7 @@ int kd_bench_solve_main(int argc, char **argv)
 {
     const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar";
     kd_dtype_t dtype = KD_DTYPE_F64;
-    char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0";
+    char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0", passes_buf[16] = "0";
     int iterations = 200, repeat = 3;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
@@ -169,6 +171,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(methods_buf, sizeof(methods_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--nrhs") == 0) {
             snprintf(nrhs_buf, sizeof(nrhs_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--passes") == 0) {
+            snprintf(passes_buf, sizeof(passes_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--iterations") == 0) {
@@ -203,6 +207,8 @@ int kd_bench_solve_main(int argc, char **argv)
     int nmethods = kd_bs_split(methods_buf, methods, 8);
     int nnrhs = kd_bs_split(nrhs_buf, nrhs_list, 8);
     int ngroups = kd_bs_split(groups_buf, groups_list, 16);
+    char *passes_list[4];
+    int npasses = kd_bs_split(passes_buf, passes_list, 4);
     kd_format_t format;
     if (kd_format_parse(format_name, &format) != 0 || !kd_format_available(format)) {
         fprintf(stderr, "format %s is not available\n", format_name);
@@ -223,9 +229,9 @@ int kd_bench_solve_main(int argc, char **argv)
            "iterations per solve, median of %d\n",
            desc->name, desc->platform, copy_gbs, copy_mb, kd_dtype_name(dtype), iterations,
            repeat);
-    printf("%-14s %-4s %4s %5s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth", "nrhs",
-           "grps", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s", "auto_ms",
-           "spmv_ms");
+    printf("%-14s %-4s %4s %5s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
+           "nrhs", "grps", "ps", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
+           "auto_ms", "spmv_ms");
     FILE *csv = csv_path != NULL ? fopen(csv_path, "a") : NULL;
     if (csv_path != NULL && csv == NULL)
         fprintf(stderr, "cannot open %s\n", csv_path);
@@ -266,13 +272,15 @@ int kd_bench_solve_main(int argc, char **argv)
                                                                             : KD_SOLVE_CG;
                 double vec_per = method == KD_SOLVE_PCG ? 12.0 : method == KD_SOLVE_SD ? 7.0 : 10.0;
                 double bytes = (double)k * (spmv_bytes + vec_per * n * v);
-                for (int gi = 0; gi < ngroups; gi++) {
+                for (int gi = 0; gi < ngroups * npasses; gi++) {
+                    const char *passes = passes_list[gi % npasses];
                     kd_solve_params_t prm;
                     kd_solve_params_default(&prm);
                     prm.method = method;
                     prm.rtol = 0.0;
                     prm.atol = 0.0;
-                    prm.reduction_groups = atoll(groups_list[gi]);
+                    prm.reduction_groups = atoll(groups_list[gi / npasses]);
+                    prm.passes = atoi(passes);
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
                     /* Warm-up (kernel builds), then timed solves with one check at the end. */
@@ -306,15 +314,17 @@ int kd_bench_solve_main(int argc, char **argv)
                     }
                     double ms = kd_bs_median(t, repeat);
                     double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
-                    printf("%-14s %-4s %4lld %5s %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% %7.0f %8.4f "
-                           "%8.4f\n",
-                           matrices[mi], methods[me], (long long)k, groups_list[gi],
+                    printf("%-14s %-4s %4lld %5s %2s %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% %7.0f "
+                           "%8.4f %8.4f\n",
+                           matrices[mi], methods[me], (long long)k, groups_list[gi / npasses],
+                           passes,
                            (long long)csr->rows, (long long)csr->nnz, bytes / 1e6, ms, floor_ms,
                            100.0 * floor_ms / ms, bytes / (ms * 1e6), auto_ms, spmv_ms);
                     if (csv != NULL)
-                        fprintf(csv, "%s,%s,%s,%lld,%s,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
+                        fprintf(csv,
+                                "%s,%s,%s,%lld,%s,%s,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
                                 desc->name, matrices[mi], methods[me], (long long)k,
-                                groups_list[gi], (long long)csr->rows, (long long)csr->nnz, bytes,
+                                groups_list[gi / npasses], passes, (long long)csr->rows, (long long)csr->nnz, bytes,
                                 ms, floor_ms, auto_ms, spmv_ms, copy_gbs);
                     fflush(stdout);
                     free(t);

@@ -25,6 +25,11 @@
  * Steepest descent: dots(r, q); update_residual also does x += alpha r; update_direction only
  * finishes r'r (launched with one group per column).
  *
+ * Cache. The passes of an iteration alternate direction: the SpMV walks rows forwards, dots
+ * walks backwards, update_residual forwards, update_direction backwards, so each pass starts
+ * where the previous one ended and finds the vectors it just touched still in the L2 cache (on
+ * an H100, 50 MB: a good share of a 32 MB float64 vector).
+ *
  * Device scalars, double-buffered. scalars[par][c][KD_SLOTS] and state[par][c][2] (status, the
  * iteration it changed) exist twice, par = iteration & 1: the kernels of iteration i read copy
  * (i - 1) & 1 and work-item 0 of each column's group 0 writes copy i & 1, so no work-group ever
@@ -34,12 +39,6 @@
  * no kernel returns before its last barrier, which some implementations (PoCL) require even when
  * the branch is uniform.
  */
-#if KD_FP64
-#define VALUE2 double2
-#else
-#define VALUE2 float2
-#endif
-
 #define KD_SLOT_RR 0    /* r'r of the current residual */
 #define KD_SLOT_RZ 1    /* r'z, z = D^-1 r (PCG); = r'r for CG and SD */
 #define KD_SLOT_PQ 2    /* p'Ap of this iteration */
@@ -69,90 +68,127 @@
 #define KD_FINAL_SCALARS 0 /* the final writes scalars/state */
 #define KD_FINAL_NORMS 1   /* the final writes norms[c] = sum of squares only */
 
-/* The total of v over the work-group (every work-item gets it). */
-VALUE kd_krylov_group_sum(__local VALUE *scratch, VALUE v)
+/* Partial sums: dot_partials[j][c][g] (j: 0 p'q, 1 r'Mq, 2 q'Mq), res_partials[s][j][c][g]
+ * (s: 0 and 1 by iteration parity, 2 scratch for norms; j: 0 r'r, 1 r'z). G = `groups`. */
+#define KD_DOT(j) (dot_partials + ((j) * k + c) * groups)
+#define KD_RES(s, j) (res_partials + (((s) * 2 + (j)) * k + c) * groups)
+#define KD_NORMS_SLOT 2
+
+/* The totals of v[0..m) over the work-group at once, one set of barriers (every work-item gets
+ * them in v). scratch holds m * KD_WG_SIZE values. */
+void kd_krylov_group_sums(__local VALUE *scratch, VALUE *v, const int m)
 {
     const uint lid = get_local_id(0);
     barrier(CLK_LOCAL_MEM_FENCE); /* scratch may still be read from a previous sum */
-    scratch[lid] = v;
+    for (int j = 0; j < m; j++)
+        scratch[j * KD_WG_SIZE + lid] = v[j];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint s = KD_WG_SIZE / 2; s > 0; s >>= 1) {
         if (lid < s)
-            scratch[lid] += scratch[lid + s];
+            for (int j = 0; j < m; j++)
+                scratch[j * KD_WG_SIZE + lid] += scratch[j * KD_WG_SIZE + lid + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    return scratch[0];
+    for (int j = 0; j < m; j++)
+        v[j] = scratch[j * KD_WG_SIZE];
 }
 
-/* Two totals at once (one set of barriers): scratch holds 2 * KD_WG_SIZE. */
-VALUE2 kd_krylov_group_sum2(__local VALUE *scratch, VALUE a, VALUE b)
+/* v[j] = the sum of the `groups` partials at p[j], j < m, in a fixed order (every work-item). */
+void kd_krylov_folds(__local VALUE *scratch, __global const VALUE *p0, __global const VALUE *p1,
+                     __global const VALUE *p2, __global const VALUE *p3, __global const VALUE *p4,
+                     const int groups, VALUE *v, const int m)
 {
-    const uint lid = get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    scratch[lid] = a;
-    scratch[KD_WG_SIZE + lid] = b;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint s = KD_WG_SIZE / 2; s > 0; s >>= 1) {
-        if (lid < s) {
-            scratch[lid] += scratch[lid + s];
-            scratch[KD_WG_SIZE + lid] += scratch[KD_WG_SIZE + lid + s];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return (VALUE2)(scratch[0], scratch[KD_WG_SIZE]);
-}
-
-/* The sum of a column's `groups` partials, in a fixed order (every work-item gets it). */
-VALUE kd_krylov_fold(__local VALUE *scratch, __global const VALUE *partials, const int groups)
-{
-    VALUE s = KD_ZERO;
-    for (int g = (int)get_local_id(0); g < groups; g += KD_WG_SIZE)
-        s += partials[g];
-    return kd_krylov_group_sum(scratch, s);
-}
-
-VALUE2 kd_krylov_fold2(__local VALUE *scratch, __global const VALUE *pa, __global const VALUE *pb,
-                       const int groups)
-{
-    VALUE a = KD_ZERO, b = KD_ZERO;
+    for (int j = 0; j < m; j++)
+        v[j] = KD_ZERO;
     for (int g = (int)get_local_id(0); g < groups; g += KD_WG_SIZE) {
-        a += pa[g];
-        b += pb[g];
+        v[0] += p0[g];
+        if (m > 1)
+            v[1] += p1[g];
+        if (m > 2)
+            v[2] += p2[g];
+        if (m > 3)
+            v[3] += p3[g];
+        if (m > 4)
+            v[4] += p4[g];
     }
-    return kd_krylov_group_sum2(scratch, a, b);
+    kd_krylov_group_sums(scratch, v, m);
 }
 
-/* partials[c][group] = this group's share of p_c'q_c, for running columns. */
+/*
+ * The decision of iteration `iteration` for a column in state (status, at) with r'r = rr,
+ * r'z = rz, p'q = pq: converged (rr <= threshold: after iteration - 1), non-finite r'r, p'q or
+ * alpha, breakdown (p'q <= 0), a zero step, or running with alpha = rz / pq (returned; 0 unless
+ * running).
+ */
+VALUE kd_krylov_decide(long *status, long *at, VALUE *fail, const VALUE rr, const VALUE rz,
+                       const VALUE pq, const VALUE threshold, const long iteration)
+{
+    VALUE alpha = KD_ZERO;
+    if (*status != KD_RUNNING)
+        return alpha;
+    if (!isfinite(rr) || !isfinite(rz)) {
+        *status = KD_NON_FINITE_RESIDUAL;
+        *at = iteration - 1;
+        *fail = rr;
+    } else if (rr <= threshold) {
+        *status = KD_CONVERGED;
+        *at = iteration - 1;
+    } else if (!isfinite(pq)) {
+        *status = KD_NON_FINITE_PQ;
+        *at = iteration;
+        *fail = pq;
+    } else if (pq <= KD_ZERO) {
+        *status = KD_BREAKDOWN;
+        *at = iteration;
+        *fail = pq;
+    } else {
+        alpha = rz / pq;
+        if (!isfinite(alpha)) {
+            *status = KD_NON_FINITE_ALPHA;
+            *at = iteration;
+            *fail = alpha;
+            alpha = KD_ZERO;
+        } else if (alpha == KD_ZERO) {
+            *status = KD_ZERO_STEP;
+            *at = iteration;
+            *fail = rz;
+        }
+    }
+    return alpha;
+}
+
+/* dot_partials[0][c][group] = this group's share of p_c'q_c, for running columns. Backwards. */
 __kernel KD_WG_ATTR void kd_krylov_dots(const int n, const int ld, const int a,
                                         __global const long *state, __global const VALUE *p,
-                                        __global const VALUE *q, __global VALUE *partials)
+                                        __global const VALUE *q, __global VALUE *dot_partials)
 {
     __local VALUE scratch[KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    const int groups = (int)get_num_groups(0);
     const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
-    VALUE s = KD_ZERO;
-    for (uint i = (uint)get_global_id(0); i < end; i += stride)
-        s += p[base + i] * q[base + i];
-    s = kd_krylov_group_sum(scratch, s);
+    VALUE s[1] = {KD_ZERO};
+    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+        const size_t e = base + (n - 1u - i); /* backwards: see "Cache" above */
+        s[0] += p[e] * q[e];
+    }
+    kd_krylov_group_sums(scratch, s, 1);
     if (get_local_id(0) == 0)
-        partials[c * (int)get_num_groups(0) + (int)get_group_id(0)] = s;
+        KD_DOT(0)[get_group_id(0)] = s[0];
 }
 
 /*
  * Iteration `iteration` (1-based), reading copy a = (iteration - 1) & 1 and writing copy 1 - a.
- * Every group folds the column's p'q partials and decides, as work-item 0 of group 0 records:
- * converged (r'r <= threshold: after iteration - 1), non-finite r'r, p'q, alpha, breakdown
- * (p'q <= 0), a zero step, or alpha = r'z / p'q. Then r -= alpha q (SD: x += alpha r first) and
- * the partial sums of the new r'r and r'z.
+ * Every group folds the column's p'q partials and decides (kd_krylov_decide) with the r'r and
+ * r'z of copy a, as work-item 0 of group 0 records. Then r -= alpha q (SD: x += alpha r first)
+ * and the partial sums of the new r'r and r'z into res_partials[1 - a]. Forwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_update_residual(
     const int n, const int ld, const int groups, const int method, const long iteration,
-    const int a, __global const VALUE *threshold, __global const VALUE *pq_partials,
+    const int a, __global const VALUE *threshold, __global const VALUE *dot_partials,
     __global VALUE *scalars, __global long *state, __global const VALUE *q, __global VALUE *r,
-    __global VALUE *x, __global const VALUE *inv_diagonal, __global VALUE *rr_partials,
-    __global VALUE *rz_partials)
+    __global VALUE *x, __global const VALUE *inv_diagonal, __global VALUE *res_partials)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -161,42 +197,13 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
     __global const VALUE *s_in = scalars + (a * k + c) * KD_SLOTS;
     __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
     long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_SLOT_FAIL], alpha = KD_ZERO;
+    VALUE fail = s_in[KD_SLOT_FAIL];
     /* Folded whatever the status (barriers stay unconditional); used only while running. */
-    VALUE pq = kd_krylov_fold(scratch, pq_partials + c * groups, groups);
-    if (status != KD_RUNNING) {
-        pq = KD_ZERO;
-    } else {
-        const VALUE rr = s_in[KD_SLOT_RR], rz = s_in[KD_SLOT_RZ];
-        if (!isfinite(rr) || !isfinite(rz)) {
-            status = KD_NON_FINITE_RESIDUAL;
-            at = iteration - 1;
-            fail = rr;
-        } else if (rr <= threshold[c]) {
-            status = KD_CONVERGED;
-            at = iteration - 1;
-        } else if (!isfinite(pq)) {
-            status = KD_NON_FINITE_PQ;
-            at = iteration;
-            fail = pq;
-        } else if (pq <= KD_ZERO) {
-            status = KD_BREAKDOWN;
-            at = iteration;
-            fail = pq;
-        } else {
-            alpha = rz / pq;
-            if (!isfinite(alpha)) {
-                status = KD_NON_FINITE_ALPHA;
-                at = iteration;
-                fail = alpha;
-                alpha = KD_ZERO;
-            } else if (alpha == KD_ZERO) {
-                status = KD_ZERO_STEP;
-                at = iteration;
-                fail = rz;
-            }
-        }
-    }
+    VALUE v[2];
+    kd_krylov_folds(scratch, KD_DOT(0), 0, 0, 0, 0, groups, v, 1);
+    const VALUE pq = status == KD_RUNNING ? v[0] : KD_ZERO;
+    const VALUE alpha = kd_krylov_decide(&status, &at, &fail, s_in[KD_SLOT_RR], s_in[KD_SLOT_RZ],
+                                         pq, threshold[c], iteration);
     if (get_global_id(0) == 0) {
         st_out[0] = status;
         st_out[1] = at;
@@ -208,13 +215,13 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
     const uint end = alpha != KD_ZERO ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
-    VALUE srr = KD_ZERO, srz = KD_ZERO;
+    v[0] = v[1] = KD_ZERO;
     if (method == KD_METHOD_PCG) {
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
             const VALUE ri = r[base + i] - alpha * q[base + i];
             r[base + i] = ri;
-            srr += ri * ri;
-            srz += ri * (inv_diagonal[i] * ri);
+            v[0] += ri * ri;
+            v[1] += ri * (inv_diagonal[i] * ri);
         }
     } else if (method == KD_METHOD_SD) {
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
@@ -222,26 +229,19 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
             const VALUE ri = r0 - alpha * q[base + i];
             x[base + i] += alpha * r0;
             r[base + i] = ri;
-            srr += ri * ri;
+            v[0] += ri * ri;
         }
     } else {
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
             const VALUE ri = r[base + i] - alpha * q[base + i];
             r[base + i] = ri;
-            srr += ri * ri;
+            v[0] += ri * ri;
         }
     }
-    const int slot = c * (int)get_num_groups(0) + (int)get_group_id(0);
-    if (method == KD_METHOD_PCG) {
-        const VALUE2 s = kd_krylov_group_sum2(scratch, srr, srz);
-        if (get_local_id(0) == 0 && end != 0u) {
-            rr_partials[slot] = s.x;
-            rz_partials[slot] = s.y;
-        }
-    } else {
-        const VALUE s = kd_krylov_group_sum(scratch, srr);
-        if (get_local_id(0) == 0 && end != 0u)
-            rr_partials[slot] = s;
+    kd_krylov_group_sums(scratch, v, 2);
+    if (get_local_id(0) == 0 && end != 0u) {
+        KD_RES(b, 0)[get_group_id(0)] = v[0];
+        KD_RES(b, 1)[get_group_id(0)] = v[1];
     }
 }
 
@@ -249,12 +249,11 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
  * The second half of iteration `iteration`: fold the new r'r (and r'z) partials; beta = new r'z
  * / old r'z; x += alpha d; d = z + beta d (z = D^-1 r for PCG, r otherwise). Work-item 0 of group 0
  * records r'r, r'z and beta in copy b = 1 - a, and a non-finite r'r as KD_NON_FINITE_RESIDUAL.
- * For SD (launched with one group per column) only the bookkeeping runs.
+ * For SD (launched with one group per column) only the bookkeeping runs. Backwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_update_direction(
     const int n, const int ld, const int groups, const int method, const long iteration,
-    const int a, __global VALUE *scalars, __global long *state,
-    __global const VALUE *rr_partials, __global const VALUE *rz_partials,
+    const int a, __global VALUE *scalars, __global long *state, __global const VALUE *res_partials,
     __global const VALUE *r, __global const VALUE *inv_diagonal, __global VALUE *x,
     __global VALUE *d)
 {
@@ -264,15 +263,10 @@ __kernel KD_WG_ATTR void kd_krylov_update_direction(
     __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
     const VALUE alpha = s_out[KD_SLOT_ALPHA];
     /* Folded whatever alpha is (barriers stay unconditional); used only when it is not 0. */
-    VALUE rr, rz;
-    if (method == KD_METHOD_PCG) {
-        const VALUE2 s =
-            kd_krylov_fold2(scratch, rr_partials + c * groups, rz_partials + c * groups, groups);
-        rr = s.x;
-        rz = s.y;
-    } else {
-        rr = rz = kd_krylov_fold(scratch, rr_partials + c * groups, groups);
-    }
+    VALUE v[2];
+    kd_krylov_folds(scratch, KD_RES(b, 0), KD_RES(b, 1), 0, 0, 0, groups, v,
+                    method == KD_METHOD_PCG ? 2 : 1);
+    const VALUE rr = v[0], rz = method == KD_METHOD_PCG ? v[1] : v[0];
     if (alpha == KD_ZERO) {
         if (get_global_id(0) == 0) {
             s_out[KD_SLOT_RR] = s_in[KD_SLOT_RR];
@@ -298,97 +292,200 @@ __kernel KD_WG_ATTR void kd_krylov_update_direction(
 
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
+    /* Backwards: see "Cache" above. */
     if (method == KD_METHOD_PCG) {
         for (uint i = (uint)get_global_id(0); i < (uint)n; i += stride) {
-            const VALUE di = d[base + i];
-            x[base + i] += alpha * di;
-            d[base + i] = inv_diagonal[i] * r[base + i] + beta * di;
+            const uint e = (uint)n - 1u - i;
+            const VALUE di = d[base + e];
+            x[base + e] += alpha * di;
+            d[base + e] = inv_diagonal[e] * r[base + e] + beta * di;
         }
     } else {
         for (uint i = (uint)get_global_id(0); i < (uint)n; i += stride) {
-            const VALUE di = d[base + i];
-            x[base + i] += alpha * di;
-            d[base + i] = r[base + i] + beta * di;
+            const uint e = (uint)n - 1u - i;
+            const VALUE di = d[base + e];
+            x[base + e] += alpha * di;
+            d[base + e] = r[base + e] + beta * di;
         }
+    }
+}
+
+/*
+ * Two-pass iteration, pass 1 (CG and PCG): the partial sums of p'q, r'Mq and q'Mq (M = D^-1 for
+ * PCG, I for CG) of running columns, so that pass 2 knows the new r'z = r'z - 2 alpha r'Mq +
+ * alpha^2 q'Mq before it has the new r. Backwards.
+ */
+__kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a, const int pcg,
+                                         __global const long *state, __global const VALUE *p,
+                                         __global const VALUE *q, __global const VALUE *r,
+                                         __global const VALUE *inv_diagonal,
+                                         __global VALUE *dot_partials)
+{
+    __local VALUE scratch[3 * KD_WG_SIZE];
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    const int groups = (int)get_num_groups(0);
+    const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
+    const size_t base = (size_t)c * (size_t)ld;
+    const uint stride = (uint)get_global_size(0);
+    VALUE v[3] = {KD_ZERO, KD_ZERO, KD_ZERO};
+    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+        const uint e = (uint)n - 1u - i; /* backwards: see "Cache" above */
+        const VALUE qi = q[base + e];
+        const VALUE mq = pcg ? inv_diagonal[e] * qi : qi;
+        v[0] += p[base + e] * qi;
+        v[1] += r[base + e] * mq;
+        v[2] += qi * mq;
+    }
+    kd_krylov_group_sums(scratch, v, 3);
+    if (get_local_id(0) == 0) {
+        KD_DOT(0)[get_group_id(0)] = v[0];
+        KD_DOT(1)[get_group_id(0)] = v[1];
+        KD_DOT(2)[get_group_id(0)] = v[2];
+    }
+}
+
+/*
+ * Two-pass iteration, pass 2: every group folds p'q, r'Mq, q'Mq (pass 1) and the r'r, r'z of the
+ * current residual (res_partials[a], left by the previous pass 2 or a residual recomputation),
+ * decides as update_residual does, and takes beta = (r'z - 2 alpha r'Mq + alpha^2 q'Mq) / r'z
+ * (0 if cancellation makes it negative). Then in one pass: r -= alpha q, x += alpha d,
+ * d = z + beta d, and the exact r'r and r'z of the new r into res_partials[b] (a frozen column's
+ * are carried over), which the next pass 2, or kd_krylov_residual_final at a check, folds.
+ * Forwards.
+ */
+__kernel KD_WG_ATTR void kd_krylov_update_merged(
+    const int n, const int ld, const int groups, const int pcg, const long iteration, const int a,
+    __global const VALUE *threshold, __global const VALUE *dot_partials,
+    __global VALUE *res_partials, __global VALUE *scalars, __global long *state,
+    __global const VALUE *q, __global VALUE *r, __global VALUE *x, __global VALUE *d,
+    __global const VALUE *inv_diagonal)
+{
+    __local VALUE scratch[5 * KD_WG_SIZE];
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
+    __global const long *st_in = state + (a * k + c) * 2;
+    __global long *st_out = state + (b * k + c) * 2;
+    __global const VALUE *s_in = scalars + (a * k + c) * KD_SLOTS;
+    __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
+    long status = st_in[0], at = st_in[1];
+    VALUE fail = s_in[KD_SLOT_FAIL];
+    VALUE v[5];
+    kd_krylov_folds(scratch, KD_DOT(0), KD_DOT(1), KD_DOT(2), KD_RES(a, 0), KD_RES(a, 1), groups,
+                    v, 5);
+    const int running = status == KD_RUNNING;
+    const VALUE pq = running ? v[0] : KD_ZERO;
+    const VALUE rr = v[3], rz = pcg ? v[4] : v[3];
+    const VALUE alpha =
+        kd_krylov_decide(&status, &at, &fail, rr, rz, pq, threshold[c], iteration);
+    VALUE beta = KD_ZERO;
+    if (alpha != KD_ZERO) {
+        const VALUE rz_new = rz - (VALUE)2 * alpha * v[1] + alpha * alpha * v[2];
+        beta = rz_new > KD_ZERO ? rz_new / rz : KD_ZERO;
+    }
+    if (get_global_id(0) == 0) {
+        st_out[0] = status;
+        st_out[1] = at;
+        s_out[KD_SLOT_PQ] = pq;
+        s_out[KD_SLOT_ALPHA] = alpha;
+        s_out[KD_SLOT_BETA] = beta;
+        s_out[KD_SLOT_FAIL] = fail;
+    }
+    const uint end = alpha != KD_ZERO ? (uint)n : 0u;
+    const size_t base = (size_t)c * (size_t)ld;
+    const uint stride = (uint)get_global_size(0);
+    v[0] = v[1] = KD_ZERO;
+    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+        const VALUE ri = r[base + i] - alpha * q[base + i];
+        const VALUE zi = pcg ? inv_diagonal[i] * ri : ri;
+        const VALUE di = d[base + i];
+        r[base + i] = ri;
+        x[base + i] += alpha * di;
+        d[base + i] = zi + beta * di;
+        v[0] += ri * ri;
+        v[1] += ri * zi;
+    }
+    kd_krylov_group_sums(scratch, v, 2);
+    if (get_local_id(0) == 0) {
+        const int g = (int)get_group_id(0);
+        KD_RES(b, 0)[g] = end != 0u ? v[0] : KD_RES(a, 0)[g];
+        KD_RES(b, 1)[g] = end != 0u ? v[1] : KD_RES(a, 1)[g];
     }
 }
 
 /*
  * For the columns with KD_MASK_PARTIALS in their mask (mask NULL: mask_all for every column): the
- * partial sums of r'r and, with `pcg`, r'z; with KD_MASK_DIRECTION also d = z. Used at the start,
- * for the periodic r = b - A x refresh, for restarts and for ||b - A x|| checks.
+ * partial sums of r'r and, with `pcg`, r'z into res_partials[slot]; with KD_MASK_DIRECTION also
+ * d = z. Used at the start, for the periodic r = b - A x refresh, for restarts and for
+ * ||b - A x|| checks (slot KD_NORMS_SLOT).
  */
 __kernel KD_WG_ATTR void kd_krylov_residual_partials(const int n, const int ld, const int pcg,
-                                                     __global const int *mask, const int mask_all,
-                                                     __global const VALUE *r,
+                                                     const int slot, __global const int *mask,
+                                                     const int mask_all, __global const VALUE *r,
                                                      __global const VALUE *inv_diagonal,
-                                                     __global VALUE *d, __global VALUE *rr_partials,
-                                                     __global VALUE *rz_partials)
+                                                     __global VALUE *d,
+                                                     __global VALUE *res_partials)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
-    const int c = (int)get_global_id(1);
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    const int groups = (int)get_num_groups(0);
     const int m = mask != 0 ? mask[c] : mask_all;
     const uint end = (m & KD_MASK_PARTIALS) != 0 ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     const int direction = (m & KD_MASK_DIRECTION) != 0;
-    VALUE srr = KD_ZERO, srz = KD_ZERO;
+    VALUE v[2] = {KD_ZERO, KD_ZERO};
     for (uint i = (uint)get_global_id(0); i < end; i += stride) {
         const VALUE ri = r[base + i];
         const VALUE zi = pcg ? inv_diagonal[i] * ri : ri;
-        srr += ri * ri;
-        if (pcg)
-            srz += ri * zi;
+        v[0] += ri * ri;
+        v[1] += ri * zi;
         if (direction)
             d[base + i] = zi;
     }
-    const VALUE2 s = kd_krylov_group_sum2(scratch, srr, srz);
-    const int slot = c * (int)get_num_groups(0) + (int)get_group_id(0);
+    kd_krylov_group_sums(scratch, v, 2);
     if (get_local_id(0) == 0 && end != 0u) {
-        rr_partials[slot] = s.x;
-        rz_partials[slot] = s.y;
+        KD_RES(slot, 0)[get_group_id(0)] = v[0];
+        KD_RES(slot, 1)[get_group_id(0)] = v[1];
     }
 }
 
 /*
- * One work-group per column (masked as kd_krylov_residual_partials): fold the partials. Mode
- * KD_FINAL_NORMS: norms[c] = r'r. Mode KD_FINAL_SCALARS: copy par's RR and RZ (RZ = RR unless
+ * One work-group per column (masked as kd_krylov_residual_partials): fold res_partials[slot].
+ * Mode KD_FINAL_NORMS: norms[c] = r'r. Mode KD_FINAL_SCALARS: copy par's RR and RZ (RZ = RR unless
  * pcg); with KD_MASK_RESTART the column runs again from `iteration`, else a non-finite r'r of a
  * running column stops it as KD_NON_FINITE_RESIDUAL at `iteration`.
  */
 __kernel KD_WG_ATTR void kd_krylov_residual_final(const int groups, const int pcg,
                                                   const long iteration, const int par,
-                                                  const int mode, __global const int *mask,
-                                                  const int mask_all,
-                                                  __global const VALUE *rr_partials,
-                                                  __global const VALUE *rz_partials,
+                                                  const int slot, const int mode,
+                                                  __global const int *mask, const int mask_all,
+                                                  __global const VALUE *res_partials,
                                                   __global VALUE *scalars, __global long *state,
                                                   __global VALUE *norms)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int m = mask != 0 ? mask[c] : mask_all;
-    const VALUE2 s =
-        kd_krylov_fold2(scratch, rr_partials + c * groups, rz_partials + c * groups, groups);
+    VALUE v[2];
+    kd_krylov_folds(scratch, KD_RES(slot, 0), KD_RES(slot, 1), 0, 0, 0, groups, v, 2);
     if (get_local_id(0) != 0 || (m & KD_MASK_PARTIALS) == 0)
         return;
     if (mode == KD_FINAL_NORMS) {
-        norms[c] = s.x;
+        norms[c] = v[0];
         return;
     }
     __global VALUE *sc = scalars + (par * k + c) * KD_SLOTS;
     __global long *st = state + (par * k + c) * 2;
-    sc[KD_SLOT_RR] = s.x;
-    sc[KD_SLOT_RZ] = pcg ? s.y : s.x;
+    sc[KD_SLOT_RR] = v[0];
+    sc[KD_SLOT_RZ] = pcg ? v[1] : v[0];
     if ((m & KD_MASK_RESTART) != 0) {
         st[0] = KD_RUNNING;
         st[1] = iteration;
         sc[KD_SLOT_ALPHA] = KD_ZERO;
         sc[KD_SLOT_BETA] = KD_ZERO;
         sc[KD_SLOT_FAIL] = KD_ZERO;
-    } else if (st[0] == KD_RUNNING && !isfinite(s.x)) {
+    } else if (st[0] == KD_RUNNING && !isfinite(v[0])) {
         st[0] = KD_NON_FINITE_RESIDUAL;
         st[1] = iteration;
-        sc[KD_SLOT_FAIL] = s.x;
+        sc[KD_SLOT_FAIL] = v[0];
     }
 }

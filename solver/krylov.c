@@ -20,6 +20,9 @@
 
 enum { KD_FINAL_SCALARS = 0, KD_FINAL_NORMS = 1 };
 
+/* res_partials' scratch slot for norms (slots 0 and 1 go by iteration parity). */
+#define KD_NORMS_SLOT 2
+
 static int kd_krylov_kernel(kd_krylov_t *kr, const char *name, cl_kernel *out, kd_err_t *err)
 {
     return kd_ocl_kernel(kr->ocl, "krylov", kr->dtype, kr->options, name, out, err);
@@ -51,8 +54,8 @@ static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const ch
 }
 
 int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
-                   int64_t ld, int64_t k, int64_t groups, const double *threshold, kd_krylov_t *kr,
-                   kd_err_t *err)
+                   int64_t ld, int64_t k, int64_t groups, int passes, const double *threshold,
+                   kd_krylov_t *kr, kd_err_t *err)
 {
     memset(kr, 0, sizeof(*kr));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
@@ -65,6 +68,7 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     kr->ocl = ocl;
     kr->dtype = dtype;
     kr->method = method;
+    kr->passes = method == KD_KRYLOV_SD || passes == 3 ? 3 : 2;
     kr->n = n;
     kr->ld = ld;
     kr->k = k;
@@ -78,12 +82,17 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     if (g > KD_KRYLOV_GROUPS_MAX)
         g = KD_KRYLOV_GROUPS_MAX;
     kr->groups = g == 0 ? 1 : g;
-    snprintf(kr->options, sizeof(kr->options), "-DKD_WG_SIZE=%zu", kr->work_group_size);
+    /* KD_KRYLOV_BUILD_OPTIONS: extra build options for tuning on a new device (for example
+     * "-cl-nv-maxrregcount=32"); they become part of the program cache's key. */
+    const char *extra = getenv("KD_KRYLOV_BUILD_OPTIONS");
+    snprintf(kr->options, sizeof(kr->options), "-DKD_WG_SIZE=%zu%s%s", kr->work_group_size,
+             extra != NULL && extra[0] != '\0' ? " " : "", extra != NULL ? extra : "");
 
     const size_t count = (size_t)k * kr->groups;
-    if ((rc = kd_krylov_buffer(kr, count, vsize, "p'q partial sums", &kr->pq_partials, err)) ||
-        (rc = kd_krylov_buffer(kr, count, vsize, "r'r partial sums", &kr->rr_partials, err)) ||
-        (rc = kd_krylov_buffer(kr, count, vsize, "r'z partial sums", &kr->rz_partials, err)) ||
+    if ((rc = kd_krylov_buffer(kr, 3 * count, vsize, "dot partial sums", &kr->dot_partials,
+                               err)) ||
+        (rc = kd_krylov_buffer(kr, 6 * count, vsize, "residual partial sums", &kr->res_partials,
+                               err)) ||
         (rc = kd_krylov_buffer(kr, 2 * (size_t)k * KD_KRYLOV_SLOTS, vsize, "solver scalars",
                                &kr->scalars, err)) ||
         (rc = kd_krylov_buffer(kr, 4 * (size_t)k, sizeof(cl_long), "solver state", &kr->state,
@@ -125,8 +134,8 @@ void kd_krylov_release(kd_krylov_t *kr)
 {
     if (kr == NULL)
         return;
-    cl_mem *bufs[] = {&kr->pq_partials, &kr->rr_partials, &kr->rz_partials, &kr->scalars,
-                      &kr->state,       &kr->threshold,   &kr->mask,        &kr->norms};
+    cl_mem *bufs[] = {&kr->dot_partials, &kr->res_partials, &kr->scalars, &kr->state,
+                      &kr->threshold,    &kr->mask,         &kr->norms};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
             clReleaseMemObject(*bufs[i]);
@@ -162,7 +171,7 @@ int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t 
     kd_ocl_arg_mem(&a, kr->state);
     kd_ocl_arg_mem(&a, p->mem);
     kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, kr->pq_partials);
+    kd_ocl_arg_mem(&a, kr->dot_partials);
     if ((rc = kd_ocl_args_end(&a, "kd_krylov_dots", err)) != KD_OK)
         return rc;
     return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_dots", err);
@@ -190,15 +199,14 @@ int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multiv
     kd_ocl_arg_long(&a, (cl_long)iteration);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_mem(&a, kr->threshold);
-    kd_ocl_arg_mem(&a, kr->pq_partials);
+    kd_ocl_arg_mem(&a, kr->dot_partials);
     kd_ocl_arg_mem(&a, kr->scalars);
     kd_ocl_arg_mem(&a, kr->state);
     kd_ocl_arg_mem(&a, q->mem);
     kd_ocl_arg_mem(&a, r->mem);
     kd_ocl_arg_mem(&a, x->mem);
     kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, kr->rr_partials);
-    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, kr->res_partials);
     if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_residual", err)) != KD_OK)
         return rc;
     return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_update_residual", err);
@@ -225,8 +233,7 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem i
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_mem(&a, kr->scalars);
     kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, kr->rr_partials);
-    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, kr->res_partials);
     kd_ocl_arg_mem(&a, r->mem);
     kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
     kd_ocl_arg_mem(&a, sd ? NULL : x->mem);
@@ -246,7 +253,7 @@ static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
 
 /* The partials of r'r (and r'z with pcg) of the masked columns, d = z where asked. */
 static int kd_krylov_partials(kd_krylov_t *kr, const kd_multivec_t *r, int pcg, cl_mem inv_diagonal,
-                              kd_multivec_t *d, int use_mask, int mask_all, kd_err_t *err)
+                              kd_multivec_t *d, int slot, int use_mask, int mask_all, kd_err_t *err)
 {
     cl_kernel kernel;
     int rc = kd_krylov_kernel(kr, "kd_krylov_residual_partials", &kernel, err);
@@ -256,20 +263,20 @@ static int kd_krylov_partials(kd_krylov_t *kr, const kd_multivec_t *r, int pcg, 
     kd_ocl_arg_int(&a, (cl_int)kr->n);
     kd_ocl_arg_int(&a, (cl_int)kr->ld);
     kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_int(&a, slot);
     kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
     kd_ocl_arg_int(&a, mask_all);
     kd_ocl_arg_mem(&a, r->mem);
     kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
     kd_ocl_arg_mem(&a, d != NULL ? d->mem : NULL);
-    kd_ocl_arg_mem(&a, kr->rr_partials);
-    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, kr->res_partials);
     if ((rc = kd_ocl_args_end(&a, "kd_krylov_residual_partials", err)) != KD_OK)
         return rc;
     return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_residual_partials", err);
 }
 
-static int kd_krylov_final(kd_krylov_t *kr, int pcg, int64_t iteration, int mode, int use_mask,
-                           int mask_all, kd_err_t *err)
+static int kd_krylov_final(kd_krylov_t *kr, int pcg, int64_t iteration, int slot, int mode,
+                           int use_mask, int mask_all, kd_err_t *err)
 {
     cl_kernel kernel;
     int rc = kd_krylov_kernel(kr, "kd_krylov_residual_final", &kernel, err);
@@ -280,11 +287,11 @@ static int kd_krylov_final(kd_krylov_t *kr, int pcg, int64_t iteration, int mode
     kd_ocl_arg_int(&a, pcg);
     kd_ocl_arg_long(&a, (cl_long)iteration);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration));
+    kd_ocl_arg_int(&a, slot);
     kd_ocl_arg_int(&a, mode);
     kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
     kd_ocl_arg_int(&a, mask_all);
-    kd_ocl_arg_mem(&a, kr->rr_partials);
-    kd_ocl_arg_mem(&a, kr->rz_partials);
+    kd_ocl_arg_mem(&a, kr->res_partials);
     kd_ocl_arg_mem(&a, kr->scalars);
     kd_ocl_arg_mem(&a, kr->state);
     kd_ocl_arg_mem(&a, kr->norms);
@@ -309,9 +316,11 @@ int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diago
         return rc;
     if (d == NULL)
         mask_all &= ~KD_KRYLOV_MASK_DIRECTION;
-    rc = kd_krylov_partials(kr, r, pcg, inv_diagonal, d, mask != NULL, mask_all, err);
+    const int slot = kd_krylov_parity(iteration);
+    rc = kd_krylov_partials(kr, r, pcg, inv_diagonal, d, slot, mask != NULL, mask_all, err);
     if (rc == KD_OK)
-        rc = kd_krylov_final(kr, pcg, iteration, KD_FINAL_SCALARS, mask != NULL, mask_all, err);
+        rc = kd_krylov_final(kr, pcg, iteration, slot, KD_FINAL_SCALARS, mask != NULL, mask_all,
+                             err);
     return rc;
 }
 
@@ -323,10 +332,10 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
         return rc;
     if (mask != NULL && (rc = kd_krylov_write_mask(kr, mask, err)) != KD_OK)
         return rc;
-    if ((rc = kd_krylov_partials(kr, t, 0, NULL, NULL, mask != NULL, KD_KRYLOV_MASK_PARTIALS,
-                                 err)) != KD_OK ||
-        (rc = kd_krylov_final(kr, 0, 0, KD_FINAL_NORMS, mask != NULL, KD_KRYLOV_MASK_PARTIALS,
-                              err)) != KD_OK)
+    if ((rc = kd_krylov_partials(kr, t, 0, NULL, NULL, KD_NORMS_SLOT, mask != NULL,
+                                 KD_KRYLOV_MASK_PARTIALS, err)) != KD_OK ||
+        (rc = kd_krylov_final(kr, 0, 0, KD_NORMS_SLOT, KD_FINAL_NORMS, mask != NULL,
+                              KD_KRYLOV_MASK_PARTIALS, err)) != KD_OK)
         return rc;
     const size_t vsize = kd_dtype_size(kr->dtype);
     unsigned char *host = malloc((size_t)kr->k * vsize);
@@ -345,6 +354,14 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
 
 int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err)
 {
+    /* Two-pass iterations leave the new r'r as partial sums: fold them into the scalars. */
+    if (kr->passes == 2) {
+        const int slot = kd_krylov_parity(iteration);
+        int rc = kd_krylov_final(kr, kr->method == KD_KRYLOV_PCG, iteration, slot,
+                                 KD_FINAL_SCALARS, 0, KD_KRYLOV_MASK_PARTIALS, err);
+        if (rc != KD_OK)
+            return rc;
+    }
     const size_t vsize = kd_dtype_size(kr->dtype);
     const size_t k = (size_t)kr->k;
     const size_t par = (size_t)kd_krylov_parity(iteration);
@@ -393,4 +410,88 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
     cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->state, CL_TRUE, offset,
                                      sizeof(word), word, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
+}
+
+static int kd_krylov_dots3(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
+                           const kd_multivec_t *r, cl_mem inv_diagonal, int64_t iteration,
+                           kd_err_t *err)
+{
+    cl_kernel kernel;
+    int rc = kd_krylov_kernel(kr, "kd_krylov_dots3", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    const int pcg = kr->method == KD_KRYLOV_PCG;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, p->mem);
+    kd_ocl_arg_mem(&a, q->mem);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
+    kd_ocl_arg_mem(&a, kr->dot_partials);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_dots3", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_dots3", err);
+}
+
+static int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
+                                   kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
+                                   int64_t iteration, kd_err_t *err)
+{
+    cl_kernel kernel;
+    int rc = kd_krylov_kernel(kr, "kd_krylov_update_merged", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    const int pcg = kr->method == KD_KRYLOV_PCG;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, (cl_int)kr->groups);
+    kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_long(&a, (cl_long)iteration);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_mem(&a, kr->threshold);
+    kd_ocl_arg_mem(&a, kr->dot_partials);
+    kd_ocl_arg_mem(&a, kr->res_partials);
+    kd_ocl_arg_mem(&a, kr->scalars);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, q->mem);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, x->mem);
+    kd_ocl_arg_mem(&a, d->mem);
+    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_merged", err)) != KD_OK)
+        return rc;
+    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_update_merged", err);
+}
+
+int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
+                      kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err)
+{
+    const int sd = kr->method == KD_KRYLOV_SD;
+    const kd_multivec_t *p = sd ? r : d;
+    int rc;
+    if ((rc = kd_krylov_check(kr, q, "iterate", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, r, "iterate", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, x, "iterate", err)) != KD_OK ||
+        (!sd && (rc = kd_krylov_check(kr, d, "iterate", err)) != KD_OK))
+        return rc;
+    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
+    if (kr->passes == 2) {
+        rc = kd_krylov_dots3(kr, p, q, r, inv_diagonal, iteration, err);
+        if (rc == KD_OK)
+            rc = kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
+        return rc;
+    }
+    rc = kd_krylov_dots(kr, p, q, iteration, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_update_residual(kr, q, r, x, inv_diagonal, iteration, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_update_direction(kr, r, inv_diagonal, sd ? NULL : x, sd ? NULL : d,
+                                        iteration, err);
+    return rc;
 }

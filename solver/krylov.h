@@ -53,13 +53,15 @@ typedef struct kd_krylov {
     int64_t n, ld, k;
     size_t work_group_size;
     size_t groups; /* work-groups per column in the reducing kernels */
-    cl_mem pq_partials, rr_partials, rz_partials; /* k * groups VALUEs each */
+    int passes;    /* vector passes per iteration: 3, or 2 (CG / PCG, see kd_krylov_iterate) */
+    cl_mem dot_partials;                          /* 3 * k * groups VALUEs */
+    cl_mem res_partials;                          /* 3 * 2 * k * groups VALUEs */
     cl_mem scalars;                               /* 2 * k * KD_KRYLOV_SLOTS VALUEs */
     cl_mem state;                                 /* 2 * k * 2 cl_long */
     cl_mem threshold;                             /* k VALUEs */
     cl_mem mask;                                  /* k cl_int */
     cl_mem norms;                                 /* k VALUEs */
-    char options[48];
+    char options[160];
 } kd_krylov_t;
 
 #define KD_KRYLOV_SLOTS 6
@@ -78,15 +80,26 @@ typedef struct kd_krylov_column {
 /*
  * groups: work-groups per column for the reducing kernels, 0 = automatic (one wave of eight
  * groups per compute unit over all columns, at most 1024 per column, at most one per WG
- * elements). threshold: k values, each column's bound on r'r (already rounded to the dtype). All
+ * elements). passes: 2 or 3 (see kd_krylov_iterate; SD always takes 3). threshold: k values, each column's bound on r'r (already rounded to the dtype). All
  * columns start as KD_KRYLOV_RUNNING with zero scalars.
  */
 int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
-                   int64_t ld, int64_t k, int64_t groups, const double *threshold, kd_krylov_t *kr,
-                   kd_err_t *err);
+                   int64_t ld, int64_t k, int64_t groups, int passes, const double *threshold,
+                   kd_krylov_t *kr, kd_err_t *err);
 void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
 
-/* Iteration `iteration`, step 1: the partial sums of p'q of every running column. */
+/*
+ * Enqueue iteration `iteration` (1-based) after the SpMV q = A p (p = d; SD: p = r):
+ *   3 passes: kd_krylov_dots, kd_krylov_update_residual, kd_krylov_update_direction (below);
+ *   2 passes (CG / PCG): dots3 (p'q, r'Mq, q'Mq), then one pass that takes alpha and beta
+ *     (the new r'z = r'z - 2 alpha r'Mq + alpha^2 q'Mq) and updates r, x and d together, leaving
+ *     the exact new r'r / r'z as partial sums that the next iteration (or kd_krylov_read) folds.
+ * The same bytes move either way; two passes save a launch and a fold.
+ */
+int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
+                      kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err);
+
+/* The three-pass steps one at a time (kd_krylov_iterate with passes = 3). Step 1: the partial sums of p'q of every running column. */
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
                    int64_t iteration, kd_err_t *err);
 /* Step 2: decide (converged, breakdown, non-finite) or take alpha; r -= alpha q (SD: and

@@ -190,12 +190,16 @@ static int kd_solve_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
         if (run->active[c])
             rc = kd_matrix_spmv(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &run->q.cols[c], err);
     if (rc == KD_OK)
-        rc = kd_krylov_dots(&run->kr, p, &run->q, it, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_update_residual(&run->kr, &run->q, &run->r, &run->x, inv, it, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_update_direction(&run->kr, &run->r, inv, sd ? NULL : &run->x,
-                                        sd ? NULL : &run->d, it, err);
+        rc = kd_krylov_iterate(&run->kr, &run->q, &run->r, &run->x, sd ? NULL : &run->d, inv, it,
+                               err);
+    /* Hand the iteration to the device now: some runtimes (NVIDIA's) hold enqueued work back
+     * until a flush or a blocking call, and the device would idle while the host enqueues the
+     * rest of the chunk. */
+    if (rc == KD_OK) {
+        cl_int st = clFlush(kd_ocl_queue(run->ocl));
+        if (st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "clFlush");
+    }
     if (rc == KD_OK && it % KD_SOLVE_REFRESH_EVERY == 0) {
         rc = kd_solve_residual(run, &run->r, run->active, err);
         if (rc == KD_OK)
@@ -242,6 +246,8 @@ static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_so
     if (p->check_every < 0)
         return kd_err_set(err, KD_EBADREQ, "check_every = %lld is negative",
                           (long long)p->check_every);
+    if (p->passes != 0 && p->passes != 2 && p->passes != 3)
+        return kd_err_set(err, KD_EBADREQ, "passes = %d: 0 (automatic), 2 or 3", p->passes);
     if (p->reduction_groups < 0)
         return kd_err_set(err, KD_EBADREQ, "reduction_groups = %lld is negative",
                           (long long)p->reduction_groups);
@@ -441,7 +447,8 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
         (rc = kd_multivec_alloc(ocl, n, k, dtype, &run.q, err)) != KD_OK ||
         (!sd && (rc = kd_multivec_alloc(ocl, n, k, dtype, &run.d, err)) != KD_OK) ||
         (rc = kd_krylov_init(ocl, dtype, (kd_krylov_method_t)run.method, n, run.b.ld, k,
-                             params->reduction_groups, thresholds, &run.kr, err)) != KD_OK) {
+                             params->reduction_groups, params->passes != 0 ? params->passes : 2,
+                             thresholds, &run.kr, err)) != KD_OK) {
         free(thresholds);
         goto fail;
     }

@@ -49,6 +49,8 @@ typedef struct kd_solve_params {
     uint64_t deadline_ns;     /* CLOCK_MONOTONIC; 0 = none; passing it stops with KD_ETIMEOUT */
     int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
                                  vector kernels' reductions; 0 = automatic */
+    int passes; /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3 (see
+                   solver/krylov.h); 0 = automatic */
 } kd_solve_params_t;
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
