@@ -53,7 +53,7 @@
 #define KD_NON_FINITE_PQ 3       /* p'Ap not finite in iteration state[1] */
 #define KD_NON_FINITE_ALPHA 4    /* r'z / p'Ap not finite in iteration state[1] */
 #define KD_NON_FINITE_RESIDUAL 5 /* r'r not finite after iteration state[1] */
-#define KD_STOPPED 6             /* frozen by the host (max_iterations) */
+#define KD_STOPPED 6             /* at its iteration limit after state[1], or frozen by the host */
 #define KD_ZERO_STEP 7           /* alpha = r'z / p'Ap underflowed to 0 in iteration state[1] */
 
 #define KD_METHOD_CG 0
@@ -116,12 +116,13 @@ void kd_krylov_folds(__local VALUE *scratch, __global const VALUE *p0, __global 
 
 /*
  * The decision of iteration `iteration` for a column in state (status, at) with r'r = rr,
- * r'z = rz, p'q = pq: converged (rr <= threshold: after iteration - 1), non-finite r'r, p'q or
- * alpha, breakdown (p'q <= 0), a zero step, or running with alpha = rz / pq (returned; 0 unless
- * running).
+ * r'z = rz, p'q = pq: non-finite r'r, converged (rr <= threshold: after iteration - 1), stopped
+ * at its iteration limit (after `limit` iterations), non-finite p'q or alpha, breakdown
+ * (p'q <= 0), a zero step, or running with alpha = rz / pq (returned; 0 unless running).
  */
 VALUE kd_krylov_decide(long *status, long *at, VALUE *fail, const VALUE rr, const VALUE rz,
-                       const VALUE pq, const VALUE threshold, const long iteration)
+                       const VALUE pq, const VALUE threshold, const long limit,
+                       const long iteration)
 {
     VALUE alpha = KD_ZERO;
     if (*status != KD_RUNNING)
@@ -132,6 +133,9 @@ VALUE kd_krylov_decide(long *status, long *at, VALUE *fail, const VALUE rr, cons
         *fail = rr;
     } else if (rr <= threshold) {
         *status = KD_CONVERGED;
+        *at = iteration - 1;
+    } else if (iteration > limit) {
+        *status = KD_STOPPED;
         *at = iteration - 1;
     } else if (!isfinite(pq)) {
         *status = KD_NON_FINITE_PQ;
@@ -186,9 +190,10 @@ __kernel KD_WG_ATTR void kd_krylov_dots(const int n, const int ld, const int a,
  */
 __kernel KD_WG_ATTR void kd_krylov_update_residual(
     const int n, const int ld, const int groups, const int method, const long iteration,
-    const int a, __global const VALUE *threshold, __global const VALUE *dot_partials,
-    __global VALUE *scalars, __global long *state, __global const VALUE *q, __global VALUE *r,
-    __global VALUE *x, __global const VALUE *inv_diagonal, __global VALUE *res_partials)
+    const int a, __global const VALUE *threshold, __global const long *limits,
+    __global const VALUE *dot_partials, __global VALUE *scalars, __global long *state,
+    __global const VALUE *q, __global VALUE *r, __global VALUE *x,
+    __global const VALUE *inv_diagonal, __global VALUE *res_partials)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -203,7 +208,7 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
     kd_krylov_folds(scratch, KD_DOT(0), 0, 0, 0, 0, groups, v, 1);
     const VALUE pq = status == KD_RUNNING ? v[0] : KD_ZERO;
     const VALUE alpha = kd_krylov_decide(&status, &at, &fail, s_in[KD_SLOT_RR], s_in[KD_SLOT_RZ],
-                                         pq, threshold[c], iteration);
+                                         pq, threshold[c], limits[c], iteration);
     if (get_global_id(0) == 0) {
         st_out[0] = status;
         st_out[1] = at;
@@ -311,12 +316,15 @@ __kernel KD_WG_ATTR void kd_krylov_update_direction(
 }
 
 /*
- * Two-pass iteration, pass 1 (CG and PCG): the partial sums of p'q, r'Mq and q'Mq (M = D^-1 for
- * PCG, I for CG) of running columns, so that pass 2 knows the new r'z = r'z - 2 alpha r'Mq +
- * alpha^2 q'Mq before it has the new r. Backwards.
+ * Two-pass iteration, pass 1 (CG and PCG): the partial sums of p'q, q'Mq and, with `with_rq`,
+ * r'Mq (M = D^-1 for PCG, I for CG) of running columns, so that pass 2 knows the new
+ * r'z = r'z - 2 alpha r'Mq + alpha^2 q'Mq before it has the new r. Without r'Mq, pass 2 takes
+ * r'Mq = p'q (z'Ap = p'Ap by the conjugacy of p to the previous direction), which saves reading
+ * r here. Backwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a, const int pcg,
-                                         __global const long *state, __global const VALUE *p,
+                                         const int with_rq, __global const long *state,
+                                         __global const VALUE *p,
                                          __global const VALUE *q, __global const VALUE *r,
                                          __global const VALUE *inv_diagonal,
                                          __global VALUE *dot_partials)
@@ -328,13 +336,23 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     VALUE v[3] = {KD_ZERO, KD_ZERO, KD_ZERO};
-    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
-        const uint e = (uint)n - 1u - i; /* backwards: see "Cache" above */
-        const VALUE qi = q[base + e];
-        const VALUE mq = pcg ? inv_diagonal[e] * qi : qi;
-        v[0] += p[base + e] * qi;
-        v[1] += r[base + e] * mq;
-        v[2] += qi * mq;
+    if (with_rq) {
+        for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+            const uint e = (uint)n - 1u - i; /* backwards: see "Cache" above */
+            const VALUE qi = q[base + e];
+            const VALUE mq = pcg ? inv_diagonal[e] * qi : qi;
+            v[0] += p[base + e] * qi;
+            v[1] += r[base + e] * mq;
+            v[2] += qi * mq;
+        }
+    } else {
+        for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+            const uint e = (uint)n - 1u - i;
+            const VALUE qi = q[base + e];
+            const VALUE mq = pcg ? inv_diagonal[e] * qi : qi;
+            v[0] += p[base + e] * qi;
+            v[2] += qi * mq;
+        }
     }
     kd_krylov_group_sums(scratch, v, 3);
     if (get_local_id(0) == 0) {
@@ -354,11 +372,11 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
  * Forwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_update_merged(
-    const int n, const int ld, const int groups, const int pcg, const long iteration, const int a,
-    __global const VALUE *threshold, __global const VALUE *dot_partials,
-    __global VALUE *res_partials, __global VALUE *scalars, __global long *state,
-    __global const VALUE *q, __global VALUE *r, __global VALUE *x, __global VALUE *d,
-    __global const VALUE *inv_diagonal)
+    const int n, const int ld, const int groups, const int pcg, const int with_rq,
+    const long iteration, const int a, __global const VALUE *threshold,
+    __global const long *limits, __global const VALUE *dot_partials, __global VALUE *res_partials,
+    __global VALUE *scalars, __global long *state, __global const VALUE *q, __global VALUE *r,
+    __global VALUE *x, __global VALUE *d, __global const VALUE *inv_diagonal)
 {
     __local VALUE scratch[5 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -368,6 +386,21 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
     __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
     long status = st_in[0], at = st_in[1];
     VALUE fail = s_in[KD_SLOT_FAIL];
+    const size_t base = (size_t)c * (size_t)ld;
+    const uint stride = (uint)get_global_size(0);
+    /* This work-item's first element, loaded before the folds so that its latency hides under
+     * theirs (a running column's alpha is almost never 0). */
+    const uint first = (uint)get_global_id(0);
+    const int early = status == KD_RUNNING && first < (uint)n;
+    VALUE q0 = KD_ZERO, r0 = KD_ZERO, x0 = KD_ZERO, d0 = KD_ZERO, m0 = (VALUE)1;
+    if (early) {
+        q0 = q[base + first];
+        r0 = r[base + first];
+        x0 = x[base + first];
+        d0 = d[base + first];
+        if (pcg)
+            m0 = inv_diagonal[first];
+    }
     VALUE v[5];
     kd_krylov_folds(scratch, KD_DOT(0), KD_DOT(1), KD_DOT(2), KD_RES(a, 0), KD_RES(a, 1), groups,
                     v, 5);
@@ -375,10 +408,11 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
     const VALUE pq = running ? v[0] : KD_ZERO;
     const VALUE rr = v[3], rz = pcg ? v[4] : v[3];
     const VALUE alpha =
-        kd_krylov_decide(&status, &at, &fail, rr, rz, pq, threshold[c], iteration);
+        kd_krylov_decide(&status, &at, &fail, rr, rz, pq, threshold[c], limits[c], iteration);
     VALUE beta = KD_ZERO;
     if (alpha != KD_ZERO) {
-        const VALUE rz_new = rz - (VALUE)2 * alpha * v[1] + alpha * alpha * v[2];
+        const VALUE rz_new = with_rq ? rz - (VALUE)2 * alpha * v[1] + alpha * alpha * v[2]
+                                     : alpha * alpha * v[2] - rz;
         beta = rz_new > KD_ZERO ? rz_new / rz : KD_ZERO;
     }
     if (get_global_id(0) == 0) {
@@ -390,10 +424,17 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
         s_out[KD_SLOT_FAIL] = fail;
     }
     const uint end = alpha != KD_ZERO ? (uint)n : 0u;
-    const size_t base = (size_t)c * (size_t)ld;
-    const uint stride = (uint)get_global_size(0);
     v[0] = v[1] = KD_ZERO;
-    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+    if (early && end != 0u) {
+        const VALUE ri = r0 - alpha * q0;
+        const VALUE zi = pcg ? m0 * ri : ri;
+        r[base + first] = ri;
+        x[base + first] = x0 + alpha * d0;
+        d[base + first] = zi + beta * d0;
+        v[0] += ri * ri;
+        v[1] += ri * zi;
+    }
+    for (uint i = first + stride; i < end; i += stride) {
         const VALUE ri = r[base + i] - alpha * q[base + i];
         const VALUE zi = pcg ? inv_diagonal[i] * ri : ri;
         const VALUE di = d[base + i];

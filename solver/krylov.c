@@ -55,7 +55,7 @@ static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const ch
 
 int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
                    int64_t ld, int64_t k, int64_t groups, int passes, const double *threshold,
-                   kd_krylov_t *kr, kd_err_t *err)
+                   int64_t limit, kd_krylov_t *kr, kd_err_t *err)
 {
     memset(kr, 0, sizeof(*kr));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
@@ -69,13 +69,17 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     kr->dtype = dtype;
     kr->method = method;
     kr->passes = method == KD_KRYLOV_SD || passes == 3 ? 3 : 2;
+    kr->with_rq = passes != KD_KRYLOV_PASSES_LEAN;
     kr->n = n;
     kr->ld = ld;
     kr->k = k;
     kr->work_group_size = kd_ocl_work_group_size(ocl);
-    size_t g = groups > 0
-                   ? (size_t)groups
-                   : ((size_t)kd_ocl_desc(ocl)->compute_units * 8 + (size_t)k - 1) / (size_t)k;
+    /* One wave of groups over all columns: four per compute unit on a GPU (H100: fuller waves
+     * ran slower, the fused folds' cost grows with G), eight on a CPU. */
+    const size_t per_unit = kd_ocl_desc(ocl)->is_gpu ? 4 : 8;
+    size_t g = groups > 0 ? (size_t)groups
+                          : ((size_t)kd_ocl_desc(ocl)->compute_units * per_unit + (size_t)k - 1) /
+                                (size_t)k;
     size_t per_elements = ((size_t)n + kr->work_group_size - 1) / kr->work_group_size;
     if (g > per_elements)
         g = per_elements;
@@ -89,8 +93,7 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
              extra != NULL && extra[0] != '\0' ? " " : "", extra != NULL ? extra : "");
 
     const size_t count = (size_t)k * kr->groups;
-    if ((rc = kd_krylov_buffer(kr, 3 * count, vsize, "dot partial sums", &kr->dot_partials,
-                               err)) ||
+    if ((rc = kd_krylov_buffer(kr, 3 * count, vsize, "dot partial sums", &kr->dot_partials, err)) ||
         (rc = kd_krylov_buffer(kr, 6 * count, vsize, "residual partial sums", &kr->res_partials,
                                err)) ||
         (rc = kd_krylov_buffer(kr, 2 * (size_t)k * KD_KRYLOV_SLOTS, vsize, "solver scalars",
@@ -98,6 +101,8 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
         (rc = kd_krylov_buffer(kr, 4 * (size_t)k, sizeof(cl_long), "solver state", &kr->state,
                                err)) ||
         (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "thresholds", &kr->threshold, err)) ||
+        (rc = kd_krylov_buffer(kr, (size_t)k, sizeof(cl_long), "iteration limits", &kr->limits,
+                               err)) ||
         (rc = kd_krylov_buffer(kr, (size_t)k, sizeof(cl_int), "column masks", &kr->mask, err)) ||
         (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "column norms", &kr->norms, err)))
         goto fail;
@@ -110,7 +115,7 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     for (int64_t c = 0; c < k; c++)
         kd_store_real(host, dtype, (size_t)c, threshold[c]);
     cl_command_queue q = kd_ocl_queue(ocl);
-    cl_long zero = 0;
+    cl_long zero = 0, limit64 = (cl_long)limit;
     cl_int st =
         clEnqueueWriteBuffer(q, kr->threshold, CL_TRUE, 0, (size_t)k * vsize, host, 0, NULL, NULL);
     free(host);
@@ -120,6 +125,9 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     if (st == CL_SUCCESS)
         st = clEnqueueFillBuffer(q, kr->state, &zero, sizeof(zero), 0,
                                  4 * (size_t)k * sizeof(cl_long), 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        st = clEnqueueFillBuffer(q, kr->limits, &limit64, sizeof(limit64), 0,
+                                 (size_t)k * sizeof(cl_long), 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, "initialising the solver scalars");
         goto fail;
@@ -135,7 +143,7 @@ void kd_krylov_release(kd_krylov_t *kr)
     if (kr == NULL)
         return;
     cl_mem *bufs[] = {&kr->dot_partials, &kr->res_partials, &kr->scalars, &kr->state,
-                      &kr->threshold,    &kr->mask,         &kr->norms};
+                      &kr->threshold,    &kr->limits,       &kr->mask,    &kr->norms};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
             clReleaseMemObject(*bufs[i]);
@@ -199,6 +207,7 @@ int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multiv
     kd_ocl_arg_long(&a, (cl_long)iteration);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_mem(&a, kr->threshold);
+    kd_ocl_arg_mem(&a, kr->limits);
     kd_ocl_arg_mem(&a, kr->dot_partials);
     kd_ocl_arg_mem(&a, kr->scalars);
     kd_ocl_arg_mem(&a, kr->state);
@@ -352,54 +361,109 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer (column norms)");
 }
 
-int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err)
+int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_err_t *err)
 {
+    memset(snap, 0, sizeof(*snap));
+    snap->scalars = malloc((size_t)kr->k * KD_KRYLOV_SLOTS * kd_dtype_size(kr->dtype));
+    snap->state = malloc((size_t)kr->k * 2 * sizeof(cl_long));
+    if (snap->scalars == NULL || snap->state == NULL) {
+        kd_krylov_snapshot_release(snap);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the solver state");
+    }
+    return KD_OK;
+}
+
+void kd_krylov_snapshot_release(kd_krylov_snapshot_t *snap)
+{
+    if (snap == NULL)
+        return;
+    if (snap->done != NULL) {
+        (void)clWaitForEvents(1, &snap->done);
+        clReleaseEvent(snap->done);
+    }
+    free(snap->scalars);
+    free(snap->state);
+    memset(snap, 0, sizeof(*snap));
+}
+
+int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_t *snap,
+                         kd_err_t *err)
+{
+    const size_t vsize = kd_dtype_size(kr->dtype);
+    const size_t k = (size_t)kr->k;
+    const size_t par = (size_t)kd_krylov_parity(iteration);
+    if (snap->done != NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: a snapshot read is still pending");
     /* Two-pass iterations leave the new r'r as partial sums: fold them into the scalars. */
     if (kr->passes == 2) {
-        const int slot = kd_krylov_parity(iteration);
-        int rc = kd_krylov_final(kr, kr->method == KD_KRYLOV_PCG, iteration, slot,
+        int rc = kd_krylov_final(kr, kr->method == KD_KRYLOV_PCG, iteration, (int)par,
                                  KD_FINAL_SCALARS, 0, KD_KRYLOV_MASK_PARTIALS, err);
         if (rc != KD_OK)
             return rc;
     }
-    const size_t vsize = kd_dtype_size(kr->dtype);
-    const size_t k = (size_t)kr->k;
-    const size_t par = (size_t)kd_krylov_parity(iteration);
-    unsigned char *scalars = malloc(k * KD_KRYLOV_SLOTS * vsize);
-    cl_long *state = malloc(k * 2 * sizeof(cl_long));
-    if (scalars == NULL || state == NULL) {
-        free(scalars);
-        free(state);
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for the solver state");
-    }
     cl_command_queue q = kd_ocl_queue(kr->ocl);
-    /* Two reads, one wait: the in-order queue finishes the first before the second returns. */
     cl_int st = clEnqueueReadBuffer(q, kr->scalars, CL_FALSE, par * k * KD_KRYLOV_SLOTS * vsize,
-                                    k * KD_KRYLOV_SLOTS * vsize, scalars, 0, NULL, NULL);
+                                    k * KD_KRYLOV_SLOTS * vsize, snap->scalars, 0, NULL, NULL);
     if (st == CL_SUCCESS)
-        st = clEnqueueReadBuffer(q, kr->state, CL_TRUE, par * k * 2 * sizeof(cl_long),
-                                 k * 2 * sizeof(cl_long), state, 0, NULL, NULL);
+        st = clEnqueueReadBuffer(q, kr->state, CL_FALSE, par * k * 2 * sizeof(cl_long),
+                                 k * 2 * sizeof(cl_long), snap->state, 0, NULL, &snap->done);
+    if (st == CL_SUCCESS)
+        st = clFlush(q);
     if (st != CL_SUCCESS) {
-        /* The first read may still be writing into our buffer: drain before freeing it. */
+        /* A read may still be writing into the snapshot: drain before anyone frees it. */
         (void)clFinish(q);
-        free(scalars);
-        free(state);
+        if (snap->done != NULL)
+            clReleaseEvent(snap->done);
+        snap->done = NULL;
         return kd_ocl_fail(err, st, "clEnqueueReadBuffer (solver state)");
     }
-    for (size_t c = 0; c < k; c++) {
-        const size_t s = c * KD_KRYLOV_SLOTS;
-        out[c].status = (int)state[2 * c];
-        out[c].iteration = (int64_t)state[2 * c + 1];
-        out[c].rr = kd_load_real(scalars, kr->dtype, s + 0);
-        out[c].rz = kd_load_real(scalars, kr->dtype, s + 1);
-        out[c].pq = kd_load_real(scalars, kr->dtype, s + 2);
-        out[c].alpha = kd_load_real(scalars, kr->dtype, s + 3);
-        out[c].beta = kd_load_real(scalars, kr->dtype, s + 4);
-        out[c].fail = kd_load_real(scalars, kr->dtype, s + 5);
-    }
-    free(scalars);
-    free(state);
+    snap->iteration = iteration;
     return KD_OK;
+}
+
+int kd_krylov_read_finish(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_krylov_column_t *out,
+                          kd_err_t *err)
+{
+    if (snap->done == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: no snapshot read is pending");
+    /* The in-order queue completes the scalars read before the state read's event. */
+    cl_int st = clWaitForEvents(1, &snap->done);
+    clReleaseEvent(snap->done);
+    snap->done = NULL;
+    if (st != CL_SUCCESS)
+        return kd_ocl_fail(err, st, "clWaitForEvents (solver state)");
+    for (size_t c = 0; c < (size_t)kr->k; c++) {
+        const size_t s = c * KD_KRYLOV_SLOTS;
+        out[c].status = (int)snap->state[2 * c];
+        out[c].iteration = (int64_t)snap->state[2 * c + 1];
+        out[c].rr = kd_load_real(snap->scalars, kr->dtype, s + 0);
+        out[c].rz = kd_load_real(snap->scalars, kr->dtype, s + 1);
+        out[c].pq = kd_load_real(snap->scalars, kr->dtype, s + 2);
+        out[c].alpha = kd_load_real(snap->scalars, kr->dtype, s + 3);
+        out[c].beta = kd_load_real(snap->scalars, kr->dtype, s + 4);
+        out[c].fail = kd_load_real(snap->scalars, kr->dtype, s + 5);
+    }
+    return KD_OK;
+}
+
+int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err)
+{
+    kd_krylov_snapshot_t snap;
+    int rc = kd_krylov_snapshot_init(kr, &snap, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_read_start(kr, iteration, &snap, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_read_finish(kr, &snap, out, err);
+    kd_krylov_snapshot_release(&snap);
+    return rc;
+}
+
+int kd_krylov_set_limit(kd_krylov_t *kr, int64_t c, int64_t limit, kd_err_t *err)
+{
+    cl_long word = (cl_long)limit;
+    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->limits, CL_TRUE,
+                                     (size_t)c * sizeof(word), sizeof(word), &word, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (limits)");
 }
 
 int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
@@ -426,6 +490,7 @@ static int kd_krylov_dots3(kd_krylov_t *kr, const kd_multivec_t *p, const kd_mul
     kd_ocl_arg_int(&a, (cl_int)kr->ld);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_int(&a, kr->with_rq);
     kd_ocl_arg_mem(&a, kr->state);
     kd_ocl_arg_mem(&a, p->mem);
     kd_ocl_arg_mem(&a, q->mem);
@@ -451,9 +516,11 @@ static int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_m
     kd_ocl_arg_int(&a, (cl_int)kr->ld);
     kd_ocl_arg_int(&a, (cl_int)kr->groups);
     kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_int(&a, kr->with_rq);
     kd_ocl_arg_long(&a, (cl_long)iteration);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_mem(&a, kr->threshold);
+    kd_ocl_arg_mem(&a, kr->limits);
     kd_ocl_arg_mem(&a, kr->dot_partials);
     kd_ocl_arg_mem(&a, kr->res_partials);
     kd_ocl_arg_mem(&a, kr->scalars);

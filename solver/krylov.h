@@ -35,7 +35,7 @@ enum {
     KD_KRYLOV_NON_FINITE_PQ = 3,       /* p'Ap not finite in iteration `iteration` */
     KD_KRYLOV_NON_FINITE_ALPHA = 4,    /* r'z / p'Ap not finite in iteration `iteration` */
     KD_KRYLOV_NON_FINITE_RESIDUAL = 5, /* r'r not finite after iteration `iteration` */
-    KD_KRYLOV_STOPPED = 6,             /* frozen by kd_krylov_stop */
+    KD_KRYLOV_STOPPED = 6,             /* at its limit after `iteration` (or kd_krylov_stop) */
     KD_KRYLOV_ZERO_STEP = 7,           /* alpha underflowed to 0 in iteration `iteration` */
 };
 
@@ -54,13 +54,15 @@ typedef struct kd_krylov {
     size_t work_group_size;
     size_t groups; /* work-groups per column in the reducing kernels */
     int passes;    /* vector passes per iteration: 3, or 2 (CG / PCG, see kd_krylov_iterate) */
-    cl_mem dot_partials;                          /* 3 * k * groups VALUEs */
-    cl_mem res_partials;                          /* 3 * 2 * k * groups VALUEs */
-    cl_mem scalars;                               /* 2 * k * KD_KRYLOV_SLOTS VALUEs */
-    cl_mem state;                                 /* 2 * k * 2 cl_long */
-    cl_mem threshold;                             /* k VALUEs */
-    cl_mem mask;                                  /* k cl_int */
-    cl_mem norms;                                 /* k VALUEs */
+    int with_rq;   /* two passes: read r for r'Mq (else take r'Mq = p'q) */
+    cl_mem dot_partials; /* 3 * k * groups VALUEs */
+    cl_mem res_partials; /* 3 * 2 * k * groups VALUEs */
+    cl_mem scalars;      /* 2 * k * KD_KRYLOV_SLOTS VALUEs */
+    cl_mem state;        /* 2 * k * 2 cl_long */
+    cl_mem threshold;    /* k VALUEs */
+    cl_mem limits;       /* k cl_long: iterations a column may take */
+    cl_mem mask;         /* k cl_int */
+    cl_mem norms;        /* k VALUEs */
     char options[160];
 } kd_krylov_t;
 
@@ -78,14 +80,18 @@ typedef struct kd_krylov_column {
 } kd_krylov_column_t;
 
 /*
- * groups: work-groups per column for the reducing kernels, 0 = automatic (one wave of eight
- * groups per compute unit over all columns, at most 1024 per column, at most one per WG
- * elements). passes: 2 or 3 (see kd_krylov_iterate; SD always takes 3). threshold: k values, each column's bound on r'r (already rounded to the dtype). All
- * columns start as KD_KRYLOV_RUNNING with zero scalars.
+ * groups: work-groups per column for the reducing kernels, 0 = automatic (one wave over all
+ * columns: four groups per compute unit on a GPU, eight on a CPU; at most 1024 per column, at
+ * most one per WG elements). passes: 2, 3 or KD_KRYLOV_PASSES_LEAN (see kd_krylov_iterate; SD
+ * always takes 3).
+ * threshold: k values, each column's bound on r'r (already rounded to the dtype). limit: the
+ * iterations every column may take (a column still running after `limit` stops as
+ * KD_KRYLOV_STOPPED; kd_krylov_set_limit changes one). All columns start as KD_KRYLOV_RUNNING
+ * with zero scalars.
  */
 int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
                    int64_t ld, int64_t k, int64_t groups, int passes, const double *threshold,
-                   kd_krylov_t *kr, kd_err_t *err);
+                   int64_t limit, kd_krylov_t *kr, kd_err_t *err);
 void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
 
 /*
@@ -94,12 +100,18 @@ void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
  *   2 passes (CG / PCG): dots3 (p'q, r'Mq, q'Mq), then one pass that takes alpha and beta
  *     (the new r'z = r'z - 2 alpha r'Mq + alpha^2 q'Mq) and updates r, x and d together, leaving
  *     the exact new r'r / r'z as partial sums that the next iteration (or kd_krylov_read) folds.
- * The same bytes move either way; two passes save a launch and a fold.
+ *     The same bytes as three passes, one launch and one fold fewer.
+ *   KD_KRYLOV_PASSES_LEAN: two passes taking r'Mq = p'q (z'Ap = p'Ap by conjugacy) instead of
+ *     reading r: one vector less per iteration, but on ill-conditioned systems, where conjugacy
+ *     decays, convergence takes more iterations (494_bus: 8% more); a tuning choice, not the
+ *     default.
  */
+#define KD_KRYLOV_PASSES_LEAN 1
 int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
                       kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err);
 
-/* The three-pass steps one at a time (kd_krylov_iterate with passes = 3). Step 1: the partial sums of p'q of every running column. */
+/* The three-pass steps one at a time (kd_krylov_iterate with passes = 3). Step 1: the partial sums
+ * of p'q of every running column. */
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
                    int64_t iteration, kd_err_t *err);
 /* Step 2: decide (converged, breakdown, non-finite) or take alpha; r -= alpha q (SD: and
@@ -130,6 +142,29 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
 
 /* Every column's state after iteration `iteration` (k entries; blocking: one host sync). */
 int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err);
+
+/*
+ * The same in two halves, so the host can enqueue more iterations while a read is in flight:
+ * _start enqueues the read of the state after `iteration` (which must be the last iteration
+ * enqueued) into the snapshot's host buffers and returns; _finish waits for it and fills out.
+ * A snapshot holds one pending read at a time; _release waits for a pending one.
+ */
+typedef struct kd_krylov_snapshot {
+    int64_t iteration;
+    void *scalars;  /* k * KD_KRYLOV_SLOTS values of the dtype */
+    cl_long *state; /* k * 2 */
+    cl_event done;  /* the pending read, or NULL */
+} kd_krylov_snapshot_t;
+
+int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_err_t *err);
+void kd_krylov_snapshot_release(kd_krylov_snapshot_t *snap);
+int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_t *snap,
+                         kd_err_t *err);
+int kd_krylov_read_finish(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_krylov_column_t *out,
+                          kd_err_t *err);
+
+/* Column c may take `limit` iterations (blocking write). */
+int kd_krylov_set_limit(kd_krylov_t *kr, int64_t c, int64_t limit, kd_err_t *err);
 
 /* Freeze column c (KD_KRYLOV_STOPPED) in the state after iteration `iteration`; blocking. */
 int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err);

@@ -49,8 +49,8 @@ typedef struct kd_solve_params {
     uint64_t deadline_ns;     /* CLOCK_MONOTONIC; 0 = none; passing it stops with KD_ETIMEOUT */
     int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
                                  vector kernels' reductions; 0 = automatic */
-    int passes; /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3 (see
-                   solver/krylov.h); 0 = automatic */
+    int passes; /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
+                   two lean ones (see solver/krylov.h); 0 = automatic (2) */
 } kd_solve_params_t;
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
@@ -67,7 +67,7 @@ typedef struct kd_solve_result {
     double b_norm;
     double *history; /* malloc'd when record_history, else NULL: ||r|| at each check while this
                         right-hand side ran, the first at iteration 0 (the recurrence's r,
-                        recomputed from b - A x every 50 iterations and when the recurrence
+                        replaced by ||b - A x|| when the recurrence
                         claims convergence) */
     int64_t history_len;
     int64_t restarts;  /* times the recurrence's convergence was not confirmed by

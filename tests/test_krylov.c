@@ -95,7 +95,8 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
 
     const double thresholds[K] = {0.0, 0.0, 1e30};
     kd_krylov_t kr;
-    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, thresholds, &kr, &err) == KD_OK);
+    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, thresholds, 100, &kr, &err) ==
+            KD_OK);
 
     /* Start: d = z, r'r and r'z per column, everything running. */
     REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, sd ? NULL : &D, NULL,
@@ -229,7 +230,7 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
 
     /* A refreshed residual that is not finite stops a running column at that iteration. */
     const double zero[K] = {0, 0, 0};
-    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, zero, &kr, &err) == KD_OK);
+    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, zero, 100, &kr, &err) == KD_OK);
     r[n + n / 2] = INFINITY;
     block_write(&R, r);
     REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, NULL, NULL, KD_KRYLOV_MASK_PARTIALS, 9, &err) ==
