@@ -530,3 +530,44 @@ __kernel KD_WG_ATTR void kd_krylov_residual_final(const int groups, const int pc
         sc[KD_SLOT_FAIL] = v[0];
     }
 }
+
+/*
+ * A check's snapshot, one work-group per column: with `fold` (two-pass iterations leave the new
+ * r'r as partial sums) first fold res_partials[par] into the scalars as kd_krylov_residual_final
+ * does, then pack state[par][c] and scalars[par][c] into snapshot[c][2 + KD_SLOTS] (the values'
+ * bits, a float in the low half), a buffer no later kernel writes, so the host can read it on a
+ * second queue while the next iterations run.
+ */
+__kernel KD_WG_ATTR void kd_krylov_snapshot(const int groups, const int pcg, const int fold,
+                                            const long iteration, const int par,
+                                            __global const VALUE *res_partials,
+                                            __global VALUE *scalars, __global long *state,
+                                            __global long *snapshot)
+{
+    __local VALUE scratch[2 * KD_WG_SIZE];
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    VALUE v[2];
+    kd_krylov_folds(scratch, KD_RES(par, 0), KD_RES(par, 1), 0, 0, 0, groups, v, 2);
+    if (get_local_id(0) != 0)
+        return;
+    __global VALUE *sc = scalars + (par * k + c) * KD_SLOTS;
+    __global long *st = state + (par * k + c) * 2;
+    if (fold) {
+        sc[KD_SLOT_RR] = v[0];
+        sc[KD_SLOT_RZ] = pcg ? v[1] : v[0];
+        if (st[0] == KD_RUNNING && !isfinite(v[0])) {
+            st[0] = KD_NON_FINITE_RESIDUAL;
+            st[1] = iteration;
+            sc[KD_SLOT_FAIL] = v[0];
+        }
+    }
+    __global long *out = snapshot + c * (2 + KD_SLOTS);
+    out[0] = st[0];
+    out[1] = st[1];
+    for (int j = 0; j < KD_SLOTS; j++)
+#if KD_FP64
+        out[2 + j] = as_long(sc[j]);
+#else
+        out[2 + j] = (long)as_uint(sc[j]);
+#endif
+}

@@ -106,6 +106,18 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
         (rc = kd_krylov_buffer(kr, (size_t)k, sizeof(cl_int), "column masks", &kr->mask, err)) ||
         (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "column norms", &kr->norms, err)))
         goto fail;
+    for (int i = 0; i < 3; i++)
+        if ((rc = kd_krylov_buffer(kr, (size_t)k * (2 + KD_KRYLOV_SLOTS), sizeof(cl_long),
+                                   "solver snapshots", &kr->snapshot_slots[i], err)) != KD_OK)
+            goto fail;
+    cl_int qst = CL_SUCCESS;
+    kr->read_queue =
+        clCreateCommandQueue(kd_ocl_context(ocl), kd_ocl_desc(ocl)->device_id, 0, &qst);
+    if (qst != CL_SUCCESS) {
+        kr->read_queue = NULL;
+        rc = kd_ocl_fail(err, qst, "clCreateCommandQueue (solver state reads)");
+        goto fail;
+    }
 
     unsigned char *host = malloc((size_t)k * vsize);
     if (host == NULL) {
@@ -142,11 +154,24 @@ void kd_krylov_release(kd_krylov_t *kr)
 {
     if (kr == NULL)
         return;
-    cl_mem *bufs[] = {&kr->dot_partials, &kr->res_partials, &kr->scalars, &kr->state,
-                      &kr->threshold,    &kr->limits,       &kr->mask,    &kr->norms};
+    cl_mem *bufs[] = {&kr->dot_partials,
+                      &kr->res_partials,
+                      &kr->scalars,
+                      &kr->state,
+                      &kr->threshold,
+                      &kr->limits,
+                      &kr->mask,
+                      &kr->norms,
+                      &kr->snapshot_slots[0],
+                      &kr->snapshot_slots[1],
+                      &kr->snapshot_slots[2]};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
             clReleaseMemObject(*bufs[i]);
+    if (kr->read_queue != NULL) {
+        (void)clFinish(kr->read_queue);
+        clReleaseCommandQueue(kr->read_queue);
+    }
     memset(kr, 0, sizeof(*kr));
 }
 
@@ -361,15 +386,13 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer (column norms)");
 }
 
-int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_err_t *err)
+int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, int slot, kd_err_t *err)
 {
     memset(snap, 0, sizeof(*snap));
-    snap->scalars = malloc((size_t)kr->k * KD_KRYLOV_SLOTS * kd_dtype_size(kr->dtype));
-    snap->state = malloc((size_t)kr->k * 2 * sizeof(cl_long));
-    if (snap->scalars == NULL || snap->state == NULL) {
-        kd_krylov_snapshot_release(snap);
+    snap->slot = slot;
+    snap->raw = malloc((size_t)kr->k * (2 + KD_KRYLOV_SLOTS) * sizeof(cl_long));
+    if (snap->raw == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for the solver state");
-    }
     return KD_OK;
 }
 
@@ -381,41 +404,54 @@ void kd_krylov_snapshot_release(kd_krylov_snapshot_t *snap)
         (void)clWaitForEvents(1, &snap->done);
         clReleaseEvent(snap->done);
     }
-    free(snap->scalars);
-    free(snap->state);
+    free(snap->raw);
     memset(snap, 0, sizeof(*snap));
 }
 
 int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_t *snap,
                          kd_err_t *err)
 {
-    const size_t vsize = kd_dtype_size(kr->dtype);
-    const size_t k = (size_t)kr->k;
-    const size_t par = (size_t)kd_krylov_parity(iteration);
+    const size_t bytes = (size_t)kr->k * (2 + KD_KRYLOV_SLOTS) * sizeof(cl_long);
     if (snap->done != NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: a snapshot read is still pending");
-    /* Two-pass iterations leave the new r'r as partial sums: fold them into the scalars. */
-    if (kr->passes == 2) {
-        int rc = kd_krylov_final(kr, kr->method == KD_KRYLOV_PCG, iteration, (int)par,
-                                 KD_FINAL_SCALARS, 0, KD_KRYLOV_MASK_PARTIALS, err);
-        if (rc != KD_OK)
-            return rc;
-    }
+    cl_kernel kernel;
+    int rc = kd_krylov_kernel(kr, "kd_krylov_snapshot", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->groups);
+    kd_ocl_arg_int(&a, kr->method == KD_KRYLOV_PCG);
+    kd_ocl_arg_int(&a, kr->passes == 2); /* two passes leave r'r as partial sums */
+    kd_ocl_arg_long(&a, (cl_long)iteration);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration));
+    kd_ocl_arg_mem(&a, kr->res_partials);
+    kd_ocl_arg_mem(&a, kr->scalars);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, kr->snapshot_slots[snap->slot]);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_snapshot", err)) != KD_OK)
+        return rc;
     cl_command_queue q = kd_ocl_queue(kr->ocl);
-    cl_int st = clEnqueueReadBuffer(q, kr->scalars, CL_FALSE, par * k * KD_KRYLOV_SLOTS * vsize,
-                                    k * KD_KRYLOV_SLOTS * vsize, snap->scalars, 0, NULL, NULL);
-    if (st == CL_SUCCESS)
-        st = clEnqueueReadBuffer(q, kr->state, CL_FALSE, par * k * 2 * sizeof(cl_long),
-                                 k * 2 * sizeof(cl_long), snap->state, 0, NULL, &snap->done);
+    cl_event packed = NULL;
+    size_t global[2] = {kr->work_group_size, (size_t)kr->k};
+    size_t local[2] = {kr->work_group_size, 1};
+    cl_int st = clEnqueueNDRangeKernel(q, kernel, 2, NULL, global, local, 0, NULL, &packed);
     if (st == CL_SUCCESS)
         st = clFlush(q);
+    if (st == CL_SUCCESS)
+        st = clEnqueueReadBuffer(kr->read_queue, kr->snapshot_slots[snap->slot], CL_FALSE, 0, bytes,
+                                 snap->raw, 1, &packed, &snap->done);
+    if (st == CL_SUCCESS)
+        st = clFlush(kr->read_queue);
+    if (packed != NULL)
+        clReleaseEvent(packed);
     if (st != CL_SUCCESS) {
         /* A read may still be writing into the snapshot: drain before anyone frees it. */
         (void)clFinish(q);
+        (void)clFinish(kr->read_queue);
         if (snap->done != NULL)
             clReleaseEvent(snap->done);
         snap->done = NULL;
-        return kd_ocl_fail(err, st, "clEnqueueReadBuffer (solver state)");
+        return kd_ocl_fail(err, st, "reading the solver state");
     }
     snap->iteration = iteration;
     return KD_OK;
@@ -426,22 +462,32 @@ int kd_krylov_read_finish(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_krylov
 {
     if (snap->done == NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: no snapshot read is pending");
-    /* The in-order queue completes the scalars read before the state read's event. */
     cl_int st = clWaitForEvents(1, &snap->done);
     clReleaseEvent(snap->done);
     snap->done = NULL;
     if (st != CL_SUCCESS)
         return kd_ocl_fail(err, st, "clWaitForEvents (solver state)");
     for (size_t c = 0; c < (size_t)kr->k; c++) {
-        const size_t s = c * KD_KRYLOV_SLOTS;
-        out[c].status = (int)snap->state[2 * c];
-        out[c].iteration = (int64_t)snap->state[2 * c + 1];
-        out[c].rr = kd_load_real(snap->scalars, kr->dtype, s + 0);
-        out[c].rz = kd_load_real(snap->scalars, kr->dtype, s + 1);
-        out[c].pq = kd_load_real(snap->scalars, kr->dtype, s + 2);
-        out[c].alpha = kd_load_real(snap->scalars, kr->dtype, s + 3);
-        out[c].beta = kd_load_real(snap->scalars, kr->dtype, s + 4);
-        out[c].fail = kd_load_real(snap->scalars, kr->dtype, s + 5);
+        const cl_long *row = snap->raw + c * (2 + KD_KRYLOV_SLOTS);
+        double v[KD_KRYLOV_SLOTS];
+        for (int j = 0; j < KD_KRYLOV_SLOTS; j++) {
+            if (kr->dtype == KD_DTYPE_F64) {
+                memcpy(&v[j], &row[2 + j], sizeof(double));
+            } else {
+                uint32_t bits = (uint32_t)row[2 + j];
+                float f;
+                memcpy(&f, &bits, sizeof(f));
+                v[j] = f;
+            }
+        }
+        out[c].status = (int)row[0];
+        out[c].iteration = (int64_t)row[1];
+        out[c].rr = v[0];
+        out[c].rz = v[1];
+        out[c].pq = v[2];
+        out[c].alpha = v[3];
+        out[c].beta = v[4];
+        out[c].fail = v[5];
     }
     return KD_OK;
 }
@@ -449,7 +495,7 @@ int kd_krylov_read_finish(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_krylov
 int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, kd_err_t *err)
 {
     kd_krylov_snapshot_t snap;
-    int rc = kd_krylov_snapshot_init(kr, &snap, err);
+    int rc = kd_krylov_snapshot_init(kr, &snap, 2, err);
     if (rc == KD_OK)
         rc = kd_krylov_read_start(kr, iteration, &snap, err);
     if (rc == KD_OK)

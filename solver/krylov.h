@@ -62,7 +62,11 @@ typedef struct kd_krylov {
     cl_mem threshold;    /* k VALUEs */
     cl_mem limits;       /* k cl_long: iterations a column may take */
     cl_mem mask;         /* k cl_int */
-    cl_mem norms;        /* k VALUEs */
+    /* Packed state for the host, k * (2 + KD_KRYLOV_SLOTS) cl_long each: slots 0 and 1 for the
+     * reads a solve keeps in flight, 2 for kd_krylov_read. */
+    cl_mem snapshot_slots[3];
+    cl_command_queue read_queue; /* snapshots cross the bus here, beside the iterations */
+    cl_mem norms;                /* k VALUEs */
     char options[160];
 } kd_krylov_t;
 
@@ -145,18 +149,19 @@ int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, 
 
 /*
  * The same in two halves, so the host can enqueue more iterations while a read is in flight:
- * _start enqueues the read of the state after `iteration` (which must be the last iteration
- * enqueued) into the snapshot's host buffers and returns; _finish waits for it and fills out.
- * A snapshot holds one pending read at a time; _release waits for a pending one.
+ * _start enqueues a small kernel that packs the state after `iteration` (which must be the last
+ * iteration enqueued) into the snapshot's own device slot, and the read of that slot on a second
+ * queue, so the iterations that follow never wait for the bus; _finish waits for the read and
+ * fills out. A snapshot holds one pending read at a time; _release waits for a pending one.
  */
 typedef struct kd_krylov_snapshot {
     int64_t iteration;
-    void *scalars;  /* k * KD_KRYLOV_SLOTS values of the dtype */
-    cl_long *state; /* k * 2 */
-    cl_event done;  /* the pending read, or NULL */
+    int slot;      /* its device buffer: 0 or 1 (kd_krylov_read uses 2) */
+    cl_long *raw;  /* k * (2 + KD_KRYLOV_SLOTS): state, then the scalars' bits */
+    cl_event done; /* the pending read, or NULL */
 } kd_krylov_snapshot_t;
 
-int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_err_t *err);
+int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, int slot, kd_err_t *err);
 void kd_krylov_snapshot_release(kd_krylov_snapshot_t *snap);
 int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_t *snap,
                          kd_err_t *err);

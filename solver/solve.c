@@ -609,8 +609,8 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
     kd_krylov_snapshot_t snaps[2];
     int head = 0, pending = 0;
     memset(snaps, 0, sizeof(snaps));
-    if ((rc = kd_krylov_snapshot_init(&run.kr, &snaps[0], err)) != KD_OK ||
-        (rc = kd_krylov_snapshot_init(&run.kr, &snaps[1], err)) != KD_OK ||
+    if ((rc = kd_krylov_snapshot_init(&run.kr, &snaps[0], 0, err)) != KD_OK ||
+        (rc = kd_krylov_snapshot_init(&run.kr, &snaps[1], 1, err)) != KD_OK ||
         (rc = kd_krylov_read(&run.kr, 0, run.state, err)) != KD_OK)
         goto fail_loop;
     const uint64_t iterate_start_ns = kd_solve_now_ns();
