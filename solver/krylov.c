@@ -165,13 +165,13 @@ void kd_krylov_release(kd_krylov_t *kr)
                       &kr->snapshot_slots[0],
                       &kr->snapshot_slots[1],
                       &kr->snapshot_slots[2]};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-        if (*bufs[i] != NULL)
-            clReleaseMemObject(*bufs[i]);
-    if (kr->read_queue != NULL) {
+    if (kr->read_queue != NULL) { /* no read may still target a snapshot buffer */
         (void)clFinish(kr->read_queue);
         clReleaseCommandQueue(kr->read_queue);
     }
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+        if (*bufs[i] != NULL)
+            clReleaseMemObject(*bufs[i]);
     memset(kr, 0, sizeof(*kr));
 }
 

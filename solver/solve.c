@@ -81,21 +81,21 @@ static uint64_t kd_solve_now_ns(void)
 }
 
 /*
- * Iterations between checks when the caller leaves it to us. A check is one blocking read: the
- * device drains and idles while the answer crosses the bus and the host enqueues the next
- * iterations (some 15-30 us on a GPU, more through PoCL). Checking every 8th iteration keeps
- * that under a few per cent even where an iteration takes 0.2 ms, and costs at most 7 extra
- * iterations after convergence, in which a frozen right-hand side only runs its SpMV. Small
- * systems, where an iteration is a handful of launches and little else, check less often still.
+ * Iterations between checks when the caller leaves it to us. A check costs the device one tiny
+ * kernel (the state is packed and read on a second queue while the iterations go on) and the host
+ * one wake-up; the host runs at most two chunks behind, so after convergence up to two chunks of
+ * frozen iterations (only the SpMV of a frozen right-hand side runs) are wasted. Large systems
+ * check every 4 iterations, smaller ones, where an iteration is a few launches and little else,
+ * every 8 or 16.
  */
 static int64_t kd_solve_auto_check_every(const kd_matrix_t *A, int64_t k)
 {
     double work = ((double)A->nnz + 10.0 * (double)A->rows) * (double)k;
     if (work >= 1048576.0)
-        return 8;
+        return 4;
     if (work >= 65536.0)
-        return 16;
-    return 32;
+        return 8;
+    return 16;
 }
 
 /* Scan a host array for NaN/Inf; returns the first bad index or -1. */

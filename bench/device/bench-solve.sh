@@ -11,8 +11,10 @@ bench=build-device/bin/krylov-bench-solve
   > "$out/ctest-gpu.log" 2>&1; tail -4 "$out/ctest-gpu.log")
 grep -h "passes\|scaled laplacian" "$out/ctest-gpu.log" | head -8
 csv=$out/solve.csv
-$bench --device gpu --methods cg,pcg --passes "${KD_PASSES:-2,3,1}" --groups "${KD_GROUPS:-0,792}" \
+$bench --device gpu --methods cg --passes "${KD_PASSES:-2,1}" --groups "${KD_GROUPS:-0,396,660}" \
   --csv "$csv" lap2d:2048 lap3d:160 2>&1 | tee "$out/solve.txt"
+$bench --device gpu --methods pcg --copy-mb 256 --csv "$csv" lap2d:2048 lap3d:160 2>&1 \
+  | tail -2 | tee -a "$out/solve.txt"
 $bench --device gpu --methods cg,pcg,sd --copy-mb 256 --csv "$csv" lap2d:1024 lap3d:100 2>&1 \
   | tail -6 | tee -a "$out/solve.txt"
 $bench --device gpu --methods cg --nrhs 4 --copy-mb 256 --csv "$csv" lap2d:1024 lap3d:100 2>&1 \
