@@ -14,21 +14,25 @@
  *
  * Fused finals. The kernel that needs a reduction's result sums the column's G partials itself,
  * in every work-group (G values from L2; the same order everywhere, so every group gets the same
- * number). That removes the single-group "final" launches: a CG iteration is the SpMV (per
- * column, from the matrix's format) and three launches here:
- *   kd_krylov_dots             partials of d'q                            reads d, q
- *   kd_krylov_update_residual  alpha from d'q; r -= alpha q;
- *                              partials of r'r and r'z (z = D^-1 r)       reads q, r (inv); writes r
- *   kd_krylov_update_direction beta from r'z; x += alpha d; d = z + beta d
- *                                                                         reads x, d, r (inv);
- *                                                                         writes x, d
+ * number). That removes the single-group "final" launches. A CG / PCG iteration (z = M^-1 r,
+ * M = diag(A) for PCG, I for CG) is the SpMV q = A d (per column, from the matrix's format) and,
+ * by default, two launches here:
+ *   kd_krylov_dots3          partials of d'q, r'Mq, q'Mq: reads d, q, r (1/diag)
+ *   kd_krylov_update_merged  alpha = r'z / d'q, beta = (r'z - 2 alpha r'Mq + alpha^2 q'Mq) / r'z;
+ *                            r -= alpha q, x += alpha d, d = z + beta d; partials of the new r'r
+ *                            and r'z: reads q, r, x, d (1/diag), writes r, x, d
+ * or three (solver/krylov.h's `passes`), with beta from the exact new r'z:
+ *   kd_krylov_dots             partials of d'q: reads d, q
+ *   kd_krylov_update_residual  alpha; r -= alpha q; partials of r'r, r'z: reads q, r, writes r
+ *   kd_krylov_update_direction beta; x += alpha d; d = z + beta d: reads x, d, r, writes x, d
  * Steepest descent: dots(r, q); update_residual also does x += alpha r; update_direction only
- * finishes r'r (launched with one group per column).
+ * folds r'r (launched with one group per column). kd_krylov_snapshot packs a column's state for
+ * the host at a check.
  *
- * Cache. The passes of an iteration alternate direction: the SpMV walks rows forwards, dots
- * walks backwards, update_residual forwards, update_direction backwards, so each pass starts
- * where the previous one ended and finds the vectors it just touched still in the L2 cache (on
- * an H100, 50 MB: a good share of a 32 MB float64 vector).
+ * Cache. The passes of an iteration alternate direction: the SpMV walks rows forwards, dots and
+ * dots3 backwards, update_residual and update_merged forwards, update_direction backwards, so each
+ * pass starts where the previous one ended and finds the vectors it just touched still in the L2
+ * cache (on an H100, 50 MB: a good share of a 32 MB float64 vector).
  *
  * Device scalars, double-buffered. scalars[par][c][KD_SLOTS] and state[par][c][2] (status, the
  * iteration it changed) exist twice, par = iteration & 1: the kernels of iteration i read copy
@@ -70,8 +74,8 @@
 
 /* Partial sums: dot_partials[j][c][g] (j: 0 p'q, 1 r'Mq, 2 q'Mq), res_partials[s][j][c][g]
  * (s: 0 and 1 by iteration parity, 2 scratch for norms; j: 0 r'r, 1 r'z). G = `groups`. */
-#define KD_DOT(j) (dot_partials + ((j) * k + c) * groups)
-#define KD_RES(s, j) (res_partials + (((s) * 2 + (j)) * k + c) * groups)
+#define KD_DOT(j) (dot_partials + ((j)*k + c) * groups)
+#define KD_RES(s, j) (res_partials + (((s)*2 + (j)) * k + c) * groups)
 #define KD_NORMS_SLOT 2
 
 /* The totals of v[0..m) over the work-group at once, one set of barriers (every work-item gets
@@ -188,12 +192,13 @@ __kernel KD_WG_ATTR void kd_krylov_dots(const int n, const int ld, const int a,
  * r'z of copy a, as work-item 0 of group 0 records. Then r -= alpha q (SD: x += alpha r first)
  * and the partial sums of the new r'r and r'z into res_partials[1 - a]. Forwards.
  */
-__kernel KD_WG_ATTR void kd_krylov_update_residual(
-    const int n, const int ld, const int groups, const int method, const long iteration,
-    const int a, __global const VALUE *threshold, __global const long *limits,
-    __global const VALUE *dot_partials, __global VALUE *scalars, __global long *state,
-    __global const VALUE *q, __global VALUE *r, __global VALUE *x,
-    __global const VALUE *inv_diagonal, __global VALUE *res_partials)
+__kernel KD_WG_ATTR void
+kd_krylov_update_residual(const int n, const int ld, const int groups, const int method,
+                          const long iteration, const int a, __global const VALUE *threshold,
+                          __global const long *limits, __global const VALUE *dot_partials,
+                          __global VALUE *scalars, __global long *state, __global const VALUE *q,
+                          __global VALUE *r, __global VALUE *x, __global const VALUE *inv_diagonal,
+                          __global VALUE *res_partials)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -256,11 +261,12 @@ __kernel KD_WG_ATTR void kd_krylov_update_residual(
  * records r'r, r'z and beta in copy b = 1 - a, and a non-finite r'r as KD_NON_FINITE_RESIDUAL.
  * For SD (launched with one group per column) only the bookkeeping runs. Backwards.
  */
-__kernel KD_WG_ATTR void kd_krylov_update_direction(
-    const int n, const int ld, const int groups, const int method, const long iteration,
-    const int a, __global VALUE *scalars, __global long *state, __global const VALUE *res_partials,
-    __global const VALUE *r, __global const VALUE *inv_diagonal, __global VALUE *x,
-    __global VALUE *d)
+__kernel KD_WG_ATTR void
+kd_krylov_update_direction(const int n, const int ld, const int groups, const int method,
+                           const long iteration, const int a, __global VALUE *scalars,
+                           __global long *state, __global const VALUE *res_partials,
+                           __global const VALUE *r, __global const VALUE *inv_diagonal,
+                           __global VALUE *x, __global VALUE *d)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -324,8 +330,8 @@ __kernel KD_WG_ATTR void kd_krylov_update_direction(
  */
 __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a, const int pcg,
                                          const int with_rq, __global const long *state,
-                                         __global const VALUE *p,
-                                         __global const VALUE *q, __global const VALUE *r,
+                                         __global const VALUE *p, __global const VALUE *q,
+                                         __global const VALUE *r,
                                          __global const VALUE *inv_diagonal,
                                          __global VALUE *dot_partials)
 {
@@ -373,10 +379,10 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
  */
 __kernel KD_WG_ATTR void kd_krylov_update_merged(
     const int n, const int ld, const int groups, const int pcg, const int with_rq,
-    const long iteration, const int a, __global const VALUE *threshold,
-    __global const long *limits, __global const VALUE *dot_partials, __global VALUE *res_partials,
-    __global VALUE *scalars, __global long *state, __global const VALUE *q, __global VALUE *r,
-    __global VALUE *x, __global VALUE *d, __global const VALUE *inv_diagonal)
+    const long iteration, const int a, __global const VALUE *threshold, __global const long *limits,
+    __global const VALUE *dot_partials, __global VALUE *res_partials, __global VALUE *scalars,
+    __global long *state, __global const VALUE *q, __global VALUE *r, __global VALUE *x,
+    __global VALUE *d, __global const VALUE *inv_diagonal)
 {
     __local VALUE scratch[5 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
@@ -402,8 +408,8 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
             m0 = inv_diagonal[first];
     }
     VALUE v[5];
-    kd_krylov_folds(scratch, KD_DOT(0), KD_DOT(1), KD_DOT(2), KD_RES(a, 0), KD_RES(a, 1), groups,
-                    v, 5);
+    kd_krylov_folds(scratch, KD_DOT(0), KD_DOT(1), KD_DOT(2), KD_RES(a, 0), KD_RES(a, 1), groups, v,
+                    5);
     const int running = status == KD_RUNNING;
     const VALUE pq = running ? v[0] : KD_ZERO;
     const VALUE rr = v[3], rz = pcg ? v[4] : v[3];
@@ -495,13 +501,11 @@ __kernel KD_WG_ATTR void kd_krylov_residual_partials(const int n, const int ld, 
  * pcg); with KD_MASK_RESTART the column runs again from `iteration`, else a non-finite r'r of a
  * running column stops it as KD_NON_FINITE_RESIDUAL at `iteration`.
  */
-__kernel KD_WG_ATTR void kd_krylov_residual_final(const int groups, const int pcg,
-                                                  const long iteration, const int par,
-                                                  const int slot, const int mode,
-                                                  __global const int *mask, const int mask_all,
-                                                  __global const VALUE *res_partials,
-                                                  __global VALUE *scalars, __global long *state,
-                                                  __global VALUE *norms)
+__kernel KD_WG_ATTR void
+kd_krylov_residual_final(const int groups, const int pcg, const long iteration, const int par,
+                         const int slot, const int mode, __global const int *mask,
+                         const int mask_all, __global const VALUE *res_partials,
+                         __global VALUE *scalars, __global long *state, __global VALUE *norms)
 {
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);

@@ -1,19 +1,18 @@
 /*
  * k lock-step Krylov iterations on the device: the host side of kernels/krylov.cl, which holds
  * the thread mapping and the double-buffered device scalars. solver/solve.c is the driver: per
- * iteration it runs the SpMV of every column through the matrix's format, then
- *
- *   CG, PCG:  kd_krylov_dots(d, q)  kd_krylov_update_residual  kd_krylov_update_direction
- *   SD:       kd_krylov_dots(r, q)  kd_krylov_update_residual  kd_krylov_update_direction
- *
- * three launches for all k columns, none of which the host waits for. A kd_krylov_t belongs to
- * one solve: one value type, one method, k columns of n values with column stride ld (the
- * kd_multivec_t layout), and per column a convergence threshold on r'r.
+ * iteration it runs the SpMV of every running column through the matrix's format, then
+ * kd_krylov_iterate (two launches for CG / PCG by default, three for SD), none of which the host
+ * waits for; every few iterations it reads the state back through a snapshot on a second queue.
+ * A kd_krylov_t belongs to one solve: one value type, one method, k columns of n values with
+ * column stride ld (the kd_multivec_t layout), and per column a threshold on r'r and a limit on
+ * its iterations.
  *
  * Iteration numbers are 1-based; the device writes the scalars of iteration i into copy i & 1,
  * so "the state after iteration i" (kd_krylov_read) and the start (iteration 0) need no
- * bookkeeping on the host. Functions enqueue and return, except kd_krylov_read, kd_krylov_norms,
- * kd_krylov_stop and the masked kd_krylov_residual, which wait for the queue.
+ * bookkeeping on the host. Functions enqueue and return, except kd_krylov_read,
+ * kd_krylov_read_finish, kd_krylov_norms, kd_krylov_stop, kd_krylov_set_limit and the masked
+ * kd_krylov_residual, which wait.
  */
 #ifndef KD_SOLVER_KRYLOV_H
 #define KD_SOLVER_KRYLOV_H

@@ -86,12 +86,13 @@ typedef struct kd_solve_result {
  * each with kd_solve_result_free).
  *
  * Returns KD_OK with each result's status set (breakdown and non-finite are results, not
- * errors), or KD_ECANCELLED, KD_ETIMEOUT (X holds the last iterates and the results their state,
- * status max_iterations for the columns that were still running), KD_EBADREQ (not square, bad
- * parameters, PCG with a zero, missing or non-finite diagonal entry: the message names the row),
- * KD_ENOTSPD (PCG with a negative diagonal entry), KD_EDEVMEM, KD_EDEVICE.
- * A column with b = 0 gets x = 0, converged, 0 iterations; one with NaN or Inf in b or x0, or any
- * column of a matrix holding NaN or Inf, gets non_finite and x = x0, without iterating.
+ * errors), or KD_ECANCELLED, KD_ETIMEOUT (seen at a check, after the iterations already handed to
+ * the device, at most two check intervals; X holds the last iterates and the results their
+ * state, status max_iterations for the columns that were still running), KD_EBADREQ (not square,
+ * bad parameters, PCG with a zero, missing or non-finite diagonal entry: the message names the
+ * row), KD_ENOTSPD (PCG with a negative diagonal entry), KD_EDEVMEM, KD_EDEVICE. A column with b =
+ * 0 gets x = 0, converged, 0 iterations; one with NaN or Inf in b or x0, or any column of a matrix
+ * holding NaN or Inf, gets non_finite and x = x0, without iterating.
  */
 int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0,
              void *x, const kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);

@@ -6,7 +6,8 @@
  * before the step. Then: the first event is kept and a frozen column's x, r and d stay bit for bit
  * even when q turns NaN; NaN in p'q is non_finite, not breakdown; a masked restart revives one
  * column only; kd_krylov_stop freezes one; norms; a non-finite refreshed residual is flagged.
- * Sizes 1, 300 and 70001 (several work-groups per column).
+ * Sizes 1, 300 and 70001 (several work-groups per column). The default two-pass iteration (and its
+ * lean variant) the same way, read through the packed snapshot, and the device-side limit.
  */
 #include "kd_solver_test.h"
 #include "solver/krylov.h"
@@ -270,6 +271,120 @@ static void test_steps(void)
                 one_case(dt[di], (kd_krylov_method_t)m, sizes[s]);
 }
 
+/* One two-pass iteration (kd_krylov_iterate) by hand: alpha from d'q, beta from
+ * r'z - 2 alpha r'Mq + alpha^2 q'Mq (lean: alpha^2 q'Mq - r'z), r, x, d, and the exact new r'r
+ * that the snapshot folds at the check; a column past its limit stops there. */
+static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
+{
+    kd_err_t err = {0};
+    const double tol = dtype == KD_DTYPE_F64 ? 1e-11 : 2e-4;
+    const size_t vsize = kd_dtype_size(dtype), bytes = (size_t)(n * K) * sizeof(double) + 8;
+    fprintf(stderr, "  two-pass %s %s passes=%d n=%lld\n", pcg ? "pcg" : "cg", kd_dtype_name(dtype),
+            passes, (long long)n);
+    kd_multivec_t X = {0}, R = {0}, D = {0}, Q = {0};
+    REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &X, &err) == KD_OK);
+    REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &R, &err) == KD_OK);
+    REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &D, &err) == KD_OK);
+    REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &Q, &err) == KD_OK);
+    double *inv = malloc((size_t)n * sizeof(double) + 8);
+    void *inv_raw = malloc((size_t)n * vsize + 8);
+    for (int64_t i = 0; i < n; i++) {
+        inv[i] = pcg ? rounded(dtype, kd_test_rand_double(0.5, 2.0)) : 1.0;
+        kd_store_real(inv_raw, dtype, (size_t)i, inv[i]);
+    }
+    cl_mem inv_mem = NULL;
+    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * vsize,
+                                 inv_raw, "test inverse diagonal", &inv_mem, &err) == KD_OK);
+    free(inv_raw);
+    double *x = random_block(dtype, n, -1, 1), *r = random_block(dtype, n, -1, 1);
+    double *q = random_block(dtype, n, 0.5, 2.0), *d = malloc(bytes), *out = malloc(bytes);
+    block_write(&X, x);
+    block_write(&R, r);
+    const double thresholds[K] = {0, 0, 0};
+    kd_krylov_t kr;
+    /* Column limits: 1 iteration for everyone; the second iteration stops them all. */
+    REQUIRE(kd_krylov_init(ocl, dtype, pcg ? KD_KRYLOV_PCG : KD_KRYLOV_CG, n, X.ld, K, 0, passes,
+                           thresholds, 1, &kr, &err) == KD_OK);
+    REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, &D, NULL,
+                               KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_DIRECTION |
+                                   KD_KRYLOV_MASK_RESTART,
+                               0, &err) == KD_OK);
+    block_read(&D, d);
+    for (int64_t i = 0; i < n * K; i++) /* q = d * positive: d'q > 0 */
+        q[i] = rounded(dtype, d[i] * q[i]);
+    block_write(&Q, q);
+    REQUIRE(kd_krylov_iterate(&kr, &Q, &R, &X, &D, inv_mem, 1, &err) == KD_OK);
+    kd_krylov_column_t st[K];
+    REQUIRE(kd_krylov_read(&kr, 1, st, &err) == KD_OK);
+    double *r1 = malloc(bytes), *x1 = malloc(bytes), *d1 = malloc(bytes);
+    block_read(&R, r1);
+    block_read(&X, x1);
+    block_read(&D, d1);
+    for (int c = 0; c < K; c++) {
+        const double *rc = r + c * n, *dc = d + c * n, *qc = q + c * n;
+        double rz = 0, pq = 0, rmq = 0, qmq = 0, rr_new = 0, rz_new = 0;
+        for (int64_t i = 0; i < n; i++) {
+            rz += rc[i] * inv[i] * rc[i];
+            pq += dc[i] * qc[i];
+            rmq += rc[i] * inv[i] * qc[i];
+            qmq += qc[i] * inv[i] * qc[i];
+        }
+        const double alpha = rz / pq;
+        double est = passes == KD_KRYLOV_PASSES_LEAN ? alpha * alpha * qmq - rz
+                                                     : rz - 2 * alpha * rmq + alpha * alpha * qmq;
+        const double beta = est > 0 ? est / rz : 0.0;
+        CHECK_EQ_INT(st[c].status, KD_KRYLOV_RUNNING);
+        CHECK_NEAR(st[c].alpha, alpha, tol);
+        CHECK_NEAR(st[c].beta, beta, tol * 100);
+        for (int64_t i = 0; i < n; i++) {
+            const double ri = rc[i] - alpha * qc[i];
+            CHECK_NEAR(r1[c * n + i], ri, tol);
+            CHECK_NEAR(x1[c * n + i], x[c * n + i] + alpha * dc[i], tol);
+            CHECK_NEAR(d1[c * n + i], inv[i] * ri + st[c].beta * dc[i], tol * 10);
+            rr_new += r1[c * n + i] * r1[c * n + i];
+            rz_new += r1[c * n + i] * inv[i] * r1[c * n + i];
+        }
+        CHECK_NEAR(st[c].rr, rr_new, tol);
+        CHECK_NEAR(st[c].rz, pcg ? rz_new : rr_new, tol);
+    }
+    /* Iteration 2 is past the limit: every column stops after 1, x untouched. */
+    REQUIRE(kd_krylov_iterate(&kr, &Q, &R, &X, &D, inv_mem, 2, &err) == KD_OK);
+    REQUIRE(kd_krylov_read(&kr, 2, st, &err) == KD_OK);
+    block_read(&X, out);
+    for (int c = 0; c < K; c++) {
+        CHECK_EQ_INT(st[c].status, KD_KRYLOV_STOPPED);
+        CHECK_EQ_INT(st[c].iteration, 1);
+    }
+    CHECK(memcmp(out, x1, (size_t)(n * K) * sizeof(double)) == 0);
+    kd_krylov_release(&kr);
+    free(x);
+    free(r);
+    free(q);
+    free(d);
+    free(out);
+    free(r1);
+    free(x1);
+    free(d1);
+    free(inv);
+    clReleaseMemObject(inv_mem);
+    kd_multivec_release(&X);
+    kd_multivec_release(&R);
+    kd_multivec_release(&D);
+    kd_multivec_release(&Q);
+}
+
+static void test_two_pass(void)
+{
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int di = 0; di < nd; di++)
+        for (int pcg = 0; pcg < 2; pcg++)
+            for (int lean = 0; lean < 2; lean++) {
+                two_pass_case(dt[di], pcg, lean ? KD_KRYLOV_PASSES_LEAN : 2, 1);
+                two_pass_case(dt[di], pcg, lean ? KD_KRYLOV_PASSES_LEAN : 2, 50001);
+            }
+}
+
 /* Column views are sub-buffers on aligned starts; a copy moves only the chosen columns. */
 static void test_multivec(void)
 {
@@ -314,6 +429,7 @@ int main(void)
         return 1;
     RUN(test_multivec);
     RUN(test_steps);
+    RUN(test_two_pass);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
