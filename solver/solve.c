@@ -165,6 +165,7 @@ typedef struct kd_solve_run {
     unsigned char *active; /* k: 1 while the column is not done (its SpMV runs) */
     unsigned char *seen;   /* k: the column ran up to the check being processed */
     int *mask;             /* k: scratch for masks */
+    int64_t *iters;        /* k: each seen column's iteration count at the check */
     double *norms;         /* k */
     kd_krylov_column_t *state;
 } kd_solve_run_t;
@@ -218,6 +219,7 @@ static void kd_solve_run_release(kd_solve_run_t *run)
     free(run->active);
     free(run->seen);
     free(run->mask);
+    free(run->iters);
     free(run->norms);
     free(run->state);
 }
@@ -390,6 +392,7 @@ static int kd_solve_check(kd_solve_run_t *run, const kd_solve_params_t *params,
         /* A snapshot read before the column's restart says nothing about it now. */
         run->seen[c] = !col->done && it >= col->fresh_from;
         run->mask[c] = 0;
+        run->iters[c] = it - col->skip;
         run->norms[c] = sqrt(st->rr);
         if (!run->seen[c])
             continue;
@@ -439,6 +442,7 @@ static int kd_solve_check(kd_solve_run_t *run, const kd_solve_params_t *params,
                 continue;
             run->norms[c] = sqrt(truth[c]);
             res->iterations = col->converged_at - col->skip;
+            run->iters[c] = res->iterations;
             if (truth[c] <= col->threshold) {
                 res->status = KD_SOLVE_CONVERGED;
                 col->done = 1;
@@ -549,6 +553,7 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
     double *thresholds = NULL;
     if ((run.active = malloc((size_t)k)) == NULL || (run.seen = calloc((size_t)k, 1)) == NULL ||
         (run.mask = calloc((size_t)k, sizeof(int))) == NULL ||
+        (run.iters = calloc((size_t)k, sizeof(int64_t))) == NULL ||
         (run.norms = calloc((size_t)k, sizeof(double))) == NULL ||
         (run.state = calloc((size_t)k, sizeof(*run.state))) == NULL ||
         (thresholds = malloc((size_t)k * sizeof(double))) == NULL ||
@@ -624,7 +629,7 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
         int progress_stop = 0;
         if (params->progress != NULL && worst >= 0) {
             const kd_solve_column_t *col = &run.cols[worst];
-            int64_t iters = col->done ? results[col->rhs].iterations : it - col->skip;
+            int64_t iters = col->done ? results[col->rhs].iterations : run.iters[worst];
             progress_stop =
                 params->progress(params->progress_ctx, col->rhs, iters, run.norms[worst]);
         }

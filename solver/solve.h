@@ -66,7 +66,8 @@ typedef struct kd_solve_result {
     double relative_residual; /* residual_norm / ||b||; 0 when b = 0 */
     double b_norm;
     double *history; /* malloc'd when record_history, else NULL: ||r|| at each check while this
-                        right-hand side ran, the first at iteration 0 (the recurrence's r,
+                        right-hand side ran (but for the few whose state predates a restart),
+                        the first at iteration 0 (the recurrence's r,
                         replaced by ||b - A x|| when the recurrence
                         claims convergence) */
     int64_t history_len;

@@ -854,7 +854,9 @@ static void test_multi_progress_and_non_finite_matrix(void)
             longest = res[c].history_len;
         kd_solve_result_free(&res[c]);
     }
-    CHECK_EQ_INT(log.calls, longest);
+    /* One call per check: at least as many as the longest history (a column's history skips the
+     * checks whose state predates its restart, if it had one). */
+    CHECK(log.calls >= longest);
     CHECK(log.max_rhs >= 0);
     problem_free(&p);
 
