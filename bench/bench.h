@@ -15,6 +15,7 @@
 
 /* Subcommands: argv[0] is the subcommand's name; return the process exit status. */
 int kd_bench_spmv_main(int argc, char **argv);
+int kd_bench_solve_main(int argc, char **argv);
 int kd_bench_export_main(int argc, char **argv);
 int kd_bench_kernels_main(int argc, char **argv);
 

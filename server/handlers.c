@@ -258,12 +258,12 @@ typedef struct kd_progress_ctx {
     kd_server_t *server;
     kd_job_t *job;
     int enabled;
-    int64_t rhs;
     uint64_t last_ns;
 } kd_progress_ctx_t;
 
-/* At most four solve.progress notifications a second per solve. */
-static int kd_on_progress(void *ctx, int64_t iteration, double residual)
+/* At most four solve.progress notifications a second per solve; with several right-hand sides
+ * the solver reports the one furthest from its tolerance at each check. */
+static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double residual)
 {
     kd_progress_ctx_t *pc = ctx;
     if (!pc->enabled)
@@ -278,7 +278,7 @@ static int kd_on_progress(void *ctx, int64_t iteration, double residual)
     kd_w_array(&w, 1);
     kd_w_map(&w, 4);
     kd_w_kv_int(&w, "msgid", (int64_t)pc->job->msgid);
-    kd_w_kv_int(&w, "rhs", pc->rhs);
+    kd_w_kv_int(&w, "rhs", rhs);
     kd_w_kv_int(&w, "iteration", iteration);
     kd_w_kv_double(&w, "residual", residual);
     size_t len;
@@ -314,9 +314,11 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     kd_solve_params_t params;
     kd_solve_params_default(&params);
-    params.method = q->method == KD_SOLVE_METHOD_SD    ? KD_SOLVE_SD
-                    : q->method == KD_SOLVE_METHOD_PCG ? KD_SOLVE_PCG
-                                                       : KD_SOLVE_CG;
+    /* pcg takes Jacobi preconditioning unless the request says preconditioner: none. */
+    params.method = q->method == KD_SOLVE_METHOD_SD ? KD_SOLVE_SD
+                    : q->method == KD_SOLVE_METHOD_PCG && strcmp(q->preconditioner, "none") != 0
+                        ? KD_SOLVE_PCG
+                        : KD_SOLVE_CG;
     params.rtol = q->rtol;
     params.atol = q->atol;
     params.maxiter = q->maxiter >= 0 ? q->maxiter : 10 * n;
@@ -328,10 +330,10 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     params.cancel = &job->cancel;
     params.deadline_ns = job->deadline_ns;
 
-    size_t vsize = kd_dtype_size(A->dtype), osize = kd_dtype_size(q->dtype);
-    void *b = kd_alloc_values(n, A->dtype, err);
-    void *x0 = q->x0.present ? kd_alloc_values(n, A->dtype, err) : NULL;
-    void *x = kd_alloc_values(n, A->dtype, err);
+    size_t osize = kd_dtype_size(q->dtype);
+    void *b = kd_alloc_values(want, A->dtype, err);
+    void *x0 = q->x0.present ? kd_alloc_values(want, A->dtype, err) : NULL;
+    void *x = kd_alloc_values(want, A->dtype, err);
     void *xout = kd_alloc_values(want, q->dtype, err);
     kd_solve_result_t *results = calloc((size_t)nrhs, sizeof(*results));
     if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
@@ -341,23 +343,15 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
         goto done;
     }
     uint64_t t0 = kd_now_ns();
-    for (int64_t k = 0; k < nrhs && rc == KD_OK; k++) {
-        size_t offset = (size_t)(k * n);
-        kd_convert_real(b, A->dtype, (const char *)q->b.data + offset * kd_dtype_size(q->b.dtype),
-                        q->b.dtype, (size_t)n);
-        if (x0 != NULL)
-            kd_convert_real(x0, A->dtype,
-                            (const char *)q->x0.data + offset * kd_dtype_size(q->x0.dtype),
-                            q->x0.dtype, (size_t)n);
-        pc.rhs = k;
-        rc = kd_solve(server->ocl, A, b, x0, x, &params, &results[k], err);
-        if (rc == KD_OK)
-            kd_convert_real((char *)xout + offset * osize, q->dtype, x, A->dtype, (size_t)n);
-    }
+    /* All right-hand sides in one solve: they share the device's launches. */
+    kd_convert_real(b, A->dtype, q->b.data, q->b.dtype, (size_t)want);
+    if (x0 != NULL)
+        kd_convert_real(x0, A->dtype, q->x0.data, q->x0.dtype, (size_t)want);
+    rc = kd_solve(server->ocl, A, nrhs, b, x0, x, &params, results, err);
     if (rc != KD_OK)
         goto done;
+    kd_convert_real(xout, q->dtype, x, A->dtype, (size_t)want);
     double total_ms = kd_ms_since(t0);
-    (void)vsize;
 
     int any_history = q->history;
     kd_w_result_begin(w, job->msgid);

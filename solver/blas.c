@@ -1,7 +1,7 @@
 /*
- * BLAS-1 and the fused solver steps on device vectors (see blas.h; the kernels and their thread
+ * BLAS-1 on device vectors (see blas.h; the kernels and their thread
  * mapping are in kernels/blas.cl). This file chooses launch shapes, sets arguments and owns the
- * partials / scalars / state buffers; it never waits on the device except in the functions that
+ * partials and scalars buffers; it never waits on the device except in the functions that
  * hand a value back to the host.
  *
  * Reduction grid: G = min(ceil(n / WG), 8 * compute units, KD_BLAS_GROUPS_MAX) work-groups, at
@@ -16,8 +16,6 @@
 #include <string.h>
 
 #define KD_BLAS_GROUPS_MAX 1024
-
-enum { KD_OP_STORE = 0, KD_OP_ALPHA = 1, KD_OP_RESIDUAL = 2 };
 
 static int kd_blas_kernel(kd_blas_t *blas, const char *name, cl_kernel *out, kd_err_t *err)
 {
@@ -73,18 +71,11 @@ int kd_blas_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_blas_t *blas, kd_err_t *err
                               "solver scalars", &blas->scalars, err);
     if (rc != KD_OK)
         goto fail;
-    rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, 2 * sizeof(cl_long), NULL, "solver state",
-                              &blas->state, err);
-    if (rc != KD_OK)
-        goto fail;
 
     cl_command_queue q = kd_ocl_queue(ocl);
     cl_long zero64 = 0;
     cl_int st = clEnqueueFillBuffer(q, blas->scalars, &zero64, vsize, 0, KD_BLAS_SLOT_COUNT * vsize,
                                     0, NULL, NULL);
-    if (st == CL_SUCCESS)
-        st = clEnqueueFillBuffer(q, blas->state, &zero64, sizeof(zero64), 0, 2 * sizeof(cl_long), 0,
-                                 NULL, NULL);
     if (st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, "clEnqueueFillBuffer");
         goto fail;
@@ -103,8 +94,6 @@ void kd_blas_release(kd_blas_t *blas)
         clReleaseMemObject(blas->partials);
     if (blas->scalars != NULL)
         clReleaseMemObject(blas->scalars);
-    if (blas->state != NULL)
-        clReleaseMemObject(blas->state);
     memset(blas, 0, sizeof(*blas));
 }
 
@@ -123,13 +112,11 @@ static int kd_blas_dot_partial(kd_blas_t *blas, const kd_vec_t *x, const kd_vec_
     kd_ocl_arg_mem(&a, blas->partials);
     if ((rc = kd_ocl_args_end(&a, "kd_blas_dot_partial", err)) != KD_OK)
         return rc;
-    blas->pending_groups = groups;
     return kd_ocl_launch(blas->ocl, k, groups * blas->work_group_size, blas->work_group_size,
                          "kd_blas_dot_partial", err);
 }
 
-static int kd_blas_reduce_final(kd_blas_t *blas, size_t groups, int op, int slot, int64_t iteration,
-                                double threshold, kd_err_t *err)
+static int kd_blas_reduce_final(kd_blas_t *blas, size_t groups, int slot, kd_err_t *err)
 {
     cl_kernel k;
     int rc = kd_blas_kernel(blas, "kd_blas_reduce_final", &k, err);
@@ -139,11 +126,7 @@ static int kd_blas_reduce_final(kd_blas_t *blas, size_t groups, int op, int slot
     kd_ocl_arg_int(&a, (cl_int)groups);
     kd_ocl_arg_mem(&a, blas->partials);
     kd_ocl_arg_mem(&a, blas->scalars);
-    kd_ocl_arg_mem(&a, blas->state);
-    kd_ocl_arg_int(&a, op);
     kd_ocl_arg_int(&a, slot);
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_value(&a, blas->dtype, threshold);
     if ((rc = kd_ocl_args_end(&a, "kd_blas_reduce_final", err)) != KD_OK)
         return rc;
     return kd_ocl_launch(blas->ocl, k, blas->work_group_size, blas->work_group_size,
@@ -161,7 +144,7 @@ int kd_blas_dot_to(kd_blas_t *blas, const kd_vec_t *x, const kd_vec_t *y, kd_bla
     size_t groups = kd_blas_groups(blas, x->n);
     rc = kd_blas_dot_partial(blas, x, y, groups, err);
     if (rc == KD_OK)
-        rc = kd_blas_reduce_final(blas, groups, KD_OP_STORE, (int)slot, 0, 0.0, err);
+        rc = kd_blas_reduce_final(blas, groups, (int)slot, err);
     return rc;
 }
 
@@ -271,119 +254,4 @@ int kd_blas_scale(kd_blas_t *blas, double alpha, kd_vec_t *x, kd_err_t *err)
     if ((rc = kd_ocl_args_end(&a, "kd_blas_scale", err)) != KD_OK)
         return rc;
     return kd_blas_launch_elementwise(blas, k, x->n, "kd_blas_scale", err);
-}
-
-/* ---- fused solver steps ---- */
-
-int kd_blas_step_start(kd_blas_t *blas, const kd_vec_t *r, kd_err_t *err)
-{
-    cl_long zero = 0;
-    cl_int st = clEnqueueFillBuffer(kd_ocl_queue(blas->ocl), blas->state, &zero, sizeof(zero), 0,
-                                    2 * sizeof(cl_long), 0, NULL, NULL);
-    if (st != CL_SUCCESS)
-        return kd_ocl_fail(err, st, "clEnqueueFillBuffer (solver state)");
-    return kd_blas_dot_to(blas, r, r, KD_BLAS_SLOT_RR, err);
-}
-
-int kd_blas_step_alpha(kd_blas_t *blas, const kd_vec_t *p, const kd_vec_t *q, int64_t iteration,
-                       double threshold, kd_err_t *err)
-{
-    int rc = kd_blas_check(blas, p, q, "step_alpha", err);
-    if (rc != KD_OK)
-        return rc;
-    size_t groups = kd_blas_groups(blas, p->n);
-    rc = kd_blas_dot_partial(blas, p, q, groups, err);
-    if (rc == KD_OK)
-        rc = kd_blas_reduce_final(blas, groups, KD_OP_ALPHA, 0, iteration, threshold, err);
-    return rc;
-}
-
-int kd_blas_step_update(kd_blas_t *blas, const kd_vec_t *p, const kd_vec_t *q, kd_vec_t *x,
-                        kd_vec_t *r, kd_err_t *err)
-{
-    int rc = kd_blas_check(blas, p, q, "step_update", err);
-    if (rc == KD_OK)
-        rc = kd_blas_check(blas, x, r, "step_update", err);
-    if (rc == KD_OK && p->n != x->n)
-        rc = kd_err_set(err, KD_EBADREQ, "step_update: vector lengths differ");
-    if (rc != KD_OK)
-        return rc;
-    cl_kernel k;
-    if ((rc = kd_blas_kernel(blas, "kd_blas_step_update", &k, err)) != KD_OK)
-        return rc;
-    size_t groups = kd_blas_groups(blas, p->n);
-    kd_ocl_args_t a = kd_ocl_args_begin(k);
-    kd_ocl_arg_int(&a, (cl_int)p->n);
-    kd_ocl_arg_mem(&a, blas->scalars);
-    kd_ocl_arg_mem(&a, p->mem);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, blas->partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_blas_step_update", err)) != KD_OK)
-        return rc;
-    /* Remember the grid: step_residual must fold exactly these partials. */
-    blas->pending_groups = groups;
-    return kd_ocl_launch(blas->ocl, k, groups * blas->work_group_size, blas->work_group_size,
-                         "kd_blas_step_update", err);
-}
-
-int kd_blas_step_residual(kd_blas_t *blas, int64_t iteration, kd_err_t *err)
-{
-    return kd_blas_reduce_final(blas, blas->pending_groups, KD_OP_RESIDUAL, 0, iteration, 0.0, err);
-}
-
-int kd_blas_step_residual_of(kd_blas_t *blas, const kd_vec_t *r, int64_t iteration, kd_err_t *err)
-{
-    int rc = kd_blas_check(blas, r, NULL, "step_residual", err);
-    if (rc != KD_OK)
-        return rc;
-    size_t groups = kd_blas_groups(blas, r->n);
-    rc = kd_blas_dot_partial(blas, r, r, groups, err);
-    if (rc == KD_OK)
-        rc = kd_blas_step_residual(blas, iteration, err);
-    return rc;
-}
-
-int kd_blas_step_direction(kd_blas_t *blas, const kd_vec_t *r, kd_vec_t *d, kd_err_t *err)
-{
-    int rc = kd_blas_check(blas, r, d, "step_direction", err);
-    if (rc != KD_OK || r->n == 0)
-        return rc;
-    cl_kernel k;
-    if ((rc = kd_blas_kernel(blas, "kd_blas_step_direction", &k, err)) != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(k);
-    kd_ocl_arg_int(&a, (cl_int)r->n);
-    kd_ocl_arg_mem(&a, blas->scalars);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, d->mem);
-    if ((rc = kd_ocl_args_end(&a, "kd_blas_step_direction", err)) != KD_OK)
-        return rc;
-    return kd_blas_launch_elementwise(blas, k, r->n, "kd_blas_step_direction", err);
-}
-
-int kd_blas_step_read(kd_blas_t *blas, kd_blas_step_state_t *out, kd_err_t *err)
-{
-    unsigned char scalars[KD_BLAS_SLOT_COUNT * 8];
-    cl_long state[2] = {0, 0};
-    size_t vsize = kd_dtype_size(blas->dtype);
-    cl_command_queue q = kd_ocl_queue(blas->ocl);
-    /* Two reads, one wait: the in-order queue finishes the first before the second returns. */
-    cl_int st = clEnqueueReadBuffer(q, blas->scalars, CL_FALSE, 0, KD_BLAS_SLOT_COUNT * vsize,
-                                    scalars, 0, NULL, NULL);
-    if (st == CL_SUCCESS)
-        st = clEnqueueReadBuffer(q, blas->state, CL_TRUE, 0, sizeof(state), state, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        /* The first read may still be writing into our stack buffer: drain before returning
-         * (best effort; the read's own error is the one reported). */
-        (void)clFinish(q);
-        return kd_ocl_fail(err, st, "clEnqueueReadBuffer (solver state)");
-    }
-    out->status = (int)state[0];
-    out->iteration = (int64_t)state[1];
-    out->rr = kd_load_real(scalars, blas->dtype, KD_BLAS_SLOT_RR);
-    out->pq = kd_load_real(scalars, blas->dtype, KD_BLAS_SLOT_PQ);
-    out->fail_value = kd_load_real(scalars, blas->dtype, KD_BLAS_SLOT_FAIL);
-    return KD_OK;
 }

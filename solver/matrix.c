@@ -6,6 +6,7 @@
 #include "solver/matrix.h"
 #include "common/checked.h"
 #include "solver/format.h"
+#include "solver/matrix_scan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +281,8 @@ int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t 
                       (long long)csr->nnz, kd_format_name(format));
         goto fail;
     }
+    if ((rc = kd_matrix_scan(csr, m, err)) != KD_OK)
+        goto fail;
     *out = m;
     return KD_OK;
 fail:
@@ -293,6 +296,7 @@ void kd_matrix_free(kd_matrix_t *m)
         return;
     if (m->ops != NULL)
         m->ops->release(m);
+    free(m->inv_diagonal);
     free(m);
 }
 

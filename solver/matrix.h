@@ -29,6 +29,17 @@ int kd_format_parse(const char *name, kd_format_t *out);
 /* 1 if this build implements the format. */
 int kd_format_available(kd_format_t format);
 
+/* What kd_matrix_upload learnt scanning the host values once, whatever the format: the solver
+ * refuses or reports on these without touching the device. Rows and columns are -1 when none. */
+typedef struct kd_matrix_scan {
+    int64_t non_finite_row, non_finite_col; /* the first NaN or Inf entry in row order */
+    double non_finite_value;
+    int64_t bad_diagonal_row; /* square only: the first zero, missing or non-finite a_ii */
+    double bad_diagonal_value;
+    int64_t negative_diagonal_row; /* square only: the first a_ii < 0 */
+    double negative_diagonal_value;
+} kd_matrix_scan_t;
+
 typedef struct kd_matrix {
     int64_t rows, cols, nnz;
     kd_dtype_t dtype;
@@ -36,6 +47,12 @@ typedef struct kd_matrix {
     size_t device_bytes;             /* bytes of device memory this matrix holds */
     const struct kd_format_ops *ops; /* private */
     void *impl;                      /* private, format-specific */
+    kd_matrix_scan_t scan;
+    /* Square matrices with rows > 0: 1 / a_ii per row in the matrix's dtype (0 where a_ii is zero,
+     * missing or not finite), in host memory, for Jacobi preconditioning (a PCG solve copies it
+     * to the device with its other vectors); NULL otherwise. Format-independent: built from the
+     * host CSR by solver/matrix_scan.c, not counted in device_bytes. */
+    void *inv_diagonal;
 } kd_matrix_t;
 
 /* The device memory, in bytes, that `format` would take for csr on this device, computed on the

@@ -27,23 +27,30 @@ typedef enum kd_solve_status {
 /* "converged", "max_iterations", "breakdown", "non_finite" */
 const char *kd_solve_status_name(kd_solve_status_t status);
 
-/* Called at each convergence check from the solving thread; return nonzero to stop the solve
- * (it then ends with KD_ECANCELLED). */
-typedef int (*kd_solve_progress_fn)(void *ctx, int64_t iteration, double residual_norm);
+/* Called once per convergence check from the solving thread, the first at iteration 0, with the
+ * right-hand side furthest from its tolerance (largest ||r|| / tol) among those still running at
+ * that check: its column `rhs` (0-based), its iteration count and ||r||. Return nonzero to stop
+ * the solve (it then ends with KD_ECANCELLED). */
+typedef int (*kd_solve_progress_fn)(void *ctx, int64_t rhs, int64_t iteration,
+                                    double residual_norm);
 
 typedef struct kd_solve_params {
-    kd_solve_method_t method;
-    double rtol;         /* stop when ||r|| <= rtol * ||b|| */
-    double atol;         /* or when ||r|| <= atol */
-    int64_t maxiter;     /* or after this many iterations (never more); KD_SOLVE_MAXITER_AUTO:
-                            10 * rows */
-    int64_t check_every; /* iterations between convergence checks; 0 = choose from the size
-                            (see docs/ARCHITECTURE.md) */
-    int record_history;  /* fill result.history with the residual norm at each check */
+    kd_solve_method_t method; /* KD_SOLVE_PCG: Jacobi (diagonal) preconditioning */
+    double rtol;              /* stop when ||r|| <= rtol * ||b|| */
+    double atol;              /* or when ||r|| <= atol */
+    int64_t maxiter;          /* or after this many iterations (never more), per right-hand side;
+                                 KD_SOLVE_MAXITER_AUTO: 10 * rows */
+    int64_t check_every;      /* iterations between convergence checks; 0 = choose from the size
+                                 (see docs/ARCHITECTURE.md) */
+    int record_history;       /* fill result.history with the residual norm at each check */
     kd_solve_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     const atomic_int *cancel; /* may be NULL; nonzero stops the solve with KD_ECANCELLED */
     uint64_t deadline_ns;     /* CLOCK_MONOTONIC; 0 = none; passing it stops with KD_ETIMEOUT */
+    int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
+                                 vector kernels' reductions; 0 = automatic */
+    int passes; /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
+                   two lean ones (see solver/krylov.h); 0 = automatic (2) */
 } kd_solve_params_t;
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
@@ -58,28 +65,38 @@ typedef struct kd_solve_result {
     double residual_norm;     /* ||b - A x||, recomputed at the end */
     double relative_residual; /* residual_norm / ||b||; 0 when b = 0 */
     double b_norm;
-    double *history; /* malloc'd when record_history, else NULL: ||r|| at each check,
-                        the first at iteration 0 (the recurrence's r, recomputed from
-                        b - A x every 50 iterations) */
+    double *history; /* malloc'd when record_history, else NULL: ||r|| at each check while this
+                        right-hand side ran (but for the few whose state predates a restart),
+                        the first at iteration 0 (the recurrence's r,
+                        replaced by ||b - A x|| when the recurrence
+                        claims convergence) */
     int64_t history_len;
-    int64_t restarts; /* times the recurrence's convergence was not confirmed by
-                         b - A x and the iteration went on from the true residual */
-    double time_ms;
+    int64_t restarts;  /* times the recurrence's convergence was not confirmed by
+                          b - A x and the iteration went on from the true residual */
+    double time_ms;    /* the whole solve (all right-hand sides), transfers included */
+    double iterate_ms; /* of which the iterations: from the first check to the last */
     char message[256]; /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;
 
 /*
- * Solve A x = b for a square matrix. b, x0 (NULL: zero) and x are host arrays of A->rows values of
- * the matrix's dtype (they may be unaligned). Returns KD_OK with result->status set (breakdown and
- * non-finite are results, not errors), or KD_ECANCELLED, KD_ETIMEOUT, KD_EBADREQ (not square, bad
- * parameters), KD_EUNSUPPORTED (KD_SOLVE_PCG, not implemented yet), KD_EDEVMEM, KD_EDEVICE.
- * x holds the last iterate also when the solve was stopped, and result is filled then too (status
- * max_iterations, the iterations done, the history so far, the recomputed residual; the
- * caller frees it with kd_solve_result_free in every case). b = 0 gives x = 0, converged, 0
- * iterations, without touching the device.
+ * Solve A X = B for a square matrix and nrhs >= 1 right-hand sides at once: B, X0 (NULL: zero)
+ * and X are host arrays of nrhs * A->rows values of the matrix's dtype, column-major (column j
+ * at j * rows; they may be unaligned). The columns run in lock step on the device, sharing every
+ * launch except the SpMV, each with its own scalars, convergence test, status and iteration
+ * count, and each frozen once it is done. results has nrhs entries, filled in every case (free
+ * each with kd_solve_result_free).
+ *
+ * Returns KD_OK with each result's status set (breakdown and non-finite are results, not
+ * errors), or KD_ECANCELLED, KD_ETIMEOUT (seen at a check, after the iterations already handed to
+ * the device, at most two check intervals; X holds the last iterates and the results their
+ * state, status max_iterations for the columns that were still running), KD_EBADREQ (not square,
+ * bad parameters, PCG with a zero, missing or non-finite diagonal entry: the message names the
+ * row), KD_ENOTSPD (PCG with a negative diagonal entry), KD_EDEVMEM, KD_EDEVICE. A column with b =
+ * 0 gets x = 0, converged, 0 iterations; one with NaN or Inf in b or x0, or any column of a matrix
+ * holding NaN or Inf, gets non_finite and x = x0, without iterating.
  */
-int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, const void *b, const void *x0, void *x,
-             const kd_solve_params_t *params, kd_solve_result_t *result, kd_err_t *err);
+int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0,
+             void *x, const kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
 
 void kd_solve_result_free(kd_solve_result_t *result); /* frees history; accepts a zeroed result */
 

@@ -120,3 +120,152 @@ int kd_vec_fill(kd_ocl_t *ocl, kd_vec_t *v, double value, kd_err_t *err)
     }
     return KD_OK;
 }
+
+/* Elements per column stride quantum: the device's base-address alignment (in bits from the
+ * runtime), at least 256 bytes, in elements of `size` bytes. */
+static size_t kd_multivec_quantum(kd_ocl_t *ocl, size_t size)
+{
+    cl_uint align_bits = 0;
+    size_t bytes = 256;
+    if (clGetDeviceInfo(kd_ocl_desc(ocl)->device_id, CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+                        sizeof(align_bits), &align_bits, NULL) == CL_SUCCESS &&
+        align_bits / 8 > bytes)
+        bytes = align_bits / 8;
+    return bytes / size;
+}
+
+int kd_multivec_alloc(kd_ocl_t *ocl, int64_t n, int64_t k, kd_dtype_t dtype, kd_multivec_t *mv,
+                      kd_err_t *err)
+{
+    memset(mv, 0, sizeof(*mv));
+    int rc = kd_ocl_check_dtype(ocl, dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    if (n < 0 || k < 0)
+        return kd_err_set(err, KD_EBADREQ, "%lld vectors of %lld values: negative size",
+                          (long long)k, (long long)n);
+    size_t size = kd_dtype_size(dtype);
+    size_t quantum = kd_multivec_quantum(ocl, size);
+    int64_t ld = k > 1 ? (n + (int64_t)quantum - 1) / (int64_t)quantum * (int64_t)quantum : n;
+    size_t elements, bytes;
+    if ((uint64_t)ld > SIZE_MAX || (uint64_t)k > SIZE_MAX ||
+        kd_mul_overflow((size_t)ld, (size_t)k, &elements) ||
+        kd_mul_overflow(elements, size, &bytes) || ld > INT32_MAX)
+        return kd_err_set(err, KD_ETOOLARGE, "%lld vectors of %lld %s values do not fit",
+                          (long long)k, (long long)n, kd_dtype_name(dtype));
+    mv->n = n;
+    mv->ld = ld;
+    mv->k = k;
+    mv->dtype = dtype;
+    if (k > 0 && (mv->cols = calloc((size_t)k, sizeof(*mv->cols))) == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld vector views", (long long)k);
+    for (int64_t j = 0; j < k; j++) {
+        mv->cols[j].n = n;
+        mv->cols[j].dtype = dtype;
+    }
+    if (n == 0 || k == 0)
+        return KD_OK;
+    char what[80];
+    snprintf(what, sizeof(what), "%lld vectors of %lld %s", (long long)k, (long long)n,
+             kd_dtype_name(dtype));
+    rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, what, &mv->mem, err);
+    for (int64_t j = 0; rc == KD_OK && j < k; j++) {
+        cl_int st = CL_SUCCESS;
+        if (k == 1) {
+            st = clRetainMemObject(mv->mem);
+            mv->cols[j].mem = mv->mem;
+        } else {
+            cl_buffer_region region = {(size_t)j * (size_t)ld * size, (size_t)n * size};
+            mv->cols[j].mem = clCreateSubBuffer(mv->mem, CL_MEM_READ_WRITE,
+                                                CL_BUFFER_CREATE_TYPE_REGION, &region, &st);
+        }
+        if (st != CL_SUCCESS) {
+            mv->cols[j].mem = NULL;
+            rc = kd_ocl_fail(err, st, "clCreateSubBuffer");
+            kd_err_prefix(err, "column %lld of %s", (long long)j, what);
+        }
+    }
+    if (rc != KD_OK)
+        kd_multivec_release(mv);
+    return rc;
+}
+
+void kd_multivec_release(kd_multivec_t *mv)
+{
+    if (mv == NULL)
+        return;
+    for (int64_t j = 0; mv->cols != NULL && j < mv->k; j++)
+        kd_vec_release(&mv->cols[j]);
+    free(mv->cols);
+    if (mv->mem != NULL)
+        clReleaseMemObject(mv->mem);
+    memset(mv, 0, sizeof(*mv));
+}
+
+/* Column j's byte range in the buffer. */
+static size_t kd_multivec_offset(const kd_multivec_t *mv, int64_t j)
+{
+    return (size_t)j * (size_t)mv->ld * kd_dtype_size(mv->dtype);
+}
+
+int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
+{
+    if (mv->mem == NULL)
+        return KD_OK;
+    size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
+    for (int64_t j = 0; j < mv->k; j++) {
+        cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
+                                         kd_multivec_offset(mv, j), bytes,
+                                         (const char *)src + (size_t)j * bytes, 0, NULL, NULL);
+        if (st != CL_SUCCESS) {
+            (void)clFinish(kd_ocl_queue(ocl));
+            kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+            return kd_err_prefix(err, "writing column %lld of a device multivector", (long long)j);
+        }
+    }
+    return KD_OK;
+}
+
+int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err)
+{
+    if (mv->mem == NULL)
+        return KD_OK;
+    size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
+    for (int64_t j = 0; j < mv->k; j++) {
+        cl_int st = clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
+                                        kd_multivec_offset(mv, j), bytes,
+                                        (char *)dst + (size_t)j * bytes, 0, NULL, NULL);
+        if (st != CL_SUCCESS) {
+            (void)clFinish(kd_ocl_queue(ocl));
+            kd_ocl_fail(err, st, "clEnqueueReadBuffer");
+            return kd_err_prefix(err, "reading column %lld of a device multivector", (long long)j);
+        }
+    }
+    return KD_OK;
+}
+
+int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
+                     const unsigned char *copy, kd_err_t *err)
+{
+    if (src->n != dst->n || src->k != dst->k || src->ld != dst->ld || src->dtype != dst->dtype)
+        return kd_err_set(err, KD_EINTERNAL, "multivector copy between different shapes");
+    if (src->mem == NULL || src->mem == dst->mem)
+        return KD_OK;
+    size_t bytes = (size_t)src->n * kd_dtype_size(src->dtype);
+    for (int64_t j = 0; j < src->k; j++) {
+        if (copy != NULL && !copy[j])
+            continue;
+        /* Consecutive selected columns go as one copy (the padding travels too, harmlessly). */
+        int64_t last = j;
+        while (last + 1 < src->k && (copy == NULL || copy[last + 1]))
+            last++;
+        size_t span = kd_multivec_offset(src, last) - kd_multivec_offset(src, j) + bytes;
+        cl_int st =
+            clEnqueueCopyBuffer(kd_ocl_queue(ocl), src->mem, dst->mem, kd_multivec_offset(src, j),
+                                kd_multivec_offset(dst, j), span, 0, NULL, NULL);
+        if (st != CL_SUCCESS)
+            return kd_ocl_fail(err, st, "clEnqueueCopyBuffer");
+        j = last;
+    }
+    return KD_OK;
+}

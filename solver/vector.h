@@ -23,4 +23,31 @@ int kd_vec_read(kd_ocl_t *ocl, const kd_vec_t *v, void *dst, kd_dtype_t dst_dtyp
 /* v[i] = value for all i (enqueued). */
 int kd_vec_fill(kd_ocl_t *ocl, kd_vec_t *v, double value, kd_err_t *err);
 
+/*
+ * k vectors of n values in one buffer, column j starting at element j * ld: what the solver's
+ * lock-step kernels sweep in one launch. ld is n rounded up so that every column starts on the
+ * device's base-address alignment (and on 256 bytes), so each column is also a kd_vec_t of its
+ * own (cols[j], a sub-buffer; the buffer itself when k == 1) that SpMV and the BLAS-1 functions
+ * take. The padding between columns is never read.
+ */
+typedef struct kd_multivec {
+    cl_mem mem; /* NULL when n == 0 or k == 0 */
+    int64_t n, ld, k;
+    kd_dtype_t dtype;
+    kd_vec_t *cols; /* k views, malloc'd; each holds its own reference */
+} kd_multivec_t;
+
+int kd_multivec_alloc(kd_ocl_t *ocl, int64_t n, int64_t k, kd_dtype_t dtype, kd_multivec_t *mv,
+                      kd_err_t *err);
+void kd_multivec_release(kd_multivec_t *mv); /* accepts a zeroed or released one */
+
+/* Blocking copies of all k columns from/to a column-major host array of n * k values of the
+ * multivector's dtype (src may be unaligned). */
+int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err);
+int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err);
+
+/* Enqueue dst column j = src column j for every j with copy[j] != 0 (copy NULL: every column). */
+int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
+                     const unsigned char *copy, kd_err_t *err);
+
 #endif

@@ -11,3 +11,11 @@ foreach(t test_e2e_restart test_e2e_cache test_e2e_jobs test_e2e_hostile)
 endforeach()
 kd_add_test(test_e2e_load SOURCES test_e2e_load.c LIBS kd_loadgen kd_bench LABELS e2e)
 add_dependencies(test_e2e_load krylovd)
+# Solves through the server judged against SciPy (tests/python; a real krylovd driven over a
+# socket with the `msgpack` module alone), run with Debian's python3 (KD_PYTHON, python.cmake).
+set(KD_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with numpy, scipy and msgpack for the tests")
+foreach(t test_scipy_validation test_solve_server)
+  add_test(NAME ${t} COMMAND ${KD_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/${t}.py
+                             --bin-dir ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} --matrices ${KD_TEST_MATRICES})
+  set_tests_properties(${t} PROPERTIES LABELS "e2e;python" TIMEOUT 600)
+endforeach()

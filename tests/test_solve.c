@@ -1,11 +1,14 @@
 /*
- * CG and steepest descent on the device, judged on the CPU: for 2-D Laplacians and random
- * diagonally dominant SPD matrices the true relative residual ||b - A x|| / ||b|| computed with
- * kd_csr_spmv_ref meets rtol (float64 at 1e-8, float32 at 1e-5). Then the edges: a warm start
- * from the solution, b = 0, indefinite and negative definite matrices (breakdown or
+ * CG, Jacobi-PCG and steepest descent on the device, judged on the CPU: for 2-D Laplacians and
+ * random diagonally dominant SPD matrices the true relative residual ||b - A x|| / ||b|| computed
+ * with kd_csr_spmv_ref meets rtol (float64 at 1e-8, float32 at 1e-5). Then the edges: a warm
+ * start from the solution, b = 0, indefinite and negative definite matrices (breakdown or
  * max_iterations, never a hang), NaN in b, x0 and the matrix, maxiter respected exactly, the
  * history's length, cancel flag, progress callback, deadline, bad parameters, and that the check
- * schedule changes neither the iterates nor the iteration count.
+ * schedule changes neither the iterates nor the iteration count. PCG: far fewer iterations than
+ * CG on a badly scaled SPD matrix; a zero, missing, non-finite or negative diagonal refused with
+ * the row. Several right-hand sides: each column (random, b = 0, NaN, an eigenvector, a warm
+ * start) gets exactly what it gets solved alone, maxiter per column, progress per check.
  */
 #include "kd_solver_test.h"
 #include "solver/solve.h"
@@ -91,7 +94,7 @@ static void solve_converges(const char *name, kd_csr_t *csr64, kd_dtype_t dtype,
     prm.record_history = 1;
     kd_solve_result_t res;
     kd_err_t err = {0};
-    int rc = kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err);
+    int rc = kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err);
     double truth = true_relres(&p, p.x);
     fprintf(
         stderr,
@@ -102,7 +105,10 @@ static void solve_converges(const char *name, kd_csr_t *csr64, kd_dtype_t dtype,
     CHECK_MSG(rc == KD_OK, "%s", err.message);
     CHECK_MSG(res.status == KD_SOLVE_CONVERGED, "%s: %s %s", name, kd_solve_status_name(res.status),
               res.message);
-    CHECK_MSG(truth <= rtol, "%s: true relative residual %.3g > rtol %.3g", name, truth, rtol);
+    /* In float32 the device's own ||b - A x|| carries the rounding of A x, about
+     * eps ||b|| / ||r|| relative (0.6% at rtol 1e-5): converged means converged by that measure. */
+    double ceiling = rtol * (dtype == KD_DTYPE_F32 ? 1.05 : 1.0 + 1e-6);
+    CHECK_MSG(truth <= ceiling, "%s: true relative residual %.3g > rtol %.3g", name, truth, rtol);
     /* The solver's own recomputed residual agrees with the CPU's (up to the value type). */
     double slack = dtype == KD_DTYPE_F64 ? 1e-10 : 1e-5;
     CHECK_MSG(fabs(res.relative_residual - truth) <= 0.5 * truth + slack,
@@ -176,13 +182,13 @@ static void test_warm_start_and_zero_rhs(void)
             kd_solve_result_t res;
             kd_err_t err = {0};
             if (method == 0) {
-                CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+                CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
                 CHECK(res.status == KD_SOLVE_CONVERGED);
                 kd_solve_result_free(&res);
             }
             /* From the solution: converged in 0 or 1 iterations. */
             void *x2 = malloc((size_t)p.n * 8);
-            CHECK(kd_solve(ocl, p.A, p.b, p.x, x2, &prm, &res, &err) == KD_OK);
+            CHECK(kd_solve(ocl, p.A, 1, p.b, p.x, x2, &prm, &res, &err) == KD_OK);
             CHECK(res.status == KD_SOLVE_CONVERGED);
             CHECK_MSG(res.iterations <= 1, "warm start took %lld iterations",
                       (long long)res.iterations);
@@ -202,7 +208,7 @@ static void test_warm_start_and_zero_rhs(void)
         prm.record_history = 1;
         kd_solve_result_t res;
         kd_err_t err = {0};
-        CHECK(kd_solve(ocl, p.A, zero, x0, x, &prm, &res, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, zero, x0, x, &prm, &res, &err) == KD_OK);
         CHECK(res.status == KD_SOLVE_CONVERGED);
         CHECK_EQ_INT(res.iterations, 0);
         CHECK(res.residual_norm == 0.0 && res.relative_residual == 0.0 && res.b_norm == 0.0);
@@ -253,7 +259,7 @@ static void test_indefinite(void)
             kd_solve_params_t prm = params_of(meth, 1e-8);
             kd_solve_result_t res;
             kd_err_t err = {0};
-            CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
             CHECK_MSG(res.status == KD_SOLVE_BREAKDOWN, "%s", kd_solve_status_name(res.status));
             CHECK_EQ_INT(res.iterations, 0);
             CHECK_STR_CONTAINS(res.message, pq);
@@ -268,7 +274,7 @@ static void test_indefinite(void)
             /* Indefinite: breakdown or max_iterations, within maxiter. */
             REQUIRE(problem_make(&p, alternating_diagonal(101), dt[d]) == 0);
             prm.maxiter = 500;
-            CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
             CHECK_MSG(res.status == KD_SOLVE_BREAKDOWN || res.status == KD_SOLVE_MAX_ITERATIONS ||
                           res.status == KD_SOLVE_NON_FINITE,
                       "%s", kd_solve_status_name(res.status));
@@ -283,7 +289,7 @@ static void test_indefinite(void)
             /* Mildly indefinite (a few negative eigenvalues): never hangs. */
             REQUIRE(problem_make(&p, shifted_laplacian(16, 0.3), dt[d]) == 0);
             prm.maxiter = 2000;
-            CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
             CHECK(res.iterations <= 2000);
             fprintf(stderr, "  laplacian - 0.3 %s: %s after %lld\n", method ? "sd" : "cg",
                     kd_solve_status_name(res.status), (long long)res.iterations);
@@ -305,7 +311,7 @@ static void test_non_finite_inputs(void)
         kd_err_t err = {0};
 
         kd_store_real(p.b, dt[d], 17, NAN);
-        CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
         CHECK(res.status == KD_SOLVE_NON_FINITE);
         CHECK_STR_CONTAINS(res.message, "b[17] = nan");
         CHECK_STR_CONTAINS(res.message, "right-hand side");
@@ -315,22 +321,23 @@ static void test_non_finite_inputs(void)
 
         void *x0 = calloc((size_t)p.n, 8);
         kd_store_real(x0, dt[d], 3, -INFINITY);
-        CHECK(kd_solve(ocl, p.A, p.b, x0, p.x, &prm, &res, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, x0, p.x, &prm, &res, &err) == KD_OK);
         CHECK(res.status == KD_SOLVE_NON_FINITE);
         CHECK_STR_CONTAINS(res.message, "x0[3] = -inf");
         kd_solve_result_free(&res);
         free(x0);
         problem_free(&p);
 
-        /* NaN inside the matrix: A x0 multiplies every stored value, so the device's initial
-         * residual is NaN and the solve says so at iteration 0. (Non-finite values that appear
-         * only later are flagged by the device steps; test_blas covers those.) */
+        /* NaN inside the matrix: found by the scan at upload, reported with its place, without
+         * iterating. (Non-finite values that appear only during iteration are flagged by the
+         * device steps; test_krylov covers those.) */
         kd_csr_t *m = kd_test_laplacian_2d(10, 10);
         kd_store_real(m->values, m->dtype, 40, NAN);
         REQUIRE(problem_make(&p, m, dt[d]) == 0);
-        CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
         CHECK_MSG(res.status == KD_SOLVE_NON_FINITE, "%s", kd_solve_status_name(res.status));
-        CHECK_STR_CONTAINS(res.message, "at iteration 0");
+        CHECK_STR_CONTAINS(res.message, "the matrix holds nan at row 10, column 11");
+        CHECK_EQ_INT(res.iterations, 0);
         fprintf(stderr, "  message: %s\n", res.message);
         kd_solve_result_free(&res);
         problem_free(&p);
@@ -351,7 +358,7 @@ static void test_maxiter_and_history(void)
         prm.record_history = 1;
         kd_solve_result_t res;
         kd_err_t err = {0};
-        CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
         CHECK(res.status == KD_SOLVE_MAX_ITERATIONS);
         CHECK_EQ_INT(res.iterations, schedules[s][0]);
         CHECK_EQ_INT(res.history_len, schedules[s][2]);
@@ -361,7 +368,7 @@ static void test_maxiter_and_history(void)
     prm.maxiter = 13;
     kd_solve_result_t res;
     kd_err_t err = {0};
-    CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
     CHECK_EQ_INT(res.iterations, 13);
     CHECK(res.history == NULL && res.history_len == 0);
     kd_solve_result_free(&res);
@@ -383,9 +390,9 @@ static void test_schedule_independent(void)
         kd_solve_result_t r1, r2;
         kd_err_t err = {0};
         prm.check_every = 1;
-        CHECK(kd_solve(ocl, p.A, p.b, NULL, x1, &prm, &r1, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, x1, &prm, &r1, &err) == KD_OK);
         prm.check_every = 1000;
-        CHECK(kd_solve(ocl, p.A, p.b, NULL, x2, &prm, &r2, &err) == KD_OK);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, x2, &prm, &r2, &err) == KD_OK);
         CHECK(r1.status == KD_SOLVE_CONVERGED && r2.status == KD_SOLVE_CONVERGED);
         CHECK_EQ_INT(r1.iterations, r2.iterations);
         CHECK(memcmp(x1, x2, (size_t)p.n * kd_dtype_size(dt[d])) == 0);
@@ -405,8 +412,9 @@ typedef struct progress_log {
     atomic_int *cancel_at; /* set this flag once iteration >= 10 */
 } progress_log_t;
 
-static int on_progress(void *ctx, int64_t iteration, double norm)
+static int on_progress(void *ctx, int64_t rhs, int64_t iteration, double norm)
 {
+    CHECK_EQ_INT(rhs, 0);
     progress_log_t *log = ctx;
     log->calls++;
     CHECK(iteration >= log->last_iteration);
@@ -431,19 +439,21 @@ static void test_progress_cancel_deadline(void)
     prm.record_history = 1;
     prm.progress = on_progress;
     prm.progress_ctx = &log;
-    CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
     CHECK(res.status == KD_SOLVE_CONVERGED);
     CHECK_EQ_INT(log.calls, res.history_len);
     CHECK_EQ_INT(log.last_iteration, res.iterations);
     kd_solve_result_free(&res);
 
-    /* Nonzero from the callback stops with KD_ECANCELLED. */
+    /* Nonzero from the callback stops with KD_ECANCELLED: at the check after iteration 8, when
+     * the device already has the next chunk (iterations 9 to 12) and finishes it. */
     log = (progress_log_t){0};
     log.stop_at = 3;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
-    CHECK_STR_CONTAINS(err.message, "progress callback at iteration 8");
-    CHECK_EQ_INT(res.iterations, 8);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
+    CHECK_STR_CONTAINS(err.message, "progress callback at iteration 12");
+    CHECK_EQ_INT(res.iterations, 12);
     CHECK_EQ_INT(log.calls, 3);
+    CHECK_EQ_INT(log.last_iteration, 8);
     /* x is the iterate at the stop, and the reported residual is its own. */
     CHECK_NEAR(true_relres(&p, p.x), res.relative_residual, 1e-4);
     CHECK(res.relative_residual < 1.0);
@@ -453,7 +463,7 @@ static void test_progress_cancel_deadline(void)
     atomic_int cancel = 1;
     prm.progress = NULL;
     prm.cancel = &cancel;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
     CHECK_EQ_INT(res.iterations, 0);
     kd_solve_result_free(&res);
 
@@ -462,8 +472,8 @@ static void test_progress_cancel_deadline(void)
     log = (progress_log_t){0};
     log.cancel_at = &cancel;
     prm.progress = on_progress;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
-    CHECK_EQ_INT(res.iterations, 12);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_ECANCELLED);
+    CHECK_EQ_INT(res.iterations, 16); /* seen at the check after 12, one chunk in flight */
     kd_solve_result_free(&res);
 
     /* A deadline in the past. */
@@ -471,7 +481,7 @@ static void test_progress_cancel_deadline(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     prm = params_of(KD_SOLVE_CG, 1e-5);
     prm.deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_ETIMEOUT);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_ETIMEOUT);
     CHECK_STR_CONTAINS(err.message, "deadline");
     kd_solve_result_free(&res);
     problem_free(&p);
@@ -483,32 +493,29 @@ static void test_bad_requests(void)
     kd_solve_result_t res;
     problem_t p;
     REQUIRE(problem_make(&p, kd_test_laplacian_2d(5, 5), KD_DTYPE_F32) == 0);
-    kd_solve_params_t prm = params_of(KD_SOLVE_PCG, 1e-6);
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EUNSUPPORTED);
-    CHECK_STR_CONTAINS(err.message, "pcg");
-    prm = params_of(KD_SOLVE_CG, -1.0);
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    kd_solve_params_t prm = params_of(KD_SOLVE_CG, -1.0);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "rtol");
     prm = params_of(KD_SOLVE_CG, 1e-6);
     prm.atol = NAN;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     prm = params_of(KD_SOLVE_CG, 1e-6);
     prm.maxiter = -5;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     prm = params_of(KD_SOLVE_CG, 1e-6);
     prm.check_every = -1;
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     problem_free(&p);
 
     REQUIRE(problem_make(&p, kd_test_random_matrix(6, 5, NULL, 2), KD_DTYPE_F32) == 0);
     prm = params_of(KD_SOLVE_CG, 1e-6);
-    CHECK_EQ_INT(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "square");
     problem_free(&p);
 
     /* 0 x 0: b = 0 trivially. */
     REQUIRE(problem_make(&p, kd_test_random_matrix(0, 0, NULL, 0), KD_DTYPE_F32) == 0);
-    CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
     CHECK(res.status == KD_SOLVE_CONVERGED && res.iterations == 0);
     kd_solve_result_free(&res);
     problem_free(&p);
@@ -532,11 +539,389 @@ static void test_atol(void)
     prm.atol = 1e-3 * sqrt(bnorm);
     kd_solve_result_t res;
     kd_err_t err = {0};
-    CHECK(kd_solve(ocl, p.A, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
     CHECK(res.status == KD_SOLVE_CONVERGED);
     CHECK(true_relres(&p, p.x) <= 1.01e-3);
     kd_solve_result_free(&res);
     problem_free(&p);
+}
+
+/* A Laplacian scaled as S L S with S = diag(10^u), u uniform in [-spread, spread]: still SPD, but
+ * badly scaled, which Jacobi preconditioning undoes. */
+static kd_csr_t *scaled_laplacian(int64_t nx, double spread)
+{
+    kd_csr_t *m = kd_test_laplacian_2d(nx, nx);
+    double *scale = malloc((size_t)m->rows * sizeof(double));
+    for (int64_t r = 0; r < m->rows; r++)
+        scale[r] = pow(10.0, kd_test_rand_double(-spread, spread));
+    for (int64_t r = 0; r < m->rows; r++)
+        for (int32_t k = m->indptr[r]; k < m->indptr[r + 1]; k++)
+            kd_store_real(m->values, m->dtype, (size_t)k,
+                          kd_csr_value(m, k) * scale[r] * scale[m->indices[k]]);
+    free(scale);
+    return m;
+}
+
+/* On a badly scaled SPD matrix PCG (Jacobi) needs far fewer iterations than CG, and both meet
+ * rtol by the CPU's measure when they converge. */
+static void test_pcg(void)
+{
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < nd; d++) {
+        double rtol = dt[d] == KD_DTYPE_F64 ? 1e-8 : 1e-4;
+        problem_t p;
+        /* float32 gets a milder scaling: at 10^+-2 the rounding of b - A x alone exceeds 1e-4
+         * ||b|| and the refreshed recurrence diverges (as it does in NumPy). */
+        REQUIRE(problem_make(&p, scaled_laplacian(40, dt[d] == KD_DTYPE_F64 ? 2.0 : 1.0), dt[d]) ==
+                0);
+        kd_solve_result_t cg, pcg;
+        kd_err_t err = {0};
+        kd_solve_params_t prm = params_of(KD_SOLVE_CG, rtol);
+        prm.maxiter = 20000;
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &cg, &err) == KD_OK);
+        prm.method = KD_SOLVE_PCG;
+        prm.record_history = 1;
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &pcg, &err) == KD_OK);
+        double truth = true_relres(&p, p.x);
+        fprintf(stderr,
+                "  scaled laplacian 40x40 %s: cg %s after %lld, pcg %s after %lld (true %.3g)\n",
+                kd_dtype_name(dt[d]), kd_solve_status_name(cg.status), (long long)cg.iterations,
+                kd_solve_status_name(pcg.status), (long long)pcg.iterations, truth);
+        CHECK_MSG(pcg.status == KD_SOLVE_CONVERGED, "%s", pcg.message);
+        CHECK(truth <= rtol * (dt[d] == KD_DTYPE_F32 ? 1.05 : 1.0 + 1e-6));
+        CHECK(pcg.history_len >= 2 && pcg.history[0] > 0.0);
+        CHECK_MSG(pcg.iterations * 4 < cg.iterations, "pcg %lld vs cg %lld",
+                  (long long)pcg.iterations, (long long)cg.iterations);
+        kd_solve_result_free(&cg);
+        kd_solve_result_free(&pcg);
+        problem_free(&p);
+
+        /* Well scaled: PCG on the Laplacian (constant diagonal) takes CG's path. */
+        REQUIRE(problem_make(&p, kd_test_laplacian_2d(30, 30), dt[d]) == 0);
+        prm = params_of(KD_SOLVE_CG, rtol);
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &cg, &err) == KD_OK);
+        prm.method = KD_SOLVE_PCG;
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &pcg, &err) == KD_OK);
+        CHECK(cg.status == KD_SOLVE_CONVERGED && pcg.status == KD_SOLVE_CONVERGED);
+        CHECK_MSG(llabs(cg.iterations - pcg.iterations) <= 2, "cg %lld pcg %lld",
+                  (long long)cg.iterations, (long long)pcg.iterations);
+        kd_solve_result_free(&cg);
+        kd_solve_result_free(&pcg);
+        problem_free(&p);
+    }
+}
+
+/* Jacobi needs a usable diagonal: zero, missing or non-finite entries are BAD_REQUEST, negative
+ * ones NOT_SPD, each naming the row; CG on the same matrix is not refused. */
+static void test_pcg_bad_diagonal(void)
+{
+    static const struct {
+        double value; /* put on the diagonal of row 7; NAN as a marker for "missing" too */
+        int remove;
+        int code;
+        const char *text;
+    } cases[] = {
+        {0.0, 0, KD_EBADREQ, "row 7 is 0 (zero or missing)"},
+        {0.0, 1, KD_EBADREQ, "row 7 is 0 (zero or missing)"},
+        {NAN, 0, KD_EBADREQ, "row 7 is nan (not finite)"},
+        {INFINITY, 0, KD_EBADREQ, "row 7 is inf (not finite)"},
+        {-2.0, 0, KD_ENOTSPD, "row 7 is -2 < 0: the matrix is not symmetric positive definite"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kd_csr_t *m = kd_test_laplacian_2d(6, 6);
+        for (int32_t k = m->indptr[7]; k < m->indptr[8]; k++)
+            if (m->indices[k] == 7)
+                kd_store_real(m->values, m->dtype, (size_t)k, cases[i].value);
+        if (cases[i].remove) { /* drop the stored zero: the entry is missing */
+            kd_test_coo_t c = {m->rows, m->cols, 0, 0, NULL, NULL, NULL};
+            for (int64_t r = 0; r < m->rows; r++)
+                for (int32_t k = m->indptr[r]; k < m->indptr[r + 1]; k++)
+                    if (!(r == 7 && m->indices[k] == 7))
+                        kd_test_coo_add(&c, r, m->indices[k], kd_csr_value(m, k));
+            kd_csr_free(m);
+            m = kd_test_coo_finish(&c);
+        }
+        problem_t p;
+        REQUIRE(problem_make(&p, m, KD_DTYPE_F32) == 0);
+        kd_solve_params_t prm = params_of(KD_SOLVE_PCG, 1e-5);
+        kd_solve_result_t res;
+        kd_err_t err = {0};
+        CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), cases[i].code);
+        CHECK_STR_CONTAINS(err.message, "pcg: the diagonal entry of ");
+        CHECK_STR_CONTAINS(err.message, cases[i].text);
+        fprintf(stderr, "  %s\n", err.message);
+        kd_solve_result_free(&res);
+        prm.method = KD_SOLVE_CG;
+        prm.maxiter = 50;
+        CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_OK);
+        kd_solve_result_free(&res);
+        problem_free(&p);
+    }
+}
+
+/* An eigenvector of the nx x nx Laplacian: CG solves A x = v in one iteration. */
+static void laplacian_eigenvector(int64_t nx, int p, int q, kd_dtype_t dtype, void *out)
+{
+    for (int64_t j = 0; j < nx; j++)
+        for (int64_t i = 0; i < nx; i++)
+            kd_store_real(out, dtype, (size_t)(j * nx + i),
+                          sin(M_PI * (double)((i + 1) * p) / (double)(nx + 1)) *
+                              sin(M_PI * (double)((j + 1) * q) / (double)(nx + 1)));
+}
+
+/*
+ * Several right-hand sides in one solve: a random column, b = 0, NaN in b, an eigenvector (one
+ * iteration), a scaled random column with a warm start. Each column's status, iteration count and
+ * x are those of the same column solved alone (bitwise, with the same reduction grid); each
+ * converged column meets rtol by the CPU's measure; b = 0 gives x = 0 and NaN gives non_finite.
+ */
+static void test_multi_rhs(void)
+{
+    enum { NX = 36, K = 5 };
+    const int64_t n = NX * NX;
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < nd; d++) {
+        for (int method = 0; method < 3; method++) {
+            const kd_solve_method_t meth = method == 0   ? KD_SOLVE_CG
+                                           : method == 1 ? KD_SOLVE_PCG
+                                                         : KD_SOLVE_SD;
+            const double rtol = dt[d] == KD_DTYPE_F64 ? 1e-8 : 1e-4;
+            const size_t vsize = kd_dtype_size(dt[d]), col = (size_t)n * vsize;
+            problem_t p;
+            REQUIRE(problem_make(
+                        &p, method == 1 ? scaled_laplacian(NX, 1.0) : kd_test_laplacian_2d(NX, NX),
+                        dt[d]) == 0);
+            char *b = calloc(K, col), *x0 = calloc(K, col), *x = malloc(K * col);
+            for (int64_t i = 0; i < n; i++) {
+                kd_store_real(b, dt[d], (size_t)i, kd_test_rand_double(-1, 1));
+                kd_store_real(b + 2 * col, dt[d], (size_t)i, kd_test_rand_double(-1, 1));
+                kd_store_real(b + 4 * col, dt[d], (size_t)i, 1e3 * kd_test_rand_double(-1, 1));
+                kd_store_real(x0 + 4 * col, dt[d], (size_t)i, kd_test_rand_double(-1, 1));
+            }
+            kd_store_real(b + 2 * col, dt[d], 77, NAN);
+            laplacian_eigenvector(NX, 2, 3, dt[d], b + 3 * col);
+            kd_solve_params_t prm = params_of(meth, rtol);
+            prm.reduction_groups = 3;
+            prm.check_every = 7;
+            prm.maxiter = 5000;
+            prm.record_history = 1;
+            kd_solve_result_t res[K], one;
+            kd_err_t err = {0};
+            CHECK(kd_solve(ocl, p.A, K, b, x0, x, &prm, res, &err) == KD_OK);
+            fprintf(stderr, "  %s %s:",
+                    method == 0   ? "cg"
+                    : method == 1 ? "pcg"
+                                  : "sd",
+                    kd_dtype_name(dt[d]));
+            for (int c = 0; c < K; c++)
+                fprintf(stderr, " [%d] %s %lld", c, kd_solve_status_name(res[c].status),
+                        (long long)res[c].iterations);
+            fprintf(stderr, "\n");
+            CHECK(res[1].status == KD_SOLVE_CONVERGED && res[1].iterations == 0);
+            for (int64_t i = 0; i < n; i++)
+                CHECK(kd_load_real(x + col, dt[d], (size_t)i) == 0.0);
+            CHECK(res[2].status == KD_SOLVE_NON_FINITE);
+            CHECK_STR_CONTAINS(res[2].message, "b[77] = nan");
+            if (meth != KD_SOLVE_PCG) { /* unscaled Laplacian: one step along an eigenvector */
+                CHECK_MSG(res[3].iterations <= 2, "eigenvector took %lld",
+                          (long long)res[3].iterations);
+                CHECK(res[0].iterations > 10);
+            }
+            for (int c = 0; c < K; c++) {
+                if (c == 1 || c == 2)
+                    continue;
+                CHECK_MSG(res[c].status == KD_SOLVE_CONVERGED, "column %d: %s", c,
+                          kd_solve_status_name(res[c].status));
+                /* The CPU's measure, with this column's own b. */
+                for (int64_t i = 0; i < n; i++)
+                    p.bw[i] = kd_load_real(b + (size_t)c * col, dt[d], (size_t)i);
+                double truth = true_relres(&p, x + (size_t)c * col);
+                CHECK_MSG(truth <= rtol * (dt[d] == KD_DTYPE_F32 ? 1.05 : 1.0 + 1e-6),
+                          "column %d: true %.3g", c, truth);
+                CHECK_NEAR(res[c].relative_residual, truth, dt[d] == KD_DTYPE_F64 ? 1e-9 : 1e-4);
+                /* Alone: the same answer, bit for bit. */
+                CHECK(kd_solve(ocl, p.A, 1, b + (size_t)c * col, x0 + (size_t)c * col, p.x, &prm,
+                               &one, &err) == KD_OK);
+                CHECK_EQ_INT(one.status, res[c].status);
+                CHECK_EQ_INT(one.iterations, res[c].iterations);
+                CHECK_EQ_INT(one.history_len, res[c].history_len);
+                CHECK_MSG(memcmp(p.x, x + (size_t)c * col, col) == 0,
+                          "column %d differs from its solve alone", c);
+                kd_solve_result_free(&one);
+            }
+            for (int c = 0; c < K; c++)
+                kd_solve_result_free(&res[c]);
+
+            /* maxiter applies per column: every running column stops at exactly 9. */
+            prm.maxiter = 9;
+            prm.check_every = 4;
+            CHECK(kd_solve(ocl, p.A, K, b, NULL, x, &prm, res, &err) == KD_OK);
+            CHECK(res[0].status == KD_SOLVE_MAX_ITERATIONS && res[0].iterations == 9);
+            CHECK(res[4].status == KD_SOLVE_MAX_ITERATIONS && res[4].iterations == 9);
+            CHECK_EQ_INT(res[0].history_len, 4); /* 0, 4, 8, 9 */
+            for (int c = 0; c < K; c++)
+                kd_solve_result_free(&res[c]);
+            free(b);
+            free(x0);
+            free(x);
+            problem_free(&p);
+        }
+    }
+}
+
+/* The check schedule changes neither the iterates nor the counts, for PCG, SD and several
+ * right-hand sides too. */
+static void test_schedule_independent_multi(void)
+{
+    enum { K = 3 };
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < nd; d++) {
+        for (int method = 0; method < 3; method++) {
+            problem_t p;
+            REQUIRE(problem_make(&p, kd_test_spd_matrix(500, 6, 0.05), dt[d]) == 0);
+            const size_t col = (size_t)p.n * kd_dtype_size(dt[d]);
+            char *b = malloc(K * col), *x1 = malloc(K * col), *x2 = malloc(K * col);
+            for (int64_t i = 0; i < p.n * K; i++)
+                kd_store_real(b, dt[d], (size_t)i, kd_test_rand_double(-1, 1) * (1 + i / p.n));
+            kd_solve_params_t prm = params_of(method == 0   ? KD_SOLVE_CG
+                                              : method == 1 ? KD_SOLVE_PCG
+                                                            : KD_SOLVE_SD,
+                                              dt[d] == KD_DTYPE_F64 ? 1e-9 : 1e-4);
+            kd_solve_result_t r1[K], r2[K];
+            kd_err_t err = {0};
+            prm.check_every = 1;
+            CHECK(kd_solve(ocl, p.A, K, b, NULL, x1, &prm, r1, &err) == KD_OK);
+            prm.check_every = 1000;
+            CHECK(kd_solve(ocl, p.A, K, b, NULL, x2, &prm, r2, &err) == KD_OK);
+            for (int c = 0; c < K; c++) {
+                CHECK(r1[c].status == KD_SOLVE_CONVERGED && r2[c].status == KD_SOLVE_CONVERGED);
+                CHECK_EQ_INT(r1[c].iterations, r2[c].iterations);
+                CHECK(r1[c].residual_norm == r2[c].residual_norm);
+                kd_solve_result_free(&r1[c]);
+                kd_solve_result_free(&r2[c]);
+            }
+            CHECK(memcmp(x1, x2, K * col) == 0);
+            free(b);
+            free(x1);
+            free(x2);
+            problem_free(&p);
+        }
+    }
+}
+
+typedef struct multi_log {
+    int calls;
+    int64_t max_rhs;
+} multi_log_t;
+
+static int on_multi_progress(void *ctx, int64_t rhs, int64_t iteration, double norm)
+{
+    multi_log_t *log = ctx;
+    log->calls++;
+    CHECK(rhs >= 0 && rhs < 4 && iteration >= 0 && norm >= 0.0);
+    if (rhs > log->max_rhs)
+        log->max_rhs = rhs;
+    return 0;
+}
+
+/* Progress with several right-hand sides: one call per check, naming the slowest column (here
+ * the last, whose b is 100 times larger relative to nothing: its rtol is relative, so it is the
+ * one with the largest ||r|| / tol only by chance; the column index stays in range). */
+static void test_multi_progress_and_non_finite_matrix(void)
+{
+    problem_t p;
+    REQUIRE(problem_make(&p, kd_test_laplacian_2d(20, 20), KD_DTYPE_F32) == 0);
+    const size_t col = (size_t)p.n * 4;
+    char *b = malloc(4 * col), *x = malloc(4 * col);
+    for (int64_t i = 0; i < p.n * 4; i++)
+        kd_store_real(b, KD_DTYPE_F32, (size_t)i, kd_test_rand_double(-1, 1));
+    kd_solve_params_t prm = params_of(KD_SOLVE_CG, 1e-5);
+    prm.check_every = 3;
+    prm.record_history = 1;
+    multi_log_t log = {0, -1};
+    prm.progress = on_multi_progress;
+    prm.progress_ctx = &log;
+    kd_solve_result_t res[4];
+    kd_err_t err = {0};
+    CHECK(kd_solve(ocl, p.A, 4, b, NULL, x, &prm, res, &err) == KD_OK);
+    int64_t longest = 0;
+    for (int c = 0; c < 4; c++) {
+        CHECK(res[c].status == KD_SOLVE_CONVERGED);
+        if (res[c].history_len > longest)
+            longest = res[c].history_len;
+        kd_solve_result_free(&res[c]);
+    }
+    /* One call per check: at least as many as the longest history (a column's history skips the
+     * checks whose state predates its restart, if it had one). */
+    CHECK(log.calls >= longest);
+    CHECK(log.max_rhs >= 0);
+    problem_free(&p);
+
+    /* NaN in the matrix: every column with b != 0 is non_finite, b = 0 still gives x = 0. */
+    kd_csr_t *m = kd_test_laplacian_2d(20, 20);
+    kd_store_real(m->values, m->dtype, 5, INFINITY);
+    REQUIRE(problem_make(&p, m, KD_DTYPE_F32) == 0);
+    memset(b + col, 0, col);
+    prm.progress = NULL;
+    CHECK(kd_solve(ocl, p.A, 2, b, NULL, x, &prm, res, &err) == KD_OK);
+    CHECK(res[0].status == KD_SOLVE_NON_FINITE);
+    CHECK_STR_CONTAINS(res[0].message, "the matrix holds inf at row 1");
+    CHECK(res[1].status == KD_SOLVE_CONVERGED && res[1].iterations == 0);
+    kd_solve_result_free(&res[0]);
+    kd_solve_result_free(&res[1]);
+    free(b);
+    free(x);
+    problem_free(&p);
+}
+
+/* Two vector passes per iteration (the default) and three take the same path: the same status,
+ * iteration counts within one, both meeting rtol. */
+static void test_two_and_three_passes(void)
+{
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < nd; d++) {
+        for (int method = 0; method < 2; method++) {
+            const double rtol = dt[d] == KD_DTYPE_F64 ? 1e-9 : 1e-4;
+            problem_t p;
+            REQUIRE(problem_make(
+                        &p, method ? scaled_laplacian(30, 1.0) : kd_test_spd_matrix(3000, 8, 0.01),
+                        dt[d]) == 0);
+            kd_solve_params_t prm = params_of(method ? KD_SOLVE_PCG : KD_SOLVE_CG, rtol);
+            kd_solve_result_t r2, r3;
+            kd_err_t err = {0};
+            prm.passes = 2;
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r2, &err) == KD_OK);
+            double t2 = true_relres(&p, p.x);
+            prm.passes = 3;
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r3, &err) == KD_OK);
+            double t3 = true_relres(&p, p.x);
+            fprintf(stderr, "  %s %s: 2 passes %lld iterations (true %.3g), 3 passes %lld (%.3g)\n",
+                    method ? "pcg" : "cg", kd_dtype_name(dt[d]), (long long)r2.iterations, t2,
+                    (long long)r3.iterations, t3);
+            CHECK(r2.status == KD_SOLVE_CONVERGED && r3.status == KD_SOLVE_CONVERGED);
+            CHECK_MSG(llabs(r2.iterations - r3.iterations) <= (dt[d] == KD_DTYPE_F64 ? 1 : 3),
+                      "%lld vs %lld", (long long)r2.iterations, (long long)r3.iterations);
+            const double ceiling = rtol * (dt[d] == KD_DTYPE_F32 ? 1.05 : 1.0 + 1e-6);
+            CHECK(t2 <= ceiling && t3 <= ceiling);
+            /* Lean (no r read): converges too, within a few iterations here. */
+            prm.passes = 1;
+            kd_solve_result_free(&r2);
+            CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r2, &err) == KD_OK);
+            CHECK(r2.status == KD_SOLVE_CONVERGED && true_relres(&p, p.x) <= ceiling);
+            CHECK_MSG(llabs(r2.iterations - r3.iterations) <= 3 + r3.iterations / 10,
+                      "lean %lld vs %lld", (long long)r2.iterations, (long long)r3.iterations);
+            kd_solve_result_free(&r2);
+            prm.passes = 4;
+            CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r2, &err), KD_EBADREQ);
+            kd_solve_result_free(&r2);
+            kd_solve_result_free(&r3);
+            problem_free(&p);
+        }
+    }
 }
 
 int main(void)
@@ -556,6 +941,12 @@ int main(void)
     RUN(test_schedule_independent);
     RUN(test_progress_cancel_deadline);
     RUN(test_atol);
+    RUN(test_pcg);
+    RUN(test_pcg_bad_diagonal);
+    RUN(test_multi_rhs);
+    RUN(test_schedule_independent_multi);
+    RUN(test_multi_progress_and_non_finite_matrix);
+    RUN(test_two_and_three_passes);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }

@@ -1,0 +1,350 @@
+/*
+ * krylov-bench solve: milliseconds per CG / PCG / SD iteration on generated or Matrix Market
+ * matrices, against the floor set by the bytes one iteration must move.
+ *
+ * Per iteration and right-hand side our design moves (value size v, 4-byte indices, n rows):
+ *   SpMV (minimal, CSR model)   nnz (v + 4) + 4 (n + 1) + n v (x) + n v (y)
+ *   CG   two passes: dots3 3nv (d, q, r) + update 7nv (q, r, x, d; r, x, d)  = 10 n v
+ *        (three passes: dots 2nv + update_residual 3nv + update_direction 5nv, the same)
+ *   PCG  the same plus 1/diag read in each pass                              = 12 n v
+ *   SD   dots 2nv + update_residual 5nv                                      =  7 n v
+ *   lean two passes (--passes 1): dots3 reads no r                        CG 9, PCG 11 n v
+ * The floor is those bytes over the device's copy bandwidth, measured here as a large
+ * device-to-device copy (bytes read + bytes written over the time). The solve runs with
+ * rtol = atol = 0 and one check at the end, so it never stops early and the time is the
+ * iterations' alone (kd_solve_result_t.iterate_ms: from the first check to the last); a second
+ * run with the automatic check schedule shows what the host round trips add. The SpMV is also
+ * timed alone, so the vector kernels' share is the difference.
+ *
+ * One table row per (matrix, method, right-hand sides, reduction groups); --csv appends the same.
+ */
+#include "bench/bench.h"
+#include "bench/matgen.h"
+#include "solver/solve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+
+static double kd_bs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int kd_bs_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double kd_bs_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), kd_bs_cmp);
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Device copy bandwidth in GB/s (read + write), the median of `runs` copies of `mb` MiB. */
+static double kd_bs_copy_bandwidth(kd_ocl_t *ocl, size_t mb, int runs)
+{
+    size_t bytes = mb << 20;
+    cl_mem a = NULL, b = NULL;
+    kd_err_t err = {0};
+    double out = 0.0;
+    if (kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, "copy source", &a, &err) ||
+        kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, "copy target", &b, &err)) {
+        fprintf(stderr, "copy bandwidth: %s\n", err.message);
+        goto done;
+    }
+    cl_command_queue q = kd_ocl_queue(ocl);
+    unsigned char one = 1;
+    if (clEnqueueFillBuffer(q, a, &one, 1, 0, bytes, 0, NULL, NULL) != CL_SUCCESS ||
+        clEnqueueCopyBuffer(q, a, b, 0, 0, bytes, 0, NULL, NULL) != CL_SUCCESS ||
+        clFinish(q) != CL_SUCCESS)
+        goto done;
+    double *t = calloc((size_t)runs, sizeof(double));
+    for (int i = 0; i < runs; i++) {
+        double t0 = kd_bs_now_ms();
+        for (int j = 0; j < 4; j++)
+            clEnqueueCopyBuffer(q, (j & 1) ? b : a, (j & 1) ? a : b, 0, 0, bytes, 0, NULL, NULL);
+        clFinish(q);
+        t[i] = (kd_bs_now_ms() - t0) / 4.0;
+    }
+    out = 2.0 * (double)bytes / (kd_bs_median(t, runs) * 1e6);
+    free(t);
+done:
+    if (a != NULL)
+        clReleaseMemObject(a);
+    if (b != NULL)
+        clReleaseMemObject(b);
+    return out;
+}
+
+/* ms per SpMV (wall clock over `count` back-to-back launches, median of `runs`). */
+static double kd_bs_spmv_ms(kd_ocl_t *ocl, const kd_matrix_t *A, int count, int runs)
+{
+    kd_vec_t x = {0}, y = {0};
+    kd_err_t err = {0};
+    double out = NAN;
+    if (kd_vec_alloc(ocl, A->cols, A->dtype, &x, &err) ||
+        kd_vec_alloc(ocl, A->rows, A->dtype, &y, &err) || kd_vec_fill(ocl, &x, 0.5, &err) ||
+        kd_matrix_spmv(ocl, A, 1.0, &x, 0.0, &y, &err) || kd_ocl_finish(ocl, &err)) {
+        fprintf(stderr, "spmv: %s\n", err.message);
+        goto done;
+    }
+    double *t = calloc((size_t)runs, sizeof(double));
+    for (int r = 0; r < runs; r++) {
+        double t0 = kd_bs_now_ms();
+        for (int i = 0; i < count; i++)
+            kd_matrix_spmv(ocl, A, 1.0, &x, 0.0, &y, &err);
+        kd_ocl_finish(ocl, &err);
+        t[r] = (kd_bs_now_ms() - t0) / count;
+    }
+    out = kd_bs_median(t, runs);
+    free(t);
+done:
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    return out;
+}
+
+/* Split "a,b,c" into up to `cap` strings (in place). */
+static int kd_bs_split(char *list, char **out, int cap)
+{
+    int n = 0;
+    for (char *tok = strtok(list, ","); tok != NULL && n < cap; tok = strtok(NULL, ","))
+        out[n++] = tok;
+    return n;
+}
+
+static void kd_bs_usage(void)
+{
+    fprintf(stderr,
+            "usage: krylov-bench solve [options] [MATRIX...]\n"
+            "  MATRIX: lap2d:NX, lap3d:N, powerlaw:ROWS:MEAN or a .mtx file "
+            "(default lap2d:2048 lap3d:160)\n"
+            "  --device SEL        auto | gpu | cpu | N (default auto)\n"
+            "  --dtype T           float64 | float32 (default float64)\n"
+            "  --methods LIST      of cg, pcg, sd (default cg,pcg)\n"
+            "  --nrhs LIST         right-hand sides per solve (default 1)\n"
+            "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
+            "(default 0)\n"
+            "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
+            "(default 0)\n"
+            "  --iterations N      per timed solve (default 200)\n"
+            "  --repeat R          timed solves per row, the median is reported (default 3)\n"
+            "  --format NAME       matrix format (default csr_scalar)\n"
+            "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
+            "  --csv FILE          append the rows to FILE\n");
+}
+
+int kd_bench_solve_main(int argc, char **argv)
+{
+    const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar";
+    kd_dtype_t dtype = KD_DTYPE_F64;
+    char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0",
+         passes_buf[16] = "0";
+    int iterations = 200, repeat = 3;
+    size_t copy_mb = 1024;
+    const char *defaults[] = {"lap2d:2048", "lap3d:160"};
+    const char **matrices = defaults;
+    int nmatrices = 2;
+    const char **given = calloc((size_t)argc + 1, sizeof(char *));
+    int ngiven = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            kd_bs_usage();
+            free(given);
+            return 0;
+        } else if (a[0] == '-' && a[1] == '-' && v == NULL) {
+            fprintf(stderr, "%s needs a value\n", a);
+            free(given);
+            return 2;
+        } else if (strcmp(a, "--device") == 0) {
+            device = argv[++i];
+        } else if (strcmp(a, "--dtype") == 0) {
+            dtype = strcmp(argv[++i], "float32") == 0 ? KD_DTYPE_F32 : KD_DTYPE_F64;
+        } else if (strcmp(a, "--methods") == 0) {
+            snprintf(methods_buf, sizeof(methods_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--nrhs") == 0) {
+            snprintf(nrhs_buf, sizeof(nrhs_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--passes") == 0) {
+            snprintf(passes_buf, sizeof(passes_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--groups") == 0) {
+            snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--iterations") == 0) {
+            iterations = atoi(argv[++i]);
+        } else if (strcmp(a, "--repeat") == 0) {
+            repeat = atoi(argv[++i]);
+        } else if (strcmp(a, "--format") == 0) {
+            format_name = argv[++i];
+        } else if (strcmp(a, "--copy-mb") == 0) {
+            copy_mb = (size_t)atol(argv[++i]);
+        } else if (strcmp(a, "--csv") == 0) {
+            csv_path = argv[++i];
+        } else if (a[0] == '-') {
+            fprintf(stderr, "unknown option %s\n", a);
+            kd_bs_usage();
+            free(given);
+            return 2;
+        } else {
+            given[ngiven++] = a;
+        }
+    }
+    if (ngiven > 0) {
+        matrices = given;
+        nmatrices = ngiven;
+    }
+    if (iterations < 1 || repeat < 1) {
+        fprintf(stderr, "--iterations and --repeat must be >= 1\n");
+        free(given);
+        return 2;
+    }
+    char *methods[8], *nrhs_list[8], *groups_list[16];
+    int nmethods = kd_bs_split(methods_buf, methods, 8);
+    int nnrhs = kd_bs_split(nrhs_buf, nrhs_list, 8);
+    int ngroups = kd_bs_split(groups_buf, groups_list, 16);
+    char *passes_list[4];
+    int npasses = kd_bs_split(passes_buf, passes_list, 4);
+    kd_format_t format;
+    if (kd_format_parse(format_name, &format) != 0 || !kd_format_available(format)) {
+        fprintf(stderr, "format %s is not available\n", format_name);
+        free(given);
+        return 2;
+    }
+
+    kd_err_t err = {0};
+    kd_ocl_t *ocl = NULL;
+    if (kd_ocl_open(device, &ocl, &err) != KD_OK) {
+        fprintf(stderr, "device %s: %s\n", device, err.message);
+        free(given);
+        return 1;
+    }
+    const kd_ocl_device_desc_t *desc = kd_ocl_desc(ocl);
+    double copy_gbs = kd_bs_copy_bandwidth(ocl, copy_mb, 5);
+    printf("# device: %s (%s); copy bandwidth %.0f GB/s (read + write, %zu MiB); %s; %d "
+           "iterations per solve, median of %d\n",
+           desc->name, desc->platform, copy_gbs, copy_mb, kd_dtype_name(dtype), iterations, repeat);
+    printf("%-14s %-4s %4s %5s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
+           "nrhs", "grps", "ps", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
+           "auto_ms", "spmv_ms");
+    FILE *csv = csv_path != NULL ? fopen(csv_path, "a") : NULL;
+    if (csv_path != NULL && csv == NULL)
+        fprintf(stderr, "cannot open %s\n", csv_path);
+    int status = 0;
+
+    for (int mi = 0; mi < nmatrices; mi++) {
+        kd_csr_t *csr = kd_matgen_by_name(matrices[mi], dtype);
+        kd_matrix_t *A = NULL;
+        if (csr == NULL) {
+            status = 1;
+            continue;
+        }
+        if (kd_matrix_upload(ocl, csr, format, &A, &err) != KD_OK) {
+            fprintf(stderr, "%s: %s\n", matrices[mi], err.message);
+            kd_csr_free(csr);
+            status = 1;
+            continue;
+        }
+        const double n = (double)csr->rows, v = (double)kd_dtype_size(dtype);
+        const double spmv_bytes =
+            (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0) + n * v + (double)csr->cols * v;
+        const double spmv_ms = kd_bs_spmv_ms(ocl, A, 20, 5);
+        for (int ki = 0; ki < nnrhs; ki++) {
+            const int64_t k = atoll(nrhs_list[ki]);
+            if (k < 1)
+                continue;
+            const size_t total = (size_t)(csr->rows * k);
+            void *b = malloc(total * (size_t)v + 8), *x = malloc(total * (size_t)v + 8);
+            uint64_t s = 0x9e3779b97f4a7c15ull;
+            for (size_t i = 0; i < total; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                kd_store_real(b, dtype, i, (double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+            }
+            kd_solve_result_t *res = calloc((size_t)k, sizeof(*res));
+            for (int me = 0; me < nmethods; me++) {
+                kd_solve_method_t method = strcmp(methods[me], "pcg") == 0  ? KD_SOLVE_PCG
+                                           : strcmp(methods[me], "sd") == 0 ? KD_SOLVE_SD
+                                                                            : KD_SOLVE_CG;
+                const double vec_per = method == KD_SOLVE_PCG  ? 12.0
+                                       : method == KD_SOLVE_SD ? 7.0
+                                                               : 10.0;
+                for (int gi = 0; gi < ngroups * npasses; gi++) {
+                    const char *passes = passes_list[gi % npasses];
+                    /* Lean passes (1) do not read r for r'Mq: one vector less. */
+                    const double lean = atoi(passes) == 1 && method != KD_SOLVE_SD ? 1.0 : 0.0;
+                    const double bytes = (double)k * (spmv_bytes + (vec_per - lean) * n * v);
+                    kd_solve_params_t prm;
+                    kd_solve_params_default(&prm);
+                    prm.method = method;
+                    prm.rtol = 0.0;
+                    prm.atol = 0.0;
+                    prm.reduction_groups = atoll(groups_list[gi / npasses]);
+                    prm.passes = atoi(passes);
+                    double *t = calloc((size_t)repeat, sizeof(double));
+                    int failed = 0;
+                    /* Warm-up (kernel builds), then timed solves with one check at the end. */
+                    prm.maxiter = 3;
+                    prm.check_every = 3;
+                    failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
+                    for (int64_t c = 0; c < k; c++)
+                        kd_solve_result_free(&res[c]);
+                    prm.maxiter = iterations;
+                    prm.check_every = iterations;
+                    for (int r = 0; r < repeat && !failed; r++) {
+                        failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
+                        failed |= res[0].iterations != iterations;
+                        t[r] = res[0].iterate_ms / iterations;
+                        for (int64_t c = 0; c < k; c++)
+                            kd_solve_result_free(&res[c]);
+                    }
+                    prm.check_every = 0;
+                    double auto_ms = NAN;
+                    if (!failed) {
+                        failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
+                        auto_ms = res[0].iterate_ms / (double)res[0].iterations;
+                        for (int64_t c = 0; c < k; c++)
+                            kd_solve_result_free(&res[c]);
+                    }
+                    if (failed) {
+                        fprintf(stderr, "%s %s: %s\n", matrices[mi], methods[me], err.message);
+                        status = 1;
+                        free(t);
+                        continue;
+                    }
+                    double ms = kd_bs_median(t, repeat);
+                    double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
+                    printf("%-14s %-4s %4lld %5s %2s %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% %7.0f "
+                           "%8.4f %8.4f\n",
+                           matrices[mi], methods[me], (long long)k, groups_list[gi / npasses],
+                           passes, (long long)csr->rows, (long long)csr->nnz, bytes / 1e6, ms,
+                           floor_ms, 100.0 * floor_ms / ms, bytes / (ms * 1e6), auto_ms, spmv_ms);
+                    if (csv != NULL)
+                        fprintf(
+                            csv, "%s,%s,%s,%lld,%s,%s,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
+                            desc->name, matrices[mi], methods[me], (long long)k,
+                            groups_list[gi / npasses], passes, (long long)csr->rows,
+                            (long long)csr->nnz, bytes, ms, floor_ms, auto_ms, spmv_ms, copy_gbs);
+                    fflush(stdout);
+                    free(t);
+                }
+            }
+            free(res);
+            free(b);
+            free(x);
+        }
+        kd_matrix_free(A);
+        kd_csr_free(csr);
+    }
+    if (csv != NULL)
+        fclose(csv);
+    kd_ocl_close(ocl);
+    free(given);
+    return status;
+}
