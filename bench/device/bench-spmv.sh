@@ -25,7 +25,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 
 if [ "${KD_BENCH_TESTS:-1}" = 1 ]; then
-  (cd build-device && KD_TEST_DEVICE=gpu ctest -L 'kernel|e2e' --output-on-failure -j 4 \
+  (cd build-device && KD_TEST_DEVICE=gpu ctest -L 'kernel|e2e' -LE python --output-on-failure -j 4 \
     > "$out/ctest-gpu.log" 2>&1; tail -6 "$out/ctest-gpu.log")
 fi
 
