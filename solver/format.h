@@ -34,6 +34,11 @@ typedef struct kd_format_source {
     /* Host metadata made by a format's prepare op (row blocks, permutations, offsets), owned by
      * the source and freed with it; NULL until prepared. */
     void *prepared[KD_FMT_COUNT];
+    /* The format-independent scan (solver/matrix_scan.c), made once per source however many
+     * formats are built from it, and moved into the matrix that is kept. */
+    int scanned;
+    kd_matrix_scan_t scan;
+    void *inv_diagonal; /* owned until a matrix adopts it */
 } kd_format_source_t;
 
 /* Borrow csr (it must outlive the source) and compute its statistics; nothing is allocated. */
@@ -83,9 +88,15 @@ extern const kd_format_ops_t kd_format_coo_ops;
 /* The ops of an available format, or NULL. */
 const kd_format_ops_t *kd_format_ops(kd_format_t format);
 
-/* Build `format` from src (which may already be on the device) into a new matrix. */
+/* Build `format` from src (which may already be on the device) into a new matrix. The matrix
+ * has no scan yet: give the one that is kept its scan with kd_matrix_adopt_scan. */
 int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
                             kd_matrix_t **out, kd_err_t *err);
+/* Scan src's host CSR once (no OpenCL call, so it may run on another thread while the arrays
+ * upload: it writes only src's scan fields). KD_ENOMEM. */
+int kd_format_source_scan(kd_format_source_t *src, kd_err_t *err);
+/* Scan src if that has not happened and move the scan (and the inverse diagonal) into m. */
+int kd_matrix_adopt_scan(kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err);
 
 /*
  * A read-only device buffer holding a copy of `bytes` bytes of host data (a blocking

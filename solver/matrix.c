@@ -142,6 +142,9 @@ void kd_format_source_close(kd_format_source_t *src)
     kd_format_release_mems(mems, 3);
     src->indptr = src->indices = src->values = NULL;
     src->on_device = 0;
+    free(src->inv_diagonal);
+    src->inv_diagonal = NULL;
+    src->scanned = 0;
     for (int f = 0; f < KD_FMT_COUNT; f++) {
         const kd_format_ops_t *ops = kd_format_ops((kd_format_t)f);
         if (src->prepared[f] != NULL && ops != NULL && ops->prepared_free != NULL)
@@ -242,8 +245,34 @@ int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_
     }
     kd_format_source_init(&src, csr);
     int rc = kd_matrix_upload_source(ocl, &src, format, out, err);
+    if (rc == KD_OK && (rc = kd_matrix_adopt_scan(&src, *out, err)) != KD_OK) {
+        kd_matrix_free(*out);
+        *out = NULL;
+    }
     kd_format_source_close(&src);
     return rc;
+}
+
+int kd_format_source_scan(kd_format_source_t *src, kd_err_t *err)
+{
+    if (src->scanned)
+        return KD_OK;
+    int rc = kd_matrix_scan(src->csr, &src->scan, &src->inv_diagonal, err);
+    src->scanned = rc == KD_OK;
+    return rc;
+}
+
+int kd_matrix_adopt_scan(kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    int rc = kd_format_source_scan(src, err);
+    if (rc != KD_OK)
+        return rc;
+    m->scan = src->scan;
+    free(m->inv_diagonal);
+    m->inv_diagonal = src->inv_diagonal;
+    src->inv_diagonal = NULL;
+    src->scanned = 0; /* the diagonal moved: a second matrix would scan again */
+    return KD_OK;
 }
 
 int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
@@ -281,8 +310,6 @@ int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t 
                       (long long)csr->nnz, kd_format_name(format));
         goto fail;
     }
-    if ((rc = kd_matrix_scan(csr, m, err)) != KD_OK)
-        goto fail;
     *out = m;
     return KD_OK;
 fail:

@@ -9,8 +9,8 @@
 #include "solver/matrix.h"
 
 /* Scan csr's values (the first NaN/Inf entry, the first zero/missing/non-finite and the first
- * negative diagonal entry) into m->scan and, for a square matrix with rows > 0, keep 1 / a_ii in
- * m->inv_diagonal (host memory, malloc'd; kd_matrix_free frees it). */
-int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err);
+ * negative diagonal entry) into *scan and, for a square matrix with rows > 0, 1 / a_ii into a new
+ * host array *inv_diagonal (malloc'd; NULL otherwise). One pass over the values; no OpenCL. */
+int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diagonal, kd_err_t *err);
 
 #endif

@@ -5,7 +5,9 @@
  *  - Host analysis, O(n): row statistics, each format's memory plan and host metadata (row blocks,
  *    permutations, offsets: the formats' prepare ops). For a large matrix it runs on a second
  *    thread while the CSR arrays cross the bus, so it costs nothing the transfer does not already
- *    cost. It makes no OpenCL call.
+ *    cost. It makes no OpenCL call. The format-independent scan of the values (non-finite
+ *    entries, the inverse diagonal for Jacobi PCG: matrix_scan.c) runs on a third thread in the
+ *    same window, once per upload; the matrix kept adopts it.
  *  - Screening, before anything is allocated: formats whose plan exceeds KD_SELECT_MEMORY_FACTOR
  *    times CSR's memory are dropped (padding); formats measurements on this project's benchmark
  *    set showed to be dominated are dropped with the reason (bench/NOTES.md): COO and HYB
@@ -497,6 +499,18 @@ fail:
     return rc;
 }
 
+typedef struct kd_select_scan {
+    kd_format_source_t *src;
+    kd_err_t *err;
+} kd_select_scan_t;
+
+static void *kd_select_scan(void *arg)
+{
+    kd_select_scan_t *s = arg;
+    (void)kd_format_source_scan(s->src, s->err); /* on failure adopting scans again, and reports */
+    return NULL;
+}
+
 int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err)
@@ -518,6 +532,14 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
         result->plan_ms = kd_select_now_ms() - t0;
     }
     kd_format_source_init_stats(&src, csr, &stats); /* measure computes them beside the upload */
+    /* The format-independent scan (one pass over the values) runs beside the transfer too, once
+     * however many formats are built; the matrix kept adopts it at the end. */
+    kd_err_t scan_err;
+    kd_err_clear(&scan_err);
+    kd_select_scan_t scan = {.src = &src, .err = &scan_err};
+    pthread_t scan_thread;
+    int scan_threaded = csr->rows >= KD_SELECT_THREAD_ROWS &&
+                        pthread_create(&scan_thread, NULL, kd_select_scan, &scan) == 0;
     if (forced)
         rc = kd_select_forced(ocl, &src, forced_format, out, result, err);
     else if (mode == KD_SELECT_HEURISTIC)
@@ -532,6 +554,12 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
             kd_err_clear(err);
             rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
         }
+    }
+    if (scan_threaded)
+        pthread_join(scan_thread, NULL);
+    if (rc == KD_OK && (rc = kd_matrix_adopt_scan(&src, *out, err)) != KD_OK) {
+        kd_matrix_free(*out);
+        *out = NULL;
     }
     result->transfer_ms = src.upload_ms;
     kd_format_source_close(&src);

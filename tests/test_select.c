@@ -174,6 +174,55 @@ static void test_measure_regular(void)
     kd_csr_free(lap);
 }
 
+/* The matrix kept, whichever mode chose it, carries the one scan of the host values (made beside
+ * the transfer for a matrix this large): the first non-finite entry, the first bad and the first
+ * negative diagonal entry, and 1 / a_ii for every row. */
+static void test_scan_travels_with_the_kept_matrix(void)
+{
+    kd_csr_t *lap = kd_test_laplacian_2d(400, 400); /* 160,000 rows: scanned on a thread */
+    double *v = lap->values;
+    const int64_t nan_row = 1234, zero_row = 70001, neg_row = 150000;
+    for (int64_t r = 0; r < lap->rows; r++)
+        for (int32_t k = lap->indptr[r]; k < lap->indptr[r + 1]; k++)
+            if (lap->indices[k] == r)
+                v[k] = r == zero_row ? 0.0 : r == neg_row ? -2.0 : 4.0 + (double)(r % 7);
+    int32_t nan_k = lap->indptr[nan_row]; /* the row's first entry is off the diagonal */
+    REQUIRE(lap->indices[nan_k] != nan_row);
+    v[nan_k] = NAN;
+    static const struct {
+        const char *forced;
+        kd_select_mode_t mode;
+    } modes[] = {
+        {NULL, KD_SELECT_MEASURE}, {NULL, KD_SELECT_HEURISTIC}, {"ellpack_r", KD_SELECT_MEASURE}};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        kd_err_t err = {0};
+        kd_matrix_t *m = NULL;
+        kd_select_result_t res;
+        int rc = kd_select_upload(ocl, lap, modes[i].forced, modes[i].mode, &m, &res, &err);
+        CHECK_MSG(rc == KD_OK, "mode %zu: %s", i, err.message);
+        if (rc != KD_OK)
+            continue;
+        CHECK_EQ_INT(m->scan.non_finite_row, nan_row);
+        CHECK_EQ_INT(m->scan.non_finite_col, lap->indices[nan_k]);
+        CHECK(isnan(m->scan.non_finite_value));
+        CHECK_EQ_INT(m->scan.bad_diagonal_row, zero_row);
+        CHECK(m->scan.bad_diagonal_value == 0.0);
+        CHECK_EQ_INT(m->scan.negative_diagonal_row, neg_row);
+        CHECK(m->scan.negative_diagonal_value == -2.0);
+        REQUIRE(m->inv_diagonal != NULL);
+        const double *inv = m->inv_diagonal;
+        int64_t wrong = -1;
+        for (int64_t r = 0; r < lap->rows && wrong < 0; r++) {
+            double want = r == zero_row ? 0.0 : r == neg_row ? -0.5 : 1.0 / (4.0 + (double)(r % 7));
+            if (inv[r] != want)
+                wrong = r;
+        }
+        CHECK_MSG(wrong < 0, "mode %zu: 1/a_ii wrong at row %lld", i, (long long)wrong);
+        kd_matrix_free(m);
+    }
+    kd_csr_free(lap);
+}
+
 /* n rows of 1..8 entries with every `every`-th row `len` long. */
 static kd_csr_t *rows_with_long_ones(int64_t n, int64_t every, int64_t len_long)
 {
@@ -377,6 +426,7 @@ int main(void)
     RUN(test_dense_row_drops_ell);
     RUN(test_measure_regular);
     RUN(test_measure_long_rows);
+    RUN(test_scan_travels_with_the_kept_matrix);
     RUN(test_launch_bound);
     RUN(test_forced_formats);
     RUN(test_heuristic);
