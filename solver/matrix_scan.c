@@ -1,6 +1,7 @@
 /*
- * The format-independent scan of a matrix at upload (see matrix_scan.h). One pass over the host
- * CSR: the first non-finite value in row order, and for square matrices the diagonal. The inverse
+ * The format-independent scan of a matrix at upload (see matrix_scan.h): one streaming pass over
+ * the values for the first non-finite one (row order is array order), and for square matrices a
+ * binary search of each row for its diagonal (columns are sorted in canonical CSR). The inverse
  * diagonal is what Jacobi-preconditioned CG multiplies the residual by every iteration; keeping
  * it here (n values of host memory per square matrix, copied to the device by each PCG solve)
  * makes PCG work with every format without a per-format "extract the diagonal" operation, and
@@ -10,78 +11,199 @@
 #include "common/checked.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
-/* One pass over the rows, written once and specialised per dtype (t is a constant at each call
- * below), so the inner loop is a plain load-compare loop: it reads 12 bytes per nonzero for fp64
- * and runs at memory speed, not through a per-element dtype switch. */
-static inline __attribute__((always_inline)) void
-kd_scan_rows(const kd_csr_t *csr, kd_matrix_scan_t *s, void *inv, kd_dtype_t t)
+/* Values screened per block for an Inf or NaN before the block is searched. */
+#define KD_SCAN_BLOCK 4096
+/* Nonzeros per scanning thread, and the most threads one scan uses. */
+#define KD_SCAN_SLICE_NNZ ((int64_t)1 << 20)
+#define KD_SCAN_THREADS_MAX 8
+
+/* The first non-finite value of v[0..n), or -1. Blocks of values are screened by the largest
+ * exponent field (a max-reduction the compiler vectorises); only a block holding an Inf or NaN
+ * is searched entry by entry. */
+static int64_t kd_first_non_finite_f64(const void *values, int64_t n)
 {
-    int64_t nf_row = -1, nf_col = -1, bad_row = -1, neg_row = -1;
-    double nf_value = 0.0, bad_value = 0.0, neg_value = 0.0;
-    const int32_t *indptr = csr->indptr, *indices = csr->indices;
-    for (int64_t r = 0; r < csr->rows; r++) {
-        double diag = 0.0;
-        const int32_t lo = indptr[r], hi = indptr[r + 1];
-        if (nf_row < 0) {
-            for (int32_t k = lo; k < hi; k++) {
-                double v = kd_load_real(csr->values, t, (size_t)k);
-                if (!isfinite(v)) {
-                    nf_row = r;
-                    nf_col = indices[k];
-                    nf_value = v;
-                    break;
-                }
-            }
+    const uint64_t exp_mask = 0x7ff0000000000000ull;
+    for (int64_t lo = 0; lo < n; lo += KD_SCAN_BLOCK) {
+        int64_t hi = n - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : n;
+        uint64_t top = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            uint64_t bits;
+            memcpy(&bits, (const char *)values + (size_t)k * 8, 8);
+            bits &= exp_mask;
+            top = bits > top ? bits : top;
         }
-        if (inv == NULL)
-            continue;
-        for (int32_t k = lo; k < hi; k++)
-            if (indices[k] == r)
-                diag = kd_load_real(csr->values, t, (size_t)k);
+        if (top == exp_mask)
+            for (int64_t k = lo; k < hi; k++)
+                if (!isfinite(kd_load_f64(values, (size_t)k)))
+                    return k;
+    }
+    return -1;
+}
+
+static int64_t kd_first_non_finite_f32(const void *values, int64_t n)
+{
+    const uint32_t exp_mask = 0x7f800000u;
+    for (int64_t lo = 0; lo < n; lo += KD_SCAN_BLOCK) {
+        int64_t hi = n - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : n;
+        uint32_t top = 0;
+        for (int64_t k = lo; k < hi; k++) {
+            uint32_t bits;
+            memcpy(&bits, (const char *)values + (size_t)k * 4, 4);
+            bits &= exp_mask;
+            top = bits > top ? bits : top;
+        }
+        if (top == exp_mask)
+            for (int64_t k = lo; k < hi; k++)
+                if (!isfinite(kd_load_f32(values, (size_t)k)))
+                    return k;
+    }
+    return -1;
+}
+
+/* The row holding entry k: the last r with indptr[r] <= k (empty rows before it skipped). */
+static int64_t kd_row_of_entry(const kd_csr_t *csr, int64_t k)
+{
+    int64_t lo = 0, hi = csr->rows; /* indptr[lo] <= k < indptr[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (csr->indptr[mid] <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* What one slice of rows [r0, r1) found; the slices' findings merge in row order. */
+typedef struct kd_scan_slice {
+    const kd_csr_t *csr;
+    void *inv; /* NULL unless square */
+    int64_t r0, r1;
+    int64_t non_finite_entry, bad_row, neg_row;
+    double bad_value, neg_value;
+} kd_scan_slice_t;
+
+static void *kd_scan_slice(void *arg)
+{
+    kd_scan_slice_t *sl = arg;
+    const kd_csr_t *csr = sl->csr;
+    const kd_dtype_t t = csr->dtype;
+    const int64_t k0 = csr->indptr[sl->r0], k1 = csr->indptr[sl->r1];
+    /* entries in row order are the values array in order: the slice's first non-finite */
+    const size_t vsize = kd_dtype_size(t);
+    const void *v0 = (const char *)csr->values + (size_t)k0 * vsize;
+    int64_t k = t == KD_DTYPE_F32 ? kd_first_non_finite_f32(v0, k1 - k0)
+                                  : kd_first_non_finite_f64(v0, k1 - k0);
+    sl->non_finite_entry = k >= 0 ? k0 + k : -1;
+    sl->bad_row = sl->neg_row = -1;
+    sl->bad_value = sl->neg_value = 0.0;
+    if (sl->inv == NULL)
+        return NULL;
+    const int32_t *indptr = csr->indptr, *indices = csr->indices;
+    for (int64_t r = sl->r0; r < sl->r1; r++) {
+        int64_t at = -1;
+        for (int64_t j = indptr[r]; j < indptr[r + 1]; j++)
+            at = indices[j] == r ? j : at; /* no branch to mispredict */
+        double diag = at >= 0 ? kd_load_real(csr->values, t, (size_t)at) : 0.0;
         /* Usable when its inverse is finite in the matrix's own type (a float32 subnormal is
          * not). */
         int usable = isfinite(diag) && diag != 0.0;
         if (usable) {
-            kd_store_real(inv, t, (size_t)r, 1.0 / diag);
-            usable = isfinite(kd_load_real(inv, t, (size_t)r));
+            kd_store_real(sl->inv, t, (size_t)r, 1.0 / diag);
+            usable = isfinite(kd_load_real(sl->inv, t, (size_t)r));
         }
-        if (!usable && bad_row < 0) {
-            bad_row = r;
-            bad_value = diag;
+        if (!usable) {
+            kd_store_real(sl->inv, t, (size_t)r, 0.0);
+            if (sl->bad_row < 0) {
+                sl->bad_row = r;
+                sl->bad_value = diag;
+            }
         }
-        if (diag < 0.0 && neg_row < 0) {
-            neg_row = r;
-            neg_value = diag;
+        if (diag < 0.0 && sl->neg_row < 0) {
+            sl->neg_row = r;
+            sl->neg_value = diag;
         }
-        if (!usable)
-            kd_store_real(inv, t, (size_t)r, 0.0);
     }
-    s->non_finite_row = nf_row;
-    s->non_finite_col = nf_col;
-    s->non_finite_value = nf_value;
-    s->bad_diagonal_row = bad_row;
-    s->bad_diagonal_value = bad_value;
-    s->negative_diagonal_row = neg_row;
-    s->negative_diagonal_value = neg_value;
+    return NULL;
+}
+
+/* Threads for a scan of nnz entries: one per KD_SCAN_SLICE_NNZ, at most the online CPUs and
+ * KD_SCAN_THREADS_MAX. A large matrix's scan runs beside its transfer, which is itself a host
+ * memcpy: slices keep the scan under the transfer's time (bench/NOTES.md, run 7). */
+static int kd_scan_threads(int64_t nnz)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t n = nnz / KD_SCAN_SLICE_NNZ;
+    if (n > KD_SCAN_THREADS_MAX)
+        n = KD_SCAN_THREADS_MAX;
+    if (cpus > 0 && n > cpus)
+        n = cpus;
+    return n < 1 ? 1 : (int)n;
 }
 
 int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diagonal, kd_err_t *err)
 {
     *inv_diagonal = NULL;
+    scan->non_finite_row = scan->non_finite_col = -1;
+    scan->bad_diagonal_row = scan->negative_diagonal_row = -1;
+    scan->non_finite_value = scan->bad_diagonal_value = scan->negative_diagonal_value = 0.0;
+    const kd_dtype_t t = csr->dtype;
     const int square = csr->rows == csr->cols && csr->rows > 0;
     void *inv = NULL;
     size_t bytes = 0;
     if (square) {
-        if (kd_mul_overflow((size_t)csr->rows, kd_dtype_size(csr->dtype), &bytes) ||
+        if (kd_mul_overflow((size_t)csr->rows, kd_dtype_size(t), &bytes) ||
             (inv = malloc(bytes)) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory for the matrix diagonal");
     }
-    if (csr->dtype == KD_DTYPE_F32)
-        kd_scan_rows(csr, scan, inv, KD_DTYPE_F32);
-    else
-        kd_scan_rows(csr, scan, inv, KD_DTYPE_F64);
+    /* Slices of about equal nonzeros; slice 0 runs on this thread. */
+    kd_scan_slice_t slices[KD_SCAN_THREADS_MAX];
+    pthread_t threads[KD_SCAN_THREADS_MAX];
+    int started[KD_SCAN_THREADS_MAX] = {0};
+    int n = kd_scan_threads(csr->nnz);
+    int64_t r = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t r1 = csr->rows;
+        if (i + 1 < n) {
+            /* the first row whose start reaches the slice's share of the nonzeros */
+            int64_t target = csr->nnz / n * (i + 1);
+            r1 = kd_row_of_entry(csr, target);
+            r1 = r1 < r ? r : r1;
+        }
+        slices[i] = (kd_scan_slice_t){.csr = csr, .inv = inv, .r0 = r, .r1 = r1};
+        r = r1;
+    }
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, kd_scan_slice, &slices[i]) == 0;
+    kd_scan_slice(&slices[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            kd_scan_slice(&slices[i]); /* no thread to be had: scan it here */
+    }
+    for (int i = 0; i < n; i++) {
+        const kd_scan_slice_t *sl = &slices[i];
+        if (scan->non_finite_row < 0 && sl->non_finite_entry >= 0) {
+            int64_t k = sl->non_finite_entry;
+            scan->non_finite_row = kd_row_of_entry(csr, k);
+            scan->non_finite_col = csr->indices[k];
+            scan->non_finite_value = kd_load_real(csr->values, t, (size_t)k);
+        }
+        if (scan->bad_diagonal_row < 0 && sl->bad_row >= 0) {
+            scan->bad_diagonal_row = sl->bad_row;
+            scan->bad_diagonal_value = sl->bad_value;
+        }
+        if (scan->negative_diagonal_row < 0 && sl->neg_row >= 0) {
+            scan->negative_diagonal_row = sl->neg_row;
+            scan->negative_diagonal_value = sl->neg_value;
+        }
+    }
     *inv_diagonal = inv;
     return KD_OK;
 }

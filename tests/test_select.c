@@ -179,16 +179,22 @@ static void test_measure_regular(void)
  * negative diagonal entry, and 1 / a_ii for every row. */
 static void test_scan_travels_with_the_kept_matrix(void)
 {
-    kd_csr_t *lap = kd_test_laplacian_2d(400, 400); /* 160,000 rows: scanned on a thread */
+    /* 490,000 rows, 2.4M nonzeros: scanned beside the transfer, in two slices (split near row
+     * 245,000) whose findings merge in row order; each kind of finding is planted in both. */
+    kd_csr_t *lap = kd_test_laplacian_2d(700, 700);
     double *v = lap->values;
-    const int64_t nan_row = 1234, zero_row = 70001, neg_row = 150000;
+    const int64_t nan_row = 1234, nan_row2 = 400000;
+    const int64_t zero_row = 200001, zero_row2 = 480000, neg_row = 5, neg_row2 = 450000;
     for (int64_t r = 0; r < lap->rows; r++)
         for (int32_t k = lap->indptr[r]; k < lap->indptr[r + 1]; k++)
             if (lap->indices[k] == r)
-                v[k] = r == zero_row ? 0.0 : r == neg_row ? -2.0 : 4.0 + (double)(r % 7);
+                v[k] = r == zero_row || r == zero_row2 ? 0.0
+                       : r == neg_row || r == neg_row2 ? -2.0
+                                                       : 4.0 + (double)(r % 7);
     int32_t nan_k = lap->indptr[nan_row]; /* the row's first entry is off the diagonal */
     REQUIRE(lap->indices[nan_k] != nan_row);
     v[nan_k] = NAN;
+    v[lap->indptr[nan_row2]] = INFINITY;
     static const struct {
         const char *forced;
         kd_select_mode_t mode;
@@ -213,7 +219,9 @@ static void test_scan_travels_with_the_kept_matrix(void)
         const double *inv = m->inv_diagonal;
         int64_t wrong = -1;
         for (int64_t r = 0; r < lap->rows && wrong < 0; r++) {
-            double want = r == zero_row ? 0.0 : r == neg_row ? -0.5 : 1.0 / (4.0 + (double)(r % 7));
+            double want = r == zero_row || r == zero_row2 ? 0.0
+                          : r == neg_row || r == neg_row2 ? -0.5
+                                                          : 1.0 / (4.0 + (double)(r % 7));
             if (inv[r] != want)
                 wrong = r;
         }
