@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # krylovd works under the memory-deny-write-execute policy that the unit's
 # MemoryDenyWriteExecute=yes applies: the daemon runs under mdwe_exec (prctl PR_SET_MDWE), compiles
-# its kernels afresh (no PoCL cache), and answers an upload and a CG solve correctly.
+# its kernels afresh (no PoCL or NVIDIA kernel cache), and answers an upload and a CG solve correctly.
 # Usage: test_mdwe.sh BIN_DIR MATRICES_DIR
 set -euo pipefail
 bin=$1
@@ -10,7 +10,7 @@ work=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-export POCL_KERNEL_CACHE=0
+export POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1
 "$bin/mdwe_exec" "$bin/krylovd" --listen 127.0.0.1:0 --port-file "$work/port" \
   --device "${KD_TEST_DEVICE:-auto}" --log-level warn &
 pid=$!
