@@ -534,6 +534,7 @@ class TestProgressAndCancel(ClientTest):
 
     def test_ctrl_c_cancels_on_the_server(self):
         before = self.kd.status().requests_by_method["job.cancel"]
+        solves_before = self.kd.status().requests_by_method["solve"]
         code = f"""
 import sys, numpy as np, krylov
 kd = krylov.Client({daemon.address!r})
@@ -546,7 +547,12 @@ print("finished", flush=True)
                                  stderr=subprocess.PIPE, text=True)
         try:
             self.assertEqual(child.stdout.readline().strip(), "solving")
-            time.sleep(0.5)
+            # interrupt only once the server has the solve (a busy machine may be slow to send)
+            deadline = time.monotonic() + 60
+            while (self.kd.status().requests_by_method["solve"] == solves_before
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            time.sleep(0.2)
             child.send_signal(signal.SIGINT)
             out, err = child.communicate(timeout=60)
         finally:
