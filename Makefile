@@ -35,7 +35,8 @@ test: build
 test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKD_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' $(CTEST_FLAGS)
+	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	  ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' $(CTEST_FLAGS)
 
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DKD_FUZZ=ON -DKD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)
