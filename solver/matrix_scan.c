@@ -22,44 +22,37 @@
 #define KD_SCAN_SLICE_NNZ ((int64_t)1 << 20)
 #define KD_SCAN_THREADS_MAX 8
 
-/* The first non-finite value of v[0..n), or -1. Blocks of values are screened by the largest
- * exponent field (a max-reduction the compiler vectorises); only a block holding an Inf or NaN
- * is searched entry by entry. */
-static int64_t kd_first_non_finite_f64(const void *values, int64_t n)
+/* The exponent field of element k (all ones: Inf or NaN). */
+static inline uint64_t kd_exponent_bits(const void *values, kd_dtype_t t, int64_t k)
 {
-    const uint64_t exp_mask = 0x7ff0000000000000ull;
+    if (t == KD_DTYPE_F32) {
+        uint32_t bits;
+        memcpy(&bits, (const char *)values + (size_t)k * 4, 4);
+        return bits & 0x7f800000u;
+    }
+    uint64_t bits;
+    memcpy(&bits, (const char *)values + (size_t)k * 8, 8);
+    return bits & 0x7ff0000000000000ull;
+}
+
+/* The first non-finite value of values[0..n), or -1. Blocks of values are screened by the
+ * largest exponent field (a max-reduction the compiler vectorises; t is a constant at each call,
+ * so each dtype gets its own loop); only a block holding an Inf or NaN is searched entry by
+ * entry. */
+static inline __attribute__((always_inline)) int64_t kd_first_non_finite(const void *values,
+                                                                         kd_dtype_t t, int64_t n)
+{
+    const uint64_t all_ones = t == KD_DTYPE_F32 ? 0x7f800000u : 0x7ff0000000000000ull;
     for (int64_t lo = 0; lo < n; lo += KD_SCAN_BLOCK) {
         int64_t hi = n - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : n;
         uint64_t top = 0;
         for (int64_t k = lo; k < hi; k++) {
-            uint64_t bits;
-            memcpy(&bits, (const char *)values + (size_t)k * 8, 8);
-            bits &= exp_mask;
+            uint64_t bits = kd_exponent_bits(values, t, k);
             top = bits > top ? bits : top;
         }
-        if (top == exp_mask)
+        if (top == all_ones)
             for (int64_t k = lo; k < hi; k++)
-                if (!isfinite(kd_load_f64(values, (size_t)k)))
-                    return k;
-    }
-    return -1;
-}
-
-static int64_t kd_first_non_finite_f32(const void *values, int64_t n)
-{
-    const uint32_t exp_mask = 0x7f800000u;
-    for (int64_t lo = 0; lo < n; lo += KD_SCAN_BLOCK) {
-        int64_t hi = n - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : n;
-        uint32_t top = 0;
-        for (int64_t k = lo; k < hi; k++) {
-            uint32_t bits;
-            memcpy(&bits, (const char *)values + (size_t)k * 4, 4);
-            bits &= exp_mask;
-            top = bits > top ? bits : top;
-        }
-        if (top == exp_mask)
-            for (int64_t k = lo; k < hi; k++)
-                if (!isfinite(kd_load_f32(values, (size_t)k)))
+                if (!isfinite(kd_load_real(values, t, (size_t)k)))
                     return k;
     }
     return -1;
@@ -97,8 +90,8 @@ static void *kd_scan_slice(void *arg)
     /* entries in row order are the values array in order: the slice's first non-finite */
     const size_t vsize = kd_dtype_size(t);
     const void *v0 = (const char *)csr->values + (size_t)k0 * vsize;
-    int64_t k = t == KD_DTYPE_F32 ? kd_first_non_finite_f32(v0, k1 - k0)
-                                  : kd_first_non_finite_f64(v0, k1 - k0);
+    int64_t k = t == KD_DTYPE_F32 ? kd_first_non_finite(v0, KD_DTYPE_F32, k1 - k0)
+                                  : kd_first_non_finite(v0, KD_DTYPE_F64, k1 - k0);
     sl->non_finite_entry = k >= 0 ? k0 + k : -1;
     sl->bad_row = sl->neg_row = -1;
     sl->bad_value = sl->neg_value = 0.0;
