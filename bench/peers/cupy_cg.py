@@ -3,7 +3,8 @@
 
 Usage: cupy_cg.py [--iterations N] [--repeat R] [--dtype float64|float32] [--jacobi] [SPEC ...]
 SPEC: lap2d:NX (5-point, 4 on the diagonal) or lap3d:N (7-point, 6 on the diagonal), the same
-matrices as bench/matgen.c builds (default lap2d:2048 lap3d:160).
+matrices as bench/matgen.c builds (default lap2d:2048 lap3d:160), or a Matrix Market file (read
+with scipy.io.mmread: symmetric files expanded, pattern entries 1, as krylovd's reader does).
 
 tol (rtol) = 0 and atol = 0 so it never stops early; the time is wall clock with the device
 synchronised before and after. ms/it is reported two ways: a whole solve of N iterations over N,
@@ -17,10 +18,16 @@ import cupy as cp
 import cupyx.scipy.sparse as csp
 import cupyx.scipy.sparse.linalg as cla
 import numpy as np
+import scipy.io
 import scipy.sparse as sp
 
 
-def laplacian(spec, dtype):
+def load(spec, dtype):
+    if spec.endswith(".mtx"):
+        a = sp.csr_matrix(scipy.io.mmread(spec)).astype(dtype)
+        a.sum_duplicates()
+        a.sort_indices()
+        return a
     kind, size = spec.split(":")
     n = int(size)
     t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
@@ -67,7 +74,7 @@ def main():
           f"{args.dtype}; cg with tol = atol = 0, {args.iterations} iterations, median of {args.repeat}")
     print(f"{'matrix':<14} {'meth':<4} {'rows':>9} {'nnz':>10} {'ms/it':>8} {'ms/it_d':>8}")
     for spec in args.specs:
-        host = laplacian(spec, dtype)
+        host = load(spec, dtype)
         a = csp.csr_matrix(host)
         rng = np.random.default_rng(1)
         b = cp.asarray(rng.uniform(-1.0, 1.0, host.shape[0]).astype(dtype))
@@ -83,7 +90,7 @@ def main():
             med = lambda v: v[len(v) // 2]
             per = med(whole) / args.iterations
             diff = (med(longer) - med(short)) / args.iterations
-            print(f"{spec:<14} {name:<4} {host.shape[0]:>9} {host.nnz:>10} {per:>8.4f} {diff:>8.4f}")
+            print(f"{spec.rsplit('/', 1)[-1]:<14} {name:<4} {host.shape[0]:>9} {host.nnz:>10} {per:>8.4f} {diff:>8.4f}")
             sys.stdout.flush()
 
 
