@@ -9,6 +9,8 @@
  *   PCG  the same plus 1/diag read in each pass                              = 12 n v
  *   SD   dots 2nv + update_residual 5nv                                      =  7 n v
  *   lean two passes (--passes 1): dots3 reads no r                        CG 9, PCG 11 n v
+ *   fused (csr_scalar, two passes; --fuse 0 turns it off): dots3 is done inside the SpMV
+ *   from the q it computes, so d and q are not read again                 2 n v less
  * The floor is those bytes over the device's copy bandwidth, measured here as a large
  * device-to-device copy (bytes read + bytes written over the time). The solve runs with
  * rtol = atol = 0 and one check at the end, so it never stops early and the time is the
@@ -27,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 
 static double kd_bs_now_ms(void)
 {
@@ -135,6 +136,8 @@ static void kd_bs_usage(void)
             "(default 0)\n"
             "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
             "(default 0)\n"
+            "  --fuse LIST         1: fuse the SpMV with pass 1 where the format allows, 0: not "
+            "(default 1)\n"
             "  --iterations N      per timed solve (default 200)\n"
             "  --repeat R          timed solves per row, the median is reported (default 3)\n"
             "  --format NAME       matrix format (default csr_scalar)\n"
@@ -147,7 +150,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar";
     kd_dtype_t dtype = KD_DTYPE_F64;
     char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0",
-         passes_buf[16] = "0";
+         passes_buf[16] = "0", fuse_buf[16] = "1";
     int iterations = 200, repeat = 3;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
@@ -176,6 +179,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(nrhs_buf, sizeof(nrhs_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--passes") == 0) {
             snprintf(passes_buf, sizeof(passes_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--fuse") == 0) {
+            snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--iterations") == 0) {
@@ -212,6 +217,8 @@ int kd_bench_solve_main(int argc, char **argv)
     int ngroups = kd_bs_split(groups_buf, groups_list, 16);
     char *passes_list[4];
     int npasses = kd_bs_split(passes_buf, passes_list, 4);
+    char *fuse_list[2];
+    int nfuse = kd_bs_split(fuse_buf, fuse_list, 2);
     kd_format_t format;
     if (kd_format_parse(format_name, &format) != 0 || !kd_format_available(format)) {
         fprintf(stderr, "format %s is not available\n", format_name);
@@ -231,8 +238,8 @@ int kd_bench_solve_main(int argc, char **argv)
     printf("# device: %s (%s); copy bandwidth %.0f GB/s (read + write, %zu MiB); %s; %d "
            "iterations per solve, median of %d\n",
            desc->name, desc->platform, copy_gbs, copy_mb, kd_dtype_name(dtype), iterations, repeat);
-    printf("%-14s %-4s %4s %5s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
-           "nrhs", "grps", "ps", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
+    printf("%-14s %-4s %4s %5s %2s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
+           "nrhs", "grps", "ps", "fu", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
            "auto_ms", "spmv_ms");
     FILE *csv = csv_path != NULL ? fopen(csv_path, "a") : NULL;
     if (csv_path != NULL && csv == NULL)
@@ -275,17 +282,18 @@ int kd_bench_solve_main(int argc, char **argv)
                 const double vec_per = method == KD_SOLVE_PCG  ? 12.0
                                        : method == KD_SOLVE_SD ? 7.0
                                                                : 10.0;
-                for (int gi = 0; gi < ngroups * npasses; gi++) {
+                for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
+                    const int fuse = atoi(fuse_list[gi / (ngroups * npasses)]);
                     /* Lean passes (1) do not read r for r'Mq: one vector less. */
                     const double lean = atoi(passes) == 1 && method != KD_SOLVE_SD ? 1.0 : 0.0;
-                    const double bytes = (double)k * (spmv_bytes + (vec_per - lean) * n * v);
                     kd_solve_params_t prm;
                     kd_solve_params_default(&prm);
                     prm.method = method;
                     prm.rtol = 0.0;
                     prm.atol = 0.0;
-                    prm.reduction_groups = atoll(groups_list[gi / npasses]);
+                    prm.reduction_groups = atoll(groups_list[gi / npasses % ngroups]);
+                    prm.no_fusion = !fuse;
                     prm.passes = atoi(passes);
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
@@ -293,8 +301,12 @@ int kd_bench_solve_main(int argc, char **argv)
                     prm.maxiter = 3;
                     prm.check_every = 3;
                     failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
+                    const int fused = res[0].spmv_fused;
                     for (int64_t c = 0; c < k; c++)
                         kd_solve_result_free(&res[c]);
+                    /* Fused: d and q are not read again after the SpMV. */
+                    const double vec = vec_per - lean - (fused ? 2.0 : 0.0);
+                    const double bytes = (double)k * (spmv_bytes + vec * n * v);
                     prm.maxiter = iterations;
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
@@ -320,17 +332,19 @@ int kd_bench_solve_main(int argc, char **argv)
                     }
                     double ms = kd_bs_median(t, repeat);
                     double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
-                    printf("%-14s %-4s %4lld %5s %2s %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% %7.0f "
-                           "%8.4f %8.4f\n",
-                           matrices[mi], methods[me], (long long)k, groups_list[gi / npasses],
-                           passes, (long long)csr->rows, (long long)csr->nnz, bytes / 1e6, ms,
-                           floor_ms, 100.0 * floor_ms / ms, bytes / (ms * 1e6), auto_ms, spmv_ms);
+                    printf("%-14s %-4s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
+                           "%7.0f %8.4f %8.4f\n",
+                           matrices[mi], methods[me], (long long)k,
+                           groups_list[gi / npasses % ngroups], passes, fused, (long long)csr->rows,
+                           (long long)csr->nnz, bytes / 1e6, ms, floor_ms, 100.0 * floor_ms / ms,
+                           bytes / (ms * 1e6), auto_ms, spmv_ms);
                     if (csv != NULL)
-                        fprintf(
-                            csv, "%s,%s,%s,%lld,%s,%s,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
-                            desc->name, matrices[mi], methods[me], (long long)k,
-                            groups_list[gi / npasses], passes, (long long)csr->rows,
-                            (long long)csr->nnz, bytes, ms, floor_ms, auto_ms, spmv_ms, copy_gbs);
+                        fprintf(csv,
+                                "%s,%s,%s,%lld,%s,%s,%d,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
+                                desc->name, matrices[mi], methods[me], (long long)k,
+                                groups_list[gi / npasses % ngroups], passes, fused,
+                                (long long)csr->rows, (long long)csr->nnz, bytes, ms, floor_ms,
+                                auto_ms, spmv_ms, copy_gbs);
                     fflush(stdout);
                     free(t);
                 }

@@ -21,7 +21,9 @@
  *   kd_krylov_update_merged  alpha = r'z / d'q, beta = (r'z - 2 alpha r'Mq + alpha^2 q'Mq) / r'z;
  *                            r -= alpha q, x += alpha d, d = z + beta d; partials of the new r'r
  *                            and r'z: reads q, r, x, d (1/diag), writes r, x, d
- * or three (solver/krylov.h's `passes`), with beta from the exact new r'z:
+ * For a csr_scalar matrix the SpMV and dots3 are one launch, kd_krylov_csr_spmv_dots3 (two
+ * launches an iteration in all, d and q read once fewer).
+ * Or three (solver/krylov.h's `passes`), with beta from the exact new r'z:
  *   kd_krylov_dots             partials of d'q: reads d, q
  *   kd_krylov_update_residual  alpha; r -= alpha q; partials of r'r, r'z: reads q, r, writes r
  *   kd_krylov_update_direction beta; x += alpha d; d = z + beta d: reads x, d, r, writes x, d
@@ -359,6 +361,51 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
             v[0] += p[base + e] * qi;
             v[2] += qi * mq;
         }
+    }
+    kd_krylov_group_sums(scratch, v, 3);
+    if (get_local_id(0) == 0) {
+        KD_DOT(0)[get_group_id(0)] = v[0];
+        KD_DOT(1)[get_group_id(0)] = v[1];
+        KD_DOT(2)[get_group_id(0)] = v[2];
+    }
+}
+
+/*
+ * Two-pass iteration, pass 1 fused with the SpMV, for a matrix kept as csr_scalar: q = A p row by
+ * row (one work-item per row, as kernels/csr_scalar.cl, but in the grid-stride loop of the
+ * column's G groups above) and, from the q[e] just computed, the partial sums kd_krylov_dots3
+ * leaves. p and q are not read back from memory afterwards (p[e] is in cache from the gather on a
+ * banded matrix; r and 1/diag are read once here). Rows are visited in the same order, work-item
+ * by work-item, as dots3 visits elements, and q[e] is summed in column order as the plain SpMV
+ * does: the same operations in the same order as SpMV + dots3. A column that is not
+ * running is skipped whole (its q is not written; nothing reads it). Backwards.
+ */
+__kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
+    const int n, const int ld, const int a, const int pcg, const int with_rq,
+    __global const long *state, __global const int *indptr, __global const int *indices,
+    __global const VALUE *values, __global const VALUE *p, __global VALUE *q,
+    __global const VALUE *r, __global const VALUE *inv_diagonal, __global VALUE *dot_partials)
+{
+    __local VALUE scratch[3 * KD_WG_SIZE];
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    const int groups = (int)get_num_groups(0);
+    const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
+    const size_t base = (size_t)c * (size_t)ld;
+    const uint stride = (uint)get_global_size(0);
+    __global const VALUE *pc = p + base;
+    VALUE v[3] = {KD_ZERO, KD_ZERO, KD_ZERO};
+    for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+        const uint e = (uint)n - 1u - i;
+        const int lo = indptr[e], hi = indptr[e + 1];
+        VALUE qi = KD_ZERO;
+        for (int j = lo; j < hi; j++)
+            qi += values[j] * pc[indices[j]];
+        q[base + e] = qi;
+        const VALUE mq = pcg ? inv_diagonal[e] * qi : qi;
+        v[0] += pc[e] * qi;
+        if (with_rq)
+            v[1] += r[base + e] * mq;
+        v[2] += qi * mq;
     }
     kd_krylov_group_sums(scratch, v, 3);
     if (get_local_id(0) == 0) {

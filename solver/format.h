@@ -85,6 +85,11 @@ extern const kd_format_ops_t kd_format_sell_c_sigma_ops;
 extern const kd_format_ops_t kd_format_hyb_ops;
 extern const kd_format_ops_t kd_format_coo_ops;
 
+/* A csr_scalar matrix's three device arrays (for the solver's fused SpMV); 0 for any other
+ * format or a matrix without rows. */
+int kd_format_csr_scalar_arrays(const kd_matrix_t *m, cl_mem *indptr, cl_mem *indices,
+                                cl_mem *values);
+
 /* The ops of an available format, or NULL. */
 const kd_format_ops_t *kd_format_ops(kd_format_t format);
 

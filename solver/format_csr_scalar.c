@@ -73,6 +73,18 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                          "kd_csr_scalar_spmv", err);
 }
 
+int kd_format_csr_scalar_arrays(const kd_matrix_t *m, cl_mem *indptr, cl_mem *indices,
+                                cl_mem *values)
+{
+    if (m->format != KD_FMT_CSR_SCALAR || m->impl == NULL || m->rows <= 0)
+        return 0;
+    const kd_csr_scalar_t *impl = m->impl;
+    *indptr = impl->indptr;
+    *indices = impl->indices;
+    *values = impl->values;
+    return 1;
+}
+
 const kd_format_ops_t kd_format_csr_scalar_ops = {
     .format = KD_FMT_CSR_SCALAR,
     .plan_bytes = csr_scalar_plan_bytes,

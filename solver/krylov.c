@@ -608,3 +608,42 @@ int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
                                         iteration, err);
     return rc;
 }
+
+int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec_t *q,
+                          kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
+                          int64_t iteration, kd_err_t *err)
+{
+    int rc;
+    cl_kernel kernel;
+    if (kr->method == KD_KRYLOV_SD || kr->passes != 2)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: the fused SpMV serves two-pass CG / PCG");
+    if ((rc = kd_krylov_check(kr, q, "iterate_csr", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, r, "iterate_csr", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, x, "iterate_csr", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, d, "iterate_csr", err)) != KD_OK)
+        return rc;
+    const int pcg = kr->method == KD_KRYLOV_PCG;
+    if (pcg && inv_diagonal == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
+    if ((rc = kd_krylov_kernel(kr, "kd_krylov_csr_spmv_dots3", &kernel, err)) != KD_OK)
+        return rc;
+    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
+    kd_ocl_arg_int(&a, (cl_int)kr->n);
+    kd_ocl_arg_int(&a, (cl_int)kr->ld);
+    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
+    kd_ocl_arg_int(&a, pcg);
+    kd_ocl_arg_int(&a, kr->with_rq);
+    kd_ocl_arg_mem(&a, kr->state);
+    kd_ocl_arg_mem(&a, A->indptr);
+    kd_ocl_arg_mem(&a, A->indices);
+    kd_ocl_arg_mem(&a, A->values);
+    kd_ocl_arg_mem(&a, d->mem);
+    kd_ocl_arg_mem(&a, q->mem);
+    kd_ocl_arg_mem(&a, r->mem);
+    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
+    kd_ocl_arg_mem(&a, kr->dot_partials);
+    if ((rc = kd_ocl_args_end(&a, "kd_krylov_csr_spmv_dots3", err)) != KD_OK ||
+        (rc = kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_csr_spmv_dots3", err)) != KD_OK)
+        return rc;
+    return kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
+}

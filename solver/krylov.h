@@ -113,6 +113,22 @@ void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
 int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
                       kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err);
 
+/* A csr_scalar matrix's device arrays, for the fused first pass (kd_krylov_iterate_csr). */
+typedef struct kd_krylov_csr {
+    cl_mem indptr, indices, values;
+} kd_krylov_csr_t;
+
+/*
+ * Iteration `iteration` of two-pass CG / PCG (not SD, not passes = 3) with the SpMV fused into
+ * pass 1: kd_krylov_csr_spmv_dots3 computes q = A d for every running column and the partial
+ * sums dots3 would, then kd_krylov_update_merged as in kd_krylov_iterate. Two launches an
+ * iteration for all k columns; d and q are read once fewer. The results are those of the
+ * separate SpMV and dots3 (the same operations in the same order).
+ */
+int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec_t *q,
+                          kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
+                          int64_t iteration, kd_err_t *err);
+
 /* The three-pass steps one at a time (kd_krylov_iterate with passes = 3). Step 1: the partial sums
  * of p'q of every running column. */
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,

@@ -31,6 +31,7 @@
  * At the end r = b - A x is recomputed once more for every column and its norm reported.
  */
 #include "solver/solve.h"
+#include "solver/format.h"
 #include "solver/krylov.h"
 
 #include <math.h>
@@ -160,7 +161,9 @@ typedef struct kd_solve_run {
     int64_t k;  /* device columns */
     kd_krylov_t kr;
     kd_multivec_t b, x, r, q, d;
-    cl_mem inv; /* PCG: the matrix's inverse diagonal on the device, for this solve */
+    cl_mem inv;          /* PCG: the matrix's inverse diagonal on the device, for this solve */
+    int fused;           /* two-pass CG / PCG on csr_scalar: SpMV and pass 1 in one launch */
+    kd_krylov_csr_t csr; /* the matrix's arrays when fused */
     kd_solve_column_t *cols;
     unsigned char *active; /* k: 1 while the column is not done (its SpMV runs) */
     unsigned char *seen;   /* k: the column ran up to the check being processed */
@@ -188,12 +191,17 @@ static int kd_solve_iterate(kd_solve_run_t *run, int64_t it, int flush, kd_err_t
     kd_multivec_t *p = sd ? &run->r : &run->d;
     cl_mem inv = run->inv;
     int rc = KD_OK;
-    for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
-        if (run->active[c])
-            rc = kd_matrix_spmv(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &run->q.cols[c], err);
-    if (rc == KD_OK)
-        rc = kd_krylov_iterate(&run->kr, &run->q, &run->r, &run->x, sd ? NULL : &run->d, inv, it,
-                               err);
+    if (run->fused) {
+        rc = kd_krylov_iterate_csr(&run->kr, &run->csr, &run->q, &run->r, &run->x, &run->d, inv, it,
+                                   err);
+    } else {
+        for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
+            if (run->active[c])
+                rc = kd_matrix_spmv(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &run->q.cols[c], err);
+        if (rc == KD_OK)
+            rc = kd_krylov_iterate(&run->kr, &run->q, &run->r, &run->x, sd ? NULL : &run->d, inv,
+                                   it, err);
+    }
     /* Hand the work to the device every few iterations: some runtimes (NVIDIA's) hold enqueued
      * work back until a flush or a blocking call, and the device would idle while the host
      * enqueues the rest of a chunk. */
@@ -579,6 +587,8 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
         goto fail;
     }
     free(thresholds);
+    run.fused = !sd && run.kr.passes == 2 && !params->no_fusion &&
+                kd_format_csr_scalar_arrays(A, &run.csr.indptr, &run.csr.indices, &run.csr.values);
     if (run.method == KD_KRYLOV_PCG &&
         (rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, colbytes,
                                    A->inv_diagonal, "inverse diagonal", &run.inv, err)) != KD_OK)
@@ -714,6 +724,7 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
         res->residual_norm = sqrt(run.norms[c]);
         res->relative_residual = res->residual_norm / res->b_norm;
         res->iterate_ms = (double)(iterate_end_ns - iterate_start_ns) / 1e6;
+        res->spmv_fused = run.fused;
     }
     rc = stopped;
     goto done;

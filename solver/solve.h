@@ -49,8 +49,11 @@ typedef struct kd_solve_params {
     uint64_t deadline_ns;     /* CLOCK_MONOTONIC; 0 = none; passing it stops with KD_ETIMEOUT */
     int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
                                  vector kernels' reductions; 0 = automatic */
-    int passes; /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
-                   two lean ones (see solver/krylov.h); 0 = automatic (2) */
+    int passes;    /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
+                      two lean ones (see solver/krylov.h); 0 = automatic (2) */
+    int no_fusion; /* tuning (benchmarks, tests): nonzero keeps the SpMV of a csr_scalar matrix a
+                      launch of its own instead of fusing it with the first vector pass of
+                      two-pass CG / PCG (kd_krylov_iterate_csr) */
 } kd_solve_params_t;
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
@@ -75,6 +78,7 @@ typedef struct kd_solve_result {
                           b - A x and the iteration went on from the true residual */
     double time_ms;    /* the whole solve (all right-hand sides), transfers included */
     double iterate_ms; /* of which the iterations: from the first check to the last */
+    int spmv_fused;    /* the SpMV ran fused with the first vector pass (kd_krylov_iterate_csr) */
     char message[256]; /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;
 

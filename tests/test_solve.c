@@ -924,6 +924,79 @@ static void test_two_and_three_passes(void)
     }
 }
 
+/* Two-pass CG and PCG on a csr_scalar matrix fuse the SpMV into the first vector pass; with
+ * no_fusion they launch it apart. Both do the same operations in the same order, so three
+ * columns of different scale (one of them b = 0) take the same iterations to the same x and
+ * residuals, in both precisions, with r read (the default) and lean. Rows of 1..16 entries. */
+static void test_fused_spmv_matches_separate(void)
+{
+    enum { K = 3 };
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < nd; d++) {
+        for (int variant = 0; variant < 4; variant++) {
+            const int pcg = variant & 1, lean = variant >> 1;
+            problem_t p;
+            REQUIRE(problem_make(&p, kd_test_spd_matrix(1500, 8, 0.02), dt[d]) == 0);
+            const size_t col = (size_t)p.n * kd_dtype_size(dt[d]);
+            char *b = malloc(K * col), *xf = malloc(K * col), *xs = malloc(K * col);
+            for (int64_t i = 0; i < p.n * K; i++)
+                kd_store_real(b, dt[d], (size_t)i,
+                              i / p.n == 1 ? 0.0
+                                           : kd_test_rand_double(-1, 1) * (1 + 9 * (i / p.n)));
+            kd_solve_params_t prm =
+                params_of(pcg ? KD_SOLVE_PCG : KD_SOLVE_CG, dt[d] == KD_DTYPE_F64 ? 1e-10 : 1e-5);
+            prm.passes = lean ? 1 : 2;
+            kd_solve_result_t rf[K], rs[K];
+            kd_err_t err = {0};
+            CHECK(kd_solve(ocl, p.A, K, b, NULL, xf, &prm, rf, &err) == KD_OK);
+            prm.no_fusion = 1;
+            CHECK(kd_solve(ocl, p.A, K, b, NULL, xs, &prm, rs, &err) == KD_OK);
+            fprintf(stderr, "  %s%s %s: fused %lld/%lld iterations, separate %lld/%lld\n",
+                    pcg ? "pcg" : "cg", lean ? " lean" : "", kd_dtype_name(dt[d]),
+                    (long long)rf[0].iterations, (long long)rf[2].iterations,
+                    (long long)rs[0].iterations, (long long)rs[2].iterations);
+            for (int c = 0; c < K; c++) {
+                /* the b = 0 column is answered x = 0 before the device iterates */
+                CHECK(c == 1 ? rf[c].iterations == 0
+                             : rf[c].spmv_fused == 1 && rs[c].spmv_fused == 0);
+                CHECK(rf[c].status == KD_SOLVE_CONVERGED && rs[c].status == KD_SOLVE_CONVERGED);
+                CHECK_EQ_INT(rf[c].iterations, rs[c].iterations);
+                CHECK(rf[c].residual_norm == rs[c].residual_norm);
+                kd_solve_result_free(&rf[c]);
+                kd_solve_result_free(&rs[c]);
+            }
+            CHECK(memcmp(xf, xs, K * col) == 0);
+            free(b);
+            free(xf);
+            free(xs);
+            problem_free(&p);
+        }
+    }
+    /* SD, three passes, and other formats never fuse. */
+    problem_t p;
+    REQUIRE(problem_make(&p, kd_test_laplacian_2d(12, 12), KD_DTYPE_F64) == 0);
+    kd_solve_params_t prm = params_of(KD_SOLVE_SD, 1e-8);
+    kd_solve_result_t r;
+    kd_err_t err = {0};
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
+    CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
+    kd_solve_result_free(&r);
+    prm = params_of(KD_SOLVE_CG, 1e-8);
+    prm.passes = 3;
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
+    CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
+    kd_solve_result_free(&r);
+    kd_matrix_t *vec = NULL;
+    REQUIRE(kd_matrix_upload(ocl, p.csr, KD_FMT_CSR_VECTOR, &vec, &err) == KD_OK);
+    prm.passes = 2;
+    CHECK(kd_solve(ocl, vec, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
+    CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
+    kd_solve_result_free(&r);
+    kd_matrix_free(vec);
+    problem_free(&p);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -947,6 +1020,7 @@ int main(void)
     RUN(test_schedule_independent_multi);
     RUN(test_multi_progress_and_non_finite_matrix);
     RUN(test_two_and_three_passes);
+    RUN(test_fused_spmv_matches_separate);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
