@@ -136,8 +136,8 @@ static void kd_bs_usage(void)
             "(default 0)\n"
             "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
             "(default 0)\n"
-            "  --fuse LIST         1: fuse the SpMV with pass 1 where the format allows, 0: not "
-            "(default 1)\n"
+            "  --fuse LIST         fuse the SpMV with pass 1 (csr_scalar, two-pass CG / PCG): 1, 0 "
+            "or auto = on GPUs (default auto)\n"
             "  --iterations N      per timed solve (default 200)\n"
             "  --repeat R          timed solves per row, the median is reported (default 3)\n"
             "  --format NAME       matrix format (default csr_scalar)\n"
@@ -150,7 +150,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar";
     kd_dtype_t dtype = KD_DTYPE_F64;
     char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0",
-         passes_buf[16] = "0", fuse_buf[16] = "1";
+         passes_buf[16] = "0", fuse_buf[16] = "auto";
     int iterations = 200, repeat = 3;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
@@ -284,7 +284,8 @@ int kd_bench_solve_main(int argc, char **argv)
                                                                : 10.0;
                 for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
-                    const int fuse = atoi(fuse_list[gi / (ngroups * npasses)]);
+                    const char *fuse_s = fuse_list[gi / (ngroups * npasses)];
+                    const int fuse = strcmp(fuse_s, "auto") == 0 ? -1 : atoi(fuse_s);
                     /* Lean passes (1) do not read r for r'Mq: one vector less. */
                     const double lean = atoi(passes) == 1 && method != KD_SOLVE_SD ? 1.0 : 0.0;
                     kd_solve_params_t prm;
@@ -293,7 +294,9 @@ int kd_bench_solve_main(int argc, char **argv)
                     prm.rtol = 0.0;
                     prm.atol = 0.0;
                     prm.reduction_groups = atoll(groups_list[gi / npasses % ngroups]);
-                    prm.no_fusion = !fuse;
+                    prm.spmv_fusion = fuse < 0 ? 0
+                                      : fuse   ? KD_SOLVE_FUSION_ON
+                                               : KD_SOLVE_FUSION_OFF;
                     prm.passes = atoi(passes);
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;

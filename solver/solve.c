@@ -587,7 +587,9 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
         goto fail;
     }
     free(thresholds);
-    run.fused = !sd && run.kr.passes == 2 && !params->no_fusion &&
+    const int fuse = params->spmv_fusion != 0 ? params->spmv_fusion == KD_SOLVE_FUSION_ON
+                                              : kd_ocl_desc(ocl)->is_gpu;
+    run.fused = !sd && run.kr.passes == 2 && fuse &&
                 kd_format_csr_scalar_arrays(A, &run.csr.indptr, &run.csr.indices, &run.csr.values);
     if (run.method == KD_KRYLOV_PCG &&
         (rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, colbytes,

@@ -925,9 +925,10 @@ static void test_two_and_three_passes(void)
 }
 
 /* Two-pass CG and PCG on a csr_scalar matrix fuse the SpMV into the first vector pass; with
- * no_fusion they launch it apart. Both do the same operations in the same order, so three
- * columns of different scale (one of them b = 0) take the same iterations to the same x and
- * residuals, in both precisions, with r read (the default) and lean. Rows of 1..16 entries. */
+ * KD_SOLVE_FUSION_OFF they launch it apart (the test forces both: automatic fuses on GPUs only).
+ * Both do the same operations in the same order, so three columns of different scale (one of them b
+ * = 0) take the same iterations to the same x and residuals, in both precisions, with r read (the
+ * default) and lean. Rows of 1..16 entries. */
 static void test_fused_spmv_matches_separate(void)
 {
     enum { K = 3 };
@@ -947,10 +948,11 @@ static void test_fused_spmv_matches_separate(void)
             kd_solve_params_t prm =
                 params_of(pcg ? KD_SOLVE_PCG : KD_SOLVE_CG, dt[d] == KD_DTYPE_F64 ? 1e-10 : 1e-5);
             prm.passes = lean ? 1 : 2;
+            prm.spmv_fusion = KD_SOLVE_FUSION_ON;
             kd_solve_result_t rf[K], rs[K];
             kd_err_t err = {0};
             CHECK(kd_solve(ocl, p.A, K, b, NULL, xf, &prm, rf, &err) == KD_OK);
-            prm.no_fusion = 1;
+            prm.spmv_fusion = KD_SOLVE_FUSION_OFF;
             CHECK(kd_solve(ocl, p.A, K, b, NULL, xs, &prm, rs, &err) == KD_OK);
             fprintf(stderr, "  %s%s %s: fused %lld/%lld iterations, separate %lld/%lld\n",
                     pcg ? "pcg" : "cg", lean ? " lean" : "", kd_dtype_name(dt[d]),
@@ -977,13 +979,20 @@ static void test_fused_spmv_matches_separate(void)
     problem_t p;
     REQUIRE(problem_make(&p, kd_test_laplacian_2d(12, 12), KD_DTYPE_F64) == 0);
     kd_solve_params_t prm = params_of(KD_SOLVE_SD, 1e-8);
+    prm.spmv_fusion = KD_SOLVE_FUSION_ON;
     kd_solve_result_t r;
     kd_err_t err = {0};
     CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
     CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
     kd_solve_result_free(&r);
+    /* automatic: fused on a GPU, not on a CPU */
+    prm = params_of(KD_SOLVE_CG, 1e-8);
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
+    CHECK(r.spmv_fused == kd_ocl_desc(ocl)->is_gpu && r.status == KD_SOLVE_CONVERGED);
+    kd_solve_result_free(&r);
     prm = params_of(KD_SOLVE_CG, 1e-8);
     prm.passes = 3;
+    prm.spmv_fusion = KD_SOLVE_FUSION_ON;
     CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
     CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
     kd_solve_result_free(&r);

@@ -17,6 +17,9 @@ $bench --device gpu --methods cg --passes "${KD_PASSES:-2,1}" --groups "${KD_GRO
   --csv "$csv" lap2d:2048 lap3d:160 2>&1 | tee "$out/solve.txt"
 $bench --device gpu --methods pcg --copy-mb 256 --csv "$csv" lap2d:2048 lap3d:160 2>&1 \
   | tail -2 | tee -a "$out/solve.txt"
+# the SpMV fused with pass 1 (the default on a GPU) against separate launches
+$bench --device gpu --methods cg,pcg --fuse 1,0 --copy-mb 256 --csv "$csv" lap2d:2048 lap3d:160 \
+  lap3d:100 2>&1 | tail -12 | tee -a "$out/solve.txt"
 $bench --device gpu --methods cg,pcg,sd --copy-mb 256 --csv "$csv" lap2d:1024 lap3d:100 2>&1 \
   | tail -6 | tee -a "$out/solve.txt"
 $bench --device gpu --methods cg --nrhs 4 --copy-mb 256 --csv "$csv" lap2d:1024 lap3d:100 2>&1 \
