@@ -323,6 +323,19 @@ kd_krylov_update_direction(const int n, const int ld, const int groups, const in
     }
 }
 
+/* Fold a work-group's p'q, r'Mq, q'Mq and leave them as its partial sums of column c. */
+void kd_krylov_store_dots3(__local VALUE *scratch, VALUE *v, __global VALUE *dot_partials,
+                           const int c, const int k)
+{
+    const int groups = (int)get_num_groups(0);
+    kd_krylov_group_sums(scratch, v, 3);
+    if (get_local_id(0) == 0) {
+        KD_DOT(0)[get_group_id(0)] = v[0];
+        KD_DOT(1)[get_group_id(0)] = v[1];
+        KD_DOT(2)[get_group_id(0)] = v[2];
+    }
+}
+
 /*
  * Two-pass iteration, pass 1 (CG and PCG): the partial sums of p'q, q'Mq and, with `with_rq`,
  * r'Mq (M = D^-1 for PCG, I for CG) of running columns, so that pass 2 knows the new
@@ -339,7 +352,6 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
 {
     __local VALUE scratch[3 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
-    const int groups = (int)get_num_groups(0);
     const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
@@ -362,12 +374,7 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
             v[2] += qi * mq;
         }
     }
-    kd_krylov_group_sums(scratch, v, 3);
-    if (get_local_id(0) == 0) {
-        KD_DOT(0)[get_group_id(0)] = v[0];
-        KD_DOT(1)[get_group_id(0)] = v[1];
-        KD_DOT(2)[get_group_id(0)] = v[2];
-    }
+    kd_krylov_store_dots3(scratch, v, dot_partials, c, k);
 }
 
 /*
@@ -388,7 +395,6 @@ __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
 {
     __local VALUE scratch[3 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
-    const int groups = (int)get_num_groups(0);
     const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
@@ -407,12 +413,7 @@ __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
             v[1] += r[base + e] * mq;
         v[2] += qi * mq;
     }
-    kd_krylov_group_sums(scratch, v, 3);
-    if (get_local_id(0) == 0) {
-        KD_DOT(0)[get_group_id(0)] = v[0];
-        KD_DOT(1)[get_group_id(0)] = v[1];
-        KD_DOT(2)[get_group_id(0)] = v[2];
-    }
+    kd_krylov_store_dots3(scratch, v, dot_partials, c, k);
 }
 
 /*

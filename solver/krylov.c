@@ -522,12 +522,15 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
 }
 
-static int kd_krylov_dots3(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
-                           const kd_multivec_t *r, cl_mem inv_diagonal, int64_t iteration,
-                           kd_err_t *err)
+/* Pass 1 of two: kd_krylov_dots3 over q computed before it, or, with A (a csr_scalar matrix),
+ * kd_krylov_csr_spmv_dots3, which computes q = A p itself first. */
+static int kd_krylov_dots3(kd_krylov_t *kr, const kd_krylov_csr_t *A, const kd_multivec_t *p,
+                           const kd_multivec_t *q, const kd_multivec_t *r, cl_mem inv_diagonal,
+                           int64_t iteration, kd_err_t *err)
 {
+    const char *name = A != NULL ? "kd_krylov_csr_spmv_dots3" : "kd_krylov_dots3";
     cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, "kd_krylov_dots3", &kernel, err);
+    int rc = kd_krylov_kernel(kr, name, &kernel, err);
     if (rc != KD_OK)
         return rc;
     const int pcg = kr->method == KD_KRYLOV_PCG;
@@ -538,14 +541,19 @@ static int kd_krylov_dots3(kd_krylov_t *kr, const kd_multivec_t *p, const kd_mul
     kd_ocl_arg_int(&a, pcg);
     kd_ocl_arg_int(&a, kr->with_rq);
     kd_ocl_arg_mem(&a, kr->state);
+    if (A != NULL) {
+        kd_ocl_arg_mem(&a, A->indptr);
+        kd_ocl_arg_mem(&a, A->indices);
+        kd_ocl_arg_mem(&a, A->values);
+    }
     kd_ocl_arg_mem(&a, p->mem);
     kd_ocl_arg_mem(&a, q->mem);
     kd_ocl_arg_mem(&a, r->mem);
     kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
     kd_ocl_arg_mem(&a, kr->dot_partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_dots3", err)) != KD_OK)
+    if ((rc = kd_ocl_args_end(&a, name, err)) != KD_OK)
         return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_dots3", err);
+    return kd_krylov_launch(kr, kernel, kr->groups, name, err);
 }
 
 static int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
@@ -595,7 +603,7 @@ int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
     if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
     if (kr->passes == 2) {
-        rc = kd_krylov_dots3(kr, p, q, r, inv_diagonal, iteration, err);
+        rc = kd_krylov_dots3(kr, NULL, p, q, r, inv_diagonal, iteration, err);
         if (rc == KD_OK)
             rc = kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
         return rc;
@@ -614,7 +622,6 @@ int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec
                           int64_t iteration, kd_err_t *err)
 {
     int rc;
-    cl_kernel kernel;
     if (kr->method == KD_KRYLOV_SD || kr->passes != 2)
         return kd_err_set(err, KD_EINTERNAL, "krylov: the fused SpMV serves two-pass CG / PCG");
     if ((rc = kd_krylov_check(kr, q, "iterate_csr", err)) != KD_OK ||
@@ -622,28 +629,9 @@ int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec
         (rc = kd_krylov_check(kr, x, "iterate_csr", err)) != KD_OK ||
         (rc = kd_krylov_check(kr, d, "iterate_csr", err)) != KD_OK)
         return rc;
-    const int pcg = kr->method == KD_KRYLOV_PCG;
-    if (pcg && inv_diagonal == NULL)
+    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
-    if ((rc = kd_krylov_kernel(kr, "kd_krylov_csr_spmv_dots3", &kernel, err)) != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_int(&a, kr->with_rq);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, A->indptr);
-    kd_ocl_arg_mem(&a, A->indices);
-    kd_ocl_arg_mem(&a, A->values);
-    kd_ocl_arg_mem(&a, d->mem);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, kr->dot_partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_csr_spmv_dots3", err)) != KD_OK ||
-        (rc = kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_csr_spmv_dots3", err)) != KD_OK)
+    if ((rc = kd_krylov_dots3(kr, A, d, q, r, inv_diagonal, iteration, err)) != KD_OK)
         return rc;
     return kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
 }
