@@ -5,12 +5,16 @@
 # table with ratios (ours / cuSPARSE best-of-two). Everything lands in $OUT (at most 8 files):
 #   ctest-gpu.log, krylov-spmv.txt, krylov-spmv.json, cusparse.jsonl, cupy.jsonl,
 #   spmv-report.json, spmv-table.txt
-# Env: KD_BENCH_RUNS (timed runs per contender, default 200), KD_BENCH_MATRICES (override the set).
+# Env: KD_BENCH_RUNS (timed runs per contender, default 200), KD_BENCH_MATRICES (override the set),
+# KD_DTYPE (float64, the default, or float32: every contender in single precision).
 set -uo pipefail
 source bench/device/setup.sh
 out=${OUT:-/tmp/kd-bench}
 mkdir -p "$out"
 runs=${KD_BENCH_RUNS:-200}
+dtype=${KD_DTYPE:-float64}
+peer_f32=
+[ "$dtype" = float32 ] && peer_f32=--float32
 kd_device_build || exit 1
 
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
@@ -38,10 +42,10 @@ if [ -z "${KD_BENCH_MATRICES:-}" ]; then
 fi
 dump=/tmp/kd-csr
 mkdir -p $dump
-build-device/bin/krylov-bench spmv --device gpu --runs "$runs" --json "$out/krylov-spmv.json" \
+build-device/bin/krylov-bench spmv --device gpu --dtype "$dtype" --runs "$runs" --json "$out/krylov-spmv.json" \
   --export $dump $mats > "$out/krylov-spmv.txt" 2>&1 || tail -20 "$out/krylov-spmv.txt"
 : > "$out/cusparse.jsonl"
-[ -n "$peer" ] && $peer --runs "$runs" $dump/*.csr >> "$out/cusparse.jsonl" 2>&1
-python3 bench/peers/cupy_spmv.py --runs "$runs" $dump/*.csr > "$out/cupy.jsonl" 2>&1
+[ -n "$peer" ] && $peer --runs "$runs" $peer_f32 $dump/*.csr >> "$out/cusparse.jsonl" 2>&1
+python3 bench/peers/cupy_spmv.py --runs "$runs" --dtype "$dtype" $dump/*.csr > "$out/cupy.jsonl" 2>&1
 python3 bench/peers/report.py "$out/krylov-spmv.json" "$out/cusparse.jsonl" "$out/cupy.jsonl" \
   --json "$out/spmv-report.json" | tee "$out/spmv-table.txt"

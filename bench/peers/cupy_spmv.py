@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Peer for krylov-bench spmv: CuPy's `cupyx.scipy.sparse.csr_matrix @ x` (fp64; CuPy calls
+"""Peer for krylov-bench spmv: CuPy's `cupyx.scipy.sparse.csr_matrix @ x` (fp64, or fp32 with
+--dtype float32: the file's values rounded to float, as krylov-bench rounds them; CuPy calls
 cuSPARSE and allocates y from its memory pool on every call, as a user's code does) on the binary
 CSR files krylov-bench exports (format in bench/bench.h).
 
-    python3 bench/peers/cupy_spmv.py [--runs N] [--warmup N] FILE.csr...
+    python3 bench/peers/cupy_spmv.py [--runs N] [--warmup N] [--dtype float32] FILE.csr...
 
 Per file: `warmup` untimed products, then `runs` products each between a pair of CUDA events
 (synchronised after each; median is the headline), then `runs` back to back between one pair (time
@@ -32,6 +33,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
     import cupy as cp
@@ -39,10 +41,13 @@ def main():
 
     for path in a.files:
         rows, cols, ptr, idx, val = read_csr(path)
+        dt = np.dtype(a.dtype)
+        val = val.astype(dt)
         A = sp.csr_matrix((cp.asarray(val), cp.asarray(idx), cp.asarray(ptr)), shape=(rows, cols))
         rng = np.random.default_rng(7)
-        xh = rng.uniform(-1.0, 1.0, cols)
+        xh = rng.uniform(-1.0, 1.0, cols).astype(dt)
         x = cp.asarray(xh)
+        val, xh = val.astype(np.float64), xh.astype(np.float64)  # the reference in double
         lens = np.diff(ptr.astype(np.int64))
         ref = np.bincount(np.repeat(np.arange(rows), lens), weights=val * xh[idx], minlength=rows)
         for _ in range(a.warmup):

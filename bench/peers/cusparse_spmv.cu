@@ -1,10 +1,11 @@
 /*
- * Peer for krylov-bench spmv: cuSPARSE SpMV (y = A x, fp64 CSR, 32-bit indices) on the matrices
+ * Peer for krylov-bench spmv: cuSPARSE SpMV (y = A x, fp64 or, with --float32, fp32 CSR, 32-bit
+ * indices; fp32 values are the file's rounded to float, as krylov-bench rounds them) on the matrices
  * krylov-bench exports (`krylov-bench export`, or `spmv --export DIR`; the binary format is in
  * bench/bench.h). Built on the GPU host by bench/device/bench-spmv.sh:
  *
  *   nvcc -O3 -arch=sm_90 -o cusparse_spmv bench/peers/cusparse_spmv.cu -lcusparse
- *   cusparse_spmv [--runs N] [--warmup N] FILE.csr...
+ *   cusparse_spmv [--runs N] [--warmup N] [--float32] FILE.csr...
  *
  * For each file and for CUSPARSE_SPMV_ALG_DEFAULT and CUSPARSE_SPMV_CSR_ALG2: the external buffer
  * is sized and allocated once, `warmup` untimed calls, then `runs` calls each between a pair of
@@ -90,6 +91,8 @@ static double copy_gbs()
     CUDA_OK(cudaMalloc(&a, bytes));
     CUDA_OK(cudaMalloc(&b, bytes));
     CUDA_OK(cudaMemset(a, 1, bytes));
+    const size_t vsz = f32 ? 4 : 8;
+    const cudaDataType vtype = f32 ? CUDA_R_32F : CUDA_R_64F;
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
@@ -114,17 +117,20 @@ static double copy_gbs()
 int main(int argc, char **argv)
 {
     int runs = 200, warmup = 10;
+    bool f32 = false;
     std::vector<const char *> files;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             runs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--warmup") == 0 && i + 1 < argc)
             warmup = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--float32") == 0)
+            f32 = true;
         else
             files.push_back(argv[i]);
     }
     if (files.empty() || runs < 1) {
-        fprintf(stderr, "usage: cusparse_spmv [--runs N] [--warmup N] FILE.csr...\n");
+        fprintf(stderr, "usage: cusparse_spmv [--runs N] [--warmup N] [--float32] FILE.csr...\n");
         return 2;
     }
     double copy = copy_gbs();
@@ -136,6 +142,8 @@ int main(int argc, char **argv)
     cusparseHandle_t handle;
     SPARSE_OK(cusparseCreate(&handle));
     SPARSE_OK(cusparseGetVersion(handle, &sparse_version));
+    const size_t vsz = f32 ? 4 : 8;
+    const cudaDataType vtype = f32 ? CUDA_R_32F : CUDA_R_64F;
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
@@ -150,47 +158,73 @@ int main(int argc, char **argv)
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             v = (double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0;
         }
+        if (f32) { /* the reference multiplies the values the device gets */
+            for (auto &v : x)
+                v = (double)(float)v;
+            for (auto &v : m.val)
+                v = (double)(float)v;
+        }
+        /* the device's copies, in its value type */
+        std::vector<unsigned char> hval(std::max<int64_t>(m.nnz, 1) * vsz),
+            hx(std::max<int64_t>(m.cols, 1) * vsz), hy(std::max<int64_t>(m.rows, 1) * vsz);
+        for (int64_t k = 0; k < m.nnz; k++) {
+            float f = (float)m.val[k];
+            memcpy(&hval[k * vsz], f32 ? (const void *)&f : (const void *)&m.val[k], vsz);
+        }
+        for (int64_t k = 0; k < m.cols; k++) {
+            float f = (float)x[k];
+            memcpy(&hx[k * vsz], f32 ? (const void *)&f : (const void *)&x[k], vsz);
+        }
         for (int64_t r = 0; r < m.rows; r++)
             for (int32_t k = m.ptr[r]; k < m.ptr[r + 1]; k++)
                 ref[r] += m.val[k] * x[m.idx[k]];
         int32_t *dptr, *didx;
-        double *dval, *dx, *dy;
+        void *dval, *dx, *dy;
         CUDA_OK(cudaMalloc(&dptr, (m.rows + 1) * 4));
         CUDA_OK(cudaMalloc(&didx, std::max<int64_t>(m.nnz, 1) * 4));
-        CUDA_OK(cudaMalloc(&dval, std::max<int64_t>(m.nnz, 1) * 8));
-        CUDA_OK(cudaMalloc(&dx, std::max<int64_t>(m.cols, 1) * 8));
-        CUDA_OK(cudaMalloc(&dy, std::max<int64_t>(m.rows, 1) * 8));
+        CUDA_OK(cudaMalloc(&dval, std::max<int64_t>(m.nnz, 1) * vsz));
+        CUDA_OK(cudaMalloc(&dx, std::max<int64_t>(m.cols, 1) * vsz));
+        CUDA_OK(cudaMalloc(&dy, std::max<int64_t>(m.rows, 1) * vsz));
         CUDA_OK(cudaMemcpy(dptr, m.ptr.data(), (m.rows + 1) * 4, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(didx, m.idx.data(), m.nnz * 4, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dval, m.val.data(), m.nnz * 8, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(dx, x.data(), m.cols * 8, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dval, hval.data(), m.nnz * vsz, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dx, hx.data(), m.cols * vsz, cudaMemcpyHostToDevice));
         cusparseSpMatDescr_t A;
         cusparseDnVecDescr_t X, Y;
         SPARSE_OK(cusparseCreateCsr(&A, m.rows, m.cols, m.nnz, dptr, didx, dval,
                                     CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                    CUSPARSE_INDEX_BASE_ZERO, CUDA_R_64F));
-        SPARSE_OK(cusparseCreateDnVec(&X, m.cols, dx, CUDA_R_64F));
-        SPARSE_OK(cusparseCreateDnVec(&Y, m.rows, dy, CUDA_R_64F));
-        const double alpha = 1.0, beta = 0.0;
+                                    CUSPARSE_INDEX_BASE_ZERO, vtype));
+        SPARSE_OK(cusparseCreateDnVec(&X, m.cols, dx, vtype));
+        SPARSE_OK(cusparseCreateDnVec(&Y, m.rows, dy, vtype));
+        const double alpha64 = 1.0, beta64 = 0.0;
+        const float alpha32 = 1.0f, beta32 = 0.0f;
+        const void *alpha = f32 ? (const void *)&alpha32 : (const void *)&alpha64;
+        const void *beta = f32 ? (const void *)&beta32 : (const void *)&beta64;
         const cusparseSpMVAlg_t algs[2] = {CUSPARSE_SPMV_ALG_DEFAULT, CUSPARSE_SPMV_CSR_ALG2};
         const char *names[2] = {"default", "alg2"};
         double med[2], mn[2], batch[2], err[2];
         for (int a = 0; a < 2; a++) {
             size_t bytes = 0;
             void *buffer = nullptr;
-            SPARSE_OK(cusparseSpMV_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, A,
-                                              X, &beta, Y, CUDA_R_64F, algs[a], &bytes));
+            SPARSE_OK(cusparseSpMV_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha, A, X,
+                                              beta, Y, vtype, algs[a], &bytes));
             CUDA_OK(cudaMalloc(&buffer, std::max<size_t>(bytes, 1)));
             auto call = [&]() {
-                SPARSE_OK(cusparseSpMV(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, A, X,
-                                       &beta, Y, CUDA_R_64F, algs[a], buffer));
+                SPARSE_OK(cusparseSpMV(handle, CUSPARSE_OPERATION_NON_TRANSPOSE, alpha, A, X, beta,
+                                       Y, vtype, algs[a], buffer));
             };
-            CUDA_OK(cudaMemset(dy, 0xff, m.rows * 8)); /* NaN: every y must be written */
+            CUDA_OK(cudaMemset(dy, 0xff, m.rows * vsz)); /* NaN: every y must be written */
             for (int i = 0; i < warmup; i++)
                 call();
             CUDA_OK(cudaDeviceSynchronize());
             CUDA_OK(cudaGetLastError());
-            CUDA_OK(cudaMemcpy(y.data(), dy, m.rows * 8, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(hy.data(), dy, m.rows * vsz, cudaMemcpyDeviceToHost));
+            for (int64_t r = 0; r < m.rows; r++) {
+                float f;
+                memcpy(f32 ? (void *)&f : (void *)&y[r], &hy[r * vsz], vsz);
+                if (f32)
+                    y[r] = f;
+            }
             double d = 0, sc = 1e-300;
             for (int64_t r = 0; r < m.rows; r++) {
                 d = std::isfinite(y[r]) ? std::max(d, std::fabs(y[r] - ref[r])) : INFINITY;
@@ -225,9 +259,10 @@ int main(int argc, char **argv)
         if (name.size() > 4 && name.substr(name.size() - 4) == ".csr")
             name.resize(name.size() - 4);
         printf("{\"name\": \"%s\", \"rows\": %lld, \"nnz\": %lld, \"device\": \"%s\", "
-               "\"cuda_driver\": %d, \"cuda_runtime\": %d, \"cusparse\": %d, \"copy_gbs\": %.6g",
+               "\"cuda_driver\": %d, \"cuda_runtime\": %d, \"cusparse\": %d, \"copy_gbs\": %.6g, "
+               "\"dtype\": \"%s\"",
                name.c_str(), (long long)m.rows, (long long)m.nnz, prop.name, driver, runtime,
-               sparse_version, copy);
+               sparse_version, copy, f32 ? "float32" : "float64");
         for (int a = 0; a < 2; a++)
             printf(", \"%s_ms\": %.6g, \"%s_min_ms\": %.6g, \"%s_batch_ms\": %.6g, "
                    "\"%s_rel_err\": %.3g",
