@@ -91,8 +91,6 @@ static double copy_gbs()
     CUDA_OK(cudaMalloc(&a, bytes));
     CUDA_OK(cudaMalloc(&b, bytes));
     CUDA_OK(cudaMemset(a, 1, bytes));
-    const size_t vsz = f32 ? 4 : 8;
-    const cudaDataType vtype = f32 ? CUDA_R_32F : CUDA_R_64F;
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
