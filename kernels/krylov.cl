@@ -21,8 +21,9 @@
  *   kd_krylov_update_merged  alpha = r'z / d'q, beta = (r'z - 2 alpha r'Mq + alpha^2 q'Mq) / r'z;
  *                            r -= alpha q, x += alpha d, d = z + beta d; partials of the new r'r
  *                            and r'z: reads q, r, x, d (1/diag), writes r, x, d
- * For a csr_scalar matrix the SpMV and dots3 are one launch, kd_krylov_csr_spmv_dots3 (two
- * launches an iteration in all, d and q read once fewer).
+ * For a csr_scalar matrix the SpMV and the first pass are one launch, kd_krylov_csr_spmv_dots3
+ * (two launches an iteration in all, d and q read once fewer; with three passes and for SD it
+ * leaves p'q only, in place of kd_krylov_dots).
  * Or three (solver/krylov.h's `passes`), with beta from the exact new r'z:
  *   kd_krylov_dots             partials of d'q: reads d, q
  *   kd_krylov_update_residual  alpha; r -= alpha q; partials of r'r, r'z: reads q, r, writes r
@@ -385,7 +386,8 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
  * banded matrix; r and 1/diag are read once here). Rows are visited in the same order, work-item
  * by work-item, as dots3 visits elements, and q[e] is summed in column order as the plain SpMV
  * does: the same operations in the same order as SpMV + dots3. A column that is not
- * running is skipped whole (its q is not written; nothing reads it). Backwards.
+ * running is skipped whole (its q is not written; nothing reads it). For three passes and SD
+ * (with_rq = pcg = 0) only p'q is used: then it stands for SpMV + kd_krylov_dots. Backwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
     const int n, const int ld, const int a, const int pcg, const int with_rq,

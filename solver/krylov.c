@@ -522,8 +522,10 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
 }
 
-/* Pass 1 of two: kd_krylov_dots3 over q computed before it, or, with A (a csr_scalar matrix),
- * kd_krylov_csr_spmv_dots3, which computes q = A p itself first. */
+/* The partial sums of p'q (and with two passes r'Mq, q'Mq) of every running column:
+ * kd_krylov_dots3 over q computed before it, or, with A (a csr_scalar matrix),
+ * kd_krylov_csr_spmv_dots3, which computes q = A p itself first. Three passes (and SD) fold p'q
+ * only: their launch reads neither r nor 1/diag. */
 static int kd_krylov_dots3(kd_krylov_t *kr, const kd_krylov_csr_t *A, const kd_multivec_t *p,
                            const kd_multivec_t *q, const kd_multivec_t *r, cl_mem inv_diagonal,
                            int64_t iteration, kd_err_t *err)
@@ -533,13 +535,14 @@ static int kd_krylov_dots3(kd_krylov_t *kr, const kd_krylov_csr_t *A, const kd_m
     int rc = kd_krylov_kernel(kr, name, &kernel, err);
     if (rc != KD_OK)
         return rc;
-    const int pcg = kr->method == KD_KRYLOV_PCG;
+    const int two = kr->passes == 2;
+    const int pcg = two && kr->method == KD_KRYLOV_PCG;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_int(&a, (cl_int)kr->n);
     kd_ocl_arg_int(&a, (cl_int)kr->ld);
     kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
     kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_int(&a, kr->with_rq);
+    kd_ocl_arg_int(&a, two && kr->with_rq);
     kd_ocl_arg_mem(&a, kr->state);
     if (A != NULL) {
         kd_ocl_arg_mem(&a, A->indptr);
@@ -621,17 +624,22 @@ int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec
                           kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
                           int64_t iteration, kd_err_t *err)
 {
+    const int sd = kr->method == KD_KRYLOV_SD;
     int rc;
-    if (kr->method == KD_KRYLOV_SD || kr->passes != 2)
-        return kd_err_set(err, KD_EINTERNAL, "krylov: the fused SpMV serves two-pass CG / PCG");
     if ((rc = kd_krylov_check(kr, q, "iterate_csr", err)) != KD_OK ||
         (rc = kd_krylov_check(kr, r, "iterate_csr", err)) != KD_OK ||
         (rc = kd_krylov_check(kr, x, "iterate_csr", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, d, "iterate_csr", err)) != KD_OK)
+        (!sd && (rc = kd_krylov_check(kr, d, "iterate_csr", err)) != KD_OK))
         return rc;
     if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
-    if ((rc = kd_krylov_dots3(kr, A, d, q, r, inv_diagonal, iteration, err)) != KD_OK)
+    if ((rc = kd_krylov_dots3(kr, A, sd ? r : d, q, r, inv_diagonal, iteration, err)) != KD_OK)
         return rc;
-    return kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
+    if (kr->passes == 2)
+        return kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
+    rc = kd_krylov_update_residual(kr, q, r, x, inv_diagonal, iteration, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_update_direction(kr, r, inv_diagonal, sd ? NULL : x, sd ? NULL : d,
+                                        iteration, err);
+    return rc;
 }

@@ -119,11 +119,11 @@ typedef struct kd_krylov_csr {
 } kd_krylov_csr_t;
 
 /*
- * Iteration `iteration` of two-pass CG / PCG (not SD, not passes = 3) with the SpMV fused into
- * pass 1: kd_krylov_csr_spmv_dots3 computes q = A d for every running column and the partial
- * sums dots3 would, then kd_krylov_update_merged as in kd_krylov_iterate. Two launches an
- * iteration for all k columns; d and q are read once fewer. The results are those of the
- * separate SpMV and dots3 (the same operations in the same order).
+ * Iteration `iteration` with the SpMV fused into pass 1: kd_krylov_csr_spmv_dots3 computes
+ * q = A p (p = d; SD: p = r, and d may be NULL) for every running column and the partial sums
+ * the first pass would (p'q; with two passes also r'Mq and q'Mq), then the rest of the passes as
+ * kd_krylov_iterate. One launch fewer than the SpMV plus kd_krylov_iterate, p and q read once
+ * fewer, and the results are theirs (the same operations in the same order).
  */
 int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec_t *q,
                           kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,

@@ -51,8 +51,8 @@ typedef struct kd_solve_params {
                                  vector kernels' reductions; 0 = automatic */
     int passes;      /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
                         two lean ones (see solver/krylov.h); 0 = automatic (2) */
-    int spmv_fusion; /* tuning (benchmarks, tests): for two-pass CG / PCG on a csr_scalar matrix,
-                        KD_SOLVE_FUSION_ON runs the SpMV and the first vector pass as one launch
+    int spmv_fusion; /* tuning (benchmarks, tests): for a csr_scalar matrix, KD_SOLVE_FUSION_ON
+                        runs the SpMV and the first vector pass as one launch
                         (kd_krylov_iterate_csr), KD_SOLVE_FUSION_OFF as two; 0 = automatic: fused
                         on GPUs (2-7% faster per iteration on the H100), apart on CPUs (PoCL runs
                         the grid-stride SpMV slower than one work-item per row) */
