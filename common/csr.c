@@ -391,27 +391,31 @@ int kd_id_from_hex(const char *hex, size_t len, uint8_t id[16])
     return 0;
 }
 
-void kd_csr_compute_stats(const kd_csr_t *csr, kd_csr_stats_t *stats)
+void kd_csr_row_stats(const kd_csr_t *csr, kd_csr_stats_t *stats)
 {
     memset(stats, 0, sizeof(*stats));
     if (csr->rows == 0)
         return;
-    double sum = 0.0, sumsq = 0.0;
-    stats->min_row = INT64_MAX;
+    double sumsq = 0.0;
+    int64_t lo = INT64_MAX, hi = 0, empty = 0;
     for (int64_t r = 0; r < csr->rows; r++) {
         int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        if (len < stats->min_row)
-            stats->min_row = len;
-        if (len > stats->max_row)
-            stats->max_row = len;
-        if (len == 0)
-            stats->empty_rows++;
-        sum += (double)len;
+        lo = len < lo ? len : lo;
+        hi = len > hi ? len : hi;
+        empty += len == 0;
         sumsq += (double)len * (double)len;
     }
-    stats->mean_row = sum / (double)csr->rows;
+    stats->min_row = lo;
+    stats->max_row = hi;
+    stats->empty_rows = empty;
+    stats->mean_row = (double)csr->nnz / (double)csr->rows;
     double var = sumsq / (double)csr->rows - stats->mean_row * stats->mean_row;
     stats->stddev_row = var > 0.0 ? sqrt(var) : 0.0;
+}
+
+void kd_csr_compute_stats(const kd_csr_t *csr, kd_csr_stats_t *stats)
+{
+    kd_csr_row_stats(csr, stats);
     for (int64_t k = 0; k < csr->nnz; k++)
         if (!isfinite(kd_csr_value(csr, k)))
             stats->nonfinite++;

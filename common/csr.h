@@ -90,6 +90,10 @@ void kd_id_to_hex(const uint8_t id[16], char hex[KD_ID_HEX_LEN + 1]);
 /* Parse 32 hex digits (either case); returns 0 or -1. */
 int kd_id_from_hex(const char *hex, size_t len, uint8_t id[16]);
 
+/* Row-length statistics in O(rows); nonfinite is left 0 (it needs a pass over the values: the
+ * solver's upload scan counts them, solver/matrix_scan.c). */
+void kd_csr_row_stats(const kd_csr_t *csr, kd_csr_stats_t *stats);
+/* Row-length statistics and the count of non-finite values (one more pass over nnz values). */
 void kd_csr_compute_stats(const kd_csr_t *csr, kd_csr_stats_t *stats);
 
 /* Reference y = alpha * A * x + beta * y on the CPU in double precision (values widened), for

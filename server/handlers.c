@@ -150,7 +150,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
     meta->pinned = p->pin == 1;
-    kd_csr_compute_stats(csr, &meta->stats);
+    meta->stats = sel.stats; /* the selection's, with the scan's count of non-finite values */
     meta->ncandidates = sel.ncandidates;
     for (int i = 0; i < sel.ncandidates; i++) {
         meta->candidates[i].format = sel.candidates[i].format;

@@ -92,7 +92,7 @@ void kd_format_source_init_stats(kd_format_source_t *src, const kd_csr_t *csr,
 void kd_format_source_init(kd_format_source_t *src, const kd_csr_t *csr)
 {
     kd_csr_stats_t stats;
-    kd_csr_compute_stats(csr, &stats);
+    kd_csr_row_stats(csr, &stats); /* the formats need the rows only; the scan reads the values */
     kd_format_source_init_stats(src, csr, &stats);
 }
 

@@ -33,6 +33,7 @@ int kd_format_available(kd_format_t format);
  * refuses or reports on these without touching the device. Rows and columns are -1 when none. */
 typedef struct kd_matrix_scan {
     int64_t non_finite_row, non_finite_col; /* the first NaN or Inf entry in row order */
+    int64_t non_finite_count;               /* how many entries are NaN or Inf */
     double non_finite_value;
     int64_t bad_diagonal_row; /* square only: the first zero, missing or non-finite a_ii */
     double bad_diagonal_value;

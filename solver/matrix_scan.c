@@ -35,14 +35,16 @@ static inline uint64_t kd_exponent_bits(const void *values, kd_dtype_t t, int64_
     return bits & 0x7ff0000000000000ull;
 }
 
-/* The first non-finite value of values[0..n), or -1. Blocks of values are screened by the
- * largest exponent field (a max-reduction the compiler vectorises; t is a constant at each call,
- * so each dtype gets its own loop); only a block holding an Inf or NaN is searched entry by
- * entry. */
-static inline __attribute__((always_inline)) int64_t kd_first_non_finite(const void *values,
-                                                                         kd_dtype_t t, int64_t n)
+/* How many values of values[0..n) are not finite, and the first of them in *first (-1: none).
+ * Blocks of values are screened by the largest exponent field (a max-reduction the compiler
+ * vectorises; t is a constant at each call, so each dtype gets its own loop); only a block
+ * holding an Inf or NaN is read entry by entry. */
+static inline __attribute__((always_inline)) int64_t
+kd_count_non_finite(const void *values, kd_dtype_t t, int64_t n, int64_t *first)
 {
     const uint64_t all_ones = t == KD_DTYPE_F32 ? 0x7f800000u : 0x7ff0000000000000ull;
+    int64_t count = 0;
+    *first = -1;
     for (int64_t lo = 0; lo < n; lo += KD_SCAN_BLOCK) {
         int64_t hi = n - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : n;
         uint64_t top = 0;
@@ -52,10 +54,12 @@ static inline __attribute__((always_inline)) int64_t kd_first_non_finite(const v
         }
         if (top == all_ones)
             for (int64_t k = lo; k < hi; k++)
-                if (!isfinite(kd_load_real(values, t, (size_t)k)))
-                    return k;
+                if (!isfinite(kd_load_real(values, t, (size_t)k))) {
+                    *first = *first < 0 ? k : *first;
+                    count++;
+                }
     }
-    return -1;
+    return count;
 }
 
 /* The row holding entry k: the last r with indptr[r] <= k (empty rows before it skipped). */
@@ -77,7 +81,7 @@ typedef struct kd_scan_slice {
     const kd_csr_t *csr;
     void *inv; /* NULL unless square */
     int64_t r0, r1;
-    int64_t non_finite_entry, bad_row, neg_row;
+    int64_t non_finite_entry, non_finite_count, bad_row, neg_row;
     double bad_value, neg_value;
 } kd_scan_slice_t;
 
@@ -90,8 +94,9 @@ static void *kd_scan_slice(void *arg)
     /* entries in row order are the values array in order: the slice's first non-finite */
     const size_t vsize = kd_dtype_size(t);
     const void *v0 = (const char *)csr->values + (size_t)k0 * vsize;
-    int64_t k = t == KD_DTYPE_F32 ? kd_first_non_finite(v0, KD_DTYPE_F32, k1 - k0)
-                                  : kd_first_non_finite(v0, KD_DTYPE_F64, k1 - k0);
+    int64_t k;
+    sl->non_finite_count = t == KD_DTYPE_F32 ? kd_count_non_finite(v0, KD_DTYPE_F32, k1 - k0, &k)
+                                             : kd_count_non_finite(v0, KD_DTYPE_F64, k1 - k0, &k);
     sl->non_finite_entry = k >= 0 ? k0 + k : -1;
     sl->bad_row = sl->neg_row = -1;
     sl->bad_value = sl->neg_value = 0.0;
@@ -143,6 +148,7 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
 {
     *inv_diagonal = NULL;
     scan->non_finite_row = scan->non_finite_col = -1;
+    scan->non_finite_count = 0;
     scan->bad_diagonal_row = scan->negative_diagonal_row = -1;
     scan->non_finite_value = scan->bad_diagonal_value = scan->negative_diagonal_value = 0.0;
     const kd_dtype_t t = csr->dtype;
@@ -182,6 +188,7 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
     }
     for (int i = 0; i < n; i++) {
         const kd_scan_slice_t *sl = &slices[i];
+        scan->non_finite_count += sl->non_finite_count;
         if (scan->non_finite_row < 0 && sl->non_finite_entry >= 0) {
             int64_t k = sl->non_finite_entry;
             scan->non_finite_row = kd_row_of_entry(csr, k);

@@ -73,29 +73,6 @@ int kd_select_mode_parse(const char *name, kd_select_mode_t *out)
     return -1;
 }
 
-/* Row-length statistics in O(rows) (kd_csr_compute_stats also scans the values). */
-static void kd_select_row_stats(const kd_csr_t *csr, kd_csr_stats_t *st)
-{
-    memset(st, 0, sizeof(*st));
-    if (csr->rows == 0)
-        return;
-    double sumsq = 0.0;
-    int64_t lo = INT64_MAX, hi = 0, empty = 0;
-    for (int64_t r = 0; r < csr->rows; r++) {
-        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        lo = len < lo ? len : lo;
-        hi = len > hi ? len : hi;
-        empty += len == 0;
-        sumsq += (double)len * (double)len;
-    }
-    st->min_row = lo;
-    st->max_row = hi;
-    st->empty_rows = empty;
-    st->mean_row = (double)csr->nnz / (double)csr->rows;
-    double var = sumsq / (double)csr->rows - st->mean_row * st->mean_row;
-    st->stddev_row = var > 0.0 ? sqrt(var) : 0.0;
-}
-
 /* csr_vector's work-items per row, as format_csr_vector.c chooses them. */
 static int64_t kd_select_vector_lanes(const kd_csr_stats_t *st)
 {
@@ -222,7 +199,7 @@ static void *kd_select_analyse(void *arg)
     kd_select_result_t *res = a->res;
     const kd_csr_stats_t *st = &src->stats;
     double t0 = kd_select_now_ms();
-    kd_select_row_stats(csr, &src->stats);
+    kd_csr_row_stats(csr, &src->stats);
     a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
                                    &a->first_reason);
 
@@ -528,7 +505,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
         return rc;
     int forced = forced_format != NULL && forced_format[0] != '\0';
     if (forced || mode == KD_SELECT_HEURISTIC) {
-        kd_select_row_stats(csr, &stats);
+        kd_csr_row_stats(csr, &stats);
         result->plan_ms = kd_select_now_ms() - t0;
     }
     kd_format_source_init_stats(&src, csr, &stats); /* measure computes them beside the upload */
@@ -549,7 +526,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
         if (rc == KD_EDEVMEM) {
             /* Timing needs room beside the matrix (vectors, a second format at once); when the
              * device has none, choose from the statistics rather than refuse the matrix. */
-            kd_select_row_stats(csr, &src.stats);
+            kd_csr_row_stats(csr, &src.stats);
             memset(result, 0, sizeof(*result));
             kd_err_clear(err);
             rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
@@ -562,6 +539,9 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
         *out = NULL;
     }
     result->transfer_ms = src.upload_ms;
+    result->stats = src.stats;
+    if (rc == KD_OK)
+        result->stats.nonfinite = (*out)->scan.non_finite_count;
     kd_format_source_close(&src);
     result->total_ms = kd_select_now_ms() - t0;
     if (rc == KD_OK && !forced && mode == KD_SELECT_MEASURE) {

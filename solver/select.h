@@ -51,6 +51,8 @@ typedef struct kd_select_result {
     double measure_ms;  /* host wall time of the timed runs */
     double total_ms;    /* host wall time of the whole call, transfer included */
     int spmv_runs;      /* SpMVs run for timing, warm-ups included */
+    kd_csr_stats_t stats; /* the matrix's row statistics, and its non-finite values counted by the
+                             upload's scan (matrix.info reports them) */
 } kd_select_result_t;
 
 /*

@@ -209,6 +209,17 @@ static void test_scan_travels_with_the_kept_matrix(void)
         if (rc != KD_OK)
             continue;
         CHECK_EQ_INT(m->scan.non_finite_row, nan_row);
+        CHECK_EQ_INT(m->scan.non_finite_count, 2);
+        /* the statistics matrix.info reports: the rows' and the scan's count, as one pass over
+         * the host CSR finds them */
+        kd_csr_stats_t st;
+        kd_csr_compute_stats(lap, &st);
+        CHECK_EQ_INT(st.nonfinite, 2);
+        CHECK_EQ_INT(res.stats.nonfinite, st.nonfinite);
+        CHECK_EQ_INT(res.stats.min_row, st.min_row);
+        CHECK_EQ_INT(res.stats.max_row, st.max_row);
+        CHECK_EQ_INT(res.stats.empty_rows, st.empty_rows);
+        CHECK(res.stats.mean_row == st.mean_row && res.stats.stddev_row == st.stddev_row);
         CHECK_EQ_INT(m->scan.non_finite_col, lap->indices[nan_k]);
         CHECK(isnan(m->scan.non_finite_value));
         CHECK_EQ_INT(m->scan.bad_diagonal_row, zero_row);

@@ -199,6 +199,12 @@ class TestPut(ClientTest):
         self.assertEqual(info.nnz, A.nnz)
         self.assertEqual(info.stats["max_row"], int(np.diff(A.indptr).max()))
         self.assertEqual(info.stats["empty_rows"], int(np.sum(np.diff(A.indptr) == 0)))
+        self.assertEqual(info.stats["nonfinite"], 0)
+        # non-finite values are counted (the upload's scan), and the matrix is still accepted
+        B = A.copy()
+        bad = rng.choice(B.nnz, size=min(3, B.nnz), replace=False)
+        B.data[bad] = [np.nan, np.inf, -np.inf][: len(bad)]
+        self.assertEqual(self.kd.put(B).stats["nonfinite"], len(bad))
         self.assertEqual(self.kd.info(info).id, info.id)
         self.assertEqual(self.kd.info(info.id).nnz, A.nnz)
 
