@@ -147,6 +147,28 @@ size_t kd_format_csr_bytes(const kd_csr_t *csr);
 size_t kd_format_size_mad(size_t a, size_t b, size_t c);
 
 /*
+ * The part of an ELL matrix HYB shares with ELL: `width` slots per row, column-major with leading
+ * dimension ld = rows rounded up to KD_ELL_ALIGN (kernels/ell.cl), built on the device from the
+ * source's CSR arrays by kd_ell_from_csr (a row longer than width keeps its first width entries:
+ * HYB's COO part holds the rest). kd_ell_part_spmv enqueues y = alpha * A_part * x + beta * y.
+ */
+#define KD_ELL_ALIGN 32
+typedef struct kd_ell_part {
+    cl_mem indices, values; /* width * ld each, NULL when width == 0 */
+    int width;
+    int64_t ld;
+} kd_ell_part_t;
+
+/* Device bytes of an ELL part of `width` for `rows` rows; SIZE_MAX when it does not fit. */
+size_t kd_ell_part_bytes(int64_t rows, int64_t width, kd_dtype_t dtype);
+/* Allocate part's arrays (counted in m->device_bytes) and fill them from src's CSR arrays. */
+int kd_ell_part_build(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, int width,
+                      const char *what, kd_ell_part_t *part, kd_err_t *err);
+int kd_ell_part_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_ell_part_t *part, double alpha,
+                     const kd_vec_t *x, double beta, kd_vec_t *y, kd_err_t *err);
+void kd_ell_part_release(kd_ell_part_t *part);
+
+/*
  * The part of a COO matrix HYB shares with COO: entries sorted by row, in chunks of KD_WG_SIZE
  * entries (one work-group each), and two partial sums per chunk for the rows that cross a chunk
  * boundary. kd_coo_part_spmv enqueues y += alpha * A_part * x (y is read: it already holds

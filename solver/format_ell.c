@@ -4,60 +4,46 @@
  * device from the source's CSR arrays by kd_ell_from_csr; the CSR arrays are not kept. Device
  * memory: W * ld * (4 + sizeof(value)) bytes, which is why the selection drops ELL when one long
  * row would pad every other row to its length (plan_bytes, before anything is allocated).
+ * The ELL part (format.h) is HYB's too.
  */
 #include "solver/format.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
-#define KD_ELL_ALIGN 32
-
-typedef struct kd_ell {
-    cl_mem indices; /* width * ld int32, NULL when width == 0 */
-    cl_mem values;  /* width * ld VALUE */
-    int width;
-    int64_t ld;
-} kd_ell_t;
-
-static size_t ell_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+size_t kd_ell_part_bytes(int64_t rows, int64_t width, kd_dtype_t dtype)
 {
-    const kd_csr_t *csr = src->csr;
-    const kd_csr_stats_t *stats = &src->stats;
-    size_t ld = kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
-    size_t slots = kd_format_size_mad(ld, (size_t)stats->max_row, 0);
-    return kd_format_size_mad(slots, sizeof(int32_t) + kd_dtype_size(csr->dtype), 0);
+    size_t ld = kd_format_round_up((size_t)rows, KD_ELL_ALIGN);
+    size_t slots = kd_format_size_mad(ld, (size_t)width, 0);
+    return kd_format_size_mad(slots, sizeof(int32_t) + kd_dtype_size(dtype), 0);
 }
 
-static void ell_release(kd_matrix_t *m)
+void kd_ell_part_release(kd_ell_part_t *part)
 {
-    kd_ell_t *impl = m->impl;
-    if (impl == NULL)
-        return;
-    cl_mem mems[] = {impl->indices, impl->values};
+    cl_mem mems[] = {part->indices, part->values};
     kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
-    free(impl);
-    m->impl = NULL;
+    part->indices = part->values = NULL;
 }
 
-static int ell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+int kd_ell_part_build(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, int width,
+                      const char *what, kd_ell_part_t *part, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
     size_t wg = kd_ocl_work_group_size(ocl);
-    size_t v = kd_dtype_size(csr->dtype);
-    kd_ell_t *impl = calloc(1, sizeof(*impl));
-    if (impl == NULL)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
-    m->impl = impl;
-    impl->width = (int)src->stats.max_row;
-    impl->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
-    size_t slots = kd_format_size_mad((size_t)impl->ld, (size_t)impl->width, 0);
+    part->width = width;
+    part->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
+    size_t slots = kd_format_size_mad((size_t)part->ld, (size_t)width, 0);
     size_t ibytes = kd_format_size_mad(slots, sizeof(int32_t), 0);
-    size_t vbytes = kd_format_size_mad(slots, v, 0);
+    size_t vbytes = kd_format_size_mad(slots, kd_dtype_size(csr->dtype), 0);
     if (slots == SIZE_MAX || ibytes == SIZE_MAX || vbytes == SIZE_MAX)
-        return kd_err_set(err, KD_ETOOLARGE, "ELL arrays of %d x %lld slots do not fit in memory",
-                          impl->width, (long long)impl->ld);
-    int rc = kd_format_alloc_array(ocl, m, ibytes, "ELL column indices", &impl->indices, err);
+        return kd_err_set(err, KD_ETOOLARGE, "%s arrays of %d x %lld slots do not fit in memory",
+                          what, width, (long long)part->ld);
+    char label[64];
+    snprintf(label, sizeof(label), "%s column indices", what);
+    int rc = kd_format_alloc_array(ocl, m, ibytes, label, &part->indices, err);
+    snprintf(label, sizeof(label), "%s values", what);
     if (rc == KD_OK)
-        rc = kd_format_alloc_array(ocl, m, vbytes, "ELL values", &impl->values, err);
+        rc = kd_format_alloc_array(ocl, m, vbytes, label, &part->values, err);
     if (rc != KD_OK || slots == 0 || csr->rows == 0)
         return rc;
 
@@ -69,23 +55,22 @@ static int ell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd
         return rc;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_int(&a, impl->width);
-    kd_ocl_arg_long(&a, impl->ld);
+    kd_ocl_arg_int(&a, part->width);
+    kd_ocl_arg_long(&a, part->ld);
     kd_ocl_arg_mem(&a, src->indptr);
     kd_ocl_arg_mem(&a, src->indices);
     kd_ocl_arg_mem(&a, src->values);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, part->indices);
+    kd_ocl_arg_mem(&a, part->values);
     if ((rc = kd_ocl_args_end(&a, "kd_ell_from_csr", err)) != KD_OK)
         return rc;
     return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
                          "kd_ell_from_csr", err);
 }
 
-static int ell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
-                    double beta, kd_vec_t *y, kd_err_t *err)
+int kd_ell_part_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_ell_part_t *part, double alpha,
+                     const kd_vec_t *x, double beta, kd_vec_t *y, kd_err_t *err)
 {
-    const kd_ell_t *impl = m->impl;
     size_t wg = kd_ocl_work_group_size(ocl);
     char options[64];
     kd_format_options(ocl, NULL, options, sizeof(options));
@@ -95,10 +80,10 @@ static int ell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
         return rc;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_int(&a, impl->width);
-    kd_ocl_arg_long(&a, impl->ld);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_int(&a, part->width);
+    kd_ocl_arg_long(&a, part->ld);
+    kd_ocl_arg_mem(&a, part->indices);
+    kd_ocl_arg_mem(&a, part->values);
     kd_ocl_arg_mem(&a, x->mem);
     kd_ocl_arg_mem(&a, y->mem);
     kd_ocl_arg_value(&a, m->dtype, alpha);
@@ -107,6 +92,36 @@ static int ell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
         return rc;
     return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg, "kd_ell_spmv",
                          err);
+}
+
+static size_t ell_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
+{
+    return kd_ell_part_bytes(src->csr->rows, src->stats.max_row, src->csr->dtype);
+}
+
+static void ell_release(kd_matrix_t *m)
+{
+    kd_ell_part_t *impl = m->impl;
+    if (impl == NULL)
+        return;
+    kd_ell_part_release(impl);
+    free(impl);
+    m->impl = NULL;
+}
+
+static int ell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
+{
+    kd_ell_part_t *impl = calloc(1, sizeof(*impl));
+    if (impl == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
+    m->impl = impl;
+    return kd_ell_part_build(ocl, src, m, (int)src->stats.max_row, "ELL", impl, err);
+}
+
+static int ell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                    double beta, kd_vec_t *y, kd_err_t *err)
+{
+    return kd_ell_part_spmv(ocl, m, m->impl, alpha, x, beta, y, err);
 }
 
 const kd_format_ops_t kd_format_ell_ops = {

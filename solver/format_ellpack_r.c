@@ -9,8 +9,6 @@
 
 #include <stdlib.h>
 
-#define KD_ELL_ALIGN 32
-
 typedef struct kd_ellpack_r {
     cl_mem lengths; /* rows int32 */
     cl_mem indices; /* width * ld int32, NULL when width == 0 */

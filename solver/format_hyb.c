@@ -13,12 +13,8 @@
 
 #include <stdlib.h>
 
-#define KD_ELL_ALIGN 32
-
 typedef struct kd_hyb {
-    cl_mem ell_indices, ell_values; /* width * ld each, NULL when width == 0 */
-    int width;
-    int64_t ld;
+    kd_ell_part_t ell;
     kd_coo_part_t coo;
 } kd_hyb_t;
 
@@ -93,9 +89,7 @@ static size_t hyb_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
     const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
     size_t v = kd_dtype_size(csr->dtype);
     size_t wg = kd_ocl_work_group_size(ocl);
-    size_t ld = kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
-    size_t ell =
-        kd_format_size_mad(kd_format_size_mad(ld, (size_t)p->width, 0), sizeof(int32_t) + v, 0);
+    size_t ell = kd_ell_part_bytes(csr->rows, p->width, csr->dtype);
     size_t coo = kd_format_size_mad((size_t)p->overflow, 2 * sizeof(int32_t) + v,
                                     2 * v * (((size_t)p->overflow + wg - 1) / wg));
     return ell == SIZE_MAX || coo == SIZE_MAX || ell > SIZE_MAX - coo ? SIZE_MAX : ell + coo;
@@ -106,36 +100,10 @@ static void hyb_release(kd_matrix_t *m)
     kd_hyb_t *impl = m->impl;
     if (impl == NULL)
         return;
-    cl_mem mems[] = {impl->ell_indices, impl->ell_values};
-    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    kd_ell_part_release(&impl->ell);
     kd_coo_part_release(&impl->coo);
     free(impl);
     m->impl = NULL;
-}
-
-static int hyb_build_ell(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl, kd_err_t *err)
-{
-    const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "ell", csr->dtype, options, "kd_ell_from_csr", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_int(&a, impl->width);
-    kd_ocl_arg_long(&a, impl->ld);
-    kd_ocl_arg_mem(&a, src->indptr);
-    kd_ocl_arg_mem(&a, src->indices);
-    kd_ocl_arg_mem(&a, src->values);
-    kd_ocl_arg_mem(&a, impl->ell_indices);
-    kd_ocl_arg_mem(&a, impl->ell_values);
-    if ((rc = kd_ocl_args_end(&a, "kd_ell_from_csr (HYB)", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
-                         "kd_ell_from_csr (HYB)", err);
 }
 
 static int hyb_build_coo(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl, kd_err_t *err)
@@ -156,7 +124,7 @@ static int hyb_build_coo(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl,
         kd_ocl_args_t a = kd_ocl_args_begin(kernel);
         kd_ocl_arg_int(&a, (cl_int)csr->nnz);
         kd_ocl_arg_int(&a, (cl_int)csr->rows);
-        kd_ocl_arg_int(&a, impl->width);
+        kd_ocl_arg_int(&a, impl->ell.width);
         kd_ocl_arg_mem(&a, src->indptr);
         kd_ocl_arg_mem(&a, coo_ptr);
         kd_ocl_arg_mem(&a, src->indices);
@@ -185,18 +153,7 @@ static int hyb_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd
         return kd_err_set(err, KD_ENOMEM, "out of host memory for HYB's row offsets");
     const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
     int64_t over = p->overflow;
-    int k = p->width;
-    impl->width = k;
-    impl->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
-    size_t slots = kd_format_size_mad((size_t)impl->ld, (size_t)k, 0);
-    size_t ibytes = kd_format_size_mad(slots, sizeof(int32_t), 0);
-    size_t vbytes = kd_format_size_mad(slots, v, 0);
-    if (ibytes == SIZE_MAX || vbytes == SIZE_MAX)
-        return kd_err_set(err, KD_ETOOLARGE, "HYB's ELL part does not fit in memory");
-    int rc =
-        kd_format_alloc_array(ocl, m, ibytes, "HYB ELL column indices", &impl->ell_indices, err);
-    if (rc == KD_OK)
-        rc = kd_format_alloc_array(ocl, m, vbytes, "HYB ELL values", &impl->ell_values, err);
+    int rc = kd_ell_part_build(ocl, src, m, p->width, "HYB ELL", &impl->ell, err);
     impl->coo.nnz = over;
     if (rc == KD_OK)
         rc = kd_format_alloc_array(ocl, m, (size_t)over * sizeof(int32_t), "HYB COO rows",
@@ -209,8 +166,6 @@ static int hyb_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd
                                    err);
     if (rc == KD_OK)
         rc = kd_coo_part_alloc_partials(ocl, m, &impl->coo, err);
-    if (rc == KD_OK && slots > 0 && csr->rows > 0)
-        rc = hyb_build_ell(ocl, src, impl, err);
     if (rc == KD_OK && over > 0)
         rc = hyb_build_coo(ocl, src, impl, err);
     return rc;
@@ -220,27 +175,7 @@ static int hyb_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
                     double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_hyb_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "ell", m->dtype, options, "kd_ell_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_int(&a, impl->width);
-    kd_ocl_arg_long(&a, impl->ld);
-    kd_ocl_arg_mem(&a, impl->ell_indices);
-    kd_ocl_arg_mem(&a, impl->ell_values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_ell_spmv (HYB)", err)) != KD_OK)
-        return rc;
-    rc = kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg,
-                       "kd_ell_spmv (HYB)", err);
+    int rc = kd_ell_part_spmv(ocl, m, &impl->ell, alpha, x, beta, y, err);
     if (rc != KD_OK)
         return rc;
     return kd_coo_part_spmv(ocl, m->dtype, &impl->coo, alpha, x, y, err);
