@@ -85,10 +85,19 @@ extern const kd_format_ops_t kd_format_sell_c_sigma_ops;
 extern const kd_format_ops_t kd_format_hyb_ops;
 extern const kd_format_ops_t kd_format_coo_ops;
 
-/* A csr_scalar matrix's three device arrays (for the solver's fused SpMV); 0 for any other
- * format or a matrix without rows. */
-int kd_format_csr_scalar_arrays(const kd_matrix_t *m, cl_mem *indptr, cl_mem *indices,
-                                cl_mem *values);
+/* The source's CSR arrays as the CSR formats (csr_scalar, csr_vector, csr_adaptive) hold them:
+ * shared by reference with the source, counted in the matrix's device_bytes. */
+typedef struct kd_format_csr {
+    cl_mem indptr;  /* rows + 1 int32 */
+    cl_mem indices; /* nnz int32, NULL when nnz == 0 */
+    cl_mem values;  /* nnz VALUE, NULL when nnz == 0 */
+} kd_format_csr_t;
+void kd_format_share_csr(kd_matrix_t *m, const kd_format_source_t *src, kd_format_csr_t *out);
+void kd_format_release_csr(kd_format_csr_t *csr);
+
+/* A csr_scalar matrix's arrays (for the solver's fused SpMV); NULL for any other format or a
+ * matrix without rows. */
+const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m);
 
 /* The ops of an available format, or NULL. */
 const kd_format_ops_t *kd_format_ops(kd_format_t format);

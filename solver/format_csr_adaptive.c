@@ -23,7 +23,7 @@
 #include <stdlib.h>
 
 typedef struct kd_csr_adaptive {
-    cl_mem indptr, indices, values;
+    kd_format_csr_t csr;
     cl_mem blocks;     /* nblocks cl_int4 */
     cl_mem long_rows;  /* nlong int32 */
     cl_mem long_slots; /* nlong + 1 int32 */
@@ -168,8 +168,8 @@ static void adaptive_release(kd_matrix_t *m)
     kd_csr_adaptive_t *impl = m->impl;
     if (impl == NULL)
         return;
-    cl_mem mems[] = {impl->indptr,    impl->indices,    impl->values,  impl->blocks,
-                     impl->long_rows, impl->long_slots, impl->partials};
+    kd_format_release_csr(&impl->csr);
+    cl_mem mems[] = {impl->blocks, impl->long_rows, impl->long_slots, impl->partials};
     kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
     free(impl);
     m->impl = NULL;
@@ -184,9 +184,7 @@ static int adaptive_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
     size_t v = kd_dtype_size(csr->dtype);
-    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
-    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
-    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+    kd_format_share_csr(m, src, &impl->csr);
 
     if (src->prepared[KD_FMT_CSR_ADAPTIVE] == NULL && adaptive_prepare(ocl, src) != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for the row blocks");
@@ -225,9 +223,9 @@ static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
         return rc;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_mem(&a, impl->blocks);
-    kd_ocl_arg_mem(&a, impl->indptr);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, impl->csr.indptr);
+    kd_ocl_arg_mem(&a, impl->csr.indices);
+    kd_ocl_arg_mem(&a, impl->csr.values);
     kd_ocl_arg_mem(&a, x->mem);
     kd_ocl_arg_mem(&a, y->mem);
     kd_ocl_arg_mem(&a, impl->partials);

@@ -9,19 +9,12 @@
 
 #include <stdlib.h>
 
-typedef struct kd_csr_scalar {
-    cl_mem indptr;  /* rows + 1 int32 */
-    cl_mem indices; /* nnz int32, NULL when nnz == 0 */
-    cl_mem values;  /* nnz VALUE, NULL when nnz == 0 */
-} kd_csr_scalar_t;
-
 static void csr_scalar_release(kd_matrix_t *m)
 {
-    kd_csr_scalar_t *impl = m->impl;
+    kd_format_csr_t *impl = m->impl;
     if (impl == NULL)
         return;
-    cl_mem mems[] = {impl->indptr, impl->indices, impl->values};
-    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    kd_format_release_csr(impl);
     free(impl);
     m->impl = NULL;
 }
@@ -34,22 +27,18 @@ static size_t csr_scalar_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src
 
 static int csr_scalar_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
-    const kd_csr_t *csr = src->csr;
-    kd_csr_scalar_t *impl = calloc(1, sizeof(*impl));
+    kd_format_csr_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
-    size_t v = kd_dtype_size(csr->dtype);
-    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
-    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
-    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+    kd_format_share_csr(m, src, impl);
     return KD_OK;
 }
 
 static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                            double beta, kd_vec_t *y, kd_err_t *err)
 {
-    const kd_csr_scalar_t *impl = m->impl;
+    const kd_format_csr_t *impl = m->impl;
     size_t wg = kd_ocl_work_group_size(ocl);
     char options[64];
     kd_format_options(ocl, NULL, options, sizeof(options));
@@ -73,16 +62,9 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                          "kd_csr_scalar_spmv", err);
 }
 
-int kd_format_csr_scalar_arrays(const kd_matrix_t *m, cl_mem *indptr, cl_mem *indices,
-                                cl_mem *values)
+const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m)
 {
-    if (m->format != KD_FMT_CSR_SCALAR || m->impl == NULL || m->rows <= 0)
-        return 0;
-    const kd_csr_scalar_t *impl = m->impl;
-    *indptr = impl->indptr;
-    *indices = impl->indices;
-    *values = impl->values;
-    return 1;
+    return m->format == KD_FMT_CSR_SCALAR && m->rows > 0 ? m->impl : NULL;
 }
 
 const kd_format_ops_t kd_format_csr_scalar_ops = {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 typedef struct kd_csr_vector {
-    cl_mem indptr, indices, values;
+    kd_format_csr_t csr;
     int threads_per_row;
 } kd_csr_vector_t;
 
@@ -31,8 +31,7 @@ static void csr_vector_release(kd_matrix_t *m)
     kd_csr_vector_t *impl = m->impl;
     if (impl == NULL)
         return;
-    cl_mem mems[] = {impl->indptr, impl->indices, impl->values};
-    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    kd_format_release_csr(&impl->csr);
     free(impl);
     m->impl = NULL;
 }
@@ -45,15 +44,11 @@ static size_t csr_vector_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src
 
 static int csr_vector_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
-    const kd_csr_t *csr = src->csr;
     kd_csr_vector_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
-    size_t v = kd_dtype_size(csr->dtype);
-    impl->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
-    impl->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
-    impl->values = kd_format_share(m, src->values, (size_t)csr->nnz * v);
+    kd_format_share_csr(m, src, &impl->csr);
     impl->threads_per_row = csr_vector_threads(src->stats.mean_row, kd_ocl_work_group_size(ocl));
     return KD_OK;
 }
@@ -73,9 +68,9 @@ static int csr_vector_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
         return rc;
     kd_ocl_args_t a = kd_ocl_args_begin(kernel);
     kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_mem(&a, impl->indptr);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
+    kd_ocl_arg_mem(&a, impl->csr.indptr);
+    kd_ocl_arg_mem(&a, impl->csr.indices);
+    kd_ocl_arg_mem(&a, impl->csr.values);
     kd_ocl_arg_mem(&a, x->mem);
     kd_ocl_arg_mem(&a, y->mem);
     kd_ocl_arg_value(&a, m->dtype, alpha);

@@ -526,7 +526,7 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
  * kd_krylov_dots3 over q computed before it, or, with A (a csr_scalar matrix),
  * kd_krylov_csr_spmv_dots3, which computes q = A p itself first. Three passes (and SD) fold p'q
  * only: their launch reads neither r nor 1/diag. */
-static int kd_krylov_dots3(kd_krylov_t *kr, const kd_krylov_csr_t *A, const kd_multivec_t *p,
+static int kd_krylov_dots3(kd_krylov_t *kr, const kd_format_csr_t *A, const kd_multivec_t *p,
                            const kd_multivec_t *q, const kd_multivec_t *r, cl_mem inv_diagonal,
                            int64_t iteration, kd_err_t *err)
 {
@@ -620,7 +620,7 @@ int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
     return rc;
 }
 
-int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec_t *q,
+int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_format_csr_t *A, kd_multivec_t *q,
                           kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
                           int64_t iteration, kd_err_t *err)
 {

@@ -17,6 +17,7 @@
 #ifndef KD_SOLVER_KRYLOV_H
 #define KD_SOLVER_KRYLOV_H
 
+#include "solver/format.h"
 #include "solver/ocl.h"
 #include "solver/vector.h"
 
@@ -113,11 +114,6 @@ void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
 int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
                       kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err);
 
-/* A csr_scalar matrix's device arrays, for the fused first pass (kd_krylov_iterate_csr). */
-typedef struct kd_krylov_csr {
-    cl_mem indptr, indices, values;
-} kd_krylov_csr_t;
-
 /*
  * Iteration `iteration` with the SpMV fused into pass 1: kd_krylov_csr_spmv_dots3 computes
  * q = A p (p = d; SD: p = r, and d may be NULL) for every running column and the partial sums
@@ -125,7 +121,7 @@ typedef struct kd_krylov_csr {
  * kd_krylov_iterate. One launch fewer than the SpMV plus kd_krylov_iterate, p and q read once
  * fewer, and the results are theirs (the same operations in the same order).
  */
-int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_krylov_csr_t *A, kd_multivec_t *q,
+int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_format_csr_t *A, kd_multivec_t *q,
                           kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
                           int64_t iteration, kd_err_t *err);
 

@@ -162,6 +162,21 @@ cl_mem kd_format_share(kd_matrix_t *m, cl_mem mem, size_t bytes)
     return mem;
 }
 
+void kd_format_share_csr(kd_matrix_t *m, const kd_format_source_t *src, kd_format_csr_t *out)
+{
+    const kd_csr_t *csr = src->csr;
+    out->indptr = kd_format_share(m, src->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+    out->indices = kd_format_share(m, src->indices, (size_t)csr->nnz * sizeof(int32_t));
+    out->values = kd_format_share(m, src->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype));
+}
+
+void kd_format_release_csr(kd_format_csr_t *csr)
+{
+    cl_mem mems[] = {csr->indptr, csr->indices, csr->values};
+    kd_format_release_mems(mems, sizeof(mems) / sizeof(mems[0]));
+    csr->indptr = csr->indices = csr->values = NULL;
+}
+
 void kd_format_release_mems(cl_mem *mems, size_t count)
 {
     for (size_t i = 0; i < count; i++) {

@@ -161,9 +161,9 @@ typedef struct kd_solve_run {
     int64_t k;  /* device columns */
     kd_krylov_t kr;
     kd_multivec_t b, x, r, q, d;
-    cl_mem inv;          /* PCG: the matrix's inverse diagonal on the device, for this solve */
-    int fused;           /* csr_scalar: the SpMV and the first vector pass in one launch */
-    kd_krylov_csr_t csr; /* the matrix's arrays when fused */
+    cl_mem inv; /* PCG: the matrix's inverse diagonal on the device, for this solve */
+    int fused;  /* csr_scalar: the SpMV and the first vector pass in one launch */
+    const kd_format_csr_t *csr; /* the matrix's arrays when fused */
     kd_solve_column_t *cols;
     unsigned char *active; /* k: 1 while the column is not done (its SpMV runs) */
     unsigned char *seen;   /* k: the column ran up to the check being processed */
@@ -192,7 +192,7 @@ static int kd_solve_iterate(kd_solve_run_t *run, int64_t it, int flush, kd_err_t
     cl_mem inv = run->inv;
     int rc = KD_OK;
     if (run->fused) {
-        rc = kd_krylov_iterate_csr(&run->kr, &run->csr, &run->q, &run->r, &run->x,
+        rc = kd_krylov_iterate_csr(&run->kr, run->csr, &run->q, &run->r, &run->x,
                                    sd ? NULL : &run->d, inv, it, err);
     } else {
         for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
@@ -589,8 +589,8 @@ int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, c
     free(thresholds);
     const int fuse = params->spmv_fusion != 0 ? params->spmv_fusion == KD_SOLVE_FUSION_ON
                                               : kd_ocl_desc(ocl)->is_gpu;
-    run.fused =
-        fuse && kd_format_csr_scalar_arrays(A, &run.csr.indptr, &run.csr.indices, &run.csr.values);
+    run.csr = fuse ? kd_format_csr_scalar_arrays(A) : NULL;
+    run.fused = run.csr != NULL;
     if (run.method == KD_KRYLOV_PCG &&
         (rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, colbytes,
                                    A->inv_diagonal, "inverse diagonal", &run.inv, err)) != KD_OK)
