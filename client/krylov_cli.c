@@ -272,6 +272,17 @@ static void kd_json_info_fields(kd_json_t *j, const krylov_matrix_info_t *m)
     kd_json_array_end(j);
 }
 
+/* A matrix's info as one JSON document on stdout. */
+static void kd_json_info(const krylov_matrix_info_t *m)
+{
+    kd_json_t j;
+    kd_json_init(&j, stdout);
+    kd_json_object_begin(&j);
+    kd_json_info_fields(&j, m);
+    kd_json_object_end(&j);
+    kd_json_finish(&j);
+}
+
 static void kd_print_info(const krylov_matrix_info_t *m)
 {
     printf("id           %s\n", m->id);
@@ -353,12 +364,7 @@ static int kd_cmd_info(kd_cli_t *cli, int argc, char **argv)
     if (kd_connect(cli) != KRYLOV_OK || krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
-        kd_json_t j;
-        kd_json_init(&j, stdout);
-        kd_json_object_begin(&j);
-        kd_json_info_fields(&j, &info);
-        kd_json_object_end(&j);
-        kd_json_finish(&j);
+        kd_json_info(&info);
     } else {
         kd_print_info(&info);
     }
@@ -397,12 +403,7 @@ static int kd_cmd_pin(kd_cli_t *cli, int argc, char **argv)
         krylov_info(cli->client, argv[0], &info) != KRYLOV_OK)
         return kd_fail(cli);
     if (cli->json) {
-        kd_json_t j;
-        kd_json_init(&j, stdout);
-        kd_json_object_begin(&j);
-        kd_json_info_fields(&j, &info);
-        kd_json_object_end(&j);
-        kd_json_finish(&j);
+        kd_json_info(&info);
     } else {
         printf("%s %s\n", info.pinned ? "pinned" : "unpinned", info.id);
     }

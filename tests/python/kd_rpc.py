@@ -109,3 +109,45 @@ class Client:
 
     def close(self):
         self.sock.close()
+
+
+# ---- a small runner for the check-style tests (test_scipy_validation.py, test_solve_server.py) --
+
+FAILURES = []
+
+
+def check(cond, what):
+    """Record a failed assertion and go on (every check of a test runs)."""
+    if not cond:
+        FAILURES.append(what)
+        print(f"    FAIL: {what}")
+
+
+def run_tests(namespace):
+    """Parse --bin-dir and --matrices (left in namespace["ARGS"]), start krylovd, run every
+    test_* function of namespace with a connected client (a test that raises fails, the others
+    still run), stop the daemon (its exit status is checked too). Returns the exit status."""
+    import argparse
+    import traceback
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--matrices", required=True)
+    args = namespace["ARGS"] = ap.parse_args()
+    daemon = Daemon(args.bin_dir)
+    try:
+        client = daemon.client()
+        for name, fn in sorted(namespace.items()):
+            if name.startswith("test_") and callable(fn):
+                print(f"-- {name}")
+                try:
+                    fn(client)
+                except Exception:
+                    traceback.print_exc()
+                    FAILURES.append(f"{name} raised")
+        client.close()
+    finally:
+        code = daemon.stop()
+    check(code == 0, f"krylovd exit status {code}")
+    print(f"{len(FAILURES)} failure(s)" if FAILURES else "all checks passed")
+    return 1 if FAILURES else 0

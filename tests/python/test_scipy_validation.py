@@ -12,11 +12,9 @@ right-hand sides in one request are each held to the same. float32 converges to 
 
 Usage: test_scipy_validation.py --bin-dir DIR --matrices DIR   (needs numpy, scipy and msgpack: deploy/install-deps.sh)
 """
-import argparse
 import inspect
 import os
 import sys
-import traceback
 
 import numpy as np
 import scipy.io
@@ -27,14 +25,8 @@ import msgpack  # noqa: F401  (kd_rpc needs it)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kd_rpc  # noqa: E402
 
-ARGS = None
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print(f"    FAIL: {what}")
+ARGS = None  # set by kd_rpc.run_tests
+check = kd_rpc.check
 
 
 def scipy_cg(a, b, rtol, m=None, maxiter=None):
@@ -157,30 +149,5 @@ def test_float32(client):
         check(rr <= 1e-5 * 1.05, f"float32 {method}: relres {rr:.3g}")
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--matrices", required=True)
-    ARGS = ap.parse_args()
-    daemon = kd_rpc.Daemon(ARGS.bin_dir)
-    try:
-        client = daemon.client()
-        for name, fn in sorted(globals().items()):
-            if name.startswith("test_") and callable(fn):
-                print(f"-- {name}")
-                try:
-                    fn(client)
-                except Exception:  # a crash is a failure of that test, the others still run
-                    traceback.print_exc()
-                    FAILURES.append(f"{name} raised")
-        client.close()
-    finally:
-        code = daemon.stop()
-    check(code == 0, f"krylovd exit status {code}")
-    print(f"{len(FAILURES)} failure(s)" if FAILURES else "all checks passed")
-    return 1 if FAILURES else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kd_rpc.run_tests(globals()))

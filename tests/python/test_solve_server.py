@@ -15,10 +15,8 @@ a real krylovd on loopback, msgpack-rpc over a socket (tests/python/kd_rpc.py).
 
 Usage: test_solve_server.py --bin-dir DIR --matrices DIR   (needs numpy, scipy and msgpack: deploy/install-deps.sh)
 """
-import argparse
 import os
 import sys
-import traceback
 
 import numpy as np
 import scipy.io
@@ -28,14 +26,8 @@ import msgpack  # noqa: F401
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kd_rpc  # noqa: E402
 
-ARGS = None
-FAILURES = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILURES.append(what)
-        print(f"    FAIL: {what}")
+ARGS = None  # set by kd_rpc.run_tests
+check = kd_rpc.check
 
 
 def laplacian_2d(nx):
@@ -164,30 +156,5 @@ def test_progress_notifications(client):
     check(res["status"] == ["converged", "converged"], f"{res['status']}")
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bin-dir", required=True)
-    ap.add_argument("--matrices", required=True)
-    ARGS = ap.parse_args()
-    daemon = kd_rpc.Daemon(ARGS.bin_dir)
-    try:
-        client = daemon.client()
-        for name, fn in sorted(globals().items()):
-            if name.startswith("test_") and callable(fn):
-                print(f"-- {name}")
-                try:
-                    fn(client)
-                except Exception:
-                    traceback.print_exc()
-                    FAILURES.append(f"{name} raised")
-        client.close()
-    finally:
-        code = daemon.stop()
-    check(code == 0, f"krylovd exit status {code}")
-    print(f"{len(FAILURES)} failure(s)" if FAILURES else "all checks passed")
-    return 1 if FAILURES else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(kd_rpc.run_tests(globals()))
