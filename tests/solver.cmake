@@ -3,3 +3,7 @@
 foreach(t test_ocl test_vector test_spmv test_blas test_krylov test_solve)
   kd_add_test(${t} SOURCES ${t}.c LIBS kd_solver LABELS kernel TIMEOUT 240)
 endforeach()
+# The solver's statuses, iteration counts and residual histories against the record in
+# tests/data/solve_histories.txt (see the test's header).
+kd_add_test(test_solve_history SOURCES test_solve_history.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
