@@ -24,6 +24,7 @@
  */
 #include "bench/bench.h"
 #include "bench/matgen.h"
+#include "solver/method.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -132,7 +133,8 @@ static void kd_bs_usage(void)
             "(default lap2d:2048 lap3d:160)\n"
             "  --device SEL        auto | gpu | cpu | N (default auto)\n"
             "  --dtype T           float64 | float32 (default float64)\n"
-            "  --methods LIST      of cg, pcg, sd (default cg,pcg)\n"
+            "  --methods LIST      of the server's methods and aliases: cg, pcg, sd, ... "
+            "(default cg,pcg)\n"
             "  --nrhs LIST         right-hand sides per solve (default 1)\n"
             "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
             "(default 0)\n"
@@ -140,6 +142,8 @@ static void kd_bs_usage(void)
             "(default 0)\n"
             "  --fuse LIST         fuse the SpMV with pass 1 (csr_scalar, two-pass CG / PCG): 1, 0 "
             "or auto = on GPUs (default auto)\n"
+            "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
+            "                      device, e.g. -cl-nv-maxrregcount=32)\n"
             "  --iterations N      per timed solve (default 200)\n"
             "  --repeat R          timed solves per row, the median is reported (default 3)\n"
             "  --format NAME       matrix format (default csr_scalar)\n"
@@ -153,6 +157,7 @@ int kd_bench_solve_main(int argc, char **argv)
     kd_dtype_t dtype = KD_DTYPE_F64;
     char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0",
          passes_buf[16] = "0", fuse_buf[16] = "auto";
+    const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
@@ -181,6 +186,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(nrhs_buf, sizeof(nrhs_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--passes") == 0) {
             snprintf(passes_buf, sizeof(passes_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--kernel-options") == 0) {
+            kernel_options = argv[++i];
         } else if (strcmp(a, "--fuse") == 0) {
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
@@ -278,21 +285,25 @@ int kd_bench_solve_main(int argc, char **argv)
             }
             kd_solve_result_t *res = calloc((size_t)k, sizeof(*res));
             for (int me = 0; me < nmethods; me++) {
-                kd_solve_method_t method = strcmp(methods[me], "pcg") == 0  ? KD_SOLVE_PCG
-                                           : strcmp(methods[me], "sd") == 0 ? KD_SOLVE_SD
-                                                                            : KD_SOLVE_CG;
-                const double vec_per = method == KD_SOLVE_PCG  ? 12.0
-                                       : method == KD_SOLVE_SD ? 7.0
-                                                               : 10.0;
+                const kd_method_ops_t *method;
+                const kd_precond_ops_t *precond;
+                if (kd_method_choose(methods[me], NULL, &method, &precond, &err) != KD_OK) {
+                    fprintf(stderr, "krylov-bench solve: %s\n", err.message);
+                    return 2;
+                }
+                const int sd = method == &kd_method_sd, jacobi = precond == &kd_precond_jacobi;
+                const double vec_per = jacobi ? 12.0 : sd ? 7.0 : 10.0;
                 for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
                     const char *fuse_s = fuse_list[gi / (ngroups * npasses)];
                     const int fuse = strcmp(fuse_s, "auto") == 0 ? -1 : atoi(fuse_s);
                     /* Lean passes (1) do not read r for r'Mq: one vector less. */
-                    const double lean = atoi(passes) == 1 && method != KD_SOLVE_SD ? 1.0 : 0.0;
+                    const double lean = atoi(passes) == 1 && !sd ? 1.0 : 0.0;
                     kd_solve_params_t prm;
                     kd_solve_params_default(&prm);
                     prm.method = method;
+                    prm.precond = precond;
+                    prm.kernel_options = kernel_options;
                     prm.rtol = 0.0;
                     prm.atol = 0.0;
                     prm.reduction_groups = atoll(groups_list[gi / npasses % ngroups]);

@@ -82,3 +82,14 @@ __kernel KD_WG_ATTR void kd_blas_scale(const int n, const VALUE alpha, __global 
     if (i < (size_t)n)
         x[i] *= alpha;
 }
+
+/* z[c][i] = d[i] * r[c][i] for k columns of n values with column stride ld: a diagonal applied to
+ * a block of vectors. Range (n rounded up to WG, k); one work-item per element. */
+__kernel KD_WG_ATTR void kd_blas_scale_rows(const int n, const int ld, __global const VALUE *d,
+                                            __global const VALUE *r, __global VALUE *z)
+{
+    const size_t i = get_global_id(0);
+    const size_t e = get_global_id(1) * (size_t)ld + i;
+    if (i < (size_t)n)
+        z[e] = d[i] * r[e];
+}

@@ -1,6 +1,7 @@
 /*
  * The OpenCL C sources (kernels/NAME.cl), embedded into the binary at build time by
- * cmake/embed_kernels.cmake. Each is found by its file stem ("csr_scalar" for csr_scalar.cl).
+ * cmake/embed_kernels.cmake. Each is found by its file stem ("csr_scalar" for csr_scalar.cl), a
+ * header shared with the host by its name ("krylov_abi.h").
  */
 #ifndef KD_KERNELS_H
 #define KD_KERNELS_H

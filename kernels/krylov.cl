@@ -37,49 +37,20 @@
  * pass starts where the previous one ended and finds the vectors it just touched still in the L2
  * cache (on an H100, 50 MB: a good share of a 32 MB float64 vector).
  *
- * Device scalars, double-buffered. scalars[par][c][KD_SLOTS] and state[par][c][2] (status, the
+ * Device scalars, double-buffered. scalars[par][c][KD_KRYLOV_SLOTS] and state[par][c][2] (status, the
  * iteration it changed) exist twice, par = iteration & 1: the kernels of iteration i read copy
  * (i - 1) & 1 and work-item 0 of each column's group 0 writes copy i & 1, so no work-group ever
  * reads a word another group of the same launch writes. Once a column's status leaves
- * KD_RUNNING its alpha is 0, its x, r and d are left bit for bit as they are, and the kernels
+ * KD_KRYLOV_RUNNING its alpha is 0, its x, r and d are left bit for bit as they are, and the kernels
  * skip its vector work (their loops run to 0 instead of n). Every work-item reaches every barrier:
  * no kernel returns before its last barrier, which some implementations (PoCL) require even when
  * the branch is uniform.
  */
-#define KD_SLOT_RR 0    /* r'r of the current residual */
-#define KD_SLOT_RZ 1    /* r'z, z = D^-1 r (PCG); = r'r for CG and SD */
-#define KD_SLOT_PQ 2    /* p'Ap of this iteration */
-#define KD_SLOT_ALPHA 3 /* step length (0 when not running) */
-#define KD_SLOT_BETA 4  /* direction update factor */
-#define KD_SLOT_FAIL 5  /* the value that stopped the column */
-#define KD_SLOTS 6
+#include "krylov_abi.h"
 
-#define KD_RUNNING 0
-#define KD_CONVERGED 1           /* r'r <= threshold after state[1] iterations */
-#define KD_BREAKDOWN 2           /* p'Ap <= 0 (finite) in iteration state[1] */
-#define KD_NON_FINITE_PQ 3       /* p'Ap not finite in iteration state[1] */
-#define KD_NON_FINITE_ALPHA 4    /* r'z / p'Ap not finite in iteration state[1] */
-#define KD_NON_FINITE_RESIDUAL 5 /* r'r not finite after iteration state[1] */
-#define KD_STOPPED 6             /* at its iteration limit after state[1], or frozen by the host */
-#define KD_ZERO_STEP 7           /* alpha = r'z / p'Ap underflowed to 0 in iteration state[1] */
-
-#define KD_METHOD_CG 0
-#define KD_METHOD_SD 1
-#define KD_METHOD_PCG 2
-
-/* mask[c] bits for kd_krylov_residual_partials / _final */
-#define KD_MASK_PARTIALS 1  /* reduce this column */
-#define KD_MASK_DIRECTION 2 /* also set d = z (a start or restart) */
-#define KD_MASK_RESTART 4   /* the final sets the column running again */
-
-#define KD_FINAL_SCALARS 0 /* the final writes scalars/state */
-#define KD_FINAL_NORMS 1   /* the final writes norms[c] = sum of squares only */
-
-/* Partial sums: dot_partials[j][c][g] (j: 0 p'q, 1 r'Mq, 2 q'Mq), res_partials[s][j][c][g]
- * (s: 0 and 1 by iteration parity, 2 scratch for norms; j: 0 r'r, 1 r'z). G = `groups`. */
+/* Column c's partial sums (see krylov_abi.h): dot j, and residual sum j of set s. */
 #define KD_DOT(j) (dot_partials + ((j)*k + c) * groups)
-#define KD_RES(s, j) (res_partials + (((s)*2 + (j)) * k + c) * groups)
-#define KD_NORMS_SLOT 2
+#define KD_RES(s, j) (res_partials + (((s)*KD_KRYLOV_RES_SUMS + (j)) * k + c) * groups)
 
 /* The totals of v[0..m) over the work-group at once, one set of barriers (every work-item gets
  * them in v). scratch holds m * KD_WG_SIZE values. */
@@ -132,35 +103,35 @@ VALUE kd_krylov_decide(long *status, long *at, VALUE *fail, const VALUE rr, cons
                        const long iteration)
 {
     VALUE alpha = KD_ZERO;
-    if (*status != KD_RUNNING)
+    if (*status != KD_KRYLOV_RUNNING)
         return alpha;
     if (!isfinite(rr) || !isfinite(rz)) {
-        *status = KD_NON_FINITE_RESIDUAL;
+        *status = KD_KRYLOV_NON_FINITE_RESIDUAL;
         *at = iteration - 1;
         *fail = rr;
     } else if (rr <= threshold) {
-        *status = KD_CONVERGED;
+        *status = KD_KRYLOV_CONVERGED;
         *at = iteration - 1;
     } else if (iteration > limit) {
-        *status = KD_STOPPED;
+        *status = KD_KRYLOV_STOPPED;
         *at = iteration - 1;
     } else if (!isfinite(pq)) {
-        *status = KD_NON_FINITE_PQ;
+        *status = KD_KRYLOV_NON_FINITE_PQ;
         *at = iteration;
         *fail = pq;
     } else if (pq <= KD_ZERO) {
-        *status = KD_BREAKDOWN;
+        *status = KD_KRYLOV_BREAKDOWN;
         *at = iteration;
         *fail = pq;
     } else {
         alpha = rz / pq;
         if (!isfinite(alpha)) {
-            *status = KD_NON_FINITE_ALPHA;
+            *status = KD_KRYLOV_NON_FINITE_ALPHA;
             *at = iteration;
             *fail = alpha;
             alpha = KD_ZERO;
         } else if (alpha == KD_ZERO) {
-            *status = KD_ZERO_STEP;
+            *status = KD_KRYLOV_ZERO_STEP;
             *at = iteration;
             *fail = rz;
         }
@@ -169,14 +140,15 @@ VALUE kd_krylov_decide(long *status, long *at, VALUE *fail, const VALUE rr, cons
 }
 
 /* dot_partials[0][c][group] = this group's share of p_c'q_c, for running columns. Backwards. */
-__kernel KD_WG_ATTR void kd_krylov_dots(const int n, const int ld, const int a,
-                                        __global const long *state, __global const VALUE *p,
-                                        __global const VALUE *q, __global VALUE *dot_partials)
+__kernel KD_WG_ATTR void kd_krylov_dots(const kd_krylov_launch_t L, __global const long *state,
+                                        __global const VALUE *p, __global const VALUE *q,
+                                        __global VALUE *dot_partials)
 {
+    const int n = L.n, ld = L.ld, a = L.parity;
     __local VALUE scratch[KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int groups = (int)get_num_groups(0);
-    const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
+    const uint end = state[(a * k + c) * 2] == KD_KRYLOV_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     VALUE s[1] = {KD_ZERO};
@@ -196,47 +168,48 @@ __kernel KD_WG_ATTR void kd_krylov_dots(const int n, const int ld, const int a,
  * and the partial sums of the new r'r and r'z into res_partials[1 - a]. Forwards.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_update_residual(const int n, const int ld, const int groups, const int method,
-                          const long iteration, const int a, __global const VALUE *threshold,
+kd_krylov_update_residual(const kd_krylov_launch_t L, __global const VALUE *threshold,
                           __global const long *limits, __global const VALUE *dot_partials,
                           __global VALUE *scalars, __global long *state, __global const VALUE *q,
                           __global VALUE *r, __global VALUE *x, __global const VALUE *inv_diagonal,
                           __global VALUE *res_partials)
 {
+    const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
+    const long iteration = L.iteration;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
     __global const long *st_in = state + (a * k + c) * 2;
     __global long *st_out = state + (b * k + c) * 2;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
+    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
+    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
     long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_SLOT_FAIL];
+    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL];
     /* Folded whatever the status (barriers stay unconditional); used only while running. */
     VALUE v[2];
     kd_krylov_folds(scratch, KD_DOT(0), 0, 0, 0, 0, groups, v, 1);
-    const VALUE pq = status == KD_RUNNING ? v[0] : KD_ZERO;
-    const VALUE alpha = kd_krylov_decide(&status, &at, &fail, s_in[KD_SLOT_RR], s_in[KD_SLOT_RZ],
+    const VALUE pq = status == KD_KRYLOV_RUNNING ? v[0] : KD_ZERO;
+    const VALUE alpha = kd_krylov_decide(&status, &at, &fail, s_in[KD_KRYLOV_SLOT_RR], s_in[KD_KRYLOV_SLOT_RZ],
                                          pq, threshold[c], limits[c], iteration);
     if (get_global_id(0) == 0) {
         st_out[0] = status;
         st_out[1] = at;
-        s_out[KD_SLOT_PQ] = pq;
-        s_out[KD_SLOT_ALPHA] = alpha;
-        s_out[KD_SLOT_FAIL] = fail;
+        s_out[KD_KRYLOV_SLOT_PQ] = pq;
+        s_out[KD_KRYLOV_SLOT_ALPHA] = alpha;
+        s_out[KD_KRYLOV_SLOT_FAIL] = fail;
     }
     /* Frozen (alpha = 0): no vector work, and update_direction carries r'r over. */
     const uint end = alpha != KD_ZERO ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     v[0] = v[1] = KD_ZERO;
-    if (method == KD_METHOD_PCG) {
+    if ((L.ops & KD_KRYLOV_OP_DIAGONAL) != 0) {
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
             const VALUE ri = r[base + i] - alpha * q[base + i];
             r[base + i] = ri;
             v[0] += ri * ri;
             v[1] += ri * (inv_diagonal[i] * ri);
         }
-    } else if (method == KD_METHOD_SD) {
+    } else if ((L.ops & KD_KRYLOV_OP_ALONG_R) != 0) {
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
             const VALUE r0 = r[base + i];
             const VALUE ri = r0 - alpha * q[base + i];
@@ -261,53 +234,55 @@ kd_krylov_update_residual(const int n, const int ld, const int groups, const int
 /*
  * The second half of iteration `iteration`: fold the new r'r (and r'z) partials; beta = new r'z
  * / old r'z; x += alpha d; d = z + beta d (z = D^-1 r for PCG, r otherwise). Work-item 0 of group 0
- * records r'r, r'z and beta in copy b = 1 - a, and a non-finite r'r as KD_NON_FINITE_RESIDUAL.
+ * records r'r, r'z and beta in copy b = 1 - a, and a non-finite r'r as KD_KRYLOV_NON_FINITE_RESIDUAL.
  * For SD (launched with one group per column) only the bookkeeping runs. Backwards.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_update_direction(const int n, const int ld, const int groups, const int method,
-                           const long iteration, const int a, __global VALUE *scalars,
+kd_krylov_update_direction(const kd_krylov_launch_t L, __global VALUE *scalars,
                            __global long *state, __global const VALUE *res_partials,
                            __global const VALUE *r, __global const VALUE *inv_diagonal,
                            __global VALUE *x, __global VALUE *d)
 {
+    const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
+    const long iteration = L.iteration;
+    const int diagonal = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
-    const VALUE alpha = s_out[KD_SLOT_ALPHA];
+    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
+    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
+    const VALUE alpha = s_out[KD_KRYLOV_SLOT_ALPHA];
     /* Folded whatever alpha is (barriers stay unconditional); used only when it is not 0. */
     VALUE v[2];
     kd_krylov_folds(scratch, KD_RES(b, 0), KD_RES(b, 1), 0, 0, 0, groups, v,
-                    method == KD_METHOD_PCG ? 2 : 1);
-    const VALUE rr = v[0], rz = method == KD_METHOD_PCG ? v[1] : v[0];
+                    diagonal ? 2 : 1);
+    const VALUE rr = v[0], rz = diagonal ? v[1] : v[0];
     if (alpha == KD_ZERO) {
         if (get_global_id(0) == 0) {
-            s_out[KD_SLOT_RR] = s_in[KD_SLOT_RR];
-            s_out[KD_SLOT_RZ] = s_in[KD_SLOT_RZ];
-            s_out[KD_SLOT_BETA] = KD_ZERO;
+            s_out[KD_KRYLOV_SLOT_RR] = s_in[KD_KRYLOV_SLOT_RR];
+            s_out[KD_KRYLOV_SLOT_RZ] = s_in[KD_KRYLOV_SLOT_RZ];
+            s_out[KD_KRYLOV_SLOT_BETA] = KD_ZERO;
         }
         return; /* no barrier follows */
     }
-    const VALUE beta = rz / s_in[KD_SLOT_RZ];
+    const VALUE beta = rz / s_in[KD_KRYLOV_SLOT_RZ];
     if (get_global_id(0) == 0) {
-        s_out[KD_SLOT_RR] = rr;
-        s_out[KD_SLOT_RZ] = rz;
-        s_out[KD_SLOT_BETA] = beta;
+        s_out[KD_KRYLOV_SLOT_RR] = rr;
+        s_out[KD_KRYLOV_SLOT_RZ] = rz;
+        s_out[KD_KRYLOV_SLOT_BETA] = beta;
         __global long *st = state + (b * k + c) * 2;
-        if ((!isfinite(rr) || !isfinite(rz)) && st[0] == KD_RUNNING) {
-            st[0] = KD_NON_FINITE_RESIDUAL;
+        if ((!isfinite(rr) || !isfinite(rz)) && st[0] == KD_KRYLOV_RUNNING) {
+            st[0] = KD_KRYLOV_NON_FINITE_RESIDUAL;
             st[1] = iteration;
-            s_out[KD_SLOT_FAIL] = rr;
+            s_out[KD_KRYLOV_SLOT_FAIL] = rr;
         }
     }
-    if (method == KD_METHOD_SD)
+    if ((L.ops & KD_KRYLOV_OP_ALONG_R) != 0)
         return;
 
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     /* Backwards: see "Cache" above. */
-    if (method == KD_METHOD_PCG) {
+    if (diagonal) {
         for (uint i = (uint)get_global_id(0); i < (uint)n; i += stride) {
             const uint e = (uint)n - 1u - i;
             const VALUE di = d[base + e];
@@ -344,16 +319,18 @@ void kd_krylov_store_dots3(__local VALUE *scratch, VALUE *v, __global VALUE *dot
  * r'Mq = p'q (z'Ap = p'Ap by the conjugacy of p to the previous direction), which saves reading
  * r here. Backwards.
  */
-__kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a, const int pcg,
-                                         const int with_rq, __global const long *state,
+__kernel KD_WG_ATTR void kd_krylov_dots3(const kd_krylov_launch_t L, __global const long *state,
                                          __global const VALUE *p, __global const VALUE *q,
                                          __global const VALUE *r,
                                          __global const VALUE *inv_diagonal,
                                          __global VALUE *dot_partials)
 {
+    const int n = L.n, ld = L.ld, a = L.parity;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
     __local VALUE scratch[3 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
-    const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
+    const uint end = state[(a * k + c) * 2] == KD_KRYLOV_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     VALUE v[3] = {KD_ZERO, KD_ZERO, KD_ZERO};
@@ -390,14 +367,17 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const int n, const int ld, const int a,
  * (with_rq = pcg = 0) only p'q is used: then it stands for SpMV + kd_krylov_dots. Backwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
-    const int n, const int ld, const int a, const int pcg, const int with_rq,
-    __global const long *state, __global const int *indptr, __global const int *indices,
-    __global const VALUE *values, __global const VALUE *p, __global VALUE *q,
-    __global const VALUE *r, __global const VALUE *inv_diagonal, __global VALUE *dot_partials)
+    const kd_krylov_launch_t L, __global const long *state, __global const int *indptr,
+    __global const int *indices, __global const VALUE *values, __global const VALUE *p,
+    __global VALUE *q, __global const VALUE *r, __global const VALUE *inv_diagonal,
+    __global VALUE *dot_partials)
 {
+    const int n = L.n, ld = L.ld, a = L.parity;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
     __local VALUE scratch[3 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
-    const uint end = state[(a * k + c) * 2] == KD_RUNNING ? (uint)n : 0u;
+    const uint end = state[(a * k + c) * 2] == KD_KRYLOV_RUNNING ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     __global const VALUE *pc = p + base;
@@ -428,26 +408,29 @@ __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
  * Forwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_update_merged(
-    const int n, const int ld, const int groups, const int pcg, const int with_rq,
-    const long iteration, const int a, __global const VALUE *threshold, __global const long *limits,
+    const kd_krylov_launch_t L, __global const VALUE *threshold, __global const long *limits,
     __global const VALUE *dot_partials, __global VALUE *res_partials, __global VALUE *scalars,
     __global long *state, __global const VALUE *q, __global VALUE *r, __global VALUE *x,
     __global VALUE *d, __global const VALUE *inv_diagonal)
 {
+    const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
+    const long iteration = L.iteration;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
     __local VALUE scratch[5 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
     __global const long *st_in = state + (a * k + c) * 2;
     __global long *st_out = state + (b * k + c) * 2;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_SLOTS;
+    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
+    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
     long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_SLOT_FAIL];
+    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL];
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     /* This work-item's first element, loaded before the folds so that its latency hides under
      * theirs (a running column's alpha is almost never 0). */
     const uint first = (uint)get_global_id(0);
-    const int early = status == KD_RUNNING && first < (uint)n;
+    const int early = status == KD_KRYLOV_RUNNING && first < (uint)n;
     VALUE q0 = KD_ZERO, r0 = KD_ZERO, x0 = KD_ZERO, d0 = KD_ZERO, m0 = (VALUE)1;
     if (early) {
         q0 = q[base + first];
@@ -460,7 +443,7 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
     VALUE v[5];
     kd_krylov_folds(scratch, KD_DOT(0), KD_DOT(1), KD_DOT(2), KD_RES(a, 0), KD_RES(a, 1), groups, v,
                     5);
-    const int running = status == KD_RUNNING;
+    const int running = status == KD_KRYLOV_RUNNING;
     const VALUE pq = running ? v[0] : KD_ZERO;
     const VALUE rr = v[3], rz = pcg ? v[4] : v[3];
     const VALUE alpha =
@@ -474,10 +457,10 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
     if (get_global_id(0) == 0) {
         st_out[0] = status;
         st_out[1] = at;
-        s_out[KD_SLOT_PQ] = pq;
-        s_out[KD_SLOT_ALPHA] = alpha;
-        s_out[KD_SLOT_BETA] = beta;
-        s_out[KD_SLOT_FAIL] = fail;
+        s_out[KD_KRYLOV_SLOT_PQ] = pq;
+        s_out[KD_KRYLOV_SLOT_ALPHA] = alpha;
+        s_out[KD_KRYLOV_SLOT_BETA] = beta;
+        s_out[KD_KRYLOV_SLOT_FAIL] = fail;
     }
     const uint end = alpha != KD_ZERO ? (uint)n : 0u;
     v[0] = v[1] = KD_ZERO;
@@ -509,26 +492,28 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
 }
 
 /*
- * For the columns with KD_MASK_PARTIALS in their mask (mask NULL: mask_all for every column): the
- * partial sums of r'r and, with `pcg`, r'z into res_partials[slot]; with KD_MASK_DIRECTION also
+ * For the columns with KD_KRYLOV_MASK_PARTIALS in their mask (mask NULL: mask_all for every column): the
+ * partial sums of r'r and, with `pcg`, r'z into res_partials[slot]; with KD_KRYLOV_MASK_DIRECTION also
  * d = z. Used at the start, for the periodic r = b - A x refresh, for restarts and for
- * ||b - A x|| checks (slot KD_NORMS_SLOT).
+ * ||b - A x|| checks (slot KD_KRYLOV_NORMS_SET).
  */
-__kernel KD_WG_ATTR void kd_krylov_residual_partials(const int n, const int ld, const int pcg,
-                                                     const int slot, __global const int *mask,
-                                                     const int mask_all, __global const VALUE *r,
+__kernel KD_WG_ATTR void kd_krylov_residual_partials(const kd_krylov_launch_t L,
+                                                     __global const int *mask,
+                                                     __global const VALUE *r,
                                                      __global const VALUE *inv_diagonal,
                                                      __global VALUE *d,
                                                      __global VALUE *res_partials)
 {
+    const int n = L.n, ld = L.ld, slot = L.set, mask_all = L.mask_all;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int groups = (int)get_num_groups(0);
     const int m = mask != 0 ? mask[c] : mask_all;
-    const uint end = (m & KD_MASK_PARTIALS) != 0 ? (uint)n : 0u;
+    const uint end = (m & KD_KRYLOV_MASK_PARTIALS) != 0 ? (uint)n : 0u;
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
-    const int direction = (m & KD_MASK_DIRECTION) != 0;
+    const int direction = (m & KD_KRYLOV_MASK_DIRECTION) != 0;
     VALUE v[2] = {KD_ZERO, KD_ZERO};
     for (uint i = (uint)get_global_id(0); i < end; i += stride) {
         const VALUE ri = r[base + i];
@@ -547,78 +532,84 @@ __kernel KD_WG_ATTR void kd_krylov_residual_partials(const int n, const int ld, 
 
 /*
  * One work-group per column (masked as kd_krylov_residual_partials): fold res_partials[slot].
- * Mode KD_FINAL_NORMS: norms[c] = r'r. Mode KD_FINAL_SCALARS: copy par's RR and RZ (RZ = RR unless
- * pcg); with KD_MASK_RESTART the column runs again from `iteration`, else a non-finite r'r of a
- * running column stops it as KD_NON_FINITE_RESIDUAL at `iteration`.
+ * Mode KD_KRYLOV_FINAL_NORMS: norms[c] = r'r. Mode KD_KRYLOV_FINAL_SCALARS: copy par's RR and RZ (RZ = RR unless
+ * pcg); with KD_KRYLOV_MASK_RESTART the column runs again from `iteration`, else a non-finite r'r of a
+ * running column stops it as KD_KRYLOV_NON_FINITE_RESIDUAL at `iteration`.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_residual_final(const int groups, const int pcg, const long iteration, const int par,
-                         const int slot, const int mode, __global const int *mask,
-                         const int mask_all, __global const VALUE *res_partials,
-                         __global VALUE *scalars, __global long *state, __global VALUE *norms)
+kd_krylov_residual_final(const kd_krylov_launch_t L, __global const int *mask,
+                         __global const VALUE *res_partials, __global VALUE *scalars,
+                         __global long *state, __global VALUE *norms)
 {
+    const int groups = L.groups, par = L.parity, slot = L.set, mode = L.mode;
+    const int mask_all = L.mask_all;
+    const long iteration = L.iteration;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int m = mask != 0 ? mask[c] : mask_all;
     VALUE v[2];
     kd_krylov_folds(scratch, KD_RES(slot, 0), KD_RES(slot, 1), 0, 0, 0, groups, v, 2);
-    if (get_local_id(0) != 0 || (m & KD_MASK_PARTIALS) == 0)
+    if (get_local_id(0) != 0 || (m & KD_KRYLOV_MASK_PARTIALS) == 0)
         return;
-    if (mode == KD_FINAL_NORMS) {
+    if (mode == KD_KRYLOV_FINAL_NORMS) {
         norms[c] = v[0];
         return;
     }
-    __global VALUE *sc = scalars + (par * k + c) * KD_SLOTS;
+    __global VALUE *sc = scalars + (par * k + c) * KD_KRYLOV_SLOTS;
     __global long *st = state + (par * k + c) * 2;
-    sc[KD_SLOT_RR] = v[0];
-    sc[KD_SLOT_RZ] = pcg ? v[1] : v[0];
-    if ((m & KD_MASK_RESTART) != 0) {
-        st[0] = KD_RUNNING;
+    sc[KD_KRYLOV_SLOT_RR] = v[0];
+    sc[KD_KRYLOV_SLOT_RZ] = pcg ? v[1] : v[0];
+    if ((m & KD_KRYLOV_MASK_RESTART) != 0) {
+        st[0] = KD_KRYLOV_RUNNING;
         st[1] = iteration;
-        sc[KD_SLOT_ALPHA] = KD_ZERO;
-        sc[KD_SLOT_BETA] = KD_ZERO;
-        sc[KD_SLOT_FAIL] = KD_ZERO;
-    } else if (st[0] == KD_RUNNING && !isfinite(v[0])) {
-        st[0] = KD_NON_FINITE_RESIDUAL;
+        sc[KD_KRYLOV_SLOT_ALPHA] = KD_ZERO;
+        sc[KD_KRYLOV_SLOT_BETA] = KD_ZERO;
+        sc[KD_KRYLOV_SLOT_FAIL] = KD_ZERO;
+    } else if (st[0] == KD_KRYLOV_RUNNING && !isfinite(v[0])) {
+        st[0] = KD_KRYLOV_NON_FINITE_RESIDUAL;
         st[1] = iteration;
-        sc[KD_SLOT_FAIL] = v[0];
+        sc[KD_KRYLOV_SLOT_FAIL] = v[0];
     }
 }
 
 /*
  * A check's snapshot, one work-group per column: with `fold` (two-pass iterations leave the new
  * r'r as partial sums) first fold res_partials[par] into the scalars as kd_krylov_residual_final
- * does, then pack state[par][c] and scalars[par][c] into snapshot[c][2 + KD_SLOTS] (the values'
+ * does, then pack state[par][c] and scalars[par][c] into snapshot[c][2 + KD_KRYLOV_SLOTS] (the values'
  * bits, a float in the low half), a buffer no later kernel writes, so the host can read it on a
  * second queue while the next iterations run.
  */
-__kernel KD_WG_ATTR void kd_krylov_snapshot(const int groups, const int pcg, const int fold,
-                                            const long iteration, const int par,
+__kernel KD_WG_ATTR void kd_krylov_snapshot(const kd_krylov_launch_t L,
                                             __global const VALUE *res_partials,
                                             __global VALUE *scalars, __global long *state,
                                             __global long *snapshot)
 {
+    const int groups = L.groups, par = L.parity;
+    const long iteration = L.iteration;
+    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int fold = (L.ops & KD_KRYLOV_OP_FOLD) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     VALUE v[2];
     kd_krylov_folds(scratch, KD_RES(par, 0), KD_RES(par, 1), 0, 0, 0, groups, v, 2);
     if (get_local_id(0) != 0)
         return;
-    __global VALUE *sc = scalars + (par * k + c) * KD_SLOTS;
+    __global VALUE *sc = scalars + (par * k + c) * KD_KRYLOV_SLOTS;
     __global long *st = state + (par * k + c) * 2;
     if (fold) {
-        sc[KD_SLOT_RR] = v[0];
-        sc[KD_SLOT_RZ] = pcg ? v[1] : v[0];
-        if (st[0] == KD_RUNNING && !isfinite(v[0])) {
-            st[0] = KD_NON_FINITE_RESIDUAL;
+        sc[KD_KRYLOV_SLOT_RR] = v[0];
+        sc[KD_KRYLOV_SLOT_RZ] = pcg ? v[1] : v[0];
+        if (st[0] == KD_KRYLOV_RUNNING && !isfinite(v[0])) {
+            st[0] = KD_KRYLOV_NON_FINITE_RESIDUAL;
             st[1] = iteration;
-            sc[KD_SLOT_FAIL] = v[0];
+            sc[KD_KRYLOV_SLOT_FAIL] = v[0];
         }
     }
-    __global long *out = snapshot + c * (2 + KD_SLOTS);
+    __global long *out = snapshot + c * (2 + KD_KRYLOV_SLOTS);
     out[0] = st[0];
     out[1] = st[1];
-    for (int j = 0; j < KD_SLOTS; j++)
+    for (int j = 0; j < KD_KRYLOV_SLOTS; j++)
 #if KD_FP64
         out[2 + j] = as_long(sc[j]);
 #else

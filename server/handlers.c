@@ -16,6 +16,7 @@
 #include "server/replies.h"
 #include "server/server.h"
 #include "solver/select.h"
+#include "solver/method.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -296,7 +297,7 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
                           &entry, err);
     if (rc != KD_OK)
         return rc;
-    const kd_matrix_t *A = entry->dev;
+    kd_matrix_t *A = entry->dev;
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
                           entry->meta.hex, (long long)A->rows, (long long)A->cols);
@@ -314,14 +315,14 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     kd_solve_params_t params;
     kd_solve_params_default(&params);
-    /* pcg takes Jacobi preconditioning unless the request says preconditioner: none. */
-    params.method = q->method == KD_SOLVE_METHOD_SD ? KD_SOLVE_SD
-                    : q->method == KD_SOLVE_METHOD_PCG && strcmp(q->preconditioner, "none") != 0
-                        ? KD_SOLVE_PCG
-                        : KD_SOLVE_CG;
+    static const char *const method_names[] = {
+        [KD_SOLVE_METHOD_CG] = "cg", [KD_SOLVE_METHOD_SD] = "sd", [KD_SOLVE_METHOD_PCG] = "pcg"};
+    if ((rc = kd_method_choose(method_names[q->method], q->preconditioner, &params.method,
+                               &params.precond, err)) != KD_OK)
+        return rc;
     params.rtol = q->rtol;
     params.atol = q->atol;
-    params.maxiter = q->maxiter >= 0 ? q->maxiter : 10 * n;
+    params.maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_AUTO;
     params.check_every = q->check_every;
     params.record_history = q->history;
     kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};

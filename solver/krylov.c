@@ -1,10 +1,11 @@
 /*
  * Host side of the lock-step Krylov kernels (see krylov.h and kernels/krylov.cl): buffers,
  * launch shapes and arguments. Every launch is a 2-D range (groups * WG, k) in groups of
- * (WG, 1); dimension 1 is the column.
+ * (WG, 1); dimension 1 is the column; every kernel takes the launch block of krylov_abi.h first.
  *
- * Groups per column G: one wave of eight work-groups per compute unit over all k columns
- * (8 * CUs / k, rounded up), at most KD_KRYLOV_GROUPS_MAX and at most one group per WG elements.
+ * Groups per column G: one wave of work-groups over all k columns (four per compute unit on a
+ * GPU, eight on a CPU, divided by k and rounded up), at most KD_KRYLOV_GROUPS_MAX and at most
+ * one group per WG elements.
  * G depends only on n, k and the device, which keeps results reproducible bit for bit; the
  * consumer of a reduction reads G partials per work-group, so a smaller G also makes the fused
  * finals cheaper.
@@ -12,36 +13,53 @@
 #include "solver/krylov.h"
 #include "common/checked.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define KD_KRYLOV_GROUPS_MAX 1024
 
-enum { KD_FINAL_SCALARS = 0, KD_FINAL_NORMS = 1 };
-
-/* res_partials' scratch slot for norms (slots 0 and 1 go by iteration parity). */
-#define KD_NORMS_SLOT 2
-
-static int kd_krylov_kernel(kd_krylov_t *kr, const char *name, cl_kernel *out, kd_err_t *err)
+static int kd_krylov_parity(int64_t iteration)
 {
-    return kd_ocl_kernel(kr->ocl, "krylov", kr->dtype, kr->options, name, out, err);
+    return (int)(iteration & 1);
 }
 
-static int kd_krylov_launch(kd_krylov_t *kr, cl_kernel kernel, size_t groups, const char *what,
-                            kd_err_t *err)
+/* The launch block of a pass of iteration `iteration` that reads state copy `parity`. */
+static kd_krylov_launch_t kd_krylov_block(const kd_krylov_t *kr, int64_t iteration, int parity,
+                                          int ops)
 {
-    size_t global[2] = {groups * kr->work_group_size, (size_t)kr->k};
-    size_t local[2] = {kr->work_group_size, 1};
-    cl_int st = clEnqueueNDRangeKernel(kd_ocl_queue(kr->ocl), kernel, 2, NULL, global, local, 0,
-                                       NULL, NULL);
-    if (st != CL_SUCCESS) {
-        int rc = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
-        kd_err_prefix(err, "%s over %lld columns", what, (long long)kr->k);
+    kd_krylov_launch_t L;
+    memset(&L, 0, sizeof(L));
+    L.iteration = iteration;
+    L.n = (kd_abi_i32)kr->n;
+    L.ld = (kd_abi_i32)kr->ld;
+    L.groups = (kd_abi_i32)kr->groups;
+    L.parity = parity;
+    L.ops = ops;
+    return L;
+}
+
+/* Launch kernel `name` of kernels/krylov.cl over `groups` work-groups per column, all k columns. */
+static int kd_krylov_run(kd_krylov_t *kr, const char *name, size_t groups, const kd_ocl_arg_t *args,
+                         size_t nargs, cl_event *event, kd_err_t *err)
+{
+    cl_kernel kernel;
+    int rc = kd_ocl_kernel(kr->ocl, "krylov", kr->dtype, kr->options, name, &kernel, err);
+    if (rc != KD_OK)
         return rc;
-    }
-    return KD_OK;
+    const size_t wg = kr->work_group_size;
+    rc = kd_ocl_run(kr->ocl, kernel, name, kd_ocl_range_2d(groups * wg, (size_t)kr->k, wg, 1), args,
+                    nargs, event, err);
+    if (rc != KD_OK)
+        kd_err_prefix(err, "%lld columns", (long long)kr->k);
+    return rc;
 }
+
+/* Every Krylov kernel takes its launch block first. */
+#define KD_KRYLOV_RUN(kr, name, groups, block, err, ...)                                           \
+    kd_krylov_run((kr), (name), (groups), KD_ARGS(KD_ARG_STRUCT(&(block)), __VA_ARGS__), NULL,     \
+                  (err))
 
 static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const char *what,
                             cl_mem *out, kd_err_t *err)
@@ -53,10 +71,11 @@ static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const ch
                                 err);
 }
 
-int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, int64_t n,
-                   int64_t ld, int64_t k, int64_t groups, int passes, const double *threshold,
-                   int64_t limit, kd_krylov_t *kr, kd_err_t *err)
+int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, int64_t n, int64_t ld, int64_t k,
+                   int64_t groups, const double *threshold, int64_t limit, cl_mem diagonal,
+                   const char *build_options, kd_krylov_t *kr, kd_err_t *err)
 {
+    assert(ocl != NULL && threshold != NULL && kr != NULL);
     memset(kr, 0, sizeof(*kr));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)
@@ -67,9 +86,7 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     const size_t vsize = kd_dtype_size(dtype);
     kr->ocl = ocl;
     kr->dtype = dtype;
-    kr->method = method;
-    kr->passes = method == KD_KRYLOV_SD || passes == 3 ? 3 : 2;
-    kr->with_rq = passes != KD_KRYLOV_PASSES_LEAN;
+    kr->diagonal = diagonal;
     kr->n = n;
     kr->ld = ld;
     kr->k = k;
@@ -86,16 +103,15 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
     if (g > KD_KRYLOV_GROUPS_MAX)
         g = KD_KRYLOV_GROUPS_MAX;
     kr->groups = g == 0 ? 1 : g;
-    /* KD_KRYLOV_BUILD_OPTIONS: extra build options for tuning on a new device (for example
-     * "-cl-nv-maxrregcount=32"); they become part of the program cache's key. */
-    const char *extra = getenv("KD_KRYLOV_BUILD_OPTIONS");
+    const char *extra = build_options != NULL ? build_options : "";
     snprintf(kr->options, sizeof(kr->options), "-DKD_WG_SIZE=%zu%s%s", kr->work_group_size,
-             extra != NULL && extra[0] != '\0' ? " " : "", extra != NULL ? extra : "");
+             extra[0] != '\0' ? " " : "", extra);
 
     const size_t count = (size_t)k * kr->groups;
-    if ((rc = kd_krylov_buffer(kr, 3 * count, vsize, "dot partial sums", &kr->dot_partials, err)) ||
-        (rc = kd_krylov_buffer(kr, 6 * count, vsize, "residual partial sums", &kr->res_partials,
-                               err)) ||
+    if ((rc = kd_krylov_buffer(kr, KD_KRYLOV_DOTS * count, vsize, "dot partial sums",
+                               &kr->dot_partials, err)) ||
+        (rc = kd_krylov_buffer(kr, KD_KRYLOV_RES_SETS * KD_KRYLOV_RES_SUMS * count, vsize,
+                               "residual partial sums", &kr->res_partials, err)) ||
         (rc = kd_krylov_buffer(kr, 2 * (size_t)k * KD_KRYLOV_SLOTS, vsize, "solver scalars",
                                &kr->scalars, err)) ||
         (rc = kd_krylov_buffer(kr, 4 * (size_t)k, sizeof(cl_long), "solver state", &kr->state,
@@ -107,7 +123,7 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_krylov_method_t method, i
         (rc = kd_krylov_buffer(kr, (size_t)k, vsize, "column norms", &kr->norms, err)))
         goto fail;
     for (int i = 0; i < 3; i++)
-        if ((rc = kd_krylov_buffer(kr, (size_t)k * (2 + KD_KRYLOV_SLOTS), sizeof(cl_long),
+        if ((rc = kd_krylov_buffer(kr, (size_t)k, sizeof(kd_krylov_snapshot_row_t),
                                    "solver snapshots", &kr->snapshot_slots[i], err)) != KD_OK)
             goto fail;
     cl_int qst = CL_SUCCESS;
@@ -178,104 +194,70 @@ void kd_krylov_release(kd_krylov_t *kr)
 static int kd_krylov_check(const kd_krylov_t *kr, const kd_multivec_t *v, const char *what,
                            kd_err_t *err)
 {
-    if (v->n != kr->n || v->ld != kr->ld || v->k != kr->k || v->dtype != kr->dtype)
+    if (v == NULL || v->n != kr->n || v->ld != kr->ld || v->k != kr->k || v->dtype != kr->dtype)
         return kd_err_set(err, KD_EINTERNAL, "krylov %s: vectors of another shape or type", what);
     return KD_OK;
 }
 
-static int kd_krylov_parity(int64_t iteration)
+/* The bits every pass forming z = M^-1 r adds. */
+static int kd_krylov_ops(const kd_krylov_t *kr, int ops)
 {
-    return (int)(iteration & 1);
+    return ops | (kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0);
+}
+
+int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err)
+{
+    assert(kr != NULL && what != NULL);
+    (void)err;
+    kr->reductions++;
+    return KD_OK;
 }
 
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
                    int64_t iteration, kd_err_t *err)
 {
     int rc;
-    cl_kernel kernel;
     if ((rc = kd_krylov_check(kr, p, "dots", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, q, "dots", err)) != KD_OK ||
-        (rc = kd_krylov_kernel(kr, "kd_krylov_dots", &kernel, err)) != KD_OK)
+        (rc = kd_krylov_check(kr, q, "dots", err)) != KD_OK)
         return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, p->mem);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, kr->dot_partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_dots", err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_dots", err);
+    kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), 0);
+    return KD_KRYLOV_RUN(kr, "kd_krylov_dots", kr->groups, L, err, KD_ARG_MEM(kr->state),
+                         KD_ARG_MEM(p->mem), KD_ARG_MEM(q->mem), KD_ARG_MEM(kr->dot_partials));
 }
 
 int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
-                              kd_multivec_t *x, cl_mem inv_diagonal, int64_t iteration,
-                              kd_err_t *err)
+                              kd_multivec_t *x, int ops, int64_t iteration, kd_err_t *err)
 {
     int rc;
-    cl_kernel kernel;
     if ((rc = kd_krylov_check(kr, q, "update_residual", err)) != KD_OK ||
         (rc = kd_krylov_check(kr, r, "update_residual", err)) != KD_OK ||
         (rc = kd_krylov_check(kr, x, "update_residual", err)) != KD_OK)
         return rc;
-    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
-        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
-    if ((rc = kd_krylov_kernel(kr, "kd_krylov_update_residual", &kernel, err)) != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, (cl_int)kr->groups);
-    kd_ocl_arg_int(&a, (cl_int)kr->method);
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_mem(&a, kr->threshold);
-    kd_ocl_arg_mem(&a, kr->limits);
-    kd_ocl_arg_mem(&a, kr->dot_partials);
-    kd_ocl_arg_mem(&a, kr->scalars);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_residual", err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_update_residual", err);
+    kd_krylov_launch_t L =
+        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    return KD_KRYLOV_RUN(
+        kr, "kd_krylov_update_residual", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
+        KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->scalars),
+        KD_ARG_MEM(kr->state), KD_ARG_MEM(q->mem), KD_ARG_MEM(r->mem), KD_ARG_MEM(x->mem),
+        KD_ARG_MEM(kr->diagonal), KD_ARG_MEM(kr->res_partials));
 }
 
-int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
-                               kd_multivec_t *x, kd_multivec_t *d, int64_t iteration, kd_err_t *err)
+int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multivec_t *x,
+                               kd_multivec_t *d, int ops, int64_t iteration, kd_err_t *err)
 {
     int rc;
-    cl_kernel kernel;
-    const int sd = kr->method == KD_KRYLOV_SD;
+    const int along_r = (ops & KD_KRYLOV_OP_ALONG_R) != 0;
     if ((rc = kd_krylov_check(kr, r, "update_direction", err)) != KD_OK ||
-        (!sd && (rc = kd_krylov_check(kr, x, "update_direction", err)) != KD_OK) ||
-        (!sd && (rc = kd_krylov_check(kr, d, "update_direction", err)) != KD_OK))
+        (!along_r && (rc = kd_krylov_check(kr, x, "update_direction", err)) != KD_OK) ||
+        (!along_r && (rc = kd_krylov_check(kr, d, "update_direction", err)) != KD_OK))
         return rc;
-    if ((rc = kd_krylov_kernel(kr, "kd_krylov_update_direction", &kernel, err)) != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, (cl_int)kr->groups);
-    kd_ocl_arg_int(&a, (cl_int)kr->method);
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_mem(&a, kr->scalars);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, kr->method == KD_KRYLOV_PCG ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, sd ? NULL : x->mem);
-    kd_ocl_arg_mem(&a, sd ? NULL : d->mem);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_direction", err)) != KD_OK)
-        return rc;
-    /* SD only folds r'r: one group per column does. */
-    return kd_krylov_launch(kr, kernel, sd ? 1 : kr->groups, "kd_krylov_update_direction", err);
+    kd_krylov_launch_t L =
+        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    /* Along r only r'r is folded: one group per column does. */
+    return KD_KRYLOV_RUN(kr, "kd_krylov_update_direction", along_r ? 1 : kr->groups, L, err,
+                         KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
+                         KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(r->mem), KD_ARG_MEM(kr->diagonal),
+                         KD_ARG_MEM(along_r ? NULL : x->mem), KD_ARG_MEM(along_r ? NULL : d->mem));
 }
 
 static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
@@ -285,77 +267,44 @@ static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (column masks)");
 }
 
-/* The partials of r'r (and r'z with pcg) of the masked columns, d = z where asked. */
-static int kd_krylov_partials(kd_krylov_t *kr, const kd_multivec_t *r, int pcg, cl_mem inv_diagonal,
-                              kd_multivec_t *d, int slot, int use_mask, int mask_all, kd_err_t *err)
+/* The partials of r'r (and r'z with a diagonal) of the masked columns into set `set`, d = z
+ * where asked; then one group per column folds them as `mode` says. */
+static int kd_krylov_residual_sums(kd_krylov_t *kr, const kd_multivec_t *r, int ops,
+                                   kd_multivec_t *d, int set, int mode, int use_mask, int mask_all,
+                                   int64_t iteration, kd_err_t *err)
 {
-    cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, "kd_krylov_residual_partials", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_int(&a, slot);
-    kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
-    kd_ocl_arg_int(&a, mask_all);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, d != NULL ? d->mem : NULL);
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_residual_partials", err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_residual_partials", err);
+    kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration), ops);
+    L.set = set;
+    L.mode = mode;
+    L.mask_all = mask_all;
+    cl_mem mask = use_mask ? kr->mask : NULL;
+    cl_mem diagonal = (ops & KD_KRYLOV_OP_DIAGONAL) != 0 ? kr->diagonal : NULL;
+    int rc = KD_KRYLOV_RUN(kr, "kd_krylov_residual_partials", kr->groups, L, err, KD_ARG_MEM(mask),
+                           KD_ARG_MEM(r->mem), KD_ARG_MEM(diagonal),
+                           KD_ARG_MEM(d != NULL ? d->mem : NULL), KD_ARG_MEM(kr->res_partials));
+    if (rc == KD_OK)
+        rc = kd_krylov_reduce(kr, mode == KD_KRYLOV_FINAL_NORMS ? "t't" : "r'r, r'z", err);
+    if (rc == KD_OK)
+        rc = KD_KRYLOV_RUN(kr, "kd_krylov_residual_final", 1, L, err, KD_ARG_MEM(mask),
+                           KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
+                           KD_ARG_MEM(kr->state), KD_ARG_MEM(kr->norms));
+    return rc;
 }
 
-static int kd_krylov_final(kd_krylov_t *kr, int pcg, int64_t iteration, int slot, int mode,
-                           int use_mask, int mask_all, kd_err_t *err)
-{
-    cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, "kd_krylov_residual_final", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->groups);
-    kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration));
-    kd_ocl_arg_int(&a, slot);
-    kd_ocl_arg_int(&a, mode);
-    kd_ocl_arg_mem(&a, use_mask ? kr->mask : NULL);
-    kd_ocl_arg_int(&a, mask_all);
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    kd_ocl_arg_mem(&a, kr->scalars);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, kr->norms);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_residual_final", err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, 1, "kd_krylov_residual_final", err);
-}
-
-int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, cl_mem inv_diagonal,
-                       kd_multivec_t *d, const int *mask, int mask_all, int64_t iteration,
-                       kd_err_t *err)
+int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, kd_multivec_t *d, const int *mask,
+                       int mask_all, int64_t iteration, kd_err_t *err)
 {
     int rc = kd_krylov_check(kr, r, "residual", err);
     if (rc == KD_OK && d != NULL)
         rc = kd_krylov_check(kr, d, "residual", err);
     if (rc != KD_OK)
         return rc;
-    const int pcg = kr->method == KD_KRYLOV_PCG;
-    if (pcg && inv_diagonal == NULL)
-        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
     if (mask != NULL && (rc = kd_krylov_write_mask(kr, mask, err)) != KD_OK)
         return rc;
     if (d == NULL)
         mask_all &= ~KD_KRYLOV_MASK_DIRECTION;
-    const int slot = kd_krylov_parity(iteration);
-    rc = kd_krylov_partials(kr, r, pcg, inv_diagonal, d, slot, mask != NULL, mask_all, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_final(kr, pcg, iteration, slot, KD_FINAL_SCALARS, mask != NULL, mask_all,
-                             err);
-    return rc;
+    return kd_krylov_residual_sums(kr, r, kd_krylov_ops(kr, 0), d, kd_krylov_parity(iteration),
+                                   KD_KRYLOV_FINAL_SCALARS, mask != NULL, mask_all, iteration, err);
 }
 
 int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, double *out,
@@ -366,10 +315,8 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
         return rc;
     if (mask != NULL && (rc = kd_krylov_write_mask(kr, mask, err)) != KD_OK)
         return rc;
-    if ((rc = kd_krylov_partials(kr, t, 0, NULL, NULL, KD_NORMS_SLOT, mask != NULL,
-                                 KD_KRYLOV_MASK_PARTIALS, err)) != KD_OK ||
-        (rc = kd_krylov_final(kr, 0, 0, KD_NORMS_SLOT, KD_FINAL_NORMS, mask != NULL,
-                              KD_KRYLOV_MASK_PARTIALS, err)) != KD_OK)
+    if ((rc = kd_krylov_residual_sums(kr, t, 0, NULL, KD_KRYLOV_NORMS_SET, KD_KRYLOV_FINAL_NORMS,
+                                      mask != NULL, KD_KRYLOV_MASK_PARTIALS, 0, err)) != KD_OK)
         return rc;
     const size_t vsize = kd_dtype_size(kr->dtype);
     unsigned char *host = malloc((size_t)kr->k * vsize);
@@ -390,7 +337,7 @@ int kd_krylov_snapshot_init(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, int slo
 {
     memset(snap, 0, sizeof(*snap));
     snap->slot = slot;
-    snap->raw = malloc((size_t)kr->k * (2 + KD_KRYLOV_SLOTS) * sizeof(cl_long));
+    snap->raw = malloc((size_t)kr->k * sizeof(*snap->raw));
     if (snap->raw == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for the solver state");
     return KD_OK;
@@ -411,32 +358,22 @@ void kd_krylov_snapshot_release(kd_krylov_snapshot_t *snap)
 int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_t *snap,
                          kd_err_t *err)
 {
-    const size_t bytes = (size_t)kr->k * (2 + KD_KRYLOV_SLOTS) * sizeof(cl_long);
+    const size_t bytes = (size_t)kr->k * sizeof(kd_krylov_snapshot_row_t);
     if (snap->done != NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: a snapshot read is still pending");
-    cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, "kd_krylov_snapshot", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->groups);
-    kd_ocl_arg_int(&a, kr->method == KD_KRYLOV_PCG);
-    kd_ocl_arg_int(&a, kr->passes == 2); /* two passes leave r'r as partial sums */
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration));
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    kd_ocl_arg_mem(&a, kr->scalars);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, kr->snapshot_slots[snap->slot]);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_snapshot", err)) != KD_OK)
-        return rc;
+    kd_krylov_launch_t L =
+        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration),
+                        kd_krylov_ops(kr, kr->fold_snapshots ? KD_KRYLOV_OP_FOLD : 0));
     cl_command_queue q = kd_ocl_queue(kr->ocl);
     cl_event packed = NULL;
-    size_t global[2] = {kr->work_group_size, (size_t)kr->k};
-    size_t local[2] = {kr->work_group_size, 1};
-    cl_int st = clEnqueueNDRangeKernel(q, kernel, 2, NULL, global, local, 0, NULL, &packed);
-    if (st == CL_SUCCESS)
-        st = clFlush(q);
+    int rc = kd_krylov_run(kr, "kd_krylov_snapshot", 1,
+                           KD_ARGS(KD_ARG_STRUCT(&L), KD_ARG_MEM(kr->res_partials),
+                                   KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
+                                   KD_ARG_MEM(kr->snapshot_slots[snap->slot])),
+                           &packed, err);
+    if (rc != KD_OK)
+        return rc;
+    cl_int st = clFlush(q);
     if (st == CL_SUCCESS)
         st = clEnqueueReadBuffer(kr->read_queue, kr->snapshot_slots[snap->slot], CL_FALSE, 0, bytes,
                                  snap->raw, 1, &packed, &snap->done);
@@ -468,26 +405,26 @@ int kd_krylov_read_finish(kd_krylov_t *kr, kd_krylov_snapshot_t *snap, kd_krylov
     if (st != CL_SUCCESS)
         return kd_ocl_fail(err, st, "clWaitForEvents (solver state)");
     for (size_t c = 0; c < (size_t)kr->k; c++) {
-        const cl_long *row = snap->raw + c * (2 + KD_KRYLOV_SLOTS);
+        const kd_krylov_snapshot_row_t *row = &snap->raw[c];
         double v[KD_KRYLOV_SLOTS];
         for (int j = 0; j < KD_KRYLOV_SLOTS; j++) {
             if (kr->dtype == KD_DTYPE_F64) {
-                memcpy(&v[j], &row[2 + j], sizeof(double));
+                memcpy(&v[j], &row->bits[j], sizeof(double));
             } else {
-                uint32_t bits = (uint32_t)row[2 + j];
+                uint32_t bits = (uint32_t)row->bits[j];
                 float f;
                 memcpy(&f, &bits, sizeof(f));
                 v[j] = f;
             }
         }
-        out[c].status = (int)row[0];
-        out[c].iteration = (int64_t)row[1];
-        out[c].rr = v[0];
-        out[c].rz = v[1];
-        out[c].pq = v[2];
-        out[c].alpha = v[3];
-        out[c].beta = v[4];
-        out[c].fail = v[5];
+        out[c].status = (int)row->status;
+        out[c].iteration = (int64_t)row->iteration;
+        out[c].rr = v[KD_KRYLOV_SLOT_RR];
+        out[c].rz = v[KD_KRYLOV_SLOT_RZ];
+        out[c].pq = v[KD_KRYLOV_SLOT_PQ];
+        out[c].alpha = v[KD_KRYLOV_SLOT_ALPHA];
+        out[c].beta = v[KD_KRYLOV_SLOT_BETA];
+        out[c].fail = v[KD_KRYLOV_SLOT_FAIL];
     }
     return KD_OK;
 }
@@ -522,124 +459,42 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
 }
 
-/* The partial sums of p'q (and with two passes r'Mq, q'Mq) of every running column:
- * kd_krylov_dots3 over q computed before it, or, with A (a csr_scalar matrix),
- * kd_krylov_csr_spmv_dots3, which computes q = A p itself first. Three passes (and SD) fold p'q
- * only: their launch reads neither r nor 1/diag. */
-static int kd_krylov_dots3(kd_krylov_t *kr, const kd_format_csr_t *A, const kd_multivec_t *p,
-                           const kd_multivec_t *q, const kd_multivec_t *r, cl_mem inv_diagonal,
-                           int64_t iteration, kd_err_t *err)
+int kd_krylov_dots3(kd_krylov_t *kr, const kd_format_csr_t *A, const kd_multivec_t *p,
+                    kd_multivec_t *q, const kd_multivec_t *r, int ops, int64_t iteration,
+                    kd_err_t *err)
 {
-    const char *name = A != NULL ? "kd_krylov_csr_spmv_dots3" : "kd_krylov_dots3";
-    cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, name, &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    const int two = kr->passes == 2;
-    const int pcg = two && kr->method == KD_KRYLOV_PCG;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_int(&a, two && kr->with_rq);
-    kd_ocl_arg_mem(&a, kr->state);
-    if (A != NULL) {
-        kd_ocl_arg_mem(&a, A->indptr);
-        kd_ocl_arg_mem(&a, A->indices);
-        kd_ocl_arg_mem(&a, A->values);
-    }
-    kd_ocl_arg_mem(&a, p->mem);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
-    kd_ocl_arg_mem(&a, kr->dot_partials);
-    if ((rc = kd_ocl_args_end(&a, name, err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, name, err);
-}
-
-static int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
-                                   kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
-                                   int64_t iteration, kd_err_t *err)
-{
-    cl_kernel kernel;
-    int rc = kd_krylov_kernel(kr, "kd_krylov_update_merged", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    const int pcg = kr->method == KD_KRYLOV_PCG;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)kr->n);
-    kd_ocl_arg_int(&a, (cl_int)kr->ld);
-    kd_ocl_arg_int(&a, (cl_int)kr->groups);
-    kd_ocl_arg_int(&a, pcg);
-    kd_ocl_arg_int(&a, kr->with_rq);
-    kd_ocl_arg_long(&a, (cl_long)iteration);
-    kd_ocl_arg_int(&a, kd_krylov_parity(iteration - 1));
-    kd_ocl_arg_mem(&a, kr->threshold);
-    kd_ocl_arg_mem(&a, kr->limits);
-    kd_ocl_arg_mem(&a, kr->dot_partials);
-    kd_ocl_arg_mem(&a, kr->res_partials);
-    kd_ocl_arg_mem(&a, kr->scalars);
-    kd_ocl_arg_mem(&a, kr->state);
-    kd_ocl_arg_mem(&a, q->mem);
-    kd_ocl_arg_mem(&a, r->mem);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, d->mem);
-    kd_ocl_arg_mem(&a, pcg ? inv_diagonal : NULL);
-    if ((rc = kd_ocl_args_end(&a, "kd_krylov_update_merged", err)) != KD_OK)
-        return rc;
-    return kd_krylov_launch(kr, kernel, kr->groups, "kd_krylov_update_merged", err);
-}
-
-int kd_krylov_iterate(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r, kd_multivec_t *x,
-                      kd_multivec_t *d, cl_mem inv_diagonal, int64_t iteration, kd_err_t *err)
-{
-    const int sd = kr->method == KD_KRYLOV_SD;
-    const kd_multivec_t *p = sd ? r : d;
     int rc;
-    if ((rc = kd_krylov_check(kr, q, "iterate", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, r, "iterate", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, x, "iterate", err)) != KD_OK ||
-        (!sd && (rc = kd_krylov_check(kr, d, "iterate", err)) != KD_OK))
+    if ((rc = kd_krylov_check(kr, p, "dots3", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, q, "dots3", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, r, "dots3", err)) != KD_OK)
         return rc;
-    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
-        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
-    if (kr->passes == 2) {
-        rc = kd_krylov_dots3(kr, NULL, p, q, r, inv_diagonal, iteration, err);
-        if (rc == KD_OK)
-            rc = kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
-        return rc;
-    }
-    rc = kd_krylov_dots(kr, p, q, iteration, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_update_residual(kr, q, r, x, inv_diagonal, iteration, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_update_direction(kr, r, inv_diagonal, sd ? NULL : x, sd ? NULL : d,
-                                        iteration, err);
-    return rc;
+    kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), ops);
+    cl_mem diagonal = (ops & KD_KRYLOV_OP_DIAGONAL) != 0 ? kr->diagonal : NULL;
+    if (A == NULL)
+        return KD_KRYLOV_RUN(kr, "kd_krylov_dots3", kr->groups, L, err, KD_ARG_MEM(kr->state),
+                             KD_ARG_MEM(p->mem), KD_ARG_MEM(q->mem), KD_ARG_MEM(r->mem),
+                             KD_ARG_MEM(diagonal), KD_ARG_MEM(kr->dot_partials));
+    return KD_KRYLOV_RUN(kr, "kd_krylov_csr_spmv_dots3", kr->groups, L, err, KD_ARG_MEM(kr->state),
+                         KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values),
+                         KD_ARG_MEM(p->mem), KD_ARG_MEM(q->mem), KD_ARG_MEM(r->mem),
+                         KD_ARG_MEM(diagonal), KD_ARG_MEM(kr->dot_partials));
 }
 
-int kd_krylov_iterate_csr(kd_krylov_t *kr, const kd_format_csr_t *A, kd_multivec_t *q,
-                          kd_multivec_t *r, kd_multivec_t *x, kd_multivec_t *d, cl_mem inv_diagonal,
-                          int64_t iteration, kd_err_t *err)
+int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
+                            kd_multivec_t *x, kd_multivec_t *d, int ops, int64_t iteration,
+                            kd_err_t *err)
 {
-    const int sd = kr->method == KD_KRYLOV_SD;
     int rc;
-    if ((rc = kd_krylov_check(kr, q, "iterate_csr", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, r, "iterate_csr", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, x, "iterate_csr", err)) != KD_OK ||
-        (!sd && (rc = kd_krylov_check(kr, d, "iterate_csr", err)) != KD_OK))
+    if ((rc = kd_krylov_check(kr, q, "update_merged", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, r, "update_merged", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, x, "update_merged", err)) != KD_OK ||
+        (rc = kd_krylov_check(kr, d, "update_merged", err)) != KD_OK)
         return rc;
-    if (kr->method == KD_KRYLOV_PCG && inv_diagonal == NULL)
-        return kd_err_set(err, KD_EINTERNAL, "krylov: pcg without an inverse diagonal");
-    if ((rc = kd_krylov_dots3(kr, A, sd ? r : d, q, r, inv_diagonal, iteration, err)) != KD_OK)
-        return rc;
-    if (kr->passes == 2)
-        return kd_krylov_update_merged(kr, q, r, x, d, inv_diagonal, iteration, err);
-    rc = kd_krylov_update_residual(kr, q, r, x, inv_diagonal, iteration, err);
-    if (rc == KD_OK)
-        rc = kd_krylov_update_direction(kr, r, inv_diagonal, sd ? NULL : x, sd ? NULL : d,
-                                        iteration, err);
-    return rc;
+    kd_krylov_launch_t L =
+        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    return KD_KRYLOV_RUN(
+        kr, "kd_krylov_update_merged", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
+        KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials),
+        KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state), KD_ARG_MEM(q->mem), KD_ARG_MEM(r->mem),
+        KD_ARG_MEM(x->mem), KD_ARG_MEM(d->mem), KD_ARG_MEM(kr->diagonal));
 }

@@ -7,6 +7,7 @@
 #include "common/checked.h"
 #include "solver/format.h"
 #include "solver/matrix_scan.h"
+#include "solver/precond.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,6 +337,7 @@ void kd_matrix_free(kd_matrix_t *m)
 {
     if (m == NULL)
         return;
+    kd_precond_release_all(m);
     if (m->ops != NULL)
         m->ops->release(m);
     free(m->inv_diagonal);

@@ -50,10 +50,13 @@ typedef struct kd_matrix {
     void *impl;                      /* private, format-specific */
     kd_matrix_scan_t scan;
     /* Square matrices with rows > 0: 1 / a_ii per row in the matrix's dtype (0 where a_ii is zero,
-     * missing or not finite), in host memory, for Jacobi preconditioning (a PCG solve copies it
-     * to the device with its other vectors); NULL otherwise. Format-independent: built from the
-     * host CSR by solver/matrix_scan.c, not counted in device_bytes. */
+     * missing or not finite), in host memory, for Jacobi preconditioning (its setup copies it to
+     * the device once); NULL otherwise. Format-independent: built from the host CSR by
+     * solver/matrix_scan.c, not counted in device_bytes. */
     void *inv_diagonal;
+    /* Preconditioners set up on this matrix (solver/precond.h), counted in device_bytes and freed
+     * with it; kd_precond_get adds to the list. */
+    struct kd_precond *preconds;
 } kd_matrix_t;
 
 /* The device memory, in bytes, that `format` would take for csr on this device, computed on the

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "kernels/kernels.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -583,27 +584,59 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
     return KD_OK;
 }
 
-int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
-                  kd_err_t *err)
+/* Enqueue kernel over range; inside a timing window its event is recorded, and handed to the
+ * caller too when event is not NULL. */
+static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_ocl_range_t range,
+                          cl_event *event, kd_err_t *err)
 {
-    cl_event event = NULL;
-    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, 1, NULL, &global, &local, 0, NULL,
-                                       ocl->timing ? &event : NULL);
+    cl_event ev = NULL;
+    const int want = ocl->timing || event != NULL;
+    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, range.dims, NULL, range.global,
+                                       range.local, 0, NULL, want ? &ev : NULL);
     if (st != CL_SUCCESS) {
         int code = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
-        kd_err_prefix(err, "launching %s over %zu work-items", what, global);
+        kd_err_prefix(err, "launching %s over %zu x %zu work-items", what, range.global[0],
+                      range.dims > 1 ? range.global[1] : (size_t)1);
         return code;
     }
     if (event != NULL) {
+        *event = ev;
+        if (ocl->timing && clRetainEvent(ev) != CL_SUCCESS)
+            return KD_OK; /* the window misses one launch; the caller still has its event */
+    }
+    if (ocl->timing) {
         if (ocl->timing_first == NULL) {
-            ocl->timing_first = event;
+            ocl->timing_first = ev;
         } else {
             if (ocl->timing_last != NULL)
                 clReleaseEvent(ocl->timing_last);
-            ocl->timing_last = event;
+            ocl->timing_last = ev;
         }
     }
     return KD_OK;
+}
+
+int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
+                  kd_err_t *err)
+{
+    return kd_ocl_enqueue(ocl, kernel, what, kd_ocl_range_1d(global, local), NULL, err);
+}
+
+int kd_ocl_run(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_ocl_range_t range,
+               const kd_ocl_arg_t *args, size_t nargs, cl_event *event, kd_err_t *err)
+{
+    assert(ocl != NULL && kernel != NULL && what != NULL);
+    assert(range.dims == 1 || range.dims == 2);
+    assert(nargs == 0 || args != NULL);
+    for (size_t i = 0; i < nargs; i++) {
+        cl_int st = clSetKernelArg(kernel, (cl_uint)i, args[i].size, args[i].value);
+        if (st != CL_SUCCESS) {
+            int code = kd_ocl_fail(err, st, "clSetKernelArg");
+            kd_err_prefix(err, "setting argument %zu of %s", i, what);
+            return code;
+        }
+    }
+    return kd_ocl_enqueue(ocl, kernel, what, range, event, err);
 }
 
 static void kd_ocl_timing_reset(kd_ocl_t *ocl)
@@ -763,9 +796,67 @@ static void kd_ocl_log_excerpt(const char *log, char *out, size_t cap)
         snprintf(out, cap, "(empty build log)");
 }
 
+/*
+ * The source with each line `#include "FILE"` naming an embedded file (kernels/FILE: a shared
+ * header such as krylov_abi.h, or another .cl file) replaced by that file's text and a #line
+ * that puts the numbering back, so a kernel includes a plain C header as C code does. One level:
+ * an included file's own includes are not expanded (headers guard themselves). *out is malloc'd.
+ */
+static int kd_ocl_expand_includes(const char *name, const char *source, char **out, kd_err_t *err)
+{
+    static const char directive[] = "#include \"";
+    size_t cap = strlen(source) + 1, len = 0, line_no = 1;
+    for (const char *p = strstr(source, directive); p != NULL; p = strstr(p + 1, directive)) {
+        const kd_kernel_source_t *inc = NULL;
+        const char *close = strchr(p + sizeof(directive) - 1, '"');
+        if (close != NULL) {
+            char file[64];
+            snprintf(file, sizeof(file), "%.*s", (int)(close - p - (sizeof(directive) - 1)),
+                     p + sizeof(directive) - 1);
+            inc = kd_kernel_source_find(file);
+        }
+        if (inc != NULL)
+            cap += inc->length + 32;
+    }
+    char *text = malloc(cap);
+    if (text == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
+    for (const char *line = source; *line != '\0';) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol != NULL ? (size_t)(eol - line) + 1 : strlen(line);
+        const kd_kernel_source_t *inc = NULL;
+        if (strncmp(line, directive, sizeof(directive) - 1) == 0) {
+            const char *file = line + sizeof(directive) - 1;
+            const char *close = memchr(file, '"', n - (sizeof(directive) - 1));
+            char stem[64];
+            if (close != NULL && (size_t)(close - file) < sizeof(stem)) {
+                snprintf(stem, sizeof(stem), "%.*s", (int)(close - file), file);
+                inc = kd_kernel_source_find(stem);
+                if (inc == NULL) {
+                    free(text);
+                    return kd_err_set(err, KD_EINTERNAL, "%s:%zu: kernels/%s is not embedded", name,
+                                      line_no, stem);
+                }
+            }
+        }
+        line_no++;
+        if (inc != NULL)
+            len += (size_t)snprintf(text + len, cap - len, "%s\n#line %zu\n", inc->source, line_no);
+        else {
+            memcpy(text + len, line, n);
+            len += n;
+        }
+        line += n;
+    }
+    text[len] = '\0';
+    *out = text;
+    return KD_OK;
+}
+
 static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
                         const char *options, cl_program *out, kd_err_t *err)
 {
+    char *expanded = NULL;
     char *flags = NULL;
     char *log = NULL;
     cl_program program = NULL;
@@ -787,9 +878,11 @@ static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_
     snprintf(flags, flags_len, "-cl-std=CL1.2 -DKD_FP64=%d %s", dtype == KD_DTYPE_F64 ? 1 : 0,
              extra);
 
+    if ((rc = kd_ocl_expand_includes(name, source, &expanded, err)) != KD_OK)
+        goto fail;
     /* "#line 1" after the prelude: line numbers in the build log count from the top of the
      * program's own .cl file. */
-    const char *parts[] = {prelude->source, "\n#line 1\n", source};
+    const char *parts[] = {prelude->source, "\n#line 1\n", expanded};
     program = clCreateProgramWithSource(ocl->context, 3, parts, NULL, &st);
     if (program == NULL || st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, "clCreateProgramWithSource");
@@ -817,11 +910,13 @@ static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_
         goto fail;
     }
     free(flags);
+    free(expanded);
     *out = program;
     return KD_OK;
 fail:
     free(log);
     free(flags);
+    free(expanded);
     if (program != NULL)
         clReleaseProgram(program);
     return rc;

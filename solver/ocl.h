@@ -183,4 +183,74 @@ static inline void kd_ocl_arg_value(kd_ocl_args_t *a, kd_dtype_t dtype, double v
 /* KD_OK, or the first failure as KD_EDEVICE naming `what` and the argument index. */
 int kd_ocl_args_end(const kd_ocl_args_t *a, const char *what, kd_err_t *err);
 
+/*
+ * A launch in one call: the kernel, its range and its arguments, in order,
+ *
+ *   rc = kd_ocl_run(ocl, kernel, "kd_ell_spmv", kd_ocl_range_1d(global, wg),
+ *                   KD_ARGS(KD_ARG_INT(rows), KD_ARG_MEM(values), KD_ARG_VALUE(dtype, alpha)),
+ *                   NULL, err);
+ *
+ * Each KD_ARG_* is a value that lives until the end of the enclosing block (a compound literal),
+ * so the list can be written inline. A NULL cl_mem is passed as a NULL pointer (empty arrays).
+ */
+typedef struct kd_ocl_arg {
+    size_t size;
+    const void *value;
+} kd_ocl_arg_t;
+
+static inline kd_ocl_arg_t kd_ocl_arg_mem_at(const cl_mem *mem)
+{
+    kd_ocl_arg_t a = {sizeof(cl_mem), *mem != NULL ? (const void *)mem : NULL};
+    return a;
+}
+
+static inline kd_ocl_arg_t kd_ocl_arg_value_at(kd_dtype_t dtype, const cl_double *d,
+                                               const cl_float *f)
+{
+    kd_ocl_arg_t a = {dtype == KD_DTYPE_F64 ? sizeof(*d) : sizeof(*f),
+                      dtype == KD_DTYPE_F64 ? (const void *)d : (const void *)f};
+    return a;
+}
+
+#define KD_ARG_INT(v) ((kd_ocl_arg_t){sizeof(cl_int), &(cl_int){(cl_int)(v)}})
+#define KD_ARG_UINT(v) ((kd_ocl_arg_t){sizeof(cl_uint), &(cl_uint){(cl_uint)(v)}})
+#define KD_ARG_LONG(v) ((kd_ocl_arg_t){sizeof(cl_long), &(cl_long){(cl_long)(v)}})
+#define KD_ARG_MEM(m) kd_ocl_arg_mem_at(&(cl_mem){(m)})
+/* A VALUE argument: cl_double or cl_float by dtype. */
+#define KD_ARG_VALUE(dtype, v)                                                                     \
+    kd_ocl_arg_value_at((dtype), &(cl_double){(cl_double)(v)}, &(cl_float){(cl_float)(v)})
+/* A struct passed by value (a fixed-size struct of the kernel ABI); p points at it. */
+#define KD_ARG_STRUCT(p) ((kd_ocl_arg_t){sizeof(*(p)), (p)})
+/* The argument list of kd_ocl_run: an array and its length. */
+#define KD_ARGS(...)                                                                               \
+    (const kd_ocl_arg_t[]){__VA_ARGS__},                                                           \
+        sizeof((const kd_ocl_arg_t[]){__VA_ARGS__}) / sizeof(kd_ocl_arg_t)
+
+typedef struct kd_ocl_range {
+    cl_uint dims; /* 1 or 2 */
+    size_t global[2];
+    size_t local[2];
+} kd_ocl_range_t;
+
+static inline kd_ocl_range_t kd_ocl_range_1d(size_t global, size_t local)
+{
+    kd_ocl_range_t r = {1, {global, 1}, {local, 1}};
+    return r;
+}
+
+static inline kd_ocl_range_t kd_ocl_range_2d(size_t global0, size_t global1, size_t local0,
+                                             size_t local1)
+{
+    kd_ocl_range_t r = {2, {global0, global1}, {local0, local1}};
+    return r;
+}
+
+/*
+ * Set kernel's nargs arguments and enqueue it over range. `what` names it in messages. event:
+ * NULL, or where the launch's event goes (the caller releases it). Launches inside a timing
+ * window are recorded as kd_ocl_launch's are.
+ */
+int kd_ocl_run(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_ocl_range_t range,
+               const kd_ocl_arg_t *args, size_t nargs, cl_event *event, kd_err_t *err);
+
 #endif

@@ -1,8 +1,8 @@
 /*
- * Iterative solvers on a resident matrix: conjugate gradient and steepest descent (as derived in
- * Shewchuk's "An Introduction to the Conjugate Gradient Method Without the Agonizing Pain"), and
- * Jacobi-preconditioned CG. Vectors stay on the device; the host reads back one small value per
- * convergence check. The residual reported at the end is recomputed as ||b - A x||.
+ * Solving A X = B on a resident matrix with a Krylov method (solver/method.h: cg, sd, ...) and a
+ * preconditioner (solver/precond.h: none, jacobi, ...), several right-hand sides in lock step.
+ * Vectors stay on the device; the host reads back one small block per convergence check. The
+ * residual reported at the end is recomputed as ||b - A x||.
  */
 #ifndef KD_SOLVER_SOLVE_H
 #define KD_SOLVER_SOLVE_H
@@ -11,11 +11,8 @@
 
 #include <stdatomic.h>
 
-typedef enum kd_solve_method {
-    KD_SOLVE_CG = 0,
-    KD_SOLVE_SD = 1,
-    KD_SOLVE_PCG = 2,
-} kd_solve_method_t;
+struct kd_method_ops;
+struct kd_precond_ops;
 
 typedef enum kd_solve_status {
     KD_SOLVE_CONVERGED = 0,
@@ -35,40 +32,45 @@ typedef int (*kd_solve_progress_fn)(void *ctx, int64_t rhs, int64_t iteration,
                                     double residual_norm);
 
 typedef struct kd_solve_params {
-    kd_solve_method_t method; /* KD_SOLVE_PCG: Jacobi (diagonal) preconditioning */
-    double rtol;              /* stop when ||r|| <= rtol * ||b|| */
-    double atol;              /* or when ||r|| <= atol */
-    int64_t maxiter;          /* or after this many iterations (never more), per right-hand side;
-                                 KD_SOLVE_MAXITER_AUTO: 10 * rows */
-    int64_t check_every;      /* iterations between convergence checks; 0 = choose from the size
-                                 (see docs/ARCHITECTURE.md) */
-    int record_history;       /* fill result.history with the residual norm at each check */
+    const struct kd_method_ops *method;   /* a row of kd_method_table */
+    const struct kd_precond_ops *precond; /* a row of kd_precond_table (kd_precond_none) */
+    double rtol;                          /* stop when ||r|| <= rtol * ||b|| */
+    double atol;                          /* or when ||r|| <= atol */
+    int64_t maxiter;     /* or after this many iterations (never more), per right-hand side;
+                            KD_SOLVE_MAXITER_AUTO: KD_SOLVE_MAXITER_PER_ROW * rows */
+    int64_t check_every; /* iterations between convergence checks; 0 = choose from the size
+                            (see docs/ARCHITECTURE.md) */
+    int record_history;  /* fill result.history with the residual norm at each check */
     kd_solve_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     const atomic_int *cancel; /* may be NULL; nonzero stops the solve with KD_ECANCELLED */
     uint64_t deadline_ns;     /* CLOCK_MONOTONIC; 0 = none; passing it stops with KD_ETIMEOUT */
     int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
                                  vector kernels' reductions; 0 = automatic */
-    int passes;      /* tuning (benchmarks): vector passes per CG / PCG iteration, 2 or 3, or 1 for
-                        two lean ones (see solver/krylov.h); 0 = automatic (2) */
+    int passes;      /* tuning (benchmarks): vector passes per CG iteration, 2 or 3, or 1 for two
+                        lean ones (see solver/method_cg.c); 0 = automatic (2) */
     int spmv_fusion; /* tuning (benchmarks, tests): for a csr_scalar matrix, KD_SOLVE_FUSION_ON
                         runs the SpMV and the first vector pass as one launch
                         (kd_krylov_iterate_csr), KD_SOLVE_FUSION_OFF as two; 0 = automatic: fused
                         on GPUs (2-7% faster per iteration on the H100), apart on CPUs (PoCL runs
                         the grid-stride SpMV slower than one work-item per row) */
+    const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov
+                                   kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
 } kd_solve_params_t;
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
+#define KD_SOLVE_MAXITER_PER_ROW 10 /* the one default: maxiter = 10 * rows */
 #define KD_SOLVE_FUSION_ON 1
 #define KD_SOLVE_FUSION_OFF (-1)
 
-/* Defaults: cg, rtol 1e-8, atol 0, maxiter KD_SOLVE_MAXITER_AUTO (10 * rows), check_every 0
- * (automatic), no history, no callback, no cancel flag, no deadline. */
+/* Defaults: cg, no preconditioner, rtol 1e-8, atol 0, maxiter KD_SOLVE_MAXITER_AUTO, check_every
+ * 0 (automatic), no history, no callback, no cancel flag, no deadline. */
 void kd_solve_params_default(kd_solve_params_t *params);
 
 typedef struct kd_solve_result {
     kd_solve_status_t status;
     int64_t iterations;       /* updates of x performed */
+    int64_t maxiter;          /* the limit it ran under (KD_SOLVE_MAXITER_AUTO resolved) */
     double residual_norm;     /* ||b - A x||, recomputed at the end */
     double relative_residual; /* residual_norm / ||b||; 0 when b = 0 */
     double b_norm;
@@ -82,7 +84,7 @@ typedef struct kd_solve_result {
                           b - A x and the iteration went on from the true residual */
     double time_ms;    /* the whole solve (all right-hand sides), transfers included */
     double iterate_ms; /* of which the iterations: from the first check to the last */
-    int spmv_fused;    /* the SpMV ran fused with the first vector pass (kd_krylov_iterate_csr) */
+    int spmv_fused;    /* the SpMV ran fused with the method's first vector pass */
     char message[256]; /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;
 
@@ -94,17 +96,20 @@ typedef struct kd_solve_result {
  * count, and each frozen once it is done. results has nrhs entries, filled in every case (free
  * each with kd_solve_result_free).
  *
+ * The preconditioner is set up on A on first use and kept with it (A->device_bytes grows).
+ *
  * Returns KD_OK with each result's status set (breakdown and non-finite are results, not
  * errors), or KD_ECANCELLED, KD_ETIMEOUT (seen at a check, after the iterations already handed to
  * the device, at most two check intervals; X holds the last iterates and the results their
  * state, status max_iterations for the columns that were still running), KD_EBADREQ (not square,
- * bad parameters, PCG with a zero, missing or non-finite diagonal entry: the message names the
- * row), KD_ENOTSPD (PCG with a negative diagonal entry), KD_EDEVMEM, KD_EDEVICE. A column with b =
- * 0 gets x = 0, converged, 0 iterations; one with NaN or Inf in b or x0, or any column of a matrix
- * holding NaN or Inf, gets non_finite and x = x0, without iterating.
+ * bad parameters, a method that cannot take the preconditioner, Jacobi with a zero, missing or
+ * non-finite diagonal entry: the message names the row), KD_ENOTSPD (Jacobi with a negative
+ * diagonal entry), KD_EDEVMEM, KD_EDEVICE. A column with b = 0 gets x = 0, converged, 0
+ * iterations; one with NaN or Inf in b or x0, or any column of a matrix holding NaN or Inf, gets
+ * non_finite and x = x0, without iterating.
  */
-int kd_solve(kd_ocl_t *ocl, const kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0,
-             void *x, const kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
+int kd_solve(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0, void *x,
+             const kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
 
 void kd_solve_result_free(kd_solve_result_t *result); /* frees history; accepts a zeroed result */
 

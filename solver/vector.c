@@ -8,6 +8,7 @@
 #include "solver/vector.h"
 #include "common/checked.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,4 +269,27 @@ int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst
         j = last;
     }
     return KD_OK;
+}
+
+int kd_multivec_scale_rows(kd_ocl_t *ocl, cl_mem d, const kd_multivec_t *src, kd_multivec_t *dst,
+                           kd_err_t *err)
+{
+    assert(ocl != NULL && src != NULL && dst != NULL);
+    if (src->n != dst->n || src->k != dst->k || src->ld != dst->ld || src->dtype != dst->dtype)
+        return kd_err_set(err, KD_EINTERNAL, "scale_rows: multivectors of different shapes");
+    if (src->n == 0 || src->k == 0)
+        return KD_OK;
+    const size_t wg = kd_ocl_work_group_size(ocl);
+    char options[32];
+    snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", wg);
+    cl_kernel kernel;
+    int rc = kd_ocl_kernel(ocl, "blas", src->dtype, options, "kd_blas_scale_rows", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    const size_t global = ((size_t)src->n + wg - 1) / wg * wg;
+    return kd_ocl_run(ocl, kernel, "kd_blas_scale_rows",
+                      kd_ocl_range_2d(global, (size_t)src->k, wg, 1),
+                      KD_ARGS(KD_ARG_INT(src->n), KD_ARG_INT(src->ld), KD_ARG_MEM(d),
+                              KD_ARG_MEM(src->mem), KD_ARG_MEM(dst->mem)),
+                      NULL, err);
 }

@@ -50,4 +50,9 @@ int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t
 int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
                      const unsigned char *copy, kd_err_t *err);
 
+/* Enqueue dst column j = d .* src column j for every j: d holds n values of the multivectors'
+ * dtype (a diagonal scaling, such as a Jacobi preconditioner's 1/a_ii). */
+int kd_multivec_scale_rows(kd_ocl_t *ocl, cl_mem d, const kd_multivec_t *src, kd_multivec_t *dst,
+                           kd_err_t *err);
+
 #endif

@@ -57,11 +57,16 @@ static double *random_block(kd_dtype_t dtype, int64_t n, double lo, double hi)
     return v;
 }
 
-static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
+/* The three ways the step kernels are driven: CG, steepest descent (along r), CG with a
+ * diagonal preconditioner. */
+typedef enum { CASE_CG = 0, CASE_SD = 1, CASE_PCG = 2 } step_case_t;
+
+static void one_case(kd_dtype_t dtype, step_case_t method, int64_t n)
 {
     kd_err_t err = {0};
     const double tol = dtype == KD_DTYPE_F64 ? 1e-11 : 2e-4;
-    const int pcg = method == KD_KRYLOV_PCG, sd = method == KD_KRYLOV_SD;
+    const int pcg = method == CASE_PCG, sd = method == CASE_SD;
+    const int along = sd ? KD_KRYLOV_OP_ALONG_R : 0;
     const size_t vsize = kd_dtype_size(dtype);
     const size_t bytes = (size_t)(n * K) * sizeof(double) + 8;
     fprintf(stderr, "  %s %s n=%lld\n",
@@ -96,11 +101,11 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
 
     const double thresholds[K] = {0.0, 0.0, 1e30};
     kd_krylov_t kr;
-    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, thresholds, 100, &kr, &err) ==
-            KD_OK);
+    REQUIRE(kd_krylov_init(ocl, dtype, n, X.ld, K, 0, thresholds, 100, pcg ? inv_mem : NULL, NULL,
+                           &kr, &err) == KD_OK);
 
     /* Start: d = z, r'r and r'z per column, everything running. */
-    REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, sd ? NULL : &D, NULL,
+    REQUIRE(kd_krylov_residual(&kr, &R, sd ? NULL : &D, NULL,
                                KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_DIRECTION |
                                    KD_KRYLOV_MASK_RESTART,
                                0, &err) == KD_OK);
@@ -134,8 +139,8 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
     block_write(&Q, q);
     kd_multivec_t *P = sd ? &R : &D;
     REQUIRE(kd_krylov_dots(&kr, P, &Q, 1, &err) == KD_OK);
-    REQUIRE(kd_krylov_update_residual(&kr, &Q, &R, &X, inv_mem, 1, &err) == KD_OK);
-    REQUIRE(kd_krylov_update_direction(&kr, &R, inv_mem, sd ? NULL : &X, sd ? NULL : &D, 1, &err) ==
+    REQUIRE(kd_krylov_update_residual(&kr, &Q, &R, &X, along, 1, &err) == KD_OK);
+    REQUIRE(kd_krylov_update_direction(&kr, &R, sd ? NULL : &X, sd ? NULL : &D, along, 1, &err) ==
             KD_OK);
     REQUIRE(kd_krylov_read(&kr, 1, st, &err) == KD_OK);
 
@@ -190,8 +195,8 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
         q[i] = NAN;
     block_write(&Q, q);
     REQUIRE(kd_krylov_dots(&kr, P, &Q, 2, &err) == KD_OK);
-    REQUIRE(kd_krylov_update_residual(&kr, &Q, &R, &X, inv_mem, 2, &err) == KD_OK);
-    REQUIRE(kd_krylov_update_direction(&kr, &R, inv_mem, sd ? NULL : &X, sd ? NULL : &D, 2, &err) ==
+    REQUIRE(kd_krylov_update_residual(&kr, &Q, &R, &X, along, 2, &err) == KD_OK);
+    REQUIRE(kd_krylov_update_direction(&kr, &R, sd ? NULL : &X, sd ? NULL : &D, along, 2, &err) ==
             KD_OK);
     REQUIRE(kd_krylov_read(&kr, 2, st, &err) == KD_OK);
     CHECK_EQ_INT(st[0].status, KD_KRYLOV_NON_FINITE_PQ);
@@ -210,7 +215,7 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
     int mask[K] = {KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_RESTART |
                        (sd ? 0 : KD_KRYLOV_MASK_DIRECTION),
                    0, 0};
-    REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, sd ? NULL : &D, mask, 0, 2, &err) == KD_OK);
+    REQUIRE(kd_krylov_residual(&kr, &R, sd ? NULL : &D, mask, 0, 2, &err) == KD_OK);
     REQUIRE(kd_krylov_read(&kr, 2, st, &err) == KD_OK);
     CHECK_EQ_INT(st[0].status, KD_KRYLOV_RUNNING);
     CHECK_NEAR(st[0].rr, rr_new, tol);
@@ -231,11 +236,11 @@ static void one_case(kd_dtype_t dtype, kd_krylov_method_t method, int64_t n)
 
     /* A refreshed residual that is not finite stops a running column at that iteration. */
     const double zero[K] = {0, 0, 0};
-    REQUIRE(kd_krylov_init(ocl, dtype, method, n, X.ld, K, 0, 3, zero, 100, &kr, &err) == KD_OK);
+    REQUIRE(kd_krylov_init(ocl, dtype, n, X.ld, K, 0, zero, 100, pcg ? inv_mem : NULL, NULL, &kr,
+                           &err) == KD_OK);
     r[n + n / 2] = INFINITY;
     block_write(&R, r);
-    REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, NULL, NULL, KD_KRYLOV_MASK_PARTIALS, 9, &err) ==
-            KD_OK);
+    REQUIRE(kd_krylov_residual(&kr, &R, NULL, NULL, KD_KRYLOV_MASK_PARTIALS, 9, &err) == KD_OK);
     REQUIRE(kd_krylov_read(&kr, 9, st, &err) == KD_OK);
     CHECK_EQ_INT(st[0].status, KD_KRYLOV_RUNNING);
     CHECK_EQ_INT(st[1].status, KD_KRYLOV_NON_FINITE_RESIDUAL);
@@ -268,11 +273,11 @@ static void test_steps(void)
     for (int di = 0; di < nd; di++)
         for (int m = 0; m < 3; m++)
             for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-                one_case(dt[di], (kd_krylov_method_t)m, sizes[s]);
+                one_case(dt[di], (step_case_t)m, sizes[s]);
 }
 
-/* One two-pass iteration (kd_krylov_iterate) by hand: alpha from d'q, beta from
- * r'z - 2 alpha r'Mq + alpha^2 q'Mq (lean: alpha^2 q'Mq - r'z), r, x, d, and the exact new r'r
+/* One two-pass iteration (kd_krylov_dots3, kd_krylov_update_merged) by hand: alpha from d'q, beta
+ * from r'z - 2 alpha r'Mq + alpha^2 q'Mq (lean: alpha^2 q'Mq - r'z), r, x, d, and the exact new r'r
  * that the snapshot folds at the check; a column past its limit stops there. */
 static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
 {
@@ -303,9 +308,10 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
     const double thresholds[K] = {0, 0, 0};
     kd_krylov_t kr;
     /* Column limits: 1 iteration for everyone; the second iteration stops them all. */
-    REQUIRE(kd_krylov_init(ocl, dtype, pcg ? KD_KRYLOV_PCG : KD_KRYLOV_CG, n, X.ld, K, 0, passes,
-                           thresholds, 1, &kr, &err) == KD_OK);
-    REQUIRE(kd_krylov_residual(&kr, &R, inv_mem, &D, NULL,
+    REQUIRE(kd_krylov_init(ocl, dtype, n, X.ld, K, 0, thresholds, 1, pcg ? inv_mem : NULL, NULL,
+                           &kr, &err) == KD_OK);
+    kr.fold_snapshots = 1; /* two passes leave r'r as partial sums */
+    REQUIRE(kd_krylov_residual(&kr, &R, &D, NULL,
                                KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_DIRECTION |
                                    KD_KRYLOV_MASK_RESTART,
                                0, &err) == KD_OK);
@@ -313,7 +319,10 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
     for (int64_t i = 0; i < n * K; i++) /* q = d * positive: d'q > 0 */
         q[i] = rounded(dtype, d[i] * q[i]);
     block_write(&Q, q);
-    REQUIRE(kd_krylov_iterate(&kr, &Q, &R, &X, &D, inv_mem, 1, &err) == KD_OK);
+    const int rq = passes == 2 ? KD_KRYLOV_OP_WITH_RQ : 0;
+    const int first = rq | (pcg ? KD_KRYLOV_OP_DIAGONAL : 0);
+    REQUIRE(kd_krylov_dots3(&kr, NULL, &D, &Q, &R, first, 1, &err) == KD_OK);
+    REQUIRE(kd_krylov_update_merged(&kr, &Q, &R, &X, &D, rq, 1, &err) == KD_OK);
     kd_krylov_column_t st[K];
     REQUIRE(kd_krylov_read(&kr, 1, st, &err) == KD_OK);
     double *r1 = malloc(bytes), *x1 = malloc(bytes), *d1 = malloc(bytes);
@@ -330,8 +339,8 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
             qmq += qc[i] * inv[i] * qc[i];
         }
         const double alpha = rz / pq;
-        double est = passes == KD_KRYLOV_PASSES_LEAN ? alpha * alpha * qmq - rz
-                                                     : rz - 2 * alpha * rmq + alpha * alpha * qmq;
+        double est =
+            passes == 1 ? alpha * alpha * qmq - rz : rz - 2 * alpha * rmq + alpha * alpha * qmq;
         const double beta = est > 0 ? est / rz : 0.0;
         CHECK_EQ_INT(st[c].status, KD_KRYLOV_RUNNING);
         CHECK_NEAR(st[c].alpha, alpha, tol);
@@ -348,7 +357,8 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
         CHECK_NEAR(st[c].rz, pcg ? rz_new : rr_new, tol);
     }
     /* Iteration 2 is past the limit: every column stops after 1, x untouched. */
-    REQUIRE(kd_krylov_iterate(&kr, &Q, &R, &X, &D, inv_mem, 2, &err) == KD_OK);
+    REQUIRE(kd_krylov_dots3(&kr, NULL, &D, &Q, &R, first, 2, &err) == KD_OK);
+    REQUIRE(kd_krylov_update_merged(&kr, &Q, &R, &X, &D, rq, 2, &err) == KD_OK);
     REQUIRE(kd_krylov_read(&kr, 2, st, &err) == KD_OK);
     block_read(&X, out);
     for (int c = 0; c < K; c++) {
@@ -380,8 +390,8 @@ static void test_two_pass(void)
     for (int di = 0; di < nd; di++)
         for (int pcg = 0; pcg < 2; pcg++)
             for (int lean = 0; lean < 2; lean++) {
-                two_pass_case(dt[di], pcg, lean ? KD_KRYLOV_PASSES_LEAN : 2, 1);
-                two_pass_case(dt[di], pcg, lean ? KD_KRYLOV_PASSES_LEAN : 2, 50001);
+                two_pass_case(dt[di], pcg, lean ? 1 : 2, 1);
+                two_pass_case(dt[di], pcg, lean ? 1 : 2, 50001);
             }
 }
 

@@ -13,6 +13,7 @@
 #include "client/mtx_file.h"
 #include "kd_solver_test.h"
 #include "protocol/mtx.h"
+#include "solver/method.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;
@@ -109,9 +110,8 @@ static kd_csr_t *make_matrix(const char *name)
 
 static void set_method(kd_solve_params_t *prm, const char *method)
 {
-    prm->method = strcmp(method, "sd") == 0    ? KD_SOLVE_SD
-                  : strcmp(method, "pcg") == 0 ? KD_SOLVE_PCG
-                                               : KD_SOLVE_CG;
+    kd_err_t err = {0};
+    REQUIRE(kd_method_choose(method, NULL, &prm->method, &prm->precond, &err) == KD_OK);
 }
 
 /* The reference line for `key`, or NULL. */

@@ -1,0 +1,144 @@
+/*
+ * The method table: every kd_method_ops_t of this build, found by its wire name, and the aliases
+ * the protocol keeps. To add a method: write solver/method_<name>.c (and its kernels), exporting
+ * a kd_method_ops_t, declare it in method.h and add one row to kd_method_table. Nothing else
+ * names methods: the protocol, server.status, the clients' messages and the driver all go
+ * through this table.
+ */
+#include "solver/method.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const kd_method_ops_t *const kd_method_table[] = {
+    &kd_method_cg,
+    &kd_method_sd,
+};
+const size_t kd_method_count = sizeof(kd_method_table) / sizeof(kd_method_table[0]);
+
+const kd_method_alias_t kd_method_aliases[] = {
+    {"pcg", "cg", "jacobi"},
+};
+const size_t kd_method_alias_count = sizeof(kd_method_aliases) / sizeof(kd_method_aliases[0]);
+
+const kd_method_ops_t *kd_method_find(const char *name)
+{
+    assert(name != NULL);
+    for (size_t i = 0; i < kd_method_count; i++)
+        if (strcmp(kd_method_table[i]->name, name) == 0)
+            return kd_method_table[i];
+    return NULL;
+}
+
+void kd_method_names(char *out, size_t cap)
+{
+    size_t w = 0;
+    assert(out != NULL && cap > 0);
+    out[0] = '\0';
+    for (size_t i = 0; i < kd_method_count && w < cap; i++)
+        w +=
+            (size_t)snprintf(out + w, cap - w, "%s%s", i > 0 ? ", " : "", kd_method_table[i]->name);
+    for (size_t i = 0; i < kd_method_alias_count && w < cap; i++)
+        w += (size_t)snprintf(out + w, cap - w, "%s%s = %s + %s%s", i == 0 ? " (" : ", ",
+                              kd_method_aliases[i].name, kd_method_aliases[i].method,
+                              kd_method_aliases[i].precond,
+                              i + 1 == kd_method_alias_count ? ")" : "");
+}
+
+int kd_method_choose(const char *method, const char *preconditioner, const kd_method_ops_t **m,
+                     const kd_precond_ops_t **p, kd_err_t *err)
+{
+    char names[256];
+    const char *precond_name =
+        preconditioner != NULL && preconditioner[0] != '\0' ? preconditioner : NULL;
+    assert(m != NULL && p != NULL);
+    *m = NULL;
+    *p = NULL;
+    if (method == NULL || method[0] == '\0')
+        method = kd_method_table[0]->name;
+    for (size_t i = 0; i < kd_method_alias_count; i++)
+        if (strcmp(method, kd_method_aliases[i].name) == 0) {
+            method = kd_method_aliases[i].method;
+            if (precond_name == NULL)
+                precond_name = kd_method_aliases[i].precond;
+        }
+    const kd_method_ops_t *mo = kd_method_find(method);
+    if (mo == NULL) {
+        kd_method_names(names, sizeof(names));
+        return kd_err_set(err, KD_EBADREQ, "unknown method '%.64s': this server has %s", method,
+                          names);
+    }
+    const kd_precond_ops_t *po = kd_precond_find(precond_name != NULL ? precond_name : "none");
+    if (po == NULL) {
+        kd_precond_names(names, sizeof(names));
+        return kd_err_set(err, KD_EBADREQ, "unknown preconditioner '%.64s': this server has %s",
+                          precond_name, names);
+    }
+    if ((mo->precond_forms & po->forms) == 0)
+        return kd_err_set(err, KD_EBADREQ, "method %s takes no preconditioner %s%s", mo->name,
+                          po->name,
+                          mo->precond_forms == KD_PRECOND_IDENTITY ? " (it takes none)" : "");
+    if ((mo->needs & KD_METHOD_NEEDS_SPD) != 0 && !po->symmetric)
+        return kd_err_set(err, KD_EBADREQ,
+                          "method %s needs a symmetric preconditioner; %s is not symmetric",
+                          mo->name, po->name);
+    *m = mo;
+    *p = po;
+    return KD_OK;
+}
+
+int kd_method_explain(const kd_krylov_column_t *st, int64_t skip, const char *pq_name,
+                      const char *rz_name, kd_solve_result_t *res)
+{
+    const long long at = (long long)st->iteration;
+    switch (st->status) {
+    case KD_KRYLOV_BREAKDOWN:
+        res->status = KD_SOLVE_BREAKDOWN;
+        res->iterations = st->iteration - 1 - skip;
+        snprintf(res->message, sizeof(res->message),
+                 "%s = %.2g <= 0 at iteration %lld: the matrix is not symmetric positive definite",
+                 pq_name, st->fail, at);
+        return 1;
+    case KD_KRYLOV_ZERO_STEP:
+        res->status = KD_SOLVE_BREAKDOWN;
+        res->iterations = st->iteration - 1 - skip;
+        snprintf(res->message, sizeof(res->message),
+                 "zero step at iteration %lld: alpha = %s / %s = %g / %g underflows to 0: the "
+                 "matrix is not symmetric positive definite (or is scaled beyond the dtype)",
+                 at, rz_name, pq_name, st->fail, st->pq);
+        return 1;
+    case KD_KRYLOV_NON_FINITE_PQ:
+        res->status = KD_SOLVE_NON_FINITE;
+        res->iterations = st->iteration - 1 - skip;
+        snprintf(res->message, sizeof(res->message),
+                 "%s = %g at iteration %lld: the iterates overflowed during iteration", pq_name,
+                 st->fail, at);
+        return 1;
+    case KD_KRYLOV_NON_FINITE_ALPHA:
+        res->status = KD_SOLVE_NON_FINITE;
+        res->iterations = st->iteration - 1 - skip;
+        snprintf(res->message, sizeof(res->message),
+                 "step length alpha = %s / %s = %g at iteration %lld (%s = %g) overflows during "
+                 "iteration",
+                 rz_name, pq_name, st->fail, at, pq_name, st->pq);
+        return 1;
+    case KD_KRYLOV_NON_FINITE_RESIDUAL:
+        res->status = KD_SOLVE_NON_FINITE;
+        res->iterations = st->iteration - skip;
+        if (st->iteration == 0)
+            snprintf(res->message, sizeof(res->message),
+                     "the initial residual b - A x0 is non-finite (r'r = %g) at iteration 0: "
+                     "A x0 overflows",
+                     st->fail);
+        else
+            snprintf(res->message, sizeof(res->message),
+                     "the residual became non-finite during iteration (r'r = %g) at iteration "
+                     "%lld",
+                     st->fail, at);
+        return 1;
+    default:
+        return 0;
+    }
+}

@@ -1,0 +1,96 @@
+/*
+ * Conjugate gradient, preconditioned when given a diagonal M (Jacobi), as Shewchuk derives it in
+ * "An Introduction to the Conjugate Gradient Method Without the Agonizing Pain":
+ *
+ *   r = b - A x, z = M^-1 r, d = z, delta = r'z
+ *   loop: q = A d, alpha = delta / d'q, r -= alpha q, x += alpha d,
+ *         delta_new = r'z, beta = delta_new / delta, d = z + beta d
+ *
+ * An iteration is the SpMV and, by default, two passes (params->passes): kd_krylov_dots3 (d'q,
+ * r'Mq, q'Mq), then kd_krylov_update_merged, which takes alpha and beta = (r'z - 2 alpha r'Mq +
+ * alpha^2 q'Mq) / r'z from those sums and updates r, x and d in one pass, leaving the exact new
+ * r'r and r'z as partial sums. passes = 3 splits the update in two with beta from the exact new
+ * r'z; passes = 1 ("lean") takes r'Mq = d'q by conjugacy and skips reading r in the first pass
+ * (one vector less, 8% more iterations on 494_bus). For a csr_scalar matrix on a GPU the SpMV
+ * runs inside the first pass (kd_krylov_dots3 with the matrix's arrays): two launches an
+ * iteration.
+ */
+#include "solver/method.h"
+
+#include <assert.h>
+
+enum { KD_CG_D = 0 }; /* the work vector: the direction */
+
+/* 2 (default), 3, or 1 for two lean passes. */
+static int kd_cg_passes(const kd_solve_run_t *run)
+{
+    const int p = run->params->passes;
+    return p == 3 ? 3 : p == 1 ? 1 : 2;
+}
+
+static int kd_cg_setup(kd_solve_run_t *run, kd_err_t *err)
+{
+    assert(run != NULL);
+    run->fused = run->csr != NULL;
+    run->kr.fold_snapshots = kd_cg_passes(run) != 3; /* two passes leave r'r as partial sums */
+    return kd_krylov_residual(
+        &run->kr, &run->r, &run->work[KD_CG_D], NULL,
+        KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_DIRECTION | KD_KRYLOV_MASK_RESTART, 0, err);
+}
+
+static int kd_cg_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
+{
+    kd_krylov_t *kr = &run->kr;
+    kd_multivec_t *d = &run->work[KD_CG_D];
+    const int passes = kd_cg_passes(run);
+    const int rq = passes == 2 ? KD_KRYLOV_OP_WITH_RQ : 0;
+    /* The first pass's dots: with two passes p'q, r'Mq and q'Mq, with three p'q alone. */
+    const int first = passes == 3 ? 0 : rq | (kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0);
+    int rc;
+    if (run->fused)
+        rc = kd_krylov_dots3(kr, run->csr, d, &run->q, &run->r, first, it, err);
+    else if ((rc = kd_solve_spmv(run, d, &run->q, err)) == KD_OK)
+        rc = passes == 3 ? kd_krylov_dots(kr, d, &run->q, it, err)
+                         : kd_krylov_dots3(kr, NULL, d, &run->q, &run->r, first, it, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_reduce(kr, "d'q", err);
+    if (rc != KD_OK)
+        return rc;
+    if (passes != 3) {
+        rc = kd_krylov_update_merged(kr, &run->q, &run->r, &run->x, d, rq, it, err);
+        return rc == KD_OK ? kd_krylov_reduce(kr, "r'r, r'z", err) : rc;
+    }
+    rc = kd_krylov_update_residual(kr, &run->q, &run->r, &run->x, 0, it, err);
+    if (rc == KD_OK)
+        rc = kd_krylov_reduce(kr, "r'r, r'z", err);
+    if (rc == KD_OK)
+        rc = kd_krylov_update_direction(kr, &run->r, &run->x, d, 0, it, err);
+    return rc;
+}
+
+static int kd_cg_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *err)
+{
+    for (int64_t c = 0; c < run->k; c++)
+        if (mask[c] != 0)
+            mask[c] |= KD_KRYLOV_MASK_DIRECTION; /* d = z */
+    return kd_krylov_residual(&run->kr, &run->r, &run->work[KD_CG_D], mask, 0, it, err);
+}
+
+static int kd_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
+                       kd_solve_result_t *res)
+{
+    return kd_method_explain(st, skip, "p'Ap", run->kr.diagonal != NULL ? "r'z" : "r'r", res);
+}
+
+const kd_method_ops_t kd_method_cg = {
+    .name = "cg",
+    .summary = "conjugate gradient: symmetric positive definite A; two passes an iteration",
+    .needs = KD_METHOD_NEEDS_SQUARE | KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD,
+    .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL,
+    .work_vectors = 1,
+    .reductions = 2,
+    .setup = kd_cg_setup,
+    .iterate = kd_cg_iterate,
+    .restart = kd_cg_restart,
+    .check = kd_cg_check,
+};

@@ -1,0 +1,72 @@
+/*
+ * Preconditioners: an M close to A whose z = M^-1 r is cheap, so that a Krylov method converges in
+ * fewer iterations. Each is one file, solver/precond_<name>.c, exporting one kd_precond_ops_t,
+ * and one row of kd_precond_table (solver/precond.c), where the protocol finds it by name.
+ *
+ * A preconditioner offers itself in one or more forms, and a method (solver/method.h) says which
+ * forms it can apply: the identity (nothing to do), a diagonal (the vector passes multiply by
+ * 1/m_ii on the fly, fused into what they read anyway), or an operator (a launch that writes z
+ * from r). What setup builds lives with the matrix: kd_precond_get sets it up on first use, keeps
+ * it in the matrix (counted in its device_bytes) and frees it with the matrix, so an evicted
+ * matrix drops it and a reloaded one builds it again.
+ */
+#ifndef KD_SOLVER_PRECOND_H
+#define KD_SOLVER_PRECOND_H
+
+#include "solver/matrix.h"
+#include "solver/vector.h"
+
+enum kd_precond_form {
+    KD_PRECOND_IDENTITY = 1, /* M = I */
+    KD_PRECOND_DIAGONAL = 2, /* M diagonal: kd_precond_t.diagonal holds 1/m_ii */
+    KD_PRECOND_OPERATOR = 4, /* ops->apply launches z = M^-1 r */
+};
+
+typedef struct kd_precond {
+    const struct kd_precond_ops *ops;
+    cl_mem diagonal;         /* KD_PRECOND_DIAGONAL: n values of 1/m_ii in the matrix's dtype */
+    void *impl;              /* the preconditioner's own */
+    size_t device_bytes;     /* counted in the matrix's */
+    struct kd_precond *next; /* the matrix's list */
+} kd_precond_t;
+
+typedef struct kd_precond_ops {
+    const char *name;    /* on the wire: "jacobi" */
+    const char *summary; /* one line for server.status */
+    unsigned forms;      /* enum kd_precond_form bits */
+    int symmetric;       /* M is symmetric positive definite whenever A is: CG may use it */
+    /* The device bytes setup will take (before anything is allocated). */
+    size_t (*plan_bytes)(const kd_matrix_t *A);
+    /* Check A (KD_EBADREQ / KD_ENOTSPD naming the row) and build P's device data. */
+    int (*setup)(kd_ocl_t *ocl, const kd_matrix_t *A, kd_precond_t *P, kd_err_t *err);
+    /* KD_PRECOND_OPERATOR: z = M^-1 r for every column (enqueued). */
+    int (*apply)(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r, kd_multivec_t *z,
+                 kd_err_t *err);
+    /* Free what setup built (not P itself). */
+    void (*release)(kd_precond_t *P);
+} kd_precond_ops_t;
+
+/* Every preconditioner this build has, "none" first. */
+extern const kd_precond_ops_t *const kd_precond_table[];
+extern const size_t kd_precond_count;
+
+extern const kd_precond_ops_t kd_precond_none;
+extern const kd_precond_ops_t kd_precond_jacobi;
+
+/* The preconditioner named `name`, or NULL. */
+const kd_precond_ops_t *kd_precond_find(const char *name);
+
+/* "none, jacobi": the table's names, for messages. */
+void kd_precond_names(char *out, size_t cap);
+
+/*
+ * A's preconditioner `ops`, set up on first use and kept with A (A->device_bytes grows by its
+ * bytes); *out stays valid until A is freed. "none" needs no setup: *out is a static identity.
+ */
+int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
+                   const kd_precond_t **out, kd_err_t *err);
+
+/* Free every preconditioner kept with A (kd_matrix_free calls it). */
+void kd_precond_release_all(kd_matrix_t *A);
+
+#endif
