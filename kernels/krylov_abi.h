@@ -39,7 +39,8 @@ enum kd_krylov_slot {
     KD_KRYLOV_SLOT_ALPHA = 3, /* step length (0 when not running, or at a (re)start) */
     KD_KRYLOV_SLOT_BETA = 4,  /* direction update factor */
     KD_KRYLOV_SLOT_FAIL = 5,  /* the value that stopped the column */
-    KD_KRYLOV_SLOTS = 6
+    KD_KRYLOV_SLOT_AUX = 6,   /* a method's own (cg1: the previous r'z) */
+    KD_KRYLOV_SLOTS = 7
 };
 
 /* Bits of a column's mask for the residual kernels. */
@@ -75,8 +76,7 @@ enum kd_krylov_partials {
     KD_KRYLOV_DOTS = 3,
     KD_KRYLOV_RES_RR = 0,
     KD_KRYLOV_RES_RZ = 1,
-    KD_KRYLOV_RES_AUX = 2, /* a method's third residual sum (cg1: w'u) */
-    KD_KRYLOV_RES_SUMS = 3,
+    KD_KRYLOV_RES_SUMS = 2,
     KD_KRYLOV_NORMS_SET = 2,
     KD_KRYLOV_RES_SETS = 3,
 };

@@ -40,12 +40,13 @@ static kd_krylov_launch_t kd_krylov_block(const kd_krylov_t *kr, int64_t iterati
     return L;
 }
 
-/* Launch kernel `name` of kernels/krylov.cl over `groups` work-groups per column, all k columns. */
-static int kd_krylov_run(kd_krylov_t *kr, const char *name, size_t groups, const kd_ocl_arg_t *args,
-                         size_t nargs, cl_event *event, kd_err_t *err)
+/* Launch kernel `name` of kernels/<program>.cl over `groups` work-groups per column, all k
+ * columns. */
+static int kd_krylov_run(kd_krylov_t *kr, const char *program, const char *name, size_t groups,
+                         const kd_ocl_arg_t *args, size_t nargs, cl_event *event, kd_err_t *err)
 {
     cl_kernel kernel;
-    int rc = kd_ocl_kernel(kr->ocl, "krylov", kr->dtype, kr->options, name, &kernel, err);
+    int rc = kd_ocl_kernel(kr->ocl, program, kr->dtype, kr->options, name, &kernel, err);
     if (rc != KD_OK)
         return rc;
     const size_t wg = kr->work_group_size;
@@ -58,8 +59,16 @@ static int kd_krylov_run(kd_krylov_t *kr, const char *name, size_t groups, const
 
 /* Every Krylov kernel takes its launch block first. */
 #define KD_KRYLOV_RUN(kr, name, groups, block, err, ...)                                           \
-    kd_krylov_run((kr), (name), (groups), KD_ARGS(KD_ARG_STRUCT(&(block)), __VA_ARGS__), NULL,     \
-                  (err))
+    kd_krylov_run((kr), "krylov", (name), (groups), KD_ARGS(KD_ARG_STRUCT(&(block)), __VA_ARGS__), \
+                  NULL, (err))
+
+int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
+                     const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
+{
+    assert(kr != NULL && program != NULL && name != NULL && nargs > 0);
+    assert(args[0].size == sizeof(kd_krylov_launch_t));
+    return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
+}
 
 static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const char *what,
                             cl_mem *out, kd_err_t *err)
@@ -203,6 +212,12 @@ static int kd_krylov_check(const kd_krylov_t *kr, const kd_multivec_t *v, const 
 static int kd_krylov_ops(const kd_krylov_t *kr, int ops)
 {
     return ops | (kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0);
+}
+
+kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration, int ops)
+{
+    assert(kr != NULL && iteration >= 1);
+    return kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
 }
 
 int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err)
@@ -366,7 +381,7 @@ int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_
                         kd_krylov_ops(kr, kr->fold_snapshots ? KD_KRYLOV_OP_FOLD : 0));
     cl_command_queue q = kd_ocl_queue(kr->ocl);
     cl_event packed = NULL;
-    int rc = kd_krylov_run(kr, "kd_krylov_snapshot", 1,
+    int rc = kd_krylov_run(kr, "krylov", "kd_krylov_snapshot", 1,
                            KD_ARGS(KD_ARG_STRUCT(&L), KD_ARG_MEM(kr->res_partials),
                                    KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
                                    KD_ARG_MEM(kr->snapshot_slots[snap->slot])),

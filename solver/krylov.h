@@ -79,10 +79,11 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, int64_t n, int64_t ld, int64
 void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
 
 /*
- * The reduction point: a method calls it after each launch that leaves partial sums for a later
- * launch to fold (`what` names them, for messages), once per reduction of an iteration. In one
- * process the consumer folds the partials itself and this only counts; spread over several ranks
- * it is where their partial sums are combined.
+ * The reduction point: a method calls it once per reduction of an iteration, after the launch
+ * that leaves partial sums for a later launch to fold (`what` names them, for messages); one call
+ * stands for every partial sum left since the previous call. In one process the consumer folds
+ * the partials itself and this only counts; spread over several ranks it is where their partial
+ * sums are combined, so a method's reductions per iteration are its synchronisations.
  */
 int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err);
 
@@ -116,6 +117,16 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
 int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
                             kd_multivec_t *x, kd_multivec_t *d, int ops, int64_t iteration,
                             kd_err_t *err);
+
+/*
+ * A method's own pass (its kernels in kernels/<program>.cl, which include krylov_lib.cl): the
+ * launch block of iteration `iteration` (state copy (iteration - 1) & 1; `ops` plus the diagonal
+ * bit when kr has one), and its launch over every column, kr->groups work-groups each, with
+ * args[0] that block (KD_ARG_STRUCT) and the buffers after it.
+ */
+kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration, int ops);
+int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
+                     const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
 
 /*
  * Recompute r'r (and r'z) from r into the state of iteration `iteration`, for the columns whose

@@ -796,60 +796,80 @@ static void kd_ocl_log_excerpt(const char *log, char *out, size_t cap)
         snprintf(out, cap, "(empty build log)");
 }
 
+/* A growing string for kd_ocl_expand_includes. */
+typedef struct kd_ocl_text {
+    char *data;
+    size_t len, cap;
+} kd_ocl_text_t;
+
+static int kd_ocl_text_append(kd_ocl_text_t *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = (t->len + n + 1) * 2;
+        char *grown = realloc(t->data, cap);
+        if (grown == NULL)
+            return KD_ENOMEM;
+        t->data = grown;
+        t->cap = cap;
+    }
+    memcpy(t->data + t->len, s, n);
+    t->len += n;
+    t->data[t->len] = '\0';
+    return KD_OK;
+}
+
+/* The embedded file an include names: a header by its name ("krylov_abi.h"), a .cl file by its
+ * stem ("krylov_lib.cl" is kernels/krylov_lib.cl). */
+static const kd_kernel_source_t *kd_ocl_include_find(const char *file, size_t len)
+{
+    char key[64];
+    if (len >= 3 && memcmp(file + len - 3, ".cl", 3) == 0)
+        len -= 3;
+    if (len == 0 || len >= sizeof(key))
+        return NULL;
+    memcpy(key, file, len);
+    key[len] = '\0';
+    return kd_kernel_source_find(key);
+}
+
 /*
- * The source with each line `#include "FILE"` naming an embedded file (kernels/FILE: a shared
- * header such as krylov_abi.h, or another .cl file) replaced by that file's text and a #line
- * that puts the numbering back, so a kernel includes a plain C header as C code does. One level:
- * an included file's own includes are not expanded (headers guard themselves). *out is malloc'd.
+ * Append source to t with each line `#include "FILE"` naming an embedded file (a header shared
+ * with the host such as krylov_abi.h, or another .cl file) replaced by that file's text, expanded
+ * the same way, and a #line that puts the numbering back: a kernel includes a plain C header as C
+ * code does. Files guard themselves against a second inclusion.
  */
-static int kd_ocl_expand_includes(const char *name, const char *source, char **out, kd_err_t *err)
+static int kd_ocl_expand_includes(const char *name, const char *source, int depth, kd_ocl_text_t *t,
+                                  kd_err_t *err)
 {
     static const char directive[] = "#include \"";
-    size_t cap = strlen(source) + 1, len = 0, line_no = 1;
-    for (const char *p = strstr(source, directive); p != NULL; p = strstr(p + 1, directive)) {
-        const kd_kernel_source_t *inc = NULL;
-        const char *close = strchr(p + sizeof(directive) - 1, '"');
-        if (close != NULL) {
-            char file[64];
-            snprintf(file, sizeof(file), "%.*s", (int)(close - p - (sizeof(directive) - 1)),
-                     p + sizeof(directive) - 1);
-            inc = kd_kernel_source_find(file);
-        }
-        if (inc != NULL)
-            cap += inc->length + 32;
-    }
-    char *text = malloc(cap);
-    if (text == NULL)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
-    for (const char *line = source; *line != '\0';) {
+    const size_t dlen = sizeof(directive) - 1;
+    size_t line_no = 1;
+    if (depth > 4)
+        return kd_err_set(err, KD_EINTERNAL, "%s: includes nested too deep", name);
+    for (const char *line = source; *line != '\0'; line_no++) {
         const char *eol = strchr(line, '\n');
         size_t n = eol != NULL ? (size_t)(eol - line) + 1 : strlen(line);
-        const kd_kernel_source_t *inc = NULL;
-        if (strncmp(line, directive, sizeof(directive) - 1) == 0) {
-            const char *file = line + sizeof(directive) - 1;
-            const char *close = memchr(file, '"', n - (sizeof(directive) - 1));
-            char stem[64];
-            if (close != NULL && (size_t)(close - file) < sizeof(stem)) {
-                snprintf(stem, sizeof(stem), "%.*s", (int)(close - file), file);
-                inc = kd_kernel_source_find(stem);
-                if (inc == NULL) {
-                    free(text);
-                    return kd_err_set(err, KD_EINTERNAL, "%s:%zu: kernels/%s is not embedded", name,
-                                      line_no, stem);
-                }
-            }
+        int rc;
+        if (strncmp(line, directive, dlen) == 0) {
+            const char *file = line + dlen;
+            const char *close = memchr(file, '"', n - dlen);
+            const kd_kernel_source_t *inc =
+                close != NULL ? kd_ocl_include_find(file, (size_t)(close - file)) : NULL;
+            if (inc == NULL)
+                return kd_err_set(err, KD_EINTERNAL, "%s:%zu: %.*s is not an embedded kernel file",
+                                  name, line_no, (int)(n - 1), line);
+            char resume[32];
+            snprintf(resume, sizeof(resume), "\n#line %zu\n", line_no + 1);
+            if ((rc = kd_ocl_expand_includes(inc->name, inc->source, depth + 1, t, err)) != KD_OK)
+                return rc;
+            rc = kd_ocl_text_append(t, resume, strlen(resume));
+        } else {
+            rc = kd_ocl_text_append(t, line, n);
         }
-        line_no++;
-        if (inc != NULL)
-            len += (size_t)snprintf(text + len, cap - len, "%s\n#line %zu\n", inc->source, line_no);
-        else {
-            memcpy(text + len, line, n);
-            len += n;
-        }
+        if (rc != KD_OK)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
         line += n;
     }
-    text[len] = '\0';
-    *out = text;
     return KD_OK;
 }
 
@@ -878,8 +898,15 @@ static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_
     snprintf(flags, flags_len, "-cl-std=CL1.2 -DKD_FP64=%d %s", dtype == KD_DTYPE_F64 ? 1 : 0,
              extra);
 
-    if ((rc = kd_ocl_expand_includes(name, source, &expanded, err)) != KD_OK)
+    kd_ocl_text_t text = {NULL, 0, 0};
+    rc = kd_ocl_expand_includes(name, source, 0, &text, err);
+    expanded = text.data;
+    if (rc != KD_OK)
         goto fail;
+    if (expanded == NULL && (expanded = strdup("")) == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
+        goto fail;
+    }
     /* "#line 1" after the prelude: line numbers in the build log count from the top of the
      * program's own .cl file. */
     const char *parts[] = {prelude->source, "\n#line 1\n", expanded};

@@ -101,6 +101,7 @@ typedef struct kd_solve_ctx {
     kd_krylov_snapshot_t snaps[2];
     int head, pending;
     uint64_t iterate_start_ns, iterate_end_ns;
+    int64_t reductions; /* the method's kd_krylov_reduce calls in its iterations */
 } kd_solve_ctx_t;
 
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err)
@@ -381,9 +382,12 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
 /* ---- loop ------------------------------------------------------------------------------------ */
 
 /* Enqueue iteration `it` of every column; nothing waits. */
-static int kd_solve_iterate(kd_solve_run_t *run, int64_t it, int flush, kd_err_t *err)
+static int kd_solve_iterate(kd_solve_ctx_t *ctx, int64_t it, int flush, kd_err_t *err)
 {
+    kd_solve_run_t *run = &ctx->run;
+    const int64_t before = run->kr.reductions;
     int rc = run->method->iterate(run, it, err);
+    ctx->reductions += run->kr.reductions - before;
     /* Hand the work to the device every few iterations: some runtimes (NVIDIA's) hold enqueued
      * work back until a flush or a blocking call, and the device would idle while the host
      * enqueues the rest of a chunk. */
@@ -566,7 +570,7 @@ static int kd_solve_enqueue_chunks(kd_solve_ctx_t *ctx, kd_err_t *err)
         if (chunk <= 0)
             break;
         for (int64_t i = ctx->enq + 1; i <= ctx->enq + chunk; i++) {
-            int rc = kd_solve_iterate(&ctx->run, i, (i - ctx->enq - 1) % 4 == 0, err);
+            int rc = kd_solve_iterate(ctx, i, (i - ctx->enq - 1) % 4 == 0, err);
             if (rc != KD_OK)
                 return rc;
         }
@@ -664,6 +668,8 @@ static int kd_solve_unpack(kd_solve_ctx_t *ctx, void *x, kd_err_t *err)
         res->relative_residual = res->residual_norm / res->b_norm;
         res->iterate_ms = (double)(ctx->iterate_end_ns - ctx->iterate_start_ns) / 1e6;
         res->spmv_fused = run->fused;
+        res->reductions_per_iteration =
+            ctx->enq > 0 ? (double)ctx->reductions / (double)ctx->enq : 0.0;
     }
     return KD_OK;
 }

@@ -7,3 +7,6 @@ endforeach()
 # tests/data/solve_histories.txt (see the test's header).
 kd_add_test(test_solve_history SOURCES test_solve_history.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# The method and preconditioner tables, and cg1 (the method added through them).
+kd_add_test(test_methods SOURCES test_methods.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
