@@ -8,6 +8,8 @@
  *        (three passes: dots 2nv + update_residual 3nv + update_direction 5nv, the same)
  *   PCG  the same plus 1/diag read in each pass                              = 12 n v
  *   SD   dots 2nv + update_residual 5nv                                      =  7 n v
+ *   cg1  dots 2nv (u, w) + update 9nv (r, p, w, s, x; p, s, x, r)             = 11 n v
+ *        with jacobi: u and 1/diag read, u written in the update              = 14 n v
  *   lean two passes (--passes 1): dots3 reads no r                        CG 9, PCG 11 n v
  *   fused (csr_scalar, two passes; --fuse 0 turns it off): dots3 is done inside the SpMV
  *   from the q it computes, so d and q are not read again                 2 n v less
@@ -133,8 +135,8 @@ static void kd_bs_usage(void)
             "(default lap2d:2048 lap3d:160)\n"
             "  --device SEL        auto | gpu | cpu | N (default auto)\n"
             "  --dtype T           float64 | float32 (default float64)\n"
-            "  --methods LIST      of the server's methods and aliases: cg, pcg, sd, ... "
-            "(default cg,pcg)\n"
+            "  --methods LIST      methods and aliases, METHOD[+PRECONDITIONER] each: cg, pcg, "
+            "sd, cg1+jacobi, ... (default cg,pcg)\n"
             "  --nrhs LIST         right-hand sides per solve (default 1)\n"
             "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
             "(default 0)\n"
@@ -285,14 +287,23 @@ int kd_bench_solve_main(int argc, char **argv)
             }
             kd_solve_result_t *res = calloc((size_t)k, sizeof(*res));
             for (int me = 0; me < nmethods; me++) {
+                /* METHOD or METHOD+PRECONDITIONER: "cg", "pcg", "cg1+jacobi" */
                 const kd_method_ops_t *method;
                 const kd_precond_ops_t *precond;
-                if (kd_method_choose(methods[me], NULL, &method, &precond, &err) != KD_OK) {
+                char name[64];
+                snprintf(name, sizeof(name), "%s", methods[me]);
+                char *plus = strchr(name, '+');
+                if (plus != NULL)
+                    *plus++ = '\0';
+                if (kd_method_choose(name, plus, &method, &precond, &err) != KD_OK) {
                     fprintf(stderr, "krylov-bench solve: %s\n", err.message);
                     return 2;
                 }
                 const int sd = method == &kd_method_sd, jacobi = precond == &kd_precond_jacobi;
-                const double vec_per = jacobi ? 12.0 : sd ? 7.0 : 10.0;
+                const double vec_per = method == &kd_method_cg1 ? (jacobi ? 14.0 : 11.0)
+                                       : jacobi                 ? 12.0
+                                       : sd                     ? 7.0
+                                                                : 10.0;
                 for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
                     const char *fuse_s = fuse_list[gi / (ngroups * npasses)];
