@@ -25,12 +25,13 @@
  * are carried over). u may be r (no preconditioner: KD_KRYLOV_OP_DIAGONAL not set). Forwards.
  */
 __kernel KD_WG_ATTR void
-kd_cg1_update(const kd_krylov_launch_t L, __global const VALUE *threshold,
+kd_cg1_update(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
               __global const long *limits, __global const VALUE *dot_partials,
               __global VALUE *res_partials, __global VALUE *scalars, __global long *state,
               __global const VALUE *w, __global VALUE *r, __global VALUE *x, __global VALUE *u,
               __global VALUE *p, __global VALUE *s, __global const VALUE *inv_diagonal)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     __local VALUE scratch[3 * KD_WG_SIZE];
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity, b = 1 - a;
     const int diag = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;

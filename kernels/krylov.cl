@@ -49,10 +49,11 @@
 #include "krylov_lib.cl"
 
 /* dot_partials[0][c][group] = this group's share of p_c'q_c, for running columns. Backwards. */
-__kernel KD_WG_ATTR void kd_krylov_dots(const kd_krylov_launch_t L, __global const long *state,
+__kernel KD_WG_ATTR void kd_krylov_dots(KD_KRYLOV_LAUNCH, __global const long *state,
                                         __global const VALUE *p, __global const VALUE *q,
                                         __global VALUE *dot_partials)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, a = L.parity;
     __local VALUE scratch[KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
@@ -77,12 +78,13 @@ __kernel KD_WG_ATTR void kd_krylov_dots(const kd_krylov_launch_t L, __global con
  * and the partial sums of the new r'r and r'z into res_partials[1 - a]. Forwards.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_update_residual(const kd_krylov_launch_t L, __global const VALUE *threshold,
+kd_krylov_update_residual(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
                           __global const long *limits, __global const VALUE *dot_partials,
                           __global VALUE *scalars, __global long *state, __global const VALUE *q,
                           __global VALUE *r, __global VALUE *x, __global const VALUE *inv_diagonal,
                           __global VALUE *res_partials)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
     const long iteration = L.iteration;
     __local VALUE scratch[2 * KD_WG_SIZE];
@@ -147,11 +149,12 @@ kd_krylov_update_residual(const kd_krylov_launch_t L, __global const VALUE *thre
  * For SD (launched with one group per column) only the bookkeeping runs. Backwards.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_update_direction(const kd_krylov_launch_t L, __global VALUE *scalars,
+kd_krylov_update_direction(KD_KRYLOV_LAUNCH, __global VALUE *scalars,
                            __global long *state, __global const VALUE *res_partials,
                            __global const VALUE *r, __global const VALUE *inv_diagonal,
                            __global VALUE *x, __global VALUE *d)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
     const long iteration = L.iteration;
     const int diagonal = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
@@ -228,12 +231,13 @@ void kd_krylov_store_dots3(__local VALUE *scratch, VALUE *v, __global VALUE *dot
  * r'Mq = p'q (z'Ap = p'Ap by the conjugacy of p to the previous direction), which saves reading
  * r here. Backwards.
  */
-__kernel KD_WG_ATTR void kd_krylov_dots3(const kd_krylov_launch_t L, __global const long *state,
+__kernel KD_WG_ATTR void kd_krylov_dots3(KD_KRYLOV_LAUNCH, __global const long *state,
                                          __global const VALUE *p, __global const VALUE *q,
                                          __global const VALUE *r,
                                          __global const VALUE *inv_diagonal,
                                          __global VALUE *dot_partials)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, a = L.parity;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
@@ -276,11 +280,12 @@ __kernel KD_WG_ATTR void kd_krylov_dots3(const kd_krylov_launch_t L, __global co
  * (with_rq = pcg = 0) only p'q is used: then it stands for SpMV + kd_krylov_dots. Backwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
-    const kd_krylov_launch_t L, __global const long *state, __global const int *indptr,
+    KD_KRYLOV_LAUNCH, __global const long *state, __global const int *indptr,
     __global const int *indices, __global const VALUE *values, __global const VALUE *p,
     __global VALUE *q, __global const VALUE *r, __global const VALUE *inv_diagonal,
     __global VALUE *dot_partials)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, a = L.parity;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
@@ -317,11 +322,12 @@ __kernel KD_WG_ATTR void kd_krylov_csr_spmv_dots3(
  * Forwards.
  */
 __kernel KD_WG_ATTR void kd_krylov_update_merged(
-    const kd_krylov_launch_t L, __global const VALUE *threshold, __global const long *limits,
+    KD_KRYLOV_LAUNCH, __global const VALUE *threshold, __global const long *limits,
     __global const VALUE *dot_partials, __global VALUE *res_partials, __global VALUE *scalars,
     __global long *state, __global const VALUE *q, __global VALUE *r, __global VALUE *x,
     __global VALUE *d, __global const VALUE *inv_diagonal)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
     const long iteration = L.iteration;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
@@ -406,13 +412,14 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
  * d = z. Used at the start, for the periodic r = b - A x refresh, for restarts and for
  * ||b - A x|| checks (slot KD_KRYLOV_NORMS_SET).
  */
-__kernel KD_WG_ATTR void kd_krylov_residual_partials(const kd_krylov_launch_t L,
+__kernel KD_WG_ATTR void kd_krylov_residual_partials(KD_KRYLOV_LAUNCH,
                                                      __global const int *mask,
                                                      __global const VALUE *r,
                                                      __global const VALUE *inv_diagonal,
                                                      __global VALUE *d,
                                                      __global VALUE *res_partials)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, slot = L.set, mask_all = L.mask_all;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
@@ -446,10 +453,11 @@ __kernel KD_WG_ATTR void kd_krylov_residual_partials(const kd_krylov_launch_t L,
  * running column stops it as KD_KRYLOV_NON_FINITE_RESIDUAL at `iteration`.
  */
 __kernel KD_WG_ATTR void
-kd_krylov_residual_final(const kd_krylov_launch_t L, __global const int *mask,
+kd_krylov_residual_final(KD_KRYLOV_LAUNCH, __global const int *mask,
                          __global const VALUE *res_partials, __global VALUE *scalars,
                          __global long *state, __global VALUE *norms)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int groups = L.groups, par = L.parity, slot = L.set, mode = L.mode;
     const int mask_all = L.mask_all;
     const long iteration = L.iteration;
@@ -489,11 +497,12 @@ kd_krylov_residual_final(const kd_krylov_launch_t L, __global const int *mask,
  * bits, a float in the low half), a buffer no later kernel writes, so the host can read it on a
  * second queue while the next iterations run.
  */
-__kernel KD_WG_ATTR void kd_krylov_snapshot(const kd_krylov_launch_t L,
+__kernel KD_WG_ATTR void kd_krylov_snapshot(KD_KRYLOV_LAUNCH,
                                             __global const VALUE *res_partials,
                                             __global VALUE *scalars, __global long *state,
                                             __global long *snapshot)
 {
+    KD_KRYLOV_LAUNCH_UNPACK;
     const int groups = L.groups, par = L.parity;
     const long iteration = L.iteration;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;

@@ -94,6 +94,20 @@ typedef struct kd_krylov_launch {
     kd_abi_i32 mask_all;  /* the mask of every column when no mask buffer is given */
 } kd_krylov_launch_t;
 
+/* A kernel takes the launch block as its first parameters, one per field in this order
+ * (KD_KRYLOV_LAUNCH), and rebuilds it (KD_KRYLOV_LAUNCH_UNPACK); the host passes the fields
+ * with KD_KRYLOV_LAUNCH_ARGS (solver/krylov.h). Scalar parameters, not the struct by value:
+ * with the struct NVIDIA's compiler made other code, float32 3-4% slower (float64 up to 8%
+ * faster; bench/NOTES.md, "Launch block"). */
+#ifdef __OPENCL_VERSION__
+#define KD_KRYLOV_LAUNCH                                                                           \
+    const long L_iteration, const int L_n, const int L_ld, const int L_groups, const int L_parity, \
+        const int L_ops, const int L_set, const int L_mode, const int L_mask_all
+#define KD_KRYLOV_LAUNCH_UNPACK                                                                    \
+    const kd_krylov_launch_t L = {L_iteration, L_n,   L_ld,   L_groups,  L_parity,                 \
+                                  L_ops,       L_set, L_mode, L_mask_all}
+#endif
+
 /* A column's state for the host: status, its iteration, then each slot's bits (a float in the
  * low half for float32). */
 typedef struct kd_krylov_snapshot_row {

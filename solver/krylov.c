@@ -59,14 +59,14 @@ static int kd_krylov_run(kd_krylov_t *kr, const char *program, const char *name,
 
 /* Every Krylov kernel takes its launch block first. */
 #define KD_KRYLOV_RUN(kr, name, groups, block, err, ...)                                           \
-    kd_krylov_run((kr), "krylov", (name), (groups), KD_ARGS(KD_ARG_STRUCT(&(block)), __VA_ARGS__), \
-                  NULL, (err))
+    kd_krylov_run((kr), "krylov", (name), (groups),                                                \
+                  KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(block), __VA_ARGS__), NULL, (err))
 
 int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
                      const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
 {
     assert(kr != NULL && program != NULL && name != NULL && nargs > 0);
-    assert(args[0].size == sizeof(kd_krylov_launch_t));
+    assert(nargs > 9 && args[0].size == sizeof(cl_long));
     return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
 }
 
@@ -382,7 +382,7 @@ int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_
     cl_command_queue q = kd_ocl_queue(kr->ocl);
     cl_event packed = NULL;
     int rc = kd_krylov_run(kr, "krylov", "kd_krylov_snapshot", 1,
-                           KD_ARGS(KD_ARG_STRUCT(&L), KD_ARG_MEM(kr->res_partials),
+                           KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->res_partials),
                                    KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
                                    KD_ARG_MEM(kr->snapshot_slots[snap->slot])),
                            &packed, err);

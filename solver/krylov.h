@@ -122,9 +122,14 @@ int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec
  * A method's own pass (its kernels in kernels/<program>.cl, which include krylov_lib.cl): the
  * launch block of iteration `iteration` (state copy (iteration - 1) & 1; `ops` plus the diagonal
  * bit when kr has one), and its launch over every column, kr->groups work-groups each, with
- * args[0] that block (KD_ARG_STRUCT) and the buffers after it.
+ * that block first (KD_KRYLOV_LAUNCH_ARGS) and the buffers after it.
  */
 kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration, int ops);
+/* The launch block's fields as a kernel's first arguments (kernels/krylov_abi.h). */
+#define KD_KRYLOV_LAUNCH_ARGS(L)                                                                   \
+    KD_ARG_LONG((L).iteration), KD_ARG_INT((L).n), KD_ARG_INT((L).ld), KD_ARG_INT((L).groups),     \
+        KD_ARG_INT((L).parity), KD_ARG_INT((L).ops), KD_ARG_INT((L).set), KD_ARG_INT((L).mode),    \
+        KD_ARG_INT((L).mask_all)
 int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
                      const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
 

@@ -71,7 +71,7 @@ static int kd_cg1_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, it, 0);
     return kd_krylov_launch(
         kr, "cg1", "kd_cg1_update",
-        KD_ARGS(KD_ARG_STRUCT(&L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
+        KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
                 KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
                 KD_ARG_MEM(kr->state), KD_ARG_MEM(w->mem), KD_ARG_MEM(run->r.mem),
                 KD_ARG_MEM(run->x.mem), KD_ARG_MEM(u->mem), KD_ARG_MEM(run->work[KD_CG1_P].mem),
