@@ -36,12 +36,7 @@ kd_cg1_update(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity, b = 1 - a;
     const int diag = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
-    __global const long *st_in = state + (a * k + c) * 2;
-    __global long *st_out = state + (b * k + c) * 2;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
-    long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL];
+    KD_KRYLOV_COLUMN_STATE(a, b);
     VALUE v[3];
     kd_krylov_folds(scratch, KD_DOT(KD_KRYLOV_DOT_PQ), KD_RES(a, KD_KRYLOV_RES_RR),
                     KD_RES(a, KD_KRYLOV_RES_RZ), 0, 0, groups, v, diag ? 3 : 2);

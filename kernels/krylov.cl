@@ -89,12 +89,7 @@ kd_krylov_update_residual(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
     const long iteration = L.iteration;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
-    __global const long *st_in = state + (a * k + c) * 2;
-    __global long *st_out = state + (b * k + c) * 2;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
-    long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL];
+    KD_KRYLOV_COLUMN_STATE(a, b);
     /* Folded whatever the status (barriers stay unconditional); used only while running. */
     VALUE v[2];
     kd_krylov_folds(scratch, KD_DOT(0), 0, 0, 0, 0, groups, v, 1);
@@ -334,12 +329,7 @@ __kernel KD_WG_ATTR void kd_krylov_update_merged(
     const int with_rq = (L.ops & KD_KRYLOV_OP_WITH_RQ) != 0;
     __local VALUE scratch[5 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
-    __global const long *st_in = state + (a * k + c) * 2;
-    __global long *st_out = state + (b * k + c) * 2;
-    __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
-    __global VALUE *s_out = scalars + (b * k + c) * KD_KRYLOV_SLOTS;
-    long status = st_in[0], at = st_in[1];
-    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL];
+    KD_KRYLOV_COLUMN_STATE(a, b);
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
     /* This work-item's first element, loaded before the folds so that its latency hides under

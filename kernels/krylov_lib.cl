@@ -14,6 +14,18 @@
 #define KD_DOT(j) (dot_partials + ((j)*k + c) * groups)
 #define KD_RES(s, j) (res_partials + (((s)*KD_KRYLOV_RES_SUMS + (j)) * k + c) * groups)
 
+/* In a kernel over columns (c, k) with buffers `state` and `scalars`: column c's state and
+ * scalars in the copy a the pass reads (st_in, s_in) and the copy b it writes (st_out, s_out),
+ * and its status, the iteration that status took effect and its failing value as the pass
+ * starts. */
+#define KD_KRYLOV_COLUMN_STATE(a, b)                                                               \
+    __global const long *st_in = state + ((a) * k + c) * 2;                                       \
+    __global long *st_out = state + ((b) * k + c) * 2;                                             \
+    __global const VALUE *s_in = scalars + ((a) * k + c) * KD_KRYLOV_SLOTS;                        \
+    __global VALUE *s_out = scalars + ((b) * k + c) * KD_KRYLOV_SLOTS;                             \
+    long status = st_in[0], at = st_in[1];                                                         \
+    VALUE fail = s_in[KD_KRYLOV_SLOT_FAIL]
+
 /* The totals of v[0..m) over the work-group at once, one set of barriers (every work-item gets
  * them in v). scratch holds m * KD_WG_SIZE values. */
 void kd_krylov_group_sums(__local VALUE *scratch, VALUE *v, const int m)

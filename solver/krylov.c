@@ -208,6 +208,21 @@ static int kd_krylov_check(const kd_krylov_t *kr, const kd_multivec_t *v, const 
     return KD_OK;
 }
 
+/* KD_OK when each of the count vectors has kr's shape and type. */
+static int kd_krylov_check_all(const kd_krylov_t *kr, const char *what,
+                               const kd_multivec_t *const *vectors, int count, kd_err_t *err)
+{
+    int rc = KD_OK;
+    for (int i = 0; rc == KD_OK && i < count; i++)
+        rc = kd_krylov_check(kr, vectors[i], what, err);
+    return rc;
+}
+
+#define KD_KRYLOV_CHECK(kr, what, err, ...)                                                        \
+    kd_krylov_check_all(                                                                           \
+        (kr), (what), (const kd_multivec_t *[]){__VA_ARGS__},                                      \
+        (int)(sizeof((const kd_multivec_t *[]){__VA_ARGS__}) / sizeof(kd_multivec_t *)), (err))
+
 /* The bits every pass forming z = M^-1 r adds. */
 static int kd_krylov_ops(const kd_krylov_t *kr, int ops)
 {
@@ -231,9 +246,8 @@ int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err)
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
                    int64_t iteration, kd_err_t *err)
 {
-    int rc;
-    if ((rc = kd_krylov_check(kr, p, "dots", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, q, "dots", err)) != KD_OK)
+    int rc = KD_KRYLOV_CHECK(kr, "dots", err, p, q);
+    if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), 0);
     return KD_KRYLOV_RUN(kr, "kd_krylov_dots", kr->groups, L, err, KD_ARG_MEM(kr->state),
@@ -243,13 +257,10 @@ int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t 
 int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
                               kd_multivec_t *x, int ops, int64_t iteration, kd_err_t *err)
 {
-    int rc;
-    if ((rc = kd_krylov_check(kr, q, "update_residual", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, r, "update_residual", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, x, "update_residual", err)) != KD_OK)
+    int rc = KD_KRYLOV_CHECK(kr, "update_residual", err, q, r, x);
+    if (rc != KD_OK)
         return rc;
-    kd_krylov_launch_t L =
-        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, ops);
     return KD_KRYLOV_RUN(
         kr, "kd_krylov_update_residual", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
         KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->scalars),
@@ -266,8 +277,7 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
         (!along_r && (rc = kd_krylov_check(kr, x, "update_direction", err)) != KD_OK) ||
         (!along_r && (rc = kd_krylov_check(kr, d, "update_direction", err)) != KD_OK))
         return rc;
-    kd_krylov_launch_t L =
-        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, ops);
     /* Along r only r'r is folded: one group per column does. */
     return KD_KRYLOV_RUN(kr, "kd_krylov_update_direction", along_r ? 1 : kr->groups, L, err,
                          KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
@@ -478,10 +488,8 @@ int kd_krylov_dots3(kd_krylov_t *kr, const kd_format_csr_t *A, const kd_multivec
                     kd_multivec_t *q, const kd_multivec_t *r, int ops, int64_t iteration,
                     kd_err_t *err)
 {
-    int rc;
-    if ((rc = kd_krylov_check(kr, p, "dots3", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, q, "dots3", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, r, "dots3", err)) != KD_OK)
+    int rc = KD_KRYLOV_CHECK(kr, "dots3", err, p, q, r);
+    if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), ops);
     cl_mem diagonal = (ops & KD_KRYLOV_OP_DIAGONAL) != 0 ? kr->diagonal : NULL;
@@ -499,14 +507,10 @@ int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec
                             kd_multivec_t *x, kd_multivec_t *d, int ops, int64_t iteration,
                             kd_err_t *err)
 {
-    int rc;
-    if ((rc = kd_krylov_check(kr, q, "update_merged", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, r, "update_merged", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, x, "update_merged", err)) != KD_OK ||
-        (rc = kd_krylov_check(kr, d, "update_merged", err)) != KD_OK)
+    int rc = KD_KRYLOV_CHECK(kr, "update_merged", err, q, r, x, d);
+    if (rc != KD_OK)
         return rc;
-    kd_krylov_launch_t L =
-        kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), kd_krylov_ops(kr, ops));
+    kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, ops);
     return KD_KRYLOV_RUN(
         kr, "kd_krylov_update_merged", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
         KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials),

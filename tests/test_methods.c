@@ -9,9 +9,8 @@
  * fused and separate SpMV bit for bit; several right-hand sides each as alone; the check schedule
  * changes nothing; an indefinite matrix is a breakdown.
  */
-#include "client/mtx_file.h"
 #include "kd_solver_test.h"
-#include "protocol/mtx.h"
+#include "kd_test_mtx.h"
 #include "solver/method.h"
 #include "solver/precond.h"
 #include "solver/solve.h"
@@ -231,28 +230,6 @@ static void cg1_matches_cg(const char *name, kd_csr_t *csr64, kd_dtype_t dtype, 
     problem_free(&p);
 }
 
-static kd_csr_t *load_mtx(const char *file, double shift)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, file);
-    char *text = NULL;
-    size_t len = 0;
-    kd_err_t err = {0};
-    kd_csr_t *m = NULL;
-    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) != KD_OK ||
-        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err) != KD_OK) {
-        fprintf(stderr, "%s: %s\n", path, err.message);
-        exit(2);
-    }
-    free(text);
-    double *v = (double *)m->values;
-    for (int64_t r = 0; r < m->rows; r++)
-        for (int64_t j = m->indptr[r]; j < m->indptr[r + 1]; j++)
-            if (m->indices[j] == r)
-                v[j] += shift;
-    return m;
-}
-
 /* Row i scaled by 1 + 40 (i mod 5) / 4 on both sides: Jacobi pays off. */
 static kd_csr_t *scaled_laplacian(int64_t nx)
 {
@@ -279,12 +256,15 @@ static void test_cg1_converges(void)
                            0.0);
             cg1_matches_cg("scaled laplacian 30", scaled_laplacian(30), dt[d], pc, rtol, 0.0);
             cg1_matches_cg("random spd 1", kd_test_spd_matrix(1, 1, 2.0), dt[d], pc, rtol, 0.0);
-            cg1_matches_cg("dwt_878 + 4I", load_mtx("dwt_878.mtx", 4.0), dt[d], pc, rtol, 0.0);
+            cg1_matches_cg("dwt_878 + 4I", kd_test_load_mtx("dwt_878.mtx", 4.0), dt[d], pc, rtol,
+                           0.0);
         }
         if (dt[d] == KD_DTYPE_F64) {
             /* Condition number 2.4e6: 1639 iterations against CG's 1568 on PoCL. */
-            cg1_matches_cg("494_bus", load_mtx("494_bus.mtx", 0.0), dt[d], "none", 1e-8, 0.08);
-            cg1_matches_cg("494_bus", load_mtx("494_bus.mtx", 0.0), dt[d], "jacobi", 1e-8, 0.0);
+            cg1_matches_cg("494_bus", kd_test_load_mtx("494_bus.mtx", 0.0), dt[d], "none", 1e-8,
+                           0.08);
+            cg1_matches_cg("494_bus", kd_test_load_mtx("494_bus.mtx", 0.0), dt[d], "jacobi", 1e-8,
+                           0.0);
         }
     }
 }

@@ -12,9 +12,8 @@
  * PoCL on the CI machine's CPU; KD_HISTORY_REFERENCE=FILE compares with another record instead,
  * such as one that the solver before the change wrote on a GPU (bench/device/seams.sh).
  */
-#include "client/mtx_file.h"
 #include "kd_solver_test.h"
-#include "protocol/mtx.h"
+#include "kd_test_mtx.h"
 #include "solver/method.h"
 #include "solver/solve.h"
 
@@ -22,30 +21,6 @@ static kd_ocl_t *ocl;
 static FILE *record;
 static char *reference;
 static size_t reference_len;
-
-static kd_csr_t *load_mtx(const char *file, double shift)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, file);
-    char *text = NULL;
-    size_t len = 0;
-    kd_err_t err = {0};
-    kd_csr_t *m = NULL;
-    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) != KD_OK ||
-        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err) != KD_OK) {
-        fprintf(stderr, "%s: %s\n", path, err.message);
-        exit(2);
-    }
-    free(text);
-    if (shift != 0.0) {
-        double *v = (double *)m->values;
-        for (int64_t r = 0; r < m->rows; r++)
-            for (int64_t j = m->indptr[r]; j < m->indptr[r + 1]; j++)
-                if (m->indices[j] == r)
-                    v[j] += shift;
-    }
-    return m;
-}
 
 /* A deterministic right-hand side: no generator state, so the record is of fixed inputs. */
 static void fill_rhs(void *b, kd_dtype_t dtype, int64_t n, int64_t nrhs)
@@ -101,11 +76,11 @@ static kd_csr_t *make_matrix(const char *name)
     if (strcmp(name, "indefinite_16") == 0)
         return indefinite(16);
     if (strcmp(name, "494_bus") == 0)
-        return load_mtx("494_bus.mtx", 0.0);
+        return kd_test_load_mtx("494_bus.mtx", 0.0);
     if (strcmp(name, "dwt_878+4I") == 0)
-        return load_mtx("dwt_878.mtx", 4.0);
+        return kd_test_load_mtx("dwt_878.mtx", 4.0);
     if (strcmp(name, "can_24+8I") == 0)
-        return load_mtx("can___24.mtx", 8.0);
+        return kd_test_load_mtx("can___24.mtx", 8.0);
     fprintf(stderr, "unknown matrix %s\n", name);
     exit(2);
 }
