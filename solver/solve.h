@@ -50,10 +50,9 @@ typedef struct kd_solve_params {
     int passes;      /* tuning (benchmarks): vector passes per CG iteration, 2 or 3, or 1 for two
                         lean ones (see solver/method_cg.c); 0 = automatic (2) */
     int spmv_fusion; /* tuning (benchmarks, tests): for a csr_scalar matrix, KD_SOLVE_FUSION_ON
-                        runs the SpMV and the first vector pass as one launch
-                        (kd_krylov_iterate_csr), KD_SOLVE_FUSION_OFF as two; 0 = automatic: fused
-                        on GPUs (2-7% faster per iteration on the H100), apart on CPUs (PoCL runs
-                        the grid-stride SpMV slower than one work-item per row) */
+                        runs the SpMV inside the method's first vector pass (kd_krylov_dots3 with
+                        the matrix), KD_SOLVE_FUSION_OFF apart; 0 = automatic: fused on GPUs,
+                        apart on CPUs (measured both ways: docs/BENCHMARKS.md) */
     const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov
                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
 } kd_solve_params_t;
