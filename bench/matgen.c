@@ -161,6 +161,152 @@ kd_csr_t *kd_matgen_power_law(int64_t rows, int64_t cols, double mean_row, uint6
     free(len);
     return m;
 }
+
+/* COO triplets into canonical CSR (duplicates summed), freeing the triplets. */
+static kd_csr_t *kd_matgen_from_coo(int64_t rows, int64_t cols, int64_t nnz, int32_t *ri,
+                                    int32_t *ci, double *v, kd_dtype_t dtype)
+{
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    kd_csr_limits_t limits = {0};
+    if (kd_csr_from_coo_arrays(rows, cols, nnz, ri, ci, KD_DTYPE_I32, v, KD_DTYPE_F64, dtype,
+                               &limits, &m, &err) != KD_OK)
+        fprintf(stderr, "matgen: %s\n", err.message);
+    free(ri);
+    free(ci);
+    free(v);
+    return m;
+}
+
+/* A random permutation of 0..n-1 (Fisher-Yates). */
+static int32_t *kd_matgen_shuffle(int64_t n, uint64_t *s)
+{
+    int32_t *p = malloc((size_t)n * sizeof(int32_t));
+    if (p == NULL)
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(kd_matgen_next(s) % (uint64_t)(i + 1));
+        int32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+static double kd_matgen_uniform(uint64_t *s)
+{
+    return (double)(kd_matgen_next(s) >> 11) / 9007199254740992.0;
+}
+
+kd_csr_t *kd_matgen_rmat(int scale, int64_t edge_factor, uint64_t seed, kd_dtype_t dtype)
+{
+    const double a = 0.57, b = 0.19, c = 0.19;
+    int64_t n = (int64_t)1 << scale, edges = edge_factor * n;
+    uint64_t s = seed ? seed : 0x9e3779b97f4a7c15ull;
+    int32_t *ri = malloc((size_t)edges * sizeof(int32_t));
+    int32_t *ci = malloc((size_t)edges * sizeof(int32_t));
+    double *v = malloc((size_t)edges * sizeof(double));
+    int32_t *label = kd_matgen_shuffle(n, &s);
+    if (ri == NULL || ci == NULL || v == NULL || label == NULL) {
+        free(ri), free(ci), free(v), free(label);
+        return NULL;
+    }
+    for (int64_t e = 0; e < edges; e++) {
+        int64_t r = 0, col = 0;
+        for (int bit = scale - 1; bit >= 0; bit--) {
+            double u = kd_matgen_uniform(&s);
+            int down = u >= a + b, right = (u >= a && u < a + b) || u >= a + b + c;
+            r |= (int64_t)down << bit;
+            col |= (int64_t)right << bit;
+        }
+        ri[e] = label[r];
+        ci[e] = label[col];
+        v[e] = kd_matgen_uniform(&s) * 2.0 - 1.0;
+    }
+    free(label);
+    return kd_matgen_from_coo(n, n, edges, ri, ci, v, dtype);
+}
+
+kd_csr_t *kd_matgen_circuit(int64_t side, uint64_t seed, kd_dtype_t dtype)
+{
+    const int nets = 16;
+    int64_t n = side * side;
+    uint64_t s = seed ? seed : 0x2545f4914f6cdd1dull;
+    int64_t net_fanout = n / 100 > 1 ? n / 100 : 1;
+    /* per node: 2 grid edges, ~0.05 long-range edges; per net: fanout edges; each edge twice */
+    int64_t cap = 2 * (2 * n + n / 10 + (int64_t)nets * net_fanout) + n;
+    int32_t *ri = malloc((size_t)cap * sizeof(int32_t));
+    int32_t *ci = malloc((size_t)cap * sizeof(int32_t));
+    double *v = malloc((size_t)cap * sizeof(double));
+    double *diag = calloc((size_t)n, sizeof(double));
+    int32_t *label = kd_matgen_shuffle(n, &s);
+    if (ri == NULL || ci == NULL || v == NULL || diag == NULL || label == NULL) {
+        free(ri), free(ci), free(v), free(diag), free(label);
+        return NULL;
+    }
+    int64_t k = 0;
+#define KD_EDGE(p, q)                                                                              \
+    do {                                                                                           \
+        double g_ = 0.1 + kd_matgen_uniform(&s);                                                   \
+        ri[k] = label[p], ci[k] = label[q], v[k++] = -g_;                                          \
+        ri[k] = label[q], ci[k] = label[p], v[k++] = -g_;                                          \
+        diag[p] += g_, diag[q] += g_;                                                              \
+    } while (0)
+    for (int64_t y = 0; y < side; y++)
+        for (int64_t x = 0; x < side; x++) {
+            int64_t p = y * side + x;
+            if (x + 1 < side)
+                KD_EDGE(p, p + 1);
+            if (y + 1 < side)
+                KD_EDGE(p, p + side);
+            if (kd_matgen_next(&s) % 20 == 0) {
+                int64_t q = (int64_t)(kd_matgen_next(&s) % (uint64_t)n);
+                if (q != p)
+                    KD_EDGE(p, q);
+            }
+        }
+    for (int g = 0; g < nets; g++) { /* supply nets: node g touches net_fanout random nodes */
+        int64_t p = (int64_t)(kd_matgen_next(&s) % (uint64_t)n);
+        for (int64_t f = 0; f < net_fanout; f++) {
+            int64_t q = (int64_t)(kd_matgen_next(&s) % (uint64_t)n);
+            if (q != p)
+                KD_EDGE(p, q);
+        }
+    }
+#undef KD_EDGE
+    for (int64_t p = 0; p < n; p++) /* strictly diagonally dominant: SPD */
+        ri[k] = label[p], ci[k] = label[p], v[k++] = diag[p] + 1e-3;
+    free(diag);
+    free(label);
+    return kd_matgen_from_coo(n, n, k, ri, ci, v, dtype);
+}
+
+kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed)
+{
+    uint64_t s = seed ? seed : 0x853c49e6748fea9bull;
+    int64_t n = a->rows, nnz = a->nnz;
+    if (a->rows != a->cols) {
+        kd_csr_free(a);
+        return NULL;
+    }
+    int32_t *p = kd_matgen_shuffle(n, &s);
+    int32_t *ri = malloc((size_t)(nnz ? nnz : 1) * sizeof(int32_t));
+    int32_t *ci = malloc((size_t)(nnz ? nnz : 1) * sizeof(int32_t));
+    double *v = malloc((size_t)(nnz ? nnz : 1) * sizeof(double));
+    if (p == NULL || ri == NULL || ci == NULL || v == NULL) {
+        free(p), free(ri), free(ci), free(v), kd_csr_free(a);
+        return NULL;
+    }
+    for (int64_t r = 0; r < n; r++)
+        for (int32_t k = a->indptr[r]; k < a->indptr[r + 1]; k++)
+            ri[k] = p[r], ci[k] = p[a->indices[k]], v[k] = kd_csr_value(a, k);
+    kd_dtype_t dtype = a->dtype;
+    kd_csr_free(a);
+    free(p);
+    return kd_matgen_from_coo(n, n, nnz, ri, ci, v, dtype);
+}
 #undef KD_PUT
 
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
@@ -173,6 +319,14 @@ kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
         return kd_matgen_laplacian_3d(a, dtype);
     if (sscanf(spec, "powerlaw:%lld:%lf", &a, &b) == 2 && a > 0 && b > 0)
         return kd_matgen_power_law(a, a, b, 42, dtype);
+    if (sscanf(spec, "rmat:%lld:%lf", &a, &b) == 2 && a > 0 && a < 31 && b >= 1)
+        return kd_matgen_rmat((int)a, (int64_t)b, 7, dtype);
+    if (sscanf(spec, "circuit:%lld", &a) == 1 && a > 1)
+        return kd_matgen_circuit(a, 11, dtype);
+    if (strncmp(spec, "shuffled:", 9) == 0) {
+        kd_csr_t *m = kd_matgen_by_name(spec + 9, dtype);
+        return m != NULL ? kd_matgen_permuted(m, 13) : NULL;
+    }
     char *text = NULL;
     size_t len = 0;
     kd_err_t err = {0};

@@ -20,8 +20,22 @@ kd_csr_t *kd_matgen_laplacian_3d(int64_t n, kd_dtype_t dtype);
 kd_csr_t *kd_matgen_power_law(int64_t rows, int64_t cols, double mean_row, uint64_t seed,
                               kd_dtype_t dtype);
 
+/* R-MAT (Graph500's a, b, c = 0.57, 0.19, 0.19): 2^scale rows, edge_factor * 2^scale edges drawn
+ * (duplicates summed), vertex labels randomly permuted as Graph500 does; values in [-1, 1). */
+kd_csr_t *kd_matgen_rmat(int scale, int64_t edge_factor, uint64_t seed, kd_dtype_t dtype);
+
+/* Circuit-like: a side x side conductance grid with random long-range couplings (1 node in 20)
+ * and 16 supply nets each tied to 1% of the nodes (16 dense rows and columns), node labels
+ * randomly permuted (netlist order); symmetric, strictly diagonally dominant (SPD). */
+kd_csr_t *kd_matgen_circuit(int64_t side, uint64_t seed, kd_dtype_t dtype);
+
+/* P A P^T for a random permutation P (square matrices; NULL otherwise). Takes a. */
+kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed);
+
 /* A matrix by name: "lap2d:2048" (2048 x 2048 grid), "lap3d:160", "powerlaw:2000000:8" (rows,
- * mean row length), or a path to a .mtx/.mtx.gz file. NULL with a message on stderr on failure. */
+ * mean row length), "rmat:20:16" (scale, edge factor), "circuit:1000" (grid side),
+ * "shuffled:SPEC" (SPEC randomly permuted, symmetrically), or a path to a .mtx/.mtx.gz file.
+ * NULL with a message on stderr on failure. */
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);
 
 #endif
