@@ -267,11 +267,13 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
         memcpy(c + 16, why, strnlen(why, sizeof(m->candidates[i].dropped) - 1));
     }
     int nd = m->detail.count < 0 ? 0
-             : (m->detail.count > KD_FORMAT_DETAIL_MAX ? KD_FORMAT_DETAIL_MAX : m->detail.count);
+                                 : (m->detail.count > KD_FORMAT_DETAIL_MAX ? KD_FORMAT_DETAIL_MAX
+                                                                           : m->detail.count);
     kd_put_u32(h + KD_H_DETAIL, (uint32_t)nd);
     for (int i = 0; i < nd; i++) {
         uint8_t *d = h + KD_H_DETAIL + 8 + i * KD_H_DETAIL_ITEM_BYTES;
-        memcpy(d, m->detail.items[i].name, strnlen(m->detail.items[i].name, KD_FORMAT_DETAIL_NAME - 1));
+        memcpy(d, m->detail.items[i].name,
+               strnlen(m->detail.items[i].name, KD_FORMAT_DETAIL_NAME - 1));
         kd_put_u64(d + KD_FORMAT_DETAIL_NAME, (uint64_t)m->detail.items[i].value);
     }
     kd_put_u64(h + KD_H_CHECKSUM, XXH3_64bits(h, KD_H_CHECKSUM));

@@ -50,9 +50,12 @@
 #define KD_TILED_AREA (KD_TILED_SIZE * KD_TILED_SIZE)
 
 static const char *const kd_tiled_kind_names[KD_TILED_KINDS] = {
-    [KD_TILED_DENSE] = "dense", [KD_TILED_DENSE_ROW] = "dense_row",
-    [KD_TILED_DENSE_COL] = "dense_col", [KD_TILED_ELL] = "ell",
-    [KD_TILED_CSR] = "csr", [KD_TILED_COO] = "coo",
+    [KD_TILED_DENSE] = "dense",
+    [KD_TILED_DENSE_ROW] = "dense_row",
+    [KD_TILED_DENSE_COL] = "dense_col",
+    [KD_TILED_ELL] = "ell",
+    [KD_TILED_CSR] = "csr",
+    [KD_TILED_COO] = "coo",
     [KD_TILED_HYB] = "hyb",
 };
 
@@ -196,8 +199,7 @@ static void kd_nibble_set(uint8_t *b, int32_t e, int value)
 }
 
 /* Write tile t in `code`'s layout at b (zeroed) and vals (zeroed: ELL padding stays 0). */
-static void kd_tile_fill(const kd_tile_t *t, const kd_csr_t *csr, int code, uint8_t *b,
-                         char *vals)
+static void kd_tile_fill(const kd_tile_t *t, const kd_csr_t *csr, int code, uint8_t *b, char *vals)
 {
     size_t v = kd_dtype_size(csr->dtype);
     const char *src = csr->values;
@@ -217,7 +219,7 @@ static void kd_tile_fill(const kd_tile_t *t, const kd_csr_t *csr, int code, uint
         for (int r = 0; r < t->th; r++)
             b[r] = (uint8_t)t->start[r];
     }
-    uint8_t *cols = b + kd_half(t->th);          /* ELL's columns */
+    uint8_t *cols = b + kd_half(t->th);             /* ELL's columns */
     uint8_t *coo_bytes = cols + kd_half(w * t->th); /* HYB's COO part */
     for (int32_t e = 0; e < t->n; e++) {
         int r = t->row[e], c = t->col[e], j = e - t->start[r];
@@ -248,10 +250,9 @@ static void kd_tiled_host_free(void *prepared)
     kd_tiled_host_t *p = prepared;
     if (p == NULL)
         return;
-    void *arrays[] = {p->chunk_tile, p->chunk_row, p->chunk_slot, p->split_row,
-                      p->split_slot, p->tile_col,  p->val_off,    p->byte_off,
-                      p->code,       p->bytes,     p->values,     p->sparse_ptr,
-                      p->sparse_col, p->sparse_val};
+    void *arrays[] = {p->chunk_tile, p->chunk_row,  p->chunk_slot, p->split_row, p->split_slot,
+                      p->tile_col,   p->val_off,    p->byte_off,   p->code,      p->bytes,
+                      p->values,     p->sparse_ptr, p->sparse_col, p->sparse_val};
     for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)
         free(arrays[i]);
     free(p);
@@ -279,8 +280,8 @@ static int kd_tiled_survey(const kd_csr_t *csr, kd_tile_t *t, kd_tile_note_t **n
                 *notes = grown;
             }
             kd_tile_choice_t ch = kd_tile_choose(t, v);
-            (*notes)[n++] = (kd_tile_note_t){t->tc, ch.nval, ch.nbyte, (int16_t)t->n,
-                                             (uint8_t)ch.code};
+            (*notes)[n++] =
+                (kd_tile_note_t){t->tc, ch.nval, ch.nbyte, (int16_t)t->n, (uint8_t)ch.code};
             if (t->n > KD_TILED_PULL_MAX)
                 continue;
             *saved += KD_TILED_TILE_BYTES + (int64_t)ch.nval * (int64_t)v + ch.nbyte -
@@ -304,8 +305,8 @@ static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_ti
         int64_t k = 0;
         for (int64_t i = tile_ptr[tr]; i < tile_ptr[tr + 1]; i++)
             k += !(pull && notes[i].n <= KD_TILED_PULL_MAX);
-        int64_t nch = k <= KD_TILED_CHUNK_TILES ? 1 : (k + KD_TILED_CHUNK_TILES - 1) /
-                                                          KD_TILED_CHUNK_TILES;
+        int64_t nch =
+            k <= KD_TILED_CHUNK_TILES ? 1 : (k + KD_TILED_CHUNK_TILES - 1) / KD_TILED_CHUNK_TILES;
         p->chunks += nch;
         p->splits += nch > 1;
         p->slots += nch > 1 ? nch : 0;
@@ -320,8 +321,8 @@ static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_ti
     }
     p->tiles = kept;
     p->pulled_tiles = tile_ptr[tile_rows] - kept;
-    if (p->nval > INT32_MAX || p->nbyte > INT32_MAX ||
-        p->chunks * KD_TILED_LANES > INT32_MAX || p->slots * KD_TILED_SIZE > INT32_MAX) {
+    if (p->nval > INT32_MAX || p->nbyte > INT32_MAX || p->chunks * KD_TILED_LANES > INT32_MAX ||
+        p->slots * KD_TILED_SIZE > INT32_MAX) {
         p->too_large = 1;
         return KD_OK;
     }
@@ -338,9 +339,8 @@ static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_ti
     p->values = calloc((size_t)p->nval + 1, v);
     p->bytes = calloc((size_t)p->nbyte + 1, 1);
     if (p->chunk_tile == NULL || p->chunk_row == NULL || p->chunk_slot == NULL ||
-        p->split_row == NULL || p->split_slot == NULL || p->tile_col == NULL ||
-        p->code == NULL || p->val_off == NULL || p->byte_off == NULL || p->values == NULL ||
-        p->bytes == NULL)
+        p->split_row == NULL || p->split_slot == NULL || p->tile_col == NULL || p->code == NULL ||
+        p->val_off == NULL || p->byte_off == NULL || p->values == NULL || p->bytes == NULL)
         return KD_ENOMEM;
     int64_t c = 0, s = 0, slot = 0, j = 0;
     p->val_off[0] = p->byte_off[0] = 0;
@@ -393,8 +393,7 @@ static void kd_tiled_fill(const kd_csr_t *csr, kd_tiled_host_t *p, kd_tile_t *t,
             for (int32_t e = 0; e < t->n; e++) {
                 int64_t at = next[t->row[e]]++;
                 p->sparse_col[at] = (int32_t)(t->tc * KD_TILED_SIZE + t->col[e]);
-                memcpy(p->sparse_val + (size_t)at * v, (const char *)csr->values + t->at[e] * v,
-                       v);
+                memcpy(p->sparse_val + (size_t)at * v, (const char *)csr->values + t->at[e] * v, v);
             }
         }
     }
@@ -537,9 +536,9 @@ static void kd_tiled_release(kd_matrix_t *m)
 static int kd_tiled_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
     static const char *const what[KD_TILED_MEMS] = {
-        "tiled chunk tiles",   "tiled chunk rows", "tiled chunk slots", "tiled split rows",
-        "tiled split slots",   "tiled partials",   "tiled tile columns", "tiled tile codes",
-        "tiled value offsets", "tiled byte offsets", "tiled values",    "tiled index bytes"};
+        "tiled chunk tiles",   "tiled chunk rows",   "tiled chunk slots",  "tiled split rows",
+        "tiled split slots",   "tiled partials",     "tiled tile columns", "tiled tile codes",
+        "tiled value offsets", "tiled byte offsets", "tiled values",       "tiled index bytes"};
     const kd_csr_t *csr = src->csr;
     if (kd_ocl_work_group_size(ocl) < KD_TILED_LANES)
         return kd_err_set(err, KD_EUNSUPPORTED, "tiled needs work-groups of %d work-items",

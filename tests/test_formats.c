@@ -378,11 +378,11 @@ static void tiled_case(const char *name, kd_csr_t *csr, const char *const *expec
 
 static void test_tiled(void)
 {
-    tiled_case("tiles: every kind", tiled_matrix(200, 190, kinds_mixed),
-               (const char *const[]){"dense", "dense_row", "dense_col", "ell", "csr", "coo",
-                                     "hyb", NULL});
-    tiled_case("tiles: full tile, and one cut by the edge", tiled_matrix(40, 45, kinds_dense_middle),
-               (const char *const[]){"dense", NULL});
+    tiled_case(
+        "tiles: every kind", tiled_matrix(200, 190, kinds_mixed),
+        (const char *const[]){"dense", "dense_row", "dense_col", "ell", "csr", "coo", "hyb", NULL});
+    tiled_case("tiles: full tile, and one cut by the edge",
+               tiled_matrix(40, 45, kinds_dense_middle), (const char *const[]){"dense", NULL});
     tiled_case("tiles: full rows", tiled_matrix(70, 70, kinds_rows),
                (const char *const[]){"dense_row", NULL});
     tiled_case("tiles: full columns", tiled_matrix(70, 70, kinds_cols),
