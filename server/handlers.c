@@ -150,6 +150,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     meta->dtype = csr->dtype;
     meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
+    kd_matrix_describe(dev, &meta->detail);
     meta->pinned = p->pin == 1;
     meta->stats = sel.stats; /* the selection's, with the scan's count of non-finite values */
     meta->ncandidates = sel.ncandidates;

@@ -33,9 +33,17 @@ static void kd_reply_candidates(kd_writer_t *w, const kd_matrix_meta_t *meta)
     }
 }
 
+static void kd_reply_detail(kd_writer_t *w, const kd_format_detail_t *detail)
+{
+    kd_w_str(w, "format_detail");
+    kd_w_map(w, (uint32_t)detail->count);
+    for (int i = 0; i < detail->count; i++)
+        kd_w_kv_int(w, detail->items[i].name, detail->items[i].value);
+}
+
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 {
-    kd_w_map(w, 13 + (created >= 0 ? 1 : 0));
+    kd_w_map(w, 14 + (created >= 0 ? 1 : 0));
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);
@@ -49,6 +57,7 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
     kd_reply_candidates(w, meta);
+    kd_reply_detail(w, &meta->detail);
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

@@ -48,13 +48,18 @@ enum {
     KD_H_NCANDIDATES = 280,
     KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
     KD_H_CANDIDATE_BYTES = 112,
+    KD_H_DETAIL = 1536, /* u32 count, u32 0, then KD_FORMAT_DETAIL_MAX x {char name[24], u64} */
+    KD_H_DETAIL_ITEM_BYTES = 32,
     KD_H_CHECKSUM = KD_STATE_HEADER_BYTES - 8,
 };
 
 #define KD_FLAG_PINNED 1u
 
-_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_CHECKSUM,
+_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_DETAIL,
                "state header too small for the candidates");
+_Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_CHECKSUM,
+               "state header too small for the format detail");
+_Static_assert(KD_FORMAT_DETAIL_NAME == 24, "format detail name size changed");
 _Static_assert(KD_H_NAME + KD_NAME_MAX <= KD_H_NCANDIDATES, "state header: name overlaps");
 _Static_assert(sizeof(((kd_candidate_t *)0)->dropped) == 96, "candidate reason size changed");
 
@@ -261,6 +266,16 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
         const char *why = m->candidates[i].dropped;
         memcpy(c + 16, why, strnlen(why, sizeof(m->candidates[i].dropped) - 1));
     }
+    int nd = m->detail.count < 0 ? 0
+                                 : (m->detail.count > KD_FORMAT_DETAIL_MAX ? KD_FORMAT_DETAIL_MAX
+                                                                           : m->detail.count);
+    kd_put_u32(h + KD_H_DETAIL, (uint32_t)nd);
+    for (int i = 0; i < nd; i++) {
+        uint8_t *d = h + KD_H_DETAIL + 8 + i * KD_H_DETAIL_ITEM_BYTES;
+        memcpy(d, m->detail.items[i].name,
+               strnlen(m->detail.items[i].name, KD_FORMAT_DETAIL_NAME - 1));
+        kd_put_u64(d + KD_FORMAT_DETAIL_NAME, (uint64_t)m->detail.items[i].value);
+    }
     kd_put_u64(h + KD_H_CHECKSUM, XXH3_64bits(h, KD_H_CHECKSUM));
 }
 
@@ -326,6 +341,16 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
         m->candidates[i].time_ms = kd_get_f64(c + 8);
         memcpy(m->candidates[i].dropped, c + 16, sizeof(m->candidates[i].dropped));
         m->candidates[i].dropped[sizeof(m->candidates[i].dropped) - 1] = '\0';
+    }
+    uint32_t nd = kd_get_u32(h + KD_H_DETAIL); /* 0 in files written before the field */
+    if (nd > KD_FORMAT_DETAIL_MAX)
+        return kd_err_set(err, KD_EIO, "%u format detail entries", nd);
+    m->detail.count = (int)nd;
+    for (uint32_t i = 0; i < nd; i++) {
+        const uint8_t *d = h + KD_H_DETAIL + 8 + i * KD_H_DETAIL_ITEM_BYTES;
+        memcpy(m->detail.items[i].name, d, KD_FORMAT_DETAIL_NAME);
+        m->detail.items[i].name[KD_FORMAT_DETAIL_NAME - 1] = '\0';
+        m->detail.items[i].value = (int64_t)kd_get_u64(d + KD_FORMAT_DETAIL_NAME);
     }
     m->stored = 1;
     return KD_OK;

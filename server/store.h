@@ -45,6 +45,7 @@ typedef struct kd_matrix_meta {
     uint64_t uses;
     int ncandidates;
     kd_candidate_t candidates[KD_FMT_COUNT];
+    kd_format_detail_t detail; /* the format's description (matrix.info `format_detail`) */
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {

@@ -9,7 +9,8 @@
  * arrays on the device, uploaded once. The CSR formats keep references to those device arrays;
  * the others are converted from them by kernels on the device, so host work is O(rows) metadata
  * (row blocks, permutations, offsets) and the matrix crosses the bus once even when the
- * selection builds every candidate.
+ * selection builds every candidate. The exception is tiled, whose per-tile analysis is O(nnz)
+ * host work and whose arrays (about nnz * (value + 1) bytes) cross the bus themselves.
  *
  * matrix.c validates everything before calling an op: the dtype is supported by the device, the
  * shape fits int32 indices, x and y have the right lengths and dtype and do not alias, and the
@@ -54,8 +55,8 @@ void kd_format_source_close(kd_format_source_t *src);
 
 typedef struct kd_format_ops {
     kd_format_t format;
-    /* Optional: make the format's host metadata from src->csr and src->stats (at most O(rows))
-     * into src->prepared[format]. It makes no OpenCL call and touches nothing else in src, so the
+    /* Optional: make the format's host metadata from src->csr and src->stats (O(rows), or
+     * O(nnz) for tiled, which builds its arrays on the host) into src->prepared[format]. It makes no OpenCL call and touches nothing else in src, so the
      * selection runs it on another thread while the CSR arrays upload. upload prepares itself
      * when this has not run. KD_ENOMEM. */
     int (*prepare)(const kd_ocl_t *ocl, kd_format_source_t *src);
@@ -74,6 +75,8 @@ typedef struct kd_format_ops {
                 kd_vec_t *y, kd_err_t *err);
     /* Free m->impl and its device buffers; m->impl may be NULL or partly built. */
     void (*release)(kd_matrix_t *m);
+    /* Optional: name/count pairs saying how m is stored (kd_matrix_describe; matrix.info). */
+    void (*describe)(const kd_matrix_t *m, kd_format_detail_t *out);
 } kd_format_ops_t;
 
 extern const kd_format_ops_t kd_format_csr_scalar_ops;
@@ -84,6 +87,7 @@ extern const kd_format_ops_t kd_format_ellpack_r_ops;
 extern const kd_format_ops_t kd_format_sell_c_sigma_ops;
 extern const kd_format_ops_t kd_format_hyb_ops;
 extern const kd_format_ops_t kd_format_coo_ops;
+extern const kd_format_ops_t kd_format_tiled_ops;
 
 /* The source's CSR arrays as the CSR formats (csr_scalar, csr_vector, csr_adaptive) hold them:
  * shared by reference with the source, counted in the matrix's device_bytes. */

@@ -23,6 +23,7 @@ static const char *const kd_format_names[KD_FMT_COUNT] = {
     [KD_FMT_SELL_C_SIGMA] = "sell_c_sigma",
     [KD_FMT_HYB] = "hyb",
     [KD_FMT_COO] = "coo",
+    [KD_FMT_TILED] = "tiled",
 };
 
 /* The implemented formats; a NULL entry would be a format this build does not have. */
@@ -35,6 +36,7 @@ static const kd_format_ops_t *const kd_format_table[KD_FMT_COUNT] = {
     [KD_FMT_SELL_C_SIGMA] = &kd_format_sell_c_sigma_ops,
     [KD_FMT_HYB] = &kd_format_hyb_ops,
     [KD_FMT_COO] = &kd_format_coo_ops,
+    [KD_FMT_TILED] = &kd_format_tiled_ops,
 };
 
 const char *kd_format_name(kd_format_t format)
@@ -342,6 +344,21 @@ void kd_matrix_free(kd_matrix_t *m)
         m->ops->release(m);
     free(m->inv_diagonal);
     free(m);
+}
+
+void kd_format_detail_add(kd_format_detail_t *detail, const char *name, int64_t value)
+{
+    if (detail->count >= KD_FORMAT_DETAIL_MAX)
+        return;
+    snprintf(detail->items[detail->count].name, KD_FORMAT_DETAIL_NAME, "%s", name);
+    detail->items[detail->count++].value = value;
+}
+
+void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (m != NULL && m->ops != NULL && m->ops->describe != NULL)
+        m->ops->describe(m, out);
 }
 
 int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,

@@ -19,6 +19,7 @@ typedef enum kd_format {
     KD_FMT_SELL_C_SIGMA,
     KD_FMT_HYB,
     KD_FMT_COO,
+    KD_FMT_TILED,
     KD_FMT_COUNT
 } kd_format_t;
 
@@ -28,6 +29,21 @@ const char *kd_format_name(kd_format_t format);
 int kd_format_parse(const char *name, kd_format_t *out);
 /* 1 if this build implements the format. */
 int kd_format_available(kd_format_t format);
+
+/* What a format says about how it stored a matrix (matrix.info `format_detail`): a few named
+ * counts, such as tiled's tiles per kind; count == 0 for formats with nothing to say. */
+#define KD_FORMAT_DETAIL_MAX 12
+#define KD_FORMAT_DETAIL_NAME 24
+typedef struct kd_format_detail {
+    int count;
+    struct {
+        char name[KD_FORMAT_DETAIL_NAME];
+        int64_t value;
+    } items[KD_FORMAT_DETAIL_MAX];
+} kd_format_detail_t;
+
+/* Append one name/count pair (ignored when full; the name is cut to fit). */
+void kd_format_detail_add(kd_format_detail_t *detail, const char *name, int64_t value);
 
 /* What kd_matrix_upload learnt scanning the host values once, whatever the format: the solver
  * refuses or reports on these without touching the device. Rows and columns are -1 when none. */
@@ -71,6 +87,9 @@ size_t kd_matrix_plan_bytes(const kd_ocl_t *ocl, const kd_csr_t *csr, const kd_c
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
                      kd_err_t *err);
 void kd_matrix_free(kd_matrix_t *m); /* accepts NULL */
+
+/* The format's description of m into *out (out->count == 0 when the format has none). */
+void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out);
 
 /* Enqueue y = alpha * A * x + beta * y. x has cols entries and y rows entries, both of the
  * matrix's dtype. When beta == 0, y is only written (it may hold NaN before). */

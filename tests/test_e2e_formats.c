@@ -325,6 +325,23 @@ static void test_candidates_reported(void)
     CHECK_STR_CONTAINS(dropped_reason(r.resp.result, "sell_c_sigma", buf, sizeof(buf)), "forced");
     raw_free(&r);
 
+    /* forced tiled: its tile histogram in format_detail, none for the others */
+    raw_put("bayer10.mtx", "tiled", NULL, &r);
+    REQUIRE(r.ok && r.resp.error == NULL && r.resp.result != NULL);
+    const msgpack_object *detail = kd_obj_get(r.resp.result, "format_detail");
+    CHECK(detail != NULL && detail->type == MSGPACK_OBJECT_MAP && detail->via.map.size >= 7);
+    int64_t tiles = 0, n = 0;
+    static const char *kinds[] = {"dense", "dense_row", "dense_col", "ell", "csr", "coo", "hyb"};
+    for (size_t k = 0; detail != NULL && k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        tiles += kd_obj_int64(kd_obj_get(detail, kinds[k]), &n) == 0 ? n : 0;
+    CHECK_MSG(tiles > 0, "tiled format_detail counts no tiles");
+    raw_free(&r);
+    raw_put("494_bus.mtx", "coo", NULL, &r);
+    REQUIRE(r.ok && r.resp.error == NULL && r.resp.result != NULL);
+    detail = kd_obj_get(r.resp.result, "format_detail");
+    CHECK(detail != NULL && detail->type == MSGPACK_OBJECT_MAP && detail->via.map.size == 0);
+    raw_free(&r);
+
     /* an unknown format name */
     raw_put("can___24.mtx", "csr5", NULL, &r);
     REQUIRE(r.ok && r.resp.error != NULL);

@@ -10,6 +10,11 @@
  * the last row must come back untouched. Several (alpha, beta) pairs run on the same device matrix,
  * so formats that keep partial sums between launches are run more than once.
  *
+ * The tiled format gets matrices built tile by tile so that each of its per-tile kinds (dense,
+ * dense rows, dense columns, ELL, CSR, COO, HYB), the pulled-out sparse part and the splitting of
+ * long tile rows are each used, at tile sizes cut by the matrix edge; its host analysis's
+ * histogram (kd_matrix_describe) must show every kind used, so one generic path cannot pass.
+ *
  * Env KD_TEST_FORMAT=<name> restricts the run to one format (for debugging a kernel).
  */
 #include "client/mtx_file.h"
@@ -282,6 +287,131 @@ static void test_odd_sizes(void)
     formats_case("random 20000x15000", kd_test_random_matrix(20000, 15000, NULL, 8), FEW_PAIRS);
 }
 
+/* In-tile pattern of tile kind k (test_tiled): entry (r, c) of a 16 x 16 tile or not. */
+static int tile_pattern(int k, int r, int c)
+{
+    static const int coo[][2] = {{0, 0}, {1, 5}, {3, 2}, {7, 9}, {12, 15}, {15, 1}};
+    int ell = c == r || c == (r + 5) % 16 || c == (r + 10) % 16;
+    switch (k) {
+    case 0:
+        return 1; /* dense */
+    case 1:
+        return r == 3 || r == 9; /* dense rows */
+    case 2:
+        return c == 2 || c == 11; /* dense columns */
+    case 3:
+        return ell; /* three entries a row: ELL */
+    case 4:
+        return c <= r % 8; /* rows of 1 to 8: CSR */
+    case 5:
+        for (size_t i = 0; i < sizeof(coo) / sizeof(coo[0]); i++)
+            if (coo[i][0] == r && coo[i][1] == c)
+                return 1;
+        return 0; /* six scattered entries: COO */
+    case 6:
+        return ell || (r == 0 && c < 8); /* ELL of width 3 and a longer row: HYB */
+    case 7:
+        return r == c && r < 2; /* two entries: pulled out when that saves bytes */
+    default:
+        return 0; /* empty */
+    }
+}
+
+/* rows x cols with tile (i, j) in the pattern kind_of(i, j) (tile_pattern), values random. */
+static kd_csr_t *tiled_matrix(int64_t rows, int64_t cols, int (*kind_of)(int64_t, int64_t))
+{
+    kd_test_coo_t c = {rows, cols, 0, 0, NULL, NULL, NULL};
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++)
+            if (tile_pattern(kind_of(r / 16, j / 16), (int)(r % 16), (int)(j % 16)))
+                kd_test_coo_add(&c, r, j, kd_test_rand_double(-1.0, 1.0));
+    return kd_test_coo_finish(&c);
+}
+
+static int kinds_mixed(int64_t i, int64_t j)
+{
+    return (int)((i * 5 + j * 3) % 9); /* every kind and empty tiles, in every tile row */
+}
+static int kinds_dense_middle(int64_t i, int64_t j)
+{
+    return i == 1 && j == 1 ? 0 : i == 2 && j == 2 ? 0 : 8; /* 40 x 45: one full, one cut */
+}
+static int kinds_rows(int64_t i, int64_t j)
+{
+    return i == j ? 1 : 8;
+}
+static int kinds_cols(int64_t i, int64_t j)
+{
+    return i == j ? 2 : 8;
+}
+static int kinds_empty_tile_rows(int64_t i, int64_t j)
+{
+    return i == 1 || i == 2 || i == 4 ? 8 : (int)((i + j) % 8);
+}
+
+/* The value of tiled's histogram entry `name` for csr (checks the upload). */
+static int64_t tiled_detail(const kd_csr_t *csr, const char *name)
+{
+    kd_err_t err = {0};
+    kd_matrix_t *m = NULL;
+    kd_format_detail_t d;
+    int64_t value = -1;
+    int rc = kd_matrix_upload(ocl, csr, KD_FMT_TILED, &m, &err);
+    CHECK_MSG(rc == KD_OK, "tiled upload: %s", err.message);
+    kd_matrix_describe(m, &d);
+    for (int i = 0; i < d.count; i++)
+        if (strcmp(d.items[i].name, name) == 0)
+            value = d.items[i].value;
+    kd_matrix_free(m);
+    CHECK_MSG(value >= 0, "tiled describes no '%s'", name);
+    return value;
+}
+
+/* Each case: the matrix, the histogram entry it must make non-zero. */
+static void tiled_case(const char *name, kd_csr_t *csr, const char *const *expect)
+{
+    for (int i = 0; expect[i] != NULL; i++)
+        CHECK_MSG(tiled_detail(csr, expect[i]) > 0, "%s: no %s in tiled's histogram", name,
+                  expect[i]);
+    formats_case(name, csr, FEW_PAIRS);
+}
+
+static void test_tiled(void)
+{
+    tiled_case(
+        "tiles: every kind", tiled_matrix(200, 190, kinds_mixed),
+        (const char *const[]){"dense", "dense_row", "dense_col", "ell", "csr", "coo", "hyb", NULL});
+    tiled_case("tiles: full tile, and one cut by the edge",
+               tiled_matrix(40, 45, kinds_dense_middle), (const char *const[]){"dense", NULL});
+    tiled_case("tiles: full rows", tiled_matrix(70, 70, kinds_rows),
+               (const char *const[]){"dense_row", NULL});
+    tiled_case("tiles: full columns", tiled_matrix(70, 70, kinds_cols),
+               (const char *const[]){"dense_col", NULL});
+    tiled_case("tiles: empty tile rows", tiled_matrix(90, 77, kinds_empty_tile_rows),
+               (const char *const[]){"ell", "csr", NULL});
+    /* very sparse tiles everywhere: pulled out into the CSR part */
+    tiled_case("tiles: two entries a row", kd_test_random_matrix(3000, 3000, NULL, 1),
+               (const char *const[]){"pulled_tiles", "pulled_nnz", NULL});
+    /* one full row across 313 tiles (split into chunks) among sparse rows; 33 tiles (split) */
+    int64_t len[100];
+    for (int i = 0; i < 100; i++)
+        len[i] = kd_test_rand_below(4);
+    len[37] = 5000;
+    tiled_case("tiles: a dense row over 313 tiles", kd_test_random_matrix(100, 5000, len, 0),
+               (const char *const[]){"split_tile_rows", NULL});
+    len[0] = 520;
+    tiled_case("tiles: a dense row over 33 tiles", kd_test_random_matrix(20, 520, len, 0),
+               (const char *const[]){"split_tile_rows", NULL});
+    int64_t full[16];
+    for (int i = 0; i < 16; i++)
+        full[i] = 512;
+    tiled_case("tiles: 16 full rows over 32 tiles", kd_test_random_matrix(16, 512, full, 0),
+               (const char *const[]){"dense", NULL});
+    kd_csr_t *unsplit = kd_test_random_matrix(16, 512, full, 0);
+    CHECK(tiled_detail(unsplit, "split_tile_rows") == 0);
+    kd_csr_free(unsplit);
+}
+
 /* The plans the selection screens with are computed before allocating and are honest. */
 static void test_plans(void)
 {
@@ -335,6 +465,7 @@ int main(void)
     RUN(test_irregular);
     RUN(test_odd_sizes);
     RUN(test_real_matrices);
+    RUN(test_tiled);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }

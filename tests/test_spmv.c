@@ -190,7 +190,8 @@ static void test_regular_and_rectangular(void)
 static void test_format_names(void)
 {
     static const char *names[] = {"csr_scalar", "csr_vector",   "csr_adaptive", "ell",
-                                  "ellpack_r",  "sell_c_sigma", "hyb",          "coo"};
+                                  "ellpack_r",  "sell_c_sigma", "hyb",          "coo",
+                                  "tiled"};
     CHECK_EQ_INT(sizeof(names) / sizeof(names[0]), KD_FMT_COUNT);
     for (int f = 0; f < KD_FMT_COUNT; f++) {
         kd_format_t parsed = KD_FMT_COUNT;

@@ -55,6 +55,8 @@ static void meta_of(const kd_csr_t *m, const char *name, kd_matrix_meta_t *meta)
     meta->candidates[0].time_ms = 0.25;
     meta->candidates[1].format = KD_FMT_ELL;
     snprintf(meta->candidates[1].dropped, sizeof(meta->candidates[1].dropped), "padding 3.1x");
+    kd_format_detail_add(&meta->detail, "dense_row", 7);
+    kd_format_detail_add(&meta->detail, "pulled_nnz", 123456789012LL);
 }
 
 static int same_csr(const kd_csr_t *a, const kd_csr_t *b)
@@ -149,6 +151,9 @@ static void test_write_read_back(void)
         CHECK(back.candidates[0].time_ms == 0.25);
         CHECK_EQ_INT(back.candidates[1].format, KD_FMT_ELL);
         CHECK(strcmp(back.candidates[1].dropped, "padding 3.1x") == 0);
+        CHECK_EQ_INT(back.detail.count, 2); /* the format's description survives a restart */
+        CHECK(strcmp(back.detail.items[0].name, "dense_row") == 0);
+        CHECK_EQ_INT(back.detail.items[1].value, 123456789012LL);
         CHECK_EQ_INT(back.stored, 1);
 
         kd_csr_t *loaded = NULL;

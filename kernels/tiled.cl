@@ -1,0 +1,183 @@
+/*
+ * Tiled SpMV (TileSpMV, Niu et al., IPDPS 2021): y = alpha * A * x + beta * y with A cut into
+ * 16 x 16 tiles, each stored in the format that takes the fewest bytes for its structure
+ * (tiled_abi.h has the codes, solver/format_tiled.c the choice and the layout). In-tile rows and
+ * columns are 4-bit, so indices cost a byte or half a byte an entry instead of CSR's four.
+ *
+ * Arrays: per chunk (a run of at most K tiles of one tile row; a tile row of K tiles or fewer is
+ * one chunk, an empty tile row is an empty chunk) its first tile (chunk_tile, chunks + 1), its
+ * tile row (chunk_row) and its partial-sum slot (chunk_slot, -1 when the chunk is the whole tile
+ * row and writes y itself). Per tile: its tile column, its code byte, and offsets into the value
+ * array and the byte array (tiles + 1 each, so a tile's value and byte counts are differences).
+ *
+ * kd_tiled_spmv, thread mapping: KD_TILED_LANES = 32 work-items per chunk, lane = row r (lane %
+ * 16) and half h (lane / 16). Lane (r, h) adds up, across every tile of the chunk, the half of row
+ * r's entries that h selects (every other entry, column or slot of row r), so its partial sum
+ * belongs to one fixed row and no two lanes write the same place: no atomics. The two halves meet
+ * in local memory after one barrier that every work-item of the group reaches (also those past
+ * the last chunk and below the matrix's last row); half 0 adds them in a fixed order and writes
+ * y[row] once, or the chunk's partial slot when the tile row is split. When beta == 0 y is never
+ * read.
+ *
+ * Memory access: the 32 lanes of a chunk read one tile at a time. Index bytes are read by all
+ * lanes of a tile (COO's byte list, a dense-row tile's row list: a broadcast from cache) or by
+ * row (CSR row starts, ELL lengths); values of dense, dense-row and ELL tiles are read by lanes of
+ * consecutive rows or columns, at most 16 values apart. x is read at the tile's 16 columns only,
+ * so a tile row's x accesses stay within 16 * tiles consecutive-by-tile windows. Padding (ELL
+ * slots past a row's length) is never loaded, so 0 * Inf never happens, and dense, dense-row and
+ * dense-column tiles hold only stored entries (the host chooses them only for full tiles, rows or
+ * columns), so no explicit zero is ever multiplied either.
+ *
+ * kd_tiled_reduce: one work-item per row of a split tile row, adding that row's chunk partials
+ * in chunk order (deterministic: the same sum every run) and writing y once.
+ *
+ * The entries of very sparse tiles are pulled out into a CSR part that kernels/csr_scalar.cl
+ * adds afterwards (beta = 1: y += alpha * A_sparse * x).
+ */
+#include "tiled_abi.h"
+
+/* The 4-bit field e of a nibble array (two per byte, low nibble first). */
+static inline int kd_tiled_nibble(__global const uchar *b, int e)
+{
+    const uchar v = b[e >> 1];
+    return (e & 1) ? (v >> 4) : (v & 15);
+}
+
+/* Lane (r, h)'s share of row r of a COO list of n bytes (row << 4 | column), sorted by row. */
+static inline VALUE kd_tiled_coo(__global const uchar *b, __global const VALUE *v, int n, int r,
+                                 int h, __global const VALUE *xt)
+{
+    VALUE sum = KD_ZERO;
+    int seen = 0;
+    for (int e = 0; e < n; e++) {
+        const int p = b[e];
+        if ((p >> 4) > r)
+            break;
+        if ((p >> 4) == r) {
+            if ((seen & 1) == h)
+                sum += v[e] * xt[p & 15];
+            seen++;
+        }
+    }
+    return sum;
+}
+
+/* Lane (r, h)'s share of row r of an ELL part of width w (th rows): lengths, then columns. */
+static inline VALUE kd_tiled_ell(__global const uchar *b, __global const VALUE *v, int th, int r,
+                                 int h, __global const VALUE *xt)
+{
+    const int len = kd_tiled_nibble(b, r);
+    __global const uchar *cb = b + (th + 1) / 2;
+    VALUE sum = KD_ZERO;
+    for (int k = h; k < len; k += 2)
+        sum += v[k * th + r] * xt[kd_tiled_nibble(cb, k * th + r)];
+    return sum;
+}
+
+/* Lane (r, h)'s share of row r of one tile (r < th). xt is x at the tile's first column. */
+static VALUE kd_tiled_tile(int code, int r, int h, int th, int tw, __global const VALUE *v,
+                           int nval, __global const uchar *b, int nbyte, __global const VALUE *xt)
+{
+    const int kind = code & KD_TILED_KIND_MASK;
+    const int w = code >> KD_TILED_KIND_BITS;
+    VALUE sum = KD_ZERO;
+    if (kind == KD_TILED_DENSE) {
+        for (int c = h; c < tw; c += 2)
+            sum += v[r * tw + c] * xt[c];
+    } else if (kind == KD_TILED_DENSE_ROW) {
+        for (int i = 0; i < nbyte; i++) {
+            if (b[i] == r) {
+                for (int c = h; c < tw; c += 2)
+                    sum += v[i * tw + c] * xt[c];
+                break;
+            }
+        }
+    } else if (kind == KD_TILED_DENSE_COL) {
+        for (int j = h; j < nbyte; j += 2)
+            sum += v[j * th + r] * xt[b[j]];
+    } else if (kind == KD_TILED_ELL) {
+        sum = kd_tiled_ell(b, v, th, r, h, xt);
+    } else if (kind == KD_TILED_CSR) {
+        const int end = r + 1 < th ? b[r + 1] : nval;
+        __global const uchar *cb = b + th;
+        for (int e = b[r] + h; e < end; e += 2)
+            sum += v[e] * xt[kd_tiled_nibble(cb, e)];
+    } else if (kind == KD_TILED_COO) {
+        sum = kd_tiled_coo(b, v, nval, r, h, xt);
+    } else { /* KD_TILED_HYB */
+        const int slots = w * th;
+        const int ell_bytes = (th + 1) / 2 + (slots + 1) / 2;
+        sum = kd_tiled_ell(b, v, th, r, h, xt) +
+              kd_tiled_coo(b + ell_bytes, v + slots, nval - slots, r, h, xt);
+    }
+    return sum;
+}
+
+__kernel KD_WG_ATTR void kd_tiled_spmv(const int rows, const int cols, const int chunks,
+                                       __global const int *chunk_tile,
+                                       __global const int *chunk_row,
+                                       __global const int *chunk_slot,
+                                       __global const int *tile_col,
+                                       __global const uchar *tile_code,
+                                       __global const int *val_off, __global const int *byte_off,
+                                       __global const VALUE *values, __global const uchar *bytes,
+                                       __global const VALUE *x, __global VALUE *y,
+                                       __global VALUE *partial, const VALUE alpha, const VALUE beta)
+{
+    __local VALUE halves[KD_WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    const size_t chunk = get_global_id(0) / KD_TILED_LANES;
+    const int r = lid % KD_TILED_SIZE;
+    const int h = (lid / KD_TILED_SIZE) & 1;
+    int th = 0, tr = 0;
+    VALUE sum = KD_ZERO;
+    if (chunk < (size_t)chunks) {
+        tr = chunk_row[chunk];
+        th = min(KD_TILED_SIZE, rows - tr * KD_TILED_SIZE);
+        for (int t = chunk_tile[chunk]; r < th && t < chunk_tile[chunk + 1]; t++) {
+            const int c0 = tile_col[t] * KD_TILED_SIZE;
+            const int tw = min(KD_TILED_SIZE, cols - c0);
+            sum += kd_tiled_tile(tile_code[t], r, h, th, tw, values + val_off[t],
+                                 val_off[t + 1] - val_off[t], bytes + byte_off[t],
+                                 byte_off[t + 1] - byte_off[t], x + c0);
+        }
+    }
+    halves[lid] = sum;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (h != 0 || r >= th)
+        return;
+    const VALUE total = sum + halves[lid + KD_TILED_SIZE];
+    const int slot = chunk_slot[chunk];
+    if (slot >= 0) {
+        partial[(size_t)slot * KD_TILED_SIZE + r] = total;
+        return;
+    }
+    const size_t row = (size_t)tr * KD_TILED_SIZE + r;
+    if (beta == KD_ZERO)
+        y[row] = alpha * total;
+    else
+        y[row] = alpha * total + beta * y[row];
+}
+
+__kernel KD_WG_ATTR void kd_tiled_reduce(const int rows, const int splits,
+                                         __global const int *split_row,
+                                         __global const int *split_slot,
+                                         __global const VALUE *partial, __global VALUE *y,
+                                         const VALUE alpha, const VALUE beta)
+{
+    const size_t gid = get_global_id(0);
+    const size_t s = gid / KD_TILED_SIZE;
+    const int r = (int)(gid % KD_TILED_SIZE);
+    if (s >= (size_t)splits)
+        return;
+    const size_t row = (size_t)split_row[s] * KD_TILED_SIZE + r;
+    if (row >= (size_t)rows)
+        return;
+    VALUE total = KD_ZERO;
+    for (int slot = split_slot[s]; slot < split_slot[s + 1]; slot++)
+        total += partial[(size_t)slot * KD_TILED_SIZE + r];
+    if (beta == KD_ZERO)
+        y[row] = alpha * total;
+    else
+        y[row] = alpha * total + beta * y[row];
+}
