@@ -35,7 +35,7 @@ static void kd_reply_candidates(kd_writer_t *w, const kd_matrix_meta_t *meta)
 
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 {
-    kd_w_map(w, 13 + (created >= 0 ? 1 : 0));
+    kd_w_map(w, 16 + (created >= 0 ? 1 : 0));
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);
@@ -49,6 +49,12 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
     kd_reply_candidates(w, meta);
+    kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
+    kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
+    kd_w_str(w, "bandwidth");
+    kd_w_map(w, 2);
+    kd_w_kv_int(w, "before", meta->bandwidth_before);
+    kd_w_kv_int(w, "after", meta->bandwidth_after);
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

@@ -48,6 +48,10 @@ enum {
     KD_H_NCANDIDATES = 280,
     KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
     KD_H_CANDIDATE_BYTES = 112,
+    /* Reordering (u32 kind, u32 0, u64 bandwidth before, u64 after, char reason[96]): zero in
+     * files from before it, which read as none. Placed high to leave room for more formats. */
+    KD_H_REORDER = 1856,
+    KD_H_REORDER_BYTES = 120,
     KD_H_CHECKSUM = KD_STATE_HEADER_BYTES - 8,
 };
 
@@ -56,6 +60,9 @@ enum {
 _Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_CHECKSUM,
                "state header too small for the candidates");
 _Static_assert(KD_H_NAME + KD_NAME_MAX <= KD_H_NCANDIDATES, "state header: name overlaps");
+_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_REORDER &&
+                   KD_H_REORDER + KD_H_REORDER_BYTES <= KD_H_CHECKSUM,
+               "state header: the reordering overlaps");
 _Static_assert(sizeof(((kd_candidate_t *)0)->dropped) == 96, "candidate reason size changed");
 
 struct kd_state {
@@ -261,6 +268,11 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
         const char *why = m->candidates[i].dropped;
         memcpy(c + 16, why, strnlen(why, sizeof(m->candidates[i].dropped) - 1));
     }
+    kd_put_u32(h + KD_H_REORDER, (uint32_t)m->reorder);
+    kd_put_u64(h + KD_H_REORDER + 8, (uint64_t)m->bandwidth_before);
+    kd_put_u64(h + KD_H_REORDER + 16, (uint64_t)m->bandwidth_after);
+    memcpy(h + KD_H_REORDER + 24, m->reorder_reason,
+           strnlen(m->reorder_reason, sizeof(m->reorder_reason) - 1));
     kd_put_u64(h + KD_H_CHECKSUM, XXH3_64bits(h, KD_H_CHECKSUM));
 }
 
@@ -327,6 +339,14 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
         memcpy(m->candidates[i].dropped, c + 16, sizeof(m->candidates[i].dropped));
         m->candidates[i].dropped[sizeof(m->candidates[i].dropped) - 1] = '\0';
     }
+    uint32_t reorder = kd_get_u32(h + KD_H_REORDER);
+    if (reorder != KD_REORDER_NONE && reorder != KD_REORDER_RCM && reorder != KD_REORDER_METIS)
+        return kd_err_set(err, KD_EIO, "bad reordering %u", reorder);
+    m->reorder = (kd_reorder_t)reorder;
+    m->bandwidth_before = (int64_t)kd_get_u64(h + KD_H_REORDER + 8);
+    m->bandwidth_after = (int64_t)kd_get_u64(h + KD_H_REORDER + 16);
+    memcpy(m->reorder_reason, h + KD_H_REORDER + 24, sizeof(m->reorder_reason));
+    m->reorder_reason[sizeof(m->reorder_reason) - 1] = '\0';
     m->stored = 1;
     return KD_OK;
 }
