@@ -14,26 +14,6 @@
 
 static kd_daemon_t d;
 
-static kd_csr_t *scrambled_laplacian(int64_t nx, int64_t ny)
-{
-    kd_csr_t *lap = kd_test_laplacian_2d(nx, ny), *out = NULL;
-    kd_err_t err = {0};
-    int32_t *q = malloc((size_t)lap->rows * sizeof(int32_t));
-    for (int64_t i = 0; i < lap->rows; i++)
-        q[i] = (int32_t)i;
-    for (int64_t i = lap->rows - 1; i > 0; i--) {
-        int64_t j = kd_test_rand_below(i + 1);
-        int32_t t = q[i];
-        q[i] = q[j];
-        q[j] = t;
-    }
-    if (kd_reorder_apply(lap, q, &out, &err) != KD_OK)
-        fprintf(stderr, "scrambling: %s\n", err.message);
-    free(q);
-    kd_csr_free(lap);
-    return out;
-}
-
 /* A put with `reorder`; the reply in m (free it). */
 static int put(kd_rpc_t *r, uint64_t msgid, const kd_csr_t *A, const char *reorder, kd_rpc_msg_t *m)
 {
@@ -96,7 +76,7 @@ static void check_answers(kd_rpc_t *r, const char *id, const kd_csr_t *A)
 
 static void test_reorder_over_the_wire(void)
 {
-    kd_csr_t *A = scrambled_laplacian(40, 30);
+    kd_csr_t *A = kd_test_scramble(kd_test_laplacian_2d(40, 30));
     kd_reorder_shape_t shape;
     kd_reorder_measure(A, NULL, &shape);
     kd_rpc_t r;

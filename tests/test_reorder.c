@@ -17,21 +17,6 @@
         }                                                                                          \
     } while (0)
 
-/* A random permutation of 0..n-1 (Fisher-Yates). */
-static int32_t *random_perm(int64_t n)
-{
-    int32_t *p = malloc((size_t)n * sizeof(int32_t) + 4);
-    for (int64_t i = 0; i < n; i++)
-        p[i] = (int32_t)i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = kd_test_rand_below(i + 1);
-        int32_t t = p[i];
-        p[i] = p[j];
-        p[j] = t;
-    }
-    return p;
-}
-
 static int is_permutation(const int32_t *p, int64_t n)
 {
     unsigned char *seen = calloc((size_t)n + 1, 1);
@@ -75,18 +60,6 @@ static int64_t rcm_bandwidth(const kd_csr_t *csr)
     return bw;
 }
 
-/* csr scrambled by a random symmetric permutation (freed: csr). */
-static kd_csr_t *scramble(kd_csr_t *csr)
-{
-    kd_err_t err = {0};
-    int32_t *q = random_perm(csr->rows);
-    kd_csr_t *s = NULL;
-    MUST(kd_reorder_apply(csr, q, &s, &err) == KD_OK);
-    free(q);
-    kd_csr_free(csr);
-    return s;
-}
-
 static kd_csr_t *banded(int64_t n, int64_t half, int symmetric)
 {
     kd_test_coo_t c = {n, n, 0, 0, NULL, NULL, NULL};
@@ -99,13 +72,13 @@ static kd_csr_t *banded(int64_t n, int64_t half, int symmetric)
 
 static void test_banded_comes_back(void)
 {
-    kd_csr_t *a = scramble(banded(2000, 3, 1));
+    kd_csr_t *a = kd_test_scramble(banded(2000, 3, 1));
     CHECK(bandwidth(a) > 500);
     int64_t bw = rcm_bandwidth(a);
     CHECK_MSG(bw <= 6, "symmetric band 3: rcm bandwidth %lld", (long long)bw);
     kd_csr_free(a);
     /* nonsymmetric pattern: RCM works on A + A^T, whose band is still 3 */
-    a = scramble(banded(1500, 3, 0));
+    a = kd_test_scramble(banded(1500, 3, 0));
     bw = rcm_bandwidth(a);
     CHECK_MSG(bw <= 6, "nonsymmetric band 3: rcm bandwidth %lld", (long long)bw);
     kd_csr_free(a);
@@ -113,7 +86,7 @@ static void test_banded_comes_back(void)
 
 static void test_laplacian_comes_back(void)
 {
-    kd_csr_t *a = scramble(kd_test_laplacian_2d(60, 40));
+    kd_csr_t *a = kd_test_scramble(kd_test_laplacian_2d(60, 40));
     int64_t before = bandwidth(a), bw = rcm_bandwidth(a);
     CHECK_MSG(bw <= 2 * 40, "laplacian 60x40: bandwidth %lld -> %lld", (long long)before,
               (long long)bw);
@@ -132,7 +105,7 @@ static void test_components_and_empty_rows(void)
             if (j >= base && j < base + 500 && j % 10 != 7)
                 kd_test_coo_add(&c, i, j, 1.0);
     }
-    kd_csr_t *a = scramble(kd_test_coo_finish(&c));
+    kd_csr_t *a = kd_test_scramble(kd_test_coo_finish(&c));
     int64_t bw = rcm_bandwidth(a);
     CHECK_MSG(bw <= 8, "two components with empty rows: bandwidth %lld", (long long)bw);
     kd_csr_free(a);
@@ -174,7 +147,7 @@ static void test_apply_exact(void)
         kd_err_t err = {0};
         kd_csr_t *a = NULL, *b = NULL;
         REQUIRE(kd_csr_convert(a64, d == 0 ? KD_DTYPE_F64 : KD_DTYPE_F32, &a, &err) == KD_OK);
-        int32_t *p = random_perm(n);
+        int32_t *p = kd_test_random_perm(n);
         REQUIRE(kd_reorder_apply(a, p, &b, &err) == KD_OK);
         double *dense = calloc((size_t)(n * n), sizeof(double));
         for (int64_t r = 0; r < n; r++)

@@ -443,19 +443,7 @@ static void test_unsupported_dtype(void)
 static void test_reorder_auto(void)
 {
     kd_err_t err = {0};
-    kd_csr_t *lap = kd_test_laplacian_2d(256, 256), *a = NULL;
-    int32_t *q = malloc((size_t)lap->rows * sizeof(int32_t));
-    for (int64_t i = 0; i < lap->rows; i++)
-        q[i] = (int32_t)i;
-    for (int64_t i = lap->rows - 1; i > 0; i--) {
-        int64_t j = kd_test_rand_below(i + 1);
-        int32_t t = q[i];
-        q[i] = q[j];
-        q[j] = t;
-    }
-    REQUIRE(kd_reorder_apply(lap, q, &a, &err) == KD_OK);
-    free(q);
-    kd_csr_free(lap);
+    kd_csr_t *a = kd_test_scramble(kd_test_laplacian_2d(256, 256));
     static const kd_reorder_t kinds[] = {KD_REORDER_AUTO, KD_REORDER_RCM, KD_REORDER_NONE};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         kd_matrix_t *m = NULL;
