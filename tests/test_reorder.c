@@ -174,6 +174,25 @@ static void test_apply_exact(void)
     kd_csr_free(a64);
 }
 
+/* METIS (when built): a permutation, deterministic (a reload must get the same one). */
+static void test_metis(void)
+{
+    if (!kd_reorder_available(KD_REORDER_METIS)) {
+        fprintf(stderr, "   (built without METIS)\n");
+        return;
+    }
+    kd_err_t err = {0};
+    kd_csr_t *a = kd_test_scramble(kd_test_laplacian_2d(50, 40));
+    int32_t *p1 = NULL, *p2 = NULL;
+    REQUIRE(kd_reorder_compute(a, KD_REORDER_METIS, &p1, &err) == KD_OK);
+    REQUIRE(kd_reorder_compute(a, KD_REORDER_METIS, &p2, &err) == KD_OK);
+    CHECK(is_permutation(p1, a->rows));
+    CHECK(memcmp(p1, p2, (size_t)a->rows * sizeof(int32_t)) == 0);
+    free(p1);
+    free(p2);
+    kd_csr_free(a);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -182,5 +201,6 @@ int main(void)
     RUN(test_components_and_empty_rows);
     RUN(test_tiny_and_non_square);
     RUN(test_apply_exact);
+    RUN(test_metis);
     return kd_test_finish();
 }
