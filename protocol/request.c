@@ -70,6 +70,7 @@ enum kd_param {
     KD_P_NAME,
     KD_P_FORMAT,
     KD_P_SELECT,
+    KD_P_REORDER,
     KD_P_PIN,
     KD_P_PINNED,
     KD_P_X,
@@ -107,6 +108,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_NAME] = "name",
     [KD_P_FORMAT] = "format",
     [KD_P_SELECT] = "select",
+    [KD_P_REORDER] = "reorder",
     [KD_P_PIN] = "pin",
     [KD_P_PINNED] = "pinned",
     [KD_P_X] = "x",
@@ -134,7 +136,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
                              KD_BIT(VALUES) | KD_BIT(MTX) | KD_BIT(NAME) | KD_BIT(FORMAT) |
-                             KD_BIT(SELECT) | KD_BIT(PIN),
+                             KD_BIT(SELECT) | KD_BIT(REORDER) | KD_BIT(PIN),
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
@@ -424,11 +426,13 @@ static int kd_check_counts(struct kd_decoder *d, enum kd_param p, const kd_array
 static int kd_decode_put(struct kd_decoder *d)
 {
     static const char *const selects[] = {"measure", "heuristic", NULL};
+    /* in kd_reorder_t's order (common/reorder.h) */
+    static const char *const reorders[] = {"none", "rcm", "metis", "auto", NULL};
     kd_put_request_t *put = &d->req->u.put;
     int csr = d->param[KD_P_INDPTR] != NULL;
     int coo = d->param[KD_P_ROW] != NULL || d->param[KD_P_COL] != NULL;
     int mtx = d->param[KD_P_MTX] != NULL;
-    int select, rc;
+    int select, reorder, rc;
     if (csr + coo + mtx != 1)
         return kd_err_set(d->err, KD_EBADREQ,
                           "matrix.put takes exactly one of indptr (CSR), row and col (COO) or mtx "
@@ -439,10 +443,12 @@ static int kd_decode_put(struct kd_decoder *d)
         (rc = kd_param_str(d, KD_P_NAME, put->name, sizeof(put->name))) != KD_OK ||
         (rc = kd_param_str(d, KD_P_FORMAT, put->format, sizeof(put->format))) != KD_OK ||
         (rc = kd_param_choice(d, KD_P_SELECT, selects, -1, &select)) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_REORDER, reorders, KD_REORDER_AUTO, &reorder)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_PIN, -1, &put->pin)) != KD_OK)
         return rc;
     if (select >= 0)
         snprintf(put->select, sizeof(put->select), "%s", selects[select]);
+    put->reorder = (kd_reorder_t)reorder;
 
     if (mtx) {
         static const enum kd_param unused[] = {KD_P_ROWS, KD_P_COLS, KD_P_INDICES, KD_P_VALUES,

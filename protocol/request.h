@@ -14,6 +14,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/reorder.h"
 
 #include <stdint.h>
 
@@ -61,6 +62,7 @@ typedef struct kd_put_request {
     char name[KD_NAME_MAX];          /* optional, "" when absent */
     char format[KD_FORMAT_NAME_MAX]; /* optional forced format, "" when absent */
     char select[KD_FORMAT_NAME_MAX]; /* optional selection mode ("measure" | "heuristic"), "" */
+    kd_reorder_t reorder;            /* optional, KD_REORDER_AUTO when absent */
     int pin;                         /* optional: pin on upload (-1 absent, 0, 1) */
 } kd_put_request_t;
 

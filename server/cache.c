@@ -227,15 +227,23 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
                 entry->meta.hex, kd_format_name(format));
         format = KD_FMT_CSR_SCALAR;
     }
+    /* the permutation is not stored: recomputed from the matrix, it is the same one */
+    kd_reorder_t reorder = entry->meta.reorder;
+    if (!kd_reorder_available(reorder)) {
+        KD_WARN("cache", "reload id=%s: reorder %s is not in this build; using none",
+                entry->meta.hex, kd_reorder_name(reorder));
+        reorder = KD_REORDER_NONE;
+    }
     kd_matrix_t *dev = NULL;
-    rc = kd_matrix_upload(server->ocl, csr, format, &dev, err);
+    rc = kd_matrix_upload_reordered(server->ocl, csr, format, reorder, &dev, err);
     kd_csr_free(csr);
     if (rc != KD_OK)
         return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
     kd_store_set_device(server->store, entry, dev);
     kd_store_count(server->store, KD_STORE_RELOADS);
-    KD_INFO("cache", "reload id=%s format=%s device_bytes=%zu ms=%.1f", entry->meta.hex,
-            kd_format_name(format), dev->device_bytes, (double)(kd_now_ns() - t0) / 1e6);
+    KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f",
+            entry->meta.hex, kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
+            (double)(kd_now_ns() - t0) / 1e6);
     return KD_OK;
 }
 

@@ -139,7 +139,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     kd_select_mode_t mode = KD_SELECT_MEASURE;
     (void)kd_select_mode_parse(p->select, &mode);
     kd_select_result_t sel;
-    rc = kd_select_upload(server->ocl, csr, forced, mode, &dev, &sel, err);
+    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, p->reorder, &dev, &sel, err);
     if (rc != KD_OK)
         goto fail;
 
@@ -160,6 +160,10 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         snprintf(meta->candidates[i].dropped, sizeof(meta->candidates[i].dropped), "%s",
                  sel.candidates[i].dropped);
     }
+    meta->reorder = sel.reorder;
+    meta->bandwidth_before = sel.before.bandwidth;
+    meta->bandwidth_after = sel.after.bandwidth;
+    snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel.reorder_reason);
     entry->dev = dev;
     dev = NULL;
     kd_matrix_meta_t copy = *meta;
@@ -168,9 +172,12 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     if (rc != KD_OK)
         goto fail;
     kd_store_get_meta(server->store, copy.id, &copy);
-    KD_INFO("store", "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s device_bytes=%zu",
+    KD_INFO("store",
+            "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s reorder=%s "
+            "device_bytes=%zu",
             copy.hex, (long long)copy.rows, (long long)copy.cols, (long long)copy.nnz,
-            kd_dtype_name(copy.dtype), kd_format_name(copy.format), copy.device_bytes);
+            kd_dtype_name(copy.dtype), kd_format_name(copy.format), kd_reorder_name(copy.reorder),
+            copy.device_bytes);
     kd_csr_free(csr);
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta(w, &copy, 1);

@@ -43,7 +43,7 @@ static void kd_reply_detail(kd_writer_t *w, const kd_format_detail_t *detail)
 
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 {
-    kd_w_map(w, 14 + (created >= 0 ? 1 : 0));
+    kd_w_map(w, 17 + (created >= 0 ? 1 : 0));
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);
@@ -58,6 +58,12 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
     kd_reply_stats(w, &meta->stats);
     kd_reply_candidates(w, meta);
     kd_reply_detail(w, &meta->detail);
+    kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
+    kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
+    kd_w_str(w, "bandwidth");
+    kd_w_map(w, 2);
+    kd_w_kv_int(w, "before", meta->bandwidth_before);
+    kd_w_kv_int(w, "after", meta->bandwidth_after);
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

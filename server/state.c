@@ -50,6 +50,11 @@ enum {
     KD_H_CANDIDATE_BYTES = 112,
     KD_H_DETAIL = 1536, /* u32 count, u32 0, then KD_FORMAT_DETAIL_MAX x {char name[24], u64} */
     KD_H_DETAIL_ITEM_BYTES = 32,
+    /* Reordering (u32 kind, u32 0, u64 bandwidth before, u64 after, char reason[88]): zero in
+     * files from before it, which read as none. */
+    KD_H_REORDER = 1928,
+    KD_H_REORDER_REASON = 88,
+    KD_H_REORDER_BYTES = 24 + KD_H_REORDER_REASON,
     KD_H_CHECKSUM = KD_STATE_HEADER_BYTES - 8,
 };
 
@@ -61,6 +66,9 @@ _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <
                "state header too small for the format detail");
 _Static_assert(KD_FORMAT_DETAIL_NAME == 24, "format detail name size changed");
 _Static_assert(KD_H_NAME + KD_NAME_MAX <= KD_H_NCANDIDATES, "state header: name overlaps");
+_Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_REORDER &&
+                   KD_H_REORDER + KD_H_REORDER_BYTES <= KD_H_CHECKSUM,
+               "state header: the reordering overlaps");
 _Static_assert(sizeof(((kd_candidate_t *)0)->dropped) == 96, "candidate reason size changed");
 
 struct kd_state {
@@ -276,6 +284,11 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
                strnlen(m->detail.items[i].name, KD_FORMAT_DETAIL_NAME - 1));
         kd_put_u64(d + KD_FORMAT_DETAIL_NAME, (uint64_t)m->detail.items[i].value);
     }
+    kd_put_u32(h + KD_H_REORDER, (uint32_t)m->reorder);
+    kd_put_u64(h + KD_H_REORDER + 8, (uint64_t)m->bandwidth_before);
+    kd_put_u64(h + KD_H_REORDER + 16, (uint64_t)m->bandwidth_after);
+    memcpy(h + KD_H_REORDER + 24, m->reorder_reason,
+           strnlen(m->reorder_reason, KD_H_REORDER_REASON - 1));
     kd_put_u64(h + KD_H_CHECKSUM, XXH3_64bits(h, KD_H_CHECKSUM));
 }
 
@@ -352,6 +365,14 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
         m->detail.items[i].name[KD_FORMAT_DETAIL_NAME - 1] = '\0';
         m->detail.items[i].value = (int64_t)kd_get_u64(d + KD_FORMAT_DETAIL_NAME);
     }
+    uint32_t reorder = kd_get_u32(h + KD_H_REORDER);
+    if (reorder != KD_REORDER_NONE && reorder != KD_REORDER_RCM && reorder != KD_REORDER_METIS)
+        return kd_err_set(err, KD_EIO, "bad reordering %u", reorder);
+    m->reorder = (kd_reorder_t)reorder;
+    m->bandwidth_before = (int64_t)kd_get_u64(h + KD_H_REORDER + 8);
+    m->bandwidth_after = (int64_t)kd_get_u64(h + KD_H_REORDER + 16);
+    memset(m->reorder_reason, 0, sizeof(m->reorder_reason));
+    memcpy(m->reorder_reason, h + KD_H_REORDER + 24, KD_H_REORDER_REASON - 1);
     m->stored = 1;
     return KD_OK;
 }

@@ -46,6 +46,9 @@ typedef struct kd_matrix_meta {
     int ncandidates;
     kd_candidate_t candidates[KD_FMT_COUNT];
     kd_format_detail_t detail; /* the format's description (matrix.info `format_detail`) */
+    kd_reorder_t reorder;              /* the ordering kept (a reload recomputes it from it) */
+    int64_t bandwidth_before, bandwidth_after; /* of A and of P A P^T */
+    char reorder_reason[96];           /* why (matrix.info `reorder_reason`) */
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {

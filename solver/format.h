@@ -103,6 +103,13 @@ void kd_format_release_csr(kd_format_csr_t *csr);
  * matrix without rows. */
 const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m);
 
+/* The reordering's side of kd_matrix_spmv and kd_matrix_free (solver/matrix_reorder.c): gather
+ * x, the format's SpMV on P A P^T, scatter y; release the order's buffers (m may be partly
+ * built). */
+int kd_matrix_order_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                         double beta, kd_vec_t *y, kd_err_t *err);
+void kd_matrix_order_release(kd_matrix_t *m);
+
 /* The ops of an available format, or NULL. */
 const kd_format_ops_t *kd_format_ops(kd_format_t format);
 

@@ -340,6 +340,7 @@ void kd_matrix_free(kd_matrix_t *m)
     if (m == NULL)
         return;
     kd_precond_release_all(m);
+    kd_matrix_order_release(m);
     if (m->ops != NULL)
         m->ops->release(m);
     free(m->inv_diagonal);
@@ -361,8 +362,8 @@ void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out)
         m->ops->describe(m, out);
 }
 
-int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
-                   double beta, kd_vec_t *y, kd_err_t *err)
+static int kd_matrix_spmv_check(const kd_matrix_t *m, const kd_vec_t *x, const kd_vec_t *y,
+                                kd_err_t *err)
 {
     if (x->dtype != m->dtype || y->dtype != m->dtype)
         return kd_err_set(err, KD_EBADREQ, "spmv on a %s matrix needs %s vectors, not x %s, y %s",
@@ -376,7 +377,25 @@ int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_v
                           (long long)y->n, (long long)m->rows);
     if (x->mem != NULL && x->mem == y->mem)
         return kd_err_set(err, KD_EBADREQ, "spmv needs x and y in different buffers");
-    if (m->rows == 0)
-        return KD_OK;
+    return KD_OK;
+}
+
+int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                   double beta, kd_vec_t *y, kd_err_t *err)
+{
+    int rc = kd_matrix_spmv_check(m, x, y, err);
+    if (rc != KD_OK || m->rows == 0)
+        return rc;
+    if (m->order.kind != KD_REORDER_NONE)
+        return kd_matrix_order_spmv(ocl, m, alpha, x, beta, y, err);
+    return m->ops->spmv(ocl, m, alpha, x, beta, y, err);
+}
+
+int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                         double beta, kd_vec_t *y, kd_err_t *err)
+{
+    int rc = kd_matrix_spmv_check(m, x, y, err);
+    if (rc != KD_OK || m->rows == 0)
+        return rc;
     return m->ops->spmv(ocl, m, alpha, x, beta, y, err);
 }

@@ -7,6 +7,7 @@
 #define KD_SOLVER_MATRIX_H
 
 #include "common/csr.h"
+#include "common/reorder.h"
 #include "solver/ocl.h"
 #include "solver/vector.h"
 
@@ -57,6 +58,20 @@ typedef struct kd_matrix_scan {
     double negative_diagonal_value;
 } kd_matrix_scan_t;
 
+/* A symmetric reordering kept inside the matrix (solver/matrix_reorder.c): the format holds
+ * P A P^T, kd_matrix_spmv permutes x in and y out on the device, and a solve runs in the permuted
+ * order throughout. The scan's rows and columns stay in the original numbering; inv_diagonal is
+ * in the permuted order. */
+typedef struct kd_matrix_order {
+    kd_reorder_t kind; /* KD_REORDER_NONE: nothing below is allocated */
+    kd_reorder_shape_t before, after;
+    int32_t *perm;              /* host, rows entries: perm[new] = old */
+    cl_mem perm_dev, iperm_dev; /* rows int32 each, in device_bytes */
+    /* x and y in the permuted order for kd_matrix_spmv, in device_bytes: one worker thread
+     * uses a device's matrices (server/worker.c), so one pair per matrix suffices */
+    kd_vec_t x_p, y_p;
+} kd_matrix_order_t;
+
 typedef struct kd_matrix {
     int64_t rows, cols, nnz;
     kd_dtype_t dtype;
@@ -73,6 +88,7 @@ typedef struct kd_matrix {
     /* Preconditioners set up on this matrix (solver/precond.h), counted in device_bytes and freed
      * with it; kd_precond_get adds to the list. */
     struct kd_precond *preconds;
+    kd_matrix_order_t order;
 } kd_matrix_t;
 
 /* The device memory, in bytes, that `format` would take for csr on this device, computed on the
@@ -95,5 +111,22 @@ void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out);
  * matrix's dtype. When beta == 0, y is only written (it may hold NaN before). */
 int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                    double beta, kd_vec_t *y, kd_err_t *err);
+/* The same on the matrix as stored, P A P^T for a reordered one (x and y in the permuted order):
+ * the solver's SpMV. */
+int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
+                         double beta, kd_vec_t *y, kd_err_t *err);
+
+/* kd_matrix_upload with a reordering: `kind` none uploads csr as it is; rcm or metis computes
+ * the permutation (deterministic: a reload gets the same one), uploads P csr P^T and keeps the
+ * permutation in the matrix. KD_EBADREQ for a non-square matrix, KD_EUNSUPPORTED for metis
+ * without it. */
+int kd_matrix_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format,
+                               kd_reorder_t kind, kd_matrix_t **out, kd_err_t *err);
+/* Keep perm (rows entries, perm[new] = old; ownership passes, also on failure) in m, which holds
+ * P A P^T: upload it and its inverse, allocate the scratch vectors, and move the scan's rows and
+ * columns back to the original numbering. KD_EDEVMEM, KD_ENOMEM. */
+int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int32_t *perm,
+                           const kd_reorder_shape_t *before, const kd_reorder_shape_t *after,
+                           kd_err_t *err);
 
 #endif

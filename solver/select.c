@@ -546,6 +546,8 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     }
     result->transfer_ms = src.upload_ms;
     result->stats = src.stats;
+    kd_reorder_measure(csr, NULL, &result->before);
+    result->after = result->before;
     if (rc == KD_OK)
         result->stats.nonfinite = (*out)->scan.non_finite_count;
     kd_format_source_close(&src);
@@ -565,5 +567,214 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                  kd_format_name(result->format), result->total_ms, result->transfer_ms,
                  result->plan_ms, result->spmv_runs, line);
     }
+    return rc;
+}
+
+/* ---- reordering --------------------------------------------------------------------------- */
+
+/*
+ * What reordering costs the selection (auto): RCM is O(nnz) on the host (a graph of A + A^T, a
+ * few breadth-first searches; about 0.3 s for a 1M-row 2-D Laplacian on one CPU core, see
+ * docs/ARCHITECTURE.md), run on a thread beside the whole selection of A (transfer, analysis,
+ * timing), so on a GPU host it costs what exceeds that. When it at least halves the bandwidth,
+ * P A P^T is built on the host (O(nnz)), crosses the bus a second time, the winning format is
+ * built from it and timed like any candidate (its gather and scatter launches included): about
+ * one more transfer and a few SpMVs. It is kept only when its SpMV beats A's winner by
+ * KD_SELECT_REORDER_MARGIN, and the log line says after how many SpMVs the extra selection time
+ * pays back. Matrices under KD_SELECT_REORDER_MIN_ROWS rows or launch-bound ones are not
+ * considered: there the launches, not the gathers of x, set the time.
+ */
+#define KD_SELECT_REORDER_MIN_ROWS KD_SELECT_THREAD_ROWS
+#define KD_SELECT_REORDER_GAIN 2.0   /* the bandwidth must drop at least this many times */
+#define KD_SELECT_REORDER_MARGIN 0.05 /* and the SpMV be at least this much faster */
+
+typedef struct kd_select_order {
+    const kd_csr_t *csr;
+    int32_t *perm;
+    kd_reorder_shape_t before, after;
+    double ms;
+    int rc;
+    kd_err_t err;
+} kd_select_order_t;
+
+static void *kd_select_order(void *arg)
+{
+    kd_select_order_t *o = arg;
+    double t0 = kd_select_now_ms();
+    o->rc = kd_reorder_rcm(o->csr, &o->perm, &o->err);
+    int32_t *iperm = o->rc == KD_OK ? malloc((size_t)o->csr->rows * sizeof(int32_t) + 1) : NULL;
+    if (iperm != NULL) {
+        kd_reorder_invert(o->perm, o->csr->rows, iperm);
+        kd_reorder_measure(o->csr, NULL, &o->before);
+        kd_reorder_measure(o->csr, iperm, &o->after);
+        free(iperm);
+    } else if (o->rc == KD_OK) {
+        o->rc = kd_err_set(&o->err, KD_ENOMEM, "out of host memory for a permutation");
+    }
+    o->ms = kd_select_now_ms() - t0;
+    return NULL;
+}
+
+/* Build `format` on P csr P^T, keep perm in it and time it; *m owns it on success. */
+static int kd_select_reordered_candidate(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format,
+                                         kd_select_order_t *o, kd_matrix_t **m, double *ms,
+                                         kd_select_result_t *res, kd_err_t *err)
+{
+    kd_csr_t *permuted = NULL;
+    kd_vec_t x = {0}, y = {0};
+    *m = NULL;
+    int rc = kd_reorder_apply(csr, o->perm, &permuted, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_upload(ocl, permuted, format, m, err);
+    kd_csr_free(permuted);
+    if (rc == KD_OK) {
+        rc = kd_matrix_attach_order(ocl, *m, KD_REORDER_RCM, o->perm, &o->before, &o->after, err);
+        o->perm = NULL;
+    }
+    if (rc == KD_OK && (rc = kd_vec_alloc(ocl, csr->cols, csr->dtype, &x, err)) == KD_OK &&
+        (rc = kd_vec_alloc(ocl, csr->rows, csr->dtype, &y, err)) == KD_OK &&
+        (rc = kd_vec_fill(ocl, &x, 1.0, err)) == KD_OK)
+        rc = kd_select_time(ocl, *m, &x, &y, 0.0, 0, &res->spmv_runs, ms, err);
+    kd_vec_release(&x);
+    kd_vec_release(&y);
+    if (rc != KD_OK) {
+        kd_matrix_free(*m);
+        *m = NULL;
+    }
+    return rc;
+}
+
+/* auto: A's selection with RCM beside it, then the reordered winner against A's. */
+static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
+                          kd_select_result_t *result, kd_err_t *err)
+{
+    double t0 = kd_select_now_ms();
+    kd_select_order_t o = {.csr = csr, .rc = KD_OK};
+    kd_err_clear(&o.err);
+    pthread_t thread;
+    int threaded = pthread_create(&thread, NULL, kd_select_order, &o) == 0;
+    int rc = kd_select_upload(ocl, csr, NULL, KD_SELECT_MEASURE, out, result, err);
+    if (threaded)
+        pthread_join(thread, NULL);
+    else
+        kd_select_order(&o);
+    result->reorder_ms = o.ms;
+    if (rc != KD_OK || o.rc != KD_OK) {
+        if (rc == KD_OK)
+            snprintf(result->reorder_reason, sizeof(result->reorder_reason), "rcm failed: %.80s",
+                     o.err.message);
+        free(o.perm);
+        return rc;
+    }
+    kd_select_candidate_t *won = kd_select_find(result, result->format);
+    double won_ms = won != NULL ? won->time_ms : 0.0;
+    if ((double)o.after.bandwidth * KD_SELECT_REORDER_GAIN > (double)o.before.bandwidth ||
+        won_ms <= 0.0) {
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
+                 "rcm: bandwidth %lld -> %lld, under %gx: not timed", (long long)o.before.bandwidth,
+                 (long long)o.after.bandwidth, KD_SELECT_REORDER_GAIN);
+        free(o.perm);
+        return KD_OK;
+    }
+    kd_reorder_shape_t after = o.after;
+    kd_matrix_t *m = NULL;
+    double ms = 0.0, t1 = kd_select_now_ms();
+    rc = kd_select_reordered_candidate(ocl, csr, result->format, &o, &m, &ms, result, err);
+    free(o.perm);
+    if (rc == KD_EDEVMEM) {
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
+                 "rcm: no device memory to time it");
+        kd_err_clear(err);
+        return KD_OK;
+    }
+    if (rc != KD_OK)
+        return rc;
+    result->reordered_ms = ms;
+    double extra_ms = kd_select_now_ms() - t1 + fmax(0.0, o.ms - (t1 - t0));
+    if (ms < (1.0 - KD_SELECT_REORDER_MARGIN) * won_ms) {
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
+                 "rcm: %.4f ms against %.4f ms, pays back in %.0f SpMVs", ms, won_ms,
+                 extra_ms / (won_ms - ms));
+        kd_matrix_free(*out);
+        *out = m;
+        result->reorder = KD_REORDER_RCM;
+        result->after = after;
+        result->total_ms += kd_select_now_ms() - t1;
+    } else {
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
+                 "rcm: %.4f ms against %.4f ms, not %.0f%% faster", ms, won_ms,
+                 100.0 * KD_SELECT_REORDER_MARGIN);
+        kd_matrix_free(m);
+    }
+    return KD_OK;
+}
+
+/* rcm or metis on request: the selection runs on P A P^T. */
+static int kd_select_forced_order(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
+                                  kd_select_mode_t mode, kd_reorder_t reorder, kd_matrix_t **out,
+                                  kd_select_result_t *result, kd_err_t *err)
+{
+    int32_t *perm = NULL;
+    kd_csr_t *permuted = NULL;
+    double t0 = kd_select_now_ms();
+    int rc = kd_reorder_compute(csr, reorder, &perm, err);
+    if (rc == KD_OK)
+        rc = kd_reorder_apply(csr, perm, &permuted, err);
+    double ms = kd_select_now_ms() - t0;
+    if (rc == KD_OK)
+        rc = kd_select_upload(ocl, permuted, forced_format, mode, out, result, err);
+    if (rc == KD_OK) {
+        kd_reorder_shape_t before, after;
+        kd_reorder_measure(csr, NULL, &before);
+        kd_reorder_measure(permuted, NULL, &after);
+        rc = kd_matrix_attach_order(ocl, *out, reorder, perm, &before, &after, err);
+        perm = NULL;
+        result->before = before;
+        result->after = after;
+        result->reorder = reorder;
+        result->reorder_ms = ms;
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason), "forced by the request");
+        if (rc != KD_OK) {
+            kd_matrix_free(*out);
+            *out = NULL;
+        }
+    }
+    free(perm);
+    kd_csr_free(permuted);
+    return rc;
+}
+
+int kd_select_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
+                               kd_select_mode_t mode, kd_reorder_t reorder, kd_matrix_t **out,
+                               kd_select_result_t *result, kd_err_t *err)
+{
+    *out = NULL;
+    if (reorder == KD_REORDER_RCM || reorder == KD_REORDER_METIS) {
+        if (csr->rows != csr->cols)
+            return kd_err_set(err, KD_EBADREQ,
+                              "reorder '%s' needs a square matrix, this one is %lld x %lld",
+                              kd_reorder_name(reorder), (long long)csr->rows,
+                              (long long)csr->cols);
+        if (!kd_reorder_available(reorder))
+            return kd_err_set(err, KD_EUNSUPPORTED,
+                              "reorder '%s' is not available: this krylovd was built without it",
+                              kd_reorder_name(reorder));
+        return kd_select_forced_order(ocl, csr, forced_format, mode, reorder, out, result, err);
+    }
+    int forced = forced_format != NULL && forced_format[0] != '\0';
+    const char *why = NULL;
+    if (reorder != KD_REORDER_AUTO)
+        why = "none requested";
+    else if (forced || mode != KD_SELECT_MEASURE)
+        why = "auto: only measured selections reorder";
+    else if (csr->rows != csr->cols)
+        why = "auto: not square";
+    else if (csr->rows < KD_SELECT_REORDER_MIN_ROWS || kd_select_launch_bound(ocl, csr))
+        why = "auto: too small to pay back";
+    if (why == NULL)
+        return kd_select_auto(ocl, csr, out, result, err);
+    int rc = kd_select_upload(ocl, csr, forced_format, mode, out, result, err);
+    if (rc == KD_OK)
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason), "%s", why);
     return rc;
 }

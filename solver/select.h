@@ -53,6 +53,11 @@ typedef struct kd_select_result {
     int spmv_runs;      /* SpMVs run for timing, warm-ups included */
     kd_csr_stats_t stats; /* the matrix's row statistics, and its non-finite values counted by the
                              upload's scan (matrix.info reports them) */
+    kd_reorder_t reorder;            /* the ordering kept (none, rcm, metis) */
+    kd_reorder_shape_t before, after; /* bandwidth and profile of A and of what is stored */
+    double reorder_ms;               /* host wall time computing the ordering (0: none computed) */
+    double reordered_ms;             /* the reordered candidate's SpMV, gather/scatter included */
+    char reorder_reason[96];         /* why this ordering */
 } kd_select_result_t;
 
 /*
@@ -65,6 +70,19 @@ typedef struct kd_select_result {
 int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err);
+
+/*
+ * kd_select_upload with a reordering (common/reorder.h). rcm or metis: the ordering is computed,
+ * P A P^T goes through the selection above and the permutation is kept in the matrix; KD_EBADREQ
+ * for a non-square matrix, KD_EUNSUPPORTED for metis in a build without it. auto, in measure mode
+ * without a forced format, on a square matrix large enough not to be launch-bound: RCM is
+ * computed beside the selection of A; when it at least halves the bandwidth, the winning format
+ * is built on P A P^T and timed with its gather and scatter, and kept only when 5% faster
+ * (solver/select.c states the cost). Otherwise, and for none, A is kept as it is.
+ */
+int kd_select_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_format,
+                               kd_select_mode_t mode, kd_reorder_t reorder, kd_matrix_t **out,
+                               kd_select_result_t *result, kd_err_t *err);
 
 /* 1 when all of csr's SpMV traffic (the minimal-bytes model) takes under 5 us at the device's
  * copy bandwidth: every format then runs in the launch latency, and measuring is noise. */

@@ -109,7 +109,7 @@ int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q,
     int rc = KD_OK;
     for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
         if (run->active[c])
-            rc = kd_matrix_spmv(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &q->cols[c], err);
+            rc = kd_matrix_spmv_inner(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &q->cols[c], err);
     return rc;
 }
 
@@ -120,7 +120,8 @@ static int kd_solve_residual(kd_solve_run_t *run, kd_multivec_t *t, const unsign
     int rc = kd_multivec_copy(run->ocl, &run->b, t, which, err);
     for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
         if (which == NULL || which[c])
-            rc = kd_matrix_spmv(run->ocl, run->A, -1.0, &run->x.cols[c], 1.0, &t->cols[c], err);
+            rc = kd_matrix_spmv_inner(run->ocl, run->A, -1.0, &run->x.cols[c], 1.0, &t->cols[c],
+                                      err);
     return rc;
 }
 
@@ -341,6 +342,22 @@ static int kd_solve_alloc(kd_solve_ctx_t *ctx, kd_err_t *err)
     return rc;
 }
 
+/* One column between the caller's order and the matrix's: a reordered matrix (matrix.h) is
+ * solved in its permuted order, b and x0 permuted in once and x out once (perm[new] = old). */
+static void kd_solve_permute_column(const kd_matrix_t *A, const char *from, char *to, int out)
+{
+    const size_t v = kd_dtype_size(A->dtype);
+    const int32_t *perm = A->order.perm;
+    if (perm == NULL) {
+        memcpy(to, from, (size_t)A->rows * v);
+        return;
+    }
+    for (int64_t i = 0; i < A->rows; i++) {
+        size_t at = (size_t)i * v, there = (size_t)perm[i] * v;
+        memcpy(to + (out ? there : at), from + (out ? at : there), v);
+    }
+}
+
 /* Column c of the caller's array `from` (NULL: zeros) into device multivector `to`. */
 static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_multivec_t *to,
                                   kd_err_t *err)
@@ -349,8 +366,9 @@ static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_mult
     for (int64_t c = 0; c < k; c++) {
         char *dst = (char *)ctx->pack + (size_t)c * ctx->colbytes;
         if (from != NULL)
-            memcpy(dst, (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes,
-                   ctx->colbytes);
+            kd_solve_permute_column(ctx->run.A,
+                                    (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes,
+                                    dst, 0);
         else
             for (int64_t i = 0; i < ctx->run.A->rows; i++)
                 kd_store_real(dst, ctx->run.A->dtype, (size_t)i, 0.0);
@@ -662,8 +680,8 @@ static int kd_solve_unpack(kd_solve_ctx_t *ctx, void *x, kd_err_t *err)
         return rc;
     for (int64_t c = 0; c < run->k; c++) {
         kd_solve_result_t *res = &ctx->results[ctx->cols[c].rhs];
-        memcpy((char *)x + (size_t)ctx->cols[c].rhs * ctx->colbytes,
-               (char *)ctx->pack + (size_t)c * ctx->colbytes, ctx->colbytes);
+        kd_solve_permute_column(run->A, (const char *)ctx->pack + (size_t)c * ctx->colbytes,
+                                (char *)x + (size_t)ctx->cols[c].rhs * ctx->colbytes, 1);
         res->residual_norm = sqrt(ctx->norms[c]);
         res->relative_residual = res->residual_norm / res->b_norm;
         res->iterate_ms = (double)(ctx->iterate_end_ns - ctx->iterate_start_ns) / 1e6;

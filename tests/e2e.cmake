@@ -19,3 +19,6 @@ foreach(t test_scipy_validation test_solve_server)
                              --bin-dir ${CMAKE_RUNTIME_OUTPUT_DIRECTORY} --matrices ${KD_TEST_MATRICES})
   set_tests_properties(${t} PROPERTIES LABELS "e2e;python" TIMEOUT 600)
 endforeach()
+# Reordering at upload (issue 12): reorder on matrix.put, matrix.info, spmv, solve, a restart.
+kd_add_test(test_e2e_reorder SOURCES test_e2e_reorder.c LIBS krylov kd_protocol kd_solver LABELS e2e)
+add_dependencies(test_e2e_reorder krylovd)

@@ -263,11 +263,14 @@ static inline int kd_rpc_status(kd_rpc_t *r, kd_rpc_msg_t *m)
     return kind == KD_RPC_RESPONSE && m->result != NULL ? 0 : -1;
 }
 
-/* A matrix.put of csr's arrays (values in csr's dtype). name may be NULL; pin < 0 leaves it out. */
-static inline void kd_rpc_write_put(kd_writer_t *w, uint64_t msgid, const kd_csr_t *m,
-                                    const char *name, int pin)
+/* A matrix.put of csr's arrays (values in csr's dtype). name and reorder may be NULL; pin < 0
+ * leaves it out. */
+static inline void kd_rpc_write_put_reorder(kd_writer_t *w, uint64_t msgid, const kd_csr_t *m,
+                                            const char *name, int pin, const char *reorder)
 {
-    kd_rpc_begin(w, msgid, "matrix.put", 6 + (name != NULL) + (pin >= 0));
+    kd_rpc_begin(w, msgid, "matrix.put", 6 + (name != NULL) + (pin >= 0) + (reorder != NULL));
+    if (reorder != NULL)
+        kd_w_kv_str(w, "reorder", reorder);
     kd_w_kv_int(w, "rows", m->rows);
     kd_w_kv_int(w, "cols", m->cols);
     kd_w_kv_str(w, "dtype", kd_dtype_name(m->dtype));
@@ -278,6 +281,12 @@ static inline void kd_rpc_write_put(kd_writer_t *w, uint64_t msgid, const kd_csr
         kd_w_kv_str(w, "name", name);
     if (pin >= 0)
         kd_w_kv_bool(w, "pin", pin);
+}
+
+static inline void kd_rpc_write_put(kd_writer_t *w, uint64_t msgid, const kd_csr_t *m,
+                                    const char *name, int pin)
+{
+    kd_rpc_write_put_reorder(w, msgid, m, name, pin, NULL);
 }
 
 /* An spmv y = A x with x in float64; timeout_ms 0 leaves it out. */

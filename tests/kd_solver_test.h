@@ -9,6 +9,7 @@
 #define KD_SOLVER_TEST_H
 
 #include "common/csr.h"
+#include "common/reorder.h"
 #include "kd_test.h"
 #include "solver/ocl.h"
 
@@ -174,6 +175,36 @@ static inline kd_csr_t *kd_test_arrow_matrix(int64_t n)
         kd_test_coo_add(&c, r, r, kd_test_rand_double(1.0, 2.0));
     }
     return kd_test_coo_finish(&c);
+}
+
+/* A random permutation of 0..n-1 (Fisher-Yates; malloc'd). */
+static inline int32_t *kd_test_random_perm(int64_t n)
+{
+    int32_t *p = malloc((size_t)n * sizeof(int32_t) + 4);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = kd_test_rand_below(i + 1);
+        int32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+/* csr (freed here) under a random symmetric permutation: a matrix whose bandwidth is gone. */
+static inline kd_csr_t *kd_test_scramble(kd_csr_t *csr)
+{
+    kd_err_t err = {0};
+    int32_t *q = kd_test_random_perm(csr->rows);
+    kd_csr_t *out = NULL;
+    if (kd_reorder_apply(csr, q, &out, &err) != KD_OK) {
+        fprintf(stderr, "scrambling a test matrix: %s\n", err.message);
+        exit(2);
+    }
+    free(q);
+    kd_csr_free(csr);
+    return out;
 }
 
 /* n random values in [lo, hi) stored as dtype (malloc'd), and the same values widened to double

@@ -436,6 +436,56 @@ static void test_unsupported_dtype(void)
     kd_csr_free(csr);
 }
 
+/* reorder auto on a scrambled Laplacian large enough to be considered: RCM is computed and
+ * either kept (faster by the margin: the matrix holds the permutation and its SpMV is still A's)
+ * or not, with the reason; forced rcm keeps it whatever the timing; none and small matrices never
+ * reorder. */
+static void test_reorder_auto(void)
+{
+    kd_err_t err = {0};
+    kd_csr_t *a = kd_test_scramble(kd_test_laplacian_2d(256, 256));
+    static const kd_reorder_t kinds[] = {KD_REORDER_AUTO, KD_REORDER_RCM, KD_REORDER_NONE};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        kd_matrix_t *m = NULL;
+        kd_select_result_t res;
+        int rc = kd_select_upload_reordered(ocl, a, NULL, KD_SELECT_MEASURE, kinds[k], &m, &res,
+                                            &err);
+        CHECK_MSG(rc == KD_OK, "%s", err.message);
+        if (rc != KD_OK)
+            continue;
+        fprintf(stderr, "  %s: kept %s as %s (%s), bandwidth %lld -> %lld, rcm %.1f ms\n",
+                kd_reorder_name(kinds[k]), kd_reorder_name(res.reorder),
+                kd_format_name(res.format), res.reorder_reason, (long long)res.before.bandwidth,
+                (long long)res.after.bandwidth, res.reorder_ms);
+        CHECK(res.reorder_reason[0] != '\0');
+        CHECK(res.before.bandwidth > 60000);
+        CHECK(m->order.kind == res.reorder);
+        if (kinds[k] == KD_REORDER_AUTO) {
+            CHECK(res.reorder_ms > 0.0);
+            CHECK_STR_CONTAINS(res.reorder_reason, "rcm");
+        }
+        if (kinds[k] == KD_REORDER_RCM)
+            CHECK(res.reorder == KD_REORDER_RCM && res.after.bandwidth <= 2 * 256);
+        if (kinds[k] == KD_REORDER_NONE)
+            CHECK(res.reorder == KD_REORDER_NONE && res.after.bandwidth == res.before.bandwidth);
+        if (res.reorder != KD_REORDER_NONE)
+            CHECK(res.after.bandwidth <= 2 * 256);
+        CHECK(spmv_error(m, a) <= 1e-12);
+        kd_matrix_free(m);
+    }
+    /* small: auto does not try */
+    kd_csr_t *small = kd_test_laplacian_2d(20, 20);
+    kd_matrix_t *m = NULL;
+    kd_select_result_t res;
+    REQUIRE(kd_select_upload_reordered(ocl, small, NULL, KD_SELECT_MEASURE, KD_REORDER_AUTO, &m,
+                                       &res, &err) == KD_OK);
+    CHECK(res.reorder == KD_REORDER_NONE);
+    CHECK_STR_CONTAINS(res.reorder_reason, "too small");
+    kd_matrix_free(m);
+    kd_csr_free(small);
+    kd_csr_free(a);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -451,6 +501,7 @@ int main(void)
     RUN(test_heuristic);
     RUN(test_degenerate);
     RUN(test_unsupported_dtype);
+    RUN(test_reorder_auto);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
