@@ -46,6 +46,10 @@ typedef struct kd_bench_matrix_result {
     kd_bench_format_result_t fmt[KD_FMT_COUNT];
     kd_select_result_t select_cold, select_warm;
     kd_format_t best;
+    /* The matrix the automatic choice keeps (reordered or not), and the best format on the
+     * RCM-reordered matrix; both timed through kd_matrix_spmv, gather and scatter included. */
+    kd_bench_format_result_t autom, rcm;
+    kd_select_result_t rcm_select;
 } kd_bench_matrix_result_t;
 
 typedef struct kd_bench_spmv_ctx {
@@ -183,9 +187,12 @@ static void kd_bench_alloc_ms(kd_ocl_t *ocl, size_t bytes, double out[4])
     out[3] = (t4 - t3) / 10.0;
 }
 
-static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f, kd_vec_t *x,
-                               kd_vec_t *y, const double *ref, int warmup, int runs,
-                               double min_bytes, kd_bench_format_result_t *r, kd_err_t *err)
+/* Upload csr with `forced` (a format name, or NULL for the selection's choice) and `reorder`,
+ * check it against ref and time it; sr (may be NULL) gets the selection's result. */
+static int kd_bench_one_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced,
+                               kd_reorder_t reorder, kd_vec_t *x, kd_vec_t *y, const double *ref,
+                               int warmup, int runs, double min_bytes, kd_bench_format_result_t *r,
+                               kd_select_result_t *sr_out, kd_err_t *err)
 {
     kd_matrix_t *m = NULL;
     double *t = malloc((size_t)runs * sizeof(double));
@@ -195,8 +202,8 @@ static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
         goto done;
     double t0 = kd_bench_now_ms();
     kd_select_result_t sr;
-    if ((rc = kd_select_upload(ocl, csr, kd_format_name(f), KD_SELECT_MEASURE, &m, &sr, err)) !=
-            KD_OK ||
+    if ((rc = kd_select_upload_reordered(ocl, csr, forced, KD_SELECT_MEASURE, reorder, &m, &sr,
+                                         err)) != KD_OK ||
         (rc = kd_ocl_finish(ocl, err)) != KD_OK)
         goto done;
     r->build_ms = kd_bench_now_ms() - t0 - sr.transfer_ms; /* beyond the CSR transfer */
@@ -221,11 +228,21 @@ static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
     r->gbs = min_bytes / (r->median_ms * 1e-3) / 1e9;
     r->gflops = 2.0 * (double)csr->nnz / (r->median_ms * 1e-3) / 1e9;
     r->built = 1;
+    if (sr_out != NULL)
+        *sr_out = sr;
 done:
     kd_matrix_free(m);
     free(t);
     free(got);
     return rc;
+}
+
+static int kd_bench_one_format(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f, kd_vec_t *x,
+                               kd_vec_t *y, const double *ref, int warmup, int runs,
+                               double min_bytes, kd_bench_format_result_t *r, kd_err_t *err)
+{
+    return kd_bench_one_upload(ocl, csr, kd_format_name(f), KD_REORDER_NONE, x, y, ref, warmup,
+                               runs, min_bytes, r, NULL, err);
 }
 
 static void kd_bench_json_str(FILE *f, const char *s)
@@ -261,6 +278,23 @@ static void kd_bench_json_select(FILE *f, const char *key, const kd_select_resul
     fprintf(f, "]}");
 }
 
+static void kd_bench_json_result(FILE *f, const char *key, const kd_bench_format_result_t *fr)
+{
+    fprintf(f, "\"%s\": {", key);
+    if (!fr->built) {
+        fprintf(f, "\"dropped\": ");
+        kd_bench_json_str(f, fr->dropped);
+    } else {
+        fprintf(f,
+                "\"median_ms\": %.6g, \"min_ms\": %.6g, \"batch_ms\": %.6g, \"gbs\": %.6g, "
+                "\"gflops\": %.6g, \"rel_err\": %.3g, \"device_bytes\": %zu, \"build_ms\": %.6g, "
+                "\"transfer_ms\": %.6g",
+                fr->median_ms, fr->min_ms, fr->batch_ms, fr->gbs, fr->gflops, fr->rel_err,
+                fr->device_bytes, fr->build_ms, fr->transfer_ms);
+    }
+    fputc('}', f);
+}
+
 static void kd_bench_write_json(const char *path, const kd_ocl_t *ocl, kd_dtype_t dtype, int runs,
                                 double copy_gbs, const kd_bench_matrix_result_t *res, int n)
 {
@@ -291,24 +325,18 @@ static void kd_bench_write_json(const char *path, const kd_ocl_t *ocl, kd_dtype_
         kd_bench_json_select(f, "select_cold", &r->select_cold);
         fprintf(f, ", ");
         kd_bench_json_select(f, "select", &r->select_warm);
+        fprintf(f, ", \"reorder\": \"%s\", \"reorder_ms\": %.6g, ",
+                kd_reorder_name(r->select_warm.reorder), r->select_warm.reorder_ms);
+        kd_bench_json_result(f, "auto", &r->autom);
+        fprintf(f, ", \"rcm_format\": \"%s\", ", kd_format_name(r->rcm_select.format));
+        kd_bench_json_result(f, "rcm", &r->rcm);
         fprintf(f, ", \"formats\": {");
         int first = 1;
         for (int k = 0; k < KD_FMT_COUNT; k++) {
             const kd_bench_format_result_t *fr = &r->fmt[k];
-            fprintf(f, "%s\"%s\": {", first ? "" : ", ", kd_format_name((kd_format_t)k));
+            fprintf(f, "%s", first ? "" : ", ");
             first = 0;
-            if (!fr->built) {
-                fprintf(f, "\"dropped\": ");
-                kd_bench_json_str(f, fr->dropped);
-            } else {
-                fprintf(f,
-                        "\"median_ms\": %.6g, \"min_ms\": %.6g, \"batch_ms\": %.6g, "
-                        "\"gbs\": %.6g, \"gflops\": %.6g, \"rel_err\": %.3g, "
-                        "\"device_bytes\": %zu, \"build_ms\": %.6g, \"transfer_ms\": %.6g",
-                        fr->median_ms, fr->min_ms, fr->batch_ms, fr->gbs, fr->gflops, fr->rel_err,
-                        fr->device_bytes, fr->build_ms, fr->transfer_ms);
-            }
-            fputc('}', f);
+            kd_bench_json_result(f, kd_format_name((kd_format_t)k), fr);
         }
         fprintf(f, "}}%s\n", i + 1 < n ? "," : "");
     }
@@ -450,7 +478,8 @@ int kd_bench_spmv_main(int argc, char **argv)
         for (int pass = 0; pass < 2 && rc == KD_OK; pass++) {
             kd_matrix_t *m = NULL;
             kd_select_result_t *sr = pass == 0 ? &r->select_cold : &r->select_warm;
-            rc = kd_select_upload(ocl, csr, NULL, KD_SELECT_MEASURE, &m, sr, &err);
+            rc = kd_select_upload_reordered(ocl, csr, NULL, KD_SELECT_MEASURE, KD_REORDER_AUTO, &m,
+                                            sr, &err);
             kd_matrix_free(m);
         }
         double limit = KD_SELECT_MEMORY_FACTOR *
@@ -474,6 +503,13 @@ int kd_bench_spmv_main(int argc, char **argv)
                 rc = KD_OK;
             }
         }
+        if (rc == KD_OK)
+            rc = kd_bench_one_upload(ocl, csr, NULL, KD_REORDER_AUTO, &x, &y, ref, warmup, runs,
+                                     r->min_bytes, &r->autom, NULL, &err);
+        if (rc == KD_OK && csr->rows == csr->cols &&
+            !(only != NULL && !kd_bench_listed(only, "rcm")))
+            rc = kd_bench_one_upload(ocl, csr, NULL, KD_REORDER_RCM, &x, &y, ref, warmup, runs,
+                                     r->min_bytes, &r->rcm, &r->rcm_select, &err);
         kd_vec_release(&x);
         kd_vec_release(&y);
         free(xw);
@@ -508,18 +544,29 @@ int kd_bench_spmv_main(int argc, char **argv)
                    fr->gflops, fr->rel_err, fr->build_ms,
                    (kd_format_t)f == r->best ? "  fastest" : "");
         }
+        if (r->rcm.built) /* the best format on P A P^T, the gather and scatter included */
+            printf("  %-13s %10.4f %10.4f %10.4f %8.1f %8.1f %9.1e %9.2f  rcm:%s, bandwidth "
+                   "%lld -> %lld, ordering %.1f ms\n",
+                   "rcm", r->rcm.median_ms, r->rcm.min_ms, r->rcm.batch_ms, r->rcm.gbs,
+                   r->rcm.gflops, r->rcm.rel_err, r->rcm.build_ms,
+                   kd_format_name(r->rcm_select.format), (long long)r->rcm_select.before.bandwidth,
+                   (long long)r->rcm_select.after.bandwidth, r->rcm_select.reorder_ms);
         const kd_select_result_t *sw = &r->select_warm;
-        const kd_bench_format_result_t *fa = &r->fmt[sw->format];
+        const kd_bench_format_result_t *fa = &r->autom;
         double t_auto = fa->built ? fa->median_ms : 0.0;
+        double t_best = r->fmt[r->best].median_ms;
+        if (r->rcm.built && r->rcm.median_ms < t_best)
+            t_best = r->rcm.median_ms;
         double budget = 50.0 * t_auto + sw->transfer_ms;
-        printf("  auto: %s (%.3fx the fastest); selection %.2f ms warm (%.2f cold): transfer "
-               "%.2f, analysis %.2f (beside it), builds %.2f, timing %.2f ms, %d runs; budget 50 "
-               "SpMV + transfer = %.2f ms -> %.2fx\n",
-               kd_format_name(sw->format),
-               fa->built && r->fmt[r->best].median_ms > 0 ? t_auto / r->fmt[r->best].median_ms
-                                                          : 0.0,
-               sw->total_ms, r->select_cold.total_ms, sw->transfer_ms, sw->plan_ms, sw->build_ms,
-               sw->measure_ms, sw->spmv_runs, budget, budget > 0 ? sw->total_ms / budget : 0.0);
+        printf("  auto: %s%s%s %.4f ms (%.3fx the fastest); selection %.2f ms warm (%.2f cold): "
+               "transfer %.2f, analysis %.2f (beside it), builds %.2f, timing %.2f ms, %d runs, "
+               "ordering %.1f ms; budget 50 SpMV + transfer = %.2f ms -> %.2fx; reorder: %s\n",
+               sw->reorder != KD_REORDER_NONE ? kd_reorder_name(sw->reorder) : "",
+               sw->reorder != KD_REORDER_NONE ? ":" : "", kd_format_name(sw->format), t_auto,
+               fa->built && t_best > 0 ? t_auto / t_best : 0.0, sw->total_ms,
+               r->select_cold.total_ms, sw->transfer_ms, sw->plan_ms, sw->build_ms, sw->measure_ms,
+               sw->spmv_runs, sw->reorder_ms, budget, budget > 0 ? sw->total_ms / budget : 0.0,
+               sw->reorder_reason);
         fflush(stdout);
         done++;
     }
