@@ -6,6 +6,7 @@
  */
 #include "common/reorder.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,31 @@ void kd_reorder_measure(const kd_csr_t *csr, const int32_t *iperm, kd_reorder_sh
         }
         out->profile += i - first;
     }
+}
+
+double kd_reorder_gathers(const kd_csr_t *csr, const int32_t *perm, const int32_t *iperm)
+{
+    assert((perm == NULL) == (iperm == NULL));
+    if (csr->nnz == 0)
+        return 0.0;
+    size_t blocks = (size_t)csr->cols / KD_REORDER_SECTOR + 1;
+    int64_t *stamp = malloc(blocks * sizeof(int64_t));
+    if (stamp == NULL)
+        return -1.0;
+    for (size_t b = 0; b < blocks; b++)
+        stamp[b] = -1;
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < csr->rows; i++) { /* rows in stored order: window i / WINDOW */
+        int64_t r = perm != NULL ? perm[i] : i, window = i / KD_REORDER_WINDOW;
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++) {
+            int64_t j = iperm != NULL ? iperm[csr->indices[k]] : csr->indices[k];
+            int64_t *st = &stamp[j / KD_REORDER_SECTOR];
+            distinct += *st != window;
+            *st = window;
+        }
+    }
+    free(stamp);
+    return (double)distinct / (double)csr->nnz;
 }
 
 void kd_reorder_invert(const int32_t *perm, int64_t n, int32_t *iperm)
@@ -160,10 +186,10 @@ static int64_t kd_graph_degree(const kd_graph_t *g, int32_t v)
 
 typedef struct kd_rcm {
     kd_graph_t g;
-    int32_t *level;   /* n: -1, or the node's level in the current trial search */
-    int32_t *queue;   /* n: the trial search's order */
-    uint8_t *done;    /* n: numbered in the final order */
-    int64_t *keys;    /* max degree: degree * n + node, to sort a node's neighbours */
+    int32_t *level; /* n: -1, or the node's level in the current trial search */
+    int32_t *queue; /* n: the trial search's order */
+    uint8_t *done;  /* n: numbered in the final order */
+    int64_t *keys;  /* max degree: degree * n + node, to sort a node's neighbours */
 } kd_rcm_t;
 
 /* Breadth-first search from root over unnumbered nodes; returns the number of levels. The nodes

@@ -44,6 +44,19 @@ typedef struct kd_reorder_shape {
 /* The shape of csr; with iperm (the inverse permutation, iperm[old] = new; may be NULL), the
  * shape of P csr P^T without building it. O(nnz), no allocation. */
 void kd_reorder_measure(const kd_csr_t *csr, const int32_t *iperm, kd_reorder_shape_t *out);
+/*
+ * The locality of x's gathers: over windows of KD_REORDER_WINDOW consecutive stored rows (about
+ * what a GPU's work-groups have in flight together), the distinct blocks of KD_REORDER_SECTOR
+ * columns of x (a 32-byte sector in float64) a window touches, summed, per nonzero: near 1 when
+ * no two entries of a window share a sector (random columns: every gather a sector of its own),
+ * small when a window's gathers come from a few cache lines. With perm (perm[new] = old) and
+ * its inverse iperm, of P csr P^T without building it; both NULL for csr itself. O(nnz) time,
+ * cols / KD_REORDER_SECTOR words of memory; -1 when that cannot be allocated.
+ */
+#define KD_REORDER_WINDOW 256
+#define KD_REORDER_SECTOR 4
+double kd_reorder_gathers(const kd_csr_t *csr, const int32_t *perm, const int32_t *iperm);
+
 /* iperm[perm[i]] = i for i < n. */
 void kd_reorder_invert(const int32_t *perm, int64_t n, int32_t *iperm);
 

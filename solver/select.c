@@ -577,6 +577,8 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * few breadth-first searches; about 0.3 s for a 1M-row 2-D Laplacian on one CPU core, see
  * docs/ARCHITECTURE.md), run on a thread beside the whole selection of A (transfer, analysis,
  * timing), so on a GPU host it costs what exceeds that. When it at least halves the bandwidth,
+ * or brings x's gathers into fewer sectors (kd_reorder_gathers drops to 3/4 or less: what counts
+ * on graphs with hubs, whose bandwidth no ordering reduces),
  * P A P^T is built on the host (O(nnz)), crosses the bus a second time, the winning format is
  * built from it and timed like any candidate (its gather and scatter launches included): about
  * one more transfer and a few SpMVs. It is kept only when its SpMV beats A's winner by
@@ -585,13 +587,15 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * considered: there the launches, not the gathers of x, set the time.
  */
 #define KD_SELECT_REORDER_MIN_ROWS KD_SELECT_THREAD_ROWS
-#define KD_SELECT_REORDER_GAIN 2.0   /* the bandwidth must drop at least this many times */
-#define KD_SELECT_REORDER_MARGIN 0.05 /* and the SpMV be at least this much faster */
+#define KD_SELECT_REORDER_GAIN 2.0     /* the bandwidth must drop at least this many times, */
+#define KD_SELECT_REORDER_GATHERS 0.75 /* or the gathers' sectors per nonzero to this fraction */
+#define KD_SELECT_REORDER_MARGIN 0.05  /* and the SpMV be at least this much faster */
 
 typedef struct kd_select_order {
     const kd_csr_t *csr;
     int32_t *perm;
     kd_reorder_shape_t before, after;
+    double gathers_before, gathers_after; /* kd_reorder_gathers of A and of P A P^T */
     double ms;
     int rc;
     kd_err_t err;
@@ -607,6 +611,8 @@ static void *kd_select_order(void *arg)
         kd_reorder_invert(o->perm, o->csr->rows, iperm);
         kd_reorder_measure(o->csr, NULL, &o->before);
         kd_reorder_measure(o->csr, iperm, &o->after);
+        o->gathers_before = kd_reorder_gathers(o->csr, NULL, NULL);
+        o->gathers_after = kd_reorder_gathers(o->csr, o->perm, iperm);
         free(iperm);
     } else if (o->rc == KD_OK) {
         o->rc = kd_err_set(&o->err, KD_ENOMEM, "out of host memory for a permutation");
@@ -668,11 +674,14 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     }
     kd_select_candidate_t *won = kd_select_find(result, result->format);
     double won_ms = won != NULL ? won->time_ms : 0.0;
-    if ((double)o.after.bandwidth * KD_SELECT_REORDER_GAIN > (double)o.before.bandwidth ||
-        won_ms <= 0.0) {
+    int narrower = (double)o.after.bandwidth * KD_SELECT_REORDER_GAIN <= (double)o.before.bandwidth;
+    int closer =
+        o.gathers_after >= 0.0 && o.gathers_after <= KD_SELECT_REORDER_GATHERS * o.gathers_before;
+    if ((!narrower && !closer) || won_ms <= 0.0) {
         snprintf(result->reorder_reason, sizeof(result->reorder_reason),
-                 "rcm: bandwidth %lld -> %lld, under %gx: not timed", (long long)o.before.bandwidth,
-                 (long long)o.after.bandwidth, KD_SELECT_REORDER_GAIN);
+                 "rcm: bandwidth %lld -> %lld, sectors/nnz %.2f -> %.2f: not timed",
+                 (long long)o.before.bandwidth, (long long)o.after.bandwidth, o.gathers_before,
+                 o.gathers_after);
         free(o.perm);
         return KD_OK;
     }
@@ -753,8 +762,7 @@ int kd_select_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, const char *f
         if (csr->rows != csr->cols)
             return kd_err_set(err, KD_EBADREQ,
                               "reorder '%s' needs a square matrix, this one is %lld x %lld",
-                              kd_reorder_name(reorder), (long long)csr->rows,
-                              (long long)csr->cols);
+                              kd_reorder_name(reorder), (long long)csr->rows, (long long)csr->cols);
         if (!kd_reorder_available(reorder))
             return kd_err_set(err, KD_EUNSUPPORTED,
                               "reorder '%s' is not available: this krylovd was built without it",
