@@ -12,7 +12,7 @@
 #define MUST(cond)                                                                                 \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                     \
+            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                      \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -93,6 +93,37 @@ static void test_laplacian_comes_back(void)
     kd_csr_free(a);
 }
 
+/* Gathers' sectors per nonzero: a band packs a window's gathers into a few sectors, a scrambled
+ * band spreads them (every gather its own sector), RCM brings them back, and the measure through
+ * the permutation equals the measure of the built matrix. */
+static void test_gathers(void)
+{
+    kd_err_t err = {0};
+    kd_csr_t *band = banded(65536, 2, 1); /* 16k sectors: a scrambled window rarely repeats one */
+    double tight = kd_reorder_gathers(band, NULL, NULL);
+    CHECK_MSG(tight > 0.0 && tight < 0.1, "band: %g sectors per nonzero", tight);
+    kd_csr_t *a = kd_test_scramble(band);
+    double spread = kd_reorder_gathers(a, NULL, NULL);
+    CHECK_MSG(spread > 0.8 && spread <= 1.0, "scrambled band: %g sectors per nonzero", spread);
+    int32_t *perm = NULL;
+    kd_csr_t *b = NULL;
+    MUST(kd_reorder_rcm(a, &perm, &err) == KD_OK);
+    MUST(kd_reorder_apply(a, perm, &b, &err) == KD_OK);
+    int32_t *iperm = malloc((size_t)a->rows * sizeof(int32_t) + 4);
+    kd_reorder_invert(perm, a->rows, iperm);
+    double via = kd_reorder_gathers(a, perm, iperm), built = kd_reorder_gathers(b, NULL, NULL);
+    CHECK_MSG(via == built, "through the permutation %g, built %g", via, built);
+    CHECK_MSG(built < 0.75 * spread, "rcm: %g sectors per nonzero, scrambled %g", built, spread);
+    free(iperm);
+    free(perm);
+    kd_csr_free(a);
+    kd_csr_free(b);
+    kd_test_coo_t e = {3, 5, 0, 0, NULL, NULL, NULL}; /* no entries */
+    kd_csr_t *empty = kd_test_coo_finish(&e);
+    CHECK(kd_reorder_gathers(empty, NULL, NULL) == 0.0);
+    kd_csr_free(empty);
+}
+
 static void test_components_and_empty_rows(void)
 {
     /* two scrambled bands side by side with isolated (empty) rows between */
@@ -161,8 +192,7 @@ static void test_apply_exact(void)
                 bad += kd_csr_value(b, k) != dense[p[i] * n + p[b->indices[k]]];
                 seen++;
             }
-            CHECK_EQ_INT(b->indptr[i + 1] - b->indptr[i],
-                         a->indptr[p[i] + 1] - a->indptr[p[i]]);
+            CHECK_EQ_INT(b->indptr[i + 1] - b->indptr[i], a->indptr[p[i] + 1] - a->indptr[p[i]]);
         }
         CHECK_MSG(bad == 0, "%lld entries of P A P^T wrong or unsorted", (long long)bad);
         CHECK_EQ_INT(seen, a->nnz);
@@ -198,6 +228,7 @@ int main(void)
     kd_test_seed();
     RUN(test_banded_comes_back);
     RUN(test_laplacian_comes_back);
+    RUN(test_gathers);
     RUN(test_components_and_empty_rows);
     RUN(test_tiny_and_non_square);
     RUN(test_apply_exact);
