@@ -27,6 +27,7 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "solver/method.h"
+#include "solver/select.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -129,33 +130,38 @@ static int kd_bs_split(char *list, char **out, int cap)
 
 static void kd_bs_usage(void)
 {
-    fprintf(stderr,
-            "usage: krylov-bench solve [options] [MATRIX...]\n"
-            "  MATRIX: lap2d:NX, lap3d:N, powerlaw:ROWS:MEAN or a .mtx file "
-            "(default lap2d:2048 lap3d:160)\n"
-            "  --device SEL        auto | gpu | cpu | N (default auto)\n"
-            "  --dtype T           float64 | float32 (default float64)\n"
-            "  --methods LIST      methods and aliases, METHOD[+PRECONDITIONER] each: cg, pcg, "
-            "sd, cg1+jacobi, ... (default cg,pcg)\n"
-            "  --nrhs LIST         right-hand sides per solve (default 1)\n"
-            "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
-            "(default 0)\n"
-            "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
-            "(default 0)\n"
-            "  --fuse LIST         fuse the SpMV with pass 1 (csr_scalar, two-pass CG / PCG): 1, 0 "
-            "or auto = on GPUs (default auto)\n"
-            "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
-            "                      device, e.g. -cl-nv-maxrregcount=32)\n"
-            "  --iterations N      per timed solve (default 200)\n"
-            "  --repeat R          timed solves per row, the median is reported (default 3)\n"
-            "  --format NAME       matrix format (default csr_scalar)\n"
-            "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
-            "  --csv FILE          append the rows to FILE\n");
+    fprintf(
+        stderr,
+        "usage: krylov-bench solve [options] [MATRIX...]\n"
+        "  MATRIX: lap2d:NX, lap3d:N, powerlaw:ROWS:MEAN or a .mtx file "
+        "(default lap2d:2048 lap3d:160)\n"
+        "  --device SEL        auto | gpu | cpu | N (default auto)\n"
+        "  --dtype T           float64 | float32 (default float64)\n"
+        "  --methods LIST      methods and aliases, METHOD[+PRECONDITIONER] each: cg, pcg, "
+        "sd, cg1+jacobi, ... (default cg,pcg)\n"
+        "  --nrhs LIST         right-hand sides per solve (default 1)\n"
+        "  --groups LIST       reduction work-groups per right-hand side, 0 = auto "
+        "(default 0)\n"
+        "  --passes LIST       vector passes per CG / PCG iteration: 2, 3, 0 = auto "
+        "(default 0)\n"
+        "  --fuse LIST         fuse the SpMV with pass 1 (csr_scalar, two-pass CG / PCG): 1, 0 "
+        "or auto = on GPUs (default auto)\n"
+        "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
+        "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --iterations N      per timed solve (default 200)\n"
+        "  --repeat R          timed solves per row, the median is reported (default 3)\n"
+        "  --format NAME       matrix format (default csr_scalar)\n"
+        "  --reorder NAME      none (default), rcm or metis: the matrix stored as P A P^T, the\n"
+        "                      solve run in that order (b in, x out once); spmv_ms includes the\n"
+        "                      gather and scatter a client's SpMV pays\n"
+        "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
+        "  --csv FILE          append the rows to FILE\n");
 }
 
 int kd_bench_solve_main(int argc, char **argv)
 {
-    const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar";
+    const char *device = "auto", *csv_path = NULL, *format_name = "csr_scalar",
+               *reorder_name = "none";
     kd_dtype_t dtype = KD_DTYPE_F64;
     char methods_buf[64] = "cg,pcg", nrhs_buf[64] = "1", groups_buf[128] = "0",
          passes_buf[16] = "0", fuse_buf[16] = "auto";
@@ -200,6 +206,8 @@ int kd_bench_solve_main(int argc, char **argv)
             repeat = atoi(argv[++i]);
         } else if (strcmp(a, "--format") == 0) {
             format_name = argv[++i];
+        } else if (strcmp(a, "--reorder") == 0) {
+            reorder_name = argv[++i];
         } else if (strcmp(a, "--copy-mb") == 0) {
             copy_mb = (size_t)atol(argv[++i]);
         } else if (strcmp(a, "--csv") == 0) {
@@ -231,6 +239,12 @@ int kd_bench_solve_main(int argc, char **argv)
     char *fuse_list[2];
     int nfuse = kd_bs_split(fuse_buf, fuse_list, 2);
     kd_format_t format;
+    kd_reorder_t reorder;
+    if (kd_reorder_parse(reorder_name, &reorder) != 0 || reorder == KD_REORDER_AUTO) {
+        fprintf(stderr, "--reorder takes none, rcm or metis\n");
+        free(given);
+        return 2;
+    }
     if (kd_format_parse(format_name, &format) != 0 || !kd_format_available(format)) {
         fprintf(stderr, "format %s is not available\n", format_name);
         free(given);
@@ -264,12 +278,18 @@ int kd_bench_solve_main(int argc, char **argv)
             status = 1;
             continue;
         }
-        if (kd_matrix_upload(ocl, csr, format, &A, &err) != KD_OK) {
+        kd_select_result_t sr;
+        if (kd_select_upload_reordered(ocl, csr, format_name, KD_SELECT_MEASURE, reorder, &A, &sr,
+                                       &err) != KD_OK) {
             fprintf(stderr, "%s: %s\n", matrices[mi], err.message);
             kd_csr_free(csr);
             status = 1;
             continue;
         }
+        char label[160]; /* the matrix, and its ordering when it has one: "lap2d:1024+rcm" */
+        snprintf(label, sizeof(label), "%s%s%s", matrices[mi],
+                 reorder != KD_REORDER_NONE ? "+" : "",
+                 reorder != KD_REORDER_NONE ? kd_reorder_name(reorder) : "");
         const double n = (double)csr->rows, v = (double)kd_dtype_size(dtype);
         const double spmv_bytes =
             (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0) + n * v + (double)csr->cols * v;
@@ -365,14 +385,14 @@ int kd_bench_solve_main(int argc, char **argv)
                     double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
                     printf("%-14s %-4s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
                            "%7.0f %8.4f %8.4f\n",
-                           matrices[mi], methods[me], (long long)k,
-                           groups_list[gi / npasses % ngroups], passes, fused, (long long)csr->rows,
-                           (long long)csr->nnz, bytes / 1e6, ms, floor_ms, 100.0 * floor_ms / ms,
-                           bytes / (ms * 1e6), auto_ms, spmv_ms);
+                           label, methods[me], (long long)k, groups_list[gi / npasses % ngroups],
+                           passes, fused, (long long)csr->rows, (long long)csr->nnz, bytes / 1e6,
+                           ms, floor_ms, 100.0 * floor_ms / ms, bytes / (ms * 1e6), auto_ms,
+                           spmv_ms);
                     if (csv != NULL)
                         fprintf(csv,
                                 "%s,%s,%s,%lld,%s,%s,%d,%lld,%lld,%.0f,%.6f,%.6f,%.6f,%.6f,%.0f\n",
-                                desc->name, matrices[mi], methods[me], (long long)k,
+                                desc->name, label, methods[me], (long long)k,
                                 groups_list[gi / npasses % ngroups], passes, fused,
                                 (long long)csr->rows, (long long)csr->nnz, bytes, ms, floor_ms,
                                 auto_ms, spmv_ms, copy_gbs);
