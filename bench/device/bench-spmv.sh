@@ -8,6 +8,9 @@
 # Env: KD_BENCH_RUNS (timed runs per contender, default 200), KD_BENCH_MATRICES (override the set),
 # KD_DTYPE (float64, the default, or float32: every contender in single precision).
 set -uo pipefail
+# test_solve_history is left out of the GPU runs: its record is of PoCL's arithmetic (float32
+# rounds differently on the GPU); seams.sh compares it on the GPU with a record the tree before a
+# change wrote there.
 source bench/device/setup.sh
 out=${OUT:-/tmp/kd-bench}
 mkdir -p "$out"
@@ -29,7 +32,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 
 if [ "${KD_BENCH_TESTS:-1}" = 1 ]; then
-  (cd build-device && KD_TEST_DEVICE=gpu ctest -L 'kernel|e2e' -LE python --output-on-failure -j 4 \
+  (cd build-device && KD_TEST_DEVICE=gpu ctest -L 'kernel|e2e' -LE python -E test_solve_history --output-on-failure -j 4 \
     > "$out/ctest-gpu.log" 2>&1; tail -6 "$out/ctest-gpu.log")
 fi
 
