@@ -53,11 +53,12 @@ typedef struct kd_select_result {
     int spmv_runs;      /* SpMVs run for timing, warm-ups included */
     kd_csr_stats_t stats; /* the matrix's row statistics, and its non-finite values counted by the
                              upload's scan (matrix.info reports them) */
-    kd_reorder_t reorder;            /* the ordering kept (none, rcm, metis) */
+    kd_reorder_t reorder; /* the ordering kept (none, rcm, metis) */
     kd_reorder_shape_t before, after; /* bandwidth and profile of A and of what is stored */
-    double reorder_ms;               /* host wall time computing the ordering (0: none computed) */
-    double reordered_ms;             /* the reordered candidate's SpMV, gather/scatter included */
-    char reorder_reason[96];         /* why this ordering */
+    double reorder_ms;                /* host wall time computing the ordering (0: none computed) */
+    double reordered_ms;              /* the reordered candidate's SpMV, gather/scatter included */
+    double reordered_inner_ms;        /* and without them (a solve's SpMV) */
+    char reorder_reason[96];          /* why this ordering */
 } kd_select_result_t;
 
 /*
