@@ -36,6 +36,8 @@
  */
 #include "tiled_abi.h"
 
+#define KD_TILED_GROUP_CHUNKS (KD_WG_SIZE / KD_TILED_LANES)
+
 /* The 4-bit field e of a nibble array (two per byte, low nibble first). */
 static inline int kd_tiled_nibble(__global const uchar *b, int e)
 {
@@ -43,103 +45,135 @@ static inline int kd_tiled_nibble(__global const uchar *b, int e)
     return (e & 1) ? (v >> 4) : (v & 15);
 }
 
-/* Lane (r, h)'s share of row r of a COO list of n bytes (row << 4 | column), sorted by row. */
+/* Row r of a COO list of n bytes (row << 4 | column), sorted by row. */
 static inline VALUE kd_tiled_coo(__global const uchar *b, __global const VALUE *v, int n, int r,
-                                 int h, __global const VALUE *xt)
+                                 __global const VALUE *xt)
 {
     VALUE sum = KD_ZERO;
-    int seen = 0;
     for (int e = 0; e < n; e++) {
         const int p = b[e];
         if ((p >> 4) > r)
             break;
-        if ((p >> 4) == r) {
-            if ((seen & 1) == h)
-                sum += v[e] * xt[p & 15];
-            seen++;
-        }
+        if ((p >> 4) == r)
+            sum += v[e] * xt[p & 15];
     }
     return sum;
 }
 
-/* Lane (r, h)'s share of row r of an ELL part of width w (th rows): lengths, then columns. */
+/* Row r of an ELL part of width w (th rows): th 4-bit lengths, then w * th 4-bit columns. */
 static inline VALUE kd_tiled_ell(__global const uchar *b, __global const VALUE *v, int th, int r,
-                                 int h, __global const VALUE *xt)
+                                 __global const VALUE *xt)
 {
     const int len = kd_tiled_nibble(b, r);
     __global const uchar *cb = b + (th + 1) / 2;
     VALUE sum = KD_ZERO;
-    for (int k = h; k < len; k += 2)
+    for (int k = 0; k < len; k++)
         sum += v[k * th + r] * xt[kd_tiled_nibble(cb, k * th + r)];
     return sum;
 }
 
-/* Lane (r, h)'s share of row r of one tile (r < th). xt is x at the tile's first column. */
-static VALUE kd_tiled_tile(int code, int r, int h, int th, int tw, __global const VALUE *v,
-                           int nval, __global const uchar *b, int nbyte, __global const VALUE *xt)
+/* Row r of one tile (r < th). xt is x at the tile's first column. */
+static VALUE kd_tiled_tile(int code, int r, int th, int tw, __global const VALUE *v, int nval,
+                           __global const uchar *b, int nbyte, __global const VALUE *xt)
 {
     const int kind = code & KD_TILED_KIND_MASK;
-    const int w = code >> KD_TILED_KIND_BITS;
     VALUE sum = KD_ZERO;
-    if (kind == KD_TILED_DENSE) {
-        for (int c = h; c < tw; c += 2)
-            sum += v[r * tw + c] * xt[c];
+    if (kind == KD_TILED_CSR) {
+        const int end = r + 1 < th ? b[r + 1] : nval;
+        __global const uchar *cb = b + th;
+        for (int e = b[r]; e < end; e++)
+            sum += v[e] * xt[kd_tiled_nibble(cb, e)];
+    } else if (kind == KD_TILED_ELL) {
+        sum = kd_tiled_ell(b, v, th, r, xt);
+    } else if (kind == KD_TILED_DENSE) {
+        __global const VALUE *vr = v + r * tw;
+        if (tw == KD_TILED_SIZE) {
+#pragma unroll
+            for (int c = 0; c < KD_TILED_SIZE; c++)
+                sum += vr[c] * xt[c];
+        } else {
+            for (int c = 0; c < tw; c++)
+                sum += vr[c] * xt[c];
+        }
     } else if (kind == KD_TILED_DENSE_ROW) {
         for (int i = 0; i < nbyte; i++) {
             if (b[i] == r) {
-                for (int c = h; c < tw; c += 2)
+                for (int c = 0; c < tw; c++)
                     sum += v[i * tw + c] * xt[c];
                 break;
             }
         }
     } else if (kind == KD_TILED_DENSE_COL) {
-        for (int j = h; j < nbyte; j += 2)
+        for (int j = 0; j < nbyte; j++)
             sum += v[j * th + r] * xt[b[j]];
-    } else if (kind == KD_TILED_ELL) {
-        sum = kd_tiled_ell(b, v, th, r, h, xt);
-    } else if (kind == KD_TILED_CSR) {
-        const int end = r + 1 < th ? b[r + 1] : nval;
-        __global const uchar *cb = b + th;
-        for (int e = b[r] + h; e < end; e += 2)
-            sum += v[e] * xt[kd_tiled_nibble(cb, e)];
     } else if (kind == KD_TILED_COO) {
-        sum = kd_tiled_coo(b, v, nval, r, h, xt);
+        sum = kd_tiled_coo(b, v, nval, r, xt);
     } else { /* KD_TILED_HYB */
-        const int slots = w * th;
+        const int slots = (code >> KD_TILED_KIND_BITS) * th;
         const int ell_bytes = (th + 1) / 2 + (slots + 1) / 2;
-        sum = kd_tiled_ell(b, v, th, r, h, xt) +
-              kd_tiled_coo(b + ell_bytes, v + slots, nval - slots, r, h, xt);
+        sum = kd_tiled_ell(b, v, th, r, xt) +
+              kd_tiled_coo(b + ell_bytes, v + slots, nval - slots, r, xt);
     }
     return sum;
 }
 
-__kernel KD_WG_ATTR void kd_tiled_spmv(const int rows, const int cols, const int chunks,
-                                       __global const int *chunk_tile,
-                                       __global const int *chunk_row,
-                                       __global const int *chunk_slot,
-                                       __global const int *tile_col,
-                                       __global const uchar *tile_code,
-                                       __global const int *val_off, __global const int *byte_off,
-                                       __global const VALUE *values, __global const uchar *bytes,
-                                       __global const VALUE *x, __global VALUE *y,
-                                       __global VALUE *partial, const VALUE alpha, const VALUE beta)
+__kernel KD_WG_ATTR void kd_tiled_spmv(
+    const int rows, const int cols, const int chunks, __global const int *chunk_tile,
+    __global const int *chunk_row, __global const int *chunk_slot, __global const int *tile_col,
+    __global const uchar *tile_code, __global const int *val_off, __global const int *byte_off,
+    __global const VALUE *values, __global const uchar *bytes, const int pulled,
+    __global const int *pulled_ptr, __global const int *pulled_col,
+    __global const VALUE *pulled_val, __global const VALUE *x, __global VALUE *y,
+    __global VALUE *partial, const VALUE alpha, const VALUE beta)
 {
+    __local int s_col[KD_WG_SIZE];
+    __local uchar s_code[KD_WG_SIZE];
+    __local int s_voff[KD_WG_SIZE + KD_TILED_GROUP_CHUNKS];
+    __local int s_boff[KD_WG_SIZE + KD_TILED_GROUP_CHUNKS];
     __local VALUE halves[KD_WG_SIZE];
     const int lid = (int)get_local_id(0);
+    const int lane = lid % KD_TILED_LANES;
+    const int g = lid / KD_TILED_LANES;
     const size_t chunk = get_global_id(0) / KD_TILED_LANES;
-    const int r = lid % KD_TILED_SIZE;
-    const int h = (lid / KD_TILED_SIZE) & 1;
-    int th = 0, tr = 0;
-    VALUE sum = KD_ZERO;
+    const int r = lane % KD_TILED_SIZE;
+    const int h = lane / KD_TILED_SIZE;
+    __local int *col = s_col + g * KD_TILED_LANES;
+    __local uchar *code = s_code + g * KD_TILED_LANES;
+    __local int *voff = s_voff + g * (KD_TILED_LANES + 1);
+    __local int *boff = s_boff + g * (KD_TILED_LANES + 1);
+    int t0 = 0, nt = 0, tr = 0, th = 0, first = 0;
     if (chunk < (size_t)chunks) {
+        t0 = chunk_tile[chunk];
+        nt = chunk_tile[chunk + 1] - t0;
         tr = chunk_row[chunk];
+        first = chunk == 0 || chunk_row[chunk - 1] != tr;
         th = min(KD_TILED_SIZE, rows - tr * KD_TILED_SIZE);
-        for (int t = chunk_tile[chunk]; r < th && t < chunk_tile[chunk + 1]; t++) {
-            const int c0 = tile_col[t] * KD_TILED_SIZE;
-            const int tw = min(KD_TILED_SIZE, cols - c0);
-            sum += kd_tiled_tile(tile_code[t], r, h, th, tw, values + val_off[t],
-                                 val_off[t + 1] - val_off[t], bytes + byte_off[t],
-                                 byte_off[t + 1] - byte_off[t], x + c0);
+    }
+    /* the chunk's tile metadata, one coalesced load per array */
+    if (lane < nt) {
+        col[lane] = tile_col[t0 + lane];
+        code[lane] = tile_code[t0 + lane];
+        voff[lane + 1] = val_off[t0 + lane + 1];
+        boff[lane + 1] = byte_off[t0 + lane + 1];
+    }
+    if (lane == 0) {
+        voff[0] = val_off[t0];
+        boff[0] = byte_off[t0];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    VALUE sum = KD_ZERO;
+    if (r < th) {
+        for (int i = h; i < nt; i += 2) {
+            const int c0 = col[i] * KD_TILED_SIZE;
+            const int v0 = voff[i], b0 = boff[i];
+            sum += kd_tiled_tile(code[i], r, th, min(KD_TILED_SIZE, cols - c0), values + v0,
+                                 voff[i + 1] - v0, bytes + b0, boff[i + 1] - b0, x + c0);
+        }
+        if (pulled && first) {
+            const int row = tr * KD_TILED_SIZE + r;
+            const int end = pulled_ptr[row + 1];
+            for (int e = pulled_ptr[row] + h; e < end; e += 2)
+                sum += pulled_val[e] * x[pulled_col[e]];
         }
     }
     halves[lid] = sum;
