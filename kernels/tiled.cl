@@ -60,15 +60,20 @@ static inline VALUE kd_tiled_coo(__global const uchar *b, __global const VALUE *
     return sum;
 }
 
-/* Row r of an ELL part of width w (th rows): th 4-bit lengths, then w * th 4-bit columns. */
-static inline VALUE kd_tiled_ell(__global const uchar *b, __global const VALUE *v, int th, int r,
-                                 __global const VALUE *xt)
+/* Row r of an ELL part of width w (th rows): th 4-bit lengths, then w * th 4-bit columns. All w
+ * slots are loaded (padding holds column 0 and value 0, so the loads are in bounds) and the
+ * padding's products discarded by a select, so the length, column and value loads do not wait
+ * on each other and 0 * Inf never reaches the sum. */
+static inline VALUE kd_tiled_ell(__global const uchar *b, __global const VALUE *v, int th, int w,
+                                 int r, __global const VALUE *xt)
 {
     const int len = kd_tiled_nibble(b, r);
     __global const uchar *cb = b + (th + 1) / 2;
     VALUE sum = KD_ZERO;
-    for (int k = 0; k < len; k++)
-        sum += v[k * th + r] * xt[kd_tiled_nibble(cb, k * th + r)];
+    for (int k = 0; k < w; k++) {
+        const VALUE p = v[k * th + r] * xt[kd_tiled_nibble(cb, k * th + r)];
+        sum += k < len ? p : KD_ZERO;
+    }
     return sum;
 }
 
@@ -84,7 +89,7 @@ static VALUE kd_tiled_tile(int code, int r, int th, int tw, __global const VALUE
         for (int e = b[r]; e < end; e++)
             sum += v[e] * xt[kd_tiled_nibble(cb, e)];
     } else if (kind == KD_TILED_ELL) {
-        sum = kd_tiled_ell(b, v, th, r, xt);
+        sum = kd_tiled_ell(b, v, th, code >> KD_TILED_KIND_BITS, r, xt);
     } else if (kind == KD_TILED_DENSE) {
         __global const VALUE *vr = v + r * tw;
         if (tw == KD_TILED_SIZE) {
@@ -111,7 +116,7 @@ static VALUE kd_tiled_tile(int code, int r, int th, int tw, __global const VALUE
     } else { /* KD_TILED_HYB */
         const int slots = (code >> KD_TILED_KIND_BITS) * th;
         const int ell_bytes = (th + 1) / 2 + (slots + 1) / 2;
-        sum = kd_tiled_ell(b, v, th, r, xt) +
+        sum = kd_tiled_ell(b, v, th, code >> KD_TILED_KIND_BITS, r, xt) +
               kd_tiled_coo(b + ell_bytes, v + slots, nval - slots, r, xt);
     }
     return sum;
@@ -126,71 +131,71 @@ __kernel KD_WG_ATTR void kd_tiled_spmv(
     __global const VALUE *pulled_val, __global const VALUE *x, __global VALUE *y,
     __global VALUE *partial, const VALUE alpha, const VALUE beta)
 {
-    __local int s_col[KD_WG_SIZE];
-    __local uchar s_code[KD_WG_SIZE];
-    __local int s_voff[KD_WG_SIZE + KD_TILED_GROUP_CHUNKS];
-    __local int s_boff[KD_WG_SIZE + KD_TILED_GROUP_CHUNKS];
-    __local VALUE halves[KD_WG_SIZE];
-    const int lid = (int)get_local_id(0);
-    const int lane = lid % KD_TILED_LANES;
-    const int g = lid / KD_TILED_LANES;
+    __local int s_col[KD_TILED_GROUP_CHUNKS * KD_TILED_CHUNK_TILES];
+    __local uchar s_code[KD_TILED_GROUP_CHUNKS * KD_TILED_CHUNK_TILES];
+    __local int s_voff[KD_TILED_GROUP_CHUNKS * (KD_TILED_CHUNK_TILES + 1)];
+    __local int s_boff[KD_TILED_GROUP_CHUNKS * (KD_TILED_CHUNK_TILES + 1)];
+    const int r = (int)get_local_id(0) % KD_TILED_LANES;
+    const int g = (int)get_local_id(0) / KD_TILED_LANES;
     const size_t chunk = get_global_id(0) / KD_TILED_LANES;
-    const int r = lane % KD_TILED_SIZE;
-    const int h = lane / KD_TILED_SIZE;
-    __local int *col = s_col + g * KD_TILED_LANES;
-    __local uchar *code = s_code + g * KD_TILED_LANES;
-    __local int *voff = s_voff + g * (KD_TILED_LANES + 1);
-    __local int *boff = s_boff + g * (KD_TILED_LANES + 1);
-    int t0 = 0, nt = 0, tr = 0, th = 0, first = 0;
+    __local int *col = s_col + g * KD_TILED_CHUNK_TILES;
+    __local uchar *code = s_code + g * KD_TILED_CHUNK_TILES;
+    __local int *voff = s_voff + g * (KD_TILED_CHUNK_TILES + 1);
+    __local int *boff = s_boff + g * (KD_TILED_CHUNK_TILES + 1);
+    int t0 = 0, nt = 0, tr = 0, th = 0, slot = -1, ps = 0, pe = 0;
     if (chunk < (size_t)chunks) {
         t0 = chunk_tile[chunk];
         nt = chunk_tile[chunk + 1] - t0;
         tr = chunk_row[chunk];
-        first = chunk == 0 || chunk_row[chunk - 1] != tr;
+        slot = chunk_slot[chunk];
         th = min(KD_TILED_SIZE, rows - tr * KD_TILED_SIZE);
+        /* the pulled entries go with the tile row's first chunk */
+        if (pulled && r < th && (chunk == 0 || chunk_row[chunk - 1] != tr)) {
+            ps = pulled_ptr[tr * KD_TILED_SIZE + r];
+            pe = pulled_ptr[tr * KD_TILED_SIZE + r + 1];
+        }
     }
-    /* the chunk's tile metadata, one coalesced load per array */
-    if (lane < nt) {
-        col[lane] = tile_col[t0 + lane];
-        code[lane] = tile_code[t0 + lane];
-        voff[lane + 1] = val_off[t0 + lane + 1];
-        boff[lane + 1] = byte_off[t0 + lane + 1];
+    /* the chunk's tile metadata: coalesced loads, two tiles a lane */
+    for (int i = r; i < nt; i += KD_TILED_LANES) {
+        col[i] = tile_col[t0 + i];
+        code[i] = tile_code[t0 + i];
+        voff[i + 1] = val_off[t0 + i + 1];
+        boff[i + 1] = byte_off[t0 + i + 1];
     }
-    if (lane == 0) {
+    if (r == 0) {
         voff[0] = val_off[t0];
         boff[0] = byte_off[t0];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    VALUE sum = KD_ZERO;
-    if (r < th) {
-        for (int i = h; i < nt; i += 2) {
-            const int c0 = col[i] * KD_TILED_SIZE;
-            const int v0 = voff[i], b0 = boff[i];
-            sum += kd_tiled_tile(code[i], r, th, min(KD_TILED_SIZE, cols - c0), values + v0,
-                                 voff[i + 1] - v0, bytes + b0, boff[i + 1] - b0, x + c0);
-        }
-        if (pulled && first) {
-            const int row = tr * KD_TILED_SIZE + r;
-            const int end = pulled_ptr[row + 1];
-            for (int e = pulled_ptr[row] + h; e < end; e += 2)
-                sum += pulled_val[e] * x[pulled_col[e]];
-        }
-    }
-    halves[lid] = sum;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (h != 0 || r >= th)
+    if (r >= th)
         return;
-    const VALUE total = sum + halves[lid + KD_TILED_SIZE];
-    const int slot = chunk_slot[chunk];
+    int pc = 0;
+    VALUE pv = KD_ZERO;
+    if (ps < pe) {
+        pc = pulled_col[ps];
+        pv = pulled_val[ps];
+    }
+    VALUE sum = KD_ZERO;
+    for (int i = 0; i < nt; i++) {
+        const int c0 = col[i] * KD_TILED_SIZE;
+        const int v0 = voff[i], b0 = boff[i];
+        sum += kd_tiled_tile(code[i], r, th, min(KD_TILED_SIZE, cols - c0), values + v0,
+                             voff[i + 1] - v0, bytes + b0, boff[i + 1] - b0, x + c0);
+    }
+    if (ps < pe) {
+        sum += pv * x[pc];
+        for (int e = ps + 1; e < pe; e++)
+            sum += pulled_val[e] * x[pulled_col[e]];
+    }
     if (slot >= 0) {
-        partial[(size_t)slot * KD_TILED_SIZE + r] = total;
+        partial[(size_t)slot * KD_TILED_SIZE + r] = sum;
         return;
     }
     const size_t row = (size_t)tr * KD_TILED_SIZE + r;
     if (beta == KD_ZERO)
-        y[row] = alpha * total;
+        y[row] = alpha * sum;
     else
-        y[row] = alpha * total + beta * y[row];
+        y[row] = alpha * sum + beta * y[row];
 }
 
 __kernel KD_WG_ATTR void kd_tiled_reduce(const int rows, const int splits,

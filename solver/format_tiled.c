@@ -47,7 +47,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define KD_TILED_CHUNK_TILES 32
 #define KD_TILED_PULL_MAX 4
 #define KD_TILED_TILE_BYTES 13 /* column, value offset, byte offset (int32 each) and the code */
 #define KD_TILED_AREA (KD_TILED_SIZE * KD_TILED_SIZE)
