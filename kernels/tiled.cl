@@ -4,35 +4,43 @@
  * (tiled_abi.h has the codes, solver/format_tiled.c the choice and the layout). In-tile rows and
  * columns are 4-bit, so indices cost a byte or half a byte an entry instead of CSR's four.
  *
- * Arrays: per chunk (a run of at most K tiles of one tile row; a tile row of K tiles or fewer is
- * one chunk, an empty tile row is an empty chunk) its first tile (chunk_tile, chunks + 1), its
- * tile row (chunk_row) and its partial-sum slot (chunk_slot, -1 when the chunk is the whole tile
- * row and writes y itself). Per tile: its tile column, its code byte, and offsets into the value
- * array and the byte array (tiles + 1 each, so a tile's value and byte counts are differences).
+ * Arrays: per chunk (a run of at most KD_TILED_CHUNK_TILES tiles of one tile row; a tile row of
+ * that many tiles or fewer is one chunk, an empty tile row is an empty chunk) its first tile
+ * (chunk_tile, chunks + 1), its tile row (chunk_row) and its partial-sum slot (chunk_slot, -1 when
+ * the chunk is the whole tile row and writes y itself). Per tile: its tile column, its code byte,
+ * and offsets into the value array and the byte array (tiles + 1 each). The pulled-out entries of
+ * very sparse tiles: a CSR part (pulled_ptr over every row) for rows of at most
+ * KD_TILED_LONG_ROW of them; longer pulled rows are a separate csr_adaptive matrix that the host
+ * runs afterwards with beta = 1 (solver/format_tiled.c).
  *
- * kd_tiled_spmv, thread mapping: KD_TILED_LANES = 32 work-items per chunk, lane = row r (lane %
- * 16) and half h (lane / 16). Lane (r, h) adds up, across every tile of the chunk, the half of row
- * r's entries that h selects (every other entry, column or slot of row r), so its partial sum
- * belongs to one fixed row and no two lanes write the same place: no atomics. The two halves meet
- * in local memory after one barrier that every work-item of the group reaches (also those past
- * the last chunk and below the matrix's last row); half 0 adds them in a fixed order and writes
- * y[row] once, or the chunk's partial slot when the tile row is split. When beta == 0 y is never
- * read.
+ * kd_tiled_spmv, thread mapping: KD_TILED_LANES = 16 work-items per chunk, one per row r of the
+ * tile row, so a 32-wide warp holds two chunks. The 16 lanes first stage the chunk's tile
+ * metadata (column, code, value and byte offsets: two tiles a lane, coalesced) in local memory;
+ * one barrier, reached by every work-item of the group (also those past the last chunk and below
+ * the matrix's last row, which return only after it). Then lane r walks the chunk's tiles from
+ * local memory, adding all of row r of each tile, then its row's pulled entries (first chunk of
+ * the tile row only; their row pointers are loaded before the barrier, the first entry right
+ * after it, so those loads overlap the tiles). One lane owns one row's sum: no atomics, no
+ * reduction, a fixed order. It writes y[row] once, or the chunk's partial slot when the tile
+ * row is split. When beta == 0 y is never read.
  *
- * Memory access: the 32 lanes of a chunk read one tile at a time. Index bytes are read by all
- * lanes of a tile (COO's byte list, a dense-row tile's row list: a broadcast from cache) or by
- * row (CSR row starts, ELL lengths); values of dense, dense-row and ELL tiles are read by lanes of
- * consecutive rows or columns, at most 16 values apart. x is read at the tile's 16 columns only,
- * so a tile row's x accesses stay within 16 * tiles consecutive-by-tile windows. Padding (ELL
- * slots past a row's length) is never loaded, so 0 * Inf never happens, and dense, dense-row and
- * dense-column tiles hold only stored entries (the host chooses them only for full tiles, rows or
- * columns), so no explicit zero is ever multiplied either.
+ * Memory access and latency: per tile a lane makes a chain of dependent loads (index bytes, then
+ * x; CSR tiles: row starts, then column nibbles, then x); values load beside the index bytes.
+ * ELL (and HYB's ELL part) loads all w slots of the row without waiting for the row's length
+ * (padding holds column 0 and value 0; a select drops its product, so 0 * Inf never reaches a
+ * sum). Dense, dense-row and dense-column tiles hold only stored entries, so no explicit zero is
+ * multiplied. Values of dense and ELL tiles are read by 16 lanes at consecutive addresses.
+ *
+ * Why it does not beat the row-wise formats (H100, bench/NOTES.md "tiled on the H100"): it moves
+ * about 10 bytes a nonzero against CSR's 12.8 on lap2d/lap3d, but the kernel is latency-bound,
+ * not bandwidth-bound: a lane walks its tile row's tiles one after another, 2-3 dependent memory
+ * round trips each (3-7 tiles a tile row on the stencils), where csr_scalar's lane makes one
+ * chain of 3 for its whole row. v1 (32 lanes a tile row, halves splitting each tile's entries):
+ * 0.60 ms on lap2d:2048; v2 (staged metadata, halves on different tiles): 0.46; v3 (this one):
+ * 0.27, against csr_scalar's 0.12.
  *
  * kd_tiled_reduce: one work-item per row of a split tile row, adding that row's chunk partials
  * in chunk order (deterministic: the same sum every run) and writing y once.
- *
- * The entries of very sparse tiles are pulled out into a CSR part that kernels/csr_scalar.cl
- * adds afterwards (beta = 1: y += alpha * A_sparse * x).
  */
 #include "tiled_abi.h"
 

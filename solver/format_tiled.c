@@ -13,8 +13,10 @@
  *   tile_col, tile_code                 per tile: tile column and code (kind | ELL width << 3)
  *   val_off, byte_off                   per tile + 1: offsets into values and bytes (int32)
  *   values, bytes                       the tiles' values and index bytes, tile after tile
- *   sparse (CSR)                        the entries of tiles with at most KD_TILED_PULL_MAX
- *                                       entries, when pulling them out saves bytes
+ *   pulled (CSR), long part              the entries of tiles with at most KD_TILED_PULL_MAX
+ *                                       entries, when pulling them out saves bytes: rows of at
+ *                                       most KD_TILED_LONG_ROW of them in a CSR part the tile
+ *                                       kernel adds per row; longer rows in a csr_adaptive matrix
  *
  * Per-tile choice: for th x tw tiles (cut by the matrix edge) with n entries, v bytes a value:
  *   dense      (n = th * tw)                th*tw*v
@@ -30,13 +32,18 @@
  * Very sparse tiles: a tile costs KD_TILED_TILE_BYTES of metadata besides its entries, an entry
  * in the CSR part 3 bytes more than in a COO tile, so a tile of n entries is cheaper there when
  * 3n < 13, n <= 4 = KD_TILED_PULL_MAX. The CSR part's row pointers cost 4 bytes a row, so the
- * tiles are pulled out only when the bytes they save exceed that; SpMV adds them after the tiles
- * with csr_scalar's kernel (y += alpha * A_sparse * x).
+ * tiles are pulled out only when the bytes they save exceed that. The tile kernel adds a row's
+ * pulled entries (one lane a row); rows with more than KD_TILED_LONG_ROW (a power-law matrix's
+ * hubs) go to a csr_adaptive matrix run after it (y += alpha * A_long * x), so no lane walks a
+ * row of thousands.
  *
  * The analysis (the prepare op) walks the host CSR twice, O(nnz + 16 * tiles): a 16-way merge of
- * each tile row's rows by tile column, choosing each tile's kind, then filling the arrays. It is
- * host work proportional to nnz, unlike the other formats' O(rows) metadata, and the arrays cross
- * the bus (the selection runs it beside the CSR transfer; see select.c).
+ * each tile row's rows by tile column, choosing each tile's kind, then filling the arrays. Both
+ * passes are cut by tile rows into slices of about equal nnz, one thread each (at most
+ * KD_TILED_THREADS_MAX), and the slices' notes join in tile-row order, so the arrays are the same
+ * whatever the thread count. Before it the selection runs the screen op: the same analysis on
+ * KD_TILED_SAMPLES tile rows drawn one per stratum, which drops the format unanalysed when its
+ * tiles would not save KD_TILED_MIN_SAVING of CSR's bytes (random matrices: tiles of 1-3 entries).
  */
 #include "kernels/tiled_abi.h"
 #include "solver/format.h"
