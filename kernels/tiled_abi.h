@@ -11,8 +11,8 @@
 #define KD_TILED_ABI_H
 
 #define KD_TILED_SIZE 16 /* a tile is 16 x 16; in-tile rows and columns fit in 4 bits */
-#define KD_TILED_LANES                                                                             \
-    32 /* work-items per chunk of a tile row: row = lane % 16, half = lane / 16 */
+#define KD_TILED_LANES 16 /* work-items per chunk of a tile row: one per row of the tile row */
+#define KD_TILED_CHUNK_TILES 32 /* tiles per chunk at most (each lane stages two) */
 #define KD_TILED_KIND_BITS 3
 #define KD_TILED_KIND_MASK 7
 

@@ -61,6 +61,10 @@ typedef struct kd_format_ops {
      * when this has not run. KD_ENOMEM. */
     int (*prepare)(const kd_ocl_t *ocl, kd_format_source_t *src);
     void (*prepared_free)(void *prepared);
+    /* Optional: a cheap look (a sample) before plan_bytes, for a format whose prepare is O(nnz):
+     * nonzero, with the reason in why, when the selection should drop the format unprepared.
+     * Same threading rules as prepare. */
+    int (*screen)(const kd_ocl_t *ocl, kd_format_source_t *src, char *why, size_t cap);
     /* The device memory the format would take, in bytes, from the host data alone (preparing
      * first when the format has a prepare op) before anything is allocated; SIZE_MAX when it does
      * not fit in memory. The selection compares it with CSR's to drop formats that waste memory

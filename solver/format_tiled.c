@@ -13,8 +13,10 @@
  *   tile_col, tile_code                 per tile: tile column and code (kind | ELL width << 3)
  *   val_off, byte_off                   per tile + 1: offsets into values and bytes (int32)
  *   values, bytes                       the tiles' values and index bytes, tile after tile
- *   sparse (CSR)                        the entries of tiles with at most KD_TILED_PULL_MAX
- *                                       entries, when pulling them out saves bytes
+ *   pulled (CSR), long part              the entries of tiles with at most KD_TILED_PULL_MAX
+ *                                       entries, when pulling them out saves bytes: rows of at
+ *                                       most KD_TILED_LONG_ROW of them in a CSR part the tile
+ *                                       kernel adds per row; longer rows in a csr_adaptive matrix
  *
  * Per-tile choice: for th x tw tiles (cut by the matrix edge) with n entries, v bytes a value:
  *   dense      (n = th * tw)                th*tw*v
@@ -30,24 +32,36 @@
  * Very sparse tiles: a tile costs KD_TILED_TILE_BYTES of metadata besides its entries, an entry
  * in the CSR part 3 bytes more than in a COO tile, so a tile of n entries is cheaper there when
  * 3n < 13, n <= 4 = KD_TILED_PULL_MAX. The CSR part's row pointers cost 4 bytes a row, so the
- * tiles are pulled out only when the bytes they save exceed that; SpMV adds them after the tiles
- * with csr_scalar's kernel (y += alpha * A_sparse * x).
+ * tiles are pulled out only when the bytes they save exceed that. The tile kernel adds a row's
+ * pulled entries (one lane a row); rows with more than KD_TILED_LONG_ROW (a power-law matrix's
+ * hubs) go to a csr_adaptive matrix run after it (y += alpha * A_long * x), so no lane walks a
+ * row of thousands.
  *
  * The analysis (the prepare op) walks the host CSR twice, O(nnz + 16 * tiles): a 16-way merge of
- * each tile row's rows by tile column, choosing each tile's kind, then filling the arrays. It is
- * host work proportional to nnz, unlike the other formats' O(rows) metadata, and the arrays cross
- * the bus (the selection runs it beside the CSR transfer; see select.c).
+ * each tile row's rows by tile column, choosing each tile's kind, then filling the arrays. Both
+ * passes are cut by tile rows into slices of about equal nnz, one thread each (at most
+ * KD_TILED_THREADS_MAX), and the slices' notes join in tile-row order, so the arrays are the same
+ * whatever the thread count. Before it the selection runs the screen op: the same analysis on
+ * KD_TILED_SAMPLES tile rows drawn one per stratum, which drops the format unanalysed when its
+ * tiles would not save KD_TILED_MIN_SAVING of CSR's bytes (random matrices: tiles of 1-3 entries).
  */
 #include "kernels/tiled_abi.h"
 #include "solver/format.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#define KD_TILED_CHUNK_TILES 32
 #define KD_TILED_PULL_MAX 4
 #define KD_TILED_TILE_BYTES 13 /* column, value offset, byte offset (int32 each) and the code */
 #define KD_TILED_AREA (KD_TILED_SIZE * KD_TILED_SIZE)
+#define KD_TILED_LONG_ROW 32 /* pulled entries a row beyond which csr_adaptive adds the row */
+#define KD_TILED_SLICE_NNZ ((int64_t)1 << 20) /* nonzeros per analysis thread */
+#define KD_TILED_THREADS_MAX 8
+#define KD_TILED_SAMPLES 256  /* tile rows the screen analyses */
+#define KD_TILED_MIN_SAVING 0.15 /* the screen's bar: this fraction of CSR's bytes saved */
 
 static const char *const kd_tiled_kind_names[KD_TILED_KINDS] = {
     [KD_TILED_DENSE] = "dense",
@@ -82,14 +96,16 @@ typedef struct kd_tile_choice {
 /* The host analysis: the device arrays' contents (see the top of this file). */
 typedef struct kd_tiled_host {
     int too_large; /* an int32 offset would overflow: plan SIZE_MAX, upload KD_ETOOLARGE */
-    int64_t tiles, chunks, splits, slots, nval, nbyte, sparse_nnz, pulled_tiles;
+    int64_t tiles, chunks, splits, slots, nval, nbyte, pulled_nnz, long_nnz, pulled_tiles;
     int64_t kinds[KD_TILED_KINDS];
     int32_t *chunk_tile, *chunk_row, *chunk_slot, *split_row, *split_slot;
     int32_t *tile_col, *val_off, *byte_off;
     uint8_t *code, *bytes;
     char *values;
-    int32_t *sparse_ptr, *sparse_col; /* NULL when nothing is pulled out */
-    char *sparse_val;
+    int32_t *pulled_ptr, *pulled_col; /* NULL when nothing is pulled out */
+    char *pulled_val;
+    kd_csr_t *long_csr;          /* the pulled rows of more than KD_TILED_LONG_ROW; or NULL */
+    kd_format_source_t long_src; /* its csr_adaptive row blocks (prepared[CSR_ADAPTIVE]) */
 } kd_tiled_host_t;
 
 /* Pass 1's record of a tile (in merge order). */
@@ -252,52 +268,154 @@ static void kd_tiled_host_free(void *prepared)
         return;
     void *arrays[] = {p->chunk_tile, p->chunk_row,  p->chunk_slot, p->split_row, p->split_slot,
                       p->tile_col,   p->val_off,    p->byte_off,   p->code,      p->bytes,
-                      p->values,     p->sparse_ptr, p->sparse_col, p->sparse_val};
+                      p->values,     p->pulled_ptr, p->pulled_col, p->pulled_val};
     for (size_t i = 0; i < sizeof(arrays) / sizeof(arrays[0]); i++)
         free(arrays[i]);
+    kd_format_csr_adaptive_ops.prepared_free(p->long_src.prepared[KD_FMT_CSR_ADAPTIVE]);
+    kd_csr_free(p->long_csr);
     free(p);
 }
 
-/* Pass 1: every tile's choice into *notes (grown as needed), tiles per tile row into
- * tile_ptr (tile rows + 1), entries of small tiles per row into small (rows + 1, counts at
- * [row + 1]); *saved: bytes pulling the small tiles out would save (before row pointers). */
-static int kd_tiled_survey(const kd_csr_t *csr, kd_tile_t *t, kd_tile_note_t **notes,
-                           int64_t *ntiles, int64_t *tile_ptr, int32_t *small, int64_t *saved)
+/* Tile rows [tr0, tr1): pass 1's and pass 2's share of one analysis thread. */
+typedef struct kd_tiled_slice {
+    const kd_csr_t *csr;
+    int64_t tr0, tr1;
+    /* pass 1 (survey): notes of the slice's tiles, tile_ptr relative to the slice's first */
+    kd_tile_note_t *notes;
+    int64_t n, cap, saved;
+    int64_t *tile_ptr;
+    int32_t *small;
+    int rc;
+    /* pass 2 (fill) */
+    kd_tiled_host_t *p;
+    const kd_tile_note_t *all_notes;
+    const int64_t *all_tile_ptr, *kept_ptr;
+} kd_tiled_slice_t;
+
+/* Pass 1 over one slice: every tile's choice into notes (grown as needed), tiles per tile row
+ * into tile_ptr, entries of small tiles per row into small (counts at [row + 1]); saved: bytes
+ * pulling the small tiles out would save (before row pointers). */
+static void *kd_tiled_survey(void *arg)
 {
-    size_t v = kd_dtype_size(csr->dtype), cap = 0;
-    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, n = 0;
-    *saved = 0;
-    for (int64_t tr = 0; tr < tile_rows; tr++) {
+    kd_tiled_slice_t *sl = arg;
+    const kd_csr_t *csr = sl->csr;
+    size_t v = kd_dtype_size(csr->dtype);
+    kd_tile_t t;
+    sl->n = sl->cap = sl->saved = 0;
+    sl->rc = KD_OK;
+    for (int64_t tr = sl->tr0; tr < sl->tr1; tr++) {
         kd_tile_cursor_t cur;
         kd_tile_cursor_begin(&cur, csr, tr);
-        tile_ptr[tr] = n;
-        while (kd_tile_next(&cur, t)) {
-            if ((size_t)n == cap) {
-                cap = cap == 0 ? 1024 : 2 * cap;
-                kd_tile_note_t *grown = realloc(*notes, cap * sizeof(**notes));
-                if (grown == NULL)
-                    return KD_ENOMEM;
-                *notes = grown;
+        sl->tile_ptr[tr] = sl->n;
+        while (kd_tile_next(&cur, &t)) {
+            if (sl->n == sl->cap) {
+                sl->cap = sl->cap == 0 ? 1024 : 2 * sl->cap;
+                kd_tile_note_t *grown = realloc(sl->notes, (size_t)sl->cap * sizeof(*grown));
+                if (grown == NULL) {
+                    sl->rc = KD_ENOMEM;
+                    return NULL;
+                }
+                sl->notes = grown;
             }
-            kd_tile_choice_t ch = kd_tile_choose(t, v);
-            (*notes)[n++] =
-                (kd_tile_note_t){t->tc, ch.nval, ch.nbyte, (int16_t)t->n, (uint8_t)ch.code};
-            if (t->n > KD_TILED_PULL_MAX)
+            kd_tile_choice_t ch = kd_tile_choose(&t, v);
+            sl->notes[sl->n++] =
+                (kd_tile_note_t){t.tc, ch.nval, ch.nbyte, (int16_t)t.n, (uint8_t)ch.code};
+            if (t.n > KD_TILED_PULL_MAX)
                 continue;
-            *saved += KD_TILED_TILE_BYTES + (int64_t)ch.nval * (int64_t)v + ch.nbyte -
-                      (int64_t)t->n * (int64_t)(sizeof(int32_t) + v);
-            for (int r = 0; r < t->th; r++)
-                small[tr * KD_TILED_SIZE + r + 1] += t->len[r];
+            sl->saved += KD_TILED_TILE_BYTES + (int64_t)ch.nval * (int64_t)v + ch.nbyte -
+                         (int64_t)t.n * (int64_t)(sizeof(int32_t) + v);
+            for (int r = 0; r < t.th; r++)
+                sl->small[tr * KD_TILED_SIZE + r + 1] += t.len[r];
         }
     }
-    tile_ptr[tile_rows] = n;
-    *ntiles = n;
+    return NULL;
+}
+
+/* Threads for an analysis of nnz entries: one per KD_TILED_SLICE_NNZ, at most
+ * KD_TILED_THREADS_MAX and the CPUs online. */
+static int kd_tiled_threads(int64_t nnz)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t n = nnz / KD_TILED_SLICE_NNZ + 1;
+    if (n > KD_TILED_THREADS_MAX)
+        n = KD_TILED_THREADS_MAX;
+    if (cpus > 0 && n > cpus)
+        n = cpus;
+    return (int)n;
+}
+
+/* Cut the tile rows into n slices of about equal nnz. */
+static void kd_tiled_slice_rows(const kd_csr_t *csr, int n, kd_tiled_slice_t *sl)
+{
+    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, tr = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t target = csr->nnz / n * (i + 1), end = tr;
+        while (i == n - 1 ? end < tile_rows
+                          : end < tile_rows &&
+                                csr->indptr[end * KD_TILED_SIZE < csr->rows ? end * KD_TILED_SIZE
+                                                                            : csr->rows] < target)
+            end++;
+        sl[i].csr = csr;
+        sl[i].tr0 = tr;
+        sl[i].tr1 = end;
+        tr = end;
+    }
+}
+
+/* Run fn over the n slices, slice 0 on this thread (a slice whose thread does not start runs
+ * here too). */
+static void kd_tiled_run_slices(void *(*fn)(void *), int n, kd_tiled_slice_t *sl)
+{
+    pthread_t threads[KD_TILED_THREADS_MAX];
+    int started[KD_TILED_THREADS_MAX] = {0};
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, fn, &sl[i]) == 0;
+    fn(&sl[0]);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            fn(&sl[i]);
+    }
+}
+
+/* Pass 1 over every slice, the notes joined in tile-row order into *notes. */
+static int kd_tiled_survey_all(const kd_csr_t *csr, int n, kd_tiled_slice_t *sl,
+                               kd_tile_note_t **notes, int64_t *tile_ptr, int32_t *small,
+                               int64_t *saved)
+{
+    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, total = 0;
+    for (int i = 0; i < n; i++) {
+        sl[i].tile_ptr = tile_ptr;
+        sl[i].small = small;
+    }
+    kd_tiled_run_slices(kd_tiled_survey, n, sl);
+    *saved = 0;
+    for (int i = 0; i < n; i++) {
+        if (sl[i].rc != KD_OK)
+            return sl[i].rc;
+        total += sl[i].n;
+        *saved += sl[i].saved;
+    }
+    *notes = malloc((size_t)total * sizeof(**notes) + 1);
+    if (*notes == NULL)
+        return KD_ENOMEM;
+    total = 0;
+    for (int i = 0; i < n; i++) {
+        if (sl[i].n > 0)
+            memcpy(*notes + total, sl[i].notes, (size_t)sl[i].n * sizeof(**notes));
+        for (int64_t tr = sl[i].tr0; tr < sl[i].tr1; tr++)
+            tile_ptr[tr] += total;
+        total += sl[i].n;
+    }
+    tile_ptr[tile_rows] = total;
     return KD_OK;
 }
 
-/* Offsets, chunks and splits from pass 1's notes; allocates every host array. */
+/* Offsets, chunks and splits from pass 1's notes; allocates every host array but the pulled
+ * parts'; kept_ptr: kept tiles before each tile row (tile rows + 1). */
 static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_tile_note_t *notes,
-                            const int64_t *tile_ptr, int pull)
+                            const int64_t *tile_ptr, int pull, int64_t *kept_ptr)
 {
     int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, kept = 0;
     p->chunks = p->splits = p->slots = p->nval = p->nbyte = 0;
@@ -310,8 +428,10 @@ static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_ti
         p->chunks += nch;
         p->splits += nch > 1;
         p->slots += nch > 1 ? nch : 0;
+        kept_ptr[tr] = kept;
         kept += k;
     }
+    kept_ptr[tile_rows] = kept;
     for (int64_t i = 0; i < tile_ptr[tile_rows]; i++) {
         if (pull && notes[i].n <= KD_TILED_PULL_MAX)
             continue;
@@ -371,70 +491,146 @@ static int kd_tiled_lay_out(const kd_csr_t *csr, kd_tiled_host_t *p, const kd_ti
     return KD_OK;
 }
 
-/* Pass 2: the tiles' bytes and values, and the pulled-out entries into the CSR part. */
-static void kd_tiled_fill(const kd_csr_t *csr, kd_tiled_host_t *p, kd_tile_t *t,
-                          const kd_tile_note_t *notes)
+/* Pass 2 over one slice: the tiles' bytes and values, and the pulled-out entries into the
+ * pulled part (rows of at most KD_TILED_LONG_ROW of them) or the long part. */
+static void *kd_tiled_fill(void *arg)
 {
+    kd_tiled_slice_t *sl = arg;
+    const kd_csr_t *csr = sl->csr;
+    kd_tiled_host_t *p = sl->p;
+    const kd_tile_note_t *notes = sl->all_notes;
     size_t v = kd_dtype_size(csr->dtype);
-    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, i = 0, j = 0;
-    for (int64_t tr = 0; tr < tile_rows; tr++) {
+    int64_t i = sl->all_tile_ptr[sl->tr0], j = sl->kept_ptr[sl->tr0];
+    kd_tile_t t;
+    for (int64_t tr = sl->tr0; tr < sl->tr1; tr++) {
         kd_tile_cursor_t cur;
         int64_t next[KD_TILED_SIZE];
+        int is_long[KD_TILED_SIZE];
         kd_tile_cursor_begin(&cur, csr, tr);
-        for (int r = 0; r < cur.th && p->sparse_ptr != NULL; r++)
-            next[r] = p->sparse_ptr[tr * KD_TILED_SIZE + r];
-        for (; kd_tile_next(&cur, t); i++) {
-            if (p->sparse_ptr == NULL || notes[i].n > KD_TILED_PULL_MAX) {
-                kd_tile_fill(t, csr, notes[i].code, p->bytes + p->byte_off[j],
+        for (int r = 0; r < cur.th && p->pulled_ptr != NULL; r++) {
+            int64_t row = tr * KD_TILED_SIZE + r;
+            is_long[r] = p->long_csr != NULL &&
+                         p->long_csr->indptr[row + 1] > p->long_csr->indptr[row];
+            next[r] = is_long[r] ? p->long_csr->indptr[row] : p->pulled_ptr[row];
+        }
+        for (; kd_tile_next(&cur, &t); i++) {
+            if (p->pulled_ptr == NULL || notes[i].n > KD_TILED_PULL_MAX) {
+                kd_tile_fill(&t, csr, notes[i].code, p->bytes + p->byte_off[j],
                              p->values + (size_t)p->val_off[j] * v);
                 j++;
                 continue;
             }
-            for (int32_t e = 0; e < t->n; e++) {
-                int64_t at = next[t->row[e]]++;
-                p->sparse_col[at] = (int32_t)(t->tc * KD_TILED_SIZE + t->col[e]);
-                memcpy(p->sparse_val + (size_t)at * v, (const char *)csr->values + t->at[e] * v, v);
+            for (int32_t e = 0; e < t.n; e++) {
+                int r = t.row[e];
+                int64_t at = next[r]++;
+                int32_t col = (int32_t)(t.tc * KD_TILED_SIZE + t.col[e]);
+                const char *val = (const char *)csr->values + t.at[e] * v;
+                if (is_long[r]) {
+                    p->long_csr->indices[at] = col;
+                    memcpy((char *)p->long_csr->values + (size_t)at * v, val, v);
+                } else {
+                    p->pulled_col[at] = col;
+                    memcpy(p->pulled_val + (size_t)at * v, val, v);
+                }
             }
         }
     }
+    return NULL;
+}
+
+/* The pulled-out entries' two CSR parts from the per-row counts in small (at [row + 1]): rows
+ * of more than KD_TILED_LONG_ROW go to the long part (every row of it but those empty), the
+ * others to the pulled part; allocates both. */
+static int kd_tiled_split_pulled(const kd_csr_t *csr, kd_tiled_host_t *p, int32_t *small)
+{
+    size_t v = kd_dtype_size(csr->dtype);
+    int64_t nlong = 0, nshort = 0;
+    for (int64_t r = 0; r < csr->rows; r++)
+        if (small[r + 1] > KD_TILED_LONG_ROW)
+            nlong += small[r + 1];
+    if (nlong > 0) {
+        p->long_csr = calloc(1, sizeof(*p->long_csr));
+        if (p->long_csr == NULL)
+            return KD_ENOMEM;
+        *p->long_csr = (kd_csr_t){csr->rows, csr->cols, nlong, csr->dtype, NULL, NULL, NULL};
+        p->long_csr->indptr = malloc(((size_t)csr->rows + 1) * sizeof(int32_t));
+        p->long_csr->indices = malloc((size_t)nlong * sizeof(int32_t));
+        p->long_csr->values = malloc((size_t)nlong * v);
+        if (p->long_csr->indptr == NULL || p->long_csr->indices == NULL ||
+            p->long_csr->values == NULL)
+            return KD_ENOMEM;
+        p->long_csr->indptr[0] = 0;
+    }
+    p->pulled_ptr = small;
+    nlong = 0;
+    for (int64_t r = 0; r < csr->rows; r++) {
+        int32_t n = small[r + 1];
+        int is_long = n > KD_TILED_LONG_ROW;
+        small[r] = (int32_t)nshort;
+        nshort += is_long ? 0 : n;
+        nlong += is_long ? n : 0;
+        if (p->long_csr != NULL)
+            p->long_csr->indptr[r + 1] = (int32_t)nlong;
+    }
+    small[csr->rows] = (int32_t)nshort;
+    p->pulled_nnz = nshort;
+    p->long_nnz = nlong;
+    p->pulled_col = malloc((size_t)nshort * sizeof(int32_t) + 1);
+    p->pulled_val = malloc((size_t)nshort * v + 1);
+    if (p->pulled_col == NULL || p->pulled_val == NULL)
+        return KD_ENOMEM;
+    return KD_OK;
+}
+
+/* The long part's row blocks (csr_adaptive's host plan), so upload makes no host pass. */
+static int kd_tiled_prepare_long(const kd_ocl_t *ocl, kd_tiled_host_t *p)
+{
+    if (p->long_csr == NULL)
+        return KD_OK;
+    kd_format_source_init(&p->long_src, p->long_csr);
+    return kd_format_csr_adaptive_ops.prepare(ocl, &p->long_src);
 }
 
 static int kd_tiled_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
     const kd_csr_t *csr = src->csr;
-    size_t v = kd_dtype_size(csr->dtype);
-    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, ntiles = 0, saved = 0;
+    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, saved = 0;
+    kd_tiled_slice_t sl[KD_TILED_THREADS_MAX];
+    int n = kd_tiled_threads(csr->nnz);
+    memset(sl, 0, sizeof(sl));
+    kd_tiled_slice_rows(csr, n, sl);
     kd_tiled_host_t *p = calloc(1, sizeof(*p));
-    kd_tile_t *t = malloc(sizeof(*t));
     kd_tile_note_t *notes = NULL;
     int64_t *tile_ptr = malloc(((size_t)tile_rows + 1) * sizeof(int64_t));
+    int64_t *kept_ptr = malloc(((size_t)tile_rows + 1) * sizeof(int64_t));
     int32_t *small = calloc((size_t)csr->rows + 1, sizeof(int32_t));
     int rc = KD_ENOMEM;
-    if (p == NULL || t == NULL || tile_ptr == NULL || small == NULL)
+    if (p == NULL || tile_ptr == NULL || kept_ptr == NULL || small == NULL)
         goto done;
-    if ((rc = kd_tiled_survey(csr, t, &notes, &ntiles, tile_ptr, small, &saved)) != KD_OK)
+    if ((rc = kd_tiled_survey_all(csr, n, sl, &notes, tile_ptr, small, &saved)) != KD_OK)
         goto done;
     int pull = saved > (csr->rows + 1) * (int64_t)sizeof(int32_t);
-    if ((rc = kd_tiled_lay_out(csr, p, notes, tile_ptr, pull)) != KD_OK || p->too_large)
+    if ((rc = kd_tiled_lay_out(csr, p, notes, tile_ptr, pull, kept_ptr)) != KD_OK ||
+        p->too_large)
         goto done;
     if (pull) {
-        for (int64_t r = 0; r < csr->rows; r++)
-            small[r + 1] += small[r];
-        p->sparse_nnz = small[csr->rows];
-        p->sparse_ptr = small;
-        small = NULL;
-        p->sparse_col = malloc((size_t)p->sparse_nnz * sizeof(int32_t) + 1);
-        p->sparse_val = malloc((size_t)p->sparse_nnz * v + 1);
-        if (p->sparse_col == NULL || p->sparse_val == NULL) {
-            rc = KD_ENOMEM;
+        rc = kd_tiled_split_pulled(csr, p, small);
+        small = NULL; /* p->pulled_ptr */
+        if (rc != KD_OK)
             goto done;
-        }
     }
-    kd_tiled_fill(csr, p, t, notes);
+    for (int i = 0; i < n; i++)
+        sl[i] = (kd_tiled_slice_t){.csr = csr, .tr0 = sl[i].tr0, .tr1 = sl[i].tr1, .p = p,
+                                   .all_notes = notes, .all_tile_ptr = tile_ptr,
+                                   .kept_ptr = kept_ptr, .notes = sl[i].notes};
+    kd_tiled_run_slices(kd_tiled_fill, n, sl);
+    rc = kd_tiled_prepare_long(ocl, p);
 done:
-    free(t);
+    for (int i = 0; i < n; i++)
+        free(sl[i].notes);
     free(notes);
     free(tile_ptr);
+    free(kept_ptr);
     free(small);
     if (rc != KD_OK) {
         kd_tiled_host_free(p);
@@ -464,8 +660,9 @@ enum {
 
 typedef struct kd_tiled {
     cl_mem mem[KD_TILED_MEMS];
-    kd_format_csr_t sparse; /* indptr NULL when nothing is pulled out */
-    int64_t chunks, splits, sparse_nnz, pulled_tiles;
+    kd_format_csr_t pulled; /* indptr NULL when nothing is pulled out */
+    kd_matrix_t long_part;  /* csr_adaptive over the long pulled rows; impl NULL when none */
+    int64_t chunks, splits, pulled_nnz, long_nnz, pulled_tiles;
     int64_t kinds[KD_TILED_KINDS];
 } kd_tiled_t;
 
@@ -494,15 +691,19 @@ static void kd_tiled_arrays(const kd_tiled_host_t *p, const kd_csr_t *csr,
     memcpy(bytes, b, sizeof(b));
 }
 
-static size_t kd_tiled_sparse_bytes(const kd_tiled_host_t *p, const kd_csr_t *csr)
+/* Device bytes of the pulled part and the long part (csr_adaptive's plan). */
+static size_t kd_tiled_pulled_bytes(const kd_ocl_t *ocl, kd_tiled_host_t *p, const kd_csr_t *csr)
 {
-    if (p->sparse_ptr == NULL)
+    if (p->pulled_ptr == NULL)
         return 0;
-    return ((size_t)csr->rows + 1) * sizeof(int32_t) +
-           (size_t)p->sparse_nnz * (sizeof(int32_t) + kd_dtype_size(csr->dtype));
+    size_t total = ((size_t)csr->rows + 1) * sizeof(int32_t) +
+                   (size_t)p->pulled_nnz * (sizeof(int32_t) + kd_dtype_size(csr->dtype));
+    if (p->long_csr != NULL)
+        total += kd_format_csr_adaptive_ops.plan_bytes(ocl, &p->long_src);
+    return total;
 }
 
-static const kd_tiled_host_t *kd_tiled_prepared(const kd_ocl_t *ocl, kd_format_source_t *src)
+static kd_tiled_host_t *kd_tiled_prepared(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
     if (src->prepared[KD_FMT_TILED] == NULL && kd_tiled_prepare(ocl, src) != KD_OK)
         return NULL;
@@ -511,15 +712,61 @@ static const kd_tiled_host_t *kd_tiled_prepared(const kd_ocl_t *ocl, kd_format_s
 
 static size_t kd_tiled_plan_bytes(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
-    const kd_tiled_host_t *p = kd_tiled_prepared(ocl, src);
+    kd_tiled_host_t *p = kd_tiled_prepared(ocl, src);
     if (p == NULL || p->too_large)
         return SIZE_MAX;
     const void *host[KD_TILED_MEMS];
-    size_t bytes[KD_TILED_MEMS], total = kd_tiled_sparse_bytes(p, src->csr);
+    size_t bytes[KD_TILED_MEMS], total = kd_tiled_pulled_bytes(ocl, p, src->csr);
     kd_tiled_arrays(p, src->csr, host, bytes);
     for (int i = 0; i < KD_TILED_MEMS; i++)
         total += bytes[i];
     return total;
+}
+
+/* The sampled screen (select.c, before plan_bytes and the full analysis): the tiles of up to
+ * KD_TILED_SAMPLES tile rows, one drawn at random from each of as many equal strata, costed
+ * as the analysis would lay them out (small tiles pulled out when that is cheaper); nonzero
+ * with the reason in why when they would not save KD_TILED_MIN_SAVING of those rows' CSR
+ * bytes. Deterministic: the draws come from a fixed hash. */
+static int kd_tiled_screen(const kd_ocl_t *ocl, kd_format_source_t *src, char *why, size_t cap)
+{
+    const kd_csr_t *csr = src->csr;
+    size_t v = kd_dtype_size(csr->dtype);
+    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE;
+    int64_t samples = tile_rows < KD_TILED_SAMPLES ? tile_rows : KD_TILED_SAMPLES;
+    int64_t tiles = 0, entries = 0, rows = 0, kept = 0, small_tiles = 0, small_entries = 0;
+    kd_tile_t t;
+    (void)ocl;
+    if (csr->nnz == 0)
+        return 0;
+    for (int64_t k = 0; k < samples; k++) {
+        int64_t lo = k * tile_rows / samples, hi = (k + 1) * tile_rows / samples;
+        uint64_t hash = (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull;
+        kd_tile_cursor_t cur;
+        kd_tile_cursor_begin(&cur, csr, lo + (int64_t)((hash >> 33) % (uint64_t)(hi - lo)));
+        rows += cur.th;
+        while (kd_tile_next(&cur, &t)) {
+            kd_tile_choice_t ch = kd_tile_choose(&t, v);
+            int64_t in_tile = KD_TILED_TILE_BYTES + (int64_t)ch.nval * (int64_t)v + ch.nbyte;
+            tiles++;
+            entries += t.n;
+            if (t.n <= KD_TILED_PULL_MAX) {
+                small_tiles += in_tile;
+                small_entries += t.n;
+            } else {
+                kept += in_tile;
+            }
+        }
+    }
+    int64_t pulled = small_entries * (int64_t)(sizeof(int32_t) + v) + rows * 4;
+    int64_t tiled = kept + (pulled < small_tiles ? pulled : small_tiles);
+    int64_t csr_bytes = entries * (int64_t)(sizeof(int32_t) + v) + rows * 4;
+    if ((double)tiled <= (1.0 - KD_TILED_MIN_SAVING) * (double)csr_bytes)
+        return 0;
+    snprintf(why, cap, "tiles too sparse (sampled: %.1f entries per tile, %.0f%% of CSR's bytes)",
+             tiles > 0 ? (double)entries / (double)tiles : 0.0,
+             100.0 * (double)tiled / (double)(csr_bytes > 0 ? csr_bytes : 1));
+    return 1;
 }
 
 static void kd_tiled_release(kd_matrix_t *m)
@@ -528,9 +775,43 @@ static void kd_tiled_release(kd_matrix_t *m)
     if (impl == NULL)
         return;
     kd_format_release_mems(impl->mem, KD_TILED_MEMS);
-    kd_format_release_csr(&impl->sparse);
+    kd_format_release_csr(&impl->pulled);
+    if (impl->long_part.impl != NULL)
+        kd_format_csr_adaptive_ops.release(&impl->long_part);
     free(impl);
     m->impl = NULL;
+}
+
+/* The pulled part's arrays, and the long part as a csr_adaptive matrix of its own (built from a
+ * source borrowing the host plan; its device bytes count in m's). */
+static int kd_tiled_upload_pulled(kd_ocl_t *ocl, const kd_tiled_host_t *p, const kd_csr_t *csr,
+                                  kd_matrix_t *m, kd_tiled_t *impl, kd_err_t *err)
+{
+    size_t n = (size_t)p->pulled_nnz;
+    int rc = kd_format_upload_array(ocl, m, p->pulled_ptr, ((size_t)csr->rows + 1) * 4,
+                                    "tiled pulled row pointers", &impl->pulled.indptr, err);
+    if (rc == KD_OK)
+        rc = kd_format_upload_array(ocl, m, p->pulled_col, n * sizeof(int32_t),
+                                    "tiled pulled columns", &impl->pulled.indices, err);
+    if (rc == KD_OK)
+        rc = kd_format_upload_array(ocl, m, p->pulled_val, n * kd_dtype_size(csr->dtype),
+                                    "tiled pulled values", &impl->pulled.values, err);
+    if (rc != KD_OK || p->long_csr == NULL)
+        return rc;
+    kd_format_source_t long_src = p->long_src; /* borrows the plan; its device arrays are ours */
+    impl->long_part = (kd_matrix_t){.rows = csr->rows,
+                                    .cols = csr->cols,
+                                    .nnz = p->long_nnz,
+                                    .dtype = csr->dtype,
+                                    .format = KD_FMT_CSR_ADAPTIVE,
+                                    .ops = &kd_format_csr_adaptive_ops};
+    rc = kd_format_source_device(ocl, &long_src, err);
+    if (rc == KD_OK)
+        rc = kd_format_csr_adaptive_ops.upload(ocl, &long_src, &impl->long_part, err);
+    m->device_bytes += impl->long_part.device_bytes;
+    cl_mem mems[3] = {long_src.indptr, long_src.indices, long_src.values};
+    kd_format_release_mems(mems, 3);
+    return rc;
 }
 
 static int kd_tiled_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
@@ -560,20 +841,12 @@ static int kd_tiled_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *
         rc = host[i] != NULL
                  ? kd_format_upload_array(ocl, m, host[i], bytes[i], what[i], &impl->mem[i], err)
                  : kd_format_alloc_array(ocl, m, bytes[i], what[i], &impl->mem[i], err);
-    if (rc == KD_OK && p->sparse_ptr != NULL) {
-        size_t n = (size_t)p->sparse_nnz;
-        rc = kd_format_upload_array(ocl, m, p->sparse_ptr, ((size_t)csr->rows + 1) * 4,
-                                    "tiled sparse row pointers", &impl->sparse.indptr, err);
-        if (rc == KD_OK)
-            rc = kd_format_upload_array(ocl, m, p->sparse_col, n * sizeof(int32_t),
-                                        "tiled sparse columns", &impl->sparse.indices, err);
-        if (rc == KD_OK)
-            rc = kd_format_upload_array(ocl, m, p->sparse_val, n * kd_dtype_size(csr->dtype),
-                                        "tiled sparse values", &impl->sparse.values, err);
-    }
+    if (rc == KD_OK && p->pulled_ptr != NULL)
+        rc = kd_tiled_upload_pulled(ocl, p, csr, m, impl, err);
     impl->chunks = p->chunks;
     impl->splits = p->splits;
-    impl->sparse_nnz = p->sparse_nnz;
+    impl->pulled_nnz = p->pulled_nnz;
+    impl->long_nnz = p->long_nnz;
     impl->pulled_tiles = p->pulled_tiles;
     memcpy(impl->kinds, p->kinds, sizeof(impl->kinds));
     return rc;
@@ -599,7 +872,9 @@ static int kd_tiled_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
                 KD_ARG_MEM(a[KD_TILED_CHUNK_SLOT]), KD_ARG_MEM(a[KD_TILED_TILE_COL]),
                 KD_ARG_MEM(a[KD_TILED_TILE_CODE]), KD_ARG_MEM(a[KD_TILED_VAL_OFF]),
                 KD_ARG_MEM(a[KD_TILED_BYTE_OFF]), KD_ARG_MEM(a[KD_TILED_VALUES]),
-                KD_ARG_MEM(a[KD_TILED_BYTES]), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
+                KD_ARG_MEM(a[KD_TILED_BYTES]), KD_ARG_INT(impl->pulled.indptr != NULL),
+                KD_ARG_MEM(impl->pulled.indptr), KD_ARG_MEM(impl->pulled.indices),
+                KD_ARG_MEM(impl->pulled.values), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
                 KD_ARG_MEM(a[KD_TILED_PARTIAL]), KD_ARG_VALUE(m->dtype, alpha),
                 KD_ARG_VALUE(m->dtype, beta)),
         NULL, err);
@@ -614,16 +889,10 @@ static int kd_tiled_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
                     KD_ARG_MEM(a[KD_TILED_PARTIAL]), KD_ARG_MEM(y->mem),
                     KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
             NULL, err);
-    if (rc != KD_OK || impl->sparse.indptr == NULL)
+    if (rc != KD_OK || impl->long_part.impl == NULL)
         return rc;
-    /* the pulled-out entries: csr_scalar's kernel with beta = 1 adds them to the tiles' result */
-    kd_matrix_t sparse = {.rows = m->rows,
-                          .cols = m->cols,
-                          .nnz = impl->sparse_nnz,
-                          .dtype = m->dtype,
-                          .format = KD_FMT_CSR_SCALAR,
-                          .impl = (void *)&impl->sparse};
-    return kd_format_csr_scalar_ops.spmv(ocl, &sparse, alpha, x, 1.0, y, err);
+    /* the long pulled rows: csr_adaptive's kernels with beta = 1 add them to the result */
+    return kd_format_csr_adaptive_ops.spmv(ocl, &impl->long_part, alpha, x, 1.0, y, err);
 }
 
 static void kd_tiled_describe(const kd_matrix_t *m, kd_format_detail_t *out)
@@ -635,7 +904,8 @@ static void kd_tiled_describe(const kd_matrix_t *m, kd_format_detail_t *out)
     for (int k = 0; k < KD_TILED_KINDS; k++)
         kd_format_detail_add(out, kd_tiled_kind_names[k], impl->kinds[k]);
     kd_format_detail_add(out, "pulled_tiles", impl->pulled_tiles);
-    kd_format_detail_add(out, "pulled_nnz", impl->sparse_nnz);
+    kd_format_detail_add(out, "pulled_nnz", impl->pulled_nnz + impl->long_nnz);
+    kd_format_detail_add(out, "pulled_long_nnz", impl->long_nnz);
     kd_format_detail_add(out, "split_tile_rows", impl->splits);
 }
 
@@ -643,6 +913,7 @@ const kd_format_ops_t kd_format_tiled_ops = {
     .format = KD_FMT_TILED,
     .prepare = kd_tiled_prepare,
     .prepared_free = kd_tiled_host_free,
+    .screen = kd_tiled_screen,
     .plan_bytes = kd_tiled_plan_bytes,
     .upload = kd_tiled_upload,
     .spmv = kd_tiled_spmv,

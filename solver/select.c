@@ -184,6 +184,8 @@ static void kd_select_memory_screen(const kd_ocl_t *ocl, kd_format_source_t *src
     const kd_format_ops_t *ops = kd_format_ops(c->format);
     size_t csr_bytes = kd_format_csr_bytes(src->csr);
     double limit = KD_SELECT_MEMORY_FACTOR * (double)csr_bytes + (double)KD_SELECT_SLACK_BYTES;
+    if (ops->screen != NULL && ops->screen(ocl, src, c->dropped, sizeof(c->dropped)))
+        return;
     size_t plan = ops->plan_bytes(ocl, src);
     if (plan == SIZE_MAX)
         snprintf(c->dropped, sizeof(c->dropped), "would not fit in memory");

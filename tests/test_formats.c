@@ -399,6 +399,11 @@ static void test_tiled(void)
     len[37] = 5000;
     tiled_case("tiles: a dense row over 313 tiles", kd_test_random_matrix(100, 5000, len, 0),
                (const char *const[]){"split_tile_rows", NULL});
+    /* one row of 3000 scattered entries: pulled out, too long for a lane, added by row blocks */
+    len[37] = 3000;
+    tiled_case("tiles: a long pulled row", kd_test_random_matrix(100, 20000, len, 0),
+               (const char *const[]){"pulled_nnz", "pulled_long_nnz", NULL});
+    len[37] = 5000;
     len[0] = 520;
     tiled_case("tiles: a dense row over 33 tiles", kd_test_random_matrix(20, 520, len, 0),
                (const char *const[]){"split_tile_rows", NULL});
