@@ -283,6 +283,52 @@ kd_csr_t *kd_matgen_circuit(int64_t side, uint64_t seed, kd_dtype_t dtype)
     return kd_matgen_from_coo(n, n, k, ri, ci, v, dtype);
 }
 
+kd_csr_t *kd_matgen_blocks(int64_t block_rows, int64_t bs, int64_t per_row, uint64_t seed,
+                           kd_dtype_t dtype)
+{
+    uint64_t s = seed ? seed : 0x6a09e667f3bcc909ull;
+    int64_t n = block_rows * bs, nnz = block_rows * per_row * bs * bs;
+    kd_csr_t *m = kd_matgen_alloc(n, n, nnz, dtype);
+    int64_t *bc = malloc((size_t)per_row * sizeof(int64_t));
+    if (m == NULL || bc == NULL) {
+        kd_csr_free(m);
+        free(bc);
+        return NULL;
+    }
+    int64_t k = 0;
+    for (int64_t br = 0; br < block_rows; br++) {
+        /* the diagonal block and per_row - 1 others within 64 block columns, distinct, sorted */
+        int64_t got = 0;
+        bc[got++] = br;
+        while (got < per_row && got < block_rows) {
+            int64_t c = br + (int64_t)(kd_matgen_next(&s) % 129) - 64;
+            int dup = c < 0 || c >= block_rows;
+            for (int64_t j = 0; j < got && !dup; j++)
+                dup = bc[j] == c;
+            if (!dup)
+                bc[got++] = c;
+        }
+        for (int64_t a = 1; a < got; a++)
+            for (int64_t b = a; b > 0 && bc[b - 1] > bc[b]; b--) {
+                int64_t t = bc[b];
+                bc[b] = bc[b - 1];
+                bc[b - 1] = t;
+            }
+        for (int64_t i = 0; i < bs; i++) {
+            m->indptr[br * bs + i] = (int32_t)k;
+            for (int64_t j = 0; j < got; j++)
+                for (int64_t c = 0; c < bs; c++) {
+                    m->indices[k] = (int32_t)(bc[j] * bs + c);
+                    kd_store_real(m->values, dtype, (size_t)k++, kd_matgen_uniform(&s) * 2.0 - 1.0);
+                }
+        }
+    }
+    m->indptr[n] = (int32_t)k;
+    m->nnz = k;
+    free(bc);
+    return m;
+}
+
 kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed)
 {
     uint64_t s = seed ? seed : 0x853c49e6748fea9bull;
@@ -321,6 +367,9 @@ kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
         return kd_matgen_power_law(a, a, b, 42, dtype);
     if (sscanf(spec, "rmat:%lld:%lf", &a, &b) == 2 && a > 0 && a < 31 && b >= 1)
         return kd_matgen_rmat((int)a, (int64_t)b, 7, dtype);
+    long long bs = 0, per = 0;
+    if (sscanf(spec, "blocks:%lld:%lld:%lld", &a, &bs, &per) == 3 && a > 0 && bs > 0 && per > 0)
+        return kd_matgen_blocks(a, bs, per, 17, dtype);
     if (sscanf(spec, "circuit:%lld", &a) == 1 && a > 1)
         return kd_matgen_circuit(a, 11, dtype);
     if (strncmp(spec, "shuffled:", 9) == 0) {

@@ -29,11 +29,18 @@ kd_csr_t *kd_matgen_rmat(int scale, int64_t edge_factor, uint64_t seed, kd_dtype
  * randomly permuted (netlist order); symmetric, strictly diagonally dominant (SPD). */
 kd_csr_t *kd_matgen_circuit(int64_t side, uint64_t seed, kd_dtype_t dtype);
 
+/* Block-sparse: block_rows x block_rows blocks of bs x bs, each block row the diagonal block and
+ * per_row - 1 others within 64 block columns, every block dense (FEM with many unknowns a node,
+ * aligned to tiles when bs = 16: the tiled format's best case); values in [-1, 1). */
+kd_csr_t *kd_matgen_blocks(int64_t block_rows, int64_t bs, int64_t per_row, uint64_t seed,
+                           kd_dtype_t dtype);
+
 /* P A P^T for a random permutation P (square matrices; NULL otherwise). Takes a. */
 kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed);
 
 /* A matrix by name: "lap2d:2048" (2048 x 2048 grid), "lap3d:160", "powerlaw:2000000:8" (rows,
  * mean row length), "rmat:20:16" (scale, edge factor), "circuit:1000" (grid side),
+ * "blocks:16384:16:6" (block rows, block size, blocks a block row),
  * "shuffled:SPEC" (SPEC randomly permuted, symmetrically), or a path to a .mtx/.mtx.gz file.
  * NULL with a message on stderr on failure. */
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);

@@ -10,10 +10,10 @@
  *    same window, once per upload; the matrix kept adopts it. tiled's prepare is the one O(nnz)
  *    analysis (its tiles are chosen and filled on the host): it runs in the same window, and its
  *    arrays (about nnz * (value + 1) bytes) are copied when it is built, so it costs at most one
- *    more transfer of a matrix smaller than the CSR arrays. It is measured like the others on
- *    GPUs and CPUs: no rule drops it, and it passes the memory screen whenever its plan is below
- *    KD_SELECT_MEMORY_FACTOR times CSR's (a tile costs 13 bytes besides its entries at 1 byte of
- *    index each, and tiles of at most 4 entries move to CSR when that saves bytes).
+ *    more transfer of a matrix smaller than the CSR arrays. Its screen op (a sampled analysis of
+ *    256 tile rows, before anything else) drops it unless its tiles would save 30% of CSR's
+ *    bytes: its kernel is latency-bound, and lost to csr_scalar by 2.2x at 20% fewer bytes on
+ *    the H100 (format_tiled.c). Where it passes, it is measured like the others.
  *  - Screening, before anything is allocated: formats whose plan exceeds KD_SELECT_MEMORY_FACTOR
  *    times CSR's memory are dropped (padding); formats measurements on this project's benchmark
  *    set showed to be dominated are dropped with the reason (bench/NOTES.md): COO and HYB

@@ -277,6 +277,21 @@ static void test_measure_long_rows(void)
     CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) == 0,
               "power-law: tiled: %s", reason(&res, KD_FMT_TILED));
     kd_csr_free(pl);
+
+    /* dense 16 x 16 blocks: tiles drop every index byte, the screen lets tiled be measured */
+    kd_test_coo_t c = {4096, 4096, 0, 0, NULL, NULL, NULL};
+    for (int64_t br = 0; br < 256; br++)
+        for (int64_t d = -1; d <= 1; d++)
+            if (br + d >= 0 && br + d < 256)
+                for (int64_t i = 0; i < 16; i++)
+                    for (int64_t j = 0; j < 16; j++)
+                        kd_test_coo_add(&c, br * 16 + i, (br + d) * 16 + j,
+                                        kd_test_rand_double(-1.0, 1.0));
+    kd_csr_t *blocks = kd_test_coo_finish(&c);
+    check_measured("dense blocks", blocks, &res);
+    CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) != 0,
+              "dense blocks: tiled: %s", reason(&res, KD_FMT_TILED));
+    kd_csr_free(blocks);
 }
 
 /* A matrix whose traffic takes a few microseconds: the statistics choose, one format is timed. */
