@@ -7,6 +7,7 @@
  * the log file.
  */
 #include "server/server.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
@@ -20,13 +21,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-uint64_t kd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" (numeric only for the host part besides
  * localhost: a daemon should not depend on DNS to start). */
@@ -96,7 +90,7 @@ static int kd_write_port_file(const char *path, int port, kd_err_t *err)
 
 static void kd_on_sweep(uv_timer_t *timer)
 {
-    kd_conn_sweep(timer->data, kd_now_ns());
+    kd_conn_sweep(timer->data, kd_clock_ns());
 }
 
 static void kd_on_signal(uv_signal_t *handle, int signum)
@@ -117,7 +111,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     memset(server, 0, sizeof(*server));
     server->loop = loop;
     server->cfg = *cfg;
-    server->start_ns = kd_now_ns();
+    server->start_ns = kd_clock_ns();
     server->frame_limits.max_message = cfg->max_message;
     server->frame_limits.max_elements = cfg->max_array_elements + 64;
     server->frame_limits.max_depth = 16;

@@ -5,6 +5,7 @@
  * to any request that uses them.
  */
 #include "server/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <stdlib.h>
@@ -17,13 +18,6 @@ struct kd_store {
     size_t count, cap;
     uint64_t counters[KD_STORE_COUNTER_COUNT];
 };
-
-static uint64_t kd_store_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int kd_store_new(kd_store_t **out)
 {
@@ -72,7 +66,7 @@ kd_store_entry_t *kd_store_lookup(kd_store_t *store, const uint8_t id[16])
     kd_store_entry_t *e = NULL;
     if (i != SIZE_MAX) {
         e = store->entries[i];
-        e->meta.last_used_ns = kd_store_now_ns();
+        e->meta.last_used_ns = kd_clock_ns();
         e->meta.uses++;
     }
     pthread_mutex_unlock(&store->lock);
@@ -102,7 +96,7 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
         store->entries = grown;
         store->cap = cap;
     }
-    uint64_t now = kd_store_now_ns();
+    uint64_t now = kd_clock_ns();
     entry->meta.created_ns = now;
     if (entry->meta.last_used_ns == 0)
         entry->meta.last_used_ns = now;

@@ -4,6 +4,7 @@
  * format can rely on. The formats themselves live in solver/format_<name>.c.
  */
 #include "solver/matrix.h"
+#include "common/clock.h"
 #include "common/checked.h"
 #include "solver/format.h"
 #include "solver/matrix_scan.h"
@@ -97,13 +98,6 @@ void kd_format_source_init(kd_format_source_t *src, const kd_csr_t *csr)
     kd_format_source_init_stats(src, csr, &stats);
 }
 
-static double kd_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *err)
 {
     if (src->on_device)
@@ -114,7 +108,7 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
         kd_mul_overflow((size_t)csr->nnz, sizeof(int32_t), &index_bytes) ||
         kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &value_bytes))
         return kd_err_set(err, KD_ETOOLARGE, "matrix arrays do not fit in memory");
-    double t0 = kd_wall_ms();
+    double t0 = kd_clock_ms();
     int rc = kd_format_buffer_from_host(ocl, csr->indptr, indptr_bytes, "row pointers",
                                         &src->indptr, err);
     if (rc == KD_OK)
@@ -130,7 +124,7 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
         src->indptr = src->indices = src->values = NULL;
         return rc;
     }
-    src->upload_ms = kd_wall_ms() - t0;
+    src->upload_ms = kd_clock_ms() - t0;
     src->on_device = 1;
     return KD_OK;
 }

@@ -31,6 +31,7 @@
  *    otherwise run from cache faster than memory's bandwidth).
  */
 #include "solver/select.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "solver/format.h"
 
@@ -52,13 +53,6 @@
 #define KD_SELECT_SLACK_BYTES ((size_t)64 << 10)
 /* Matrices with at least this many rows are analysed on a second thread during the upload. */
 #define KD_SELECT_THREAD_ROWS 65536
-
-static double kd_select_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int kd_select_mode_parse(const char *name, kd_select_mode_t *out)
 {
@@ -198,7 +192,7 @@ static void *kd_select_analyse(void *arg)
     const kd_csr_t *csr = src->csr;
     kd_select_result_t *res = a->res;
     const kd_csr_stats_t *st = &src->stats;
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     kd_csr_row_stats(csr, &src->stats);
     a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
                                    &a->first_reason);
@@ -275,7 +269,7 @@ static void *kd_select_analyse(void *arg)
             src->prepared[res->candidates[i].format] == NULL)
             a->rc = ops->prepare(a->ocl, src);
     }
-    res->plan_ms = kd_select_now_ms() - t0;
+    res->plan_ms = kd_clock_ms() - t0;
     return NULL;
 }
 
@@ -432,16 +426,16 @@ static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
             continue;
         }
         kd_matrix_t *m = NULL;
-        double t_build = kd_select_now_ms();
+        double t_build = kd_clock_ms();
         rc = kd_matrix_upload_source(ocl, src, c->format, &m, err);
         if (rc == KD_OK)
             rc = kd_ocl_finish(ocl, err);
-        double t_measure = kd_select_now_ms();
+        double t_measure = kd_clock_ms();
         res->build_ms += t_measure - t_build;
         if (rc == KD_OK)
             rc = kd_select_time(ocl, m, &x, &y, best != NULL ? best_ms : 0.0, an.launch_bound,
                                 &res->spmv_runs, &c->time_ms, err);
-        res->measure_ms += kd_select_now_ms() - t_measure;
+        res->measure_ms += kd_clock_ms() - t_measure;
         if (rc == KD_EDEVMEM) {
             snprintf(c->dropped, sizeof(c->dropped), "no device memory: %.70s", err->message);
             kd_matrix_free(m);
@@ -492,7 +486,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err)
 {
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     kd_format_source_t src;
     kd_csr_stats_t stats = {0};
     *out = NULL;
@@ -506,7 +500,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     int forced = forced_format != NULL && forced_format[0] != '\0';
     if (forced || mode == KD_SELECT_HEURISTIC) {
         kd_csr_row_stats(csr, &stats);
-        result->plan_ms = kd_select_now_ms() - t0;
+        result->plan_ms = kd_clock_ms() - t0;
     }
     kd_format_source_init_stats(&src, csr, &stats); /* measure computes them beside the upload */
     /* The format-independent scan (one pass over the values) runs beside the transfer too, once
@@ -543,7 +537,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     if (rc == KD_OK)
         result->stats.nonfinite = (*out)->scan.non_finite_count;
     kd_format_source_close(&src);
-    result->total_ms = kd_select_now_ms() - t0;
+    result->total_ms = kd_clock_ms() - t0;
     if (rc == KD_OK && !forced && mode == KD_SELECT_MEASURE) {
         char line[640];
         size_t w = 0;

@@ -9,6 +9,7 @@
 #define KD_TEST_RPC_H
 
 #include "common/csr.h"
+#include "common/clock.h"
 #include "protocol/frame.h"
 #include "protocol/object.h"
 #include "protocol/writer.h"
@@ -51,13 +52,6 @@ typedef struct kd_rpc_msg {
     msgpack_unpacked up;
     int unpacked;
 } kd_rpc_msg_t;
-
-static inline uint64_t kd_rpc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static inline void kd_rpc_sleep_ms(int ms)
 {
@@ -151,7 +145,7 @@ static inline void kd_rpc_msg_free(kd_rpc_msg_t *m)
 static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
 {
     memset(m, 0, sizeof(*m));
-    uint64_t deadline = kd_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    double deadline = kd_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         kd_frame_event_t ev;
         kd_frame_kind_t kind = kd_frame_next(r->frame, &ev);
@@ -187,7 +181,7 @@ static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
         }
         if (kind != KD_FRAME_NEED_MORE)
             return m->kind = KD_RPC_GARBAGE;
-        uint64_t now = kd_rpc_now_ms();
+        double now = kd_clock_ms();
         struct pollfd p = {.fd = r->fd, .events = POLLIN};
         int n = poll(&p, 1, now >= deadline ? 0 : (int)(deadline - now)); /* 0: just look */
         if (n < 0 && errno == EINTR)
@@ -210,9 +204,9 @@ static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
 /* Read until the response to msgid (notifications and other responses are dropped). */
 static inline int kd_rpc_wait(kd_rpc_t *r, uint64_t msgid, int timeout_ms, kd_rpc_msg_t *m)
 {
-    uint64_t deadline = kd_rpc_now_ms() + (uint64_t)timeout_ms;
+    double deadline = kd_clock_ms() + timeout_ms;
     for (;;) {
-        uint64_t now = kd_rpc_now_ms();
+        double now = kd_clock_ms();
         int left = now >= deadline ? 0 : (int)(deadline - now);
         int kind = kd_rpc_read(r, left, m);
         if (kind != KD_RPC_RESPONSE && kind != KD_RPC_NOTIFICATION)
