@@ -60,22 +60,31 @@ static inline void kd_rpc_sleep_ms(int ms)
         ;
 }
 
+/* A bare TCP socket connected to 127.0.0.1:port (TCP_NODELAY), for tests that write raw bytes;
+ * -1 on failure. */
+static inline int kd_rpc_socket(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
 /* Connect to 127.0.0.1:port. Returns 0 or -1. */
 static inline int kd_rpc_connect(kd_rpc_t *r, int port)
 {
     memset(r, 0, sizeof(*r));
-    r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    r->fd = kd_rpc_socket(port);
     if (r->fd < 0)
         return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(r->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(r->fd);
-        r->fd = -1;
-        return -1;
-    }
-    int one = 1;
-    setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kd_frame_limits_t lim = {
         .max_message = (size_t)1 << 30, .max_elements = 1 << 24, .max_depth = 32};
     if (kd_frame_new(&lim, &r->frame) != 0) {

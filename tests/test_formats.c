@@ -14,6 +14,7 @@
  */
 #include "client/mtx_file.h"
 #include "kd_solver_test.h"
+#include "kd_test_mtx.h"
 #include "protocol/mtx.h"
 #include "solver/matrix.h"
 
@@ -138,22 +139,6 @@ static void formats_case(const char *name, kd_csr_t *csr64, const double (*pairs
 #define ALL_PAIRS pairs_all, (int)(sizeof(pairs_all) / sizeof(pairs_all[0]))
 #define FEW_PAIRS pairs_few, (int)(sizeof(pairs_few) / sizeof(pairs_few[0]))
 
-static kd_csr_t *load_matrix(const char *file)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, file);
-    char *text = NULL;
-    size_t len = 0;
-    kd_err_t err = {0};
-    kd_csr_t *m = NULL;
-    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) == KD_OK)
-        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err);
-    free(text);
-    if (m == NULL)
-        fprintf(stderr, "loading %s: %s\n", path, err.message);
-    return m;
-}
-
 static void test_real_matrices(void)
 {
     static const char *files[] = {
@@ -171,7 +156,7 @@ static void test_real_matrices(void)
         "3by0.mtx",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        kd_csr_t *m = load_matrix(files[i]);
+        kd_csr_t *m = kd_test_load_mtx(files[i], 0.0);
         CHECK_MSG(m != NULL, "cannot load %s", files[i]);
         if (m != NULL)
             formats_case(files[i], m, FEW_PAIRS);
