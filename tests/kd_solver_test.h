@@ -191,4 +191,23 @@ static inline void *kd_test_random_vector(int64_t n, kd_dtype_t dtype, double lo
     return v;
 }
 
+/*
+ * How far row r of y = alpha * A * x + beta * y0, computed in dtype, may be from the exact value:
+ * a sum of len terms in the value type errs by at most (len + 4) eps times the sum of the terms'
+ * magnitudes. x and y0 are the values as dtype holds them, in double.
+ */
+static inline double kd_test_spmv_row_bound(const kd_csr_t *csr, kd_dtype_t dtype, double alpha,
+                                            const double *x, double beta, const double *y0,
+                                            int64_t r)
+{
+    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
+    double scale = 0.0;
+    int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+    for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
+        scale += fabs(kd_csr_value(csr, k) * x[csr->indices[k]]);
+    scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0[r]));
+    double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
+    return tol * scale + 1e-300;
+}
+
 #endif

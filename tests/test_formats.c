@@ -64,18 +64,11 @@ static void check_spmv(const char *name, const kd_matrix_t *m, const kd_csr_t *c
     for (int64_t i = 0; i < rows; i++)
         ref[i] = beta == 0.0 ? NAN : y0w[i];
     kd_csr_spmv_ref(csr, xw, alpha, beta, ref);
-    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
     int64_t bad = 0, guard_bad = 0;
     for (int64_t r = 0; r < rows; r++) {
         double got = kd_load_real(yout, dtype, (size_t)r);
-        double scale = 0.0;
-        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
-            scale += fabs(kd_csr_value(csr, k) * xw[csr->indices[k]]);
-        scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0w[r]));
-        /* a sum of len terms in the value type: error <= (len + 4) eps * scale */
-        double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
-        if (!isfinite(got) || fabs(got - ref[r]) > tol * scale + 1e-300) {
+        double bound = kd_test_spmv_row_bound(csr, dtype, alpha, xw, beta, y0w, r);
+        if (!isfinite(got) || fabs(got - ref[r]) > bound) {
             if (bad++ < 5)
                 fprintf(stderr, "%s %s %s alpha=%g beta=%g: y[%lld] = %.17g, expected %.17g\n",
                         name, kd_format_name(m->format), kd_dtype_name(dtype), alpha, beta,
