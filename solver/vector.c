@@ -54,55 +54,50 @@ void kd_vec_release(kd_vec_t *v)
     memset(v, 0, sizeof(*v));
 }
 
-int kd_vec_write(kd_ocl_t *ocl, kd_vec_t *v, const void *src, kd_dtype_t src_dtype, kd_err_t *err)
+/* A blocking copy between v and host memory of host_dtype (converted through a temporary when it
+ * is not v's dtype): from src to the device when src is not NULL, else from the device to dst. */
+static int kd_vec_transfer(kd_ocl_t *ocl, const kd_vec_t *v, const void *src, void *dst,
+                           kd_dtype_t host_dtype, kd_err_t *err)
 {
-    int rc = kd_vec_check_host_dtype(src_dtype, err);
+    const int write = src != NULL;
+    int rc = kd_vec_check_host_dtype(host_dtype, err);
     if (rc != KD_OK || v->n == 0)
         return rc;
     size_t n = (size_t)v->n;
     size_t bytes = n * kd_dtype_size(v->dtype);
     void *tmp = NULL;
-    const void *from = src;
-    if (src_dtype != v->dtype) {
+    if (host_dtype != v->dtype) {
         if ((tmp = malloc(bytes)) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory converting %zu values", n);
-        kd_convert_real(tmp, v->dtype, src, src_dtype, n);
-        from = tmp;
+        if (write)
+            kd_convert_real(tmp, v->dtype, src, host_dtype, n);
     }
-    cl_int st =
-        clEnqueueWriteBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes, from, 0, NULL, NULL);
-    free(tmp);
+    cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+                                             tmp != NULL ? tmp : src, 0, NULL, NULL)
+                      : clEnqueueReadBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+                                            tmp != NULL ? tmp : dst, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-        kd_err_prefix(err, "writing %zu bytes to a device vector", bytes);
+        rc = kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+        kd_err_prefix(err, write ? "writing %zu bytes to a device vector"
+                                 : "reading %zu bytes from a device vector",
+                      bytes);
+    } else if (tmp != NULL && !write) {
+        kd_convert_real(dst, host_dtype, tmp, v->dtype, n);
     }
+    free(tmp);
     return rc;
+}
+
+int kd_vec_write(kd_ocl_t *ocl, kd_vec_t *v, const void *src, kd_dtype_t src_dtype, kd_err_t *err)
+{
+    assert(ocl != NULL && v != NULL && (src != NULL || v->n == 0));
+    return kd_vec_transfer(ocl, v, src, NULL, src_dtype, err);
 }
 
 int kd_vec_read(kd_ocl_t *ocl, const kd_vec_t *v, void *dst, kd_dtype_t dst_dtype, kd_err_t *err)
 {
-    int rc = kd_vec_check_host_dtype(dst_dtype, err);
-    if (rc != KD_OK || v->n == 0)
-        return rc;
-    size_t n = (size_t)v->n;
-    size_t bytes = n * kd_dtype_size(v->dtype);
-    void *tmp = NULL;
-    void *into = dst;
-    if (dst_dtype != v->dtype) {
-        if ((tmp = malloc(bytes)) == NULL)
-            return kd_err_set(err, KD_ENOMEM, "out of host memory converting %zu values", n);
-        into = tmp;
-    }
-    cl_int st =
-        clEnqueueReadBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes, into, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "clEnqueueReadBuffer");
-        kd_err_prefix(err, "reading %zu bytes from a device vector", bytes);
-    } else if (tmp != NULL) {
-        kd_convert_real(dst, dst_dtype, tmp, v->dtype, n);
-    }
-    free(tmp);
-    return rc;
+    assert(ocl != NULL && v != NULL && (dst != NULL || v->n == 0));
+    return kd_vec_transfer(ocl, v, NULL, dst, dst_dtype, err);
 }
 
 int kd_vec_fill(kd_ocl_t *ocl, kd_vec_t *v, double value, kd_err_t *err)
