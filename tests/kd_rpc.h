@@ -78,6 +78,20 @@ static inline int kd_rpc_socket(int port)
     return fd;
 }
 
+/* The first bytes of a hand-made matrix.put request, [0, msgid, "matrix.put", [{"mtx": ...,
+ * into msg (room for 20 bytes); the caller appends the value's header. Returns the length. */
+static inline size_t kd_rpc_put_mtx_prefix(unsigned char *msg, uint8_t msgid)
+{
+    /* "matrix.put" (fixstr 10), params: array of 1, map of 1, key "mtx" (fixstr 3) */
+    static const unsigned char call[] = {0xaa, 'm', 'a', 't', 'r', 'i', 'x', '.', 'p', 'u', 't',
+                                         0x91, 0x81, 0xa3, 'm',  't', 'x'};
+    msg[0] = 0x94;  /* array of 4 */
+    msg[1] = 0x00;  /* request */
+    msg[2] = msgid; /* a positive fixint */
+    memcpy(msg + 3, call, sizeof(call));
+    return 3 + sizeof(call);
+}
+
 /* Connect to 127.0.0.1:port. Returns 0 or -1. */
 static inline int kd_rpc_connect(kd_rpc_t *r, int port)
 {

@@ -269,18 +269,7 @@ static void *oversized(void *arg)
         if (kd_rpc_connect(&r, d.port) != 0)
             continue;
         unsigned char msg[64];
-        size_t n = 0;
-        msg[n++] = 0x94;
-        msg[n++] = 0x00;
-        msg[n++] = 77;
-        msg[n++] = 0xaa;
-        memcpy(msg + n, "matrix.put", 10);
-        n += 10;
-        msg[n++] = 0x91;
-        msg[n++] = 0x81;
-        msg[n++] = 0xa3;
-        memcpy(msg + n, "mtx", 3);
-        n += 3;
+        size_t n = kd_rpc_put_mtx_prefix(msg, 77);
         memcpy(msg + n, heads[round % 4], 5);
         n += 5;
         kd_rpc_send_raw(&r, msg, n);

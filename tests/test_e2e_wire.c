@@ -289,18 +289,7 @@ static void test_declared_size_over_limit(void)
     int fd = kd_rpc_socket(daemon_.port);
     /* [0, 99, "matrix.put", [{"mtx": bin32 of 4 GiB - 1 ...}]] — only the header is sent */
     unsigned char msg[64];
-    size_t n = 0;
-    msg[n++] = 0x94;
-    msg[n++] = 0x00;
-    msg[n++] = 99;
-    msg[n++] = 0xaa;
-    memcpy(msg + n, "matrix.put", 10);
-    n += 10;
-    msg[n++] = 0x91;
-    msg[n++] = 0x81;
-    msg[n++] = 0xa3;
-    memcpy(msg + n, "mtx", 3);
-    n += 3;
+    size_t n = kd_rpc_put_mtx_prefix(msg, 99);
     msg[n++] = 0xc6;
     msg[n++] = 0xff, msg[n++] = 0xff, msg[n++] = 0xff, msg[n++] = 0xff;
     raw_send(fd, msg, n);
