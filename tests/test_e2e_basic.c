@@ -7,7 +7,7 @@
  */
 #include "client/mtx_file.h"
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
 #include "kd_test.h"
 #include "kd_test_mtx.h"
 #include "krylov.h"
@@ -429,16 +429,8 @@ static void test_info_list_drop(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0) {
-        fprintf(stderr, "could not start krylovd\n");
+    if ((client = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    }
-    client = krylov_client_new();
-    if (krylov_connect(client, daemon_.address) != KRYLOV_OK) {
-        fprintf(stderr, "connect: %s\n", krylov_error_message(client));
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     RUN(test_status_of_fresh_server);
     RUN(test_put_three_ways_same_id);
     RUN(test_spmv_matches_reference);

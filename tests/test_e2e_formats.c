@@ -9,7 +9,7 @@
  */
 #include "client/mtx_file.h"
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
 #include "kd_rpc.h"
 #include "kd_test.h"
 #include "kd_test_mtx.h"
@@ -314,16 +314,8 @@ static void test_candidates_reported(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0) {
-        fprintf(stderr, "cannot start krylovd\n");
+    if ((client = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    }
-    client = krylov_client_new();
-    if (krylov_connect(client, daemon_.address) != KRYLOV_OK) {
-        fprintf(stderr, "connect: %s\n", krylov_error_message(client));
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     krylov_set_timeout(client, 120000);
     RUN(test_forced_formats_over_the_wire);
     RUN(test_candidates_reported);

@@ -5,7 +5,7 @@
  * closed — and then checks that a well-behaved client on another connection is still served.
  */
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
 #include "kd_rpc.h"
 #include "kd_test.h"
 #include "krylov.h"
@@ -348,13 +348,8 @@ static void test_pipelined_and_split_requests(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0)
+    if ((good = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    good = krylov_client_new();
-    if (krylov_connect(good, daemon_.address) != KRYLOV_OK) {
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     RUN(test_unframeable_bytes_close_only_that_connection);
     RUN(test_not_a_request);
     RUN(test_method_and_parameter_errors);
