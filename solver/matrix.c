@@ -10,6 +10,7 @@
 #include "solver/matrix_scan.h"
 #include "solver/precond.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,7 @@ int kd_format_alloc_array(kd_ocl_t *ocl, kd_matrix_t *m, size_t bytes, const cha
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
                      kd_err_t *err)
 {
+    assert(ocl != NULL && csr != NULL && out != NULL);
     kd_format_source_t src;
     *out = NULL;
     if (!kd_format_available(format)) {
@@ -288,6 +290,7 @@ int kd_matrix_adopt_scan(kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
                             kd_matrix_t **out, kd_err_t *err)
 {
+    assert(ocl != NULL && src != NULL && src->csr != NULL && out != NULL);
     const kd_csr_t *csr = src->csr;
     kd_matrix_t *m = NULL;
     *out = NULL;
@@ -341,6 +344,7 @@ void kd_matrix_free(kd_matrix_t *m)
 int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                    double beta, kd_vec_t *y, kd_err_t *err)
 {
+    assert(ocl != NULL && m != NULL && x != NULL && y != NULL);
     if (x->dtype != m->dtype || y->dtype != m->dtype)
         return kd_err_set(err, KD_EBADREQ, "spmv on a %s matrix needs %s vectors, not x %s, y %s",
                           kd_dtype_name(m->dtype), kd_dtype_name(m->dtype), kd_dtype_name(x->dtype),

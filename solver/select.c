@@ -35,6 +35,7 @@
 #include "common/log.h"
 #include "solver/format.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -486,6 +487,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err)
 {
+    assert(ocl != NULL && csr != NULL && out != NULL && result != NULL);
     double t0 = kd_clock_ms();
     kd_format_source_t src;
     kd_csr_stats_t stats = {0};

@@ -23,6 +23,7 @@ static int kd_vec_check_host_dtype(kd_dtype_t t, kd_err_t *err)
 
 int kd_vec_alloc(kd_ocl_t *ocl, int64_t n, kd_dtype_t dtype, kd_vec_t *v, kd_err_t *err)
 {
+    assert(ocl != NULL && v != NULL);
     memset(v, 0, sizeof(*v));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)
@@ -133,6 +134,7 @@ static size_t kd_multivec_quantum(kd_ocl_t *ocl, size_t size)
 int kd_multivec_alloc(kd_ocl_t *ocl, int64_t n, int64_t k, kd_dtype_t dtype, kd_multivec_t *mv,
                       kd_err_t *err)
 {
+    assert(ocl != NULL && mv != NULL);
     memset(mv, 0, sizeof(*mv));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)
