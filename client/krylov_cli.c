@@ -582,7 +582,7 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
     kd_progress_t bar;
     kd_progress_init(&bar, stderr, cli->progress, opt.method);
     double target = fmax(opt.rtol * kd_norm2(b, info.rows), opt.atol);
-    kd_progress_set_target(&bar, target, opt.maxiter >= 0 ? opt.maxiter : 10 * info.rows);
+    kd_progress_set_target(&bar, target, opt.maxiter); /* -1: the server's default, unknown here */
     if (bar.enabled) {
         opt.progress = kd_progress_solve;
         opt.progress_ctx = &bar;

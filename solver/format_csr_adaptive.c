@@ -39,9 +39,9 @@ typedef struct kd_adaptive_plan {
     int32_t *long_rows, *long_slots;
 } kd_adaptive_plan_t;
 
-/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG, for tuning experiments),
- * halved until the products and the reduction scratch take at most half of the device's local
- * memory (at least WG entries). */
+/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG: developer-only, for tuning
+ * experiments, docs/OPERATIONS.md), halved until the products and the reduction scratch take at
+ * most half of the device's local memory (at least WG entries). */
 static int adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
