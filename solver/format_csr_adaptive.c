@@ -215,14 +215,13 @@ static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
     size_t wg = kd_ocl_work_group_size(ocl);
     char extra[32];
     snprintf(extra, sizeof(extra), "-DKD_CAP=%d", impl->cap);
-    int rc = kd_format_run(ocl, m->dtype, "csr_adaptive", extra, "kd_csr_adaptive_spmv",
-                           impl->nblocks * wg,
-                           KD_ARGS(KD_ARG_MEM(impl->blocks), KD_ARG_MEM(impl->csr.indptr),
-                                   KD_ARG_MEM(impl->csr.indices), KD_ARG_MEM(impl->csr.values),
-                                   KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
-                                   KD_ARG_MEM(impl->partials), KD_ARG_VALUE(m->dtype, alpha),
-                                   KD_ARG_VALUE(m->dtype, beta)),
-                           err);
+    int rc = kd_format_run(
+        ocl, m->dtype, "csr_adaptive", extra, "kd_csr_adaptive_spmv", impl->nblocks * wg,
+        KD_ARGS(KD_ARG_MEM(impl->blocks), KD_ARG_MEM(impl->csr.indptr),
+                KD_ARG_MEM(impl->csr.indices), KD_ARG_MEM(impl->csr.values), KD_ARG_MEM(x->mem),
+                KD_ARG_MEM(y->mem), KD_ARG_MEM(impl->partials), KD_ARG_VALUE(m->dtype, alpha),
+                KD_ARG_VALUE(m->dtype, beta)),
+        err);
     if (rc != KD_OK || impl->nlong == 0)
         return rc;
     return kd_format_run(ocl, m->dtype, "csr_adaptive", extra, "kd_csr_adaptive_long", impl->nlong,

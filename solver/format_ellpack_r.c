@@ -64,14 +64,12 @@ static int ellpack_r_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t 
     if (rc != KD_OK || csr->rows == 0)
         return rc;
 
-    return kd_format_run(ocl, csr->dtype, "ellpack_r", NULL, "kd_ellpack_r_from_csr",
-                         (size_t)csr->rows,
-                         KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_INT(impl->width),
-                                 KD_ARG_LONG(impl->ld), KD_ARG_MEM(src->indptr),
-                                 KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
-                                 KD_ARG_MEM(impl->lengths), KD_ARG_MEM(impl->indices),
-                                 KD_ARG_MEM(impl->values)),
-                         err);
+    return kd_format_run(
+        ocl, csr->dtype, "ellpack_r", NULL, "kd_ellpack_r_from_csr", (size_t)csr->rows,
+        KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_INT(impl->width), KD_ARG_LONG(impl->ld),
+                KD_ARG_MEM(src->indptr), KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
+                KD_ARG_MEM(impl->lengths), KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values)),
+        err);
 }
 
 static int ellpack_r_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,

@@ -195,26 +195,24 @@ static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, k
     if (rc != KD_OK || slots == 0 || csr->rows == 0)
         return rc;
 
-    return kd_format_run(ocl, csr->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_from_csr",
-                         (size_t)csr->rows,
-                         KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_MEM(impl->slice_ptr),
-                                 KD_ARG_MEM(impl->perm), KD_ARG_MEM(src->indptr),
-                                 KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
-                                 KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values)),
-                         err);
+    return kd_format_run(
+        ocl, csr->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_from_csr", (size_t)csr->rows,
+        KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_MEM(impl->slice_ptr), KD_ARG_MEM(impl->perm),
+                KD_ARG_MEM(src->indptr), KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
+                KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values)),
+        err);
 }
 
 static int sell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                      double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_sell_t *impl = m->impl;
-    return kd_format_run(ocl, m->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_spmv",
-                         (size_t)m->rows,
-                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(impl->slice_ptr),
-                                 KD_ARG_MEM(impl->perm), KD_ARG_MEM(impl->indices),
-                                 KD_ARG_MEM(impl->values), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
-                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
-                         err);
+    return kd_format_run(
+        ocl, m->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_spmv", (size_t)m->rows,
+        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(impl->slice_ptr), KD_ARG_MEM(impl->perm),
+                KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values), KD_ARG_MEM(x->mem),
+                KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+        err);
 }
 
 const kd_format_ops_t kd_format_sell_c_sigma_ops = {

@@ -124,9 +124,10 @@ int kd_method_explain(const kd_krylov_column_t *st, int64_t skip, const char *pq
             "is not symmetric positive definite (or is scaled beyond the dtype)",
             at, rz_name, pq_name, st->fail, st->pq);
     case KD_KRYLOV_NON_FINITE_PQ:
-        return kd_method_final(res, KD_SOLVE_NON_FINITE, before,
-                               "%s = %g at iteration %lld: the iterates overflowed during iteration",
-                               pq_name, st->fail, at);
+        return kd_method_final(
+            res, KD_SOLVE_NON_FINITE, before,
+            "%s = %g at iteration %lld: the iterates overflowed during iteration", pq_name,
+            st->fail, at);
     case KD_KRYLOV_NON_FINITE_ALPHA:
         return kd_method_final(res, KD_SOLVE_NON_FINITE, before,
                                "step length alpha = %s / %s = %g at iteration %lld (%s = %g) "

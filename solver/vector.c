@@ -79,8 +79,9 @@ static int kd_vec_transfer(kd_ocl_t *ocl, const kd_vec_t *v, const void *src, vo
                                             tmp != NULL ? tmp : dst, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
-        kd_err_prefix(err, write ? "writing %zu bytes to a device vector"
-                                 : "reading %zu bytes from a device vector",
+        kd_err_prefix(err,
+                      write ? "writing %zu bytes to a device vector"
+                            : "reading %zu bytes from a device vector",
                       bytes);
     } else if (tmp != NULL && !write) {
         kd_convert_real(dst, host_dtype, tmp, v->dtype, n);

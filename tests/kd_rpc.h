@@ -83,8 +83,8 @@ static inline int kd_rpc_socket(int port)
 static inline size_t kd_rpc_put_mtx_prefix(unsigned char *msg, uint8_t msgid)
 {
     /* "matrix.put" (fixstr 10), params: array of 1, map of 1, key "mtx" (fixstr 3) */
-    static const unsigned char call[] = {0xaa, 'm', 'a', 't', 'r', 'i', 'x', '.', 'p', 'u', 't',
-                                         0x91, 0x81, 0xa3, 'm',  't', 'x'};
+    static const unsigned char call[] = {0xaa, 'm', 'a',  't',  'r',  'i', 'x', '.', 'p',
+                                         'u',  't', 0x91, 0x81, 0xa3, 'm', 't', 'x'};
     msg[0] = 0x94;  /* array of 4 */
     msg[1] = 0x00;  /* request */
     msg[2] = msgid; /* a positive fixint */
