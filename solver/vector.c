@@ -207,40 +207,42 @@ static size_t kd_multivec_offset(const kd_multivec_t *mv, int64_t j)
     return (size_t)j * (size_t)mv->ld * kd_dtype_size(mv->dtype);
 }
 
-int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
+/* Blocking copies of the k columns between mv and k packed host columns: from src to the device
+ * when src is not NULL, else from the device to dst. */
+static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, const void *src, void *dst,
+                                kd_err_t *err)
 {
     if (mv->mem == NULL)
         return KD_OK;
+    const int write = src != NULL;
     size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
     for (int64_t j = 0; j < mv->k; j++) {
-        cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
-                                         kd_multivec_offset(mv, j), bytes,
-                                         (const char *)src + (size_t)j * bytes, 0, NULL, NULL);
+        cl_bool last = j == mv->k - 1;
+        size_t at = kd_multivec_offset(mv, j), host = (size_t)j * bytes;
+        cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
+                                                 (const char *)src + host, 0, NULL, NULL)
+                          : clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
+                                                (char *)dst + host, 0, NULL, NULL);
         if (st != CL_SUCCESS) {
             (void)clFinish(kd_ocl_queue(ocl));
-            kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-            return kd_err_prefix(err, "writing column %lld of a device multivector", (long long)j);
+            kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+            return kd_err_prefix(err, "%s column %lld of a device multivector",
+                                 write ? "writing" : "reading", (long long)j);
         }
     }
     return KD_OK;
 }
 
+int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
+{
+    assert(ocl != NULL && mv != NULL && (src != NULL || mv->mem == NULL));
+    return kd_multivec_transfer(ocl, mv, src, NULL, err);
+}
+
 int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err)
 {
-    if (mv->mem == NULL)
-        return KD_OK;
-    size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
-    for (int64_t j = 0; j < mv->k; j++) {
-        cl_int st = clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
-                                        kd_multivec_offset(mv, j), bytes,
-                                        (char *)dst + (size_t)j * bytes, 0, NULL, NULL);
-        if (st != CL_SUCCESS) {
-            (void)clFinish(kd_ocl_queue(ocl));
-            kd_ocl_fail(err, st, "clEnqueueReadBuffer");
-            return kd_err_prefix(err, "reading column %lld of a device multivector", (long long)j);
-        }
-    }
-    return KD_OK;
+    assert(ocl != NULL && mv != NULL && (dst != NULL || mv->mem == NULL));
+    return kd_multivec_transfer(ocl, mv, NULL, dst, err);
 }
 
 int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
