@@ -1,17 +1,11 @@
 /* Shared benchmark helpers (see bench.h). */
 #include "bench/bench.h"
+#include "common/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-double kd_bench_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int kd_bench_cmp(const void *a, const void *b)
 {
@@ -54,12 +48,12 @@ int kd_bench_time_device(kd_ocl_t *ocl, kd_bench_fn fn, void *ctx, int warmup, i
     if (rc != KD_OK || batch_ms == NULL)
         return rc;
     /* back to back: no events, the host clock around the whole queue */
-    double t0 = kd_bench_now_ms();
+    double t0 = kd_clock_ms();
     for (int i = 0; i < runs && rc == KD_OK; i++)
         rc = fn(ctx, err);
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
-    *batch_ms = runs > 0 ? (kd_bench_now_ms() - t0) / runs : 0.0;
+    *batch_ms = runs > 0 ? (kd_clock_ms() - t0) / runs : 0.0;
     return rc;
 }
 

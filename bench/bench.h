@@ -19,9 +19,6 @@ int kd_bench_solve_main(int argc, char **argv);
 int kd_bench_export_main(int argc, char **argv);
 int kd_bench_kernels_main(int argc, char **argv);
 
-/* Host wall clock in milliseconds (CLOCK_MONOTONIC). */
-double kd_bench_now_ms(void);
-
 /* The median of v[0..n) (sorts v in place); 0 for n == 0. */
 double kd_bench_median(double *v, size_t n);
 /* The smallest of v[0..n); 0 for n == 0. */

@@ -25,6 +25,7 @@
  * One table row per (matrix, method, right-hand sides, reduction groups); --csv appends the same.
  */
 #include "bench/bench.h"
+#include "common/clock.h"
 #include "bench/matgen.h"
 #include "solver/method.h"
 #include "solver/select.h"
@@ -35,13 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double kd_bs_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static int kd_bs_cmp(const void *a, const void *b)
 {
@@ -75,11 +69,11 @@ static double kd_bs_copy_bandwidth(kd_ocl_t *ocl, size_t mb, int runs)
         goto done;
     double *t = calloc((size_t)runs, sizeof(double));
     for (int i = 0; i < runs; i++) {
-        double t0 = kd_bs_now_ms();
+        double t0 = kd_clock_ms();
         for (int j = 0; j < 4; j++)
             clEnqueueCopyBuffer(q, (j & 1) ? b : a, (j & 1) ? a : b, 0, 0, bytes, 0, NULL, NULL);
         clFinish(q);
-        t[i] = (kd_bs_now_ms() - t0) / 4.0;
+        t[i] = (kd_clock_ms() - t0) / 4.0;
     }
     out = 2.0 * (double)bytes / (kd_bs_median(t, runs) * 1e6);
     free(t);
@@ -105,11 +99,11 @@ static double kd_bs_spmv_ms(kd_ocl_t *ocl, const kd_matrix_t *A, int count, int 
     }
     double *t = calloc((size_t)runs, sizeof(double));
     for (int r = 0; r < runs; r++) {
-        double t0 = kd_bs_now_ms();
+        double t0 = kd_clock_ms();
         for (int i = 0; i < count; i++)
             kd_matrix_spmv(ocl, A, 1.0, &x, 0.0, &y, &err);
         kd_ocl_finish(ocl, &err);
-        t[r] = (kd_bs_now_ms() - t0) / count;
+        t[r] = (kd_clock_ms() - t0) / count;
     }
     out = kd_bs_median(t, runs);
     free(t);

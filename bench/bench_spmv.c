@@ -20,6 +20,7 @@
  * DIR/<name>.csr for the peer programs (bench/peers).
  */
 #include "bench/bench.h"
+#include "common/clock.h"
 #include "bench/matgen.h"
 #include "solver/matrix.h"
 #include "solver/select.h"
@@ -116,20 +117,20 @@ static void kd_bench_upload_gbs(kd_ocl_t *ocl, size_t bytes, double out[3])
         return;
     memset(host, 1, bytes);
     for (int rep = 0; rep < 2; rep++) {
-        double t0 = kd_bench_now_ms();
+        double t0 = kd_clock_ms();
         cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &st);
         if (a != NULL)
             clFinish(q);
-        double t1 = kd_bench_now_ms();
+        double t1 = kd_clock_ms();
         cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_ONLY, bytes, NULL, &st);
         if (b != NULL)
             st = clEnqueueWriteBuffer(q, b, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-        double t2 = kd_bench_now_ms();
+        double t2 = kd_clock_ms();
         cl_mem pin = clCreateBuffer(ctx, CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &st);
         void *p = pin != NULL ? clEnqueueMapBuffer(q, pin, CL_TRUE, CL_MAP_WRITE, 0, bytes, 0, NULL,
                                                    NULL, &st)
                               : NULL;
-        double t3 = kd_bench_now_ms();
+        double t3 = kd_clock_ms();
         if (p != NULL) {
             memcpy(p, host, bytes);
             clEnqueueUnmapMemObject(q, pin, p, 0, NULL, NULL);
@@ -137,7 +138,7 @@ static void kd_bench_upload_gbs(kd_ocl_t *ocl, size_t bytes, double out[3])
                 clEnqueueCopyBuffer(q, pin, b, 0, 0, bytes, 0, NULL, NULL);
             clFinish(q);
         }
-        double t4 = kd_bench_now_ms();
+        double t4 = kd_clock_ms();
         if (rep == 1) {
             out[0] = a != NULL ? (double)bytes / ((t1 - t0) * 1e-3) / 1e9 : 0.0;
             out[1] = b != NULL ? (double)bytes / ((t2 - t1) * 1e-3) / 1e9 : 0.0;
@@ -163,19 +164,19 @@ static void kd_bench_alloc_ms(kd_ocl_t *ocl, size_t bytes, double out[4])
     unsigned char zero = 0;
     cl_int st;
     clFinish(q);
-    double t0 = kd_bench_now_ms();
+    double t0 = kd_clock_ms();
     cl_mem a = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &st);
     if (a == NULL)
         return;
     clEnqueueFillBuffer(q, a, &zero, 1, 0, bytes, 0, NULL, NULL);
     clFinish(q);
-    double t1 = kd_bench_now_ms();
+    double t1 = kd_clock_ms();
     clEnqueueFillBuffer(q, a, &zero, 1, 0, bytes, 0, NULL, NULL);
     clFinish(q);
-    double t2 = kd_bench_now_ms();
+    double t2 = kd_clock_ms();
     clReleaseMemObject(a);
     clFinish(q);
-    double t3 = kd_bench_now_ms();
+    double t3 = kd_clock_ms();
     for (int i = 0; i < 10; i++) {
         cl_mem b = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 65536, NULL, &st);
         if (b == NULL)
@@ -184,7 +185,7 @@ static void kd_bench_alloc_ms(kd_ocl_t *ocl, size_t bytes, double out[4])
         clFinish(q);
         clReleaseMemObject(b);
     }
-    double t4 = kd_bench_now_ms();
+    double t4 = kd_clock_ms();
     out[0] = t1 - t0;
     out[1] = t2 - t1;
     out[2] = t3 - t2;
@@ -204,13 +205,13 @@ static int kd_bench_one_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *f
     int rc = KD_ENOMEM;
     if (t == NULL || got == NULL)
         goto done;
-    double t0 = kd_bench_now_ms();
+    double t0 = kd_clock_ms();
     kd_select_result_t sr;
     if ((rc = kd_select_upload_reordered(ocl, csr, forced, KD_SELECT_MEASURE, reorder, &m, &sr,
                                          err)) != KD_OK ||
         (rc = kd_ocl_finish(ocl, err)) != KD_OK)
         goto done;
-    r->build_ms = kd_bench_now_ms() - t0 - sr.transfer_ms; /* beyond the CSR transfer */
+    r->build_ms = kd_clock_ms() - t0 - sr.transfer_ms; /* beyond the CSR transfer */
     r->transfer_ms = sr.transfer_ms;
     r->device_bytes = m->device_bytes;
     if ((rc = kd_vec_fill(ocl, y, NAN, err)) != KD_OK ||

@@ -7,6 +7,7 @@
  * answer from a lost, duplicated or unexpected one.
  */
 #include "bench/loadgen.h"
+#include "common/clock.h"
 #include "kd_rpc.h"
 
 #include <math.h>
@@ -28,13 +29,6 @@ typedef struct kd_load_slot {
     int kind, matrix, vector;
     uint64_t sent_ns;
 } kd_load_slot_t;
-
-static uint64_t kd_load_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 typedef struct kd_load_client {
     const kd_load_config_t *cfg;
@@ -120,7 +114,7 @@ static void kd_load_send(kd_load_client_t *c, kd_rpc_t *r, uint64_t msgid, kd_lo
     }
     c->counts.by_kind[slot->kind]++;
     slot->busy = 1;
-    slot->sent_ns = kd_load_now_ns();
+    slot->sent_ns = kd_clock_ns();
     c->counts.sent++;
     if (kd_rpc_send(r, &w) != 0)
         kd_load_problem(c, "client %d: the connection broke while sending msgid %llu", c->index,
@@ -214,7 +208,7 @@ static void *kd_load_client_main(void *arg)
             slot->busy = 0;
             in_flight--;
             c->counts.answered++;
-            c->latency[c->nlatency++] = (double)(kd_load_now_ns() - slot->sent_ns) / 1e6;
+            c->latency[c->nlatency++] = (double)(kd_clock_ns() - slot->sent_ns) / 1e6;
             if (m.error != NULL) {
                 c->counts.errors++;
                 kd_load_problem(c, "client %d msgid %llu: %s %s", c->index, (unsigned long long)id,
@@ -291,13 +285,13 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
         clients[i].rng = (cfg->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1))) | 1;
         clients[i].latency = malloc((size_t)cfg->requests * sizeof(double));
     }
-    uint64_t t0 = kd_load_now_ns();
+    uint64_t t0 = kd_clock_ns();
     int started = 0;
     for (int i = 0; i < cfg->clients; i++)
         started += pthread_create(&threads[i], NULL, kd_load_client_main, &clients[i]) == 0;
     for (int i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
-    rep->seconds = (double)(kd_load_now_ns() - t0) / 1e9;
+    rep->seconds = (double)(kd_clock_ns() - t0) / 1e9;
     size_t nlat = 0;
     for (int i = 0; i < cfg->clients; i++)
         nlat += clients[i].nlatency;

@@ -6,6 +6,7 @@
  * shows that end coming.
  */
 #include "client/cli_progress.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -17,13 +18,6 @@
 #define KD_PROGRESS_BAR 20
 /* A terminal is redrawn at most this often; updates in between are skipped. */
 #define KD_PROGRESS_REDRAW_S 0.1
-
-static double kd_progress_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int kd_progress_columns(FILE *out)
 {
@@ -41,7 +35,7 @@ void kd_progress_init(kd_progress_t *p, FILE *out, kd_progress_mode_t mode, cons
     p->terminal = isatty(fileno(out)) && !(term != NULL && strcmp(term, "dumb") == 0);
     p->enabled = mode == KD_PROGRESS_ON || (mode == KD_PROGRESS_AUTO && p->terminal);
     p->delay_s = mode == KD_PROGRESS_ON ? 0.0 : KD_PROGRESS_DELAY_S;
-    p->start_s = kd_progress_now();
+    p->start_s = kd_clock_ms() / 1e3;
     p->last_draw_s = -1.0;
     p->maxiter = -1;
     snprintf(p->label, sizeof(p->label), "%s", label);
@@ -96,7 +90,7 @@ static void kd_progress_emit(kd_progress_t *p, const char *line)
 void kd_progress_solve(void *ctx, int64_t rhs, int64_t iteration, double residual)
 {
     kd_progress_t *p = ctx;
-    double now = kd_progress_now();
+    double now = kd_clock_ms() / 1e3;
     if (!p->have_first || rhs != p->rhs) { /* the first notification of a right-hand side */
         p->rhs = rhs;
         p->first_residual = residual;
@@ -134,7 +128,7 @@ void kd_progress_solve(void *ctx, int64_t rhs, int64_t iteration, double residua
 void kd_progress_bytes(void *ctx, uint64_t sent, uint64_t total)
 {
     kd_progress_t *p = ctx;
-    double now = kd_progress_now();
+    double now = kd_clock_ms() / 1e3;
     if (!p->have_first) { /* the first step of the request is on the wire */
         p->first_s = now;
         p->first_iteration = (int64_t)sent;
@@ -155,7 +149,7 @@ void kd_progress_bytes(void *ctx, uint64_t sent, uint64_t total)
 
 void kd_progress_steps(kd_progress_t *p, int64_t done, int64_t total, const char *unit)
 {
-    double now = kd_progress_now();
+    double now = kd_clock_ms() / 1e3;
     if (!kd_progress_due(p, now, done == total))
         return;
     char bar[64], line[256];

@@ -453,6 +453,29 @@ static int kd_check_count(krylov_client_t *c, int64_t n, size_t elem, size_t *by
     return KRYLOV_OK;
 }
 
+/* matrix.put of a shape and three arrays (two of int32, then the float64 values) of counts[i]
+ * entries each, with the options. */
+static int kd_put_arrays(krylov_client_t *c, int64_t rows, int64_t cols, const char *const names[3],
+                         const void *const arrays[3], const int64_t counts[3],
+                         const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+{
+    static const size_t widths[3] = {4, 4, 8};
+    size_t bytes[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        int rc = kd_check_count(c, counts[i], widths[i], &bytes[i]);
+        if (rc != KRYLOV_OK)
+            return rc;
+    }
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
+    kd_w_kv_int(&w, "rows", rows);
+    kd_w_kv_int(&w, "cols", cols);
+    for (int i = 0; i < 3; i++)
+        kd_w_kv_bin(&w, names[i], arrays[i], bytes[i]);
+    kd_put_options(&w, opt);
+    return kd_finish_info(c, &w, msgid, info);
+}
+
 int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,
                    const int32_t *indices, const double *values, const krylov_put_options_t *opt,
                    krylov_matrix_info_t *info)
@@ -460,45 +483,20 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
     if (rows < 0 || cols < 0)
         return kd_client_fail(c, KRYLOV_EBADREQ, "negative shape %lld x %lld", (long long)rows,
                               (long long)cols);
-    int64_t nnz = indptr[rows];
-    size_t ptr_bytes = 0, idx_bytes = 0, val_bytes = 0;
-    int rc = kd_check_count(c, rows + 1, 4, &ptr_bytes);
-    if (rc == KRYLOV_OK)
-        rc = kd_check_count(c, nnz, 4, &idx_bytes);
-    if (rc == KRYLOV_OK)
-        rc = kd_check_count(c, nnz, 8, &val_bytes);
-    if (rc != KRYLOV_OK)
-        return rc;
-    kd_writer_t w;
-    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
-    kd_w_kv_int(&w, "rows", rows);
-    kd_w_kv_int(&w, "cols", cols);
-    kd_w_kv_bin(&w, "indptr", indptr, ptr_bytes);
-    kd_w_kv_bin(&w, "indices", indices, idx_bytes);
-    kd_w_kv_bin(&w, "values", values, val_bytes);
-    kd_put_options(&w, opt);
-    return kd_finish_info(c, &w, msgid, info);
+    static const char *const names[3] = {"indptr", "indices", "values"};
+    const void *const arrays[3] = {indptr, indices, values};
+    const int64_t counts[3] = {rows + 1, indptr[rows], indptr[rows]};
+    return kd_put_arrays(c, rows, cols, names, arrays, counts, opt, info);
 }
 
 int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, const int32_t *row,
                    const int32_t *col, const double *values, const krylov_put_options_t *opt,
                    krylov_matrix_info_t *info)
 {
-    size_t idx_bytes = 0, val_bytes = 0;
-    int rc = kd_check_count(c, nnz, 4, &idx_bytes);
-    if (rc == KRYLOV_OK)
-        rc = kd_check_count(c, nnz, 8, &val_bytes);
-    if (rc != KRYLOV_OK)
-        return rc;
-    kd_writer_t w;
-    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
-    kd_w_kv_int(&w, "rows", rows);
-    kd_w_kv_int(&w, "cols", cols);
-    kd_w_kv_bin(&w, "row", row, idx_bytes);
-    kd_w_kv_bin(&w, "col", col, idx_bytes);
-    kd_w_kv_bin(&w, "values", values, val_bytes);
-    kd_put_options(&w, opt);
-    return kd_finish_info(c, &w, msgid, info);
+    static const char *const names[3] = {"row", "col", "values"};
+    const void *const arrays[3] = {row, col, values};
+    const int64_t counts[3] = {nnz, nnz, nnz};
+    return kd_put_arrays(c, rows, cols, names, arrays, counts, opt, info);
 }
 
 int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,

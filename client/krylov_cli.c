@@ -12,6 +12,7 @@
  * error, 3 a solve that did not converge, 4 a plot that could not be written.
  */
 #include "krylov.h"
+#include "common/clock.h"
 
 #include "client/cli_json.h"
 #include "client/cli_plot.h"
@@ -581,7 +582,7 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
     kd_progress_t bar;
     kd_progress_init(&bar, stderr, cli->progress, opt.method);
     double target = fmax(opt.rtol * kd_norm2(b, info.rows), opt.atol);
-    kd_progress_set_target(&bar, target, opt.maxiter >= 0 ? opt.maxiter : 10 * info.rows);
+    kd_progress_set_target(&bar, target, opt.maxiter); /* -1: the server's default, unknown here */
     if (bar.enabled) {
         opt.progress = kd_progress_solve;
         opt.progress_ctx = &bar;
@@ -665,13 +666,6 @@ static kd_timing_t kd_timing_of(double *v, int64_t n)
     return t;
 }
 
-static double kd_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* 2 nnz flops in ms milliseconds, in GFLOP/s */
 static double kd_gflops(int64_t nnz, double ms)
 {
@@ -725,14 +719,14 @@ static int kd_cmd_bench(kd_cli_t *cli, int argc, char **argv)
     kd_progress_t bar;
     kd_progress_init(&bar, stderr, cli->progress, "bench");
     for (int64_t r = -warmup; r < runs; r++) {
-        double ms = -1.0, t0 = kd_now_ms();
+        double ms = -1.0, t0 = kd_clock_ms();
         if (krylov_spmv_timed(cli->client, info.id, 1.0, x, info.cols, 0.0, y, info.rows, &ms) !=
             KRYLOV_OK) {
             kd_progress_done(&bar);
             rc = kd_fail(cli);
             goto done;
         }
-        double t1 = kd_now_ms();
+        double t1 = kd_clock_ms();
         if (r >= 0) {
             server[r] = ms;
             trip[r] = t1 - t0;

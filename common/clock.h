@@ -15,6 +15,12 @@ static inline uint64_t kd_clock_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* kd_clock_ns() in milliseconds, for code that measures in ms. */
+static inline double kd_clock_ms(void)
+{
+    return (double)kd_clock_ns() / 1e6;
+}
+
 /* Milliseconds since `start_ns` (a kd_clock_ns() reading). */
 static inline double kd_clock_ms_since(uint64_t start_ns)
 {

@@ -16,6 +16,7 @@
  * device copy) to make room for a new one.
  */
 #include "server/cache.h"
+#include "common/clock.h"
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/server.h"
@@ -92,7 +93,7 @@ int kd_cache_open(kd_server_t *server, kd_err_t *err)
     if (rc != KD_OK)
         return rc;
     kd_scan_ctx_t ctx = {
-        .server = server, .now_mono_ns = kd_now_ns(), .now_unix = (int64_t)time(NULL)};
+        .server = server, .now_mono_ns = kd_clock_ns(), .now_unix = (int64_t)time(NULL)};
     kd_state_scan_totals_t totals;
     rc = kd_state_scan(server->state, kd_cache_register, &ctx, &totals, err);
     if (rc != KD_OK)
@@ -206,7 +207,7 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     int rc = kd_cache_reserve(server, need, entry, what, err);
     if (rc != KD_OK)
         return rc;
-    uint64_t t0 = kd_now_ns();
+    uint64_t t0 = kd_clock_ns();
     kd_csr_t *csr = NULL;
     size_t corrupt_before = kd_state_moved_aside(server->state);
     rc = kd_state_load(server->state, entry->meta.id, &csr, err);
@@ -243,7 +244,7 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     kd_store_count(server->store, KD_STORE_RELOADS);
     KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f",
             entry->meta.hex, kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
-            (double)(kd_now_ns() - t0) / 1e6);
+            (double)(kd_clock_ns() - t0) / 1e6);
     return KD_OK;
 }
 

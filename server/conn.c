@@ -10,6 +10,7 @@
  * A connection is freed when it is closed and no job of its is still in flight (refs).
  */
 #include "common/log.h"
+#include "common/clock.h"
 #include "protocol/writer.h"
 #include "server/server.h"
 
@@ -120,7 +121,7 @@ void kd_conn_accept(kd_server_t *server)
     conn->server = server;
     conn->refs = 2; /* the tcp and linger handles */
     conn->id = ++server->next_conn_id;
-    conn->last_activity_ns = kd_now_ns();
+    conn->last_activity_ns = kd_clock_ns();
     if (uv_tcp_init(server->loop, &conn->tcp) != 0) {
         kd_frame_free(conn->frame);
         free(conn);
@@ -172,7 +173,7 @@ static void kd_conn_written(uv_write_t *req, int status)
     kd_conn_t *conn = w->conn;
     conn->write_pending -= w->len;
     if (status == 0)
-        conn->last_activity_ns = kd_now_ns();
+        conn->last_activity_ns = kd_clock_ns();
     free(w->bytes);
     free(w);
     if (status < 0 && status != UV_ECANCELED && !conn->closing) {
@@ -183,7 +184,7 @@ static void kd_conn_written(uv_write_t *req, int status)
                conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
         conn->read_paused = 0;
         if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
-            conn->message_start_ns = kd_now_ns();
+            conn->message_start_ns = kd_clock_ns();
         uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
     }
     kd_conn_unref(conn);
@@ -273,7 +274,7 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         return;
     }
     kd_frame_commit(conn->frame, (size_t)nread);
-    uint64_t now = kd_now_ns();
+    uint64_t now = kd_clock_ns();
     if (nread > 0)
         conn->last_activity_ns = now;
     kd_frame_event_t ev;

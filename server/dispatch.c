@@ -11,6 +11,7 @@
  * here or run by the worker, never both.
  */
 #include "common/log.h"
+#include "common/clock.h"
 #include "protocol/writer.h"
 #include "server/replies.h"
 #include "server/server.h"
@@ -216,7 +217,7 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     job->req = req;
     job->msgid = req->msgid;
     job->conn = conn;
-    job->submitted_ns = kd_now_ns();
+    job->submitted_ns = kd_clock_ns();
     if (req->timeout_ms > 0)
         job->deadline_ns = job->submitted_ns + (uint64_t)req->timeout_ms * 1000000u;
     atomic_init(&job->cancel, 0);
@@ -253,7 +254,7 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
-    uint64_t t0 = kd_now_ns();
+    uint64_t t0 = kd_clock_ns();
     kd_method_t method = req->method;
     server->counters.requests++;
     server->counters.by_method[req->method]++;
@@ -286,7 +287,7 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
         return;
     }
     kd_request_free(req);
-    kd_latency_record(&server->latency[method], kd_now_ns() - t0);
+    kd_latency_record(&server->latency[method], kd_clock_ns() - t0);
 }
 
 void kd_dispatch_job_done(void *ctx, kd_job_t *job)
@@ -297,13 +298,13 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
     server->jobs_in_flight--;
     if (job->error_code != KD_OK)
         kd_server_count_error(server, job->error_code);
-    uint64_t elapsed = kd_now_ns() - job->submitted_ns;
+    uint64_t elapsed = kd_clock_ns() - job->submitted_ns;
     kd_latency_record(&server->latency[job->req->method], elapsed);
     double ms = (double)elapsed / 1e6;
     KD_DEBUG("dispatch", "done conn=%llu msgid=%llu method=%s ms=%.3f result=%s",
              (unsigned long long)conn->id, (unsigned long long)job->msgid,
              kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));
-    conn->last_activity_ns = kd_now_ns();
+    conn->last_activity_ns = kd_clock_ns();
     kd_conn_send(conn, job->response, job->response_len); /* dropped if the client left */
     job->response = NULL;
     kd_job_free(job);

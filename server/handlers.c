@@ -10,6 +10,7 @@
  * an allocation, kd_handlers_run() evicts the other unpinned matrices and runs the job once more.
  */
 #include "common/checked.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
@@ -25,7 +26,7 @@
 
 static double kd_ms_since(uint64_t t0)
 {
-    return (double)(kd_now_ns() - t0) / 1e6;
+    return (double)(kd_clock_ns() - t0) / 1e6;
 }
 
 static int kd_not_found(kd_err_t *err, const uint8_t id[16])
@@ -234,7 +235,7 @@ static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd
         return kd_err_set(err, KD_EBADREQ, "y has %lld entries but matrix %s has %lld rows",
                           (long long)q->y.count, entry->meta.hex, (long long)A->rows);
 
-    uint64_t t0 = kd_now_ns();
+    uint64_t t0 = kd_clock_ns();
     kd_vec_t x = {0}, y = {0};
     void *out = NULL;
     rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
@@ -277,7 +278,7 @@ static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double resi
     kd_progress_ctx_t *pc = ctx;
     if (!pc->enabled)
         return 0;
-    uint64_t now = kd_now_ns();
+    uint64_t now = kd_clock_ns();
     if (pc->last_ns != 0 && now - pc->last_ns < 250000000u)
         return 0;
     pc->last_ns = now;
@@ -351,7 +352,7 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
                         (long long)nrhs);
         goto done;
     }
-    uint64_t t0 = kd_now_ns();
+    uint64_t t0 = kd_clock_ns();
     /* All right-hand sides in one solve: they share the device's launches. */
     kd_convert_real(b, A->dtype, q->b.data, q->b.dtype, (size_t)want);
     if (x0 != NULL)
@@ -488,7 +489,7 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
     int stop = atomic_load(&job->cancel);
     if (stop != 0) {
         rc = kd_err_set(&err, stop, "cancelled before it started");
-    } else if (job->deadline_ns != 0 && kd_now_ns() > job->deadline_ns) {
+    } else if (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns) {
         rc = kd_err_set(&err, KD_ETIMEOUT, "timeout_ms = %lld passed while the request waited",
                         (long long)job->req->timeout_ms);
     } else {

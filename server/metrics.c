@@ -3,6 +3,7 @@
  * Prometheus conventions: krylovd_ prefix, _total for counters, _bytes and _seconds units.
  */
 #include "server/metrics.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/server.h"
 #include "server/stats.h"
@@ -113,7 +114,7 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_label(&t, d->platform);
     kd_text_add(&t, "\",type=\"%s\"} 1\n", d->is_gpu ? "gpu" : (d->is_cpu ? "cpu" : "other"));
     kd_text_metric(&t, "krylovd_uptime_seconds", "gauge", "Seconds since krylovd started.",
-                   (double)(kd_now_ns() - server->start_ns) / 1e9);
+                   (double)(kd_clock_ns() - server->start_ns) / 1e9);
 
     kd_text_add(&t, "# HELP krylovd_requests_total Requests received, by method.\n"
                     "# TYPE krylovd_requests_total counter\n");
@@ -352,7 +353,7 @@ static void kd_metrics_accept(uv_stream_t *listener, int status)
     if (c == NULL)
         return;
     c->owner = m;
-    c->opened_ns = kd_now_ns();
+    c->opened_ns = kd_clock_ns();
     if (uv_tcp_init(listener->loop, &c->tcp) != 0) {
         free(c);
         return;
@@ -373,7 +374,7 @@ static void kd_metrics_accept(uv_stream_t *listener, int status)
 static void kd_metrics_sweep(uv_timer_t *timer)
 {
     kd_metrics_t *m = timer->data;
-    uint64_t now = kd_now_ns();
+    uint64_t now = kd_clock_ns();
     for (kd_mconn_t *c = m->conns; c != NULL; c = c->next)
         if (now - c->opened_ns > KD_METRICS_DEADLINE_NS)
             kd_mconn_close(c);

@@ -3,6 +3,7 @@
  * docs/PROTOCOL.md; keep the two in step.
  */
 #include "server/replies.h"
+#include "common/clock.h"
 
 #include <string.h>
 
@@ -96,7 +97,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_kv_int(w, "device_budget_bytes", (int64_t)server->device_budget);
     kd_w_kv_int(w, "state_bytes", (int64_t)totals.file_bytes);
     kd_w_kv_int(w, "state_max_bytes", (int64_t)server->cfg.state_max_bytes);
-    kd_w_kv_double(w, "uptime_s", (double)(kd_now_ns() - server->start_ns) / 1e9);
+    kd_w_kv_double(w, "uptime_s", (double)(kd_clock_ns() - server->start_ns) / 1e9);
     kd_w_kv_int(w, "requests", (int64_t)c->requests);
     kd_w_kv_int(w, "errors", (int64_t)c->errors);
     kd_w_kv_int(w, "connections", (int64_t)server->nconns);

@@ -7,6 +7,7 @@
  * the log file.
  */
 #include "server/server.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
@@ -20,13 +21,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-uint64_t kd_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" (numeric only for the host part besides
  * localhost: a daemon should not depend on DNS to start). */
@@ -96,7 +90,7 @@ static int kd_write_port_file(const char *path, int port, kd_err_t *err)
 
 static void kd_on_sweep(uv_timer_t *timer)
 {
-    kd_conn_sweep(timer->data, kd_now_ns());
+    kd_conn_sweep(timer->data, kd_clock_ns());
 }
 
 static void kd_on_signal(uv_signal_t *handle, int signum)
@@ -117,7 +111,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     memset(server, 0, sizeof(*server));
     server->loop = loop;
     server->cfg = *cfg;
-    server->start_ns = kd_now_ns();
+    server->start_ns = kd_clock_ns();
     server->frame_limits.max_message = cfg->max_message;
     server->frame_limits.max_elements = cfg->max_array_elements + 64;
     server->frame_limits.max_depth = 16;
@@ -203,11 +197,6 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     if (uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0)
         port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
-    if (cfg->port_file[0] != '\0') {
-        rc = kd_write_port_file(cfg->port_file, port, err);
-        if (rc != KD_OK)
-            return rc;
-    }
 
     uv_signal_t *sigs[] = {&server->sigint, &server->sigterm, &server->sighup};
     int signums[] = {SIGINT, SIGTERM, SIGHUP};
@@ -237,6 +226,12 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
             return rc;
         if (cfg->metrics_port_file[0] != '\0' &&
             (rc = kd_write_port_file(cfg->metrics_port_file, metrics_port, err)) != KD_OK)
+            return rc;
+    }
+    /* Last: a test (or a script) that sees the port file may use every listener at once. */
+    if (cfg->port_file[0] != '\0') {
+        rc = kd_write_port_file(cfg->port_file, port, err);
+        if (rc != KD_OK)
             return rc;
     }
     kd_notify_watchdog_start(loop, &server->watchdog);

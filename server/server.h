@@ -93,8 +93,6 @@ void kd_server_shutdown(kd_server_t *server);
 /* Dispatch calls this after each job completes, so a shutdown can finish. */
 void kd_server_job_finished(kd_server_t *server);
 
-uint64_t kd_now_ns(void);
-
 /* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" -> a socket address; `what` names the option
  * in messages. */
 int kd_server_parse_address(const char *text, struct sockaddr_storage *addr, const char *what,

@@ -5,6 +5,7 @@
  * to any request that uses them.
  */
 #include "server/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <stdlib.h>
@@ -17,13 +18,6 @@ struct kd_store {
     size_t count, cap;
     uint64_t counters[KD_STORE_COUNTER_COUNT];
 };
-
-static uint64_t kd_store_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 int kd_store_new(kd_store_t **out)
 {
@@ -57,22 +51,25 @@ void kd_store_free(kd_store_t *store)
     free(store);
 }
 
-static size_t kd_store_index(const kd_store_t *store, const uint8_t id[16])
+/* The entry with `id` and its position in *index (when not NULL), or NULL. The lock is held. */
+static kd_store_entry_t *kd_store_locate(const kd_store_t *store, const uint8_t id[16],
+                                         size_t *index)
 {
     for (size_t i = 0; i < store->count; i++)
-        if (memcmp(store->entries[i]->meta.id, id, 16) == 0)
-            return i;
-    return SIZE_MAX;
+        if (memcmp(store->entries[i]->meta.id, id, 16) == 0) {
+            if (index != NULL)
+                *index = i;
+            return store->entries[i];
+        }
+    return NULL;
 }
 
 kd_store_entry_t *kd_store_lookup(kd_store_t *store, const uint8_t id[16])
 {
     pthread_mutex_lock(&store->lock);
-    size_t i = kd_store_index(store, id);
-    kd_store_entry_t *e = NULL;
-    if (i != SIZE_MAX) {
-        e = store->entries[i];
-        e->meta.last_used_ns = kd_store_now_ns();
+    kd_store_entry_t *e = kd_store_locate(store, id, NULL);
+    if (e != NULL) {
+        e->meta.last_used_ns = kd_clock_ns();
         e->meta.uses++;
     }
     pthread_mutex_unlock(&store->lock);
@@ -82,8 +79,7 @@ kd_store_entry_t *kd_store_lookup(kd_store_t *store, const uint8_t id[16])
 kd_store_entry_t *kd_store_find(kd_store_t *store, const uint8_t id[16])
 {
     pthread_mutex_lock(&store->lock);
-    size_t i = kd_store_index(store, id);
-    kd_store_entry_t *e = i != SIZE_MAX ? store->entries[i] : NULL;
+    kd_store_entry_t *e = kd_store_locate(store, id, NULL);
     pthread_mutex_unlock(&store->lock);
     return e;
 }
@@ -102,7 +98,7 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
         store->entries = grown;
         store->cap = cap;
     }
-    uint64_t now = kd_store_now_ns();
+    uint64_t now = kd_clock_ns();
     entry->meta.created_ns = now;
     if (entry->meta.last_used_ns == 0)
         entry->meta.last_used_ns = now;
@@ -117,10 +113,9 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
 kd_store_entry_t *kd_store_remove(kd_store_t *store, const uint8_t id[16])
 {
     pthread_mutex_lock(&store->lock);
-    size_t i = kd_store_index(store, id);
-    kd_store_entry_t *e = NULL;
-    if (i != SIZE_MAX) {
-        e = store->entries[i];
+    size_t i = 0;
+    kd_store_entry_t *e = kd_store_locate(store, id, &i);
+    if (e != NULL) {
         memmove(&store->entries[i], &store->entries[i + 1],
                 (store->count - i - 1) * sizeof(*store->entries));
         store->count--;
@@ -184,11 +179,11 @@ void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
 int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t *out)
 {
     pthread_mutex_lock(&store->lock);
-    size_t i = kd_store_index(store, id);
-    if (i != SIZE_MAX)
-        *out = store->entries[i]->meta;
+    const kd_store_entry_t *e = kd_store_locate(store, id, NULL);
+    if (e != NULL)
+        *out = e->meta;
     pthread_mutex_unlock(&store->lock);
-    return i != SIZE_MAX ? KD_OK : KD_ENOTFOUND;
+    return e != NULL ? KD_OK : KD_ENOTFOUND;
 }
 
 int kd_store_list(kd_store_t *store, kd_matrix_meta_t **out, size_t *count)

@@ -11,6 +11,7 @@
  */
 #include "solver/blas.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +48,7 @@ static int kd_blas_check(const kd_blas_t *blas, const kd_vec_t *a, const kd_vec_
 
 int kd_blas_init(kd_ocl_t *ocl, kd_dtype_t dtype, kd_blas_t *blas, kd_err_t *err)
 {
+    assert(ocl != NULL && blas != NULL);
     memset(blas, 0, sizeof(*blas));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)

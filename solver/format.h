@@ -158,6 +158,15 @@ void kd_format_release_mems(cl_mem *mems, size_t count);
 /* "-DKD_WG_SIZE=N" followed by `extra` (may be NULL) into buf. */
 void kd_format_options(const kd_ocl_t *ocl, const char *extra, char *buf, size_t cap);
 
+/*
+ * Run kernel `name` of kernels/<program>.cl, built for dtype with kd_format_options(extra), over
+ * one work-item per item (items rounded up to the work-group size), with the arguments
+ * KD_ARGS(...) gives (solver/ocl.h).
+ */
+int kd_format_run(kd_ocl_t *ocl, kd_dtype_t dtype, const char *program, const char *extra,
+                  const char *name, size_t items, const kd_ocl_arg_t *args, size_t nargs,
+                  kd_err_t *err);
+
 /* The global size for one work-item per item: count rounded up to a multiple of wg. */
 static inline size_t kd_format_round_up(size_t count, size_t wg)
 {

@@ -40,41 +40,19 @@ int kd_coo_part_spmv(kd_ocl_t *ocl, kd_dtype_t dtype, const kd_coo_part_t *part,
     if (part->nnz == 0)
         return KD_OK;
     size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "coo", dtype, options, "kd_coo_chunks", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)part->nnz);
-    kd_ocl_arg_mem(&a, part->rows);
-    kd_ocl_arg_mem(&a, part->cols);
-    kd_ocl_arg_mem(&a, part->values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_mem(&a, part->head);
-    kd_ocl_arg_mem(&a, part->tail);
-    kd_ocl_arg_value(&a, dtype, alpha);
-    if ((rc = kd_ocl_args_end(&a, "kd_coo_chunks", err)) != KD_OK)
-        return rc;
-    rc = kd_ocl_launch(ocl, kernel, part->chunks * wg, wg, "kd_coo_chunks", err);
+    int rc = kd_format_run(ocl, dtype, "coo", NULL, "kd_coo_chunks", part->chunks * wg,
+                           KD_ARGS(KD_ARG_INT(part->nnz), KD_ARG_MEM(part->rows),
+                                   KD_ARG_MEM(part->cols), KD_ARG_MEM(part->values),
+                                   KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem), KD_ARG_MEM(part->head),
+                                   KD_ARG_MEM(part->tail), KD_ARG_VALUE(dtype, alpha)),
+                           err);
     if (rc != KD_OK || part->chunks < 2)
         return rc;
-    rc = kd_ocl_kernel(ocl, "coo", dtype, options, "kd_coo_fix", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)part->nnz);
-    kd_ocl_arg_int(&a, (cl_int)part->chunks);
-    kd_ocl_arg_mem(&a, part->rows);
-    kd_ocl_arg_mem(&a, part->head);
-    kd_ocl_arg_mem(&a, part->tail);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, dtype, alpha);
-    if ((rc = kd_ocl_args_end(&a, "kd_coo_fix", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up(part->chunks - 1, wg), wg, "kd_coo_fix",
+    return kd_format_run(ocl, dtype, "coo", NULL, "kd_coo_fix", part->chunks - 1,
+                         KD_ARGS(KD_ARG_INT(part->nnz), KD_ARG_INT(part->chunks),
+                                 KD_ARG_MEM(part->rows), KD_ARG_MEM(part->head),
+                                 KD_ARG_MEM(part->tail), KD_ARG_MEM(y->mem),
+                                 KD_ARG_VALUE(dtype, alpha)),
                          err);
 }
 
@@ -100,7 +78,6 @@ static void coo_release(kd_matrix_t *m)
 static int coo_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(csr->dtype);
     kd_coo_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
@@ -116,44 +93,20 @@ static int coo_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd
         rc = kd_coo_part_alloc_partials(ocl, m, part, err);
     if (rc != KD_OK || csr->nnz == 0)
         return rc;
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    rc = kd_ocl_kernel(ocl, "coo", csr->dtype, options, "kd_coo_rows_from_csr", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)csr->nnz);
-    kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_mem(&a, src->indptr);
-    kd_ocl_arg_mem(&a, part->rows);
-    if ((rc = kd_ocl_args_end(&a, "kd_coo_rows_from_csr", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->nnz, wg), wg,
-                         "kd_coo_rows_from_csr", err);
+    return kd_format_run(ocl, csr->dtype, "coo", NULL, "kd_coo_rows_from_csr", (size_t)csr->nnz,
+                         KD_ARGS(KD_ARG_INT(csr->nnz), KD_ARG_INT(csr->rows),
+                                 KD_ARG_MEM(src->indptr), KD_ARG_MEM(part->rows)),
+                         err);
 }
 
 static int coo_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                     double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_coo_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    int rc;
     if (beta != 1.0) {
-        char options[64];
-        kd_format_options(ocl, NULL, options, sizeof(options));
-        cl_kernel kernel;
-        rc = kd_ocl_kernel(ocl, "coo", m->dtype, options, "kd_coo_scale", &kernel, err);
-        if (rc != KD_OK)
-            return rc;
-        kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-        kd_ocl_arg_int(&a, (cl_int)m->rows);
-        kd_ocl_arg_mem(&a, y->mem);
-        kd_ocl_arg_value(&a, m->dtype, beta);
-        if ((rc = kd_ocl_args_end(&a, "kd_coo_scale", err)) != KD_OK)
-            return rc;
-        rc = kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg, "kd_coo_scale",
-                           err);
+        int rc = kd_format_run(
+            ocl, m->dtype, "coo", NULL, "kd_coo_scale", (size_t)m->rows,
+            KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, beta)), err);
         if (rc != KD_OK)
             return rc;
     }

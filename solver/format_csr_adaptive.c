@@ -39,9 +39,9 @@ typedef struct kd_adaptive_plan {
     int32_t *long_rows, *long_slots;
 } kd_adaptive_plan_t;
 
-/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG, for tuning experiments),
- * halved until the products and the reduction scratch take at most half of the device's local
- * memory (at least WG entries). */
+/* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG: developer-only, for tuning
+ * experiments, docs/OPERATIONS.md), halved until the products and the reduction scratch take at
+ * most half of the device's local memory (at least WG entries). */
 static int adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
@@ -213,46 +213,23 @@ static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
 {
     const kd_csr_adaptive_t *impl = m->impl;
     size_t wg = kd_ocl_work_group_size(ocl);
-    char extra[32], options[96];
+    char extra[32];
     snprintf(extra, sizeof(extra), "-DKD_CAP=%d", impl->cap);
-    kd_format_options(ocl, extra, options, sizeof(options));
-    cl_kernel kernel;
-    int rc =
-        kd_ocl_kernel(ocl, "csr_adaptive", m->dtype, options, "kd_csr_adaptive_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_mem(&a, impl->blocks);
-    kd_ocl_arg_mem(&a, impl->csr.indptr);
-    kd_ocl_arg_mem(&a, impl->csr.indices);
-    kd_ocl_arg_mem(&a, impl->csr.values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_mem(&a, impl->partials);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_csr_adaptive_spmv", err)) != KD_OK)
-        return rc;
-    rc = kd_ocl_launch(ocl, kernel, impl->nblocks * wg, wg, "kd_csr_adaptive_spmv", err);
+    int rc = kd_format_run(
+        ocl, m->dtype, "csr_adaptive", extra, "kd_csr_adaptive_spmv", impl->nblocks * wg,
+        KD_ARGS(KD_ARG_MEM(impl->blocks), KD_ARG_MEM(impl->csr.indptr),
+                KD_ARG_MEM(impl->csr.indices), KD_ARG_MEM(impl->csr.values), KD_ARG_MEM(x->mem),
+                KD_ARG_MEM(y->mem), KD_ARG_MEM(impl->partials), KD_ARG_VALUE(m->dtype, alpha),
+                KD_ARG_VALUE(m->dtype, beta)),
+        err);
     if (rc != KD_OK || impl->nlong == 0)
         return rc;
-
-    rc =
-        kd_ocl_kernel(ocl, "csr_adaptive", m->dtype, options, "kd_csr_adaptive_long", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)impl->nlong);
-    kd_ocl_arg_mem(&a, impl->long_rows);
-    kd_ocl_arg_mem(&a, impl->long_slots);
-    kd_ocl_arg_mem(&a, impl->partials);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_csr_adaptive_long", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up(impl->nlong, wg), wg,
-                         "kd_csr_adaptive_long", err);
+    return kd_format_run(ocl, m->dtype, "csr_adaptive", extra, "kd_csr_adaptive_long", impl->nlong,
+                         KD_ARGS(KD_ARG_INT(impl->nlong), KD_ARG_MEM(impl->long_rows),
+                                 KD_ARG_MEM(impl->long_slots), KD_ARG_MEM(impl->partials),
+                                 KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, alpha),
+                                 KD_ARG_VALUE(m->dtype, beta)),
+                         err);
 }
 
 const kd_format_ops_t kd_format_csr_adaptive_ops = {

@@ -39,27 +39,12 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                            double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_format_csr_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc =
-        kd_ocl_kernel(ocl, "csr_scalar", m->dtype, options, "kd_csr_scalar_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_mem(&a, impl->indptr);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_csr_scalar_spmv", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg,
-                         "kd_csr_scalar_spmv", err);
+    return kd_format_run(ocl, m->dtype, "csr_scalar", NULL, "kd_csr_scalar_spmv", (size_t)m->rows,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(impl->indptr),
+                                 KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values),
+                                 KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                         err);
 }
 
 const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m)

@@ -57,28 +57,15 @@ static int csr_vector_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                            double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_csr_vector_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char extra[32], options[96];
+    char extra[32];
     snprintf(extra, sizeof(extra), "-DKD_TPR=%d", impl->threads_per_row);
-    kd_format_options(ocl, extra, options, sizeof(options));
-    cl_kernel kernel;
-    int rc =
-        kd_ocl_kernel(ocl, "csr_vector", m->dtype, options, "kd_csr_vector_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_mem(&a, impl->csr.indptr);
-    kd_ocl_arg_mem(&a, impl->csr.indices);
-    kd_ocl_arg_mem(&a, impl->csr.values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_csr_vector_spmv", err)) != KD_OK)
-        return rc;
     size_t items = (size_t)m->rows * (size_t)impl->threads_per_row;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up(items, wg), wg, "kd_csr_vector_spmv", err);
+    return kd_format_run(ocl, m->dtype, "csr_vector", extra, "kd_csr_vector_spmv", items,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(impl->csr.indptr),
+                                 KD_ARG_MEM(impl->csr.indices), KD_ARG_MEM(impl->csr.values),
+                                 KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                         err);
 }
 
 const kd_format_ops_t kd_format_csr_vector_ops = {

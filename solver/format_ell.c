@@ -29,7 +29,6 @@ int kd_ell_part_build(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, in
                       const char *what, kd_ell_part_t *part, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
     part->width = width;
     part->ld = (int64_t)kd_format_round_up((size_t)csr->rows, KD_ELL_ALIGN);
     size_t slots = kd_format_size_mad((size_t)part->ld, (size_t)width, 0);
@@ -47,50 +46,22 @@ int kd_ell_part_build(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, in
     if (rc != KD_OK || slots == 0 || csr->rows == 0)
         return rc;
 
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    rc = kd_ocl_kernel(ocl, "ell", csr->dtype, options, "kd_ell_from_csr", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_int(&a, part->width);
-    kd_ocl_arg_long(&a, part->ld);
-    kd_ocl_arg_mem(&a, src->indptr);
-    kd_ocl_arg_mem(&a, src->indices);
-    kd_ocl_arg_mem(&a, src->values);
-    kd_ocl_arg_mem(&a, part->indices);
-    kd_ocl_arg_mem(&a, part->values);
-    if ((rc = kd_ocl_args_end(&a, "kd_ell_from_csr", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
-                         "kd_ell_from_csr", err);
+    return kd_format_run(ocl, csr->dtype, "ell", NULL, "kd_ell_from_csr", (size_t)csr->rows,
+                         KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_INT(part->width),
+                                 KD_ARG_LONG(part->ld), KD_ARG_MEM(src->indptr),
+                                 KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
+                                 KD_ARG_MEM(part->indices), KD_ARG_MEM(part->values)),
+                         err);
 }
 
 int kd_ell_part_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_ell_part_t *part, double alpha,
                      const kd_vec_t *x, double beta, kd_vec_t *y, kd_err_t *err)
 {
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "ell", m->dtype, options, "kd_ell_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_int(&a, part->width);
-    kd_ocl_arg_long(&a, part->ld);
-    kd_ocl_arg_mem(&a, part->indices);
-    kd_ocl_arg_mem(&a, part->values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_ell_spmv", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg, "kd_ell_spmv",
+    return kd_format_run(ocl, m->dtype, "ell", NULL, "kd_ell_spmv", (size_t)m->rows,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(part->width),
+                                 KD_ARG_LONG(part->ld), KD_ARG_MEM(part->indices),
+                                 KD_ARG_MEM(part->values), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
                          err);
 }
 

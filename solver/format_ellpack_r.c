@@ -41,7 +41,6 @@ static void ellpack_r_release(kd_matrix_t *m)
 static int ellpack_r_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(csr->dtype);
     kd_ellpack_r_t *impl = calloc(1, sizeof(*impl));
     if (impl == NULL)
@@ -65,54 +64,24 @@ static int ellpack_r_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t 
     if (rc != KD_OK || csr->rows == 0)
         return rc;
 
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    rc =
-        kd_ocl_kernel(ocl, "ellpack_r", csr->dtype, options, "kd_ellpack_r_from_csr", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_int(&a, impl->width);
-    kd_ocl_arg_long(&a, impl->ld);
-    kd_ocl_arg_mem(&a, src->indptr);
-    kd_ocl_arg_mem(&a, src->indices);
-    kd_ocl_arg_mem(&a, src->values);
-    kd_ocl_arg_mem(&a, impl->lengths);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
-    if ((rc = kd_ocl_args_end(&a, "kd_ellpack_r_from_csr", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
-                         "kd_ellpack_r_from_csr", err);
+    return kd_format_run(
+        ocl, csr->dtype, "ellpack_r", NULL, "kd_ellpack_r_from_csr", (size_t)csr->rows,
+        KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_INT(impl->width), KD_ARG_LONG(impl->ld),
+                KD_ARG_MEM(src->indptr), KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
+                KD_ARG_MEM(impl->lengths), KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values)),
+        err);
 }
 
 static int ellpack_r_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                           double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_ellpack_r_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "ellpack_r", m->dtype, options, "kd_ellpack_r_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_long(&a, impl->ld);
-    kd_ocl_arg_mem(&a, impl->lengths);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_ellpack_r_spmv", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg,
-                         "kd_ellpack_r_spmv", err);
+    return kd_format_run(ocl, m->dtype, "ellpack_r", NULL, "kd_ellpack_r_spmv", (size_t)m->rows,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_LONG(impl->ld),
+                                 KD_ARG_MEM(impl->lengths), KD_ARG_MEM(impl->indices),
+                                 KD_ARG_MEM(impl->values), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                         err);
 }
 
 const kd_format_ops_t kd_format_ellpack_r_ops = {

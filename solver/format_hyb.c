@@ -109,34 +109,19 @@ static void hyb_release(kd_matrix_t *m)
 static int hyb_build_coo(kd_ocl_t *ocl, kd_format_source_t *src, kd_hyb_t *impl, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
     cl_mem coo_ptr = NULL;
     const kd_hyb_prepared_t *p = src->prepared[KD_FMT_HYB];
     int rc = kd_format_buffer_from_host(ocl, p->offsets, ((size_t)csr->rows + 1) * sizeof(int32_t),
                                         "HYB overflow offsets", &coo_ptr, err);
     if (rc != KD_OK)
         return rc;
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    rc = kd_ocl_kernel(ocl, "hyb", csr->dtype, options, "kd_hyb_coo_from_csr", &kernel, err);
-    if (rc == KD_OK) {
-        kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-        kd_ocl_arg_int(&a, (cl_int)csr->nnz);
-        kd_ocl_arg_int(&a, (cl_int)csr->rows);
-        kd_ocl_arg_int(&a, impl->ell.width);
-        kd_ocl_arg_mem(&a, src->indptr);
-        kd_ocl_arg_mem(&a, coo_ptr);
-        kd_ocl_arg_mem(&a, src->indices);
-        kd_ocl_arg_mem(&a, src->values);
-        kd_ocl_arg_mem(&a, impl->coo.rows);
-        kd_ocl_arg_mem(&a, impl->coo.cols);
-        kd_ocl_arg_mem(&a, impl->coo.values);
-        rc = kd_ocl_args_end(&a, "kd_hyb_coo_from_csr", err);
-    }
-    if (rc == KD_OK)
-        rc = kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->nnz, wg), wg,
-                           "kd_hyb_coo_from_csr", err);
+    rc = kd_format_run(ocl, csr->dtype, "hyb", NULL, "kd_hyb_coo_from_csr", (size_t)csr->nnz,
+                       KD_ARGS(KD_ARG_INT(csr->nnz), KD_ARG_INT(csr->rows),
+                               KD_ARG_INT(impl->ell.width), KD_ARG_MEM(src->indptr),
+                               KD_ARG_MEM(coo_ptr), KD_ARG_MEM(src->indices),
+                               KD_ARG_MEM(src->values), KD_ARG_MEM(impl->coo.rows),
+                               KD_ARG_MEM(impl->coo.cols), KD_ARG_MEM(impl->coo.values)),
+                       err);
     clReleaseMemObject(coo_ptr); /* freed once the conversion is done */
     return rc;
 }

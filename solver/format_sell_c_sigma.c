@@ -160,17 +160,14 @@ static void sell_release(kd_matrix_t *m)
     m->impl = NULL;
 }
 
-static void sell_options(const kd_ocl_t *ocl, char *buf, size_t cap)
-{
-    char extra[32];
-    snprintf(extra, sizeof(extra), "-DKD_SELL_C=%d", KD_SELL_C);
-    kd_format_options(ocl, extra, buf, cap);
-}
+/* The build option that sets the slice height in kernels/sell_c_sigma.cl: "-DKD_SELL_C=32". */
+#define KD_SELL_QUOTE(x) #x
+#define KD_SELL_OPTION(c) "-DKD_SELL_C=" KD_SELL_QUOTE(c)
+#define KD_SELL_OPTIONS KD_SELL_OPTION(KD_SELL_C)
 
 static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {
     const kd_csr_t *csr = src->csr;
-    size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(csr->dtype);
     size_t slices = sell_slices(csr);
     kd_sell_t *impl = calloc(1, sizeof(*impl));
@@ -198,52 +195,24 @@ static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, k
     if (rc != KD_OK || slots == 0 || csr->rows == 0)
         return rc;
 
-    char options[96];
-    sell_options(ocl, options, sizeof(options));
-    cl_kernel kernel;
-    rc = kd_ocl_kernel(ocl, "sell_c_sigma", csr->dtype, options, "kd_sell_from_csr", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)csr->rows);
-    kd_ocl_arg_mem(&a, impl->slice_ptr);
-    kd_ocl_arg_mem(&a, impl->perm);
-    kd_ocl_arg_mem(&a, src->indptr);
-    kd_ocl_arg_mem(&a, src->indices);
-    kd_ocl_arg_mem(&a, src->values);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
-    if ((rc = kd_ocl_args_end(&a, "kd_sell_from_csr", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)csr->rows, wg), wg,
-                         "kd_sell_from_csr", err);
+    return kd_format_run(
+        ocl, csr->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_from_csr", (size_t)csr->rows,
+        KD_ARGS(KD_ARG_INT(csr->rows), KD_ARG_MEM(impl->slice_ptr), KD_ARG_MEM(impl->perm),
+                KD_ARG_MEM(src->indptr), KD_ARG_MEM(src->indices), KD_ARG_MEM(src->values),
+                KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values)),
+        err);
 }
 
 static int sell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                      double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_sell_t *impl = m->impl;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[96];
-    sell_options(ocl, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "sell_c_sigma", m->dtype, options, "kd_sell_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_ocl_args_t a = kd_ocl_args_begin(kernel);
-    kd_ocl_arg_int(&a, (cl_int)m->rows);
-    kd_ocl_arg_mem(&a, impl->slice_ptr);
-    kd_ocl_arg_mem(&a, impl->perm);
-    kd_ocl_arg_mem(&a, impl->indices);
-    kd_ocl_arg_mem(&a, impl->values);
-    kd_ocl_arg_mem(&a, x->mem);
-    kd_ocl_arg_mem(&a, y->mem);
-    kd_ocl_arg_value(&a, m->dtype, alpha);
-    kd_ocl_arg_value(&a, m->dtype, beta);
-    if ((rc = kd_ocl_args_end(&a, "kd_sell_spmv", err)) != KD_OK)
-        return rc;
-    return kd_ocl_launch(ocl, kernel, kd_format_round_up((size_t)m->rows, wg), wg, "kd_sell_spmv",
-                         err);
+    return kd_format_run(
+        ocl, m->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_spmv", (size_t)m->rows,
+        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(impl->slice_ptr), KD_ARG_MEM(impl->perm),
+                KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values), KD_ARG_MEM(x->mem),
+                KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+        err);
 }
 
 const kd_format_ops_t kd_format_sell_c_sigma_ops = {

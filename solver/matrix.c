@@ -4,11 +4,13 @@
  * format can rely on. The formats themselves live in solver/format_<name>.c.
  */
 #include "solver/matrix.h"
+#include "common/clock.h"
 #include "common/checked.h"
 #include "solver/format.h"
 #include "solver/matrix_scan.h"
 #include "solver/precond.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,13 +101,6 @@ void kd_format_source_init(kd_format_source_t *src, const kd_csr_t *csr)
     kd_format_source_init_stats(src, csr, &stats);
 }
 
-static double kd_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *err)
 {
     if (src->on_device)
@@ -116,7 +111,7 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
         kd_mul_overflow((size_t)csr->nnz, sizeof(int32_t), &index_bytes) ||
         kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &value_bytes))
         return kd_err_set(err, KD_ETOOLARGE, "matrix arrays do not fit in memory");
-    double t0 = kd_wall_ms();
+    double t0 = kd_clock_ms();
     int rc = kd_format_buffer_from_host(ocl, csr->indptr, indptr_bytes, "row pointers",
                                         &src->indptr, err);
     if (rc == KD_OK)
@@ -132,7 +127,7 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
         src->indptr = src->indices = src->values = NULL;
         return rc;
     }
-    src->upload_ms = kd_wall_ms() - t0;
+    src->upload_ms = kd_clock_ms() - t0;
     src->on_device = 1;
     return KD_OK;
 }
@@ -253,6 +248,7 @@ int kd_format_alloc_array(kd_ocl_t *ocl, kd_matrix_t *m, size_t bytes, const cha
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
                      kd_err_t *err)
 {
+    assert(ocl != NULL && csr != NULL && out != NULL);
     kd_format_source_t src;
     *out = NULL;
     if (!kd_format_available(format)) {
@@ -296,6 +292,7 @@ int kd_matrix_adopt_scan(kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 int kd_matrix_upload_source(kd_ocl_t *ocl, kd_format_source_t *src, kd_format_t format,
                             kd_matrix_t **out, kd_err_t *err)
 {
+    assert(ocl != NULL && src != NULL && src->csr != NULL && out != NULL);
     const kd_csr_t *csr = src->csr;
     kd_matrix_t *m = NULL;
     *out = NULL;
@@ -365,6 +362,7 @@ void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out)
 static int kd_matrix_spmv_check(const kd_matrix_t *m, const kd_vec_t *x, const kd_vec_t *y,
                                 kd_err_t *err)
 {
+    assert(ocl != NULL && m != NULL && x != NULL && y != NULL);
     if (x->dtype != m->dtype || y->dtype != m->dtype)
         return kd_err_set(err, KD_EBADREQ, "spmv on a %s matrix needs %s vectors, not x %s, y %s",
                           kd_dtype_name(m->dtype), kd_dtype_name(m->dtype), kd_dtype_name(x->dtype),

@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -90,55 +91,58 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
     return KD_OK;
 }
 
+/* A final state into res: its status, its iteration count and a printf-style message; 1. */
+static int kd_method_final(kd_solve_result_t *res, kd_solve_status_t status, int64_t iterations,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int kd_method_final(kd_solve_result_t *res, kd_solve_status_t status, int64_t iterations,
+                           const char *fmt, ...)
+{
+    res->status = status;
+    res->iterations = iterations;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->message, sizeof(res->message), fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
 int kd_method_explain(const kd_krylov_column_t *st, int64_t skip, const char *pq_name,
                       const char *rz_name, kd_solve_result_t *res)
 {
     const long long at = (long long)st->iteration;
+    const int64_t before = st->iteration - 1 - skip; /* the failing iteration does not count */
     switch (st->status) {
     case KD_KRYLOV_BREAKDOWN:
-        res->status = KD_SOLVE_BREAKDOWN;
-        res->iterations = st->iteration - 1 - skip;
-        snprintf(res->message, sizeof(res->message),
-                 "%s = %.2g <= 0 at iteration %lld: the matrix is not symmetric positive definite",
-                 pq_name, st->fail, at);
-        return 1;
+        return kd_method_final(
+            res, KD_SOLVE_BREAKDOWN, before,
+            "%s = %.2g <= 0 at iteration %lld: the matrix is not symmetric positive definite",
+            pq_name, st->fail, at);
     case KD_KRYLOV_ZERO_STEP:
-        res->status = KD_SOLVE_BREAKDOWN;
-        res->iterations = st->iteration - 1 - skip;
-        snprintf(res->message, sizeof(res->message),
-                 "zero step at iteration %lld: alpha = %s / %s = %g / %g underflows to 0: the "
-                 "matrix is not symmetric positive definite (or is scaled beyond the dtype)",
-                 at, rz_name, pq_name, st->fail, st->pq);
-        return 1;
+        return kd_method_final(
+            res, KD_SOLVE_BREAKDOWN, before,
+            "zero step at iteration %lld: alpha = %s / %s = %g / %g underflows to 0: the matrix "
+            "is not symmetric positive definite (or is scaled beyond the dtype)",
+            at, rz_name, pq_name, st->fail, st->pq);
     case KD_KRYLOV_NON_FINITE_PQ:
-        res->status = KD_SOLVE_NON_FINITE;
-        res->iterations = st->iteration - 1 - skip;
-        snprintf(res->message, sizeof(res->message),
-                 "%s = %g at iteration %lld: the iterates overflowed during iteration", pq_name,
-                 st->fail, at);
-        return 1;
+        return kd_method_final(
+            res, KD_SOLVE_NON_FINITE, before,
+            "%s = %g at iteration %lld: the iterates overflowed during iteration", pq_name,
+            st->fail, at);
     case KD_KRYLOV_NON_FINITE_ALPHA:
-        res->status = KD_SOLVE_NON_FINITE;
-        res->iterations = st->iteration - 1 - skip;
-        snprintf(res->message, sizeof(res->message),
-                 "step length alpha = %s / %s = %g at iteration %lld (%s = %g) overflows during "
-                 "iteration",
-                 rz_name, pq_name, st->fail, at, pq_name, st->pq);
-        return 1;
+        return kd_method_final(res, KD_SOLVE_NON_FINITE, before,
+                               "step length alpha = %s / %s = %g at iteration %lld (%s = %g) "
+                               "overflows during iteration",
+                               rz_name, pq_name, st->fail, at, pq_name, st->pq);
     case KD_KRYLOV_NON_FINITE_RESIDUAL:
-        res->status = KD_SOLVE_NON_FINITE;
-        res->iterations = st->iteration - skip;
         if (st->iteration == 0)
-            snprintf(res->message, sizeof(res->message),
-                     "the initial residual b - A x0 is non-finite (r'r = %g) at iteration 0: "
-                     "A x0 overflows",
-                     st->fail);
-        else
-            snprintf(res->message, sizeof(res->message),
-                     "the residual became non-finite during iteration (r'r = %g) at iteration "
-                     "%lld",
-                     st->fail, at);
-        return 1;
+            return kd_method_final(res, KD_SOLVE_NON_FINITE, st->iteration - skip,
+                                   "the initial residual b - A x0 is non-finite (r'r = %g) at "
+                                   "iteration 0: A x0 overflows",
+                                   st->fail);
+        return kd_method_final(res, KD_SOLVE_NON_FINITE, st->iteration - skip,
+                               "the residual became non-finite during iteration (r'r = %g) at "
+                               "iteration %lld",
+                               st->fail, at);
     default:
         return 0;
     }

@@ -113,5 +113,9 @@ int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q,
  * "r'z"). Returns 1 when st is final, 0 otherwise. */
 int kd_method_explain(const kd_krylov_column_t *st, int64_t skip, const char *pq_name,
                       const char *rz_name, kd_solve_result_t *res);
+/* CG's check (solver/method_cg.c), shared by cg1: kd_method_explain with p'Ap and r'z (r'r
+ * without a preconditioner). */
+int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
+                       kd_solve_result_t *res);
 
 #endif

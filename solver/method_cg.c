@@ -76,7 +76,7 @@ static int kd_cg_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *e
     return kd_krylov_residual(&run->kr, &run->r, &run->work[KD_CG_D], mask, 0, it, err);
 }
 
-static int kd_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
+int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
                        kd_solve_result_t *res)
 {
     return kd_method_explain(st, skip, "p'Ap", run->kr.diagonal != NULL ? "r'z" : "r'r", res);
@@ -92,5 +92,5 @@ const kd_method_ops_t kd_method_cg = {
     .setup = kd_cg_setup,
     .iterate = kd_cg_iterate,
     .restart = kd_cg_restart,
-    .check = kd_cg_check,
+    .check = kd_method_cg_check,
 };

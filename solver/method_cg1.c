@@ -86,12 +86,6 @@ static int kd_cg1_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *
     return rc == KD_OK ? kd_krylov_residual(&run->kr, &run->r, NULL, mask, 0, it, err) : rc;
 }
 
-static int kd_cg1_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
-                        kd_solve_result_t *res)
-{
-    return kd_method_explain(st, skip, "p'Ap", run->kr.diagonal != NULL ? "r'z" : "r'r", res);
-}
-
 const kd_method_ops_t kd_method_cg1 = {
     .name = "cg1",
     .summary = "CG, Chronopoulos-Gear recurrence: one reduction an iteration (for several ranks)",
@@ -102,5 +96,5 @@ const kd_method_ops_t kd_method_cg1 = {
     .setup = kd_cg1_setup,
     .iterate = kd_cg1_iterate,
     .restart = kd_cg1_restart,
-    .check = kd_cg1_check,
+    .check = kd_method_cg_check, /* the same quantities as CG's */
 };

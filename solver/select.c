@@ -37,9 +37,11 @@
  *    otherwise run from cache faster than memory's bandwidth).
  */
 #include "solver/select.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "solver/format.h"
 
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -58,13 +60,6 @@
 #define KD_SELECT_SLACK_BYTES ((size_t)64 << 10)
 /* Matrices with at least this many rows are analysed on a second thread during the upload. */
 #define KD_SELECT_THREAD_ROWS 65536
-
-static double kd_select_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int kd_select_mode_parse(const char *name, kd_select_mode_t *out)
 {
@@ -206,7 +201,7 @@ static void *kd_select_analyse(void *arg)
     const kd_csr_t *csr = src->csr;
     kd_select_result_t *res = a->res;
     const kd_csr_stats_t *st = &src->stats;
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     kd_csr_row_stats(csr, &src->stats);
     a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
                                    &a->first_reason);
@@ -283,7 +278,7 @@ static void *kd_select_analyse(void *arg)
             src->prepared[res->candidates[i].format] == NULL)
             a->rc = ops->prepare(a->ocl, src);
     }
-    res->plan_ms = kd_select_now_ms() - t0;
+    res->plan_ms = kd_clock_ms() - t0;
     return NULL;
 }
 
@@ -456,16 +451,16 @@ static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
             continue;
         }
         kd_matrix_t *m = NULL;
-        double t_build = kd_select_now_ms();
+        double t_build = kd_clock_ms();
         rc = kd_matrix_upload_source(ocl, src, c->format, &m, err);
         if (rc == KD_OK)
             rc = kd_ocl_finish(ocl, err);
-        double t_measure = kd_select_now_ms();
+        double t_measure = kd_clock_ms();
         res->build_ms += t_measure - t_build;
         if (rc == KD_OK)
             rc = kd_select_time(ocl, m, &x, &y, best != NULL ? best_ms : 0.0, an.launch_bound,
                                 &res->spmv_runs, &c->time_ms, err);
-        res->measure_ms += kd_select_now_ms() - t_measure;
+        res->measure_ms += kd_clock_ms() - t_measure;
         if (rc == KD_EDEVMEM) {
             snprintf(c->dropped, sizeof(c->dropped), "no device memory: %.70s", err->message);
             kd_matrix_free(m);
@@ -516,7 +511,8 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                      kd_select_mode_t mode, kd_matrix_t **out, kd_select_result_t *result,
                      kd_err_t *err)
 {
-    double t0 = kd_select_now_ms();
+    assert(ocl != NULL && csr != NULL && out != NULL && result != NULL);
+    double t0 = kd_clock_ms();
     kd_format_source_t src;
     kd_csr_stats_t stats = {0};
     *out = NULL;
@@ -530,7 +526,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     int forced = forced_format != NULL && forced_format[0] != '\0';
     if (forced || mode == KD_SELECT_HEURISTIC) {
         kd_csr_row_stats(csr, &stats);
-        result->plan_ms = kd_select_now_ms() - t0;
+        result->plan_ms = kd_clock_ms() - t0;
     }
     kd_format_source_init_stats(&src, csr, &stats); /* measure computes them beside the upload */
     /* The format-independent scan (one pass over the values) runs beside the transfer too, once
@@ -569,7 +565,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     if (rc == KD_OK)
         result->stats.nonfinite = (*out)->scan.non_finite_count;
     kd_format_source_close(&src);
-    result->total_ms = kd_select_now_ms() - t0;
+    result->total_ms = kd_clock_ms() - t0;
     if (rc == KD_OK && !forced && mode == KD_SELECT_MEASURE) {
         char line[640];
         size_t w = 0;
@@ -629,7 +625,7 @@ typedef struct kd_select_order {
 static void *kd_select_order(void *arg)
 {
     kd_select_order_t *o = arg;
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     o->rc = kd_reorder_rcm(o->csr, &o->perm, &o->err);
     int32_t *iperm = o->rc == KD_OK ? malloc((size_t)o->csr->rows * sizeof(int32_t) + 1) : NULL;
     if (iperm != NULL) {
@@ -642,7 +638,7 @@ static void *kd_select_order(void *arg)
     } else if (o->rc == KD_OK) {
         o->rc = kd_err_set(&o->err, KD_ENOMEM, "out of host memory for a permutation");
     }
-    o->ms = kd_select_now_ms() - t0;
+    o->ms = kd_clock_ms() - t0;
     return NULL;
 }
 
@@ -680,7 +676,7 @@ static int kd_select_reordered_candidate(kd_ocl_t *ocl, const kd_csr_t *csr, kd_
 static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
                           kd_select_result_t *result, kd_err_t *err)
 {
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     kd_select_order_t o = {.csr = csr, .rc = KD_OK};
     kd_err_clear(&o.err);
     pthread_t thread;
@@ -713,7 +709,7 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     }
     kd_reorder_shape_t after = o.after;
     kd_matrix_t *m = NULL;
-    double ms = 0.0, inner_ms = 0.0, t1 = kd_select_now_ms();
+    double ms = 0.0, inner_ms = 0.0, t1 = kd_clock_ms();
     rc = kd_select_reordered_candidate(ocl, csr, result->format, &o, &m, &ms, &inner_ms, result,
                                        err);
     free(o.perm);
@@ -727,7 +723,7 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
         return rc;
     result->reordered_ms = ms;
     result->reordered_inner_ms = inner_ms;
-    double extra_ms = kd_select_now_ms() - t1 + fmax(0.0, o.ms - (t1 - t0));
+    double extra_ms = kd_clock_ms() - t1 + fmax(0.0, o.ms - (t1 - t0));
     /* kept when a client's SpMV (permutations included) is faster, or when a solve's SpMV (none:
      * b in and x out once) is much faster for a client SpMV not much slower */
     int spmv_gain = ms < (1.0 - KD_SELECT_REORDER_MARGIN) * won_ms;
@@ -742,7 +738,7 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
         *out = m;
         result->reorder = KD_REORDER_RCM;
         result->after = after;
-        result->total_ms += kd_select_now_ms() - t1;
+        result->total_ms += kd_clock_ms() - t1;
     } else {
         snprintf(result->reorder_reason, sizeof(result->reorder_reason),
                  "rcm: %.4f ms (in a solve %.4f) against %.4f: not worth it", ms, inner_ms, won_ms);
@@ -758,11 +754,11 @@ static int kd_select_forced_order(kd_ocl_t *ocl, const kd_csr_t *csr, const char
 {
     int32_t *perm = NULL;
     kd_csr_t *permuted = NULL;
-    double t0 = kd_select_now_ms();
+    double t0 = kd_clock_ms();
     int rc = kd_reorder_compute(csr, reorder, &perm, err);
     if (rc == KD_OK)
         rc = kd_reorder_apply(csr, perm, &permuted, err);
-    double ms = kd_select_now_ms() - t0;
+    double ms = kd_clock_ms() - t0;
     if (rc == KD_OK)
         rc = kd_select_upload(ocl, permuted, forced_format, mode, out, result, err);
     if (rc == KD_OK) {

@@ -23,6 +23,7 @@ static int kd_vec_check_host_dtype(kd_dtype_t t, kd_err_t *err)
 
 int kd_vec_alloc(kd_ocl_t *ocl, int64_t n, kd_dtype_t dtype, kd_vec_t *v, kd_err_t *err)
 {
+    assert(ocl != NULL && v != NULL);
     memset(v, 0, sizeof(*v));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)
@@ -54,55 +55,51 @@ void kd_vec_release(kd_vec_t *v)
     memset(v, 0, sizeof(*v));
 }
 
-int kd_vec_write(kd_ocl_t *ocl, kd_vec_t *v, const void *src, kd_dtype_t src_dtype, kd_err_t *err)
+/* A blocking copy between v and host memory of host_dtype (converted through a temporary when it
+ * is not v's dtype): from src to the device when src is not NULL, else from the device to dst. */
+static int kd_vec_transfer(kd_ocl_t *ocl, const kd_vec_t *v, const void *src, void *dst,
+                           kd_dtype_t host_dtype, kd_err_t *err)
 {
-    int rc = kd_vec_check_host_dtype(src_dtype, err);
+    const int write = src != NULL;
+    int rc = kd_vec_check_host_dtype(host_dtype, err);
     if (rc != KD_OK || v->n == 0)
         return rc;
     size_t n = (size_t)v->n;
     size_t bytes = n * kd_dtype_size(v->dtype);
     void *tmp = NULL;
-    const void *from = src;
-    if (src_dtype != v->dtype) {
+    if (host_dtype != v->dtype) {
         if ((tmp = malloc(bytes)) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory converting %zu values", n);
-        kd_convert_real(tmp, v->dtype, src, src_dtype, n);
-        from = tmp;
+        if (write)
+            kd_convert_real(tmp, v->dtype, src, host_dtype, n);
     }
-    cl_int st =
-        clEnqueueWriteBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes, from, 0, NULL, NULL);
-    free(tmp);
+    cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+                                             tmp != NULL ? tmp : src, 0, NULL, NULL)
+                      : clEnqueueReadBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+                                            tmp != NULL ? tmp : dst, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-        kd_err_prefix(err, "writing %zu bytes to a device vector", bytes);
+        rc = kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+        kd_err_prefix(err,
+                      write ? "writing %zu bytes to a device vector"
+                            : "reading %zu bytes from a device vector",
+                      bytes);
+    } else if (tmp != NULL && !write) {
+        kd_convert_real(dst, host_dtype, tmp, v->dtype, n);
     }
+    free(tmp);
     return rc;
+}
+
+int kd_vec_write(kd_ocl_t *ocl, kd_vec_t *v, const void *src, kd_dtype_t src_dtype, kd_err_t *err)
+{
+    assert(ocl != NULL && v != NULL && (src != NULL || v->n == 0));
+    return kd_vec_transfer(ocl, v, src, NULL, src_dtype, err);
 }
 
 int kd_vec_read(kd_ocl_t *ocl, const kd_vec_t *v, void *dst, kd_dtype_t dst_dtype, kd_err_t *err)
 {
-    int rc = kd_vec_check_host_dtype(dst_dtype, err);
-    if (rc != KD_OK || v->n == 0)
-        return rc;
-    size_t n = (size_t)v->n;
-    size_t bytes = n * kd_dtype_size(v->dtype);
-    void *tmp = NULL;
-    void *into = dst;
-    if (dst_dtype != v->dtype) {
-        if ((tmp = malloc(bytes)) == NULL)
-            return kd_err_set(err, KD_ENOMEM, "out of host memory converting %zu values", n);
-        into = tmp;
-    }
-    cl_int st =
-        clEnqueueReadBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes, into, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "clEnqueueReadBuffer");
-        kd_err_prefix(err, "reading %zu bytes from a device vector", bytes);
-    } else if (tmp != NULL) {
-        kd_convert_real(dst, dst_dtype, tmp, v->dtype, n);
-    }
-    free(tmp);
-    return rc;
+    assert(ocl != NULL && v != NULL && (dst != NULL || v->n == 0));
+    return kd_vec_transfer(ocl, v, NULL, dst, dst_dtype, err);
 }
 
 int kd_vec_fill(kd_ocl_t *ocl, kd_vec_t *v, double value, kd_err_t *err)
@@ -138,6 +135,7 @@ static size_t kd_multivec_quantum(kd_ocl_t *ocl, size_t size)
 int kd_multivec_alloc(kd_ocl_t *ocl, int64_t n, int64_t k, kd_dtype_t dtype, kd_multivec_t *mv,
                       kd_err_t *err)
 {
+    assert(ocl != NULL && mv != NULL);
     memset(mv, 0, sizeof(*mv));
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc != KD_OK)
@@ -209,40 +207,42 @@ static size_t kd_multivec_offset(const kd_multivec_t *mv, int64_t j)
     return (size_t)j * (size_t)mv->ld * kd_dtype_size(mv->dtype);
 }
 
-int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
+/* Blocking copies of the k columns between mv and k packed host columns: from src to the device
+ * when src is not NULL, else from the device to dst. */
+static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, const void *src, void *dst,
+                                kd_err_t *err)
 {
     if (mv->mem == NULL)
         return KD_OK;
+    const int write = src != NULL;
     size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
     for (int64_t j = 0; j < mv->k; j++) {
-        cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
-                                         kd_multivec_offset(mv, j), bytes,
-                                         (const char *)src + (size_t)j * bytes, 0, NULL, NULL);
+        cl_bool last = j == mv->k - 1;
+        size_t at = kd_multivec_offset(mv, j), host = (size_t)j * bytes;
+        cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
+                                                 (const char *)src + host, 0, NULL, NULL)
+                          : clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
+                                                (char *)dst + host, 0, NULL, NULL);
         if (st != CL_SUCCESS) {
             (void)clFinish(kd_ocl_queue(ocl));
-            kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-            return kd_err_prefix(err, "writing column %lld of a device multivector", (long long)j);
+            kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+            return kd_err_prefix(err, "%s column %lld of a device multivector",
+                                 write ? "writing" : "reading", (long long)j);
         }
     }
     return KD_OK;
 }
 
+int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
+{
+    assert(ocl != NULL && mv != NULL && (src != NULL || mv->mem == NULL));
+    return kd_multivec_transfer(ocl, mv, src, NULL, err);
+}
+
 int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err)
 {
-    if (mv->mem == NULL)
-        return KD_OK;
-    size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
-    for (int64_t j = 0; j < mv->k; j++) {
-        cl_int st = clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, j == mv->k - 1,
-                                        kd_multivec_offset(mv, j), bytes,
-                                        (char *)dst + (size_t)j * bytes, 0, NULL, NULL);
-        if (st != CL_SUCCESS) {
-            (void)clFinish(kd_ocl_queue(ocl));
-            kd_ocl_fail(err, st, "clEnqueueReadBuffer");
-            return kd_err_prefix(err, "reading column %lld of a device multivector", (long long)j);
-        }
-    }
-    return KD_OK;
+    assert(ocl != NULL && mv != NULL && (dst != NULL || mv->mem == NULL));
+    return kd_multivec_transfer(ocl, mv, NULL, dst, err);
 }
 
 int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,

@@ -9,6 +9,7 @@
 #define KD_TEST_RPC_H
 
 #include "common/csr.h"
+#include "common/clock.h"
 #include "protocol/frame.h"
 #include "protocol/object.h"
 #include "protocol/writer.h"
@@ -52,13 +53,6 @@ typedef struct kd_rpc_msg {
     int unpacked;
 } kd_rpc_msg_t;
 
-static inline uint64_t kd_rpc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static inline void kd_rpc_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -66,22 +60,45 @@ static inline void kd_rpc_sleep_ms(int ms)
         ;
 }
 
+/* A bare TCP socket connected to 127.0.0.1:port (TCP_NODELAY), for tests that write raw bytes;
+ * -1 on failure. */
+static inline int kd_rpc_socket(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+/* The first bytes of a hand-made matrix.put request, [0, msgid, "matrix.put", [{"mtx": ...,
+ * into msg (room for 20 bytes); the caller appends the value's header. Returns the length. */
+static inline size_t kd_rpc_put_mtx_prefix(unsigned char *msg, uint8_t msgid)
+{
+    /* "matrix.put" (fixstr 10), params: array of 1, map of 1, key "mtx" (fixstr 3) */
+    static const unsigned char call[] = {0xaa, 'm', 'a',  't',  'r',  'i', 'x', '.', 'p',
+                                         'u',  't', 0x91, 0x81, 0xa3, 'm', 't', 'x'};
+    msg[0] = 0x94;  /* array of 4 */
+    msg[1] = 0x00;  /* request */
+    msg[2] = msgid; /* a positive fixint */
+    memcpy(msg + 3, call, sizeof(call));
+    return 3 + sizeof(call);
+}
+
 /* Connect to 127.0.0.1:port. Returns 0 or -1. */
 static inline int kd_rpc_connect(kd_rpc_t *r, int port)
 {
     memset(r, 0, sizeof(*r));
-    r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    r->fd = kd_rpc_socket(port);
     if (r->fd < 0)
         return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(r->fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(r->fd);
-        r->fd = -1;
-        return -1;
-    }
-    int one = 1;
-    setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     kd_frame_limits_t lim = {
         .max_message = (size_t)1 << 30, .max_elements = 1 << 24, .max_depth = 32};
     if (kd_frame_new(&lim, &r->frame) != 0) {
@@ -151,7 +168,7 @@ static inline void kd_rpc_msg_free(kd_rpc_msg_t *m)
 static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
 {
     memset(m, 0, sizeof(*m));
-    uint64_t deadline = kd_rpc_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    double deadline = kd_clock_ms() + (timeout_ms > 0 ? timeout_ms : 0);
     for (;;) {
         kd_frame_event_t ev;
         kd_frame_kind_t kind = kd_frame_next(r->frame, &ev);
@@ -187,7 +204,7 @@ static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
         }
         if (kind != KD_FRAME_NEED_MORE)
             return m->kind = KD_RPC_GARBAGE;
-        uint64_t now = kd_rpc_now_ms();
+        double now = kd_clock_ms();
         struct pollfd p = {.fd = r->fd, .events = POLLIN};
         int n = poll(&p, 1, now >= deadline ? 0 : (int)(deadline - now)); /* 0: just look */
         if (n < 0 && errno == EINTR)
@@ -210,9 +227,9 @@ static inline int kd_rpc_read(kd_rpc_t *r, int timeout_ms, kd_rpc_msg_t *m)
 /* Read until the response to msgid (notifications and other responses are dropped). */
 static inline int kd_rpc_wait(kd_rpc_t *r, uint64_t msgid, int timeout_ms, kd_rpc_msg_t *m)
 {
-    uint64_t deadline = kd_rpc_now_ms() + (uint64_t)timeout_ms;
+    double deadline = kd_clock_ms() + timeout_ms;
     for (;;) {
-        uint64_t now = kd_rpc_now_ms();
+        double now = kd_clock_ms();
         int left = now >= deadline ? 0 : (int)(deadline - now);
         int kind = kd_rpc_read(r, left, m);
         if (kind != KD_RPC_RESPONSE && kind != KD_RPC_NOTIFICATION)

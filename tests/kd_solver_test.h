@@ -11,6 +11,7 @@
 #include "common/csr.h"
 #include "common/reorder.h"
 #include "kd_test.h"
+#include "solver/matrix.h"
 #include "solver/ocl.h"
 
 /* Open KD_TEST_DEVICE or "auto"; prints the device; NULL (after printing why) on failure. */
@@ -220,6 +221,69 @@ static inline void *kd_test_random_vector(int64_t n, kd_dtype_t dtype, double lo
     }
     *wide = w;
     return v;
+}
+
+/*
+ * How far row r of y = alpha * A * x + beta * y0, computed in dtype, may be from the exact value:
+ * a sum of len terms in the value type errs by at most (len + 4) eps times the sum of the terms'
+ * magnitudes. x and y0 are the values as dtype holds them, in double.
+ */
+static inline double kd_test_spmv_row_bound(const kd_csr_t *csr, kd_dtype_t dtype, double alpha,
+                                            const double *x, double beta, const double *y0,
+                                            int64_t r)
+{
+    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
+    double scale = 0.0;
+    int64_t len = csr->indptr[r + 1] - csr->indptr[r];
+    for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
+        scale += fabs(kd_csr_value(csr, k) * x[csr->indices[k]]);
+    scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0[r]));
+    double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
+    return tol * scale + 1e-300;
+}
+
+/*
+ * A problem for the solve tests: csr64 (taken over) converted to dtype and uploaded as csr_scalar,
+ * nrhs random right-hand sides b in dtype (bw: the same widened to double) and zeroed room for x.
+ * Returns 0, or -1 with the reason on stderr.
+ */
+typedef struct kd_test_problem {
+    kd_csr_t *csr; /* in dtype */
+    kd_matrix_t *A;
+    kd_dtype_t dtype;
+    int64_t n;
+    void *b;    /* n * nrhs values of dtype */
+    double *bw; /* the same, widened */
+    void *x;    /* n * nrhs values of dtype: the solve's output */
+} kd_test_problem_t;
+
+static inline int kd_test_problem_make(kd_ocl_t *ocl, kd_test_problem_t *p, kd_csr_t *csr64,
+                                       kd_dtype_t dtype, int64_t nrhs)
+{
+    kd_err_t err = {0};
+    memset(p, 0, sizeof(*p));
+    p->dtype = dtype;
+    p->n = csr64->rows;
+    if (kd_csr_convert(csr64, dtype, &p->csr, &err) != KD_OK ||
+        kd_matrix_upload(ocl, p->csr, KD_FMT_CSR_SCALAR, &p->A, &err) != KD_OK) {
+        fprintf(stderr, "kd_test_problem_make: %s\n", err.message);
+        kd_csr_free(csr64);
+        return -1;
+    }
+    kd_csr_free(csr64);
+    p->b = kd_test_random_vector(p->n * nrhs, dtype, -1.0, 1.0, &p->bw);
+    p->x = calloc((size_t)(p->n * nrhs) + 1, 8);
+    return 0;
+}
+
+static inline void kd_test_problem_free(kd_test_problem_t *p)
+{
+    kd_matrix_free(p->A);
+    kd_csr_free(p->csr);
+    free(p->b);
+    free(p->bw);
+    free(p->x);
+    memset(p, 0, sizeof(*p));
 }
 
 #endif

@@ -7,29 +7,14 @@
  */
 #include "client/mtx_file.h"
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
 #include "kd_test.h"
+#include "kd_test_mtx.h"
 #include "krylov.h"
 #include "protocol/mtx.h"
 
 static kd_daemon_t daemon_;
 static krylov_client_t *client;
-
-static kd_csr_t *load_matrix(const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, name);
-    char *text = NULL;
-    size_t len = 0;
-    kd_err_t err = {0};
-    kd_csr_t *m = NULL;
-    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) == KD_OK)
-        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err);
-    if (m == NULL)
-        fprintf(stderr, "loading %s: %s\n", path, err.message);
-    free(text);
-    return m;
-}
 
 static double *random_vector(int64_t n)
 {
@@ -81,7 +66,7 @@ static void test_status_of_fresh_server(void)
 
 static void test_put_three_ways_same_id(void)
 {
-    kd_csr_t *A = load_matrix("494_bus.mtx");
+    kd_csr_t *A = kd_test_load_mtx("494_bus.mtx", 0.0);
     REQUIRE(A != NULL);
     char path[512];
     snprintf(path, sizeof(path), "%s/494_bus.mtx", KD_TEST_MATRICES);
@@ -141,7 +126,7 @@ static void test_spmv_matches_reference(void)
         "494_bus.mtx", "bayer10.mtx", "rajat01.mtx", "arrow.mtx", "Groebner_id2003_aug.mtx",
         "3by0.mtx"};
     for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
-        kd_csr_t *A = load_matrix(files[f]);
+        kd_csr_t *A = kd_test_load_mtx(files[f], 0.0);
         REQUIRE(A != NULL);
         krylov_matrix_info_t info;
         REQUIRE(krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL,
@@ -178,7 +163,7 @@ static void test_spmv_matches_reference(void)
 
 static void test_cg_and_sd_converge(void)
 {
-    kd_csr_t *A = load_matrix("494_bus.mtx");
+    kd_csr_t *A = kd_test_load_mtx("494_bus.mtx", 0.0);
     REQUIRE(A != NULL);
     krylov_matrix_info_t info;
     REQUIRE(krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL,
@@ -203,7 +188,7 @@ static void test_cg_and_sd_converge(void)
 
     /* dwt_878 is a pattern file: with its values read as 1.0 it is indefinite (eigenvalues from
      * -2.96 to 8.91; SciPy's CG diverges on it too). CG must say so, not claim convergence. */
-    kd_csr_t *P = load_matrix("dwt_878.mtx");
+    kd_csr_t *P = kd_test_load_mtx("dwt_878.mtx", 0.0);
     REQUIRE(P != NULL);
     char ppath[512];
     snprintf(ppath, sizeof(ppath), "%s/dwt_878.mtx", KD_TEST_MATRICES);
@@ -382,7 +367,7 @@ static void test_indefinite_and_bad_solves(void)
 
 static void test_float32_matrix(void)
 {
-    kd_csr_t *A = load_matrix("bayer10.mtx");
+    kd_csr_t *A = kd_test_load_mtx("bayer10.mtx", 0.0);
     REQUIRE(A != NULL);
     char path[512];
     snprintf(path, sizeof(path), "%s/bayer10.mtx", KD_TEST_MATRICES);
@@ -444,16 +429,8 @@ static void test_info_list_drop(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0) {
-        fprintf(stderr, "could not start krylovd\n");
+    if ((client = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    }
-    client = krylov_client_new();
-    if (krylov_connect(client, daemon_.address) != KRYLOV_OK) {
-        fprintf(stderr, "connect: %s\n", krylov_error_message(client));
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     RUN(test_status_of_fresh_server);
     RUN(test_put_three_ways_same_id);
     RUN(test_spmv_matches_reference);

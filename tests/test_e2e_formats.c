@@ -9,8 +9,10 @@
  */
 #include "client/mtx_file.h"
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
+#include "kd_rpc.h"
 #include "kd_test.h"
+#include "kd_test_mtx.h"
 #include "krylov.h"
 #include "protocol/frame.h"
 #include "protocol/mtx.h"
@@ -40,18 +42,6 @@ static char *read_text(const char *file, size_t *len)
     return text;
 }
 
-static kd_csr_t *load_matrix(const char *file)
-{
-    size_t len = 0;
-    char *text = read_text(file, &len);
-    kd_csr_t *m = NULL;
-    kd_err_t err = {0};
-    if (text != NULL && kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err) != KD_OK)
-        fprintf(stderr, "parsing %s: %s\n", file, err.message);
-    free(text);
-    return m;
-}
-
 /* max_i |a_i - b_i| / max(1e-300, max_i |b_i|) */
 static double rel_diff(const double *a, const double *b, int64_t n)
 {
@@ -66,7 +56,7 @@ static double rel_diff(const double *a, const double *b, int64_t n)
 static void test_forced_formats_over_the_wire(void)
 {
     for (size_t fi = 0; fi < sizeof(files) / sizeof(files[0]); fi++) {
-        kd_csr_t *A = load_matrix(files[fi]);
+        kd_csr_t *A = kd_test_load_mtx(files[fi], 0.0);
         REQUIRE(A != NULL);
         char path[512];
         snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, files[fi]);
@@ -128,26 +118,12 @@ typedef struct raw_reply {
     int ok;
 } raw_reply_t;
 
-static int raw_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        return -1;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
-
 /* Send the writer's message on a fresh connection and read one response. */
 static void raw_call(kd_writer_t *w, raw_reply_t *r)
 {
     memset(r, 0, sizeof(*r));
     msgpack_unpacked_init(&r->up);
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     if (fd < 0)
         return;
     size_t len;
@@ -355,16 +331,8 @@ static void test_candidates_reported(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0) {
-        fprintf(stderr, "cannot start krylovd\n");
+    if ((client = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    }
-    client = krylov_client_new();
-    if (krylov_connect(client, daemon_.address) != KRYLOV_OK) {
-        fprintf(stderr, "connect: %s\n", krylov_error_message(client));
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     krylov_set_timeout(client, 120000);
     RUN(test_forced_formats_over_the_wire);
     RUN(test_candidates_reported);

@@ -13,6 +13,7 @@
  * each attacker met. Attackers record what they saw; the main thread checks it after they join.
  */
 #include "bench/matgen.h"
+#include "common/clock.h"
 #include "kd_daemon.h"
 #include "kd_rpc.h"
 #include "kd_test.h"
@@ -61,7 +62,7 @@ static void *good_client(void *arg)
         for (int64_t i = 0; i < A->cols; i++)
             x[i] = (double)((msgid * 7 + (uint64_t)i) % 13) - 6.0;
         kd_csr_spmv_ref(A, x, 1.0, 0.0, ref);
-        uint64_t t0 = kd_rpc_now_ms();
+        double t0 = kd_clock_ms();
         kd_rpc_msg_t m;
         int kind = (int)(msgid % 3);
         int ok;
@@ -75,7 +76,7 @@ static void *good_client(void *arg)
         } else {
             ok = kd_rpc_status(&r, &m) == 0;
         }
-        double ms = (double)(kd_rpc_now_ms() - t0);
+        double ms = kd_clock_ms() - t0;
         if (!ok) {
             if (res->failures++ == 0)
                 snprintf(res->first_failure, sizeof(res->first_failure),
@@ -121,7 +122,7 @@ static void *slow_sender(void *arg)
 {
     slow_arg_t *s = arg;
     s->res.total = s->len;
-    uint64_t t0 = kd_rpc_now_ms();
+    double t0 = kd_clock_ms();
     for (size_t i = 0; i < s->len; i++) {
         if (kd_rpc_send_raw(&s->conn, s->bytes + i, 1) != 0)
             break;
@@ -133,10 +134,10 @@ static void *slow_sender(void *arg)
             s->res.closed = 1;
             break;
         }
-        if (kd_rpc_now_ms() - t0 > 30000)
+        if (kd_clock_ms() - t0 > 30000)
             break;
     }
-    s->res.closed_ms = kd_rpc_now_ms() - t0;
+    s->res.closed_ms = (uint64_t)(kd_clock_ms() - t0);
     kd_rpc_close(&s->conn);
     return NULL;
 }
@@ -163,14 +164,14 @@ static void *deaf_client(void *arg)
     kd_rpc_write_spmv(&w, 1, bigid, x, Big->cols, 0);
     size_t len;
     char *req = kd_writer_release(&w, &len);
-    uint64_t t0 = kd_rpc_now_ms(), last_sent = t0;
+    double t0 = kd_clock_ms(), last_sent = t0;
     size_t off = 0;
     /* Send for up to 4 s, or until the server has stopped taking requests for a second. */
-    while (kd_rpc_now_ms() - t0 < 4000 && kd_rpc_now_ms() - last_sent < 1000) {
+    while (kd_clock_ms() - t0 < 4000 && kd_clock_ms() - last_sent < 1000) {
         ssize_t n = send(r.fd, req + off, len - off, MSG_NOSIGNAL);
         if (n > 0) {
             off += (size_t)n;
-            last_sent = kd_rpc_now_ms();
+            last_sent = kd_clock_ms();
             if (off == len) {
                 off = 0;
                 res->requests_sent++;
@@ -262,24 +263,13 @@ static void *oversized(void *arg)
         {0xdd, 0x10, 0x00, 0x00, 0x00, 0}, /* array32 of 268M */
         {0xdf, 0x08, 0x00, 0x00, 0x00, 0}, /* map32 */
     };
-    uint64_t t0 = kd_rpc_now_ms();
-    for (int round = 0; res->too_large < 8 && kd_rpc_now_ms() - t0 < 30000; round++) {
+    double t0 = kd_clock_ms();
+    for (int round = 0; res->too_large < 8 && kd_clock_ms() - t0 < 30000; round++) {
         kd_rpc_t r;
         if (kd_rpc_connect(&r, d.port) != 0)
             continue;
         unsigned char msg[64];
-        size_t n = 0;
-        msg[n++] = 0x94;
-        msg[n++] = 0x00;
-        msg[n++] = 77;
-        msg[n++] = 0xaa;
-        memcpy(msg + n, "matrix.put", 10);
-        n += 10;
-        msg[n++] = 0x91;
-        msg[n++] = 0x81;
-        msg[n++] = 0xa3;
-        memcpy(msg + n, "mtx", 3);
-        n += 3;
+        size_t n = kd_rpc_put_mtx_prefix(msg, 77);
         memcpy(msg + n, heads[round % 4], 5);
         n += 5;
         kd_rpc_send_raw(&r, msg, n);
@@ -301,7 +291,7 @@ static void *oversized(void *arg)
 static void *random_bytes(void *arg)
 {
     junk_result_t *res = arg;
-    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)kd_rpc_now_ms();
+    uint64_t state = 0x9e3779b97f4a7c15ull ^ (uint64_t)kd_clock_ms();
     for (int round = 0; round < 40; round++) {
         kd_rpc_t r;
         if (kd_rpc_connect(&r, d.port) != 0)

@@ -5,7 +5,8 @@
  * closed — and then checks that a well-behaved client on another connection is still served.
  */
 #include "common/csr.h"
-#include "kd_daemon.h"
+#include "kd_daemon_client.h"
+#include "kd_rpc.h"
 #include "kd_test.h"
 #include "krylov.h"
 #include "protocol/frame.h"
@@ -19,20 +20,6 @@
 
 static kd_daemon_t daemon_;
 static krylov_client_t *good;
-
-static int raw_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)daemon_.port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        return -1;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
 
 static void raw_send(int fd, const void *p, size_t n)
 {
@@ -153,7 +140,7 @@ static void expect_error(raw_answer_t a, uint64_t msgid, const char *code, const
 
 static void test_unframeable_bytes_close_only_that_connection(void)
 {
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     REQUIRE(fd >= 0);
     const unsigned char junk[] = {0x94, 0x00, 0x01, 0xc1, 0xc1, 0xc1};
     raw_send(fd, junk, sizeof(junk));
@@ -163,7 +150,7 @@ static void test_unframeable_bytes_close_only_that_connection(void)
 
     /* random bytes: either an error answer or a close, never a hang of the server */
     for (int round = 0; round < 20; round++) {
-        fd = raw_connect();
+        fd = kd_rpc_socket(daemon_.port);
         REQUIRE(fd >= 0);
         unsigned char buf[512];
         for (size_t i = 0; i < sizeof(buf); i++)
@@ -179,7 +166,7 @@ static void test_unframeable_bytes_close_only_that_connection(void)
 static void test_not_a_request(void)
 {
     /* a map at top level: nothing to address a response to */
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_map(&w, 1);
@@ -188,7 +175,7 @@ static void test_not_a_request(void)
     raw_close(fd);
 
     /* [0, msgid, 42, []]: method is not a string */
-    fd = raw_connect();
+    fd = kd_rpc_socket(daemon_.port);
     kd_writer_init(&w);
     kd_w_array(&w, 4);
     kd_w_int(&w, 0);
@@ -203,7 +190,7 @@ static void test_not_a_request(void)
 
 static void test_method_and_parameter_errors(void)
 {
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     kd_writer_t w;
     begin(&w, 1, "matrix.explode", 0);
     expect_error(raw_exchange(fd, &w), 1, "BAD_REQUEST", "matrix.explode");
@@ -250,7 +237,7 @@ static void put_csr_raw(kd_writer_t *w, uint64_t msgid, int64_t rows, int64_t co
 
 static void test_bad_matrices(void)
 {
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     kd_writer_t w;
     double val[4] = {1, 2, 3, 4};
 
@@ -299,21 +286,10 @@ static void test_bad_matrices(void)
 
 static void test_declared_size_over_limit(void)
 {
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     /* [0, 99, "matrix.put", [{"mtx": bin32 of 4 GiB - 1 ...}]] — only the header is sent */
     unsigned char msg[64];
-    size_t n = 0;
-    msg[n++] = 0x94;
-    msg[n++] = 0x00;
-    msg[n++] = 99;
-    msg[n++] = 0xaa;
-    memcpy(msg + n, "matrix.put", 10);
-    n += 10;
-    msg[n++] = 0x91;
-    msg[n++] = 0x81;
-    msg[n++] = 0xa3;
-    memcpy(msg + n, "mtx", 3);
-    n += 3;
+    size_t n = kd_rpc_put_mtx_prefix(msg, 99);
     msg[n++] = 0xc6;
     msg[n++] = 0xff, msg[n++] = 0xff, msg[n++] = 0xff, msg[n++] = 0xff;
     raw_send(fd, msg, n);
@@ -322,7 +298,7 @@ static void test_declared_size_over_limit(void)
     raw_close(fd);
 
     /* a message cut short, then the client leaves */
-    fd = raw_connect();
+    fd = kd_rpc_socket(daemon_.port);
     raw_send(fd, msg, n);
     raw_send(fd, "abc", 3);
     raw_close(fd);
@@ -331,7 +307,7 @@ static void test_declared_size_over_limit(void)
 
 static void test_pipelined_and_split_requests(void)
 {
-    int fd = raw_connect();
+    int fd = kd_rpc_socket(daemon_.port);
     kd_writer_t w;
     kd_writer_init(&w);
     for (uint64_t id = 100; id < 110; id++) {
@@ -372,13 +348,8 @@ static void test_pipelined_and_split_requests(void)
 int main(void)
 {
     kd_test_seed();
-    if (kd_daemon_start(&daemon_, NULL) != 0)
+    if ((good = kd_daemon_start_client(&daemon_)) == NULL)
         return 1;
-    good = krylov_client_new();
-    if (krylov_connect(good, daemon_.address) != KRYLOV_OK) {
-        kd_daemon_stop(&daemon_);
-        return 1;
-    }
     RUN(test_unframeable_bytes_close_only_that_connection);
     RUN(test_not_a_request);
     RUN(test_method_and_parameter_errors);

@@ -19,6 +19,7 @@
  */
 #include "client/mtx_file.h"
 #include "kd_solver_test.h"
+#include "kd_test_mtx.h"
 #include "protocol/mtx.h"
 #include "solver/matrix.h"
 
@@ -68,18 +69,11 @@ static void check_spmv(const char *name, const kd_matrix_t *m, const kd_csr_t *c
     for (int64_t i = 0; i < rows; i++)
         ref[i] = beta == 0.0 ? NAN : y0w[i];
     kd_csr_spmv_ref(csr, xw, alpha, beta, ref);
-    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
     int64_t bad = 0, guard_bad = 0;
     for (int64_t r = 0; r < rows; r++) {
         double got = kd_load_real(yout, dtype, (size_t)r);
-        double scale = 0.0;
-        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
-            scale += fabs(kd_csr_value(csr, k) * xw[csr->indices[k]]);
-        scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0w[r]));
-        /* a sum of len terms in the value type: error <= (len + 4) eps * scale */
-        double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
-        if (!isfinite(got) || fabs(got - ref[r]) > tol * scale + 1e-300) {
+        double bound = kd_test_spmv_row_bound(csr, dtype, alpha, xw, beta, y0w, r);
+        if (!isfinite(got) || fabs(got - ref[r]) > bound) {
             if (bad++ < 5)
                 fprintf(stderr, "%s %s %s alpha=%g beta=%g: y[%lld] = %.17g, expected %.17g\n",
                         name, kd_format_name(m->format), kd_dtype_name(dtype), alpha, beta,
@@ -143,22 +137,6 @@ static void formats_case(const char *name, kd_csr_t *csr64, const double (*pairs
 #define ALL_PAIRS pairs_all, (int)(sizeof(pairs_all) / sizeof(pairs_all[0]))
 #define FEW_PAIRS pairs_few, (int)(sizeof(pairs_few) / sizeof(pairs_few[0]))
 
-static kd_csr_t *load_matrix(const char *file)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", KD_TEST_MATRICES, file);
-    char *text = NULL;
-    size_t len = 0;
-    kd_err_t err = {0};
-    kd_csr_t *m = NULL;
-    if (kd_mtx_file_read(path, (size_t)1 << 30, &text, &len, &err) == KD_OK)
-        kd_mtx_read_matrix(text, len, KD_DTYPE_F64, NULL, &m, &err);
-    free(text);
-    if (m == NULL)
-        fprintf(stderr, "loading %s: %s\n", path, err.message);
-    return m;
-}
-
 static void test_real_matrices(void)
 {
     static const char *files[] = {
@@ -176,7 +154,7 @@ static void test_real_matrices(void)
         "3by0.mtx",
     };
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        kd_csr_t *m = load_matrix(files[i]);
+        kd_csr_t *m = kd_test_load_mtx(files[i], 0.0);
         CHECK_MSG(m != NULL, "cannot load %s", files[i]);
         if (m != NULL)
             formats_case(files[i], m, FEW_PAIRS);

@@ -61,13 +61,29 @@ static double *random_block(kd_dtype_t dtype, int64_t n, double lo, double hi)
  * diagonal preconditioner. */
 typedef enum { CASE_CG = 0, CASE_SD = 1, CASE_PCG = 2 } step_case_t;
 
+/* A Jacobi inverse diagonal for n rows (random in [0.5, 2] for pcg, all ones for cg): the host
+ * copy in *inv (free it) and a device copy in *out (left NULL on failure). */
+static void random_inv_diagonal(kd_dtype_t dtype, int64_t n, int pcg, double **inv, cl_mem *out)
+{
+    kd_err_t err = {0};
+    size_t vsize = kd_dtype_size(dtype);
+    *inv = malloc((size_t)n * sizeof(double) + 8);
+    void *inv_raw = malloc((size_t)n * vsize + 8);
+    for (int64_t i = 0; i < n; i++) {
+        (*inv)[i] = pcg ? rounded(dtype, kd_test_rand_double(0.5, 2.0)) : 1.0;
+        kd_store_real(inv_raw, dtype, (size_t)i, (*inv)[i]);
+    }
+    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * vsize,
+                                 inv_raw, "test inverse diagonal", out, &err) == KD_OK);
+    free(inv_raw);
+}
+
 static void one_case(kd_dtype_t dtype, step_case_t method, int64_t n)
 {
     kd_err_t err = {0};
     const double tol = dtype == KD_DTYPE_F64 ? 1e-11 : 2e-4;
     const int pcg = method == CASE_PCG, sd = method == CASE_SD;
     const int along = sd ? KD_KRYLOV_OP_ALONG_R : 0;
-    const size_t vsize = kd_dtype_size(dtype);
     const size_t bytes = (size_t)(n * K) * sizeof(double) + 8;
     fprintf(stderr, "  %s %s n=%lld\n",
             pcg  ? "pcg"
@@ -83,16 +99,10 @@ static void one_case(kd_dtype_t dtype, step_case_t method, int64_t n)
     CHECK(K == 1 || X.ld >= n);
 
     /* The inverse diagonal, shared by the columns. */
-    double *inv = malloc((size_t)n * sizeof(double) + 8);
-    void *inv_raw = malloc((size_t)n * vsize + 8);
-    for (int64_t i = 0; i < n; i++) {
-        inv[i] = pcg ? rounded(dtype, kd_test_rand_double(0.5, 2.0)) : 1.0;
-        kd_store_real(inv_raw, dtype, (size_t)i, inv[i]);
-    }
+    double *inv = NULL;
     cl_mem inv_mem = NULL;
-    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * vsize,
-                                 inv_raw, "test inverse diagonal", &inv_mem, &err) == KD_OK);
-    free(inv_raw);
+    random_inv_diagonal(dtype, n, pcg, &inv, &inv_mem);
+    REQUIRE(inv_mem != NULL);
 
     double *x = random_block(dtype, n, -1, 1), *r = random_block(dtype, n, -1, 1);
     double *d = malloc(bytes), *q = malloc(bytes), *out = malloc(bytes);
@@ -283,7 +293,7 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
 {
     kd_err_t err = {0};
     const double tol = dtype == KD_DTYPE_F64 ? 1e-11 : 2e-4;
-    const size_t vsize = kd_dtype_size(dtype), bytes = (size_t)(n * K) * sizeof(double) + 8;
+    const size_t bytes = (size_t)(n * K) * sizeof(double) + 8;
     fprintf(stderr, "  two-pass %s %s passes=%d n=%lld\n", pcg ? "pcg" : "cg", kd_dtype_name(dtype),
             passes, (long long)n);
     kd_multivec_t X = {0}, R = {0}, D = {0}, Q = {0};
@@ -291,16 +301,10 @@ static void two_pass_case(kd_dtype_t dtype, int pcg, int passes, int64_t n)
     REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &R, &err) == KD_OK);
     REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &D, &err) == KD_OK);
     REQUIRE(kd_multivec_alloc(ocl, n, K, dtype, &Q, &err) == KD_OK);
-    double *inv = malloc((size_t)n * sizeof(double) + 8);
-    void *inv_raw = malloc((size_t)n * vsize + 8);
-    for (int64_t i = 0; i < n; i++) {
-        inv[i] = pcg ? rounded(dtype, kd_test_rand_double(0.5, 2.0)) : 1.0;
-        kd_store_real(inv_raw, dtype, (size_t)i, inv[i]);
-    }
+    double *inv = NULL;
     cl_mem inv_mem = NULL;
-    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)n * vsize,
-                                 inv_raw, "test inverse diagonal", &inv_mem, &err) == KD_OK);
-    free(inv_raw);
+    random_inv_diagonal(dtype, n, pcg, &inv, &inv_mem);
+    REQUIRE(inv_mem != NULL);
     double *x = random_block(dtype, n, -1, 1), *r = random_block(dtype, n, -1, 1);
     double *q = random_block(dtype, n, 0.5, 2.0), *d = malloc(bytes), *out = malloc(bytes);
     block_write(&X, x);

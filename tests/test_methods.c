@@ -67,36 +67,11 @@ static void test_tables(void)
     CHECK_EQ_INT(kd_method_choose("pcg", "ilu0", &m, &p, &err), KD_EBADREQ);
 }
 
-typedef struct problem {
-    kd_csr_t *csr;
-    kd_matrix_t *A;
-    kd_dtype_t dtype;
-    int64_t n;
-    void *b;
-    double *bw;
-    void *x;
-} problem_t;
+typedef kd_test_problem_t problem_t;
 
 static void problem_make(problem_t *p, kd_csr_t *csr64, kd_dtype_t dtype, int64_t nrhs)
 {
-    kd_err_t err = {0};
-    memset(p, 0, sizeof(*p));
-    p->dtype = dtype;
-    p->n = csr64->rows;
-    REQUIRE(kd_csr_convert(csr64, dtype, &p->csr, &err) == KD_OK);
-    REQUIRE(kd_matrix_upload(ocl, p->csr, KD_FMT_CSR_SCALAR, &p->A, &err) == KD_OK);
-    kd_csr_free(csr64);
-    p->b = kd_test_random_vector(p->n * nrhs, dtype, -1.0, 1.0, &p->bw);
-    p->x = calloc((size_t)(p->n * nrhs) + 1, 8);
-}
-
-static void problem_free(problem_t *p)
-{
-    kd_matrix_free(p->A);
-    kd_csr_free(p->csr);
-    free(p->b);
-    free(p->bw);
-    free(p->x);
+    REQUIRE(kd_test_problem_make(ocl, p, csr64, dtype, nrhs) == 0);
 }
 
 /* ||b_j - A x_j|| / ||b_j|| on the CPU, for column j. */
@@ -166,7 +141,7 @@ static void test_declared_reductions(void)
                         CHECK(res[c].spmv_fused == fuse);
                         kd_solve_result_free(&res[c]);
                     }
-                    problem_free(&p);
+                    kd_test_problem_free(&p);
                 }
 }
 
@@ -194,7 +169,7 @@ static void test_precond_lives_with_matrix(void)
     kd_solve_result_free(&res);
     kd_precond_release_all(p.A);
     CHECK(p.A->device_bytes == before && p.A->preconds == NULL);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* cg1 against cg on the same problem: converged by the CPU's measure, the same iterations (up
@@ -227,7 +202,7 @@ static void cg1_matches_cg(const char *name, kd_csr_t *csr64, kd_dtype_t dtype, 
     CHECK(r1.history_len >= 2 && fabs(r1.history[0] - r1.b_norm) <= 1e-5 * r1.b_norm);
     kd_solve_result_free(&r1);
     kd_solve_result_free(&rc);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* Row i scaled by 1 + 40 (i mod 5) / 4 on both sides: Jacobi pays off. */
@@ -315,7 +290,7 @@ static void test_cg1_schedules(void)
                 kd_solve_result_free(&rr[c]);
             free(ref);
             free(alt);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
 }
 
@@ -338,7 +313,7 @@ static void test_cg1_edges(void)
     CHECK_STR_CONTAINS(res.message, "p'Ap");
     fprintf(stderr, "  indefinite: %s: %s\n", kd_solve_status_name(res.status), res.message);
     kd_solve_result_free(&res);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 
     problem_make(&p, kd_test_laplacian_2d(20, 20), KD_DTYPE_F32, 1);
     prm = params("cg1", "jacobi", 1e-5);
@@ -349,7 +324,7 @@ static void test_cg1_edges(void)
     CHECK(res.status == KD_SOLVE_CONVERGED && res.iterations <= 1);
     kd_solve_result_free(&res);
     free(x1);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 int main(void)

@@ -11,48 +11,17 @@
  * start) gets exactly what it gets solved alone, maxiter per column, progress per check.
  */
 #include "kd_solver_test.h"
+#include "common/clock.h"
 #include "solver/method.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;
 
-typedef struct problem {
-    kd_csr_t *csr; /* in dtype */
-    kd_matrix_t *A;
-    kd_dtype_t dtype;
-    int64_t n;
-    void *b;    /* n values of dtype */
-    double *bw; /* the same, widened */
-    void *x;    /* n values of dtype: the solve's output */
-} problem_t;
+typedef kd_test_problem_t problem_t;
 
-/* Take ownership of csr64, convert to dtype, upload, make a random b. */
 static int problem_make(problem_t *p, kd_csr_t *csr64, kd_dtype_t dtype)
 {
-    kd_err_t err = {0};
-    memset(p, 0, sizeof(*p));
-    p->dtype = dtype;
-    p->n = csr64->rows;
-    if (kd_csr_convert(csr64, dtype, &p->csr, &err) != KD_OK ||
-        kd_matrix_upload(ocl, p->csr, KD_FMT_CSR_SCALAR, &p->A, &err) != KD_OK) {
-        fprintf(stderr, "problem_make: %s\n", err.message);
-        kd_csr_free(csr64);
-        return -1;
-    }
-    kd_csr_free(csr64);
-    p->b = kd_test_random_vector(p->n, dtype, -1.0, 1.0, &p->bw);
-    p->x = calloc((size_t)p->n + 1, 8);
-    return 0;
-}
-
-static void problem_free(problem_t *p)
-{
-    kd_matrix_free(p->A);
-    kd_csr_free(p->csr);
-    free(p->b);
-    free(p->bw);
-    free(p->x);
-    memset(p, 0, sizeof(*p));
+    return kd_test_problem_make(ocl, p, csr64, dtype, 1);
 }
 
 /* ||b - A x|| / ||b|| on the CPU in double, with x as the solver returned it. */
@@ -132,7 +101,7 @@ static void solve_converges(const char *name, kd_csr_t *csr64, kd_dtype_t dtype,
         CHECK_EQ_INT(res.history_len, res.iterations + 1);
     CHECK(res.time_ms > 0.0);
     kd_solve_result_free(&res);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 static void test_cg_laplacian(void)
@@ -224,7 +193,7 @@ static void test_warm_start_and_zero_rhs(void)
         free(zero);
         free(x0);
         free(x);
-        problem_free(&p);
+        kd_test_problem_free(&p);
     }
 }
 
@@ -272,7 +241,7 @@ static void test_indefinite(void)
             fprintf(stderr, "  message: %s\n", res.message);
             CHECK_NEAR(res.relative_residual, 1.0, 1e-5); /* x = 0 still */
             kd_solve_result_free(&res);
-            problem_free(&p);
+            kd_test_problem_free(&p);
 
             /* Indefinite: breakdown or max_iterations, within maxiter. */
             REQUIRE(problem_make(&p, alternating_diagonal(101), dt[d]) == 0);
@@ -287,7 +256,7 @@ static void test_indefinite(void)
             fprintf(stderr, "  diag(1,-1,...) %s: %s after %lld: %s\n", method ? "sd" : "cg",
                     kd_solve_status_name(res.status), (long long)res.iterations, res.message);
             kd_solve_result_free(&res);
-            problem_free(&p);
+            kd_test_problem_free(&p);
 
             /* Mildly indefinite (a few negative eigenvalues): never hangs. */
             REQUIRE(problem_make(&p, shifted_laplacian(16, 0.3), dt[d]) == 0);
@@ -297,7 +266,7 @@ static void test_indefinite(void)
             fprintf(stderr, "  laplacian - 0.3 %s: %s after %lld\n", method ? "sd" : "cg",
                     kd_solve_status_name(res.status), (long long)res.iterations);
             kd_solve_result_free(&res);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
 }
@@ -329,7 +298,7 @@ static void test_non_finite_inputs(void)
         CHECK_STR_CONTAINS(res.message, "x0[3] = -inf");
         kd_solve_result_free(&res);
         free(x0);
-        problem_free(&p);
+        kd_test_problem_free(&p);
 
         /* NaN inside the matrix: found by the scan at upload, reported with its place, without
          * iterating. (Non-finite values that appear only during iteration are flagged by the
@@ -343,7 +312,7 @@ static void test_non_finite_inputs(void)
         CHECK_EQ_INT(res.iterations, 0);
         fprintf(stderr, "  message: %s\n", res.message);
         kd_solve_result_free(&res);
-        problem_free(&p);
+        kd_test_problem_free(&p);
     }
 }
 
@@ -377,7 +346,7 @@ static void test_maxiter_and_history(void)
     kd_solve_result_free(&res);
     kd_solve_result_free(&res);
     kd_solve_result_free(NULL);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* The check schedule changes neither the iterates nor the count: the device decides. */
@@ -404,7 +373,7 @@ static void test_schedule_independent(void)
         kd_solve_result_free(&r2);
         free(x1);
         free(x2);
-        problem_free(&p);
+        kd_test_problem_free(&p);
     }
 }
 
@@ -480,14 +449,12 @@ static void test_progress_cancel_deadline(void)
     kd_solve_result_free(&res);
 
     /* A deadline in the past. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     prm = params_of("cg", 1e-5);
-    prm.deadline_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    prm.deadline_ns = kd_clock_ns();
     CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_ETIMEOUT);
     CHECK_STR_CONTAINS(err.message, "deadline");
     kd_solve_result_free(&res);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 static void test_bad_requests(void)
@@ -508,20 +475,20 @@ static void test_bad_requests(void)
     prm = params_of("cg", 1e-6);
     prm.check_every = -1;
     CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 
     REQUIRE(problem_make(&p, kd_test_random_matrix(6, 5, NULL, 2), KD_DTYPE_F32) == 0);
     prm = params_of("cg", 1e-6);
     CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "square");
-    problem_free(&p);
+    kd_test_problem_free(&p);
 
     /* 0 x 0: b = 0 trivially. */
     REQUIRE(problem_make(&p, kd_test_random_matrix(0, 0, NULL, 0), KD_DTYPE_F32) == 0);
     CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
     CHECK(res.status == KD_SOLVE_CONVERGED && res.iterations == 0);
     kd_solve_result_free(&res);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 
     CHECK(strcmp(kd_solve_status_name(KD_SOLVE_NON_FINITE), "non_finite") == 0);
     CHECK(strcmp(kd_solve_status_name(KD_SOLVE_MAX_ITERATIONS), "max_iterations") == 0);
@@ -547,7 +514,7 @@ static void test_atol(void)
     CHECK(res.status == KD_SOLVE_CONVERGED);
     CHECK(true_relres(&p, p.x) <= 1.01e-3);
     kd_solve_result_free(&res);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* A Laplacian scaled as S L S with S = diag(10^u), u uniform in [-spread, spread]: still SPD, but
@@ -599,7 +566,7 @@ static void test_pcg(void)
                   (long long)pcg.iterations, (long long)cg.iterations);
         kd_solve_result_free(&cg);
         kd_solve_result_free(&pcg);
-        problem_free(&p);
+        kd_test_problem_free(&p);
 
         /* Well scaled: PCG on the Laplacian (constant diagonal) takes CG's path. */
         REQUIRE(problem_make(&p, kd_test_laplacian_2d(30, 30), dt[d]) == 0);
@@ -612,7 +579,7 @@ static void test_pcg(void)
                   (long long)cg.iterations, (long long)pcg.iterations);
         kd_solve_result_free(&cg);
         kd_solve_result_free(&pcg);
-        problem_free(&p);
+        kd_test_problem_free(&p);
     }
 }
 
@@ -660,7 +627,7 @@ static void test_pcg_bad_diagonal(void)
         prm.maxiter = 50;
         CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_OK);
         kd_solve_result_free(&res);
-        problem_free(&p);
+        kd_test_problem_free(&p);
     }
 }
 
@@ -768,7 +735,7 @@ static void test_multi_rhs(void)
             free(b);
             free(x0);
             free(x);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
 }
@@ -809,7 +776,7 @@ static void test_schedule_independent_multi(void)
             free(b);
             free(x1);
             free(x2);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
 }
@@ -860,7 +827,7 @@ static void test_multi_progress_and_non_finite_matrix(void)
      * checks whose state predates its restart, if it had one). */
     CHECK(log.calls >= longest);
     CHECK(log.max_rhs >= 0);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 
     /* NaN in the matrix: every column with b != 0 is non_finite, b = 0 still gives x = 0. */
     kd_csr_t *m = kd_test_laplacian_2d(20, 20);
@@ -876,7 +843,7 @@ static void test_multi_progress_and_non_finite_matrix(void)
     kd_solve_result_free(&res[1]);
     free(b);
     free(x);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* Two vector passes per iteration (the default) and three take the same path: the same status,
@@ -921,7 +888,7 @@ static void test_two_and_three_passes(void)
             CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r2, &err), KD_EBADREQ);
             kd_solve_result_free(&r2);
             kd_solve_result_free(&r3);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
 }
@@ -981,7 +948,7 @@ static void test_fused_spmv_matches_separate(void)
             free(b);
             free(xf);
             free(xs);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
     /* automatic: fused on a GPU, not on a CPU; another format never fuses */
@@ -1000,7 +967,7 @@ static void test_fused_spmv_matches_separate(void)
     CHECK(r.spmv_fused == 0 && r.status == KD_SOLVE_CONVERGED);
     kd_solve_result_free(&r);
     kd_matrix_free(vec);
-    problem_free(&p);
+    kd_test_problem_free(&p);
 }
 
 /* A solve on an RCM-reordered matrix runs in the permuted order but takes b and gives x in the
@@ -1067,7 +1034,7 @@ static void test_reordered_solve(void)
             free(x0);
             free(xa);
             free(xr);
-            problem_free(&p);
+            kd_test_problem_free(&p);
         }
     }
 }

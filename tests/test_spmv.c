@@ -69,17 +69,10 @@ static void spmv_case(const char *name, const kd_csr_t *csr64, kd_dtype_t dtype,
         ref[i] = beta == 0.0 ? NAN : y0w[i];
     kd_csr_spmv_ref(csr, xw, alpha, beta, ref);
 
-    const double eps = dtype == KD_DTYPE_F64 ? 1.1102230246251565e-16 : 5.960464477539063e-08;
     int64_t bad = 0;
     for (int64_t r = 0; r < rows; r++) {
-        double scale = 0.0;
-        int64_t len = csr->indptr[r + 1] - csr->indptr[r];
-        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++)
-            scale += fabs(kd_csr_value(csr, k) * xw[csr->indices[k]]);
-        scale = fabs(alpha) * scale + (beta == 0.0 ? 0.0 : fabs(beta * y0w[r]));
-        /* Summation of len terms in the value type: error <= (len + 4) eps * scale. */
-        double tol = fmax(dtype == KD_DTYPE_F64 ? 1e-14 : 1e-5, (double)(len + 4) * eps);
-        if (!isfinite(got[r]) || fabs(got[r] - ref[r]) > tol * scale + 1e-300) {
+        double bound = kd_test_spmv_row_bound(csr, dtype, alpha, xw, beta, y0w, r);
+        if (!isfinite(got[r]) || fabs(got[r] - ref[r]) > bound) {
             if (bad++ < 5)
                 fprintf(stderr, "%s %s alpha=%g beta=%g: y[%lld] = %.17g, expected %.17g\n", name,
                         kd_dtype_name(dtype), alpha, beta, (long long)r, got[r], ref[r]);
