@@ -9,7 +9,7 @@ set -uo pipefail
 out=${OUT:-/tmp/kd-irregular}
 mkdir -p "$out"
 export KD_BENCH_RUNS=${KD_BENCH_RUNS:-100}
-export KD_BENCH_MATRICES=${KD_BENCH_MATRICES:-"powerlaw:2000000:8 rmat:20:16 circuit:1000 \
+export KD_BENCH_MATRICES=${KD_BENCH_MATRICES:-"powerlaw:2000000:8 rmat:20:16 circuit:1000 blocks:16384:16:6 \
 shuffled:lap2d:1024 lap2d:2048 lap3d:160 tests/matrices/rajat01.mtx tests/matrices/adder_dcop_05.mtx \
 tests/matrices/watt_2.mtx tests/matrices/arrow.mtx tests/matrices/bayer10.mtx \
 tests/matrices/Groebner_id2003_aug.mtx tests/matrices/Franz6_id1959_aug.mtx"}
