@@ -105,6 +105,88 @@ double kd_reorder_gathers(const kd_csr_t *csr, const int32_t *perm, const int32_
     return (double)distinct / (double)csr->nnz;
 }
 
+double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *original)
+{
+    int64_t n = csr->rows;
+    *original = 0.0;
+    if (csr->nnz == 0 || n == 0 || csr->rows != csr->cols)
+        return 0.0;
+    if (limit > n)
+        limit = n;
+    size_t blocks = (size_t)n / KD_REORDER_SECTOR + 1;
+    int32_t *order = malloc((size_t)limit * sizeof(int32_t));
+    int32_t *id = malloc((size_t)n * sizeof(int32_t));
+    int64_t *stamp = malloc(blocks * sizeof(int64_t));
+    double predicted = -1.0;
+    if (order == NULL || id == NULL || stamp == NULL)
+        goto done;
+    for (int64_t i = 0; i < n; i++)
+        id[i] = -1;
+    /* breadth-first from the row of least degree among the first few thousand */
+    int64_t start = 0;
+    for (int64_t r = 1; r < n && r < 4096; r++)
+        if (csr->indptr[r + 1] - csr->indptr[r] < csr->indptr[start + 1] - csr->indptr[start])
+            start = r;
+    int64_t head = 0, tail = 0, next_seed = 0;
+    order[tail] = (int32_t)start, id[start] = (int32_t)tail++;
+    while (tail < limit) {
+        if (head == tail) { /* a component is done: the next unvisited row */
+            while (id[next_seed] >= 0)
+                next_seed++;
+            order[tail] = (int32_t)next_seed, id[next_seed] = (int32_t)tail++;
+            continue;
+        }
+        int64_t r = order[head++];
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1] && tail < limit; k++) {
+            int32_t c = csr->indices[k];
+            if (id[c] < 0)
+                order[tail] = c, id[c] = (int32_t)tail++;
+        }
+    }
+    /* windows of the prefix in breadth-first order and in the original order of the same rows:
+     * a column outside the prefix has no new number and counts as a sector of its own */
+    int64_t in_order = 0, as_given = 0, nnz = 0;
+    for (size_t b = 0; b < blocks; b++)
+        stamp[b] = -1;
+    for (int64_t i = 0; i < limit; i++) {
+        int64_t r = order[i], window = i / KD_REORDER_WINDOW;
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++) {
+            int32_t j = id[csr->indices[k]];
+            nnz++;
+            if (j < 0) {
+                in_order++;
+                continue;
+            }
+            int64_t *st = &stamp[j / KD_REORDER_SECTOR];
+            in_order += *st != window;
+            *st = window;
+        }
+    }
+    for (size_t b = 0; b < blocks; b++)
+        stamp[b] = -1;
+    for (int64_t i = 0; i < limit; i++) { /* the same windows by original row: sorted ids */
+        id[order[i]] = -2 - (int32_t)i;   /* mark the prefix's rows */
+    }
+    for (int64_t r = 0, w = 0, seen = 0; r < n && seen < limit; r++) {
+        if (id[r] > -2)
+            continue;
+        int64_t window = w / KD_REORDER_WINDOW;
+        w++, seen++;
+        for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++) {
+            int64_t *st = &stamp[csr->indices[k] / KD_REORDER_SECTOR];
+            as_given += *st != window;
+            *st = window;
+        }
+    }
+    predicted = nnz > 0 ? (double)in_order / (double)nnz : 0.0;
+    *original = nnz > 0 ? (double)as_given / (double)nnz : 0.0;
+done:
+    free(order);
+    free(id);
+    free(stamp);
+    return predicted;
+}
+
 void kd_reorder_invert(const int32_t *perm, int64_t n, int32_t *iperm)
 {
     for (int64_t i = 0; i < n; i++)

@@ -57,6 +57,18 @@ void kd_reorder_measure(const kd_csr_t *csr, const int32_t *iperm, kd_reorder_sh
 #define KD_REORDER_SECTOR 4
 double kd_reorder_gathers(const kd_csr_t *csr, const int32_t *perm, const int32_t *iperm);
 
+/*
+ * What an ordering by breadth-first search (RCM is one) would do to the gathers, predicted in
+ * O(limit * row length) without ordering the whole matrix: a breadth-first search over A's rows
+ * from a row of least degree numbers the first `limit` rows it reaches; kd_reorder_gathers'
+ * measure over those rows in that order (a column not yet numbered counts as a sector of its own)
+ * is returned, and the same rows' measure in their original order goes to *original. Low when
+ * neighbours of neighbours are few (meshes, however scrambled: RCM will bring them together);
+ * near 1 for expanders (random graphs: no ordering can). -1 when out of memory; 0 for a matrix
+ * without entries or not square.
+ */
+double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *original);
+
 /* iperm[perm[i]] = i for i < n. */
 void kd_reorder_invert(const int32_t *perm, int64_t n, int32_t *iperm);
 

@@ -587,36 +587,42 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
 /* ---- reordering --------------------------------------------------------------------------- */
 
 /*
- * What reordering costs the selection (auto): RCM is O(nnz) on the host (a graph of A + A^T, a
- * few breadth-first searches; about 0.3 s for a 1M-row 2-D Laplacian on one CPU core, see
- * docs/ARCHITECTURE.md), run on a thread beside the whole selection of A (transfer, analysis,
- * timing), so on a GPU host it costs what exceeds that. When it at least halves the bandwidth,
- * or brings x's gathers into fewer sectors (kd_reorder_gathers drops to 3/4 or less: what counts
- * on graphs with hubs, whose bandwidth no ordering reduces),
- * P A P^T is built on the host (O(nnz)), crosses the bus a second time, the winning format is
- * built from it and timed like any candidate (its gather and scatter launches included): about
- * one more transfer and a few SpMVs. It is timed twice: as a client's SpMV sees it (gather, the
- * format's SpMV, scatter) and as a solve's iterations do (the format's SpMV alone: a solve
- * permutes b in and x out once). It is kept when the first beats A's winner by
- * KD_SELECT_REORDER_MARGIN, or when the second beats it by KD_SELECT_REORDER_SOLVE_GAIN while the
- * first loses at most KD_SELECT_REORDER_SPMV_LOSS (solves are what most matrices are held for;
- * on a 1M-row matrix x fits the GPU's cache and the two permutation passes cost about as much as
- * the gathers they save, bench/NOTES.md), and the reason says after how many SpMVs or iterations
- * the extra selection time pays back. Matrices under KD_SELECT_REORDER_MIN_ROWS rows or
- * launch-bound ones are not considered: there the launches, not the gathers of x, set the time.
+ * What reordering costs the selection (auto), and when it is kept. Matrices under
+ * KD_SELECT_REORDER_MIN_ROWS rows or launch-bound ones are not considered: there the launches,
+ * not the gathers of x, set the time. For the others a thread beside the whole selection of A
+ * (transfer, analysis, timing) first predicts what an ordering by breadth-first search would do
+ * to the gathers of x (kd_reorder_gathers_predicted: a search over the first 64k rows, O(those
+ * rows' entries), ~20 ms for 1M rows on a slow core): when the prediction is not at most
+ * KD_SELECT_REORDER_PROMISE of the rows' own measure (a mesh or band already in order, an
+ * expander such as a uniformly random matrix, which no ordering helps), RCM is not computed.
+ * Otherwise RCM runs (O(nnz): about 0.5 s for a 1M-row 2-D Laplacian, 2.5 s for 16M entries of an
+ * R-MAT graph on the H100's host core, docs/BENCHMARKS.md) and, when it halves the bandwidth or
+ * brings x's gathers to KD_SELECT_REORDER_GATHERS of A's, P A P^T is built on the host, crosses
+ * the bus a second time, and A's winning format is built from it and timed twice: as a client's
+ * SpMV sees it (gather, the format's SpMV, scatter) and as a solve's iterations do (the format's
+ * SpMV alone: a solve permutes b in and x out once). It is kept when the first beats A's winner
+ * by KD_SELECT_REORDER_MARGIN, or the second by KD_SELECT_REORDER_SOLVE_GAIN: a client's SpMV
+ * request moves x and y over the network, which costs far more than the two permutation passes
+ * on the device, while a solve's iterations are device time alone. The selection's time then
+ * includes the ordering, beyond the budget of 50 SpMVs: the reason says after how many SpMVs or
+ * solve iterations the extra time pays back (about 20 solves of 1000 iterations on the 1M-row
+ * matrices measured). `reorder: "none"` skips all of it; `"rcm"` forces it.
  */
 #define KD_SELECT_REORDER_MIN_ROWS KD_SELECT_THREAD_ROWS
-#define KD_SELECT_REORDER_GAIN 2.0        /* the bandwidth must drop at least this many times, */
+#define KD_SELECT_REORDER_SAMPLE 65536    /* rows the prediction orders */
+#define KD_SELECT_REORDER_PROMISE 0.75    /* RCM is computed when predicted to bring this much */
+#define KD_SELECT_REORDER_GAIN 2.0        /* timed when the bandwidth drops this many times, */
 #define KD_SELECT_REORDER_GATHERS 0.75    /* or the gathers' sectors per nonzero to this fraction */
 #define KD_SELECT_REORDER_MARGIN 0.05     /* kept when the SpMV is this much faster, */
 #define KD_SELECT_REORDER_SOLVE_GAIN 0.15 /* or a solve's SpMV this much faster */
-#define KD_SELECT_REORDER_SPMV_LOSS 0.10  /* and a client's SpMV at most this much slower */
 
 typedef struct kd_select_order {
     const kd_csr_t *csr;
     int32_t *perm;
     kd_reorder_shape_t before, after;
     double gathers_before, gathers_after; /* kd_reorder_gathers of A and of P A P^T */
+    double predicted, sampled;            /* kd_reorder_gathers_predicted, and its *original */
+    int skipped;                          /* the prediction promised too little: no RCM */
     double ms;
     int rc;
     kd_err_t err;
@@ -626,6 +632,12 @@ static void *kd_select_order(void *arg)
 {
     kd_select_order_t *o = arg;
     double t0 = kd_clock_ms();
+    o->predicted = kd_reorder_gathers_predicted(o->csr, KD_SELECT_REORDER_SAMPLE, &o->sampled);
+    if (o->predicted >= 0.0 && o->predicted > KD_SELECT_REORDER_PROMISE * o->sampled) {
+        o->skipped = 1;
+        o->ms = kd_clock_ms() - t0;
+        return NULL;
+    }
     o->rc = kd_reorder_rcm(o->csr, &o->perm, &o->err);
     int32_t *iperm = o->rc == KD_OK ? malloc((size_t)o->csr->rows * sizeof(int32_t) + 1) : NULL;
     if (iperm != NULL) {
@@ -687,6 +699,13 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     else
         kd_select_order(&o);
     result->reorder_ms = o.ms;
+    result->total_ms = kd_clock_ms() - t0; /* the ordering's wait counts */
+    if (rc == KD_OK && o.skipped) {
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
+                 "rcm not computed: predicted sectors/nnz %.2f against %.2f", o.predicted,
+                 o.sampled);
+        return KD_OK;
+    }
     if (rc != KD_OK || o.rc != KD_OK) {
         if (rc == KD_OK)
             snprintf(result->reorder_reason, sizeof(result->reorder_reason), "rcm failed: %.80s",
@@ -724,11 +743,10 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     result->reordered_ms = ms;
     result->reordered_inner_ms = inner_ms;
     double extra_ms = kd_clock_ms() - t1 + fmax(0.0, o.ms - (t1 - t0));
-    /* kept when a client's SpMV (permutations included) is faster, or when a solve's SpMV (none:
-     * b in and x out once) is much faster for a client SpMV not much slower */
+    /* kept when a client's SpMV (permutations included) is faster, or a solve's SpMV (none: b in
+     * and x out once) much faster */
     int spmv_gain = ms < (1.0 - KD_SELECT_REORDER_MARGIN) * won_ms;
-    int solve_gain = inner_ms < (1.0 - KD_SELECT_REORDER_SOLVE_GAIN) * won_ms &&
-                     ms < (1.0 + KD_SELECT_REORDER_SPMV_LOSS) * won_ms;
+    int solve_gain = inner_ms < (1.0 - KD_SELECT_REORDER_SOLVE_GAIN) * won_ms;
     if (spmv_gain || solve_gain) {
         double gain = won_ms - (spmv_gain ? ms : inner_ms);
         snprintf(result->reorder_reason, sizeof(result->reorder_reason),
@@ -738,11 +756,12 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
         *out = m;
         result->reorder = KD_REORDER_RCM;
         result->after = after;
-        result->total_ms += kd_clock_ms() - t1;
+        result->total_ms = kd_clock_ms() - t0;
     } else {
         snprintf(result->reorder_reason, sizeof(result->reorder_reason),
                  "rcm: %.4f ms (in a solve %.4f) against %.4f: not worth it", ms, inner_ms, won_ms);
         kd_matrix_free(m);
+        result->total_ms = kd_clock_ms() - t0;
     }
     return KD_OK;
 }

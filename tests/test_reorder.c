@@ -124,6 +124,33 @@ static void test_gathers(void)
     kd_csr_free(empty);
 }
 
+/* The prediction of what a breadth-first ordering does: a scrambled mesh comes back together,
+ * a mesh in order and a random matrix (an expander) gain nothing. */
+static void test_gathers_predicted(void)
+{
+    double original, predicted;
+    kd_csr_t *a = kd_test_scramble(kd_test_laplacian_2d(300, 300));
+    predicted = kd_reorder_gathers_predicted(a, 65536, &original);
+    CHECK_MSG(original > 0.8 && predicted < 0.3 * original,
+              "scrambled mesh: predicted %.3f, original %.3f", predicted, original);
+    kd_csr_free(a);
+    a = kd_test_laplacian_2d(300, 300);
+    predicted = kd_reorder_gathers_predicted(a, 65536, &original);
+    CHECK_MSG(original < 0.3 && predicted > 0.75 * original,
+              "mesh in order: predicted %.3f, original %.3f", predicted, original);
+    kd_csr_free(a);
+    a = kd_test_random_matrix(100000, 100000, NULL, 8);
+    predicted = kd_reorder_gathers_predicted(a, 65536, &original);
+    CHECK_MSG(predicted > 0.75 * original, "random: predicted %.3f, original %.3f", predicted,
+              original);
+    kd_csr_free(a);
+    kd_test_coo_t r = {4, 6, 0, 0, NULL, NULL, NULL}; /* not square: nothing to predict */
+    kd_test_coo_add(&r, 1, 5, 1.0);
+    a = kd_test_coo_finish(&r);
+    CHECK(kd_reorder_gathers_predicted(a, 65536, &original) == 0.0);
+    kd_csr_free(a);
+}
+
 static void test_components_and_empty_rows(void)
 {
     /* two scrambled bands side by side with isolated (empty) rows between */
@@ -229,6 +256,7 @@ int main(void)
     RUN(test_banded_comes_back);
     RUN(test_laplacian_comes_back);
     RUN(test_gathers);
+    RUN(test_gathers_predicted);
     RUN(test_components_and_empty_rows);
     RUN(test_tiny_and_non_square);
     RUN(test_apply_exact);

@@ -84,9 +84,9 @@ static void check_measured(const char *name, const kd_csr_t *csr, kd_select_resu
         const kd_select_candidate_t *c = &res->candidates[i];
         CHECK(find(res, c->format) == c); /* each format once */
         if (c->dropped[0] != '\0') {
-            static const char *const prefixes[] = {
-                "padding: ", "dominated", "not timed: ", "would not fit", "no device memory",
-                "tiles too sparse"};
+            static const char *const prefixes[] = {"padding: ",        "dominated",
+                                                   "not timed: ",      "would not fit",
+                                                   "no device memory", "tiles too sparse"};
             int known = 0;
             for (size_t p = 0; p < sizeof(prefixes) / sizeof(prefixes[0]); p++)
                 known |= strncmp(c->dropped, prefixes[p], strlen(prefixes[p])) == 0;
@@ -271,7 +271,14 @@ static void test_measure_long_rows(void)
     }
     kd_csr_free(csr);
 
-    kd_csr_t *pl = kd_test_power_law_matrix(5000, 5000);
+    /* large enough not to be launch-bound (PoCL: 5000 rows; an H100: 80000) */
+    int64_t prows = 5000;
+    kd_csr_t *pl = kd_test_power_law_matrix(prows, prows);
+    while (kd_select_launch_bound(ocl, pl) && prows < 1000000) {
+        kd_csr_free(pl);
+        prows *= 4;
+        pl = kd_test_power_law_matrix(prows, prows);
+    }
     check_measured("power-law", pl, &res);
     /* tiled's sampled screen drops it before its O(nnz) analysis */
     CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) == 0,
@@ -475,15 +482,15 @@ static void test_reorder_auto(void)
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         kd_matrix_t *m = NULL;
         kd_select_result_t res;
-        int rc = kd_select_upload_reordered(ocl, a, NULL, KD_SELECT_MEASURE, kinds[k], &m, &res,
-                                            &err);
+        int rc =
+            kd_select_upload_reordered(ocl, a, NULL, KD_SELECT_MEASURE, kinds[k], &m, &res, &err);
         CHECK_MSG(rc == KD_OK, "%s", err.message);
         if (rc != KD_OK)
             continue;
         fprintf(stderr, "  %s: kept %s as %s (%s), bandwidth %lld -> %lld, rcm %.1f ms\n",
-                kd_reorder_name(kinds[k]), kd_reorder_name(res.reorder),
-                kd_format_name(res.format), res.reorder_reason, (long long)res.before.bandwidth,
-                (long long)res.after.bandwidth, res.reorder_ms);
+                kd_reorder_name(kinds[k]), kd_reorder_name(res.reorder), kd_format_name(res.format),
+                res.reorder_reason, (long long)res.before.bandwidth, (long long)res.after.bandwidth,
+                res.reorder_ms);
         CHECK(res.reorder_reason[0] != '\0');
         CHECK(res.before.bandwidth > side * side - side * side / 16);
         CHECK(m->order.kind == res.reorder);

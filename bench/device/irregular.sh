@@ -14,6 +14,7 @@ shuffled:lap2d:1024 lap2d:2048 lap3d:160 tests/matrices/rajat01.mtx tests/matric
 tests/matrices/watt_2.mtx tests/matrices/arrow.mtx tests/matrices/bayer10.mtx \
 tests/matrices/Groebner_id2003_aug.mtx tests/matrices/Franz6_id1959_aug.mtx"}
 bash bench/device/bench-spmv.sh
+source bench/device/setup.sh # the solves need the same prefix and OpenCL vendors
 bench="build-device/bin/krylov-bench solve --device gpu --methods cg,pcg --copy-mb 256"
 for r in none rcm; do
   $bench --reorder $r shuffled:lap2d:1024 shuffled:lap3d:100 circuit:1000 2>&1 | tail -6
