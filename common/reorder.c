@@ -105,6 +105,10 @@ double kd_reorder_gathers(const kd_csr_t *csr, const int32_t *perm, const int32_
     return (double)distinct / (double)csr->nnz;
 }
 
+/* The prediction measures at most this many entries (a graph with hubs reaches millions within
+ * its first rows). */
+#define KD_REORDER_PREDICT_NNZ ((int64_t)1 << 20)
+
 double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *original)
 {
     int64_t n = csr->rows;
@@ -148,7 +152,7 @@ double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *
     int64_t in_order = 0, as_given = 0, nnz = 0;
     for (size_t b = 0; b < blocks; b++)
         stamp[b] = -1;
-    for (int64_t i = 0; i < limit; i++) {
+    for (int64_t i = 0; i < limit && nnz < KD_REORDER_PREDICT_NNZ; i++) {
         int64_t r = order[i], window = i / KD_REORDER_WINDOW;
         for (int32_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++) {
             int32_t j = id[csr->indices[k]];
@@ -167,7 +171,8 @@ double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *
     for (int64_t i = 0; i < limit; i++) { /* the same windows by original row: sorted ids */
         id[order[i]] = -2 - (int32_t)i;   /* mark the prefix's rows */
     }
-    for (int64_t r = 0, w = 0, seen = 0; r < n && seen < limit; r++) {
+    int64_t counted = 0;
+    for (int64_t r = 0, w = 0, seen = 0; r < n && seen < limit && counted < nnz; r++) {
         if (id[r] > -2)
             continue;
         int64_t window = w / KD_REORDER_WINDOW;
@@ -177,9 +182,10 @@ double kd_reorder_gathers_predicted(const kd_csr_t *csr, int64_t limit, double *
             as_given += *st != window;
             *st = window;
         }
+        counted += csr->indptr[r + 1] - csr->indptr[r];
     }
     predicted = nnz > 0 ? (double)in_order / (double)nnz : 0.0;
-    *original = nnz > 0 ? (double)as_given / (double)nnz : 0.0;
+    *original = counted > 0 ? (double)as_given / (double)counted : 0.0;
 done:
     free(order);
     free(id);

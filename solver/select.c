@@ -498,12 +498,14 @@ fail:
 typedef struct kd_select_scan {
     kd_format_source_t *src;
     kd_err_t *err;
+    kd_reorder_shape_t shape; /* the matrix's bandwidth and profile (matrix.info) */
 } kd_select_scan_t;
 
 static void *kd_select_scan(void *arg)
 {
     kd_select_scan_t *s = arg;
     (void)kd_format_source_scan(s->src, s->err); /* on failure adopting scans again, and reports */
+    kd_reorder_measure(s->src->csr, NULL, &s->shape);
     return NULL;
 }
 
@@ -554,13 +556,15 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     }
     if (scan_threaded)
         pthread_join(scan_thread, NULL);
+    else
+        kd_reorder_measure(csr, NULL, &scan.shape); /* a small matrix: here */
     if (rc == KD_OK && (rc = kd_matrix_adopt_scan(&src, *out, err)) != KD_OK) {
         kd_matrix_free(*out);
         *out = NULL;
     }
     result->transfer_ms = src.upload_ms;
     result->stats = src.stats;
-    kd_reorder_measure(csr, NULL, &result->before);
+    result->before = scan.shape;
     result->after = result->before;
     if (rc == KD_OK)
         result->stats.nonfinite = (*out)->scan.non_finite_count;
@@ -592,9 +596,12 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * not the gathers of x, set the time. For the others a thread beside the whole selection of A
  * (transfer, analysis, timing) first predicts what an ordering by breadth-first search would do
  * to the gathers of x (kd_reorder_gathers_predicted: a search over the first 64k rows, O(those
- * rows' entries), ~20 ms for 1M rows on a slow core): when the prediction is not at most
- * KD_SELECT_REORDER_PROMISE of the rows' own measure (a mesh or band already in order, an
- * expander such as a uniformly random matrix, which no ordering helps), RCM is not computed.
+ * rows' entries, at most 1M of them: 5-40 ms), and RCM is computed only when the prediction is
+ * at most KD_SELECT_REORDER_PROMISE of the same rows' measure in their own order: a mesh numbered
+ * at random (0.15 of it on the scrambled Laplacians), not a mesh or band already in order (1.0),
+ * an expander such as a uniformly random matrix (0.93), a graph with hubs (R-MAT, 0.65) or the
+ * circuit-like matrix (0.74), where RCM's seconds were measured to buy a client SpMV nothing and
+ * a solve's SpMV 5% (R-MAT) to 24% (circuit): `reorder: "rcm"` asks for it there.
  * Otherwise RCM runs (O(nnz): about 0.5 s for a 1M-row 2-D Laplacian, 2.5 s for 16M entries of an
  * R-MAT graph on the H100's host core, docs/BENCHMARKS.md) and, when it halves the bandwidth or
  * brings x's gathers to KD_SELECT_REORDER_GATHERS of A's, P A P^T is built on the host, crosses
@@ -610,7 +617,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  */
 #define KD_SELECT_REORDER_MIN_ROWS KD_SELECT_THREAD_ROWS
 #define KD_SELECT_REORDER_SAMPLE 65536    /* rows the prediction orders */
-#define KD_SELECT_REORDER_PROMISE 0.75    /* RCM is computed when predicted to bring this much */
+#define KD_SELECT_REORDER_PROMISE 0.5     /* RCM is computed when predicted to bring this much */
 #define KD_SELECT_REORDER_GAIN 2.0        /* timed when the bandwidth drops this many times, */
 #define KD_SELECT_REORDER_GATHERS 0.75    /* or the gathers' sectors per nonzero to this fraction */
 #define KD_SELECT_REORDER_MARGIN 0.05     /* kept when the SpMV is this much faster, */
