@@ -11,7 +11,7 @@
  *    analysis (its tiles are chosen and filled on the host): it runs in the same window, and its
  *    arrays (about nnz * (value + 1) bytes) are copied when it is built, so it costs at most one
  *    more transfer of a matrix smaller than the CSR arrays. Its screen op (a sampled analysis of
- *    256 tile rows, before anything else) drops it unless its tiles would save 30% of CSR's
+ *    256 tile rows, before anything else) drops it unless its tiles would save 45% of CSR's
  *    bytes: its kernel is latency-bound, and lost to csr_scalar by 2.2x at 20% fewer bytes on
  *    the H100 (format_tiled.c). Where it passes, it is measured like the others.
  *  - Screening, before anything is allocated: formats whose plan exceeds KD_SELECT_MEMORY_FACTOR

@@ -285,20 +285,32 @@ static void test_measure_long_rows(void)
               "power-law: tiled: %s", reason(&res, KD_FMT_TILED));
     kd_csr_free(pl);
 
-    /* dense 16 x 16 blocks: tiles drop every index byte, the screen lets tiled be measured */
-    kd_test_coo_t c = {4096, 4096, 0, 0, NULL, NULL, NULL};
-    for (int64_t br = 0; br < 256; br++)
-        for (int64_t d = -1; d <= 1; d++)
-            if (br + d >= 0 && br + d < 256)
-                for (int64_t i = 0; i < 16; i++)
-                    for (int64_t j = 0; j < 16; j++)
-                        kd_test_coo_add(&c, br * 16 + i, (br + d) * 16 + j,
-                                        kd_test_rand_double(-1.0, 1.0));
-    kd_csr_t *blocks = kd_test_coo_finish(&c);
-    check_measured("dense blocks", blocks, &res);
+    /* dense 16 x 16 blocks: tiles drop every index byte, 51% of CSR's bytes in float32 and the
+     * screen lets tiled be measured; 34% in float64, under its bar */
+    kd_csr_t *blocks = NULL, *blocks32 = NULL;
+    for (int64_t nb = 256; blocks == NULL || (kd_select_launch_bound(ocl, blocks) && nb <= 8192);
+         nb *= 4) { /* large enough not to be launch-bound (an H100: 4096 block rows) */
+        kd_csr_free(blocks);
+        kd_test_coo_t c = {nb * 16, nb * 16, 0, 0, NULL, NULL, NULL};
+        for (int64_t br = 0; br < nb; br++)
+            for (int64_t d = -1; d <= 1; d++)
+                if (br + d >= 0 && br + d < nb)
+                    for (int64_t i = 0; i < 16; i++)
+                        for (int64_t j = 0; j < 16; j++)
+                            kd_test_coo_add(&c, br * 16 + i, (br + d) * 16 + j,
+                                            kd_test_rand_double(-1.0, 1.0));
+        blocks = kd_test_coo_finish(&c);
+    }
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_convert(blocks, KD_DTYPE_F32, &blocks32, &err) == KD_OK);
+    check_measured("dense blocks float64", blocks, &res);
+    CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) == 0,
+              "dense blocks float64: tiled: %s", reason(&res, KD_FMT_TILED));
+    check_measured("dense blocks float32", blocks32, &res);
     CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) != 0,
-              "dense blocks: tiled: %s", reason(&res, KD_FMT_TILED));
+              "dense blocks float32: tiled: %s", reason(&res, KD_FMT_TILED));
     kd_csr_free(blocks);
+    kd_csr_free(blocks32);
 }
 
 /* A matrix whose traffic takes a few microseconds: the statistics choose, one format is timed. */
