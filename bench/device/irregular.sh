@@ -4,7 +4,8 @@
 # automatic choice — tiled and reordered variants included — against cuSPARSE and CuPy on the
 # irregular set and the regular matrices that must keep their numbers), then CG per iteration
 # with and without RCM on the SPD matrices whose order can be improved.
-# Files in $OUT: bench-spmv.sh's seven, and solve.txt.
+# Files in $OUT: bench-spmv.sh's seven, and extra.txt (the solves, and float32 SpMV on the
+# matrices where tiling could pay: dense blocks, and the Laplacians).
 set -uo pipefail
 out=${OUT:-/tmp/kd-irregular}
 mkdir -p "$out"
@@ -16,6 +17,12 @@ tests/matrices/Groebner_id2003_aug.mtx tests/matrices/Franz6_id1959_aug.mtx"}
 bash bench/device/bench-spmv.sh
 source bench/device/setup.sh # the solves need the same prefix and OpenCL vendors
 bench="build-device/bin/krylov-bench solve --device gpu --methods cg,pcg --copy-mb 256"
-for r in none rcm; do
-  $bench --reorder $r shuffled:lap2d:1024 shuffled:lap3d:100 circuit:1000 2>&1 | tail -6
-done | tee "$out/solve.txt"
+{
+  for r in none rcm; do
+    $bench --reorder $r shuffled:lap2d:1024 shuffled:lap3d:100 2>&1 | tail -4
+    $bench --reorder $r --format csr_adaptive circuit:1000 rmat:20:16 2>&1 | tail -4
+  done
+  build-device/bin/krylov-bench spmv --device gpu --dtype float32 --runs 50 \
+    --formats csr_scalar,csr_adaptive,ellpack_r,tiled blocks:16384:16:6 lap2d:2048 2>&1 \
+    | grep -E "^[a-z_0-9]+: |^  [a-z_]+ +[0-9]|auto:"
+} | tee "$out/extra.txt"
