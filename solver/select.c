@@ -32,9 +32,10 @@
  *    candidate more than KD_SELECT_CUTOFF times slower than the best stops there; otherwise
  *    KD_SELECT_RUNS more runs are queued and waited for once, and the minimum counts (noise only
  *    adds time). Once the best candidate reaches KD_SELECT_ROOFLINE of the copy bandwidth by the
- *    minimal-bytes model, no other format can be more than a few percent faster, and the rest are
- *    not built (only for matrices over twice the device's global memory cache, which could
- *    otherwise run from cache faster than memory's bandwidth).
+ *    minimal-bytes model, no other format moving as many bytes can be more than a few percent
+ *    faster, and the rest are not built, except those whose plan is smaller than CSR's (tiled:
+ *    their own roofline is lower by that ratio) (only for matrices over twice the device's global
+ * memory cache, which could otherwise run from cache faster than memory's bandwidth).
  */
 #include "solver/select.h"
 #include "common/clock.h"
@@ -182,6 +183,7 @@ static void kd_select_memory_screen(const kd_ocl_t *ocl, kd_format_source_t *src
     if (ops->screen != NULL && ops->screen(ocl, src, c->dropped, sizeof(c->dropped)))
         return;
     size_t plan = ops->plan_bytes(ocl, src);
+    c->plan_bytes = plan == SIZE_MAX ? 0 : plan;
     if (plan == SIZE_MAX)
         snprintf(c->dropped, sizeof(c->dropped), "would not fit in memory");
     else if ((double)plan > limit)
@@ -444,7 +446,13 @@ static int kd_select_measure(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
         kd_select_candidate_t *c = order[k];
         if (c->dropped[0] != '\0')
             continue;
-        if (best != NULL && roofline_ms > 0.0 && roofline_ms >= KD_SELECT_ROOFLINE * best_ms) {
+        /* a format that moves fewer bytes than CSR (tiled) has a lower roofline of its own */
+        double csr_bytes = (double)kd_format_csr_bytes(src->csr);
+        double fewer = c->plan_bytes > 0 && csr_bytes > 0.0
+                           ? fmin(1.0, (double)c->plan_bytes / csr_bytes)
+                           : 1.0;
+        if (best != NULL && roofline_ms > 0.0 &&
+            fewer * roofline_ms >= KD_SELECT_ROOFLINE * best_ms) {
             snprintf(c->dropped, sizeof(c->dropped),
                      "not timed: %s already runs at %.0f%% of the copy bandwidth",
                      kd_format_name(best->format), 100.0 * roofline_ms / best_ms);

@@ -36,8 +36,9 @@ int kd_select_mode_parse(const char *name, kd_select_mode_t *out);
 /* One format's outcome. */
 typedef struct kd_select_candidate {
     kd_format_t format;
-    double time_ms;   /* median device time of its timed runs (0 when not timed) */
-    char dropped[96]; /* why it was not timed, or "" when it was */
+    double time_ms;    /* median device time of its timed runs (0 when not timed) */
+    size_t plan_bytes; /* the device bytes it would take, from its plan (0: not planned) */
+    char dropped[96];  /* why it was not timed, or "" when it was */
 } kd_select_candidate_t;
 
 typedef struct kd_select_result {
