@@ -205,6 +205,7 @@ static void *kd_select_analyse(void *arg)
     const kd_csr_stats_t *st = &src->stats;
     double t0 = kd_clock_ms();
     kd_csr_row_stats(csr, &src->stats);
+    kd_reorder_measure(csr, NULL, &res->before); /* matrix.info's bandwidth, beside the transfer */
     a->first = kd_select_heuristic(csr, st, kd_ocl_desc(a->ocl)->is_gpu, a->launch_bound,
                                    &a->first_reason);
 
@@ -506,14 +507,12 @@ fail:
 typedef struct kd_select_scan {
     kd_format_source_t *src;
     kd_err_t *err;
-    kd_reorder_shape_t shape; /* the matrix's bandwidth and profile (matrix.info) */
 } kd_select_scan_t;
 
 static void *kd_select_scan(void *arg)
 {
     kd_select_scan_t *s = arg;
     (void)kd_format_source_scan(s->src, s->err); /* on failure adopting scans again, and reports */
-    kd_reorder_measure(s->src->csr, NULL, &s->shape);
     return NULL;
 }
 
@@ -564,15 +563,14 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     }
     if (scan_threaded)
         pthread_join(scan_thread, NULL);
-    else
-        kd_reorder_measure(csr, NULL, &scan.shape); /* a small matrix: here */
     if (rc == KD_OK && (rc = kd_matrix_adopt_scan(&src, *out, err)) != KD_OK) {
         kd_matrix_free(*out);
         *out = NULL;
     }
     result->transfer_ms = src.upload_ms;
     result->stats = src.stats;
-    result->before = scan.shape;
+    if (result->before.bandwidth == 0 && result->before.profile == 0) /* not analysed: here */
+        kd_reorder_measure(csr, NULL, &result->before);
     result->after = result->before;
     if (rc == KD_OK)
         result->stats.nonfinite = (*out)->scan.non_finite_count;
@@ -603,7 +601,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * KD_SELECT_REORDER_MIN_ROWS rows or launch-bound ones are not considered: there the launches,
  * not the gathers of x, set the time. For the others a thread beside the whole selection of A
  * (transfer, analysis, timing) first predicts what an ordering by breadth-first search would do
- * to the gathers of x (kd_reorder_gathers_predicted: a search over the first 64k rows, O(those
+ * to the gathers of x (kd_reorder_gathers_predicted: a search over the first 32k rows, O(those
  * rows' entries, at most 1M of them: 5-40 ms), and RCM is computed only when the prediction is
  * at most KD_SELECT_REORDER_PROMISE of the same rows' measure in their own order: a mesh numbered
  * at random (0.15 of it on the scrambled Laplacians), not a mesh or band already in order (1.0),
@@ -624,7 +622,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
  * matrices measured). `reorder: "none"` skips all of it; `"rcm"` forces it.
  */
 #define KD_SELECT_REORDER_MIN_ROWS KD_SELECT_THREAD_ROWS
-#define KD_SELECT_REORDER_SAMPLE 65536    /* rows the prediction orders */
+#define KD_SELECT_REORDER_SAMPLE 32768    /* rows the prediction orders */
 #define KD_SELECT_REORDER_PROMISE 0.5     /* RCM is computed when predicted to bring this much */
 #define KD_SELECT_REORDER_GAIN 2.0        /* timed when the bandwidth drops this many times, */
 #define KD_SELECT_REORDER_GATHERS 0.75    /* or the gathers' sectors per nonzero to this fraction */
