@@ -407,6 +407,10 @@ static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
     kd_obj_bool(kd_obj_get(m, "resident"), &info->resident);
     kd_obj_int64(kd_obj_get(m, "uses"), &info->uses);
     kd_parse_candidates(kd_obj_get(m, "candidates"), info);
+    kd_copy_str(kd_obj_get(m, "reorder"), info->reorder, sizeof(info->reorder));
+    const msgpack_object *bw = kd_obj_get(m, "bandwidth");
+    kd_obj_int64(kd_obj_get(bw, "before"), &info->bandwidth_before);
+    kd_obj_int64(kd_obj_get(bw, "after"), &info->bandwidth_after);
 }
 
 static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
@@ -421,13 +425,16 @@ static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
         kd_w_kv_str(w, "dtype", opt->dtype);
     if (opt->pin)
         kd_w_kv_bool(w, "pin", 1);
+    if (opt->reorder != NULL)
+        kd_w_kv_str(w, "reorder", opt->reorder);
 }
 
 static uint32_t kd_put_option_count(const krylov_put_options_t *opt)
 {
     if (opt == NULL)
         return 0;
-    return (opt->name != NULL) + (opt->format != NULL) + (opt->dtype != NULL) + (opt->pin != 0);
+    return (opt->name != NULL) + (opt->format != NULL) + (opt->dtype != NULL) + (opt->pin != 0) +
+           (opt->reorder != NULL);
 }
 
 static int kd_finish_info(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,

@@ -96,6 +96,8 @@ typedef struct krylov_matrix_info {
     int64_t nonfinite; /* values that are NaN or infinite */
     int ncandidates;   /* the first KRYLOV_MAX_CANDIDATES formats considered at upload */
     krylov_format_candidate_t candidates[KRYLOV_MAX_CANDIDATES];
+    char reorder[16];                          /* the ordering kept inside: none, rcm, metis */
+    int64_t bandwidth_before, bandwidth_after; /* max |i - j| of A, and of what is stored */
 } krylov_matrix_info_t;
 
 typedef struct krylov_put_options {
@@ -103,6 +105,7 @@ typedef struct krylov_put_options {
     const char *format; /* NULL: the server chooses */
     const char *dtype;  /* "float64" (default) or "float32": the precision the matrix is kept in */
     int pin;            /* keep resident */
+    const char *reorder; /* NULL: the server chooses ("auto"); "none", "rcm", "metis" */
 } krylov_put_options_t;
 
 int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,

@@ -56,6 +56,7 @@ static void kd_usage(FILE *out)
         "              COMMAND [ARGS]\n"
         "\n"
         "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
+        "                    [--reorder auto|none|rcm|metis]\n"
         "                          upload a Matrix Market matrix; prints its id\n"
         "  info ID                 show a matrix\n"
         "  list                    list the matrices on the server\n"
@@ -249,6 +250,12 @@ static void kd_json_info_fields(kd_json_t *j, const krylov_matrix_info_t *m)
     kd_json_kv_bool(j, "pinned", m->pinned);
     kd_json_kv_bool(j, "resident", m->resident);
     kd_json_kv_int(j, "uses", m->uses);
+    kd_json_kv_str(j, "reorder", m->reorder);
+    kd_json_key(j, "bandwidth");
+    kd_json_object_begin(j);
+    kd_json_kv_int(j, "before", m->bandwidth_before);
+    kd_json_kv_int(j, "after", m->bandwidth_after);
+    kd_json_object_end(j);
     kd_json_key(j, "stats");
     kd_json_object_begin(j);
     kd_json_kv_int(j, "min_row", m->min_row);
@@ -298,6 +305,11 @@ static void kd_print_info(const krylov_matrix_info_t *m)
            (long long)m->empty_rows);
     if (m->nonfinite > 0)
         printf("nonfinite    %lld values are NaN or infinite\n", (long long)m->nonfinite);
+    if (m->reorder[0] != '\0' && strcmp(m->reorder, "none") != 0)
+        printf("reorder      %s (bandwidth %lld -> %lld)\n", m->reorder,
+               (long long)m->bandwidth_before, (long long)m->bandwidth_after);
+    else
+        printf("reorder      none (bandwidth %lld)\n", (long long)m->bandwidth_before);
     printf("uses         %lld\n", (long long)m->uses);
     for (int i = 0; i < m->ncandidates; i++) {
         const krylov_format_candidate_t *cand = &m->candidates[i];
@@ -324,6 +336,8 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
             opt.format = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--dtype") == 0)
             opt.dtype = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--reorder") == 0)
+            opt.reorder = argv[++i];
         else
             return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }

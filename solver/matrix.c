@@ -362,7 +362,7 @@ void kd_matrix_describe(const kd_matrix_t *m, kd_format_detail_t *out)
 static int kd_matrix_spmv_check(const kd_matrix_t *m, const kd_vec_t *x, const kd_vec_t *y,
                                 kd_err_t *err)
 {
-    assert(ocl != NULL && m != NULL && x != NULL && y != NULL);
+    assert(m != NULL && x != NULL && y != NULL);
     if (x->dtype != m->dtype || y->dtype != m->dtype)
         return kd_err_set(err, KD_EBADREQ, "spmv on a %s matrix needs %s vectors, not x %s, y %s",
                           kd_dtype_name(m->dtype), kd_dtype_name(m->dtype), kd_dtype_name(x->dtype),
@@ -381,6 +381,7 @@ static int kd_matrix_spmv_check(const kd_matrix_t *m, const kd_vec_t *x, const k
 int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                    double beta, kd_vec_t *y, kd_err_t *err)
 {
+    assert(ocl != NULL);
     int rc = kd_matrix_spmv_check(m, x, y, err);
     if (rc != KD_OK || m->rows == 0)
         return rc;
@@ -392,6 +393,7 @@ int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_v
 int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                          double beta, kd_vec_t *y, kd_err_t *err)
 {
+    assert(ocl != NULL);
     int rc = kd_matrix_spmv_check(m, x, y, err);
     if (rc != KD_OK || m->rows == 0)
         return rc;

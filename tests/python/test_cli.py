@@ -131,6 +131,19 @@ class TestJson(unittest.TestCase):
         human = run("info", doc["id"])
         self.assertIn("494 x 494, 1666 nonzeros", human.stdout)
 
+    def test_put_reorder(self):
+        # dwt_878 under RCM: the ordering and the bandwidths show in JSON and in the table; a bad
+        # name is a usage error from the server, not a crash
+        doc = self.put("dwt_878.mtx", "--reorder", "rcm", "--name", "dwt-rcm")
+        self.assertEqual(doc["reorder"], "rcm")
+        self.assertLess(doc["bandwidth"]["after"], doc["bandwidth"]["before"])
+        human = run("info", doc["id"])
+        self.assertRegex(human.stdout, r"reorder +rcm \(bandwidth \d+ -> \d+\)")
+        bad, p = run_json(self, "put", matrix_path("494_bus.mtx"), "--reorder", "sideways",
+                          expect=1)
+        self.assertEqual(bad["error"]["code"], "BAD_REQUEST")
+        self.assertIn("rcm", bad["error"]["message"])
+
     def test_spmv_against_scipy(self):
         for name in ("bayer10.mtx", "Groebner_id2003_aug.mtx"):
             A = load(name)

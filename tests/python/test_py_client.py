@@ -345,6 +345,31 @@ class TestSolve(ClientTest):
         self.assertGreater(res.time_ms, 0)
         self.assertEqual(res.message, "")
 
+    def test_reordered_matrix(self):
+        # a 2-D Laplacian numbered at random, stored with RCM inside: spmv and solve take and give
+        # vectors in the client's order, and info says what the server did
+        g = int(rng.integers(20, 40))
+        L = laplacian_2d(g, shift=0.5).tocsr()
+        p = rng.permutation(L.shape[0])
+        A = L[p][:, p].tocsr()
+        info = self.kd.put(A, reorder="rcm", name="scrambled")
+        self.assertEqual(info.reorder, "rcm")
+        self.assertGreater(info.bandwidth["before"], 4 * g)
+        self.assertLessEqual(info.bandwidth["after"], 2 * g)
+        self.assertEqual(self.kd.info(info).reorder, "rcm")
+        x = rng.uniform(-1, 1, A.shape[1])
+        scale = abs(A) @ np.abs(x)
+        self.assertTrue(np.all(np.abs(self.kd.spmv(info, x) - A @ x) <= 1e-13 * scale))
+        b = rng.uniform(-1, 1, A.shape[0])
+        res = self.kd.solve(info, b, rtol=1e-10, maxiter=10000)
+        self.assertEqual(res.status, "converged", res.message)
+        self.assertLessEqual(true_rel_residual(A, b, res.x), 1e-10)
+        plain = self.kd.put(A, reorder="none")
+        self.assertEqual(plain.id, info.id)  # the id is the matrix's, whatever its ordering
+        with self.assertRaises(krylov.BadRequest) as cm:
+            self.kd.put(A, reorder="sideways")
+        self.assertIn("rcm", str(cm.exception))
+
     def test_methods_and_options(self):
         g = int(rng.integers(8, 20))
         A = laplacian_2d(g, shift=1.0)

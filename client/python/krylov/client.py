@@ -56,6 +56,9 @@ class MatrixInfo:
     uses: int = 0
     stats: dict = field(default_factory=dict)
     candidates: list = field(default_factory=list)
+    format_detail: dict = field(default_factory=dict)  # how the format stored it (tiled's tiles)
+    reorder: str = "none"  # the ordering kept inside the matrix: none, rcm or metis
+    bandwidth: dict = field(default_factory=dict)  # {"before": A's, "after": what is stored}
     created: Optional[bool] = None  # matrix.put only: False when the matrix was already there
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -81,6 +84,9 @@ class MatrixInfo:
             uses=int(d.get("uses", 0)),
             stats=dict(d.get("stats") or {}),
             candidates=list(d.get("candidates") or []),
+            format_detail=dict(d.get("format_detail") or {}),
+            reorder=d.get("reorder", "none"),
+            bandwidth=dict(d.get("bandwidth") or {}),
             created=d.get("created"),
             raw=d,
         )
@@ -364,19 +370,23 @@ class Client:
     # matrices
 
     def put(self, A, *, name=None, format=None, dtype=None, pin=None, select=None,
-            timeout_ms=None):
+            reorder=None, timeout_ms=None):
         """Upload a matrix; returns its MatrixInfo (info.id names it from now on).
 
         A: a scipy.sparse matrix or array (COO is sent as COO, anything else as CSR), a dense 2-D
         numpy array, a tuple (indptr, indices, data, shape) in CSR form, or the path of a Matrix
         Market file (.mtx or .mtx.gz; its base name is the default name). dtype: "float64" or
         "float32", the precision kept on the device (default: float32 for float32 data, else
-        float64). format forces an SpMV format; pin keeps it resident. Uploading the same matrix
-        again is cheap and returns the same id (info.created is then False).
+        float64). format forces an SpMV format; pin keeps it resident. reorder: "auto" (the
+        default: the server decides), "none", "rcm" or "metis", a symmetric permutation kept
+        inside the matrix (vectors stay in your order; info.reorder and info.bandwidth say what
+        was done). Uploading the same matrix again is cheap and returns the same id
+        (info.created is then False).
         """
         params, default_name = _matrix_params(A, dtype)
         _optional(params, name=name if name is not None else default_name, format=format,
-                  pin=None if pin is None else bool(pin), select=select, timeout_ms=timeout_ms)
+                  pin=None if pin is None else bool(pin), select=select, reorder=reorder,
+                  timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 
     def info(self, matrix):
