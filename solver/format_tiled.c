@@ -551,6 +551,7 @@ static int kd_tiled_split_pulled(const kd_csr_t *csr, kd_tiled_host_t *p, int32_
 {
     size_t v = kd_dtype_size(csr->dtype);
     int64_t nlong = 0, nshort = 0;
+    p->pulled_ptr = small; /* p's from here on, freed with it on every path */
     for (int64_t r = 0; r < csr->rows; r++)
         if (small[r + 1] > KD_TILED_LONG_ROW)
             nlong += small[r + 1];
@@ -567,7 +568,6 @@ static int kd_tiled_split_pulled(const kd_csr_t *csr, kd_tiled_host_t *p, int32_
             return KD_ENOMEM;
         p->long_csr->indptr[0] = 0;
     }
-    p->pulled_ptr = small;
     nlong = 0;
     for (int64_t r = 0; r < csr->rows; r++) {
         int32_t n = small[r + 1];

@@ -745,14 +745,13 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     rc = kd_select_reordered_candidate(ocl, csr, result->format, &o, &m, &ms, &inner_ms, result,
                                        err);
     free(o.perm);
-    if (rc == KD_EDEVMEM) {
-        snprintf(result->reorder_reason, sizeof(result->reorder_reason),
-                 "rcm: no device memory to time it");
+    if (rc != KD_OK) { /* the reordered candidate is optional: A's winner stays */
+        snprintf(result->reorder_reason, sizeof(result->reorder_reason), "rcm: not timed: %.70s",
+                 rc == KD_EDEVMEM ? "no device memory" : err->message);
         kd_err_clear(err);
+        result->total_ms = kd_clock_ms() - t0;
         return KD_OK;
     }
-    if (rc != KD_OK)
-        return rc;
     result->reordered_ms = ms;
     result->reordered_inner_ms = inner_ms;
     double extra_ms = kd_clock_ms() - t1 + fmax(0.0, o.ms - (t1 - t0));
