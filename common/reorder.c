@@ -18,18 +18,16 @@
  * Liu report two or three); the bound keeps a pathological graph linear. */
 #define KD_RCM_PERIPHERAL_TRIES 16
 
-static const char *const kd_reorder_names_table[KD_REORDER_COUNT] = {
-    [KD_REORDER_NONE] = "none",
-    [KD_REORDER_RCM] = "rcm",
-    [KD_REORDER_METIS] = "metis",
-    [KD_REORDER_AUTO] = "auto",
+const char *const kd_reorder_names[KD_REORDER_COUNT + 1] = {
+    [KD_REORDER_NONE] = "none", [KD_REORDER_RCM] = "rcm",  [KD_REORDER_METIS] = "metis",
+    [KD_REORDER_AUTO] = "auto", [KD_REORDER_COUNT] = NULL,
 };
 
 const char *kd_reorder_name(kd_reorder_t kind)
 {
     if ((int)kind < 0 || kind >= KD_REORDER_COUNT)
         return "unknown";
-    return kd_reorder_names_table[kind];
+    return kd_reorder_names[kind];
 }
 
 int kd_reorder_parse(const char *name, kd_reorder_t *out)
@@ -39,17 +37,12 @@ int kd_reorder_parse(const char *name, kd_reorder_t *out)
         return 0;
     }
     for (int k = 0; k < KD_REORDER_COUNT; k++) {
-        if (strcmp(name, kd_reorder_names_table[k]) == 0) {
+        if (strcmp(name, kd_reorder_names[k]) == 0) {
             *out = (kd_reorder_t)k;
             return 0;
         }
     }
     return -1;
-}
-
-const char *kd_reorder_names(void)
-{
-    return "auto, none, rcm, metis";
 }
 
 int kd_reorder_available(kd_reorder_t kind)

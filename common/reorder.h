@@ -25,12 +25,13 @@ typedef enum kd_reorder {
     KD_REORDER_COUNT
 } kd_reorder_t;
 
+/* The names by kd_reorder_t, NULL after the last: the one spelling (the protocol decodes with it).
+ */
+extern const char *const kd_reorder_names[KD_REORDER_COUNT + 1];
 /* "none", "rcm", "metis", "auto". */
 const char *kd_reorder_name(kd_reorder_t kind);
 /* Returns 0 or -1 for an unknown name; NULL or "" is auto. */
 int kd_reorder_parse(const char *name, kd_reorder_t *out);
-/* "auto, none, rcm, metis": the accepted names, for messages. */
-const char *kd_reorder_names(void);
 /* 1 if this build computes the ordering (metis needs KD_METIS at build time). */
 int kd_reorder_available(kd_reorder_t kind);
 

@@ -426,8 +426,6 @@ static int kd_check_counts(struct kd_decoder *d, enum kd_param p, const kd_array
 static int kd_decode_put(struct kd_decoder *d)
 {
     static const char *const selects[] = {"measure", "heuristic", NULL};
-    /* in kd_reorder_t's order (common/reorder.h) */
-    static const char *const reorders[] = {"none", "rcm", "metis", "auto", NULL};
     kd_put_request_t *put = &d->req->u.put;
     int csr = d->param[KD_P_INDPTR] != NULL;
     int coo = d->param[KD_P_ROW] != NULL || d->param[KD_P_COL] != NULL;
@@ -443,7 +441,8 @@ static int kd_decode_put(struct kd_decoder *d)
         (rc = kd_param_str(d, KD_P_NAME, put->name, sizeof(put->name))) != KD_OK ||
         (rc = kd_param_str(d, KD_P_FORMAT, put->format, sizeof(put->format))) != KD_OK ||
         (rc = kd_param_choice(d, KD_P_SELECT, selects, -1, &select)) != KD_OK ||
-        (rc = kd_param_choice(d, KD_P_REORDER, reorders, KD_REORDER_AUTO, &reorder)) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_REORDER, kd_reorder_names, KD_REORDER_AUTO, &reorder)) !=
+            KD_OK ||
         (rc = kd_param_bool(d, KD_P_PIN, -1, &put->pin)) != KD_OK)
         return rc;
     if (select >= 0)
