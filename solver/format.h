@@ -56,9 +56,9 @@ void kd_format_source_close(kd_format_source_t *src);
 typedef struct kd_format_ops {
     kd_format_t format;
     /* Optional: make the format's host metadata from src->csr and src->stats (O(rows), or
-     * O(nnz) for tiled, which builds its arrays on the host) into src->prepared[format]. It makes no OpenCL call and touches nothing else in src, so the
-     * selection runs it on another thread while the CSR arrays upload. upload prepares itself
-     * when this has not run. KD_ENOMEM. */
+     * O(nnz) for tiled, which builds its arrays on the host) into src->prepared[format]. It makes
+     * no OpenCL call and touches nothing else in src, so the selection runs it on another thread
+     * while the CSR arrays upload. upload prepares itself when this has not run. KD_ENOMEM. */
     int (*prepare)(const kd_ocl_t *ocl, kd_format_source_t *src);
     void (*prepared_free)(void *prepared);
     /* Optional: a cheap look (a sample) before plan_bytes, for a format whose prepare is O(nnz):

@@ -63,8 +63,7 @@ typedef struct kd_matrix_scan {
  * order throughout. The scan's rows and columns stay in the original numbering; inv_diagonal is
  * in the permuted order. */
 typedef struct kd_matrix_order {
-    kd_reorder_t kind; /* KD_REORDER_NONE: nothing below is allocated */
-    kd_reorder_shape_t before, after;
+    kd_reorder_t kind;          /* KD_REORDER_NONE: nothing below is allocated */
     int32_t *perm;              /* host, rows entries: perm[new] = old */
     cl_mem perm_dev, iperm_dev; /* rows int32 each, in device_bytes */
     /* x and y in the permuted order for kd_matrix_spmv, in device_bytes: one worker thread
@@ -126,7 +125,6 @@ int kd_matrix_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
  * P A P^T: upload it and its inverse, allocate the scratch vectors, and move the scan's rows and
  * columns back to the original numbering. KD_EDEVMEM, KD_ENOMEM. */
 int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int32_t *perm,
-                           const kd_reorder_shape_t *before, const kd_reorder_shape_t *after,
                            kd_err_t *err);
 
 #endif

@@ -41,9 +41,9 @@ int kd_matrix_order_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
         rc = kd_matrix_order_kernel(ocl, m, "kd_permute_out", &kernel, &range, err);
     if (rc == KD_OK)
         rc = kd_ocl_run(ocl, kernel, "kd_permute_out", range,
-                        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->iperm_dev),
-                                KD_ARG_MEM(y_p->mem), KD_ARG_MEM(y->mem),
-                                KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->iperm_dev), KD_ARG_MEM(y_p->mem),
+                                KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, alpha),
+                                KD_ARG_VALUE(m->dtype, beta)),
                         NULL, err);
     return rc;
 }
@@ -70,7 +70,6 @@ static void kd_matrix_order_unpermute_scan(kd_matrix_scan_t *s, const int32_t *p
 }
 
 int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int32_t *perm,
-                           const kd_reorder_shape_t *before, const kd_reorder_shape_t *after,
                            kd_err_t *err)
 {
     const int64_t n = m->rows;
@@ -85,13 +84,11 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
     kd_reorder_invert(perm, n, iperm);
     kd_matrix_order_t *o = &m->order;
     o->kind = kind;
-    o->before = *before;
-    o->after = *after;
     o->perm = perm;
     int rc = kd_format_upload_array(ocl, m, perm, bytes, "permutation", &o->perm_dev, err);
     if (rc == KD_OK)
-        rc = kd_format_upload_array(ocl, m, iperm, bytes, "inverse permutation", &o->iperm_dev,
-                                    err);
+        rc =
+            kd_format_upload_array(ocl, m, iperm, bytes, "inverse permutation", &o->iperm_dev, err);
     free(iperm);
     if (rc == KD_OK && (rc = kd_vec_alloc(ocl, n, m->dtype, &o->x_p, err)) == KD_OK)
         rc = kd_vec_alloc(ocl, n, m->dtype, &o->y_p, err);
@@ -112,16 +109,13 @@ int kd_matrix_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
         return kd_matrix_upload(ocl, csr, format, out, err);
     int32_t *perm = NULL;
     kd_csr_t *permuted = NULL;
-    kd_reorder_shape_t before, after;
     int rc = kd_reorder_compute(csr, kind, &perm, err);
     if (rc == KD_OK)
         rc = kd_reorder_apply(csr, perm, &permuted, err);
     if (rc == KD_OK)
         rc = kd_matrix_upload(ocl, permuted, format, out, err);
     if (rc == KD_OK) {
-        kd_reorder_measure(csr, NULL, &before);
-        kd_reorder_measure(permuted, NULL, &after);
-        rc = kd_matrix_attach_order(ocl, *out, kind, perm, &before, &after, err);
+        rc = kd_matrix_attach_order(ocl, *out, kind, perm, err);
         perm = NULL;
     }
     if (rc != KD_OK) {

@@ -632,7 +632,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
 typedef struct kd_select_order {
     const kd_csr_t *csr;
     int32_t *perm;
-    kd_reorder_shape_t before, after;
+    kd_reorder_shape_t after;             /* of P A P^T (A's is the selection's result->before) */
     double gathers_before, gathers_after; /* kd_reorder_gathers of A and of P A P^T */
     double predicted, sampled;            /* kd_reorder_gathers_predicted, and its *original */
     int skipped;                          /* the prediction promised too little: no RCM */
@@ -655,7 +655,6 @@ static void *kd_select_order(void *arg)
     int32_t *iperm = o->rc == KD_OK ? malloc((size_t)o->csr->rows * sizeof(int32_t) + 1) : NULL;
     if (iperm != NULL) {
         kd_reorder_invert(o->perm, o->csr->rows, iperm);
-        kd_reorder_measure(o->csr, NULL, &o->before);
         kd_reorder_measure(o->csr, iperm, &o->after);
         o->gathers_before = kd_reorder_gathers(o->csr, NULL, NULL);
         o->gathers_after = kd_reorder_gathers(o->csr, o->perm, iperm);
@@ -680,7 +679,7 @@ static int kd_select_reordered_candidate(kd_ocl_t *ocl, const kd_csr_t *csr, kd_
         rc = kd_matrix_upload(ocl, permuted, format, m, err);
     kd_csr_free(permuted);
     if (rc == KD_OK) {
-        rc = kd_matrix_attach_order(ocl, *m, KD_REORDER_RCM, o->perm, &o->before, &o->after, err);
+        rc = kd_matrix_attach_order(ocl, *m, KD_REORDER_RCM, o->perm, err);
         o->perm = NULL;
     }
     if (rc == KD_OK && (rc = kd_vec_alloc(ocl, csr->cols, csr->dtype, &x, err)) == KD_OK &&
@@ -728,13 +727,14 @@ static int kd_select_auto(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
     }
     kd_select_candidate_t *won = kd_select_find(result, result->format);
     double won_ms = won != NULL ? won->time_ms : 0.0;
-    int narrower = (double)o.after.bandwidth * KD_SELECT_REORDER_GAIN <= (double)o.before.bandwidth;
+    const kd_reorder_shape_t before = result->before;
+    int narrower = (double)o.after.bandwidth * KD_SELECT_REORDER_GAIN <= (double)before.bandwidth;
     int closer =
         o.gathers_after >= 0.0 && o.gathers_after <= KD_SELECT_REORDER_GATHERS * o.gathers_before;
     if ((!narrower && !closer) || won_ms <= 0.0) {
         snprintf(result->reorder_reason, sizeof(result->reorder_reason),
                  "rcm: bandwidth %lld -> %lld, sectors/nnz %.2f -> %.2f: not timed",
-                 (long long)o.before.bandwidth, (long long)o.after.bandwidth, o.gathers_before,
+                 (long long)before.bandwidth, (long long)o.after.bandwidth, o.gathers_before,
                  o.gathers_after);
         free(o.perm);
         return KD_OK;
@@ -793,13 +793,10 @@ static int kd_select_forced_order(kd_ocl_t *ocl, const kd_csr_t *csr, const char
     if (rc == KD_OK)
         rc = kd_select_upload(ocl, permuted, forced_format, mode, out, result, err);
     if (rc == KD_OK) {
-        kd_reorder_shape_t before, after;
-        kd_reorder_measure(csr, NULL, &before);
-        kd_reorder_measure(permuted, NULL, &after);
-        rc = kd_matrix_attach_order(ocl, *out, reorder, perm, &before, &after, err);
+        rc = kd_matrix_attach_order(ocl, *out, reorder, perm, err);
         perm = NULL;
-        result->before = before;
-        result->after = after;
+        result->after = result->before; /* the selection measured what it was given: P A P^T */
+        kd_reorder_measure(csr, NULL, &result->before);
         result->reorder = reorder;
         result->reorder_ms = ms;
         snprintf(result->reorder_reason, sizeof(result->reorder_reason), "forced by the request");

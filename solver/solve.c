@@ -366,9 +366,8 @@ static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_mult
     for (int64_t c = 0; c < k; c++) {
         char *dst = (char *)ctx->pack + (size_t)c * ctx->colbytes;
         if (from != NULL)
-            kd_solve_permute_column(ctx->run.A,
-                                    (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes,
-                                    dst, 0);
+            kd_solve_permute_column(
+                ctx->run.A, (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes, dst, 0);
         else
             for (int64_t i = 0; i < ctx->run.A->rows; i++)
                 kd_store_real(dst, ctx->run.A->dtype, (size_t)i, 0.0);

@@ -85,7 +85,7 @@ typedef struct kd_solve_result {
     double iterate_ms; /* of which the iterations: from the first check to the last */
     int spmv_fused;    /* the SpMV ran fused with the method's first vector pass */
     double reductions_per_iteration; /* the method's kd_krylov_reduce calls per iteration run */
-    char message[256]; /* for breakdown / non_finite: what happened, where */
+    char message[256];               /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;
 
 /*
