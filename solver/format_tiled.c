@@ -39,27 +39,24 @@
  *
  * The analysis (the prepare op) walks the host CSR twice, O(nnz + 16 * tiles): a 16-way merge of
  * each tile row's rows by tile column, choosing each tile's kind, then filling the arrays. Both
- * passes are cut by tile rows into slices of about equal nnz, one thread each (at most
- * KD_TILED_THREADS_MAX), and the slices' notes join in tile-row order, so the arrays are the same
+ * passes are cut by tile rows into slices of about equal nnz, one thread each
+ * (common/slices.h), and the slices' notes join in tile-row order, so the arrays are the same
  * whatever the thread count. Before it the selection runs the screen op: the same analysis on
  * KD_TILED_SAMPLES tile rows drawn one per stratum, which drops the format unanalysed when its
  * tiles would not save KD_TILED_MIN_SAVING of CSR's bytes (random matrices: tiles of 1-3 entries).
  */
 #include "kernels/tiled_abi.h"
 #include "solver/format.h"
+#include "common/slices.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define KD_TILED_PULL_MAX 4
 #define KD_TILED_TILE_BYTES 13 /* column, value offset, byte offset (int32 each) and the code */
 #define KD_TILED_AREA (KD_TILED_SIZE * KD_TILED_SIZE)
 #define KD_TILED_LONG_ROW 32 /* pulled entries a row beyond which csr_adaptive adds the row */
-#define KD_TILED_SLICE_NNZ ((int64_t)1 << 20) /* nonzeros per analysis thread */
-#define KD_TILED_THREADS_MAX 8
 #define KD_TILED_SAMPLES 256 /* tile rows the screen analyses */
 /* The screen's bar: this fraction of CSR's bytes saved. The kernel is latency-bound (a lane walks
  * a row's tiles one after another, bench/NOTES.md "tiled on the H100"): on the H100 it lost to
@@ -337,54 +334,6 @@ static void *kd_tiled_survey(void *arg)
     return NULL;
 }
 
-/* Threads for an analysis of nnz entries: one per KD_TILED_SLICE_NNZ, at most
- * KD_TILED_THREADS_MAX and the CPUs online. */
-static int kd_tiled_threads(int64_t nnz)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t n = nnz / KD_TILED_SLICE_NNZ + 1;
-    if (n > KD_TILED_THREADS_MAX)
-        n = KD_TILED_THREADS_MAX;
-    if (cpus > 0 && n > cpus)
-        n = cpus;
-    return (int)n;
-}
-
-/* Cut the tile rows into n slices of about equal nnz. */
-static void kd_tiled_slice_rows(const kd_csr_t *csr, int n, kd_tiled_slice_t *sl)
-{
-    int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, tr = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t target = csr->nnz / n * (i + 1), end = tr;
-        while (i == n - 1 ? end < tile_rows
-                          : end < tile_rows &&
-                                csr->indptr[end * KD_TILED_SIZE < csr->rows ? end * KD_TILED_SIZE
-                                                                            : csr->rows] < target)
-            end++;
-        sl[i].csr = csr;
-        sl[i].tr0 = tr;
-        sl[i].tr1 = end;
-        tr = end;
-    }
-}
-
-/* Run fn over the n slices, slice 0 on this thread (a slice whose thread does not start runs
- * here too). */
-static void kd_tiled_run_slices(void *(*fn)(void *), int n, kd_tiled_slice_t *sl)
-{
-    pthread_t threads[KD_TILED_THREADS_MAX];
-    int started[KD_TILED_THREADS_MAX] = {0};
-    for (int i = 1; i < n; i++)
-        started[i] = pthread_create(&threads[i], NULL, fn, &sl[i]) == 0;
-    fn(&sl[0]);
-    for (int i = 1; i < n; i++) {
-        if (started[i])
-            pthread_join(threads[i], NULL);
-        else
-            fn(&sl[i]);
-    }
-}
-
 /* Pass 1 over every slice, the notes joined in tile-row order into *notes. */
 static int kd_tiled_survey_all(const kd_csr_t *csr, int n, kd_tiled_slice_t *sl,
                                kd_tile_note_t **notes, int64_t *tile_ptr, int32_t *small,
@@ -395,7 +344,7 @@ static int kd_tiled_survey_all(const kd_csr_t *csr, int n, kd_tiled_slice_t *sl,
         sl[i].tile_ptr = tile_ptr;
         sl[i].small = small;
     }
-    kd_tiled_run_slices(kd_tiled_survey, n, sl);
+    kd_slices_run(kd_tiled_survey, sl, sizeof(sl[0]), n);
     *saved = 0;
     for (int i = 0; i < n; i++) {
         if (sl[i].rc != KD_OK)
@@ -601,10 +550,16 @@ static int kd_tiled_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
 {
     const kd_csr_t *csr = src->csr;
     int64_t tile_rows = (csr->rows + KD_TILED_SIZE - 1) / KD_TILED_SIZE, saved = 0;
-    kd_tiled_slice_t sl[KD_TILED_THREADS_MAX];
-    int n = kd_tiled_threads(csr->nnz);
+    kd_tiled_slice_t sl[KD_SLICES_MAX];
+    int64_t bounds[KD_SLICES_MAX + 1];
+    int n = kd_slices_count(csr->nnz);
+    kd_slices_rows(csr, n, KD_TILED_SIZE, bounds); /* cut between tile rows */
     memset(sl, 0, sizeof(sl));
-    kd_tiled_slice_rows(csr, n, sl);
+    for (int i = 0; i < n; i++) {
+        sl[i].csr = csr;
+        sl[i].tr0 = bounds[i] / KD_TILED_SIZE;
+        sl[i].tr1 = (bounds[i + 1] + KD_TILED_SIZE - 1) / KD_TILED_SIZE;
+    }
     kd_tiled_host_t *p = calloc(1, sizeof(*p));
     kd_tile_note_t *notes = NULL;
     int64_t *tile_ptr = malloc(((size_t)tile_rows + 1) * sizeof(int64_t));
@@ -633,7 +588,7 @@ static int kd_tiled_prepare(const kd_ocl_t *ocl, kd_format_source_t *src)
                                    .all_tile_ptr = tile_ptr,
                                    .kept_ptr = kept_ptr,
                                    .notes = sl[i].notes};
-    kd_tiled_run_slices(kd_tiled_fill, n, sl);
+    kd_slices_run(kd_tiled_fill, sl, sizeof(sl[0]), n);
     rc = kd_tiled_prepare_long(ocl, p);
 done:
     for (int i = 0; i < n; i++)

@@ -9,18 +9,14 @@
  */
 #include "solver/matrix_scan.h"
 #include "common/checked.h"
+#include "common/slices.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Values screened per block for an Inf or NaN before the block is searched. */
 #define KD_SCAN_BLOCK 4096
-/* Nonzeros per scanning thread, and the most threads one scan uses. */
-#define KD_SCAN_SLICE_NNZ ((int64_t)1 << 20)
-#define KD_SCAN_THREADS_MAX 8
 
 /* The exponent field of element k (all ones: Inf or NaN). */
 static inline uint64_t kd_exponent_bits(const void *values, kd_dtype_t t, int64_t k)
@@ -60,20 +56,6 @@ kd_count_non_finite(const void *values, kd_dtype_t t, int64_t n, int64_t *first)
                 }
     }
     return count;
-}
-
-/* The row holding entry k: the last r with indptr[r] <= k (empty rows before it skipped). */
-static int64_t kd_row_of_entry(const kd_csr_t *csr, int64_t k)
-{
-    int64_t lo = 0, hi = csr->rows; /* indptr[lo] <= k < indptr[hi] */
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (csr->indptr[mid] <= k)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* What one slice of rows [r0, r1) found; the slices' findings merge in row order. */
@@ -130,20 +112,6 @@ static void *kd_scan_slice(void *arg)
     return NULL;
 }
 
-/* Threads for a scan of nnz entries: one per KD_SCAN_SLICE_NNZ, at most the online CPUs and
- * KD_SCAN_THREADS_MAX. A large matrix's scan runs beside its transfer, which is itself a host
- * memcpy: slices keep the scan under the transfer's time (bench/NOTES.md, run 7). */
-static int kd_scan_threads(int64_t nnz)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int64_t n = nnz / KD_SCAN_SLICE_NNZ;
-    if (n > KD_SCAN_THREADS_MAX)
-        n = KD_SCAN_THREADS_MAX;
-    if (cpus > 0 && n > cpus)
-        n = cpus;
-    return n < 1 ? 1 : (int)n;
-}
-
 int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diagonal, kd_err_t *err)
 {
     *inv_diagonal = NULL;
@@ -160,38 +128,22 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
             (inv = malloc(bytes)) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory for the matrix diagonal");
     }
-    /* Slices of about equal nonzeros; slice 0 runs on this thread. */
-    kd_scan_slice_t slices[KD_SCAN_THREADS_MAX];
-    pthread_t threads[KD_SCAN_THREADS_MAX];
-    int started[KD_SCAN_THREADS_MAX] = {0};
-    int n = kd_scan_threads(csr->nnz);
-    int64_t r = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t r1 = csr->rows;
-        if (i + 1 < n) {
-            /* the first row whose start reaches the slice's share of the nonzeros */
-            int64_t target = csr->nnz / n * (i + 1);
-            r1 = kd_row_of_entry(csr, target);
-            r1 = r1 < r ? r : r1;
-        }
-        slices[i] = (kd_scan_slice_t){.csr = csr, .inv = inv, .r0 = r, .r1 = r1};
-        r = r1;
-    }
-    for (int i = 1; i < n; i++)
-        started[i] = pthread_create(&threads[i], NULL, kd_scan_slice, &slices[i]) == 0;
-    kd_scan_slice(&slices[0]);
-    for (int i = 1; i < n; i++) {
-        if (started[i])
-            pthread_join(threads[i], NULL);
-        else
-            kd_scan_slice(&slices[i]); /* no thread to be had: scan it here */
-    }
+    /* Slices of about equal nonzeros (common/slices.h). A large matrix's scan runs beside its
+     * transfer, itself a host memcpy: slices keep it under the transfer's time (bench/NOTES.md,
+     * run 7). */
+    kd_scan_slice_t slices[KD_SLICES_MAX];
+    int64_t bounds[KD_SLICES_MAX + 1];
+    int n = kd_slices_count(csr->nnz);
+    kd_slices_rows(csr, n, 1, bounds);
+    for (int i = 0; i < n; i++)
+        slices[i] = (kd_scan_slice_t){.csr = csr, .inv = inv, .r0 = bounds[i], .r1 = bounds[i + 1]};
+    kd_slices_run(kd_scan_slice, slices, sizeof(slices[0]), n);
     for (int i = 0; i < n; i++) {
         const kd_scan_slice_t *sl = &slices[i];
         scan->non_finite_count += sl->non_finite_count;
         if (scan->non_finite_row < 0 && sl->non_finite_entry >= 0) {
             int64_t k = sl->non_finite_entry;
-            scan->non_finite_row = kd_row_of_entry(csr, k);
+            scan->non_finite_row = kd_csr_row_of_entry(csr, k);
             scan->non_finite_col = csr->indices[k];
             scan->non_finite_value = kd_load_real(csr->values, t, (size_t)k);
         }

@@ -4,6 +4,7 @@
  */
 #include "common/checked.h"
 #include "common/csr.h"
+#include "common/slices.h"
 #include "kd_test.h"
 
 static void test_canonical_input_is_copied(void)
@@ -194,6 +195,45 @@ static void test_reference_spmv_and_stats(void)
     kd_csr_free(m);
 }
 
+/* Slices of rows for host threads: they cover the rows in order, cut at multiples of the
+ * alignment, and hold about equal nonzeros. */
+static void test_slices(void)
+{
+    CHECK_EQ_INT(kd_slices_count(0), 1);
+    CHECK_EQ_INT(kd_slices_count(KD_SLICE_NNZ - 1), 1);
+    CHECK(kd_slices_count((int64_t)100 * KD_SLICE_NNZ) <= KD_SLICES_MAX);
+    int64_t rows = 1000, nnz = 0;
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_alloc(rows, rows, rows * 3, KD_DTYPE_F64, &m, &err) == KD_OK);
+    m->indptr[0] = 0;
+    for (int64_t r = 0; r < rows; r++) { /* rows of 0..5 entries */
+        int64_t len = r % 6;
+        for (int64_t k = 0; k < len; k++)
+            m->indices[nnz + k] = (int32_t)k;
+        nnz += len;
+        m->indptr[r + 1] = (int32_t)nnz;
+    }
+    m->nnz = nnz;
+    for (int n = 1; n <= KD_SLICES_MAX; n++) {
+        for (int64_t align = 1; align <= 16; align *= 16) {
+            int64_t b[KD_SLICES_MAX + 1];
+            kd_slices_rows(m, n, align, b);
+            CHECK(b[0] == 0 && b[n] == rows);
+            for (int i = 1; i <= n; i++) {
+                CHECK(b[i] >= b[i - 1]);
+                CHECK(i == n || b[i] % align == 0);
+                int64_t share = m->indptr[b[i]] - m->indptr[b[i - 1]];
+                CHECK_MSG(share <= nnz / n + 6 * align, "n=%d align=%lld slice %d: %lld entries", n,
+                          (long long)align, i, (long long)share);
+            }
+        }
+    }
+    CHECK_EQ_INT(kd_csr_row_of_entry(m, 0), 1); /* row 0 is empty */
+    CHECK_EQ_INT(kd_csr_row_of_entry(m, m->indptr[500]), 500); /* 2 entries: its own */
+    kd_csr_free(m);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -204,5 +244,6 @@ int main(void)
     RUN(test_coo_and_hash_independent_of_order);
     RUN(test_coo_bad_index);
     RUN(test_reference_spmv_and_stats);
+    RUN(test_slices);
     return kd_test_finish();
 }

@@ -22,6 +22,7 @@
 #include "kd_test_mtx.h"
 #include "protocol/mtx.h"
 #include "solver/matrix.h"
+#include "common/slices.h"
 
 static kd_ocl_t *ocl;
 static int only_format = -1;
@@ -393,6 +394,16 @@ static void test_tiled(void)
     kd_csr_t *unsplit = kd_test_random_matrix(16, 512, full, 0);
     CHECK(tiled_detail(unsplit, "split_tile_rows") == 0);
     kd_csr_free(unsplit);
+    /* 2.4M entries: the analysis runs in two slices (common/slices.h), joined at a tile row */
+    kd_csr_t *big = kd_test_laplacian_2d(700, 700);
+    REQUIRE(kd_slices_count(big->nnz) >= 2);
+    kd_matrix_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_matrix_upload(ocl, big, KD_FMT_TILED, &m, &err) == KD_OK);
+    for (int p = 0; p < (int)(sizeof(pairs_few) / sizeof(pairs_few[0])); p++)
+        check_spmv("tiles: two analysis slices", m, big, pairs_few[p][0], pairs_few[p][1]);
+    kd_matrix_free(m);
+    kd_csr_free(big);
 }
 
 /* The plans the selection screens with are computed before allocating and are honest. */

@@ -1,0 +1,61 @@
+/* Slices of a CSR matrix's rows for host threads (see slices.h). */
+#include "common/slices.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <unistd.h>
+
+int kd_slices_count(int64_t nnz)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t n = nnz / KD_SLICE_NNZ;
+    if (n > KD_SLICES_MAX)
+        n = KD_SLICES_MAX;
+    if (cpus > 0 && n > cpus)
+        n = cpus;
+    return n < 1 ? 1 : (int)n;
+}
+
+int64_t kd_csr_row_of_entry(const kd_csr_t *csr, int64_t k)
+{
+    int64_t lo = 0, hi = csr->rows; /* indptr[lo] <= k < indptr[hi] */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (csr->indptr[mid] <= k)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void kd_slices_rows(const kd_csr_t *csr, int n, int64_t align, int64_t bounds[KD_SLICES_MAX + 1])
+{
+    assert(n >= 1 && n <= KD_SLICES_MAX && align >= 1);
+    bounds[0] = 0;
+    for (int i = 1; i < n; i++) {
+        /* the first row whose start reaches the slice's share, up to a multiple of align */
+        int64_t r = kd_csr_row_of_entry(csr, csr->nnz / n * i);
+        r = (r + align - 1) / align * align;
+        r = r > csr->rows ? csr->rows : r;
+        bounds[i] = r < bounds[i - 1] ? bounds[i - 1] : r;
+    }
+    bounds[n] = csr->rows;
+}
+
+void kd_slices_run(void *(*fn)(void *), void *items, size_t size, int n)
+{
+    assert(n >= 1 && n <= KD_SLICES_MAX);
+    char *at = items;
+    pthread_t threads[KD_SLICES_MAX];
+    int started[KD_SLICES_MAX] = {0};
+    for (int i = 1; i < n; i++)
+        started[i] = pthread_create(&threads[i], NULL, fn, at + (size_t)i * size) == 0;
+    fn(at);
+    for (int i = 1; i < n; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            fn(at + (size_t)i * size);
+    }
+}
