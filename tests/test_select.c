@@ -254,6 +254,44 @@ static kd_csr_t *rows_with_long_ones(int64_t n, int64_t every, int64_t len_long)
     return m;
 }
 
+/* make(*size), *size growing by factor until the matrix is not launch-bound on this device (or
+ * would pass max): the tests of what the selection measures need a matrix it measures. */
+static kd_csr_t *not_launch_bound(kd_csr_t *(*make)(int64_t), int64_t *size, int64_t factor,
+                                  int64_t max)
+{
+    kd_csr_t *m = make(*size);
+    while (kd_select_launch_bound(ocl, m) && *size * factor <= max) {
+        kd_csr_free(m);
+        *size *= factor;
+        m = make(*size);
+    }
+    return m;
+}
+
+static kd_csr_t *square_power_law(int64_t n)
+{
+    return kd_test_power_law_matrix(n, n);
+}
+
+static kd_csr_t *square_laplacian(int64_t side)
+{
+    return kd_test_laplacian_2d(side, side);
+}
+
+/* nb x nb blocks of 16 x 16, the diagonal block and its neighbours, every block dense */
+static kd_csr_t *dense_blocks(int64_t nb)
+{
+    kd_test_coo_t c = {nb * 16, nb * 16, 0, 0, NULL, NULL, NULL};
+    for (int64_t br = 0; br < nb; br++)
+        for (int64_t d = -1; d <= 1; d++)
+            if (br + d >= 0 && br + d < nb)
+                for (int64_t i = 0; i < 16; i++)
+                    for (int64_t j = 0; j < 16; j++)
+                        kd_test_coo_add(&c, br * 16 + i, (br + d) * 16 + j,
+                                        kd_test_rand_double(-1.0, 1.0));
+    return kd_test_coo_finish(&c);
+}
+
 /* Long rows: one work-item per row is dominated, ELL pads too much; what is left is timed. */
 static void test_measure_long_rows(void)
 {
@@ -271,14 +309,8 @@ static void test_measure_long_rows(void)
     }
     kd_csr_free(csr);
 
-    /* large enough not to be launch-bound (PoCL: 5000 rows; an H100: 80000) */
-    int64_t prows = 5000;
-    kd_csr_t *pl = kd_test_power_law_matrix(prows, prows);
-    while (kd_select_launch_bound(ocl, pl) && prows < 1000000) {
-        kd_csr_free(pl);
-        prows *= 4;
-        pl = kd_test_power_law_matrix(prows, prows);
-    }
+    int64_t prows = 5000; /* PoCL: 5000 rows; an H100: 80000 */
+    kd_csr_t *pl = not_launch_bound(square_power_law, &prows, 4, (int64_t)1 << 21);
     check_measured("power-law", pl, &res);
     /* tiled's sampled screen drops it before its O(nnz) analysis */
     CHECK_MSG(strncmp(reason(&res, KD_FMT_TILED), "tiles too sparse", 16) == 0,
@@ -287,20 +319,8 @@ static void test_measure_long_rows(void)
 
     /* dense 16 x 16 blocks: tiles drop every index byte, 51% of CSR's bytes in float32 and the
      * screen lets tiled be measured; 34% in float64, under its bar */
-    kd_csr_t *blocks = NULL, *blocks32 = NULL;
-    for (int64_t nb = 256; blocks == NULL || (kd_select_launch_bound(ocl, blocks) && nb <= 8192);
-         nb *= 4) { /* large enough not to be launch-bound (an H100: 4096 block rows) */
-        kd_csr_free(blocks);
-        kd_test_coo_t c = {nb * 16, nb * 16, 0, 0, NULL, NULL, NULL};
-        for (int64_t br = 0; br < nb; br++)
-            for (int64_t d = -1; d <= 1; d++)
-                if (br + d >= 0 && br + d < nb)
-                    for (int64_t i = 0; i < 16; i++)
-                        for (int64_t j = 0; j < 16; j++)
-                            kd_test_coo_add(&c, br * 16 + i, (br + d) * 16 + j,
-                                            kd_test_rand_double(-1.0, 1.0));
-        blocks = kd_test_coo_finish(&c);
-    }
+    int64_t nb = 256; /* block rows: PoCL 256, an H100 4096 */
+    kd_csr_t *blocks = not_launch_bound(dense_blocks, &nb, 4, 32768), *blocks32 = NULL;
     kd_err_t err = {0};
     REQUIRE(kd_csr_convert(blocks, KD_DTYPE_F32, &blocks32, &err) == KD_OK);
     check_measured("dense blocks float64", blocks, &res);
@@ -481,15 +501,8 @@ static void test_unsupported_dtype(void)
 static void test_reorder_auto(void)
 {
     kd_err_t err = {0};
-    /* large enough not to be launch-bound on this device (PoCL: 256^2; an H100: 512^2) */
-    int64_t side = 256;
-    kd_csr_t *plain = kd_test_laplacian_2d(side, side);
-    while (kd_select_launch_bound(ocl, plain) && side < 2048) {
-        kd_csr_free(plain);
-        side *= 2;
-        plain = kd_test_laplacian_2d(side, side);
-    }
-    kd_csr_t *a = kd_test_scramble(plain);
+    int64_t side = 256; /* PoCL: 256^2; an H100: 512^2 */
+    kd_csr_t *a = kd_test_scramble(not_launch_bound(square_laplacian, &side, 2, 2048));
     static const kd_reorder_t kinds[] = {KD_REORDER_AUTO, KD_REORDER_RCM, KD_REORDER_NONE};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
         kd_matrix_t *m = NULL;
