@@ -822,16 +822,8 @@ static int kd_tiled_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
 {
     const kd_tiled_t *impl = m->impl;
     const cl_mem *a = impl->mem;
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "tiled", m->dtype, options, "kd_tiled_spmv", &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    rc = kd_ocl_run(
-        ocl, kernel, "kd_tiled_spmv",
-        kd_ocl_range_1d(kd_format_round_up((size_t)impl->chunks * KD_TILED_LANES, wg), wg),
+    int rc = kd_format_run(
+        ocl, m->dtype, "tiled", NULL, "kd_tiled_spmv", (size_t)impl->chunks * KD_TILED_LANES,
         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(m->cols), KD_ARG_INT(impl->chunks),
                 KD_ARG_MEM(a[KD_TILED_CHUNK_TILE]), KD_ARG_MEM(a[KD_TILED_CHUNK_ROW]),
                 KD_ARG_MEM(a[KD_TILED_CHUNK_SLOT]), KD_ARG_MEM(a[KD_TILED_TILE_COL]),
@@ -842,18 +834,15 @@ static int kd_tiled_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
                 KD_ARG_MEM(impl->pulled.values), KD_ARG_MEM(x->mem), KD_ARG_MEM(y->mem),
                 KD_ARG_MEM(a[KD_TILED_PARTIAL]), KD_ARG_VALUE(m->dtype, alpha),
                 KD_ARG_VALUE(m->dtype, beta)),
-        NULL, err);
+        err);
     if (rc == KD_OK && impl->splits > 0)
-        rc = kd_ocl_kernel(ocl, "tiled", m->dtype, options, "kd_tiled_reduce", &kernel, err);
-    if (rc == KD_OK && impl->splits > 0)
-        rc = kd_ocl_run(
-            ocl, kernel, "kd_tiled_reduce",
-            kd_ocl_range_1d(kd_format_round_up((size_t)impl->splits * KD_TILED_SIZE, wg), wg),
+        rc = kd_format_run(
+            ocl, m->dtype, "tiled", NULL, "kd_tiled_reduce", (size_t)impl->splits * KD_TILED_SIZE,
             KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(impl->splits),
                     KD_ARG_MEM(a[KD_TILED_SPLIT_ROW]), KD_ARG_MEM(a[KD_TILED_SPLIT_SLOT]),
                     KD_ARG_MEM(a[KD_TILED_PARTIAL]), KD_ARG_MEM(y->mem),
                     KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
-            NULL, err);
+            err);
     if (rc != KD_OK || impl->long_part.impl == NULL)
         return rc;
     /* the long pulled rows: csr_adaptive's kernels with beta = 1 add them to the result */

@@ -11,40 +11,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int kd_matrix_order_kernel(kd_ocl_t *ocl, const kd_matrix_t *m, const char *name,
-                                  cl_kernel *kernel, kd_ocl_range_t *range, kd_err_t *err)
-{
-    size_t wg = kd_ocl_work_group_size(ocl);
-    char options[64];
-    kd_format_options(ocl, NULL, options, sizeof(options));
-    *range = kd_ocl_range_1d(kd_format_round_up((size_t)m->rows, wg), wg);
-    return kd_ocl_kernel(ocl, "permute", m->dtype, options, name, kernel, err);
-}
-
 int kd_matrix_order_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                          double beta, kd_vec_t *y, kd_err_t *err)
 {
     const kd_matrix_order_t *o = &m->order;
     /* the scratch vectors' buffers change, not the handles: one worker thread at a time */
     kd_vec_t *x_p = (kd_vec_t *)&o->x_p, *y_p = (kd_vec_t *)&o->y_p;
-    cl_kernel kernel;
-    kd_ocl_range_t range;
-    int rc = kd_matrix_order_kernel(ocl, m, "kd_permute_in", &kernel, &range, err);
-    if (rc == KD_OK)
-        rc = kd_ocl_run(ocl, kernel, "kd_permute_in", range,
-                        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->perm_dev), KD_ARG_MEM(x->mem),
-                                KD_ARG_MEM(x_p->mem)),
-                        NULL, err);
+    int rc = kd_format_run(ocl, m->dtype, "permute", NULL, "kd_permute_in", (size_t)m->rows,
+                           KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->perm_dev), KD_ARG_MEM(x->mem),
+                                   KD_ARG_MEM(x_p->mem)),
+                           err);
     if (rc == KD_OK)
         rc = m->ops->spmv(ocl, m, 1.0, x_p, 0.0, y_p, err);
     if (rc == KD_OK)
-        rc = kd_matrix_order_kernel(ocl, m, "kd_permute_out", &kernel, &range, err);
-    if (rc == KD_OK)
-        rc = kd_ocl_run(ocl, kernel, "kd_permute_out", range,
-                        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->iperm_dev), KD_ARG_MEM(y_p->mem),
-                                KD_ARG_MEM(y->mem), KD_ARG_VALUE(m->dtype, alpha),
-                                KD_ARG_VALUE(m->dtype, beta)),
-                        NULL, err);
+        rc = kd_format_run(ocl, m->dtype, "permute", NULL, "kd_permute_out", (size_t)m->rows,
+                           KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_MEM(o->iperm_dev),
+                                   KD_ARG_MEM(y_p->mem), KD_ARG_MEM(y->mem),
+                                   KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                           err);
     return rc;
 }
 
