@@ -79,6 +79,33 @@ fail:
                       (long long)rows, (long long)cols, (long long)nnz);
 }
 
+int kd_csr_transpose(const kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
+{
+    kd_csr_t *t = NULL;
+    int rc = kd_csr_alloc(csr->cols, csr->rows, csr->nnz, csr->dtype, &t, err);
+    if (rc != KD_OK)
+        return rc;
+    size_t vsize = kd_dtype_size(csr->dtype);
+    memset(t->indptr, 0, ((size_t)t->rows + 1) * sizeof(int32_t));
+    for (int64_t k = 0; k < csr->nnz; k++)
+        t->indptr[csr->indices[k] + 1]++;
+    for (int64_t c = 0; c < t->rows; c++)
+        t->indptr[c + 1] += t->indptr[c];
+    /* indptr[c] is the next free slot of row c while scattering; shifted back afterwards */
+    for (int64_t r = 0; r < csr->rows; r++)
+        for (int64_t k = csr->indptr[r]; k < csr->indptr[r + 1]; k++) {
+            int32_t slot = t->indptr[csr->indices[k]]++;
+            t->indices[slot] = (int32_t)r;
+            memcpy((char *)t->values + (size_t)slot * vsize,
+                   (const char *)csr->values + (size_t)k * vsize, vsize);
+        }
+    for (int64_t c = t->rows; c > 0; c--)
+        t->indptr[c] = t->indptr[c - 1];
+    t->indptr[0] = 0;
+    *out = t;
+    return KD_OK;
+}
+
 void kd_csr_free(kd_csr_t *csr)
 {
     if (csr == NULL)

@@ -80,6 +80,10 @@ int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
 /* A deep copy with values converted to dtype. */
 int kd_csr_convert(const kd_csr_t *csr, kd_dtype_t dtype, kd_csr_t **out, kd_err_t *err);
 
+/* A^T as a new canonical matrix (cols x rows): one counting pass over the columns, then the
+ * entries scattered in row order, so each row of A^T comes out sorted. O(nnz + cols). KD_ENOMEM. */
+int kd_csr_transpose(const kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
+
 /* Content id: XXH3-128 over (rows, cols, nnz, dtype, indptr, indices, values) of the canonical
  * form. Returns 0 or KD_ENOMEM. */
 int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16]);
