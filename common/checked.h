@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 static inline int kd_mul_overflow(size_t a, size_t b, size_t *out)
 {
@@ -36,6 +37,15 @@ static inline int kd_mul3_overflow(size_t a, size_t b, size_t c, size_t *out)
     if (kd_mul_overflow(a, b, &ab))
         return -1;
     return kd_mul_overflow(ab, c, out);
+}
+
+/* malloc of count * size bytes (at least 1), NULL on overflow or when out of memory. */
+static inline void *kd_malloc_array(size_t count, size_t size)
+{
+    size_t bytes;
+    if (kd_mul_overflow(count, size, &bytes))
+        return NULL;
+    return malloc(bytes == 0 ? 1 : bytes);
 }
 
 #endif

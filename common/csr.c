@@ -15,14 +15,6 @@
 #include <string.h>
 #include <xxhash.h>
 
-static void *kd_malloc_array(size_t count, size_t size)
-{
-    size_t bytes;
-    if (kd_mul_overflow(count, size, &bytes))
-        return NULL;
-    return malloc(bytes == 0 ? 1 : bytes);
-}
-
 int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_limits_t *limits,
                        kd_err_t *err)
 {

@@ -28,6 +28,10 @@
  *   kd_krylov_dots             partials of d'q: reads d, q
  *   kd_krylov_update_residual  alpha; r -= alpha q; partials of r'r, r'z: reads q, r, writes r
  *   kd_krylov_update_direction beta; x += alpha d; d = z + beta d: reads x, d, r, writes x, d
+ * With an operator preconditioner (KD_KRYLOV_OP_OPERATOR: z = M^-1 r is a vector, e.g. AMG's
+ * V-cycle), the three passes with two steps between update_residual (which then leaves r'r only)
+ * and update_direction (which reads z): the operator writes z from r, then
+ * kd_krylov_residual_partials leaves the partials of r'r and r'z in the set update_residual used.
  * Steepest descent: dots(r, q); update_residual also does x += alpha r; update_direction only
  * folds r'r (launched with one group per column). kd_krylov_snapshot packs a column's state for
  * the host at a check.
@@ -153,6 +157,7 @@ kd_krylov_update_direction(KD_KRYLOV_LAUNCH, __global VALUE *scalars,
     const int n = L.n, ld = L.ld, groups = L.groups, a = L.parity;
     const long iteration = L.iteration;
     const int diagonal = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int operator_z = (L.ops & KD_KRYLOV_OP_OPERATOR) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1), b = 1 - a;
     __global const VALUE *s_in = scalars + (a * k + c) * KD_KRYLOV_SLOTS;
@@ -161,8 +166,8 @@ kd_krylov_update_direction(KD_KRYLOV_LAUNCH, __global VALUE *scalars,
     /* Folded whatever alpha is (barriers stay unconditional); used only when it is not 0. */
     VALUE v[2];
     kd_krylov_folds(scratch, KD_RES(b, 0), KD_RES(b, 1), 0, 0, 0, groups, v,
-                    diagonal ? 2 : 1);
-    const VALUE rr = v[0], rz = diagonal ? v[1] : v[0];
+                    diagonal || operator_z ? 2 : 1);
+    const VALUE rr = v[0], rz = diagonal || operator_z ? v[1] : v[0];
     if (alpha == KD_ZERO) {
         if (get_global_id(0) == 0) {
             s_out[KD_KRYLOV_SLOT_RR] = s_in[KD_KRYLOV_SLOT_RR];
@@ -188,8 +193,15 @@ kd_krylov_update_direction(KD_KRYLOV_LAUNCH, __global VALUE *scalars,
 
     const size_t base = (size_t)c * (size_t)ld;
     const uint stride = (uint)get_global_size(0);
-    /* Backwards: see "Cache" above. */
-    if (diagonal) {
+    /* Backwards: see "Cache" above. With an operator, inv_diagonal is z (column stride ld). */
+    if (operator_z) {
+        for (uint i = (uint)get_global_id(0); i < (uint)n; i += stride) {
+            const uint e = (uint)n - 1u - i;
+            const VALUE di = d[base + e];
+            x[base + e] += alpha * di;
+            d[base + e] = inv_diagonal[base + e] + beta * di;
+        }
+    } else if (diagonal) {
         for (uint i = (uint)get_global_id(0); i < (uint)n; i += stride) {
             const uint e = (uint)n - 1u - i;
             const VALUE di = d[base + e];
@@ -412,6 +424,7 @@ __kernel KD_WG_ATTR void kd_krylov_residual_partials(KD_KRYLOV_LAUNCH,
     KD_KRYLOV_LAUNCH_UNPACK;
     const int n = L.n, ld = L.ld, slot = L.set, mask_all = L.mask_all;
     const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int operator_z = (L.ops & KD_KRYLOV_OP_OPERATOR) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int groups = (int)get_num_groups(0);
@@ -423,7 +436,7 @@ __kernel KD_WG_ATTR void kd_krylov_residual_partials(KD_KRYLOV_LAUNCH,
     VALUE v[2] = {KD_ZERO, KD_ZERO};
     for (uint i = (uint)get_global_id(0); i < end; i += stride) {
         const VALUE ri = r[base + i];
-        const VALUE zi = pcg ? inv_diagonal[i] * ri : ri;
+        const VALUE zi = operator_z ? inv_diagonal[base + i] : pcg ? inv_diagonal[i] * ri : ri;
         v[0] += ri * ri;
         v[1] += ri * zi;
         if (direction)
@@ -451,7 +464,7 @@ kd_krylov_residual_final(KD_KRYLOV_LAUNCH, __global const int *mask,
     const int groups = L.groups, par = L.parity, slot = L.set, mode = L.mode;
     const int mask_all = L.mask_all;
     const long iteration = L.iteration;
-    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int pcg = (L.ops & (KD_KRYLOV_OP_DIAGONAL | KD_KRYLOV_OP_OPERATOR)) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);
     const int m = mask != 0 ? mask[c] : mask_all;
@@ -495,7 +508,7 @@ __kernel KD_WG_ATTR void kd_krylov_snapshot(KD_KRYLOV_LAUNCH,
     KD_KRYLOV_LAUNCH_UNPACK;
     const int groups = L.groups, par = L.parity;
     const long iteration = L.iteration;
-    const int pcg = (L.ops & KD_KRYLOV_OP_DIAGONAL) != 0;
+    const int pcg = (L.ops & (KD_KRYLOV_OP_DIAGONAL | KD_KRYLOV_OP_OPERATOR)) != 0;
     const int fold = (L.ops & KD_KRYLOV_OP_FOLD) != 0;
     __local VALUE scratch[2 * KD_WG_SIZE];
     const int c = (int)get_global_id(1), k = (int)get_global_size(1);

@@ -56,6 +56,7 @@ enum kd_krylov_op {
     KD_KRYLOV_OP_ALONG_R = 2,  /* the direction is r itself: x += alpha r (steepest descent) */
     KD_KRYLOV_OP_WITH_RQ = 4,  /* two passes: read r for r'Mq (else r'Mq = p'q) */
     KD_KRYLOV_OP_FOLD = 8,     /* a snapshot folds the residual partial sums first */
+    KD_KRYLOV_OP_OPERATOR = 16, /* z = M^-1 r is a vector an operator wrote (column stride ld) */
 };
 
 /* What kd_krylov_residual_final writes. */

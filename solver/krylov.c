@@ -226,7 +226,16 @@ static int kd_krylov_check_all(const kd_krylov_t *kr, const char *what,
 /* The bits every pass forming z = M^-1 r adds. */
 static int kd_krylov_ops(const kd_krylov_t *kr, int ops)
 {
-    return ops | (kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0);
+    return ops | (kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0) |
+           (kr->operator_z != NULL ? KD_KRYLOV_OP_OPERATOR : 0);
+}
+
+/* What a pass reading z takes in its inv_diagonal argument: 1/a_ii, or the operator's z. */
+static cl_mem kd_krylov_z_source(const kd_krylov_t *kr, int ops)
+{
+    if ((ops & KD_KRYLOV_OP_DIAGONAL) != 0)
+        return kr->diagonal;
+    return (ops & KD_KRYLOV_OP_OPERATOR) != 0 ? kr->operator_z : NULL;
 }
 
 kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration, int ops)
@@ -281,7 +290,8 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
     /* Along r only r'r is folded: one group per column does. */
     return KD_KRYLOV_RUN(kr, "kd_krylov_update_direction", along_r ? 1 : kr->groups, L, err,
                          KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
-                         KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(r->mem), KD_ARG_MEM(kr->diagonal),
+                         KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(r->mem),
+                         KD_ARG_MEM(kd_krylov_z_source(kr, L.ops)),
                          KD_ARG_MEM(along_r ? NULL : x->mem), KD_ARG_MEM(along_r ? NULL : d->mem));
 }
 
@@ -303,7 +313,7 @@ static int kd_krylov_residual_sums(kd_krylov_t *kr, const kd_multivec_t *r, int 
     L.mode = mode;
     L.mask_all = mask_all;
     cl_mem mask = use_mask ? kr->mask : NULL;
-    cl_mem diagonal = (ops & KD_KRYLOV_OP_DIAGONAL) != 0 ? kr->diagonal : NULL;
+    cl_mem diagonal = kd_krylov_z_source(kr, ops);
     int rc = KD_KRYLOV_RUN(kr, "kd_krylov_residual_partials", kr->groups, L, err, KD_ARG_MEM(mask),
                            KD_ARG_MEM(r->mem), KD_ARG_MEM(diagonal),
                            KD_ARG_MEM(d != NULL ? d->mem : NULL), KD_ARG_MEM(kr->res_partials));
@@ -330,6 +340,22 @@ int kd_krylov_residual(kd_krylov_t *kr, const kd_multivec_t *r, kd_multivec_t *d
         mask_all &= ~KD_KRYLOV_MASK_DIRECTION;
     return kd_krylov_residual_sums(kr, r, kd_krylov_ops(kr, 0), d, kd_krylov_parity(iteration),
                                    KD_KRYLOV_FINAL_SCALARS, mask != NULL, mask_all, iteration, err);
+}
+
+int kd_krylov_operator_sums(kd_krylov_t *kr, const kd_multivec_t *r, int64_t iteration,
+                            kd_err_t *err)
+{
+    int rc = kd_krylov_check(kr, r, "operator_sums", err);
+    if (rc != KD_OK)
+        return rc;
+    if (kr->operator_z == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "krylov: operator_sums without an operator's z");
+    kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, 0);
+    L.set = kd_krylov_parity(iteration); /* where update_residual left r'r */
+    L.mask_all = KD_KRYLOV_MASK_PARTIALS;
+    return KD_KRYLOV_RUN(kr, "kd_krylov_residual_partials", kr->groups, L, err,
+                         KD_ARG_MEM((cl_mem)NULL), KD_ARG_MEM(r->mem), KD_ARG_MEM(kr->operator_z),
+                         KD_ARG_MEM((cl_mem)NULL), KD_ARG_MEM(kr->res_partials));
 }
 
 int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, double *out,

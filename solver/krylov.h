@@ -35,6 +35,8 @@ typedef struct kd_krylov {
     size_t work_group_size;
     size_t groups;       /* work-groups per column in the reducing kernels */
     cl_mem diagonal;     /* a diagonal preconditioner's 1/a_ii (not owned), or NULL */
+    cl_mem operator_z;   /* an operator preconditioner's z = M^-1 r, k columns of stride ld (not
+                            owned, set by the method), or NULL */
     int fold_snapshots;  /* the method leaves r'r as partial sums: snapshots fold them */
     int64_t reductions;  /* kd_krylov_reduce calls so far */
     cl_mem dot_partials; /* KD_KRYLOV_DOTS * k * groups VALUEs */
@@ -116,6 +118,14 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
                                kd_multivec_t *d, int ops, int64_t iteration, kd_err_t *err);
 int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec_t *r,
                             kd_multivec_t *x, kd_multivec_t *d, int ops, int64_t iteration,
+                            kd_err_t *err);
+
+/*
+ * With an operator preconditioner (kr->operator_z set, z = M^-1 r written there after
+ * update_residual): the partial sums of r'r and r'z of every column of iteration `iteration`
+ * into the set update_residual used, for update_direction to fold (one reduction).
+ */
+int kd_krylov_operator_sums(kd_krylov_t *kr, const kd_multivec_t *r, int64_t iteration,
                             kd_err_t *err);
 
 /*

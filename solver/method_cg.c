@@ -14,17 +14,37 @@
  * (one vector less, 8% more iterations on 494_bus). For a csr_scalar matrix on a GPU the SpMV
  * runs inside the first pass (kd_krylov_dots3 with the matrix's arrays): two launches an
  * iteration.
+ *
+ * With an operator preconditioner (AMG: z = M^-1 r is a launch sequence, not a diagonal), the
+ * three passes with the operator and one more reducing pass between the last two:
+ * update_residual (alpha, r -= alpha q), z = M^-1 r, the partial sums of r'r and r'z
+ * (kd_krylov_operator_sums), update_direction (beta = new r'z / old r'z, x += alpha d,
+ * d = z + beta d): still two reductions an iteration.
  */
 #include "solver/method.h"
 
 #include <assert.h>
+#include <stdlib.h>
 
 enum { KD_CG_D = 0 }; /* the work vector: the direction */
+
+/* The preconditioner is applied as an operator (it has no diagonal to fuse). */
+static int kd_cg_operator(const kd_solve_run_t *run)
+{
+    return run->precond->diagonal == NULL && run->precond->ops->apply != NULL;
+}
+
+/* z = M^-1 r for every column, into the operator's z. */
+static int kd_cg_apply(kd_solve_run_t *run, kd_err_t *err)
+{
+    kd_multivec_t *z = run->method_state;
+    return run->precond->ops->apply(run->ocl, run->precond, &run->r, z, err);
+}
 
 /* 2 (default), 3, or 1 for two lean passes. */
 static int kd_cg_passes(const kd_solve_run_t *run)
 {
-    const int p = run->params->passes;
+    const int p = kd_cg_operator(run) ? 3 : run->params->passes;
     return p == 3 ? 3 : p == 1 ? 1 : 2;
 }
 
@@ -33,6 +53,18 @@ static int kd_cg_setup(kd_solve_run_t *run, kd_err_t *err)
     assert(run != NULL);
     run->fused = run->csr != NULL;
     run->kr.fold_snapshots = kd_cg_passes(run) != 3; /* two passes leave r'r as partial sums */
+    if (kd_cg_operator(run)) {
+        kd_multivec_t *z = calloc(1, sizeof(*z));
+        if (z == NULL)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory");
+        run->method_state = z;
+        int rc = kd_multivec_alloc(run->ocl, run->r.n, run->k, run->r.dtype, z, err);
+        if (rc == KD_OK)
+            rc = kd_cg_apply(run, err);
+        if (rc != KD_OK)
+            return rc;
+        run->kr.operator_z = z->mem;
+    }
     return kd_krylov_residual(
         &run->kr, &run->r, &run->work[KD_CG_D], NULL,
         KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_DIRECTION | KD_KRYLOV_MASK_RESTART, 0, err);
@@ -61,6 +93,10 @@ static int kd_cg_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
         return rc == KD_OK ? kd_krylov_reduce(kr, "r'r, r'z", err) : rc;
     }
     rc = kd_krylov_update_residual(kr, &run->q, &run->r, &run->x, 0, it, err);
+    if (rc == KD_OK && kd_cg_operator(run)) {
+        if ((rc = kd_cg_apply(run, err)) == KD_OK)
+            rc = kd_krylov_operator_sums(kr, &run->r, it, err);
+    }
     if (rc == KD_OK)
         rc = kd_krylov_reduce(kr, "r'r, r'z", err);
     if (rc == KD_OK)
@@ -73,24 +109,43 @@ static int kd_cg_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *e
     for (int64_t c = 0; c < run->k; c++)
         if (mask[c] != 0)
             mask[c] |= KD_KRYLOV_MASK_DIRECTION; /* d = z */
+    if (kd_cg_operator(run)) {
+        int rc = kd_cg_apply(run, err); /* z = M^-1 r of every column: the others' z is rewritten
+                                           before it is read again */
+        if (rc != KD_OK)
+            return rc;
+    }
     return kd_krylov_residual(&run->kr, &run->r, &run->work[KD_CG_D], mask, 0, it, err);
 }
 
 int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
                        kd_solve_result_t *res)
 {
-    return kd_method_explain(st, skip, "p'Ap", run->kr.diagonal != NULL ? "r'z" : "r'r", res);
+    return kd_method_explain(st, skip, "p'Ap",
+                             run->kr.diagonal != NULL || run->kr.operator_z != NULL ? "r'z" : "r'r",
+                             res);
+}
+
+static void kd_cg_finish(kd_solve_run_t *run)
+{
+    kd_multivec_t *z = run->method_state;
+    if (z != NULL)
+        kd_multivec_release(z);
+    free(z);
+    run->method_state = NULL;
+    run->kr.operator_z = NULL;
 }
 
 const kd_method_ops_t kd_method_cg = {
     .name = "cg",
     .summary = "conjugate gradient: symmetric positive definite A; two passes an iteration",
     .needs = KD_METHOD_NEEDS_SQUARE | KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD,
-    .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL,
+    .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .work_vectors = 1,
     .reductions = 2,
     .setup = kd_cg_setup,
     .iterate = kd_cg_iterate,
     .restart = kd_cg_restart,
     .check = kd_method_cg_check,
+    .finish = kd_cg_finish,
 };

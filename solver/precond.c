@@ -20,6 +20,7 @@ const kd_precond_ops_t kd_precond_none = {
 const kd_precond_ops_t *const kd_precond_table[] = {
     &kd_precond_none,
     &kd_precond_jacobi,
+    &kd_precond_amg,
 };
 const size_t kd_precond_count = sizeof(kd_precond_table) / sizeof(kd_precond_table[0]);
 
@@ -42,7 +43,18 @@ void kd_precond_names(char *out, size_t cap)
                               kd_precond_table[i]->name);
 }
 
-int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
+int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops)
+{
+    assert(A != NULL && ops != NULL);
+    if (ops->setup == NULL)
+        return 1;
+    for (const kd_precond_t *p = A->preconds; p != NULL; p = p->next)
+        if (p->ops == ops)
+            return 1;
+    return 0;
+}
+
+int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops, const kd_csr_t *csr,
                    const kd_precond_t **out, kd_err_t *err)
 {
     static const kd_precond_t identity = {.ops = &kd_precond_none};
@@ -57,11 +69,13 @@ int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
             *out = p;
             return KD_OK;
         }
+    if (ops->needs_csr && csr == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "%s: set up without the matrix's host CSR", ops->name);
     kd_precond_t *P = calloc(1, sizeof(*P));
     if (P == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a preconditioner");
     P->ops = ops;
-    int rc = ops->setup(ocl, A, P, err);
+    int rc = ops->setup(ocl, A, csr, P, err);
     if (rc != KD_OK) {
         if (ops->release != NULL)
             ops->release(P);

@@ -37,8 +37,11 @@ typedef struct kd_precond_ops {
     int symmetric;       /* M is symmetric positive definite whenever A is: CG may use it */
     /* The device bytes setup will take (before anything is allocated). */
     size_t (*plan_bytes)(const kd_matrix_t *A);
-    /* Check A (KD_EBADREQ / KD_ENOTSPD naming the row) and build P's device data. */
-    int (*setup)(kd_ocl_t *ocl, const kd_matrix_t *A, kd_precond_t *P, kd_err_t *err);
+    int needs_csr; /* setup needs A's host CSR (kd_precond_get's csr must not be NULL) */
+    /* Check A (KD_EBADREQ / KD_ENOTSPD naming the row) and build P's device data. csr: A's
+     * canonical host CSR in the client's order (a reordered A stores P A P^T), or NULL. */
+    int (*setup)(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
+                 kd_err_t *err);
     /* KD_PRECOND_OPERATOR: z = M^-1 r for every column (enqueued). */
     int (*apply)(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r, kd_multivec_t *z,
                  kd_err_t *err);
@@ -52,6 +55,7 @@ extern const size_t kd_precond_count;
 
 extern const kd_precond_ops_t kd_precond_none;
 extern const kd_precond_ops_t kd_precond_jacobi;
+extern const kd_precond_ops_t kd_precond_amg;
 
 /* The preconditioner named `name`, or NULL. */
 const kd_precond_ops_t *kd_precond_find(const char *name);
@@ -62,9 +66,14 @@ void kd_precond_names(char *out, size_t cap);
 /*
  * A's preconditioner `ops`, set up on first use and kept with A (A->device_bytes grows by its
  * bytes); *out stays valid until A is freed. "none" needs no setup: *out is a static identity.
+ * csr: A's host CSR (client order) for a preconditioner that needs_csr, else may be NULL;
+ * KD_EINTERNAL when one that needs it is set up without it.
  */
-int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
+int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops, const kd_csr_t *csr,
                    const kd_precond_t **out, kd_err_t *err);
+
+/* Whether A already holds preconditioner `ops` (set up; the host CSR is not needed again). */
+int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops);
 
 /* Free every preconditioner kept with A (kd_matrix_free calls it). */
 void kd_precond_release_all(kd_matrix_t *A);

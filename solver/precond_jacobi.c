@@ -14,8 +14,10 @@ static size_t kd_jacobi_plan_bytes(const kd_matrix_t *A)
     return (size_t)A->rows * kd_dtype_size(A->dtype);
 }
 
-static int kd_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, kd_precond_t *P, kd_err_t *err)
+static int kd_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
+                           kd_precond_t *P, kd_err_t *err)
 {
+    (void)csr;
     assert(ocl != NULL && A != NULL && P != NULL);
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "jacobi needs a square matrix, not %lld x %lld",

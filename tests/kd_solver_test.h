@@ -286,4 +286,24 @@ static inline void kd_test_problem_free(kd_test_problem_t *p)
     memset(p, 0, sizeof(*p));
 }
 
+/* ||b_j - A x_j|| / ||b_j|| on the CPU, for column j. */
+static inline double kd_test_true_relres(const kd_test_problem_t *p, const void *x, int64_t j)
+{
+    double *xw = malloc((size_t)p->n * sizeof(double) + 8);
+    double *r = malloc((size_t)p->n * sizeof(double) + 8);
+    double rr = 0.0, bb = 0.0;
+    for (int64_t i = 0; i < p->n; i++) {
+        xw[i] = kd_load_real(x, p->dtype, (size_t)(j * p->n + i));
+        r[i] = p->bw[j * p->n + i];
+    }
+    kd_csr_spmv_ref(p->csr, xw, -1.0, 1.0, r);
+    for (int64_t i = 0; i < p->n; i++) {
+        rr += r[i] * r[i];
+        bb += p->bw[j * p->n + i] * p->bw[j * p->n + i];
+    }
+    free(xw);
+    free(r);
+    return bb > 0.0 ? sqrt(rr / bb) : sqrt(rr);
+}
+
 #endif

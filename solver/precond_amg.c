@@ -1,0 +1,561 @@
+/*
+ * Smoothed-aggregation algebraic multigrid as CG's preconditioner: M^-1 r is one V-cycle.
+ *
+ * Setup (once per matrix, kept with it like every preconditioner), level by level from A's
+ * canonical host CSR (in the order the matrix stores it):
+ *   - the level's matrix on the device (level 0 is A itself; coarser ones in the format the
+ *     selection's heuristic picks) and its 1/a_ii;
+ *   - lambda_max of D^-1 A by Lanczos on the device (D^-1/2 A D^-1/2, a few steps, the largest
+ *     Ritz value from the tridiagonal): the Chebyshev smoother's interval and the prolongator's
+ *     damping omega = 4 / (3 lambda);
+ *   - on the host (solver/amg_coarsen.c): aggregates of the strength graph, the smoothed
+ *     prolongator P = (I - omega D^-1 A) T, R = P^T;
+ *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/spgemm.h), read
+ *     back for the next level's aggregation;
+ * until a level has coarse_size rows or fewer, where the dense inverse (Cholesky on the host) is
+ * kept on the device.
+ *
+ * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
+ * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
+ * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
+ * the coarsest level.
+ */
+#include "solver/amg.h"
+#include "solver/blas.h"
+#include "solver/precond.h"
+#include "solver/select.h"
+#include "solver/spgemm.h"
+
+#include "common/checked.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/reorder.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KD_AMG_LEVELS_MAX 16
+#define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
+
+typedef struct kd_amg_level {
+    kd_matrix_t *A;      /* owned from level 1 on; level 0 is the solve's matrix */
+    kd_matrix_t *P, *R;  /* to the next level; NULL on the coarsest */
+    cl_mem inv_diagonal; /* 1/a_ii */
+    kd_vec_t b, x;       /* the level's right-hand side and iterate (level 0: the caller's) */
+    kd_vec_t q, d;       /* scratch: A x, and the Chebyshev direction */
+    double lambda;       /* estimated lambda_max(D^-1 A) */
+    int64_t n, nnz;
+} kd_amg_level_t;
+
+typedef struct kd_amg {
+    kd_amg_options_t opt;
+    int levels;
+    kd_amg_level_t level[KD_AMG_LEVELS_MAX];
+    cl_mem coarse_inverse; /* dense, row-major; NULL when the coarsest level is smoothed */
+    int64_t coarse_n;
+    kd_dtype_t dtype;
+    size_t wg;
+    double setup_ms, spgemm_ms;
+} kd_amg_t;
+
+static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
+{
+    /* A typical hierarchy: the levels' matrices and transfers about A's size again, four vectors
+     * per row over the levels. Corrected after setup. */
+    return A->device_bytes + (size_t)A->rows * 6 * kd_dtype_size(A->dtype);
+}
+
+/* A host vector of n values of dtype into a new device buffer. */
+static int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                                const char *what, cl_mem *out, kd_err_t *err)
+{
+    size_t bytes;
+    if (kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes))
+        return kd_err_set(err, KD_ETOOLARGE, "amg: %s is too large", what);
+    return kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)values,
+                                what, out, err);
+}
+
+static int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, size_t global,
+                         size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
+{
+    char options[32];
+    snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", amg->wg);
+    cl_kernel kernel;
+    int rc = kd_ocl_kernel(ocl, "amg", amg->dtype, options, name, &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, local), args, nargs, NULL, err);
+}
+
+static size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
+{
+    return ((size_t)n + amg->wg - 1) / amg->wg * amg->wg;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Apply: the V-cycle. */
+
+static int kd_amg_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, double alpha, const kd_vec_t *x,
+                       double beta, kd_vec_t *y, kd_err_t *err)
+{
+    return kd_matrix_spmv_inner(ocl, M, alpha, x, beta, y, err);
+}
+
+/* `degree` Chebyshev steps on level L for A x = b, from x = 0 (from_zero) or from x. */
+static int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b,
+                         kd_vec_t *x, int from_zero, int degree, kd_err_t *err)
+{
+    const double upper = amg->opt.upper * L->lambda, lower = amg->opt.lower * L->lambda;
+    const double theta = 0.5 * (upper + lower), delta = 0.5 * (upper - lower);
+    const double sigma = theta / delta;
+    double rho = 1.0 / sigma;
+    int rc = KD_OK;
+    for (int step = 0; step < degree && rc == KD_OK; step++) {
+        const int zero = from_zero && step == 0;
+        if (!zero && (rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err)) != KD_OK)
+            break;
+        double c_d = 0.0, c_r = 1.0 / theta;
+        if (step > 0) {
+            const double rho_next = 1.0 / (2.0 * sigma - rho);
+            c_d = rho_next * rho;
+            c_r = 2.0 * rho_next / delta;
+            rho = rho_next;
+        }
+        rc = kd_amg_launch(ocl, amg, "kd_amg_chebyshev", kd_amg_global(amg, L->n), amg->wg,
+                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(zero), KD_ARG_INT(step == 0),
+                                   KD_ARG_VALUE(amg->dtype, c_d), KD_ARG_VALUE(amg->dtype, c_r),
+                                   KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem),
+                                   KD_ARG_MEM(L->inv_diagonal), KD_ARG_MEM(L->d.mem),
+                                   KD_ARG_MEM(x->mem)),
+                           err);
+    }
+    return rc;
+}
+
+static int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
+                         kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    if (l == amg->levels - 1) {
+        if (amg->coarse_inverse == NULL)
+            return kd_amg_smooth(ocl, amg, L, b, x, 1, 4 * amg->opt.degree, err);
+        return kd_amg_launch(ocl, amg, "kd_amg_dense_mv", (size_t)L->n * amg->wg, amg->wg,
+                             KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(amg->coarse_inverse),
+                                     KD_ARG_MEM(b->mem), KD_ARG_MEM(x->mem)),
+                             err);
+    }
+    kd_amg_level_t *C = &amg->level[l + 1];
+    int rc = kd_amg_smooth(ocl, amg, L, b, x, 1, amg->opt.degree, err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err);
+    if (rc == KD_OK)
+        rc =
+            kd_amg_launch(ocl, amg, "kd_amg_residual", kd_amg_global(amg, L->n), amg->wg,
+                          KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem)), err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->R, 1.0, &L->q, 0.0, &C->b, err);
+    if (rc == KD_OK)
+        rc = kd_amg_vcycle(ocl, amg, l + 1, &C->b, &C->x, err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->P, 1.0, &C->x, 1.0, x, err);
+    if (rc == KD_OK)
+        rc = kd_amg_smooth(ocl, amg, L, b, x, 0, amg->opt.degree, err);
+    return rc;
+}
+
+static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
+                        kd_multivec_t *z, kd_err_t *err)
+{
+    assert(P != NULL && r != NULL && z != NULL && r->k == z->k);
+    kd_amg_t *amg = P->impl;
+    int rc = KD_OK;
+    for (int64_t c = 0; c < r->k && rc == KD_OK; c++)
+        rc = kd_amg_vcycle(ocl, amg, 0, &r->cols[c], &z->cols[c], err);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Setup. */
+
+/* lambda_max(D^-1 A) of level L: Lanczos on S = D^-1/2 A D^-1/2 from a fixed pseudo-random
+ * start, the largest Ritz value. */
+static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
+                           const void *inv_diagonal, kd_err_t *err)
+{
+    const int64_t n = L->n;
+    const int steps = amg->opt.lanczos_steps < n ? amg->opt.lanczos_steps : (int)n;
+    const size_t vsize = kd_dtype_size(amg->dtype);
+    kd_blas_t blas = {0};
+    kd_vec_t v = {0}, v_prev = {0}, w = {0}, t = {0};
+    cl_mem sqrt_dinv = NULL;
+    double alpha[64], beta[64];
+    unsigned char *host = malloc((size_t)n * vsize + 1);
+    int rc = host != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc != KD_OK)
+        return rc;
+    for (int64_t i = 0; i < n; i++) /* sqrt(1/a_ii) */
+        kd_store_real(host, amg->dtype, (size_t)i,
+                      sqrt(fabs(kd_load_real(inv_diagonal, amg->dtype, (size_t)i))));
+    rc = kd_amg_upload_values(ocl, host, n, amg->dtype, "amg D^-1/2", &sqrt_dinv, err);
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        kd_store_real(host, amg->dtype, (size_t)i, (double)(seed >> 11) / 9007199254740992.0 - 0.5);
+    }
+    if (rc == KD_OK)
+        rc = kd_blas_init(ocl, amg->dtype, &blas, err);
+    kd_vec_t *vecs[] = {&v, &v_prev, &w, &t};
+    for (int i = 0; i < 4 && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_vec_write(ocl, &v, host, amg->dtype, err);
+    if (rc == KD_OK)
+        rc = kd_vec_fill(ocl, &v_prev, 0.0, err);
+    double norm = 0.0;
+    if (rc == KD_OK)
+        rc = kd_blas_nrm2(&blas, &v, &norm, err);
+    if (rc == KD_OK)
+        rc = kd_blas_scale(&blas, norm > 0.0 ? 1.0 / norm : 1.0, &v, err);
+    int m = 0;
+    double b_prev = 0.0;
+    for (int j = 0; j < steps && j < 64 && rc == KD_OK; j++) {
+        rc = kd_amg_launch(
+            ocl, amg, "kd_amg_scale", kd_amg_global(amg, n), amg->wg,
+            KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(v.mem), KD_ARG_MEM(t.mem)),
+            err);
+        if (rc == KD_OK)
+            rc = kd_amg_spmv(ocl, L->A, 1.0, &t, 0.0, &w, err);
+        if (rc == KD_OK)
+            rc = kd_amg_launch(
+                ocl, amg, "kd_amg_scale", kd_amg_global(amg, n), amg->wg,
+                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(w.mem), KD_ARG_MEM(w.mem)),
+                err);
+        double a = 0.0, b = 0.0;
+        if (rc == KD_OK)
+            rc = kd_blas_dot(&blas, &w, &v, &a, err);
+        if (rc == KD_OK)
+            rc = kd_blas_axpy(&blas, -a, &v, &w, err);
+        if (rc == KD_OK)
+            rc = kd_blas_axpy(&blas, -b_prev, &v_prev, &w, err);
+        if (rc == KD_OK)
+            rc = kd_blas_nrm2(&blas, &w, &b, err);
+        if (rc != KD_OK)
+            break;
+        alpha[m] = a;
+        beta[m] = b;
+        m++;
+        if (!(b > 1e-12 * fabs(a)) || !isfinite(b))
+            break; /* an invariant subspace: the Ritz values are exact */
+        if ((rc = kd_blas_copy(&blas, &v, &v_prev, err)) == KD_OK &&
+            (rc = kd_blas_copy(&blas, &w, &v, err)) == KD_OK)
+            rc = kd_blas_scale(&blas, 1.0 / b, &v, err);
+        b_prev = b;
+    }
+    if (rc == KD_OK) {
+        L->lambda = m > 0 ? kd_amg_tridiagonal_max(alpha, beta, m) : 1.0;
+        if (!(L->lambda > 0.0) || !isfinite(L->lambda))
+            rc = kd_err_set(err, KD_ENOTSPD,
+                            "amg: level %lld rows: D^-1 A has no positive eigenvalue estimate "
+                            "(%g): the matrix is not symmetric positive definite",
+                            (long long)n, L->lambda);
+    }
+    for (int i = 0; i < 4; i++)
+        kd_vec_release(vecs[i]);
+    kd_blas_release(&blas);
+    if (sqrt_dinv != NULL)
+        clReleaseMemObject(sqrt_dinv);
+    free(host);
+    return rc;
+}
+
+/* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
+static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
+                             const kd_csr_t *csr, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    L->n = csr->rows;
+    L->nnz = csr->nnz;
+    int rc;
+    if (l == 0) {
+        L->A = (kd_matrix_t *)A0;
+    } else {
+        kd_csr_stats_t stats;
+        kd_csr_row_stats(csr, &stats);
+        const kd_format_t f = kd_select_heuristic(csr, &stats, kd_ocl_desc(ocl)->is_gpu,
+                                                  kd_select_launch_bound(ocl, csr), NULL);
+        if ((rc = kd_matrix_upload(ocl, csr, f, &L->A, err)) != KD_OK)
+            return rc;
+    }
+    if (L->A->scan.bad_diagonal_row >= 0 || L->A->inv_diagonal == NULL)
+        return kd_err_set(err, l == 0 ? KD_EBADREQ : KD_ENOTSPD,
+                          "amg: level %d: the diagonal entry of row %lld is zero, missing or "
+                          "not finite",
+                          l, (long long)L->A->scan.bad_diagonal_row);
+    if (L->A->scan.negative_diagonal_row >= 0)
+        return kd_err_set(err, KD_ENOTSPD,
+                          "amg: level %d: the diagonal entry of row %lld is negative: the matrix "
+                          "is not symmetric positive definite",
+                          l, (long long)L->A->scan.negative_diagonal_row);
+    rc = kd_amg_upload_values(ocl, L->A->inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
+                              &L->inv_diagonal, err);
+    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x};
+    for (int i = 0; i < (l == 0 ? 2 : 4) && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_amg_estimate(ocl, amg, L, L->A->inv_diagonal, err);
+    return rc;
+}
+
+/* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
+static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *A,
+                           const kd_csr_t *P, const kd_csr_t *R, kd_csr_t **coarse, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+    const uint64_t t0 = kd_clock_ns();
+    int rc = kd_csr_device_upload(ocl, A, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_upload(ocl, P, &dP, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_upload(ocl, R, &dR, err);
+    if (rc == KD_OK)
+        rc = kd_spgemm(ocl, &dA, &dP, NULL, &dAP, NULL, err);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    if (rc == KD_OK)
+        rc = kd_spgemm(ocl, &dR, &dAP, NULL, &dC, NULL, err);
+    kd_csr_device_release(&dR);
+    kd_csr_device_release(&dAP);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dC, coarse, err);
+    kd_csr_device_release(&dC);
+    amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
+    /* Transfers in CSR (their rows are short and even: csr_scalar on a GPU, as on a CPU). */
+    if (rc == KD_OK)
+        rc = kd_matrix_upload(ocl, P, KD_FMT_CSR_SCALAR, &L->P, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_upload(ocl, R, KD_FMT_CSR_SCALAR, &L->R, err);
+    return rc;
+}
+
+/* The coarsest level's dense inverse on the device (or nothing: it is smoothed instead). */
+static int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
+{
+    const int64_t n = csr->rows;
+    amg->coarse_n = n;
+    if (n > KD_AMG_DENSE_MAX)
+        return KD_OK;
+    double *dense = calloc((size_t)(n * n) + 1, sizeof(double));
+    void *values = malloc((size_t)(n * n) * kd_dtype_size(amg->dtype) + 1);
+    int rc = dense != NULL && values != NULL
+                 ? KD_OK
+                 : kd_err_set(err, KD_ENOMEM, "amg: out of host memory for the coarsest level");
+    if (rc == KD_OK) {
+        for (int64_t i = 0; i < n; i++)
+            for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++)
+                dense[i * n + csr->indices[k]] = kd_csr_value(csr, k);
+        rc = kd_amg_dense_inverse(dense, n, err);
+    }
+    if (rc == KD_OK) {
+        for (int64_t i = 0; i < n * n; i++)
+            kd_store_real(values, amg->dtype, (size_t)i, dense[i]);
+        rc = kd_amg_upload_values(ocl, values, n * n, amg->dtype, "amg coarsest inverse",
+                                  &amg->coarse_inverse, err);
+    }
+    free(dense);
+    free(values);
+    return rc;
+}
+
+/* A is symmetric: its CSR equals its transpose's, pattern and values. */
+static int kd_amg_check_symmetric(const kd_csr_t *csr, kd_err_t *err)
+{
+    kd_csr_t *t = NULL;
+    int rc = kd_csr_transpose(csr, &t, err);
+    if (rc != KD_OK)
+        return rc;
+    for (int64_t i = 0; i < csr->rows && rc == KD_OK; i++) {
+        for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++) {
+            const double a = kd_csr_value(csr, k);
+            const double b = t->indptr[i] == csr->indptr[i] && t->indices[k] == csr->indices[k]
+                                 ? kd_csr_value(t, k)
+                                 : NAN;
+            if (t->indptr[i + 1] != csr->indptr[i + 1] || !(fabs(a - b) <= 1e-12 * fabs(a))) {
+                rc = kd_err_set(err, KD_EBADREQ,
+                                "amg needs a symmetric matrix: a(%lld, %d) = %g but a(%d, %lld) "
+                                "= %g",
+                                (long long)i, csr->indices[k], a, csr->indices[k], (long long)i,
+                                b == b ? b : 0.0);
+                break;
+            }
+        }
+    }
+    kd_csr_free(t);
+    return rc;
+}
+
+static void kd_amg_release(kd_precond_t *P);
+
+static size_t kd_amg_device_bytes(const kd_amg_t *amg)
+{
+    const size_t v = kd_dtype_size(amg->dtype);
+    size_t bytes = amg->coarse_inverse != NULL ? (size_t)(amg->coarse_n * amg->coarse_n) * v : 0;
+    for (int l = 0; l < amg->levels; l++) {
+        const kd_amg_level_t *L = &amg->level[l];
+        bytes += (size_t)L->n * v * (l == 0 ? 3 : 5);
+        if (l > 0 && L->A != NULL)
+            bytes += L->A->device_bytes;
+        bytes += L->P != NULL ? L->P->device_bytes : 0;
+        bytes += L->R != NULL ? L->R->device_bytes : 0;
+    }
+    return bytes;
+}
+
+static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_csr_t *fine,
+                        kd_err_t *err)
+{
+    kd_csr_t *level_csr = fine; /* owned from level 1 on */
+    int32_t *agg = NULL;
+    int rc = KD_OK;
+    for (int l = 0; rc == KD_OK; l++) {
+        amg->levels = l + 1;
+        if ((rc = kd_amg_level_init(ocl, amg, l, A, level_csr, err)) != KD_OK)
+            break;
+        const int64_t n = level_csr->rows;
+        int64_t naggs = 0;
+        if (n > amg->opt.coarse_size && l + 1 < amg->opt.max_levels && l + 1 < KD_AMG_LEVELS_MAX) {
+            free(agg);
+            agg = kd_malloc_array((size_t)n, sizeof(int32_t));
+            if (agg == NULL) {
+                rc = kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+                break;
+            }
+            rc = kd_amg_aggregate(level_csr, amg->opt.threshold, agg, &naggs, err);
+        }
+        if (rc != KD_OK)
+            break;
+        if (naggs == 0 || naggs >= n) { /* the coarsest level (or coarsening stalled) */
+            rc = kd_amg_coarsest(ocl, amg, level_csr, err);
+            break;
+        }
+        kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
+        rc = kd_amg_prolongator(level_csr, agg, naggs, 4.0 / (3.0 * amg->level[l].lambda), &P, err);
+        if (rc == KD_OK)
+            rc = kd_csr_transpose(P, &R, err);
+        if (rc == KD_OK)
+            rc = kd_amg_galerkin(ocl, amg, l, level_csr, P, R, &coarse, err);
+        kd_csr_free(P);
+        kd_csr_free(R);
+        if (level_csr != fine)
+            kd_csr_free(level_csr);
+        level_csr = coarse;
+        if (rc == KD_OK && coarse == NULL)
+            rc = kd_err_set(err, KD_EINTERNAL, "amg: no coarse level");
+    }
+    if (level_csr != fine)
+        kd_csr_free(level_csr);
+    free(agg);
+    return rc;
+}
+
+static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
+                        kd_err_t *err)
+{
+    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
+    if (A->rows != A->cols)
+        return kd_err_set(err, KD_EBADREQ, "amg needs a square matrix, not %lld x %lld",
+                          (long long)A->rows, (long long)A->cols);
+    if (csr->rows != A->rows || csr->nnz != A->nnz)
+        return kd_err_set(err, KD_EINTERNAL, "amg: the host CSR is not the matrix's");
+    if (A->scan.non_finite_row >= 0)
+        return kd_err_set(err, KD_EBADREQ, "amg: entry (%lld, %lld) is %g",
+                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
+                          A->scan.non_finite_value);
+    if (A->scan.bad_diagonal_row >= 0)
+        return kd_err_set(err, KD_EBADREQ,
+                          "amg: the diagonal entry of row %lld is %g: smoothed aggregation needs "
+                          "a nonzero diagonal",
+                          (long long)A->scan.bad_diagonal_row, A->scan.bad_diagonal_value);
+    if (A->scan.negative_diagonal_row >= 0)
+        return kd_err_set(err, KD_ENOTSPD,
+                          "amg: the diagonal entry of row %lld is %g < 0: the matrix is not "
+                          "symmetric positive definite",
+                          (long long)A->scan.negative_diagonal_row,
+                          A->scan.negative_diagonal_value);
+    int rc = kd_amg_check_symmetric(csr, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_amg_t *amg = calloc(1, sizeof(*amg));
+    if (amg == NULL)
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    P->impl = amg;
+    kd_amg_options_default(&amg->opt);
+    amg->dtype = A->dtype;
+    amg->wg = kd_ocl_work_group_size(ocl);
+    const uint64_t t0 = kd_clock_ns();
+    /* The levels follow the matrix as stored: P A P^T when it is reordered. */
+    kd_csr_t *fine = (kd_csr_t *)csr, *permuted = NULL;
+    if (A->order.kind != KD_REORDER_NONE) {
+        if ((rc = kd_reorder_apply(csr, A->order.perm, &permuted, err)) != KD_OK)
+            return rc;
+        fine = permuted;
+    }
+    rc = kd_amg_build(ocl, amg, A, fine, err);
+    kd_csr_free(permuted);
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    if (rc != KD_OK)
+        return rc; /* kd_precond_get releases */
+    amg->setup_ms = (double)(kd_clock_ns() - t0) / 1e6;
+    P->device_bytes = kd_amg_device_bytes(amg);
+    int64_t nnz = 0;
+    for (int l = 0; l < amg->levels; l++)
+        nnz += amg->level[l].nnz;
+    KD_INFO("amg",
+            "setup rows=%lld levels=%d coarsest=%lld operator_complexity=%.2f setup_ms=%.1f "
+            "spgemm_ms=%.1f device_bytes=%zu",
+            (long long)A->rows, amg->levels, (long long)amg->coarse_n,
+            A->nnz > 0 ? (double)nnz / (double)A->nnz : 0.0, amg->setup_ms, amg->spgemm_ms,
+            P->device_bytes);
+    return KD_OK;
+}
+
+static void kd_amg_release(kd_precond_t *P)
+{
+    kd_amg_t *amg = P->impl;
+    if (amg == NULL)
+        return;
+    for (int l = 0; l < amg->levels; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        if (l > 0)
+            kd_matrix_free(L->A);
+        kd_matrix_free(L->P);
+        kd_matrix_free(L->R);
+        if (L->inv_diagonal != NULL)
+            clReleaseMemObject(L->inv_diagonal);
+        kd_vec_release(&L->b);
+        kd_vec_release(&L->x);
+        kd_vec_release(&L->q);
+        kd_vec_release(&L->d);
+    }
+    if (amg->coarse_inverse != NULL)
+        clReleaseMemObject(amg->coarse_inverse);
+    free(amg);
+    P->impl = NULL;
+}
+
+const kd_precond_ops_t kd_precond_amg = {
+    .name = "amg",
+    .summary = "smoothed-aggregation algebraic multigrid: one V-cycle with Chebyshev smoothing",
+    .forms = KD_PRECOND_OPERATOR,
+    .symmetric = 1,
+    .needs_csr = 1,
+    .plan_bytes = kd_amg_plan_bytes,
+    .setup = kd_amg_setup,
+    .apply = kd_amg_apply,
+    .release = kd_amg_release,
+};
