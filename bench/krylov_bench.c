@@ -19,6 +19,7 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"solve", kd_bench_solve_main, "CG / PCG / SD: ms per iteration against the bytes it moves"},
     {"export", kd_bench_export_main, "write a matrix as binary CSR for the peer programs"},
     {"kernels", kd_bench_kernels_main, "build the SpMV kernels, print registers and spills"},
+    {"amg", kd_bench_amg_main, "AMG-PCG against Jacobi-PCG: iterations, setup and solve time"},
 };
 
 static void kd_bench_usage(void)

@@ -372,6 +372,12 @@ kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
         return kd_matgen_blocks(a, bs, per, 17, dtype);
     if (sscanf(spec, "circuit:%lld", &a) == 1 && a > 1)
         return kd_matgen_circuit(a, 11, dtype);
+    if (sscanf(spec, "aniso2d:%lld:%lf", &a, &b) == 2 && a > 0 && b > 0)
+        return kd_matgen_anisotropic_2d(a, b, dtype);
+    if (sscanf(spec, "kronlap3d:%lld", &a) == 1 && a > 0)
+        return kd_matgen_kron_laplacian_3d(a, dtype);
+    if (sscanf(spec, "elast3d:%lld", &a) == 1 && a > 1)
+        return kd_matgen_elasticity_3d(a, dtype);
     if (strncmp(spec, "shuffled:", 9) == 0) {
         kd_csr_t *m = kd_matgen_by_name(spec + 9, dtype);
         return m != NULL ? kd_matgen_permuted(m, 13) : NULL;

@@ -38,9 +38,17 @@ kd_csr_t *kd_matgen_blocks(int64_t block_rows, int64_t bs, int64_t per_row, uint
 /* P A P^T for a random permutation P (square matrices; NULL otherwise). Takes a. */
 kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed);
 
+/* The multigrid benchmark's problems (bench/matgen_amg.c says exactly how each is made):
+ * -eps u_xx - u_yy on a g x g grid; kron(the 3-D Laplacian on g^3, a 3 x 3 SPD block) + 1e-4 I;
+ * Q1 linear elasticity on g^3 nodes (3 g^3 rows) clamped at x = 0. All SPD. */
+kd_csr_t *kd_matgen_anisotropic_2d(int64_t g, double eps, kd_dtype_t dtype);
+kd_csr_t *kd_matgen_kron_laplacian_3d(int64_t g, kd_dtype_t dtype);
+kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype);
+
 /* A matrix by name: "lap2d:2048" (2048 x 2048 grid), "lap3d:160", "powerlaw:2000000:8" (rows,
  * mean row length), "rmat:20:16" (scale, edge factor), "circuit:1000" (grid side),
  * "blocks:16384:16:6" (block rows, block size, blocks a block row),
+ * "aniso2d:1024:0.001", "kronlap3d:40", "elast3d:40" (bench/matgen_amg.c),
  * "shuffled:SPEC" (SPEC randomly permuted, symmetrically), or a path to a .mtx/.mtx.gz file.
  * NULL with a message on stderr on failure. */
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);

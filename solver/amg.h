@@ -16,6 +16,8 @@ typedef struct kd_amg_options {
         threshold;       /* strength: j is a strong neighbour of i when |a_ij| >= threshold *
                             sqrt(|a_ii a_jj|); 0 keeps every off-diagonal entry (PETSc GAMG's default) */
     int max_levels;      /* levels at most, the finest included */
+    int block_size;      /* unknowns per node (3 for 3-D elasticity): nodes are aggregated, and each
+                            aggregate gets one coarse unknown per component; rows stay node-major */
     int64_t coarse_size; /* stop coarsening at this many rows or fewer: a dense solve there */
     int degree;          /* Chebyshev smoother's degree (sweeps before and after) */
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
@@ -25,20 +27,39 @@ typedef struct kd_amg_options {
 
 void kd_amg_options_default(kd_amg_options_t *opt);
 
+/* What a set-up hierarchy is (benchmarks, logs). */
+#define KD_AMG_LEVELS_MAX 16
+typedef struct kd_amg_stats {
+    int levels;
+    int64_t rows[KD_AMG_LEVELS_MAX], nnz[KD_AMG_LEVELS_MAX];
+    double operator_complexity; /* the levels' nonzeros over A's */
+    double setup_ms;            /* wall time of the whole setup */
+    double spgemm_ms;           /* of it: the Galerkin products (transfers included) */
+    double host_ms;             /* of it: aggregation, prolongators, transposes on the host */
+} kd_amg_stats_t;
+
+struct kd_precond;
+/* The statistics of P, an amg preconditioner set up on a matrix. KD_EBADREQ for another one. */
+int kd_amg_describe(const struct kd_precond *P, kd_amg_stats_t *out, kd_err_t *err);
+
 /*
- * Aggregates of A's strength graph (square A): agg[i] in 0..*naggs-1 for every row, in three
- * passes in index order: (1) a row whose strong neighbours are all free starts an aggregate with
- * them; (2) a free row joins the aggregate of its first strong neighbour aggregated in pass 1;
- * (3) a row still free starts an aggregate with its free strong neighbours. A row with no strong
- * neighbour is an aggregate of its own. agg: rows int32, the caller's. KD_ENOMEM.
+ * Aggregates of A's strength graph (square A), node by node for block_size unknowns a node (the
+ * graph of the blocks' Frobenius norms; block_size must divide the rows): agg[i] in
+ * 0..*naggs-1 for every row, where an aggregate of nodes gives block_size coarse unknowns, one per
+ * component. Three passes in index order: (1) a node whose strong neighbours are all free starts
+ * an aggregate with them; (2) a free node joins the aggregate of its first strong neighbour
+ * aggregated in pass 1; (3) a node still free starts an aggregate with its free strong
+ * neighbours. A node with no strong neighbour (a Dirichlet row) is in no aggregate: agg = -1, and
+ * the smoother alone treats it. agg: rows int32, the caller's. KD_ENOMEM, KD_EBADREQ.
  */
-int kd_amg_aggregate(const kd_csr_t *A, double threshold, int32_t *agg, int64_t *naggs,
-                     kd_err_t *err);
+int kd_amg_aggregate(const kd_csr_t *A, double threshold, int block_size, int32_t *agg,
+                     int64_t *naggs, kd_err_t *err);
 
 /*
  * The smoothed prolongator P = (I - omega D^-1 A) T (rows x naggs), T the tentative one: column j
  * holds 1/sqrt(|aggregate j|) on aggregate j's rows (the constant vector, normalised per
- * aggregate). A zero diagonal entry is KD_EBADREQ naming the row. *P canonical, the caller's.
+ * aggregate; rows with agg -1 have none). A zero diagonal entry is KD_EBADREQ naming the row.
+ * *P canonical, the caller's.
  */
 int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, double omega,
                        kd_csr_t **P, kd_err_t *err);

@@ -18,6 +18,7 @@ void kd_amg_options_default(kd_amg_options_t *opt)
     assert(opt != NULL);
     opt->threshold = 0.0;
     opt->max_levels = 10;
+    opt->block_size = 1;
     opt->coarse_size = 300;
     opt->degree = 2;
     opt->lower = 0.1;
@@ -25,7 +26,81 @@ void kd_amg_options_default(kd_amg_options_t *opt)
     opt->lanczos_steps = 12;
 }
 
-/* |a_ii| of every row (0 where missing). */
+/* The node graph for block_size unknowns a node: entry (I, J) the Frobenius norm of block
+ * (I, J) of A, canonical. For block_size 1, |A|. */
+static kd_csr_t *kd_amg_node_graph(const kd_csr_t *A, int bs, kd_err_t *err)
+{
+    const int64_t nodes = A->rows / bs;
+    int64_t *count = calloc((size_t)nodes + 1, sizeof(int64_t));
+    int32_t *mark = kd_malloc_array((size_t)nodes + 1, sizeof(int32_t));
+    int32_t *slot = kd_malloc_array((size_t)nodes + 1, sizeof(int32_t));
+    kd_csr_t *G = NULL;
+    if (count == NULL || mark == NULL || slot == NULL) {
+        kd_err_set(err, KD_ENOMEM, "amg: out of host memory for the node graph");
+        goto done;
+    }
+    for (int64_t J = 0; J < nodes; J++)
+        mark[J] = -1;
+    int64_t total = 0;
+    for (int64_t I = 0; I < nodes; I++) {
+        for (int64_t i = I * bs; i < (I + 1) * bs; i++)
+            for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++) {
+                const int32_t J = A->indices[k] / bs;
+                if (mark[J] != I) {
+                    mark[J] = (int32_t)I;
+                    count[I]++;
+                }
+            }
+        total += count[I];
+    }
+    if (kd_csr_alloc(nodes, nodes, total, KD_DTYPE_F64, &G, err) != KD_OK)
+        goto done;
+    double *gv = G->values;
+    G->indptr[0] = 0;
+    for (int64_t I = 0; I < nodes; I++)
+        G->indptr[I + 1] = G->indptr[I] + (int32_t)count[I];
+    for (int64_t J = 0; J < nodes; J++)
+        mark[J] = -1;
+    for (int64_t I = 0; I < nodes; I++) {
+        int32_t m = 0;
+        const int32_t base = G->indptr[I];
+        for (int64_t i = I * bs; i < (I + 1) * bs; i++)
+            for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++) {
+                const int32_t J = A->indices[k] / bs;
+                if (mark[J] != I) {
+                    mark[J] = (int32_t)I;
+                    slot[J] = base + m;
+                    G->indices[base + m] = J;
+                    gv[base + m] = 0.0;
+                    m++;
+                }
+                const double v = kd_csr_value(A, k);
+                gv[slot[J]] += v * v;
+            }
+        /* columns ascending (rows of A are sorted, so for bs = 1 they already are) */
+        for (int32_t a = base + 1; a < base + m; a++) {
+            const int32_t c = G->indices[a];
+            const double v = gv[a];
+            int32_t b = a - 1;
+            while (b >= base && G->indices[b] > c) {
+                G->indices[b + 1] = G->indices[b];
+                gv[b + 1] = gv[b];
+                b--;
+            }
+            G->indices[b + 1] = c;
+            gv[b + 1] = v;
+        }
+        for (int32_t e = base; e < base + m; e++)
+            gv[e] = sqrt(gv[e]);
+    }
+done:
+    free(count);
+    free(mark);
+    free(slot);
+    return G;
+}
+
+/* |g_ii| of every row (0 where missing). */
 static double *kd_amg_abs_diagonal(const kd_csr_t *A)
 {
     double *d = kd_malloc_array((size_t)A->rows + 1, sizeof(double));
@@ -49,52 +124,58 @@ static int kd_amg_strong(const kd_csr_t *A, const double *diag, double threshold
         return 0;
     const double v = fabs(kd_csr_value(A, k));
     if (threshold <= 0.0)
-        return v != 0.0 || threshold < 0.0;
+        return v != 0.0;
     return v >= threshold * sqrt(diag[i] * diag[j]);
 }
 
-int kd_amg_aggregate(const kd_csr_t *A, double threshold, int32_t *agg, int64_t *naggs,
-                     kd_err_t *err)
+/* The three passes on graph G (nodes): agg[I] >= 0, or -1 for a node with no strong neighbour. */
+static int kd_amg_aggregate_graph(const kd_csr_t *G, double threshold, int32_t *agg, int64_t *naggs,
+                                  kd_err_t *err)
 {
-    assert(A != NULL && agg != NULL && naggs != NULL && A->rows == A->cols);
-    const int64_t n = A->rows;
-    double *diag = kd_amg_abs_diagonal(A);
-    unsigned char *pass1 = calloc((size_t)n + 1, 1);
-    if (diag == NULL || pass1 == NULL) {
+    const int64_t n = G->rows;
+    double *diag = kd_amg_abs_diagonal(G);
+    unsigned char *pass1 = calloc((size_t)n + 1, 1), *isolated = calloc((size_t)n + 1, 1);
+    if (diag == NULL || pass1 == NULL || isolated == NULL) {
         free(diag);
         free(pass1);
-        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory aggregating %lld rows",
+        free(isolated);
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory aggregating %lld nodes",
                           (long long)n);
     }
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++) {
         agg[i] = -1;
+        isolated[i] = 1;
+        for (int32_t k = G->indptr[i]; k < G->indptr[i + 1] && isolated[i]; k++)
+            if (kd_amg_strong(G, diag, threshold, i, k))
+                isolated[i] = 0;
+    }
     int32_t count = 0;
     /* Pass 1: roots whose whole strong neighbourhood is free. */
     for (int64_t i = 0; i < n; i++) {
-        if (agg[i] >= 0)
+        if (agg[i] >= 0 || isolated[i])
             continue;
         int free_all = 1;
-        for (int32_t k = A->indptr[i]; k < A->indptr[i + 1] && free_all; k++)
-            if (kd_amg_strong(A, diag, threshold, i, k) && agg[A->indices[k]] >= 0)
+        for (int32_t k = G->indptr[i]; k < G->indptr[i + 1] && free_all; k++)
+            if (kd_amg_strong(G, diag, threshold, i, k) && agg[G->indices[k]] >= 0)
                 free_all = 0;
         if (!free_all)
             continue;
         agg[i] = count;
         pass1[i] = 1;
-        for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
-            if (kd_amg_strong(A, diag, threshold, i, k)) {
-                agg[A->indices[k]] = count;
-                pass1[A->indices[k]] = 1;
+        for (int32_t k = G->indptr[i]; k < G->indptr[i + 1]; k++)
+            if (kd_amg_strong(G, diag, threshold, i, k)) {
+                agg[G->indices[k]] = count;
+                pass1[G->indices[k]] = 1;
             }
         count++;
     }
     /* Pass 2: join a neighbouring aggregate of pass 1. */
     for (int64_t i = 0; i < n; i++) {
-        if (agg[i] >= 0)
+        if (agg[i] >= 0 || isolated[i])
             continue;
-        for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++) {
-            const int32_t j = A->indices[k];
-            if (kd_amg_strong(A, diag, threshold, i, k) && pass1[j]) {
+        for (int32_t k = G->indptr[i]; k < G->indptr[i + 1]; k++) {
+            const int32_t j = G->indices[k];
+            if (kd_amg_strong(G, diag, threshold, i, k) && pass1[j]) {
                 agg[i] = agg[j];
                 break;
             }
@@ -102,18 +183,44 @@ int kd_amg_aggregate(const kd_csr_t *A, double threshold, int32_t *agg, int64_t 
     }
     /* Pass 3: what is left, with its free neighbours. */
     for (int64_t i = 0; i < n; i++) {
-        if (agg[i] >= 0)
+        if (agg[i] >= 0 || isolated[i])
             continue;
         agg[i] = count;
-        for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
-            if (kd_amg_strong(A, diag, threshold, i, k) && agg[A->indices[k]] < 0)
-                agg[A->indices[k]] = count;
+        for (int32_t k = G->indptr[i]; k < G->indptr[i + 1]; k++)
+            if (kd_amg_strong(G, diag, threshold, i, k) && agg[G->indices[k]] < 0)
+                agg[G->indices[k]] = count;
         count++;
     }
     free(diag);
     free(pass1);
+    free(isolated);
     *naggs = count;
     return KD_OK;
+}
+
+int kd_amg_aggregate(const kd_csr_t *A, double threshold, int block_size, int32_t *agg,
+                     int64_t *naggs, kd_err_t *err)
+{
+    assert(A != NULL && agg != NULL && naggs != NULL && A->rows == A->cols);
+    const int bs = block_size > 0 ? block_size : 1;
+    if (A->rows % bs != 0)
+        return kd_err_set(err, KD_EBADREQ, "amg: block_size %d does not divide %lld rows", bs,
+                          (long long)A->rows);
+    if (bs == 1)
+        return kd_amg_aggregate_graph(A, threshold, agg, naggs, err);
+    kd_csr_t *G = kd_amg_node_graph(A, bs, err);
+    if (G == NULL)
+        return err->code != KD_OK ? err->code : KD_ENOMEM;
+    int32_t *node = kd_malloc_array((size_t)G->rows + 1, sizeof(int32_t));
+    int64_t nodes_aggs = 0;
+    int rc = node != NULL ? kd_amg_aggregate_graph(G, threshold, node, &nodes_aggs, err)
+                          : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    for (int64_t i = 0; rc == KD_OK && i < A->rows; i++)
+        agg[i] = node[i / bs] < 0 ? -1 : node[i / bs] * bs + (int32_t)(i % bs);
+    *naggs = nodes_aggs * bs;
+    free(node);
+    kd_csr_free(G);
+    return rc;
 }
 
 /* Sort one row's (column, value) pairs by column: rows of P are short. */
@@ -151,7 +258,8 @@ int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, dou
         goto done;
     }
     for (int64_t i = 0; i < n; i++)
-        scale[agg[i]] += 1.0;
+        if (agg[i] >= 0)
+            scale[agg[i]] += 1.0;
     for (int64_t j = 0; j < naggs; j++) {
         scale[j] = scale[j] > 0.0 ? 1.0 / sqrt(scale[j]) : 0.0;
         slot[j] = -1;
@@ -164,7 +272,7 @@ int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, dou
         int32_t m = 0;
         for (int32_t k = A->indptr[i]; k <= A->indptr[i + 1]; k++) {
             const int32_t a = k < A->indptr[i + 1] ? agg[A->indices[k]] : agg[i];
-            if (slot[a] != (int32_t)i) {
+            if (a >= 0 && slot[a] != (int32_t)i) {
                 slot[a] = (int32_t)i;
                 m++;
             }
@@ -205,11 +313,15 @@ int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, dou
         const double w = omega / aii;
         int32_t m = 0;
         /* T's own entry, then - omega/a_ii * a_ij * T_j for every entry of the row. */
-        slot[agg[i]] = m;
-        rcols[m] = agg[i];
-        rvals[m++] = scale[agg[i]];
+        if (agg[i] >= 0) {
+            slot[agg[i]] = m;
+            rcols[m] = agg[i];
+            rvals[m++] = scale[agg[i]];
+        }
         for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++) {
             const int32_t a = agg[A->indices[k]];
+            if (a < 0)
+                continue;
             if (slot[a] < 0 || rcols[slot[a]] != a) {
                 slot[a] = m;
                 rcols[m] = a;

@@ -6,6 +6,7 @@
 #include "solver/precond.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,29 +44,94 @@ void kd_precond_names(char *out, size_t cap)
                               kd_precond_table[i]->name);
 }
 
-int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops)
+double kd_precond_option(const kd_precond_options_t *opt, const char *name, double fallback)
+{
+    for (int i = 0; opt != NULL && i < opt->count; i++)
+        if (strcmp(opt->items[i].name, name) == 0)
+            return opt->items[i].value;
+    return fallback;
+}
+
+int kd_precond_check_options(const kd_precond_ops_t *ops, const kd_precond_options_t *options,
+                             kd_err_t *err)
+{
+    assert(ops != NULL);
+    for (int i = 0; options != NULL && i < options->count; i++) {
+        const char *name = options->items[i].name;
+        int known = 0;
+        for (const char *const *o = ops->option_names; o != NULL && *o != NULL; o++)
+            known |= strcmp(*o, name) == 0;
+        if (!known) {
+            char list[160] = "";
+            size_t w = 0;
+            for (const char *const *o = ops->option_names; o != NULL && *o != NULL; o++)
+                if (w < sizeof(list))
+                    w +=
+                        (size_t)snprintf(list + w, sizeof(list) - w, "%s%s", w > 0 ? ", " : "", *o);
+            return kd_err_set(err, KD_EBADREQ, "preconditioner %s takes no option '%s' (%s)",
+                              ops->name, name, w > 0 ? list : "it takes none");
+        }
+        if (!isfinite(options->items[i].value))
+            return kd_err_set(err, KD_EBADREQ, "preconditioner option %s is not finite", name);
+    }
+    return KD_OK;
+}
+
+/* The same options, in any order. */
+static int kd_precond_same_options(const kd_precond_options_t *a, const kd_precond_options_t *b)
+{
+    const int na = a != NULL ? a->count : 0, nb = b != NULL ? b->count : 0;
+    if (na != nb)
+        return 0;
+    for (int i = 0; i < na; i++)
+        if (kd_precond_option(b, a->items[i].name, NAN) != a->items[i].value)
+            return 0;
+    return 1;
+}
+
+int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops,
+                     const kd_precond_options_t *options)
 {
     assert(A != NULL && ops != NULL);
     if (ops->setup == NULL)
         return 1;
     for (const kd_precond_t *p = A->preconds; p != NULL; p = p->next)
-        if (p->ops == ops)
+        if (p->ops == ops && kd_precond_same_options(&p->options, options))
             return 1;
     return 0;
 }
 
-int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops, const kd_csr_t *csr,
+/* Unlink and free A's `ops` (set up with other options): one of each kind is kept. */
+static void kd_precond_drop(kd_matrix_t *A, const kd_precond_ops_t *ops)
+{
+    for (kd_precond_t **pp = &A->preconds; *pp != NULL; pp = &(*pp)->next)
+        if ((*pp)->ops == ops) {
+            kd_precond_t *P = *pp;
+            *pp = P->next;
+            A->device_bytes -= P->device_bytes;
+            if (P->ops->release != NULL)
+                P->ops->release(P);
+            free(P);
+            return;
+        }
+}
+
+int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
+                   const kd_precond_options_t *options, const kd_csr_t *csr,
                    const kd_precond_t **out, kd_err_t *err)
 {
     static const kd_precond_t identity = {.ops = &kd_precond_none};
     assert(ocl != NULL && A != NULL && ops != NULL && out != NULL);
     *out = NULL;
+    int rc = kd_precond_check_options(ops, options, err);
+    if (rc != KD_OK)
+        return rc;
     if (ops->setup == NULL) {
         *out = &identity;
         return KD_OK;
     }
     for (kd_precond_t *p = A->preconds; p != NULL; p = p->next)
-        if (p->ops == ops) {
+        if (p->ops == ops && kd_precond_same_options(&p->options, options)) {
             *out = p;
             return KD_OK;
         }
@@ -75,7 +141,10 @@ int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops, c
     if (P == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a preconditioner");
     P->ops = ops;
-    int rc = ops->setup(ocl, A, csr, P, err);
+    if (options != NULL)
+        P->options = *options;
+    kd_precond_drop(A, ops);
+    rc = ops->setup(ocl, A, csr, P, err);
     if (rc != KD_OK) {
         if (ops->release != NULL)
             ops->release(P);

@@ -22,8 +22,24 @@ enum kd_precond_form {
     KD_PRECOND_OPERATOR = 4, /* ops->apply launches z = M^-1 r */
 };
 
+/* Named numbers a request passes to a preconditioner's setup (`preconditioner_options` on the
+ * wire: amg's threshold, max_levels, ...). Each preconditioner lists the names it takes. */
+#define KD_PRECOND_OPTIONS_MAX 8
+#define KD_PRECOND_OPTION_NAME 24
+typedef struct kd_precond_options {
+    int count;
+    struct {
+        char name[KD_PRECOND_OPTION_NAME];
+        double value;
+    } items[KD_PRECOND_OPTIONS_MAX];
+} kd_precond_options_t;
+
+/* The value of option `name` in opt (may be NULL), or `fallback`. */
+double kd_precond_option(const kd_precond_options_t *opt, const char *name, double fallback);
+
 typedef struct kd_precond {
     const struct kd_precond_ops *ops;
+    kd_precond_options_t options; /* what setup was given: a request with others rebuilds it */
     cl_mem diagonal;         /* KD_PRECOND_DIAGONAL: n values of 1/m_ii in the matrix's dtype */
     void *impl;              /* the preconditioner's own */
     size_t device_bytes;     /* counted in the matrix's */
@@ -38,6 +54,8 @@ typedef struct kd_precond_ops {
     /* The device bytes setup will take (before anything is allocated). */
     size_t (*plan_bytes)(const kd_matrix_t *A);
     int needs_csr; /* setup needs A's host CSR (kd_precond_get's csr must not be NULL) */
+    /* The option names setup takes (NULL-terminated; NULL: none), checked before setup. */
+    const char *const *option_names;
     /* Check A (KD_EBADREQ / KD_ENOTSPD naming the row) and build P's device data. csr: A's
      * canonical host CSR in the client's order (a reordered A stores P A P^T), or NULL. */
     int (*setup)(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
@@ -69,11 +87,19 @@ void kd_precond_names(char *out, size_t cap);
  * csr: A's host CSR (client order) for a preconditioner that needs_csr, else may be NULL;
  * KD_EINTERNAL when one that needs it is set up without it.
  */
-int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops, const kd_csr_t *csr,
+int kd_precond_get(kd_ocl_t *ocl, kd_matrix_t *A, const kd_precond_ops_t *ops,
+                   const kd_precond_options_t *options, const kd_csr_t *csr,
                    const kd_precond_t **out, kd_err_t *err);
 
-/* Whether A already holds preconditioner `ops` (set up; the host CSR is not needed again). */
-int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops);
+/* Whether A already holds preconditioner `ops` set up with `options` (may be NULL): then
+ * kd_precond_get needs no host CSR. */
+int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops,
+                     const kd_precond_options_t *options);
+
+/* KD_EBADREQ when options (may be NULL) names an option `ops` does not take, listing those it
+ * does, or holds a value that is not finite. */
+int kd_precond_check_options(const kd_precond_ops_t *ops, const kd_precond_options_t *options,
+                             kd_err_t *err);
 
 /* Free every preconditioner kept with A (kd_matrix_free calls it). */
 void kd_precond_release_all(kd_matrix_t *A);

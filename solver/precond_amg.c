@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KD_AMG_LEVELS_MAX 16
 #define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
 
 typedef struct kd_amg_level {
@@ -58,8 +57,39 @@ typedef struct kd_amg {
     int64_t coarse_n;
     kd_dtype_t dtype;
     size_t wg;
-    double setup_ms, spgemm_ms;
+    double setup_ms, spgemm_ms, host_ms;
 } kd_amg_t;
+
+static const char *const kd_amg_option_names[] = {"threshold", "max_levels", "coarse_size",
+                                                  "degree",    "block_size", NULL};
+
+/* The request's options over the defaults, each checked. */
+static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *opt, kd_err_t *err)
+{
+    kd_amg_options_default(opt);
+    opt->threshold = kd_precond_option(o, "threshold", opt->threshold);
+    const double levels = kd_precond_option(o, "max_levels", opt->max_levels);
+    const double coarse = kd_precond_option(o, "coarse_size", (double)opt->coarse_size);
+    const double degree = kd_precond_option(o, "degree", opt->degree);
+    const double block = kd_precond_option(o, "block_size", opt->block_size);
+    if (!(block >= 1 && block <= 8) || block != floor(block))
+        return kd_err_set(err, KD_EBADREQ, "amg: block_size = %g is not an integer in 1..8", block);
+    opt->block_size = (int)block;
+    if (!(opt->threshold >= 0.0 && opt->threshold < 1.0))
+        return kd_err_set(err, KD_EBADREQ, "amg: threshold = %g is not in [0, 1)", opt->threshold);
+    if (!(levels >= 1 && levels <= KD_AMG_LEVELS_MAX) || levels != floor(levels))
+        return kd_err_set(err, KD_EBADREQ, "amg: max_levels = %g is not an integer in 1..%d",
+                          levels, KD_AMG_LEVELS_MAX);
+    if (!(coarse >= 1 && coarse <= KD_AMG_DENSE_MAX) || coarse != floor(coarse))
+        return kd_err_set(err, KD_EBADREQ, "amg: coarse_size = %g is not an integer in 1..%d",
+                          coarse, KD_AMG_DENSE_MAX);
+    if (!(degree >= 1 && degree <= 8) || degree != floor(degree))
+        return kd_err_set(err, KD_EBADREQ, "amg: degree = %g is not an integer in 1..8", degree);
+    opt->max_levels = (int)levels;
+    opt->coarse_size = (int64_t)coarse;
+    opt->degree = (int)degree;
+    return KD_OK;
+}
 
 static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
 {
@@ -371,30 +401,44 @@ static int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd
     return rc;
 }
 
-/* A is symmetric: its CSR equals its transpose's, pattern and values. */
+/* A is symmetric: its pattern equals its transpose's, and each a_ij equals a_ji up to rounding
+ * (1e-12 of the larger of |a_ij| and sqrt(|a_ii a_jj|), so assembly's rounding in entries that
+ * cancel to nearly 0 passes). */
 static int kd_amg_check_symmetric(const kd_csr_t *csr, kd_err_t *err)
 {
     kd_csr_t *t = NULL;
-    int rc = kd_csr_transpose(csr, &t, err);
-    if (rc != KD_OK)
-        return rc;
+    double *diag = calloc((size_t)csr->rows + 1, sizeof(double));
+    int rc = diag != NULL ? kd_csr_transpose(csr, &t, err)
+                          : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    for (int64_t i = 0; i < csr->rows && rc == KD_OK; i++)
+        for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++)
+            if (csr->indices[k] == i)
+                diag[i] = fabs(kd_csr_value(csr, k));
     for (int64_t i = 0; i < csr->rows && rc == KD_OK; i++) {
+        if (t->indptr[i + 1] != csr->indptr[i + 1]) {
+            rc = kd_err_set(err, KD_EBADREQ,
+                            "amg needs a symmetric matrix: row %lld has %d entries, column %lld "
+                            "has %d",
+                            (long long)i, csr->indptr[i + 1] - csr->indptr[i], (long long)i,
+                            t->indptr[i + 1] - t->indptr[i]);
+            break;
+        }
         for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++) {
+            const int32_t j = csr->indices[k];
             const double a = kd_csr_value(csr, k);
-            const double b = t->indptr[i] == csr->indptr[i] && t->indices[k] == csr->indices[k]
-                                 ? kd_csr_value(t, k)
-                                 : NAN;
-            if (t->indptr[i + 1] != csr->indptr[i + 1] || !(fabs(a - b) <= 1e-12 * fabs(a))) {
+            const double b = t->indices[k] == j ? kd_csr_value(t, k) : NAN;
+            const double scale = fmax(fabs(a), sqrt(diag[i] * diag[j]));
+            if (!(fabs(a - b) <= 1e-12 * scale)) {
                 rc = kd_err_set(err, KD_EBADREQ,
                                 "amg needs a symmetric matrix: a(%lld, %d) = %g but a(%d, %lld) "
                                 "= %g",
-                                (long long)i, csr->indices[k], a, csr->indices[k], (long long)i,
-                                b == b ? b : 0.0);
+                                (long long)i, j, a, j, (long long)i, b == b ? b : 0.0);
                 break;
             }
         }
     }
     kd_csr_free(t);
+    free(diag);
     return rc;
 }
 
@@ -427,6 +471,7 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
             break;
         const int64_t n = level_csr->rows;
         int64_t naggs = 0;
+        const uint64_t t_host = kd_clock_ns();
         if (n > amg->opt.coarse_size && l + 1 < amg->opt.max_levels && l + 1 < KD_AMG_LEVELS_MAX) {
             free(agg);
             agg = kd_malloc_array((size_t)n, sizeof(int32_t));
@@ -434,7 +479,8 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
                 rc = kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
                 break;
             }
-            rc = kd_amg_aggregate(level_csr, amg->opt.threshold, agg, &naggs, err);
+            rc = kd_amg_aggregate(level_csr, amg->opt.threshold, amg->opt.block_size, agg, &naggs,
+                                  err);
         }
         if (rc != KD_OK)
             break;
@@ -446,6 +492,7 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
         rc = kd_amg_prolongator(level_csr, agg, naggs, 4.0 / (3.0 * amg->level[l].lambda), &P, err);
         if (rc == KD_OK)
             rc = kd_csr_transpose(P, &R, err);
+        amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
         if (rc == KD_OK)
             rc = kd_amg_galerkin(ocl, amg, l, level_csr, P, R, &coarse, err);
         kd_csr_free(P);
@@ -493,7 +540,8 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     if (amg == NULL)
         return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
     P->impl = amg;
-    kd_amg_options_default(&amg->opt);
+    if ((rc = kd_amg_read_options(&P->options, &amg->opt, err)) != KD_OK)
+        return rc;
     amg->dtype = A->dtype;
     amg->wg = kd_ocl_work_group_size(ocl);
     const uint64_t t0 = kd_clock_ns();
@@ -554,8 +602,31 @@ const kd_precond_ops_t kd_precond_amg = {
     .forms = KD_PRECOND_OPERATOR,
     .symmetric = 1,
     .needs_csr = 1,
+    .option_names = kd_amg_option_names,
     .plan_bytes = kd_amg_plan_bytes,
     .setup = kd_amg_setup,
     .apply = kd_amg_apply,
     .release = kd_amg_release,
 };
+
+int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
+{
+    assert(P != NULL && out != NULL);
+    if (P->ops != &kd_precond_amg || P->impl == NULL)
+        return kd_err_set(err, KD_EBADREQ, "not an amg preconditioner");
+    const kd_amg_t *amg = P->impl;
+    memset(out, 0, sizeof(*out));
+    out->levels = amg->levels;
+    int64_t nnz = 0;
+    for (int l = 0; l < amg->levels; l++) {
+        out->rows[l] = amg->level[l].n;
+        out->nnz[l] = amg->level[l].nnz;
+        nnz += amg->level[l].nnz;
+    }
+    out->operator_complexity =
+        amg->level[0].nnz > 0 ? (double)nnz / (double)amg->level[0].nnz : 0.0;
+    out->setup_ms = amg->setup_ms;
+    out->spgemm_ms = amg->spgemm_ms;
+    out->host_ms = amg->host_ms;
+    return KD_OK;
+}

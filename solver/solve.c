@@ -171,7 +171,8 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
     ctx->run.A = A;
     ctx->run.method = p->method;
     ctx->run.params = p;
-    if ((rc = kd_precond_get(ocl, A, p->precond, p->csr, &ctx->run.precond, err)) != KD_OK)
+    if ((rc = kd_precond_get(ocl, A, p->precond, p->precond_options, p->csr, &ctx->run.precond,
+                             err)) != KD_OK)
         return rc;
     ctx->colbytes = (size_t)A->rows * kd_dtype_size(A->dtype);
     ctx->maxiter =

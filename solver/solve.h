@@ -53,6 +53,8 @@ typedef struct kd_solve_params {
                         runs the SpMV inside the method's first vector pass (kd_krylov_dots3 with
                         the matrix), KD_SOLVE_FUSION_OFF apart; 0 = automatic: fused on GPUs,
                         apart on CPUs (measured both ways: docs/BENCHMARKS.md) */
+    const struct kd_precond_options *precond_options; /* for the preconditioner's setup, or
+                                                         NULL: its defaults */
     const kd_csr_t *csr; /* A's canonical host CSR in the client's order, for a preconditioner
                             whose setup needs it (amg) and has not run on A yet; may be NULL */
     const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov

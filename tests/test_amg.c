@@ -94,7 +94,7 @@ static void test_aggregates_and_prolongator(void)
     int32_t *agg = malloc((size_t)n * sizeof(int32_t));
     int64_t naggs = 0;
     kd_err_t err = {0};
-    CHECK(kd_amg_aggregate(A, 0.0, agg, &naggs, &err) == KD_OK);
+    CHECK(kd_amg_aggregate(A, 0.0, 1, agg, &naggs, &err) == KD_OK);
     CHECK_MSG(naggs > 0 && naggs < n / 3, "%lld aggregates of %lld rows", (long long)naggs,
               (long long)n);
     int64_t *size = calloc((size_t)naggs, sizeof(int64_t));
@@ -238,10 +238,10 @@ static void test_symmetric_and_kept(void)
     const size_t before = p.A->device_bytes;
     const kd_precond_t *P = NULL;
     kd_err_t err = {0};
-    CHECK_EQ_INT(kd_precond_get(ocl, p.A, &kd_precond_amg, NULL, &P, &err), KD_EINTERNAL);
-    CHECK(!kd_precond_ready(p.A, &kd_precond_amg));
-    REQUIRE(kd_precond_get(ocl, p.A, &kd_precond_amg, p.csr, &P, &err) == KD_OK);
-    CHECK(kd_precond_ready(p.A, &kd_precond_amg));
+    CHECK_EQ_INT(kd_precond_get(ocl, p.A, &kd_precond_amg, NULL, NULL, &P, &err), KD_EINTERNAL);
+    CHECK(!kd_precond_ready(p.A, &kd_precond_amg, NULL));
+    REQUIRE(kd_precond_get(ocl, p.A, &kd_precond_amg, NULL, p.csr, &P, &err) == KD_OK);
+    CHECK(kd_precond_ready(p.A, &kd_precond_amg, NULL));
     CHECK(p.A->device_bytes > before + (size_t)p.n * 8);
     kd_multivec_t r = {0}, z = {0};
     REQUIRE(kd_multivec_alloc(ocl, p.n, 2, KD_DTYPE_F64, &r, &err) == KD_OK);
@@ -330,6 +330,127 @@ static void test_errors(void)
     expect_setup_error("negative diagonal", neg, KD_ENOTSPD, "row 3");
 }
 
+/* -eps u_xx - u_yy on a g x g grid */
+static kd_csr_t *anisotropic(int64_t g, double eps)
+{
+    kd_test_coo_t c = {.rows = g * g, .cols = g * g};
+    for (int64_t y = 0; y < g; y++)
+        for (int64_t x = 0; x < g; x++) {
+            const int64_t i = y * g + x;
+            kd_test_coo_add(&c, i, i, 2.0 * (1.0 + eps));
+            if (x > 0)
+                kd_test_coo_add(&c, i, i - 1, -eps);
+            if (x + 1 < g)
+                kd_test_coo_add(&c, i, i + 1, -eps);
+            if (y > 0)
+                kd_test_coo_add(&c, i, i - g, -1.0);
+            if (y + 1 < g)
+                kd_test_coo_add(&c, i, i + g, -1.0);
+        }
+    return kd_test_coo_finish(&c);
+}
+
+/* kron(2-D Laplacian, B) with 3 unknowns a node: block aggregation keeps a node's unknowns
+ * together (agg[3I + c] = agg[3I] + c), and a clamped (Dirichlet) node is in no aggregate. */
+static kd_csr_t *kron3(int64_t g, int64_t clamped)
+{
+    static const double B[3][3] = {{4, 1, 0}, {1, 3, 1}, {0, 1, 2}};
+    kd_csr_t *L = kd_test_laplacian_2d(g, g);
+    kd_test_coo_t c = {.rows = 3 * L->rows, .cols = 3 * L->rows};
+    for (int64_t i = 0; i < L->rows; i++)
+        for (int32_t k = L->indptr[i]; k < L->indptr[i + 1]; k++)
+            for (int a = 0; a < 3; a++)
+                for (int b = 0; b < 3; b++) {
+                    const int64_t j = L->indices[k];
+                    if ((i == clamped || j == clamped) && !(i == j && a == b))
+                        continue;
+                    const double v = i == clamped ? 1.0 : kd_csr_value(L, k) * B[a][b];
+                    if (v != 0.0)
+                        kd_test_coo_add(&c, 3 * i + a, 3 * j + b, v);
+                }
+    kd_csr_free(L);
+    return kd_test_coo_finish(&c);
+}
+
+static void test_block_aggregation(void)
+{
+    kd_csr_t *A = kron3(20, 7);
+    int32_t *agg = malloc((size_t)A->rows * sizeof(int32_t));
+    int64_t naggs = 0;
+    kd_err_t err = {0};
+    CHECK(kd_amg_aggregate(A, 0.0, 3, agg, &naggs, &err) == KD_OK);
+    CHECK(naggs % 3 == 0 && naggs > 0 && naggs < A->rows / 4);
+    for (int64_t I = 0; I < A->rows / 3; I++)
+        for (int c = 0; c < 3; c++) {
+            if (I == 7)
+                CHECK(agg[3 * I + c] == -1);
+            else
+                CHECK(agg[3 * I + c] >= 0 && agg[3 * I + c] == agg[3 * I] + c &&
+                      agg[3 * I] % 3 == 0);
+        }
+    CHECK_EQ_INT(kd_amg_aggregate(A, 0.0, 7, agg, &naggs, &err), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "block_size 7 does not divide");
+    free(agg);
+    /* and AMG-PCG with block_size 3 converges in fewer iterations than with 1 */
+    kd_test_problem_t p;
+    REQUIRE(kd_test_problem_make(ocl, &p, A, KD_DTYPE_F64, 1) == 0);
+    kd_precond_options_t opt = {.count = 1};
+    snprintf(opt.items[0].name, sizeof(opt.items[0].name), "%s", "block_size");
+    opt.items[0].value = 3;
+    kd_solve_params_t prm = params("amg", 1e-8, p.csr);
+    kd_solve_result_t one, three;
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &one, &err) == KD_OK);
+    prm.precond_options = &opt;
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &three, &err) == KD_OK);
+    printf("kron(lap2d 20x20, B) + clamped node: amg %lld its, block_size 3: %lld its\n",
+           (long long)one.iterations, (long long)three.iterations);
+    CHECK(three.status == KD_SOLVE_CONVERGED && kd_test_true_relres(&p, p.x, 0) <= 1.5e-8);
+    CHECK(three.iterations < one.iterations);
+    kd_solve_result_free(&one);
+    kd_solve_result_free(&three);
+    kd_test_problem_free(&p);
+}
+
+/* Options: checked by name and range; a strength threshold turns an anisotropic problem's
+ * aggregates along the strong direction (fewer iterations); other options rebuild the hierarchy
+ * kept with the matrix. */
+static void test_options(void)
+{
+    kd_test_problem_t p;
+    REQUIRE(kd_test_problem_make(ocl, &p, anisotropic(64, 1e-3), KD_DTYPE_F64, 1) == 0);
+    kd_precond_options_t opt = {.count = 1};
+    snprintf(opt.items[0].name, sizeof(opt.items[0].name), "%s", "smoother");
+    kd_solve_params_t prm = params("amg", 1e-8, p.csr);
+    prm.precond_options = &opt;
+    kd_solve_result_t res;
+    kd_err_t err = {0};
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "no option 'smoother' (threshold, max_levels");
+    snprintf(opt.items[0].name, sizeof(opt.items[0].name), "%s", "degree");
+    opt.items[0].value = 0.5;
+    CHECK_EQ_INT(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "degree = 0.5");
+    prm.precond_options = NULL;
+    REQUIRE(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    const int64_t plain = res.iterations;
+    kd_solve_result_free(&res);
+    snprintf(opt.items[0].name, sizeof(opt.items[0].name), "%s", "threshold");
+    opt.items[0].value = 0.02;
+    prm.precond_options = &opt;
+    CHECK(!kd_precond_ready(p.A, &kd_precond_amg, &opt));
+    REQUIRE(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+    CHECK(kd_precond_ready(p.A, &kd_precond_amg, &opt));
+    CHECK(!kd_precond_ready(p.A, &kd_precond_amg, NULL)); /* one of a kind: the last asked */
+    CHECK(p.A->preconds != NULL && p.A->preconds->next == NULL);
+    printf("anisotropic 64x64 eps 1e-3: amg %lld its, with threshold 0.02 %lld its\n",
+           (long long)plain, (long long)res.iterations);
+    CHECK(res.status == KD_SOLVE_CONVERGED && kd_test_true_relres(&p, p.x, 0) <= 1.5e-8);
+    CHECK_MSG(res.iterations * 2 <= plain, "threshold 0.02: %lld iterations, without %lld",
+              (long long)res.iterations, (long long)plain);
+    kd_solve_result_free(&res);
+    kd_test_problem_free(&p);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -344,6 +465,8 @@ int main(void)
     test_symmetric_and_kept();
     test_reordered();
     test_errors();
+    test_options();
+    test_block_aggregation();
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
