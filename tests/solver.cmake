@@ -13,3 +13,7 @@ kd_add_test(test_methods SOURCES test_methods.c ${PROJECT_SOURCE_DIR}/client/mtx
 # Smoothed-aggregation AMG: the host pieces, AMG-PCG against Jacobi-PCG, symmetry, errors.
 kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# Sparse times sparse (kd_spgemm) against a sequential CPU reference, bit for bit, on generated
+# and real matrices, with its refusals (sizes, limits, mismatches).
+kd_add_test(test_spgemm SOURCES test_spgemm.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 240)
