@@ -19,7 +19,7 @@ import numpy as np
 
 def read_csr(path):
     with open(path, "rb") as f:
-        if f.read(8) != b"KDCSR64":
+        if f.read(8) != b"KDCSR64\0":
             raise SystemExit(f"{path}: not a krylov-bench export")
         rows, cols, nnz = (int(x) for x in np.frombuffer(f.read(24), dtype="<i8"))
         ptr = np.frombuffer(f.read(4 * (rows + 1)), dtype="<i4")
