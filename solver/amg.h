@@ -9,6 +9,7 @@
 #define KD_SOLVER_AMG_H
 
 #include "common/csr.h"
+#include "solver/ocl.h"
 
 /* The setup's options, with their defaults in kd_amg_options_default. */
 typedef struct kd_amg_options {
@@ -41,6 +42,16 @@ typedef struct kd_amg_stats {
 struct kd_precond;
 /* The statistics of P, an amg preconditioner set up on a matrix. KD_EBADREQ for another one. */
 int kd_amg_describe(const struct kd_precond *P, kd_amg_stats_t *out, kd_err_t *err);
+
+/* Where a V-cycle's time goes (benchmarks): device milliseconds of one SpMV with each level's A,
+ * P and R (the span of `runs` back to back, divided), and of one whole V-cycle, by device events
+ * (span) and by the host's clock around `runs` of them (wall). */
+typedef struct kd_amg_profile {
+    double a_ms[KD_AMG_LEVELS_MAX], p_ms[KD_AMG_LEVELS_MAX], r_ms[KD_AMG_LEVELS_MAX];
+    double vcycle_device_ms, vcycle_wall_ms;
+} kd_amg_profile_t;
+int kd_amg_profile(kd_ocl_t *ocl, const struct kd_precond *P, int runs, kd_amg_profile_t *out,
+                   kd_err_t *err);
 
 /*
  * Aggregates of A's strength graph (square A), node by node for block_size unknowns a node (the

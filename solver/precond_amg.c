@@ -302,6 +302,17 @@ static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
     return rc;
 }
 
+/* A level's matrix on the device in the format the selection's heuristic picks for it. */
+static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
+                               kd_err_t *err)
+{
+    kd_csr_stats_t stats;
+    kd_csr_row_stats(csr, &stats);
+    const kd_format_t f = kd_select_heuristic(csr, &stats, kd_ocl_desc(ocl)->is_gpu,
+                                              kd_select_launch_bound(ocl, csr), NULL);
+    return kd_matrix_upload(ocl, csr, f, out, err);
+}
+
 /* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
 static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
                              const kd_csr_t *csr, kd_err_t *err)
@@ -312,13 +323,8 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
     int rc;
     if (l == 0) {
         L->A = (kd_matrix_t *)A0;
-    } else {
-        kd_csr_stats_t stats;
-        kd_csr_row_stats(csr, &stats);
-        const kd_format_t f = kd_select_heuristic(csr, &stats, kd_ocl_desc(ocl)->is_gpu,
-                                                  kd_select_launch_bound(ocl, csr), NULL);
-        if ((rc = kd_matrix_upload(ocl, csr, f, &L->A, err)) != KD_OK)
-            return rc;
+    } else if ((rc = kd_amg_upload_level(ocl, csr, &L->A, err)) != KD_OK) {
+        return rc;
     }
     if (L->A->scan.bad_diagonal_row >= 0 || L->A->inv_diagonal == NULL)
         return kd_err_set(err, l == 0 ? KD_EBADREQ : KD_ENOTSPD,
@@ -364,11 +370,12 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
         rc = kd_csr_device_download(ocl, &dC, coarse, err);
     kd_csr_device_release(&dC);
     amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
-    /* Transfers in CSR (their rows are short and even: csr_scalar on a GPU, as on a CPU). */
+    /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
+     * aggregate's). */
     if (rc == KD_OK)
-        rc = kd_matrix_upload(ocl, P, KD_FMT_CSR_SCALAR, &L->P, err);
+        rc = kd_amg_upload_level(ocl, P, &L->P, err);
     if (rc == KD_OK)
-        rc = kd_matrix_upload(ocl, R, KD_FMT_CSR_SCALAR, &L->R, err);
+        rc = kd_amg_upload_level(ocl, R, &L->R, err);
     return rc;
 }
 
@@ -629,4 +636,69 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     out->spgemm_ms = amg->spgemm_ms;
     out->host_ms = amg->host_ms;
     return KD_OK;
+}
+
+/* Device ms of `runs` launches of what fn enqueues, divided. */
+static int kd_amg_time_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, kd_vec_t *x, kd_vec_t *y, int runs,
+                            double *ms, kd_err_t *err)
+{
+    *ms = 0.0;
+    if (M == NULL)
+        return KD_OK;
+    kd_ocl_timing_begin(ocl);
+    int rc = KD_OK;
+    for (int r = 0; r < runs && rc == KD_OK; r++)
+        rc = kd_amg_spmv(ocl, M, 1.0, x, 0.0, y, err);
+    double span = 0.0;
+    const int rc2 = kd_ocl_timing_end(ocl, &span, err);
+    *ms = span / runs;
+    return rc != KD_OK ? rc : rc2;
+}
+
+int kd_amg_profile(kd_ocl_t *ocl, const kd_precond_t *P, int runs, kd_amg_profile_t *out,
+                   kd_err_t *err)
+{
+    assert(ocl != NULL && P != NULL && out != NULL && runs > 0);
+    if (P->ops != &kd_precond_amg || P->impl == NULL)
+        return kd_err_set(err, KD_EBADREQ, "not an amg preconditioner");
+    kd_amg_t *amg = P->impl;
+    memset(out, 0, sizeof(*out));
+    const int64_t n = amg->level[0].n;
+    kd_vec_t b = {0}, x = {0}, t = {0};
+    int rc = kd_vec_alloc(ocl, n, amg->dtype, &b, err);
+    if (rc == KD_OK)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, &x, err);
+    if (rc == KD_OK)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, &t, err);
+    if (rc == KD_OK)
+        rc = kd_vec_fill(ocl, &b, 1.0, err);
+    for (int l = 0; l < amg->levels && rc == KD_OK; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        kd_vec_t xl = {.mem = b.mem, .n = L->n, .dtype = amg->dtype};
+        kd_vec_t yl = {.mem = t.mem, .n = L->n, .dtype = amg->dtype};
+        rc = kd_amg_time_spmv(ocl, L->A, &xl, &yl, runs, &out->a_ms[l], err);
+        if (rc == KD_OK && L->P != NULL) {
+            kd_vec_t xc = {.mem = b.mem, .n = L->P->cols, .dtype = amg->dtype};
+            rc = kd_amg_time_spmv(ocl, L->P, &xc, &yl, runs, &out->p_ms[l], err);
+            kd_vec_t yc = {.mem = x.mem, .n = L->R->rows, .dtype = amg->dtype};
+            if (rc == KD_OK)
+                rc = kd_amg_time_spmv(ocl, L->R, &yl, &yc, runs, &out->r_ms[l], err);
+        }
+    }
+    if (rc == KD_OK)
+        rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err); /* warm */
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    const uint64_t t0 = kd_clock_ns();
+    kd_ocl_timing_begin(ocl);
+    for (int r = 0; r < runs && rc == KD_OK; r++)
+        rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err);
+    double span = 0.0;
+    const int rc2 = kd_ocl_timing_end(ocl, &span, err);
+    out->vcycle_wall_ms = (double)(kd_clock_ns() - t0) / 1e6 / runs;
+    out->vcycle_device_ms = span / runs;
+    kd_vec_release(&b);
+    kd_vec_release(&x);
+    kd_vec_release(&t);
+    return rc != KD_OK ? rc : rc2;
 }

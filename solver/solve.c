@@ -273,10 +273,13 @@ static int kd_solve_answer_on_host(const kd_matrix_t *A, const void *b, const vo
  * one wake-up; the host runs at most two chunks behind, so after convergence up to two chunks of
  * frozen iterations (only the SpMV of a frozen right-hand side runs) are wasted. Large systems
  * check every 4 iterations, smaller ones, where an iteration is a few launches and little else,
- * every 8 or 16.
+ * every 8 or 16. With an operator preconditioner (AMG: an iteration is a whole V-cycle, even for
+ * a frozen column) every iteration is checked: at most two iterations are wasted.
  */
-static int64_t kd_solve_auto_check_every(const kd_matrix_t *A, int64_t k)
+static int64_t kd_solve_auto_check_every(const kd_matrix_t *A, int64_t k, const kd_precond_t *P)
 {
+    if (P->diagonal == NULL && P->ops->apply != NULL)
+        return 1;
     double work = ((double)A->nnz + 10.0 * (double)A->rows) * (double)k;
     if (work >= 1048576.0)
         return 4;
@@ -382,8 +385,9 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
     kd_solve_pick_columns(ctx, b, x0, x);
     if (run->k == 0)
         return KD_OK;
-    ctx->check_every = ctx->params->check_every > 0 ? ctx->params->check_every
-                                                    : kd_solve_auto_check_every(run->A, run->k);
+    ctx->check_every = ctx->params->check_every > 0
+                           ? ctx->params->check_every
+                           : kd_solve_auto_check_every(run->A, run->k, run->precond);
     int rc = kd_solve_alloc(ctx, err);
     if (rc != KD_OK)
         return rc;
