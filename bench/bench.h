@@ -17,6 +17,7 @@
 int kd_bench_spmv_main(int argc, char **argv);
 int kd_bench_solve_main(int argc, char **argv);
 int kd_bench_export_main(int argc, char **argv);
+int kd_bench_spgemm_main(int argc, char **argv);
 int kd_bench_kernels_main(int argc, char **argv);
 int kd_bench_amg_main(int argc, char **argv);
 
