@@ -119,7 +119,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     }
     kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
     if (existing != NULL) {
-        if (p->pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
+        if (p->options.pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
             goto fail;
         kd_matrix_meta_t copy;
         kd_store_get_meta(server->store, meta->id, &copy);
@@ -132,19 +132,21 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
 
     /* A forced format is built as named; otherwise the formats are measured (or chosen from the
      * row statistics with select = "heuristic", the only other value the decoder lets through). */
-    const char *forced = p->format[0] != '\0' ? p->format : server->cfg.default_format;
+    const char *forced =
+        p->options.format[0] != '\0' ? p->options.format : server->cfg.default_format;
     kd_id_to_hex(meta->id, meta->hex);
     rc = kd_handlers_make_room(server, csr, meta->hex, err);
     if (rc != KD_OK)
         goto fail;
     kd_select_mode_t mode = KD_SELECT_MEASURE;
-    (void)kd_select_mode_parse(p->select, &mode);
+    (void)kd_select_mode_parse(p->options.select, &mode);
     kd_select_result_t sel;
-    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, p->reorder, &dev, &sel, err);
+    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, p->options.reorder, &dev, &sel,
+                                    err);
     if (rc != KD_OK)
         goto fail;
 
-    snprintf(meta->name, sizeof(meta->name), "%s", p->name);
+    snprintf(meta->name, sizeof(meta->name), "%s", p->options.name);
     meta->rows = csr->rows;
     meta->cols = csr->cols;
     meta->nnz = csr->nnz;
@@ -152,7 +154,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
     kd_matrix_describe(dev, &meta->detail);
-    meta->pinned = p->pin == 1;
+    meta->pinned = p->options.pin == 1;
     meta->stats = sel.stats; /* the selection's, with the scan's count of non-finite values */
     meta->ncandidates = sel.ncandidates;
     for (int i = 0; i < sel.ncandidates; i++) {
