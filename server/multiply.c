@@ -126,15 +126,19 @@ static int kd_multiply_make_room(kd_server_t *server, const kd_operands_t *ops, 
              (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
     int rc = kd_cache_reserve(server, need, NULL, what, err);
     if (rc == KD_EDEVMEM) {
+        /* the operands must fit (else nothing is evicted); then make all the room there is */
         kd_err_clear(err);
+        snprintf(what, sizeof(what), "the operands (%lld x %lld and %lld x %lld) of a product",
+                 (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+        if ((rc = kd_cache_reserve(server, operands, NULL, what, err)) != KD_OK)
+            return rc;
         size_t evicted = kd_cache_evict_all(server, NULL);
         KD_DEBUG("multiply", "C's bound of %zu bytes does not fit: evicted %zu matrices", bound,
                  evicted);
-        rc = kd_cache_reserve(server, operands, NULL, what, err);
         server->budget_refused = 1; /* from here, evicting more cannot help */
-    }
-    if (rc != KD_OK)
+    } else if (rc != KD_OK) {
         return rc;
+    }
     kd_store_totals_t t;
     kd_store_totals(server->store, &t);
     size_t used = t.device_bytes + operands;
