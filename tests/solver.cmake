@@ -10,3 +10,7 @@ kd_add_test(test_solve_history SOURCES test_solve_history.c ${PROJECT_SOURCE_DIR
 # The method and preconditioner tables, and cg1 (the method added through them).
 kd_add_test(test_methods SOURCES test_methods.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# Sparse times sparse (kd_spgemm) against a sequential CPU reference, bit for bit, on generated
+# and real matrices, with its refusals (sizes, limits, mismatches).
+kd_add_test(test_spgemm SOURCES test_spgemm.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 240)
