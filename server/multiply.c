@@ -160,8 +160,10 @@ static int kd_multiply_on_device(kd_server_t *server, const kd_operands_t *ops, 
     /* a max_device_bytes of 0 would mean no limit: a full budget leaves 1 byte */
     kd_spgemm_limits_t limits = {.max_nnz = server->csr_limits.max_nnz,
                                  .max_device_bytes = free_bytes > 0 ? free_bytes : 1};
-    if (rc == KD_OK)
-        rc = kd_spgemm(server->ocl, &da, right, &limits, &dc, stats, err);
+    if (rc == KD_OK &&
+        (rc = kd_spgemm(server->ocl, &da, right, &limits, &dc, stats, err)) == KD_EDEVMEM)
+        kd_err_prefix(err, "device-memory budget %zu bytes, %zu of them free for the product",
+                      server->device_budget, free_bytes);
     if (rc == KD_OK)
         rc = kd_csr_device_download(server->ocl, &dc, c, err);
     kd_csr_device_release(&dc);
