@@ -196,18 +196,18 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
         return rc;
     uint64_t t0 = kd_clock_ns();
     if ((rc = kd_multiply_operands(server, q, &ops, err)) != KD_OK)
-        goto done;
+        goto fail;
     int64_t products = kd_multiply_products(ops.a, ops.b);
     if (products > KD_CSR_INDEX_MAX) {
         rc = kd_err_set(err, KD_ETOOLARGE,
                         "the product sums %lld products of entries, more than %d (the device "
                         "kernels count them in 32 bits)",
                         (long long)products, KD_CSR_INDEX_MAX);
-        goto done;
+        goto fail;
     }
     if ((rc = kd_multiply_make_room(server, &ops, products, &free_bytes, err)) != KD_OK ||
         (rc = kd_multiply_on_device(server, &ops, free_bytes, &c, &stats, err)) != KD_OK)
-        goto done;
+        goto fail;
     double ms = (double)(kd_clock_ns() - t0) / 1e6;
     kd_operands_free(&ops);
     kd_matrix_meta_t meta;
@@ -221,7 +221,7 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
             (long long)stats.products, q->transpose_a, ms, kd_format_name(meta.format), created);
     kd_multiply_reply(w, job->msgid, &meta, created, &stats, ms);
     return KD_OK;
-done:
+fail:
     kd_operands_free(&ops);
     kd_csr_free(c);
     return rc;
