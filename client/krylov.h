@@ -133,7 +133,7 @@ typedef struct krylov_multiply_options {
 typedef struct krylov_multiply_stats {
     int64_t products; /* the products of entries summed: over A's entries, B's row lengths */
     int64_t nnz;      /* C's entries (explicit zeros included: C's pattern is the symbolic one) */
-    double time_ms;   /* the product on the server, transfers included */
+    double time_ms;   /* the product on the server: operands read, transfers included */
 } krylov_multiply_stats_t;
 
 /* C = A B (A^T B with opt->transpose_a) of two matrices on the server, kept there as a new matrix
