@@ -533,6 +533,48 @@ int krylov_put_file(krylov_client_t *c, const char *path, const krylov_put_optio
     return rc;
 }
 
+int krylov_multiply(krylov_client_t *c, const char *a, const char *b,
+                    const krylov_multiply_options_t *opt, krylov_matrix_info_t *info,
+                    krylov_multiply_stats_t *stats)
+{
+    krylov_multiply_options_t none = {0};
+    if (opt == NULL)
+        opt = &none;
+    uint32_t n = 2 + (opt->transpose_a != 0) + (opt->name != NULL) + (opt->format != NULL) +
+                 (opt->pin != 0) + (opt->reorder != NULL);
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.multiply", n);
+    kd_w_kv_str(&w, "a", a);
+    kd_w_kv_str(&w, "b", b);
+    if (opt->transpose_a)
+        kd_w_kv_bool(&w, "transpose_a", 1);
+    if (opt->name != NULL)
+        kd_w_kv_str(&w, "name", opt->name);
+    if (opt->format != NULL)
+        kd_w_kv_str(&w, "format", opt->format);
+    if (opt->pin)
+        kd_w_kv_bool(&w, "pin", 1);
+    if (opt->reorder != NULL)
+        kd_w_kv_str(&w, "reorder", opt->reorder);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    if (reply.result == NULL || reply.result->type != MSGPACK_OBJECT_MAP)
+        return kd_result_missing(c, &reply, "matrix info");
+    if (info != NULL)
+        kd_parse_info(reply.result, info);
+    if (stats != NULL) {
+        const msgpack_object *s = kd_obj_get(reply.result, "spgemm");
+        memset(stats, 0, sizeof(*stats));
+        kd_obj_int64(kd_obj_get(s, "products"), &stats->products);
+        kd_obj_int64(kd_obj_get(s, "nnz"), &stats->nnz);
+        kd_obj_double(kd_obj_get(s, "time_ms"), &stats->time_ms);
+    }
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
 static int kd_id_request(krylov_client_t *c, const char *method, const char *id, int pinned,
                          kd_reply_t *reply)
 {

@@ -121,6 +121,28 @@ int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,
 int krylov_put_file(krylov_client_t *c, const char *path, const krylov_put_options_t *opt,
                     krylov_matrix_info_t *info);
 
+typedef struct krylov_multiply_options {
+    int transpose_a;     /* multiply A^T B instead of A B */
+    const char *name;    /* NULL: none */
+    const char *format;  /* NULL: the server chooses */
+    int pin;             /* keep resident */
+    const char *reorder; /* NULL: the server chooses ("auto"); "none", "rcm", "metis" */
+} krylov_multiply_options_t;
+
+/* What the product cost on the server. */
+typedef struct krylov_multiply_stats {
+    int64_t products; /* the products of entries summed: over A's entries, B's row lengths */
+    int64_t nnz;      /* C's entries (explicit zeros included: C's pattern is the symbolic one) */
+    double time_ms;   /* the product on the server: operands read, transfers included */
+} krylov_multiply_stats_t;
+
+/* C = A B (A^T B with opt->transpose_a) of two matrices on the server, kept there as a new matrix
+ * like an upload; info gets C's info (info->created 0 when the same matrix was already there).
+ * opt and stats may be NULL. */
+int krylov_multiply(krylov_client_t *c, const char *a, const char *b,
+                    const krylov_multiply_options_t *opt, krylov_matrix_info_t *info,
+                    krylov_multiply_stats_t *stats);
+
 int krylov_info(krylov_client_t *c, const char *id, krylov_matrix_info_t *info);
 /* *infos is malloc'd (free() it). */
 int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count);

@@ -58,6 +58,10 @@ static void kd_usage(FILE *out)
         "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
         "                    [--reorder auto|none|rcm|metis]\n"
         "                          upload a Matrix Market matrix; prints its id\n"
+        "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
+        "                    [--reorder auto|none|rcm|metis]\n"
+        "                          C = A B (A^T B) on the server, kept there as a new\n"
+        "                          matrix; prints its id\n"
         "  info ID                 show a matrix\n"
         "  list                    list the matrices on the server\n"
         "  drop ID                 remove a matrix\n"
@@ -368,6 +372,61 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
     fprintf(stderr, "%s: %lld x %lld, %lld nonzeros, %s, format %s%s\n", argv[0],
             (long long)info.rows, (long long)info.cols, (long long)info.nnz, info.dtype,
             info.format, info.created ? "" : " (already on the server)");
+    return 0;
+}
+
+static int kd_cmd_multiply(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc < 2)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE",
+                         "usage: multiply A_ID B_ID [--transpose-a] [--name N] [--format F] "
+                         "[--pin] [--reorder R]");
+    krylov_multiply_options_t opt = {0};
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--transpose-a") == 0)
+            opt.transpose_a = 1;
+        else if (strcmp(argv[i], "--pin") == 0)
+            opt.pin = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--name") == 0)
+            opt.name = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--format") == 0)
+            opt.format = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--reorder") == 0)
+            opt.reorder = argv[++i];
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
+    }
+    krylov_matrix_info_t info;
+    krylov_multiply_stats_t stats;
+    if (kd_connect(cli) != KRYLOV_OK ||
+        krylov_multiply(cli->client, argv[0], argv[1], &opt, &info, &stats) != KRYLOV_OK)
+        return kd_fail(cli);
+    if (cli->json) {
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_info_fields(&j, &info);
+        kd_json_kv_bool(&j, "created", info.created);
+        kd_json_kv_str(&j, "a", argv[0]);
+        kd_json_kv_str(&j, "b", argv[1]);
+        kd_json_kv_bool(&j, "transpose_a", opt.transpose_a);
+        kd_json_key(&j, "spgemm");
+        kd_json_object_begin(&j);
+        kd_json_kv_int(&j, "products", stats.products);
+        kd_json_kv_int(&j, "nnz", stats.nnz);
+        kd_json_kv_double(&j, "time_ms", stats.time_ms);
+        kd_json_object_end(&j);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("%s\n", info.id);
+    }
+    fprintf(stderr,
+            "%s: %lld x %lld, %lld nonzeros from %lld products in %.3f ms, %s, format "
+            "%s%s\n",
+            opt.transpose_a ? "A^T B" : "A B", (long long)info.rows, (long long)info.cols,
+            (long long)info.nnz, (long long)stats.products, stats.time_ms, info.dtype, info.format,
+            info.created ? "" : " (already on the server)");
     return 0;
 }
 
@@ -942,9 +1001,10 @@ typedef struct kd_command {
 } kd_command_t;
 
 static const kd_command_t kd_commands[] = {
-    {"put", kd_cmd_put},     {"info", kd_cmd_info},   {"list", kd_cmd_list},
-    {"drop", kd_cmd_drop},   {"pin", kd_cmd_pin},     {"spmv", kd_cmd_spmv},
-    {"solve", kd_cmd_solve}, {"bench", kd_cmd_bench}, {"status", kd_cmd_status},
+    {"put", kd_cmd_put},       {"multiply", kd_cmd_multiply}, {"info", kd_cmd_info},
+    {"list", kd_cmd_list},     {"drop", kd_cmd_drop},         {"pin", kd_cmd_pin},
+    {"spmv", kd_cmd_spmv},     {"solve", kd_cmd_solve},       {"bench", kd_cmd_bench},
+    {"status", kd_cmd_status},
 };
 
 /* Take the flags that may stand anywhere (--json, --progress, --no-progress) out of argv. */

@@ -43,6 +43,7 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_LIST] = "matrix.list",
     [KD_METHOD_MATRIX_DROP] = "matrix.drop",
     [KD_METHOD_MATRIX_PIN] = "matrix.pin",
+    [KD_METHOD_MATRIX_MULTIPLY] = "matrix.multiply",
     [KD_METHOD_SPMV] = "spmv",
     [KD_METHOD_SOLVE] = "solve",
     [KD_METHOD_JOB_CANCEL] = "job.cancel",
@@ -77,7 +78,9 @@ enum kd_param {
     KD_P_Y,
     KD_P_ALPHA,
     KD_P_BETA,
+    KD_P_A,
     KD_P_B,
+    KD_P_TRANSPOSE_A,
     KD_P_X0,
     KD_P_METHOD,
     KD_P_RTOL,
@@ -115,7 +118,9 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_Y] = "y",
     [KD_P_ALPHA] = "alpha",
     [KD_P_BETA] = "beta",
+    [KD_P_A] = "a",
     [KD_P_B] = "b",
+    [KD_P_TRANSPOSE_A] = "transpose_a",
     [KD_P_X0] = "x0",
     [KD_P_METHOD] = "method",
     [KD_P_RTOL] = "rtol",
@@ -131,16 +136,20 @@ static const char *const kd_param_names[KD_P_COUNT] = {
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
 
+/* How a new matrix is kept: matrix.put's and matrix.multiply's options. */
+#define KD_MATRIX_OPTIONS                                                                          \
+    (KD_BIT(NAME) | KD_BIT(FORMAT) | KD_BIT(SELECT) | KD_BIT(REORDER) | KD_BIT(PIN))
+
 /* The parameters each method takes (every method also takes timeout_ms). */
 static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
-                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_BIT(NAME) | KD_BIT(FORMAT) |
-                             KD_BIT(SELECT) | KD_BIT(REORDER) | KD_BIT(PIN),
+                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS,
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
     [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
+    [KD_METHOD_MATRIX_MULTIPLY] = KD_BIT(A) | KD_BIT(B) | KD_BIT(TRANSPOSE_A) | KD_MATRIX_OPTIONS,
     [KD_METHOD_SPMV] =
         KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA),
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
@@ -423,14 +432,31 @@ static int kd_check_counts(struct kd_decoder *d, enum kd_param p, const kd_array
                       (long long)a->count, what, (long long)expected);
 }
 
-static int kd_decode_put(struct kd_decoder *d)
+/* name, format, select, reorder and pin: how a new matrix is kept. */
+static int kd_decode_matrix_options(struct kd_decoder *d, kd_matrix_options_t *opt)
 {
     static const char *const selects[] = {"measure", "heuristic", NULL};
+    int select, reorder, rc;
+    if ((rc = kd_param_str(d, KD_P_NAME, opt->name, sizeof(opt->name))) != KD_OK ||
+        (rc = kd_param_str(d, KD_P_FORMAT, opt->format, sizeof(opt->format))) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_SELECT, selects, -1, &select)) != KD_OK ||
+        (rc = kd_param_choice(d, KD_P_REORDER, kd_reorder_names, KD_REORDER_AUTO, &reorder)) !=
+            KD_OK ||
+        (rc = kd_param_bool(d, KD_P_PIN, -1, &opt->pin)) != KD_OK)
+        return rc;
+    if (select >= 0)
+        snprintf(opt->select, sizeof(opt->select), "%s", selects[select]);
+    opt->reorder = (kd_reorder_t)reorder;
+    return KD_OK;
+}
+
+static int kd_decode_put(struct kd_decoder *d)
+{
     kd_put_request_t *put = &d->req->u.put;
     int csr = d->param[KD_P_INDPTR] != NULL;
     int coo = d->param[KD_P_ROW] != NULL || d->param[KD_P_COL] != NULL;
     int mtx = d->param[KD_P_MTX] != NULL;
-    int select, reorder, rc;
+    int rc;
     if (csr + coo + mtx != 1)
         return kd_err_set(d->err, KD_EBADREQ,
                           "matrix.put takes exactly one of indptr (CSR), row and col (COO) or mtx "
@@ -438,16 +464,8 @@ static int kd_decode_put(struct kd_decoder *d)
                           csr + coo + mtx == 0 ? "none" : "more than one");
     if ((rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
                              &put->dtype)) != KD_OK ||
-        (rc = kd_param_str(d, KD_P_NAME, put->name, sizeof(put->name))) != KD_OK ||
-        (rc = kd_param_str(d, KD_P_FORMAT, put->format, sizeof(put->format))) != KD_OK ||
-        (rc = kd_param_choice(d, KD_P_SELECT, selects, -1, &select)) != KD_OK ||
-        (rc = kd_param_choice(d, KD_P_REORDER, kd_reorder_names, KD_REORDER_AUTO, &reorder)) !=
-            KD_OK ||
-        (rc = kd_param_bool(d, KD_P_PIN, -1, &put->pin)) != KD_OK)
+        (rc = kd_decode_matrix_options(d, &put->options)) != KD_OK)
         return rc;
-    if (select >= 0)
-        snprintf(put->select, sizeof(put->select), "%s", selects[select]);
-    put->reorder = (kd_reorder_t)reorder;
 
     if (mtx) {
         static const enum kd_param unused[] = {KD_P_ROWS, KD_P_COLS, KD_P_INDICES, KD_P_VALUES,
@@ -505,6 +523,17 @@ static int kd_decode_put(struct kd_decoder *d)
         (rc = kd_check_counts(d, KD_P_COL, &put->col, nnz, "values has")) != KD_OK)
         return rc;
     return KD_OK;
+}
+
+static int kd_decode_multiply(struct kd_decoder *d)
+{
+    kd_multiply_request_t *mul = &d->req->u.multiply;
+    int rc;
+    if ((rc = kd_param_id(d, KD_P_A, mul->a)) != KD_OK ||
+        (rc = kd_param_id(d, KD_P_B, mul->b)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_TRANSPOSE_A, 0, &mul->transpose_a)) != KD_OK)
+        return rc;
+    return kd_decode_matrix_options(d, &mul->options);
 }
 
 static int kd_decode_spmv(struct kd_decoder *d)
@@ -586,6 +615,8 @@ static int kd_decode_method(struct kd_decoder *d)
         if ((rc = kd_param_id(d, KD_P_ID, req->u.id.id)) != KD_OK)
             return rc;
         return kd_param_bool(d, KD_P_PINNED, 1, &req->u.id.pinned);
+    case KD_METHOD_MATRIX_MULTIPLY:
+        return kd_decode_multiply(d);
     case KD_METHOD_SPMV:
         return kd_decode_spmv(d);
     case KD_METHOD_SOLVE:

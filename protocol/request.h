@@ -24,6 +24,7 @@ typedef enum kd_method {
     KD_METHOD_MATRIX_LIST,
     KD_METHOD_MATRIX_DROP,
     KD_METHOD_MATRIX_PIN,
+    KD_METHOD_MATRIX_MULTIPLY,
     KD_METHOD_SPMV,
     KD_METHOD_SOLVE,
     KD_METHOD_JOB_CANCEL,
@@ -48,6 +49,15 @@ typedef struct kd_array {
 
 typedef enum kd_put_kind { KD_PUT_CSR = 0, KD_PUT_COO = 1, KD_PUT_MTX = 2 } kd_put_kind_t;
 
+/* How a new matrix is kept (matrix.put, matrix.multiply): all optional. */
+typedef struct kd_matrix_options {
+    char name[KD_NAME_MAX];          /* "" when absent */
+    char format[KD_FORMAT_NAME_MAX]; /* forced format, "" when absent */
+    char select[KD_FORMAT_NAME_MAX]; /* selection mode ("measure" | "heuristic"), "" */
+    kd_reorder_t reorder;            /* KD_REORDER_AUTO when absent */
+    int pin;                         /* pin on upload (-1 absent, 0, 1) */
+} kd_matrix_options_t;
+
 typedef struct kd_put_request {
     kd_put_kind_t kind;
     int64_t rows, cols; /* CSR and COO */
@@ -59,12 +69,15 @@ typedef struct kd_put_request {
     kd_array_t values;  /* CSR/COO: nnz entries of dtype */
     const char *mtx;    /* MTX: Matrix Market text (not NUL-terminated) */
     size_t mtx_len;
-    char name[KD_NAME_MAX];          /* optional, "" when absent */
-    char format[KD_FORMAT_NAME_MAX]; /* optional forced format, "" when absent */
-    char select[KD_FORMAT_NAME_MAX]; /* optional selection mode ("measure" | "heuristic"), "" */
-    kd_reorder_t reorder;            /* optional, KD_REORDER_AUTO when absent */
-    int pin;                         /* optional: pin on upload (-1 absent, 0, 1) */
+    kd_matrix_options_t options;
 } kd_put_request_t;
+
+/* matrix.multiply: C = op(A) B, op(A) = A or A^T; C is kept as a new matrix. */
+typedef struct kd_multiply_request {
+    uint8_t a[16], b[16];
+    int transpose_a; /* default 0 */
+    kd_matrix_options_t options;
+} kd_multiply_request_t;
 
 typedef struct kd_id_request {
     uint8_t id[16];
@@ -112,6 +125,7 @@ typedef struct kd_request {
     int64_t timeout_ms; /* optional `timeout_ms` on any request; 0 = none */
     union {
         kd_put_request_t put;
+        kd_multiply_request_t multiply;
         kd_id_request_t id; /* matrix.info, matrix.drop, matrix.pin */
         kd_spmv_request_t spmv;
         kd_solve_request_t solve;

@@ -13,7 +13,8 @@
  *
  * Disk. Every accepted matrix gets a state file before matrix.put answers. --state-max-bytes
  * bounds the files' total: the least recently used unpinned matrices are forgotten (file and
- * device copy) to make room for a new one.
+ * device copy) to make room for a new one. Without a state directory the store entry keeps the
+ * canonical CSR in host memory instead, where host-side work (matrix.multiply) finds it.
  */
 #include "server/cache.h"
 #include "common/clock.h"
@@ -188,6 +189,24 @@ size_t kd_cache_evict_all(kd_server_t *server, const kd_store_entry_t *keep)
     return n;
 }
 
+/* Read entry's matrix from its state file. A file that fails its checks was moved aside by
+ * kd_state_load: the matrix is forgotten (entry is freed) and the result is KD_ENOTFOUND. */
+static int kd_cache_load(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t **csr,
+                         kd_err_t *err)
+{
+    size_t corrupt_before = kd_state_moved_aside(server->state);
+    int rc = kd_state_load(server->state, entry->meta.id, csr, err);
+    if (rc == KD_ENOTFOUND) {
+        /* Its file failed its checks and was moved aside (or is gone): forget the matrix. */
+        if (kd_state_moved_aside(server->state) > corrupt_before)
+            kd_store_count(server->store, KD_STORE_CORRUPT);
+        KD_WARN("cache", "forget id=%s: %s", entry->meta.hex, err->message);
+        kd_store_entry_t *gone = kd_store_remove(server->store, entry->meta.id);
+        kd_store_entry_free(gone);
+    }
+    return rc;
+}
+
 /* Load a non-resident entry from its state file and upload it in its recorded format. */
 static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t extra,
                            kd_err_t *err)
@@ -209,17 +228,7 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
         return rc;
     uint64_t t0 = kd_clock_ns();
     kd_csr_t *csr = NULL;
-    size_t corrupt_before = kd_state_moved_aside(server->state);
-    rc = kd_state_load(server->state, entry->meta.id, &csr, err);
-    if (rc == KD_ENOTFOUND) {
-        /* Its file failed its checks and was moved aside (or is gone): forget the matrix. */
-        if (kd_state_moved_aside(server->state) > corrupt_before)
-            kd_store_count(server->store, KD_STORE_CORRUPT);
-        KD_WARN("cache", "forget id=%s: %s", entry->meta.hex, err->message);
-        kd_store_entry_t *gone = kd_store_remove(server->store, entry->meta.id);
-        kd_store_entry_free(gone);
-        return rc;
-    }
+    rc = kd_cache_load(server, entry, &csr, err);
     if (rc != KD_OK)
         return rc;
     kd_format_t format = entry->meta.format;
@@ -248,16 +257,20 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     return KD_OK;
 }
 
+static int kd_cache_not_found(const uint8_t id[16], kd_err_t *err)
+{
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(id, hex);
+    return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
+}
+
 int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_store_entry_t **out,
                  kd_err_t *err)
 {
     *out = NULL;
     kd_store_entry_t *entry = kd_store_lookup(server->store, id);
-    if (entry == NULL) {
-        char hex[KD_ID_HEX_LEN + 1];
-        kd_id_to_hex(id, hex);
-        return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
-    }
+    if (entry == NULL)
+        return kd_cache_not_found(id, err);
     int rc;
     if (entry->dev != NULL) {
         kd_store_count(server->store, KD_STORE_HITS);
@@ -271,6 +284,27 @@ int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_sto
         return rc;
     *out = entry;
     return KD_OK;
+}
+
+int kd_cache_host_csr(kd_server_t *server, const uint8_t id[16], const kd_csr_t **csr,
+                      kd_csr_t **owned, kd_err_t *err)
+{
+    *csr = NULL;
+    *owned = NULL;
+    kd_store_entry_t *entry = kd_store_lookup(server->store, id);
+    if (entry == NULL)
+        return kd_cache_not_found(id, err);
+    if (entry->host != NULL) {
+        *csr = entry->host;
+        return KD_OK;
+    }
+    if (server->state == NULL || !entry->meta.stored)
+        return kd_err_set(err, KD_EINTERNAL, "matrix %s has neither a host copy nor a file",
+                          entry->meta.hex);
+    int rc = kd_cache_load(server, entry, owned, err);
+    if (rc == KD_OK)
+        *csr = *owned;
+    return rc;
 }
 
 /* ---- disk --------------------------------------------------------------------------------- */
@@ -308,7 +342,7 @@ static int kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes, const
     return KD_OK;
 }
 
-int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr, kd_err_t *err)
+int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err)
 {
     kd_matrix_meta_t *meta = &entry->meta;
     char what[96];
@@ -328,9 +362,13 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t 
             goto fail;
         meta->stored = 1;
         meta->file_bytes = file_bytes;
+        kd_csr_free(csr);
+    } else {
+        entry->host = csr; /* the only copy: nothing else could bring the matrix back */
     }
     return kd_store_insert(server->store, entry); /* takes entry */
 fail:
+    kd_csr_free(csr);
     kd_store_entry_free(entry);
     return rc;
 }

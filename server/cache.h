@@ -38,12 +38,20 @@ int kd_cache_reserve(struct kd_server *server, size_t bytes, const kd_store_entr
 int kd_cache_use(struct kd_server *server, const uint8_t id[16], size_t extra,
                  kd_store_entry_t **out, kd_err_t *err);
 
-/* Admit a new matrix (matrix.put): entry->dev is uploaded and entry->meta filled. Checks the
- * budget against the matrix's real size, writes its state file (removing least recently used
- * files to stay under --state-max-bytes) and inserts it. Takes entry, also on failure.
- * KD_EDEVMEM, KD_ETOOLARGE (over the disk limit), KD_EIO, KD_ENOMEM. */
-int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                   kd_err_t *err);
+/* Admit a new matrix (matrix.put, matrix.multiply): entry->dev is uploaded and entry->meta
+ * filled. Checks the budget against the matrix's real size, writes its state file (removing least
+ * recently used files to stay under --state-max-bytes) and inserts it. Takes entry and csr (the
+ * canonical host matrix), also on failure: csr is freed once written, or kept as the entry's host
+ * copy without a state directory. KD_EDEVMEM, KD_ETOOLARGE (over the disk limit), KD_EIO,
+ * KD_ENOMEM. */
+int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err);
+
+/* The canonical host CSR of matrix id, for work done on the host: the entry's own copy (without a
+ * state directory; *owned is NULL) or one read from its state file with every check of a reload
+ * (*owned is that copy: the caller frees it). Marks the matrix used. KD_ENOTFOUND (also when its
+ * file failed its checks: the matrix is then forgotten), KD_EIO, KD_ENOMEM. */
+int kd_cache_host_csr(struct kd_server *server, const uint8_t id[16], const kd_csr_t **csr,
+                      kd_csr_t **owned, kd_err_t *err);
 
 /* Pin (loading the matrix if it is not resident) or unpin, and record it in the state file. */
 int kd_cache_set_pinned(struct kd_server *server, kd_store_entry_t *entry, int pinned,

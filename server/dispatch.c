@@ -1,9 +1,9 @@
 /*
  * Routing decoded requests (loop thread). Questions the store can answer at once — matrix.info,
  * matrix.list, server.status, job.cancel — are answered here without waiting behind the device.
- * Everything that touches the device — put, drop, pin, spmv, solve — becomes a job on the worker
- * queue; a full queue (or a client with too many requests in flight) is answered BUSY at once, so
- * a slow device never makes the loop wait.
+ * Everything that touches the device — put, drop, pin, multiply, spmv, solve — becomes a job on the
+ * worker queue; a full queue (or a client with too many requests in flight) is answered BUSY at
+ * once, so a slow device never makes the loop wait.
  *
  * A queued job can leave the queue without running: its timeout_ms passes (a timer per job with a
  * deadline answers TIMEOUT at once), job.cancel names it, its client disconnects or the server

@@ -1,5 +1,6 @@
 /*
- * Job handlers: what put, drop, pin, spmv and solve do, on the device worker thread. Each checks
+ * Job handlers: what put, drop, pin, spmv and solve do, on the device worker thread (multiply.c
+ * has matrix.multiply, which keeps its product through kd_handlers_admit as put does). Each checks
  * what needs the store (the id exists, vector lengths match the matrix), calls the solver, and
  * leaves an encoded response in the job. Host buffers for vectors are converted between the
  * request's dtype and the matrix's here, so the solver only sees its own type.
@@ -14,6 +15,7 @@
 #include "common/log.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
+#include "server/handlers.h"
 #include "server/replies.h"
 #include "server/server.h"
 #include "solver/select.h"
@@ -80,11 +82,93 @@ static size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16]
     return bytes;
 }
 
+/* A new entry's metadata from the uploaded matrix and what the selection found. */
+static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
+                                 const kd_matrix_t *dev, const kd_select_result_t *sel,
+                                 const kd_matrix_options_t *opt)
+{
+    snprintf(meta->name, sizeof(meta->name), "%s", opt->name);
+    meta->rows = csr->rows;
+    meta->cols = csr->cols;
+    meta->nnz = csr->nnz;
+    meta->dtype = csr->dtype;
+    meta->format = dev->format;
+    meta->device_bytes = dev->device_bytes;
+    kd_matrix_describe(dev, &meta->detail);
+    meta->pinned = opt->pin == 1;
+    meta->stats = sel->stats; /* the selection's, with the scan's count of non-finite values */
+    meta->ncandidates = sel->ncandidates;
+    for (int i = 0; i < sel->ncandidates; i++) {
+        meta->candidates[i].format = sel->candidates[i].format;
+        meta->candidates[i].time_ms = sel->candidates[i].time_ms;
+        snprintf(meta->candidates[i].dropped, sizeof(meta->candidates[i].dropped), "%s",
+                 sel->candidates[i].dropped);
+    }
+    meta->reorder = sel->reorder;
+    meta->bandwidth_before = sel->before.bandwidth;
+    meta->bandwidth_after = sel->after.bandwidth;
+    snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
+}
+
+int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_options_t *opt,
+                      kd_matrix_meta_t *out, int *created, kd_err_t *err)
+{
+    kd_matrix_t *dev = NULL;
+    int rc;
+    *created = 0;
+    kd_store_entry_t *entry = calloc(1, sizeof(*entry));
+    if (entry == NULL) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory");
+        goto fail;
+    }
+    kd_matrix_meta_t *meta = &entry->meta;
+    if (kd_csr_hash(csr, meta->id) != KD_OK) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+        goto fail;
+    }
+    kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
+    if (existing != NULL) {
+        if (opt->pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
+            goto fail;
+        kd_store_get_meta(server->store, meta->id, out);
+        free(entry);
+        kd_csr_free(csr);
+        return KD_OK;
+    }
+
+    /* A forced format is built as named; otherwise the formats are measured (or chosen from the
+     * row statistics with select = "heuristic", the only other value the decoder lets through). */
+    const char *forced = opt->format[0] != '\0' ? opt->format : server->cfg.default_format;
+    kd_id_to_hex(meta->id, meta->hex);
+    rc = kd_handlers_make_room(server, csr, meta->hex, err);
+    if (rc != KD_OK)
+        goto fail;
+    kd_select_mode_t mode = KD_SELECT_MEASURE;
+    (void)kd_select_mode_parse(opt->select, &mode);
+    kd_select_result_t sel;
+    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &dev, &sel, err);
+    if (rc != KD_OK)
+        goto fail;
+    kd_handlers_describe(meta, csr, dev, &sel, opt);
+    entry->dev = dev;
+    kd_matrix_meta_t copy = *meta;
+    rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry and csr */
+    if (rc != KD_OK)
+        return rc;
+    kd_store_get_meta(server->store, copy.id, out);
+    *created = 1;
+    return KD_OK;
+fail:
+    kd_matrix_free(dev);
+    free(entry);
+    kd_csr_free(csr);
+    return rc;
+}
+
 static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
     kd_csr_t *csr = NULL;
-    kd_matrix_t *dev = NULL;
     int rc;
     switch (p->kind) {
     case KD_PUT_CSR:
@@ -106,88 +190,21 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     }
     if (rc != KD_OK)
         return rc;
-
-    kd_store_entry_t *entry = calloc(1, sizeof(*entry));
-    if (entry == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory");
-        goto fail;
-    }
-    kd_matrix_meta_t *meta = &entry->meta;
-    if (kd_csr_hash(csr, meta->id) != KD_OK) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-        goto fail;
-    }
-    kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
-    if (existing != NULL) {
-        if (p->pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
-            goto fail;
-        kd_matrix_meta_t copy;
-        kd_store_get_meta(server->store, meta->id, &copy);
-        kd_w_result_begin(w, job->msgid);
-        kd_reply_meta(w, &copy, 0);
-        free(entry);
-        kd_csr_free(csr);
-        return KD_OK;
-    }
-
-    /* A forced format is built as named; otherwise the formats are measured (or chosen from the
-     * row statistics with select = "heuristic", the only other value the decoder lets through). */
-    const char *forced = p->format[0] != '\0' ? p->format : server->cfg.default_format;
-    kd_id_to_hex(meta->id, meta->hex);
-    rc = kd_handlers_make_room(server, csr, meta->hex, err);
+    kd_matrix_meta_t meta;
+    int created;
+    rc = kd_handlers_admit(server, csr, &p->options, &meta, &created, err); /* takes csr */
     if (rc != KD_OK)
-        goto fail;
-    kd_select_mode_t mode = KD_SELECT_MEASURE;
-    (void)kd_select_mode_parse(p->select, &mode);
-    kd_select_result_t sel;
-    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, p->reorder, &dev, &sel, err);
-    if (rc != KD_OK)
-        goto fail;
-
-    snprintf(meta->name, sizeof(meta->name), "%s", p->name);
-    meta->rows = csr->rows;
-    meta->cols = csr->cols;
-    meta->nnz = csr->nnz;
-    meta->dtype = csr->dtype;
-    meta->format = dev->format;
-    meta->device_bytes = dev->device_bytes;
-    kd_matrix_describe(dev, &meta->detail);
-    meta->pinned = p->pin == 1;
-    meta->stats = sel.stats; /* the selection's, with the scan's count of non-finite values */
-    meta->ncandidates = sel.ncandidates;
-    for (int i = 0; i < sel.ncandidates; i++) {
-        meta->candidates[i].format = sel.candidates[i].format;
-        meta->candidates[i].time_ms = sel.candidates[i].time_ms;
-        snprintf(meta->candidates[i].dropped, sizeof(meta->candidates[i].dropped), "%s",
-                 sel.candidates[i].dropped);
-    }
-    meta->reorder = sel.reorder;
-    meta->bandwidth_before = sel.before.bandwidth;
-    meta->bandwidth_after = sel.after.bandwidth;
-    snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel.reorder_reason);
-    entry->dev = dev;
-    dev = NULL;
-    kd_matrix_meta_t copy = *meta;
-    rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry */
-    entry = NULL;
-    if (rc != KD_OK)
-        goto fail;
-    kd_store_get_meta(server->store, copy.id, &copy);
-    KD_INFO("store",
-            "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s reorder=%s "
-            "device_bytes=%zu",
-            copy.hex, (long long)copy.rows, (long long)copy.cols, (long long)copy.nnz,
-            kd_dtype_name(copy.dtype), kd_format_name(copy.format), kd_reorder_name(copy.reorder),
-            copy.device_bytes);
-    kd_csr_free(csr);
+        return rc;
+    if (created)
+        KD_INFO("store",
+                "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s reorder=%s "
+                "device_bytes=%zu",
+                meta.hex, (long long)meta.rows, (long long)meta.cols, (long long)meta.nnz,
+                kd_dtype_name(meta.dtype), kd_format_name(meta.format),
+                kd_reorder_name(meta.reorder), meta.device_bytes);
     kd_w_result_begin(w, job->msgid);
-    kd_reply_meta(w, &copy, 1);
+    kd_reply_meta(w, &meta, created);
     return KD_OK;
-fail:
-    kd_matrix_free(dev);
-    free(entry);
-    kd_csr_free(csr);
-    return rc;
 }
 
 static int kd_handle_drop(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
@@ -443,6 +460,9 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
         break;
     case KD_METHOD_MATRIX_PIN:
         rc = kd_handle_pin(server, job, w, err);
+        break;
+    case KD_METHOD_MATRIX_MULTIPLY:
+        rc = kd_handle_multiply(server, job, w, err);
         break;
     case KD_METHOD_SPMV:
         rc = kd_handle_spmv(server, job, w, err);

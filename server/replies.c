@@ -44,7 +44,12 @@ static void kd_reply_detail(kd_writer_t *w, const kd_format_detail_t *detail)
 
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 {
-    kd_w_map(w, 17 + (created >= 0 ? 1 : 0));
+    kd_reply_meta_extra(w, meta, created, 0);
+}
+
+void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra)
+{
+    kd_w_map(w, 17 + (created >= 0 ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);

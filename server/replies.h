@@ -10,6 +10,8 @@
 
 /* The metadata map. created: 1/0 adds {"created": bool} (matrix.put), -1 leaves it out. */
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created);
+/* The same map with `extra` more entries, which the caller writes next (matrix.multiply). */
+void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra);
 
 /* A whole response to server.status. */
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid);

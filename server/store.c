@@ -37,6 +37,7 @@ void kd_store_entry_free(kd_store_entry_t *entry)
     if (entry == NULL)
         return;
     kd_matrix_free(entry->dev);
+    kd_csr_free(entry->host);
     free(entry);
 }
 

@@ -6,8 +6,10 @@
  * stays valid while it works on it.
  *
  * An entry need not be resident: after an eviction or a restart only its metadata (from the state
- * file's header) is here, and server/cache.c loads it again on first use. The store keeps the
- * totals the cache decides by (resident bytes, file bytes) and the cache counters.
+ * file's header) is here, and server/cache.c loads it again on first use. Without a state
+ * directory an entry keeps the matrix's canonical CSR in host memory instead of a file (work done
+ * on the host, such as matrix.multiply's operands, reads it from one or the other). The store keeps
+ * the totals the cache decides by (resident bytes, file bytes) and the cache counters.
  */
 #ifndef KD_SERVER_STORE_H
 #define KD_SERVER_STORE_H
@@ -54,6 +56,7 @@ typedef struct kd_matrix_meta {
 typedef struct kd_store_entry {
     kd_matrix_meta_t meta;
     kd_matrix_t *dev; /* worker thread only; NULL when not resident */
+    kd_csr_t *host;   /* worker thread only: the canonical CSR, kept without a state directory */
 } kd_store_entry_t;
 
 typedef struct kd_store kd_store_t;
@@ -78,7 +81,8 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry);
  * kd_store_entry_free), or NULL. */
 kd_store_entry_t *kd_store_remove(kd_store_t *store, const uint8_t id[16]);
 
-void kd_store_entry_free(kd_store_entry_t *entry); /* frees the device matrix too; accepts NULL */
+/* Frees the device matrix and the host copy too; accepts NULL. */
+void kd_store_entry_free(kd_store_entry_t *entry);
 
 /* Worker thread: update the pinned flag under the lock. */
 void kd_store_set_pinned(kd_store_t *store, kd_store_entry_t *entry, int pinned);

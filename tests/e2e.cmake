@@ -22,3 +22,7 @@ endforeach()
 # Reordering at upload (issue 12): reorder on matrix.put, matrix.info, spmv, solve, a restart.
 kd_add_test(test_e2e_reorder SOURCES test_e2e_reorder.c LIBS krylov kd_protocol kd_solver LABELS e2e)
 add_dependencies(test_e2e_reorder krylovd)
+# matrix.multiply (issue 13): products of real matrices checked through spmv, every refusal, a
+# restart, a server without --state-dir.
+kd_add_test(test_e2e_multiply SOURCES test_e2e_multiply.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_multiply krylovd)

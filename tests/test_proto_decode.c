@@ -351,8 +351,8 @@ static void test_put_csr_bins(void)
         CHECK(kd_load_index(p->indices.data, KD_DTYPE_I32, (size_t)i) == csr_indices[i]);
         CHECK(kd_load_real(p->values.data, KD_DTYPE_F64, (size_t)i) == csr_values[i]);
     }
-    CHECK(strcmp(p->name, "laplace 3") == 0 && strcmp(p->format, "ell") == 0);
-    CHECK(strcmp(p->select, "heuristic") == 0 && p->pin == 1);
+    CHECK(strcmp(p->options.name, "laplace 3") == 0 && strcmp(p->options.format, "ell") == 0);
+    CHECK(strcmp(p->options.select, "heuristic") == 0 && p->options.pin == 1);
     kd_request_free(r);
 }
 
@@ -379,7 +379,8 @@ static void test_put_int64_float32_and_plain(void)
     CHECK(p->indices.dtype == KD_DTYPE_I64 && p->indices.count == 4);
     CHECK(kd_load_index(p->indices.data, KD_DTYPE_I64, 1) == 2);
     CHECK(kd_load_real(p->values.data, KD_DTYPE_F32, 1) == -2.5);
-    CHECK(p->name[0] == '\0' && p->format[0] == '\0' && p->select[0] == '\0' && p->pin == -1);
+    CHECK(p->options.name[0] == '\0' && p->options.format[0] == '\0' &&
+          p->options.select[0] == '\0' && p->options.pin == -1);
     kd_request_free(r);
 
     /* plain arrays: indices into int32 (the default), values into float64 (ints accepted) */
@@ -798,6 +799,124 @@ static void test_ids_and_cancel(void)
     BAD(&w, KD_EBADREQ, "msgid must be a non-negative integer, got int");
 }
 
+/* ---- matrix.multiply ---- */
+
+static void test_multiply(void)
+{
+    static const char *const B_HEX = "ffeeddccbbaa99887766554433221100";
+    static const uint8_t a_id[16] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77,
+                                     0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff};
+    kd_writer_t w;
+    begin(&w, "matrix.multiply", 2);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", B_HEX);
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    const kd_multiply_request_t *m = &r->u.multiply;
+    CHECK(r->method == KD_METHOD_MATRIX_MULTIPLY);
+    CHECK(strcmp(kd_method_name(r->method), "matrix.multiply") == 0);
+    CHECK(memcmp(m->a, a_id, 16) == 0);
+    CHECK(m->b[0] == 0xff && m->b[15] == 0x00);
+    CHECK_EQ_INT(m->transpose_a, 0);
+    CHECK(m->options.name[0] == '\0' && m->options.format[0] == '\0' &&
+          m->options.select[0] == '\0');
+    CHECK(m->options.reorder == KD_REORDER_AUTO && m->options.pin == -1);
+    kd_request_free(r);
+
+    /* every option, and nil counting as absent */
+    begin(&w, "matrix.multiply", 9);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_bool(&w, "transpose_a", 1);
+    kd_w_kv_str(&w, "name", "AtA");
+    kd_w_kv_str(&w, "format", "csr_vector");
+    kd_w_kv_str(&w, "select", "heuristic");
+    kd_w_kv_str(&w, "reorder", "none");
+    kd_w_kv_bool(&w, "pin", 1);
+    kd_w_key(&w, "timeout_ms");
+    kd_w_nil(&w);
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    m = &r->u.multiply;
+    CHECK(memcmp(m->a, m->b, 16) == 0 && m->transpose_a == 1);
+    CHECK(strcmp(m->options.name, "AtA") == 0 && strcmp(m->options.format, "csr_vector") == 0);
+    CHECK(strcmp(m->options.select, "heuristic") == 0 && m->options.pin == 1);
+    CHECK(m->options.reorder == KD_REORDER_NONE && r->timeout_ms == 0);
+    kd_request_free(r);
+
+    begin(&w, "matrix.multiply", 1);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    BAD(&w, KD_EBADREQ, "missing parameter 'a' for matrix.multiply");
+    begin(&w, "matrix.multiply", 1);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    BAD(&w, KD_EBADREQ, "missing parameter 'b' for matrix.multiply");
+    begin(&w, "matrix.multiply", 2);
+    kd_w_kv_str(&w, "a", "0011");
+    kd_w_kv_str(&w, "b", ID_HEX);
+    BAD(&w, KD_EBADREQ, "a '0011' is not 32 hex digits");
+    begin(&w, "matrix.multiply", 2);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_bin(&w, "b", a_id, 16);
+    BAD(&w, KD_EBADREQ, "b must be a str of 32 hex digits, got bin");
+    begin(&w, "matrix.multiply", 2);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", "00112233445566778899aabbccddeefg");
+    BAD(&w, KD_EBADREQ, "b '00112233445566778899aabbccddeefg' is not 32 hex digits");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "transpose_a", "yes");
+    BAD(&w, KD_EBADREQ, "transpose_a must be true or false, got str");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_int(&w, "transpose_a", 1);
+    BAD(&w, KD_EBADREQ, "transpose_a must be true or false, got int");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "select", "fastest");
+    BAD(&w, KD_EBADREQ, "select");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "reorder", "amd");
+    BAD(&w, KD_EBADREQ, "reorder");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_int(&w, "pin", 1);
+    BAD(&w, KD_EBADREQ, "pin must be true or false, got int");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "format", "a format name longer than 31 bytes");
+    BAD(&w, KD_EBADREQ, "format is 34 bytes, longer than the limit of 31");
+    /* what matrix.put takes but matrix.multiply does not: the product's dtype is its operands' */
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "dtype", "float32");
+    BAD(&w, KD_EBADREQ,
+        "unknown parameter 'dtype' for matrix.multiply (it takes timeout_ms, "
+        "name, format, select, reorder, pin, a, b, transpose_a)");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    BAD(&w, KD_EBADREQ, "unknown parameter 'id' for matrix.multiply");
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    BAD(&w, KD_EBADREQ, "parameter 'a' is given twice");
+    /* 'a' is matrix.multiply's alone: solve's b is a vector, and it takes no a */
+    begin(&w, "solve", 2);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    BAD(&w, KD_EBADREQ, "unknown parameter 'a' for solve");
+}
+
 /* ---- spmv ---- */
 
 static void test_spmv(void)
@@ -1197,6 +1316,7 @@ int main(void)
     RUN(test_put_rules);
     RUN(test_put_form_rules);
     RUN(test_ids_and_cancel);
+    RUN(test_multiply);
     RUN(test_spmv);
     RUN(test_solve_defaults_and_all);
     RUN(test_solve_rules);

@@ -65,7 +65,16 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         if (p->kind == KD_PUT_COO &&
             (p->row.count != p->col.count || p->row.count != p->values.count))
             abort();
-        if (memchr(p->name, '\0', sizeof(p->name)) == NULL)
+        if (memchr(p->options.name, '\0', sizeof(p->options.name)) == NULL)
+            abort();
+        break;
+    }
+    case KD_METHOD_MATRIX_MULTIPLY: {
+        const kd_matrix_options_t *o = &req->u.multiply.options;
+        if (memchr(o->name, '\0', sizeof(o->name)) == NULL ||
+            memchr(o->format, '\0', sizeof(o->format)) == NULL)
+            abort();
+        if (req->u.multiply.transpose_a != 0 && req->u.multiply.transpose_a != 1)
             abort();
         break;
     }

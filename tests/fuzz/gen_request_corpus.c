@@ -117,6 +117,17 @@ int main(int argc, char **argv)
     kd_w_double(&w, 3);
     save("solve_nrhs", &w);
 
+    begin(&w, 14, "matrix.multiply", 8);
+    kd_w_kv_str(&w, "a", id);
+    kd_w_kv_str(&w, "b", "fedcba9876543210FEDCBA9876543210");
+    kd_w_kv_bool(&w, "transpose_a", 1);
+    kd_w_kv_str(&w, "name", "AtB");
+    kd_w_kv_str(&w, "format", "csr_vector");
+    kd_w_kv_str(&w, "select", "heuristic");
+    kd_w_kv_str(&w, "reorder", "none");
+    kd_w_kv_bool(&w, "pin", 0);
+    save("multiply", &w);
+
     begin(&w, 7, "matrix.info", 1);
     kd_w_kv_str(&w, "id", id);
     save("info", &w);

@@ -191,6 +191,43 @@ class TestJson(unittest.TestCase):
                          ("max_iterations", k, k))
         self.assertIs(doc["converged"], False)
 
+    def test_multiply(self):
+        # C = A B on the server, checked through spmv against SciPy; the id alone on stdout
+        A = load("Franz6_id1959_aug.mtx")  # 10592 x 3016
+        a = self.put("Franz6_id1959_aug.mtx")["id"]
+        doc, _ = run_json(self, "multiply", a, a, "--transpose-a", "--name", "FtF")
+        self.assertTrue(INFO_FIELDS <= set(doc), set(doc))
+        self.assertEqual((doc["rows"], doc["cols"], doc["name"]), (3016, 3016, "FtF"))
+        self.assertEqual((doc["a"], doc["b"], doc["transpose_a"]), (a, a, True))
+        P = abs(A).T @ abs(A)  # the symbolic product: no cancellation
+        self.assertEqual(doc["nnz"], P.nnz)
+        self.assertEqual(doc["spgemm"]["nnz"], P.nnz)
+        self.assertEqual(doc["spgemm"]["products"], int(np.diff(A.indptr).astype(np.int64) @
+                                                        np.diff(A.indptr)))
+        self.assertGreaterEqual(doc["spgemm"]["time_ms"], 0.0)
+        x = rng.uniform(-1, 1, 3016)
+        yp = os.path.join(tmp, "cx.mtx")
+        run_json(self, "spmv", doc["id"], write_vector("cx_in.mtx", x), "-o", yp)
+        ref = A.T @ (A @ x)
+        self.assertLessEqual(np.max(np.abs(read_vector(yp) - ref)) / np.max(np.abs(ref)), 1e-12)
+        p = run("multiply", a, a, "--transpose-a")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, doc["id"] + "\n")
+        self.assertIn("3016 x 3016", p.stderr)
+        self.assertIn("already on the server", p.stderr)
+        human = run("info", doc["id"])
+        self.assertIn(f"3016 x 3016, {P.nnz} nonzeros", human.stdout)
+        # shapes that do not chain: a server error, exit 1, one JSON document naming both
+        bad, _ = run_json(self, "multiply", a, a, expect=1)
+        self.assertEqual((bad["error"]["command"], bad["error"]["code"]),
+                         ("multiply", "BAD_REQUEST"))
+        self.assertIn("A (10592 x 3016) by B (10592 x 3016)", bad["error"]["message"])
+        # usage errors need no server
+        bad, _ = run_json(self, "multiply", a, expect=2, server="127.0.0.1:1")
+        self.assertEqual(bad["error"]["code"], "USAGE")
+        bad, _ = run_json(self, "multiply", a, a, "--transpose", expect=2, server="127.0.0.1:1")
+        self.assertIn("--transpose", bad["error"]["message"])
+
     def test_list_status_pin_drop(self):
         A = sp.random(40, 40, density=0.2, random_state=int(rng.integers(1 << 31)))
         path = os.path.join(tmp, "rand.mtx")

@@ -4,6 +4,7 @@
     with krylov.Client("127.0.0.1:7373") as kd:
         A = kd.put(scipy_sparse_matrix, name="poisson")    # MatrixInfo; A.id names it from now on
         y = kd.spmv(A, x)                                   # A @ x on the server's device
+        C = kd.multiply(A, A, transpose_a=True)             # A.T @ A, kept on the server too
         res = kd.solve(A, b, rtol=1e-10)                    # SolveResult: res.x, res.status, ...
 
 Arrays are sent as little-endian bins straight from numpy's memory when they are already
@@ -60,6 +61,7 @@ class MatrixInfo:
     reorder: str = "none"  # the ordering kept inside the matrix: none, rcm or metis
     bandwidth: dict = field(default_factory=dict)  # {"before": A's, "after": what is stored}
     created: Optional[bool] = None  # matrix.put only: False when the matrix was already there
+    spgemm: Optional[dict] = None  # matrix.multiply only: {"products", "nnz", "time_ms"}
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -88,6 +90,7 @@ class MatrixInfo:
             reorder=d.get("reorder", "none"),
             bandwidth=dict(d.get("bandwidth") or {}),
             created=d.get("created"),
+            spgemm=dict(d["spgemm"]) if isinstance(d.get("spgemm"), dict) else None,
             raw=d,
         )
 
@@ -388,6 +391,31 @@ class Client:
                   pin=None if pin is None else bool(pin), select=select, reorder=reorder,
                   timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+
+    def multiply(self, a, b, *, transpose_a=False, name=None, format=None, pin=None, select=None,
+                 reorder=None, timeout_ms=None):
+        """C = a @ b (a.T @ b with transpose_a) on the server's device, kept there as a new matrix;
+        returns C's MatrixInfo (its .spgemm: the products summed, C's nnz, the server's time).
+
+        a and b: matrix ids (a str is an id), MatrixInfo objects, or matrices put() takes (a
+        scipy.sparse matrix, a dense array, ...), which are uploaded first. Both must have one dtype. C keeps every entry of the
+        symbolic product: where products cancel to exactly 0 the entry is stored as an explicit
+        zero (scipy's a @ b drops those), so info.nnz can exceed (a @ b).nnz. name, format, pin,
+        select and reorder are put()'s: how C is kept. The same product twice is one matrix
+        (info.created is then False).
+        """
+        params = {"a": self._operand_id(a), "b": self._operand_id(b)}
+        if transpose_a:
+            params["transpose_a"] = True
+        _optional(params, name=name, format=format, pin=None if pin is None else bool(pin),
+                  select=select, reorder=reorder, timeout_ms=timeout_ms)
+        return MatrixInfo.from_wire(self._conn.call("matrix.multiply", params))
+
+    def _operand_id(self, matrix):
+        """The id of a matrix on the server, uploading one that is not there yet."""
+        if isinstance(matrix, str) or isinstance(getattr(matrix, "id", None), str):
+            return _matrix_id(matrix)
+        return self.put(matrix).id
 
     def info(self, matrix):
         """The MatrixInfo of a matrix on the server (NotFound if there is none)."""

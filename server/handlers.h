@@ -1,0 +1,24 @@
+/*
+ * What the worker's job handlers share across files: handlers.c runs every job and handles put,
+ * drop, pin, spmv and solve; multiply.c handles matrix.multiply, whose product is kept the way
+ * matrix.put keeps an upload (kd_handlers_admit).
+ */
+#ifndef KD_SERVER_HANDLERS_H
+#define KD_SERVER_HANDLERS_H
+
+#include "protocol/writer.h"
+#include "server/server.h"
+
+/*
+ * Keep csr (canonical) as a matrix of the server, as matrix.put does: its content id; when that
+ * matrix is already there, it is the answer (pinned if opt->pin, *created 0); otherwise the
+ * selection chooses its format (or opt->format forces one), the cache admits it (budget, state
+ * file) and *created is 1. *meta gets the stored matrix's metadata. Takes csr in every case.
+ */
+int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_options_t *opt,
+                      kd_matrix_meta_t *meta, int *created, kd_err_t *err);
+
+/* matrix.multiply (multiply.c). */
+int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+
+#endif
