@@ -688,6 +688,37 @@ int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const do
     return KRYLOV_OK;
 }
 
+#define KD_CLIENT_OPTIONS_MAX 8
+
+/* "name=value,name=value" into names and values (at most KD_CLIENT_OPTIONS_MAX). */
+static int kd_parse_options(krylov_client_t *c, const char *list, char names[][32], double *values,
+                            int *count)
+{
+    *count = 0;
+    const char *p = list;
+    while (*p != '\0') {
+        const char *eq = strchr(p, '='), *end = strchr(p, ',');
+        if (end == NULL)
+            end = p + strlen(p);
+        if (eq == NULL || eq > end || eq == p || eq - p >= 32 || *count == KD_CLIENT_OPTIONS_MAX)
+            return kd_client_fail(c, KRYLOV_EBADREQ,
+                                  "preconditioner options '%s': expected name=value[,name=value]"
+                                  " (at most %d)",
+                                  list, KD_CLIENT_OPTIONS_MAX);
+        char *stop = NULL;
+        const double v = strtod(eq + 1, &stop);
+        if (stop != end || eq + 1 == end)
+            return kd_client_fail(c, KRYLOV_EBADREQ,
+                                  "preconditioner options '%s': '%.*s' is not a number", list,
+                                  (int)(end - eq - 1), eq + 1);
+        memcpy(names[*count], p, (size_t)(eq - p));
+        names[*count][eq - p] = '\0';
+        values[(*count)++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return KRYLOV_OK;
+}
+
 void krylov_solve_options_init(krylov_solve_options_t *opt)
 {
     memset(opt, 0, sizeof(*opt));
@@ -749,8 +780,16 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
     int rc = kd_check_count(c, total, 8, &bytes);
     if (rc != KRYLOV_OK)
         return rc;
+    char names[KD_CLIENT_OPTIONS_MAX][32];
+    double values[KD_CLIENT_OPTIONS_MAX];
+    int noptions = 0;
+    if (opt->preconditioner_options != NULL &&
+        (rc = kd_parse_options(c, opt->preconditioner_options, names, values, &noptions)) !=
+            KRYLOV_OK)
+        return rc;
     uint32_t nparams = 6 + (opt->maxiter >= 0) + (nrhs > 1) + (opt->check_every > 0) +
-                       (opt->x0 != NULL) + (opt->timeout_ms > 0) + (opt->progress != NULL);
+                       (opt->x0 != NULL) + (opt->timeout_ms > 0) + (opt->progress != NULL) +
+                       (opt->preconditioner != NULL) + (noptions > 0);
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "solve", nparams);
     kd_w_kv_str(&w, "id", id);
@@ -771,6 +810,14 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         kd_w_kv_int(&w, "timeout_ms", opt->timeout_ms);
     if (opt->progress != NULL)
         kd_w_kv_bool(&w, "progress", 1);
+    if (opt->preconditioner != NULL)
+        kd_w_kv_str(&w, "preconditioner", opt->preconditioner);
+    if (noptions > 0) {
+        kd_w_str(&w, "preconditioner_options");
+        kd_w_map(&w, (uint32_t)noptions);
+        for (int i = 0; i < noptions; i++)
+            kd_w_kv_double(&w, names[i], values[i]);
+    }
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, opt, &reply);
     if (rc != KRYLOV_OK)

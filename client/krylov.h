@@ -101,10 +101,10 @@ typedef struct krylov_matrix_info {
 } krylov_matrix_info_t;
 
 typedef struct krylov_put_options {
-    const char *name;   /* NULL: none */
-    const char *format; /* NULL: the server chooses */
-    const char *dtype;  /* "float64" (default) or "float32": the precision the matrix is kept in */
-    int pin;            /* keep resident */
+    const char *name;    /* NULL: none */
+    const char *format;  /* NULL: the server chooses */
+    const char *dtype;   /* "float64" (default) or "float32": the precision the matrix is kept in */
+    int pin;             /* keep resident */
     const char *reorder; /* NULL: the server chooses ("auto"); "none", "rcm", "metis" */
 } krylov_put_options_t;
 
@@ -171,6 +171,10 @@ typedef struct krylov_solve_options {
     int timeout_ms;              /* server-side deadline; 0 = none */
     krylov_progress_fn progress; /* called on solve.progress notifications; NULL: none asked */
     void *progress_ctx;
+    const char *preconditioner; /* NULL: the method's ("pcg": jacobi); "none", "jacobi", "amg" */
+    /* The preconditioner's options as "name=value,name=value" ("threshold=0.02,block_size=3" for
+     * amg), or NULL. A malformed list is KRYLOV_EBADREQ before anything is sent. */
+    const char *preconditioner_options;
 } krylov_solve_options_t;
 
 void krylov_solve_options_init(krylov_solve_options_t *opt);

@@ -70,7 +70,8 @@ static void kd_usage(FILE *out)
         "                          y = A x; prints ||y|| and the time, writes y with -o\n"
         "  solve ID [--rhs B.mtx|ones|random] [--method cg|sd|pcg] [--rtol R] [--atol A]\n"
         "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
-        "        [--plot CONV.png]\n"
+        "        [--plot CONV.png] [--preconditioner none|jacobi|amg]\n"
+        "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
         "                          solve A x = b; prints status, iterations, residual, time;\n"
         "                          --plot draws the residual history with gnuplot\n"
         "  bench ID [--runs N] [--warmup W]\n"
@@ -601,6 +602,10 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
             rhs = argv[++i];
         else if (has && strcmp(a, "--method") == 0)
             opt.method = argv[++i];
+        else if (has && strcmp(a, "--preconditioner") == 0)
+            opt.preconditioner = argv[++i];
+        else if (has && strcmp(a, "--precond-options") == 0)
+            opt.preconditioner_options = argv[++i];
         else if (has && strcmp(a, "--rtol") == 0)
             bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
         else if (has && strcmp(a, "--atol") == 0)

@@ -91,6 +91,7 @@ enum kd_param {
     KD_P_HISTORY,
     KD_P_PROGRESS,
     KD_P_PRECONDITIONER,
+    KD_P_PRECONDITIONER_OPTIONS,
     KD_P_MSGID,
     KD_P_COUNT
 };
@@ -131,6 +132,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_HISTORY] = "history",
     [KD_P_PROGRESS] = "progress",
     [KD_P_PRECONDITIONER] = "preconditioner",
+    [KD_P_PRECONDITIONER_OPTIONS] = "preconditioner_options",
     [KD_P_MSGID] = "msgid",
 };
 
@@ -155,7 +157,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
-                        KD_BIT(PRECONDITIONER),
+                        KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
 };
@@ -554,15 +556,56 @@ static int kd_decode_spmv(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* preconditioner_options: a map of at most KD_OPTIONS_MAX names (str, shorter than
+ * KD_OPTION_NAME_MAX, each once) to finite numbers. */
+static int kd_param_options(struct kd_decoder *d, enum kd_param p, kd_solve_request_t *solve)
+{
+    const msgpack_object *o = d->param[p];
+    solve->noptions = 0;
+    if (o == NULL)
+        return KD_OK;
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a map of names to numbers, got %s",
+                          kd_param_names[p], kd_obj_type_name(o));
+    if (o->via.map.size > KD_OPTIONS_MAX)
+        return kd_err_set(d->err, KD_EBADREQ, "%s has %u entries; at most %d", kd_param_names[p],
+                          (unsigned)o->via.map.size, KD_OPTIONS_MAX);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object_kv *kv = &o->via.map.ptr[i];
+        const char *name;
+        size_t len;
+        char shown[48];
+        if (kd_obj_str(&kv->key, &name, &len) != 0)
+            return kd_err_set(d->err, KD_EBADREQ, "%s: a key is a %s, not a str", kd_param_names[p],
+                              kd_obj_type_name(&kv->key));
+        if (len == 0 || len >= KD_OPTION_NAME_MAX || memchr(name, '\0', len) != NULL)
+            return kd_err_set(d->err, KD_EBADREQ, "%s: '%s' is not an option name",
+                              kd_param_names[p], kd_printable(shown, name, len));
+        double v;
+        if (kd_obj_double(&kv->val, &v) != 0 || !isfinite(v))
+            return kd_err_set(d->err, KD_EBADREQ, "%s: %s must be a finite number, got %s",
+                              kd_param_names[p], kd_printable(shown, name, len),
+                              kd_obj_type_name(&kv->val));
+        for (int j = 0; j < solve->noptions; j++)
+            if (strlen(solve->options[j].name) == len &&
+                memcmp(solve->options[j].name, name, len) == 0)
+                return kd_err_set(d->err, KD_EBADREQ, "%s: %s given twice", kd_param_names[p],
+                                  kd_printable(shown, name, len));
+        memcpy(solve->options[solve->noptions].name, name, len);
+        solve->options[solve->noptions].name[len] = '\0';
+        solve->options[solve->noptions++].value = v;
+    }
+    return KD_OK;
+}
+
 static int kd_decode_solve(struct kd_decoder *d)
 {
     static const char *const methods[] = {[KD_SOLVE_METHOD_CG] = "cg",
                                           [KD_SOLVE_METHOD_SD] = "sd",
                                           [KD_SOLVE_METHOD_PCG] = "pcg",
                                           NULL};
-    static const char *const preconditioners[] = {"jacobi", "none", NULL};
     kd_solve_request_t *solve = &d->req->u.solve;
-    int precond, rc;
+    int rc;
     if ((rc = kd_param_id(d, KD_P_ID, solve->id)) != KD_OK ||
         (rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
                              &solve->dtype)) != KD_OK ||
@@ -577,12 +620,12 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_int(d, KD_P_CHECK_EVERY, 0, 0, &solve->check_every)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_HISTORY, 0, &solve->history)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_PROGRESS, 0, &solve->progress)) != KD_OK ||
-        (rc = kd_param_choice(d, KD_P_PRECONDITIONER, preconditioners, -1, &precond)) != KD_OK)
+        (rc = kd_param_str(d, KD_P_PRECONDITIONER, solve->preconditioner,
+                           sizeof(solve->preconditioner))) != KD_OK ||
+        (rc = kd_param_options(d, KD_P_PRECONDITIONER_OPTIONS, solve)) != KD_OK)
         return rc;
-    if (precond >= 0)
-        snprintf(solve->preconditioner, sizeof(solve->preconditioner), "%s",
-                 preconditioners[precond]);
-    if (precond == 0 && solve->method != KD_SOLVE_METHOD_PCG)
+    /* The name is the server's to check (its table); Jacobi keeps its one spelling, pcg. */
+    if (strcmp(solve->preconditioner, "jacobi") == 0 && solve->method != KD_SOLVE_METHOD_PCG)
         return kd_err_set(d->err, KD_EBADREQ,
                           "preconditioner 'jacobi' needs method 'pcg', not '%s'",
                           methods[solve->method]);

@@ -46,6 +46,8 @@ typedef struct kd_array {
 /* A bounded string copied out of the message. */
 #define KD_NAME_MAX 128
 #define KD_FORMAT_NAME_MAX 32
+#define KD_OPTIONS_MAX 8      /* preconditioner_options entries */
+#define KD_OPTION_NAME_MAX 24 /* ... and their names' bytes, NUL included */
 
 typedef enum kd_put_kind { KD_PUT_CSR = 0, KD_PUT_COO = 1, KD_PUT_MTX = 2 } kd_put_kind_t;
 
@@ -112,7 +114,14 @@ typedef struct kd_solve_request {
     int64_t check_every;                     /* default 0: chosen by the solver */
     int history;                             /* bool */
     int progress;                            /* bool: stream solve.progress notifications */
-    char preconditioner[KD_FORMAT_NAME_MAX]; /* optional ("jacobi" | "none"), "" */
+    char preconditioner[KD_FORMAT_NAME_MAX]; /* optional: a name of the server's table, "" */
+    /* optional `preconditioner_options`: names and numbers for the preconditioner's setup (the
+     * server checks the names against the preconditioner's) */
+    int noptions;
+    struct {
+        char name[KD_OPTION_NAME_MAX];
+        double value;
+    } options[KD_OPTIONS_MAX];
 } kd_solve_request_t;
 
 typedef struct kd_cancel_request {

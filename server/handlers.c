@@ -20,6 +20,7 @@
 #include "server/server.h"
 #include "solver/select.h"
 #include "solver/method.h"
+#include "solver/precond.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -315,6 +316,41 @@ static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double resi
     return 0;
 }
 
+/* The request's preconditioner options into opt (checked against the preconditioner's names);
+ * for one that is not set up on the matrix yet, room in the device budget for its setup and,
+ * when its setup needs it, the matrix's host CSR (*owned: a copy read from the state file, for
+ * the caller to free after the solve). */
+static int kd_handlers_precond(kd_server_t *server, kd_store_entry_t *entry,
+                               const kd_solve_request_t *q, kd_solve_params_t *params,
+                               kd_precond_options_t *opt, kd_csr_t **owned, kd_err_t *err)
+{
+    memset(opt, 0, sizeof(*opt));
+    for (int i = 0; i < q->noptions && i < KD_PRECOND_OPTIONS_MAX; i++) {
+        snprintf(opt->items[i].name, sizeof(opt->items[i].name), "%s", q->options[i].name);
+        opt->items[i].value = q->options[i].value;
+        opt->count++;
+    }
+    params->precond_options = opt->count > 0 ? opt : NULL;
+    int rc = kd_precond_check_options(params->precond, params->precond_options, err);
+    if (rc != KD_OK || kd_precond_ready(entry->dev, params->precond, params->precond_options))
+        return rc;
+    if (params->precond->plan_bytes != NULL) {
+        char what[96];
+        snprintf(what, sizeof(what), "preconditioner %s of matrix %s", params->precond->name,
+                 entry->meta.hex);
+        rc = kd_cache_reserve(server, params->precond->plan_bytes(entry->dev), entry, what, err);
+        if (rc != KD_OK)
+            return rc;
+    }
+    if (!params->precond->needs_csr)
+        return KD_OK;
+    const kd_csr_t *csr = NULL;
+    if ((rc = kd_cache_host_csr(server, entry->meta.id, &csr, owned, err)) != KD_OK)
+        return rc;
+    params->csr = csr;
+    return KD_OK;
+}
+
 static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
@@ -343,8 +379,11 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     kd_solve_params_default(&params);
     static const char *const method_names[] = {
         [KD_SOLVE_METHOD_CG] = "cg", [KD_SOLVE_METHOD_SD] = "sd", [KD_SOLVE_METHOD_PCG] = "pcg"};
+    kd_precond_options_t opt;
+    kd_csr_t *owned = NULL;
     if ((rc = kd_method_choose(method_names[q->method], q->preconditioner, &params.method,
-                               &params.precond, err)) != KD_OK)
+                               &params.precond, err)) != KD_OK ||
+        (rc = kd_handlers_precond(server, entry, q, &params, &opt, &owned, err)) != KD_OK)
         return rc;
     params.rtol = q->rtol;
     params.atol = q->atol;
@@ -437,6 +476,8 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     }
     kd_w_kv_double(w, "time_ms", total_ms);
 done:
+    kd_csr_free(owned);
+    kd_store_refresh_bytes(server->store, entry); /* a preconditioner set up grew the matrix */
     if (results != NULL)
         for (int64_t k = 0; k < nrhs; k++)
             kd_solve_result_free(&results[k]);

@@ -144,6 +144,14 @@ kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_
     return old;
 }
 
+void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry)
+{
+    pthread_mutex_lock(&store->lock);
+    if (entry->dev != NULL)
+        entry->meta.device_bytes = entry->dev->device_bytes;
+    pthread_mutex_unlock(&store->lock);
+}
+
 void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes)
 {
     pthread_mutex_lock(&store->lock);

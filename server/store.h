@@ -48,9 +48,9 @@ typedef struct kd_matrix_meta {
     int ncandidates;
     kd_candidate_t candidates[KD_FMT_COUNT];
     kd_format_detail_t detail; /* the format's description (matrix.info `format_detail`) */
-    kd_reorder_t reorder;              /* the ordering kept (a reload recomputes it from it) */
+    kd_reorder_t reorder;      /* the ordering kept (a reload recomputes it from it) */
     int64_t bandwidth_before, bandwidth_after; /* of A and of P A P^T */
-    char reorder_reason[96];           /* why (matrix.info `reorder_reason`) */
+    char reorder_reason[96];                   /* why (matrix.info `reorder_reason`) */
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {
@@ -90,6 +90,10 @@ void kd_store_set_pinned(kd_store_t *store, kd_store_entry_t *entry, int pinned)
 /* Worker thread: make dev (NULL: none) the entry's device copy and return the previous one (the
  * caller frees it). Updates resident, device_bytes (when dev is not NULL) and the totals. */
 kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_matrix_t *dev);
+
+/* Worker thread: the entry's device_bytes (and the totals) from its device matrix again, after
+ * something kept with it (a preconditioner) changed its size. */
+void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry);
 
 /* Worker thread: record the entry's file (stored = 1, its size) or its absence (file_bytes 0). */
 void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes);

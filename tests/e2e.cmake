@@ -26,3 +26,7 @@ add_dependencies(test_e2e_reorder krylovd)
 # restart, a server without --state-dir.
 kd_add_test(test_e2e_multiply SOURCES test_e2e_multiply.c LIBS krylov kd_protocol LABELS e2e)
 add_dependencies(test_e2e_multiply krylovd)
+# preconditioner "amg" (issue 13): AMG-PCG against Jacobi-PCG through the server, options and
+# refusals, the hierarchy kept with the matrix and rebuilt after a restart or without a state dir.
+kd_add_test(test_e2e_amg SOURCES test_e2e_amg.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_amg krylovd)

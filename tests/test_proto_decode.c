@@ -1041,6 +1041,24 @@ static void test_solve_defaults_and_all(void)
     CHECK(s->check_every == 8 && s->history && s->progress && r->timeout_ms == 2500);
     kd_request_free(r);
 
+    /* any preconditioner name passes (the server's table decides), with its options */
+    begin(&w, "solve", 5);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "b", b, sizeof(b));
+    kd_w_kv_str(&w, "preconditioner", "amg");
+    kd_w_str(&w, "preconditioner_options");
+    kd_w_map(&w, 2);
+    kd_w_kv_double(&w, "threshold", 0.02);
+    kd_w_kv_int(&w, "block_size", 3);
+    kd_w_kv_str(&w, "method", "cg");
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    s = &r->u.solve;
+    CHECK(strcmp(s->preconditioner, "amg") == 0 && s->noptions == 2);
+    CHECK(strcmp(s->options[0].name, "threshold") == 0 && s->options[0].value == 0.02);
+    CHECK(strcmp(s->options[1].name, "block_size") == 0 && s->options[1].value == 3.0);
+    kd_request_free(r);
+
     begin(&w, "solve", 4);
     kd_w_kv_str(&w, "id", ID_HEX);
     kv_doubles(&w, "b", b, 2);
@@ -1111,9 +1129,46 @@ static void s_method_int(kd_writer_t *w)
 {
     kd_w_kv_int(w, "method", 0);
 }
-static void s_preconditioner_ilu(kd_writer_t *w)
+static void s_options_list(kd_writer_t *w)
 {
-    kd_w_kv_str(w, "preconditioner", "ilu");
+    kd_w_str(w, "preconditioner_options");
+    kd_w_array(w, 1);
+    kd_w_double(w, 0.5);
+}
+static void s_options_str_value(kd_writer_t *w)
+{
+    kd_w_str(w, "preconditioner_options");
+    kd_w_map(w, 1);
+    kd_w_kv_str(w, "threshold", "0.02");
+}
+static void s_options_nan(kd_writer_t *w)
+{
+    kd_w_str(w, "preconditioner_options");
+    kd_w_map(w, 1);
+    kd_w_kv_double(w, "threshold", NAN);
+}
+static void s_options_twice(kd_writer_t *w)
+{
+    kd_w_str(w, "preconditioner_options");
+    kd_w_map(w, 2);
+    kd_w_kv_int(w, "degree", 2);
+    kd_w_kv_int(w, "degree", 3);
+}
+static void s_options_long_name(kd_writer_t *w)
+{
+    kd_w_str(w, "preconditioner_options");
+    kd_w_map(w, 1);
+    kd_w_kv_int(w, "a_name_longer_than_the_limit", 2);
+}
+static void s_options_many(kd_writer_t *w)
+{
+    kd_w_str(w, "preconditioner_options");
+    kd_w_map(w, 9);
+    for (int i = 0; i < 9; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "o%d", i);
+        kd_w_kv_int(w, name, i);
+    }
 }
 static void s_jacobi_with_cg(kd_writer_t *w)
 {
@@ -1159,7 +1214,12 @@ static void test_solve_rules(void)
         {s_x0_short, KD_EBADREQ, "x0 has 2 entries but b has 3"},
         {s_method_gmres, KD_EBADREQ, "method 'gmres' is not one of cg | sd | pcg"},
         {s_method_int, KD_EBADREQ, "method must be a str, got int"},
-        {s_preconditioner_ilu, KD_EBADREQ, "preconditioner 'ilu' is not one of jacobi | none"},
+        {s_options_list, KD_EBADREQ, "preconditioner_options must be a map of names to numbers"},
+        {s_options_str_value, KD_EBADREQ, "preconditioner_options: threshold must be a finite"},
+        {s_options_nan, KD_EBADREQ, "preconditioner_options: threshold must be a finite"},
+        {s_options_twice, KD_EBADREQ, "preconditioner_options: degree given twice"},
+        {s_options_long_name, KD_EBADREQ, "is not an option name"},
+        {s_options_many, KD_EBADREQ, "preconditioner_options has 9 entries; at most 8"},
         {s_jacobi_with_cg, KD_EBADREQ, "preconditioner 'jacobi' needs method 'pcg', not 'cg'"},
         {s_history_int, KD_EBADREQ, "history must be true or false, got int"},
         {s_progress_str, KD_EBADREQ, "progress must be true or false, got str"},

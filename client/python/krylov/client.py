@@ -476,12 +476,15 @@ class Client:
         return result
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
-              preconditioner=None, check_every=None, history=False, callback=None, dtype=None,
-              timeout_ms=None):
+              preconditioner=None, preconditioner_options=None, check_every=None, history=False,
+              callback=None, dtype=None, timeout_ms=None):
         """Solve A x = b on the server for a symmetric positive definite A.
 
         b: a vector (n), or n x k for k right-hand sides at once. method: "cg", "pcg" (Jacobi
-        preconditioned) or "sd" (steepest descent). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        preconditioned) or "sd" (steepest descent). preconditioner: "none", "jacobi" or "amg"
+        (smoothed-aggregation multigrid, built on the server once per matrix), with
+        preconditioner_options a dict of numbers (amg: threshold, block_size, max_levels,
+        coarse_size, degree). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
@@ -509,6 +512,9 @@ class Client:
             params["x0"] = _vector_bin(x0_arr, "x0", dtype_name)[0]
         if history:
             params["history"] = True
+        if preconditioner_options:
+            params["preconditioner_options"] = {str(k): float(v)
+                                                for k, v in preconditioner_options.items()}
         _optional(params, maxiter=None if maxiter is None else int(maxiter),
                   preconditioner=preconditioner,
                   check_every=None if check_every is None else int(check_every),
