@@ -235,15 +235,18 @@ static int kd_bench_spgemm_once(kd_ocl_t *ocl, kd_bench_op_t op, const kd_csr_de
 
 static void kd_bench_spgemm_usage(void)
 {
-    fprintf(stderr,
-            "usage: krylov-bench spgemm [--device SEL] [--dtype float64|float32] [--runs N]\n"
-            "                           [--warmup N] [--op aa|ata|rap] [--export DIR] MATRIX...\n"
-            "MATRIX: lap2d:N, lap3d:N, powerlaw:ROWS:MEAN, ... or a .mtx/.mtx.gz file\n");
+    fprintf(
+        stderr,
+        "usage: krylov-bench spgemm [--device SEL] [--dtype float64|float32] [--runs N]\n"
+        "                           [--warmup N] [--op aa|ata|rap] [--export DIR] [--json FILE]\n"
+        "                           MATRIX...\n"
+        "MATRIX: lap2d:N, lap3d:N, powerlaw:ROWS:MEAN, ... or a .mtx/.mtx.gz file\n");
 }
 
 /* Build the operands for op from a (host, dtype), check once, time; prints one table row. */
 static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t op,
-                                  const kd_csr_t *a, int warmup, int runs, const char *export_dir)
+                                  const kd_csr_t *a, int warmup, int runs, const char *export_dir,
+                                  FILE *json)
 {
     kd_err_t err = {0};
     kd_csr_t *left = NULL, *right = NULL, *p = NULL, *r = NULL, *ref = NULL, *got = NULL;
@@ -270,7 +273,7 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
         if ((rc = kd_csr_transpose(p, &r, &err)) != KD_OK)
             goto done;
         if (export_dir != NULL) {
-            snprintf(path, sizeof(path), "%s/%s_P.csr", export_dir, name);
+            snprintf(path, sizeof(path), "%s/%s.P.csr", export_dir, name);
             kd_bench_write_csr(path, p);
         }
     }
@@ -310,6 +313,23 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
            : diff == -1 ? "PATTERN DIFFERS"
            : diff == -2 ? "unchecked"
                         : "VALUES DIFFER");
+    if (json != NULL) {
+        static const char *const op_names[] = {"aa", "ata", "rap"};
+        double checksum = 0.0;
+        for (int64_t k = 0; got != NULL && k < got->nnz; k++)
+            checksum += kd_csr_value(got, k);
+        fprintf(json,
+                "{\"matrix\": \"%s\", \"op\": \"%s\", \"dtype\": \"%s\", \"rows\": %lld, "
+                "\"nnz_a\": %lld, \"products\": %lld, \"nnz_c\": %lld, \"median_ms\": %.6f, "
+                "\"min_ms\": %.6f, \"device_median_ms\": %.6f, \"peak_bytes\": %zu, "
+                "\"checksum\": %.17g, \"check\": \"%s\"}\n",
+                name, op_names[op], kd_dtype_name(a->dtype), (long long)lhs->rows,
+                (long long)a->nnz, (long long)res.products, (long long)res.nnz,
+                kd_bench_median(wall, (size_t)runs), kd_bench_min(wall, (size_t)runs),
+                kd_bench_median(dev, (size_t)runs), res.peak, checksum,
+                diff == 0 ? "exact" : "differs");
+        fflush(json);
+    }
     printf("%-22s bins (empty, t4, t8, t16, t32, t64, group, global):", "");
     for (int b = 0; b < 8; b++)
         printf(" %lld", (long long)res.bin_rows[b]);
@@ -336,7 +356,7 @@ done:
 
 int kd_bench_spgemm_main(int argc, char **argv)
 {
-    const char *device = "auto", *export_dir = NULL;
+    const char *device = "auto", *export_dir = NULL, *json_path = NULL;
     kd_dtype_t dtype = KD_DTYPE_F64;
     kd_bench_op_t op = KD_BENCH_AA;
     int runs = 10, warmup = 2, nspecs = 0;
@@ -354,6 +374,8 @@ int kd_bench_spgemm_main(int argc, char **argv)
             warmup = atoi(argv[++i]);
         else if (strcmp(a, "--export") == 0 && next != NULL)
             export_dir = argv[++i];
+        else if (strcmp(a, "--json") == 0 && next != NULL)
+            json_path = argv[++i];
         else if (strcmp(a, "--op") == 0 && next != NULL) {
             i++;
             op = strcmp(next, "ata") == 0   ? KD_BENCH_ATA
@@ -379,6 +401,9 @@ int kd_bench_spgemm_main(int argc, char **argv)
         free(specs);
         return 1;
     }
+    FILE *json = json_path != NULL ? fopen(json_path, "a") : NULL;
+    if (json_path != NULL && json == NULL)
+        perror(json_path);
     const kd_ocl_device_desc_t *d = kd_ocl_desc(ocl);
     static const char *const ops[] = {"A A", "A^T A", "R (A P)"};
     printf("device: %s (%s, driver %s), %s, C = %s, %d runs (+%d warm-up); ms: device = kernels' "
@@ -400,11 +425,14 @@ int kd_bench_spgemm_main(int argc, char **argv)
             fprintf(stderr, "krylov-bench: %s is %lld x %lld: --op %s needs a square matrix\n",
                     name, (long long)a->rows, (long long)a->cols, op == KD_BENCH_AA ? "aa" : "rap");
             status = 1;
-        } else if (kd_bench_spgemm_matrix(ocl, name, op, a, warmup, runs, export_dir) != KD_OK) {
+        } else if (kd_bench_spgemm_matrix(ocl, name, op, a, warmup, runs, export_dir, json) !=
+                   KD_OK) {
             status = 1;
         }
         kd_csr_free(a);
     }
+    if (json != NULL)
+        fclose(json);
     kd_ocl_close(ocl);
     free(specs);
     return status;
