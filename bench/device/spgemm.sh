@@ -93,7 +93,7 @@ kd_spgemm_setup() {
   notes+=("GPU: $gpu; $runs timed products per contender and case (median; allocations inside)")
 
   have_spgemm=0
-  if build-device/bin/krylov-bench --help 2>&1 | grep -q '^  spgemm '; then
+  if build-device/bin/krylov-bench --help 2>&1 | grep '^  spgemm ' > /dev/null; then
     have_spgemm=1
   else
     notes+=("krylov-bench has no spgemm subcommand in this tree: krylovd's column is empty")

@@ -18,8 +18,9 @@ Per file: `warmup` untimed products, then `runs` products each between a pair of
 (synchronised after each): median ("median_ms", the headline) and min. Then one more product under
 a CuPy memory hook that counts the bytes the product takes from the pool ("peak_bytes": the most
 live at once, in the pool's 512-byte rounding, operands not included). Checked on the host: C x
-against A (B x) for a random x ("rel_err"); "checksum" is the sum of C's values in double. One JSON
-object per file on stdout, with the keys of krylov-bench spgemm --json.
+against A (B x) for a random x ("rel_err"; over 1e-8, fp32 1e-3, adds an "error"); "checksum" is
+the sum of C's values in double. One JSON object per file on stdout, with the keys of
+krylov-bench spgemm --json.
 """
 import argparse
 import json
@@ -184,6 +185,9 @@ def main():
                        checksum=float(Ch[4].sum()), rel_err=err, runs=a.runs, warmup=a.warmup,
                        cupy_version=cp.__version__,
                        device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())
+            if not err <= (1e-3 if a.dtype == "float32" else 1e-8):
+                out["error"] = f"wrong product: C x off by {err:.3g} (relative)"
+                rc = 1
             del C, ds, L
         except Exception as e:  # one matrix's failure is reported, the others still run
             out["error"] = f"{type(e).__name__}: {e}"

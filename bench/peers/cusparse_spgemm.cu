@@ -35,7 +35,8 @@
  * structure, and C x against A (B x) (for rap R (A (P x))) for a random x ("rel_err", max-norm);
  * "checksum" is the sum of C's values in double. One JSON line per file on stdout: the keys of
  * krylov-bench spgemm --json for the fastest algorithm, "alg" naming it, and "algs" with each
- * algorithm's numbers (or "error" when cuSPARSE refused it; the others still run).
+ * algorithm's numbers (or "error" when cuSPARSE refused it or the check failed: rel_err over 1e-8,
+ * fp32 1e-3; the other algorithms still run).
  */
 #include <cuda_runtime.h>
 #include <cusparse.h>
@@ -602,6 +603,16 @@ static std::string json_str(const std::string &s)
     return o + "\"";
 }
 
+/* A JSON number, null when not finite. */
+static std::string jn(double x, const char *fmt = "%.6g")
+{
+    if (!std::isfinite(x))
+        return "null";
+    char b[64];
+    snprintf(b, sizeof(b), fmt, x);
+    return b;
+}
+
 static std::string base_name(const std::string &path)
 {
     size_t sl = path.find_last_of('/');
@@ -719,8 +730,15 @@ int main(int argc, char **argv)
                 for (const Alg &a : chosen) {
                     res.push_back(run_alg(handle, dL, mid ? &dA : nullptr, dR, a.alg, chunk, f32,
                                           pool, warmup, runs));
-                    if (res.back().error.empty())
-                        check(res.back(), L, mid, R);
+                    Result &r = res.back();
+                    if (r.error.empty())
+                        check(r, L, mid, R);
+                    if (r.error.empty() && !(r.rel_err <= (f32 ? 1e-3 : 1e-8))) {
+                        char b[96];
+                        snprintf(b, sizeof(b), "wrong product: C x off by %.3g (relative)",
+                                 r.rel_err);
+                        r.error = b;
+                    }
                 }
                 release(dL);
                 release(dR);
@@ -745,9 +763,10 @@ int main(int argc, char **argv)
                     const Result &b = res[best];
                     printf(", \"alg\": \"%s\", \"nnz_c\": %lld, \"median_ms\": %.6g, "
                            "\"min_ms\": %.6g, \"kernels_ms\": %.6g, \"peak_bytes\": %zu, "
-                           "\"checksum\": %.17g, \"rel_err\": %.3g",
+                           "\"checksum\": %s, \"rel_err\": %s",
                            chosen[best].name, (long long)b.nnz_c, b.median_ms, b.min_ms,
-                           b.kernels_ms, b.peak, b.checksum, b.rel_err);
+                           b.kernels_ms, b.peak, jn(b.checksum, "%.17g").c_str(),
+                           jn(b.rel_err, "%.3g").c_str());
                     if (mid != nullptr)
                         printf(", \"nnz_ap\": %lld", (long long)b.nnz_ap);
                 } else {
@@ -762,10 +781,10 @@ int main(int argc, char **argv)
                         printf("\"error\": %s}", json_str(r.error).c_str());
                     else
                         printf("\"median_ms\": %.6g, \"min_ms\": %.6g, \"kernels_ms\": %.6g, "
-                               "\"peak_bytes\": %zu, \"nnz_c\": %lld, \"checksum\": %.17g, "
-                               "\"rel_err\": %.3g}",
+                               "\"peak_bytes\": %zu, \"nnz_c\": %lld, \"checksum\": %s, "
+                               "\"rel_err\": %s}",
                                r.median_ms, r.min_ms, r.kernels_ms, r.peak, (long long)r.nnz_c,
-                               r.checksum, r.rel_err);
+                               jn(r.checksum, "%.17g").c_str(), jn(r.rel_err, "%.3g").c_str());
                 }
                 printf("}, \"runs\": %d, \"warmup\": %d, \"alloc\": \"%s\"", runs, warmup,
                        pool ? "cudaMallocAsync pool" : "cudaMalloc");
