@@ -38,9 +38,10 @@ kd_csr_t *kd_matgen_blocks(int64_t block_rows, int64_t bs, int64_t per_row, uint
 /* P A P^T for a random permutation P (square matrices; NULL otherwise). Takes a. */
 kd_csr_t *kd_matgen_permuted(kd_csr_t *a, uint64_t seed);
 
-/* The multigrid benchmark's problems (bench/matgen_amg.c says exactly how each is made):
- * -eps u_xx - u_yy on a g x g grid; kron(the 3-D Laplacian on g^3, a 3 x 3 SPD block) + 1e-4 I;
- * Q1 linear elasticity on g^3 nodes (3 g^3 rows) clamped at x = 0. All SPD. */
+/* The multigrid benchmark's problems (bench/matgen_amg.c says exactly how each is made, as
+ * bench/peers/petsc_amg.py does): -u_xx - eps u_yy on a g x g grid; kron(the 3-D Laplacian on
+ * g^3, a 3 x 3 SPD block) + 1e-4 I; Q1 linear elasticity with g^3 free nodes (3 g^3 rows), the
+ * plane x = 0 clamped. All SPD. */
 kd_csr_t *kd_matgen_anisotropic_2d(int64_t g, double eps, kd_dtype_t dtype);
 kd_csr_t *kd_matgen_kron_laplacian_3d(int64_t g, kd_dtype_t dtype);
 kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype);

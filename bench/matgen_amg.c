@@ -2,14 +2,17 @@
  * The multigrid benchmark's problems (issue 13's anchor table, measured with PETSc's GAMG and
  * hypre's BoomerAMG in bench/peers/petsc_amg.py, which reads these same matrices through
  * `krylov-bench export`):
- *   aniso2d:N:EPS   -EPS u_xx - u_yy, 5-point on an N x N grid, Dirichlet: 2(1 + EPS) on the
- *                   diagonal, -EPS to the x neighbours, -1 to the y neighbours;
- *   kronlap3d:N     kron(7-point 3-D Laplacian on N^3, B) + 1e-4 I, B = [[4 1 0] [1 3 1] [0 1 2]]
- *                   (SPD): three coupled unknowns per node, ordered node by node;
- *   elast3d:N       linear elasticity, trilinear (Q1) hexahedra on the unit cube, N^3 nodes,
- *                   3 displacements per node ordered node by node (3 N^3 rows), E = 1, nu = 0.3,
- *                   2 x 2 x 2 Gauss points; the face x = 0 clamped: its rows and columns replaced
- *                   by the identity (symmetric), so the matrix is SPD with every row kept.
+ *   aniso2d:N:EPS   -u_xx - EPS u_yy, 5-point on an N x N grid (x fastest), Dirichlet: 2(1 + EPS)
+ *                   on the diagonal, -1 to the x neighbours (consecutive rows), -EPS to the y ones;
+ *   kronlap3d:N     kron(7-point 3-D Laplacian on N^3, B) + 1e-4 I, B = [[3 1 .5] [1 2 .5]
+ *                   [.5 .5 1]] (SPD): three coupled unknowns per node, ordered node by node;
+ *   elast3d:N       linear elasticity, trilinear (Q1) cubes of side h = 1/N, E = 1, nu = 0.3,
+ *                   2 x 2 x 2 Gauss points: N + 1 node planes in x, the plane x = 0 clamped and
+ *                   eliminated, N in y and z (N x (N-1) x (N-1) elements), so N^3 free nodes and
+ *                   3 N^3 rows, node (i, j, k) (i = 1..N) numbered (k N + j) N + i - 1, its three
+ *                   displacements consecutive.
+ * The same matrices as bench/peers/petsc_amg.py builds with SciPy (up to the order in which
+ * duplicate element contributions are summed).
  */
 #include "bench/matgen.h"
 
@@ -71,20 +74,20 @@ kd_csr_t *kd_matgen_anisotropic_2d(int64_t g, double eps, kd_dtype_t dtype)
             const int64_t i = y * g + x;
             failed |= kd_coo_push(&l, i, i, 2.0 * (1.0 + eps));
             if (x > 0)
-                failed |= kd_coo_push(&l, i, i - 1, -eps);
+                failed |= kd_coo_push(&l, i, i - 1, -1.0);
             if (x + 1 < g)
-                failed |= kd_coo_push(&l, i, i + 1, -eps);
+                failed |= kd_coo_push(&l, i, i + 1, -1.0);
             if (y > 0)
-                failed |= kd_coo_push(&l, i, i - g, -1.0);
+                failed |= kd_coo_push(&l, i, i - g, -eps);
             if (y + 1 < g)
-                failed |= kd_coo_push(&l, i, i + g, -1.0);
+                failed |= kd_coo_push(&l, i, i + g, -eps);
         }
     return kd_coo_build(&l, g * g, dtype, failed);
 }
 
 kd_csr_t *kd_matgen_kron_laplacian_3d(int64_t g, kd_dtype_t dtype)
 {
-    static const double B[3][3] = {{4, 1, 0}, {1, 3, 1}, {0, 1, 2}};
+    static const double B[3][3] = {{3, 1, 0.5}, {1, 2, 0.5}, {0.5, 0.5, 1}};
     kd_csr_t *L = kd_matgen_laplacian_3d(g, KD_DTYPE_F64);
     if (L == NULL)
         return NULL;
@@ -143,25 +146,27 @@ static void kd_matgen_q1_element(double h, double K[24][24])
             K[i][j] = K[j][i] = 0.5 * (K[i][j] + K[j][i]);
 }
 
-kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype)
+kd_csr_t *kd_matgen_elasticity_3d(int64_t n, kd_dtype_t dtype)
 {
-    if (g < 2)
+    if (n < 2)
         return NULL;
     double K[24][24];
-    kd_matgen_q1_element(1.0 / (double)(g - 1), K);
+    kd_matgen_q1_element(1.0 / (double)n, K);
     kd_coo_list_t l = {0};
     int failed = 0;
-    /* clamped: the x = 0 face's dofs */
-#define KD_CLAMPED(node) ((node) % g == 0)
-    for (int64_t ez = 0; ez + 1 < g && !failed; ez++)
-        for (int64_t ey = 0; ey + 1 < g; ey++)
-            for (int64_t ex = 0; ex + 1 < g; ex++) {
+    /* element (ex, ey, ez): nodes (ex + a, ey + b, ez + c); node plane i = 0 is clamped (-1) */
+    for (int64_t ez = 0; ez + 1 < n && !failed; ez++)
+        for (int64_t ey = 0; ey + 1 < n; ey++)
+            for (int64_t ex = 0; ex < n; ex++) {
                 int64_t node[8];
-                for (int a = 0; a < 8; a++)
-                    node[a] = ((ez + ((a >> 2) & 1)) * g + ey + ((a >> 1) & 1)) * g + ex + (a & 1);
+                for (int a = 0; a < 8; a++) {
+                    const int64_t i = ex + (a & 1), j = ey + ((a >> 1) & 1),
+                                  k = ez + ((a >> 2) & 1);
+                    node[a] = i == 0 ? -1 : (k * n + j) * n + i - 1;
+                }
                 for (int a = 0; a < 8; a++)
                     for (int b = 0; b < 8; b++) {
-                        if (KD_CLAMPED(node[a]) || KD_CLAMPED(node[b]))
+                        if (node[a] < 0 || node[b] < 0)
                             continue;
                         for (int i = 0; i < 3; i++)
                             for (int j = 0; j < 3; j++)
@@ -169,10 +174,5 @@ kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype)
                                                       K[3 * a + i][3 * b + j]);
                     }
             }
-    for (int64_t node = 0; node < g * g * g && !failed; node++)
-        if (KD_CLAMPED(node))
-            for (int i = 0; i < 3; i++)
-                failed |= kd_coo_push(&l, 3 * node + i, 3 * node + i, 1.0);
-#undef KD_CLAMPED
-    return kd_coo_build(&l, 3 * g * g * g, dtype, failed);
+    return kd_coo_build(&l, 3 * n * n * n, dtype, failed);
 }
