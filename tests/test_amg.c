@@ -207,6 +207,38 @@ static void test_convergence(void)
     amg_beats_jacobi("dwt_878 + 4I", kd_test_load_mtx("dwt_878.mtx", 4.0), KD_DTYPE_F64, 0.8);
 }
 
+/* Every real symmetric matrix of tests/matrices: AMG-PCG converges, or says why (can___24 is
+ * indefinite; dwt_878 is a pattern whose unit values make it singular or indefinite). */
+static void test_real_matrices_converge_or_say_why(void)
+{
+    static const char *const files[] = {"494_bus.mtx", "dwt_878.mtx", "can___24.mtx"};
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        kd_test_problem_t p;
+        REQUIRE(kd_test_problem_make(ocl, &p, kd_test_load_mtx(files[f], 0.0), KD_DTYPE_F64, 1) ==
+                0);
+        kd_solve_params_t prm = params("amg", 1e-8, p.csr);
+        prm.maxiter = 2000;
+        kd_solve_result_t res;
+        kd_err_t err = {0};
+        const int rc = kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err);
+        if (rc == KD_OK) {
+            printf("%s: %s, %lld its, %s\n", files[f], kd_solve_status_name(res.status),
+                   (long long)res.iterations, res.message);
+            if (res.status == KD_SOLVE_CONVERGED)
+                CHECK(kd_test_true_relres(&p, p.x, 0) <= 1.5e-8);
+            else
+                CHECK_MSG(res.message[0] != '\0', "%s: %s without a reason", files[f],
+                          kd_solve_status_name(res.status));
+            kd_solve_result_free(&res);
+        } else {
+            printf("%s: refused: %s\n", files[f], err.message);
+            CHECK(rc == KD_ENOTSPD || rc == KD_EBADREQ);
+            CHECK(err.message[0] != '\0');
+        }
+        kd_test_problem_free(&p);
+    }
+}
+
 /* Several right-hand sides: each as alone (the V-cycle runs per column). */
 static void test_several_rhs(void)
 {
@@ -461,6 +493,7 @@ int main(void)
     if (ocl == NULL)
         return 1;
     test_convergence();
+    test_real_matrices_converge_or_say_why();
     test_several_rhs();
     test_symmetric_and_kept();
     test_reordered();
