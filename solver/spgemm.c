@@ -261,15 +261,16 @@ static int kd_spgemm_check(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr
     return kd_ocl_check_dtype(ocl, A->dtype, err);
 }
 
-/* Slots per work-item: 8 where local memory holds the numeric kernels' WG * 8 keys and values
- * with their chunk of A's entries, else fewer. */
+/* Slots per work-item: 8 where local memory holds a numeric team kernel's WG * 8 keys and values
+ * with its chunk of A's entries and its window of products, else fewer. */
 static int kd_spgemm_lane_slots(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t local = (size_t)kd_ocl_desc(ocl)->local_mem_bytes;
     size_t v = kd_dtype_size(dtype);
+    size_t fixed = wg * (v + 2 * sizeof(cl_int) + KD_SPGEMM_WINDOW_ITEMS * (sizeof(cl_int) + v));
     int slots = 8;
-    while (slots > 1 && wg * ((size_t)slots * (4 + v) + v + 8) + 256 > local)
+    while (slots > 1 && wg * (size_t)slots * (sizeof(cl_int) + v) + fixed + 512 > local)
         slots /= 2;
     return slots;
 }
@@ -319,8 +320,9 @@ static int kd_spgemm_count(kd_spgemm_run_t *run, kd_err_t *err)
 }
 
 /* The global bin's bitmaps, allocated (cleared) on first use for up to `rows` rows at once: at
- * most 2 per compute unit and KD_SPGEMM_GLOBAL_SCRATCH bytes, at least one. */
-static int kd_spgemm_bitmaps(kd_spgemm_run_t *run, int64_t rows, kd_err_t *err)
+ * most 2 per compute unit and KD_SPGEMM_GLOBAL_SCRATCH bytes, at least one, leaving `reserve`
+ * bytes under the limit. */
+static int kd_spgemm_bitmaps(kd_spgemm_run_t *run, int64_t rows, size_t reserve, kd_err_t *err)
 {
     if (run->bitmaps != NULL || rows == 0)
         return KD_OK;
@@ -330,7 +332,7 @@ static int kd_spgemm_bitmaps(kd_spgemm_run_t *run, int64_t rows, kd_err_t *err)
         groups = (size_t)rows;
     if (groups > KD_SPGEMM_GLOBAL_SCRATCH / one)
         groups = KD_SPGEMM_GLOBAL_SCRATCH / one;
-    size_t room = run->limit > run->live ? run->limit - run->live : 0;
+    size_t room = run->limit > run->live + reserve ? run->limit - run->live - reserve : 0;
     if (groups > room / one)
         groups = room / one;
     if (groups == 0)
@@ -364,7 +366,7 @@ static int kd_spgemm_bin_launch(kd_spgemm_run_t *run, int bin, int numeric, kd_e
     if (bin == KD_SPGEMM_BIN_EMPTY || count == 0)
         return KD_OK;
     if (bin == KD_SPGEMM_BIN_GLOBAL) {
-        int rc = kd_spgemm_bitmaps(run, count, err);
+        int rc = kd_spgemm_bitmaps(run, count, 0, err);
         size_t groups = run->bitmap_groups < (size_t)count ? run->bitmap_groups : (size_t)count;
         if (rc == KD_OK && !numeric)
             rc = KD_SPGEMM_RUN(run, name, groups, KD_ARG_INT(count), KD_ARG_INT(start),
@@ -460,19 +462,26 @@ static int kd_spgemm_symbolic(kd_spgemm_run_t *run, const kd_spgemm_limits_t *li
     return KD_OK;
 }
 
-/* Step 3: C's arrays (checked against the limit first), then its columns and values. */
+/* Step 3: C's arrays and the global bin's bitmaps (checked against the limit first, the bitmaps
+ * allocated first and leaving C's room), then C's columns and values. */
 static int kd_spgemm_numeric(kd_spgemm_run_t *run, kd_err_t *err)
 {
     kd_csr_device_t *C = run->C;
     size_t v = kd_dtype_size(run->dtype);
     size_t c_bytes = (size_t)C->nnz * (sizeof(cl_int) + v);
+    int64_t global_rows = run->head_host[KD_SPGEMM_HEAD_BIN_ROWS + KD_SPGEMM_BIN_GLOBAL];
+    size_t need = c_bytes;
+    if (global_rows > 0 && run->bitmaps == NULL)
+        need += (size_t)run->words * sizeof(cl_uint);
     size_t room = run->limit > run->live ? run->limit - run->live : 0;
-    if (c_bytes > room)
+    if (need > room)
         return kd_err_set(err, KD_EDEVMEM,
                           "C = A B needs %zu bytes of device memory for C's %lld nonzeros (%zu in "
                           "use), more than max_device_bytes = %zu",
-                          c_bytes, (long long)C->nnz, run->live, run->limit);
-    int rc = kd_spgemm_alloc(run, (size_t)C->nnz * sizeof(cl_int), "C's column indices",
+                          need, (long long)C->nnz, run->live, run->limit);
+    int rc = kd_spgemm_bitmaps(run, global_rows, c_bytes, err);
+    if (rc == KD_OK)
+        rc = kd_spgemm_alloc(run, (size_t)C->nnz * sizeof(cl_int), "C's column indices",
                              &C->indices, err);
     if (rc == KD_OK)
         rc = kd_spgemm_alloc(run, (size_t)C->nnz * v, "C's values", &C->values, err);

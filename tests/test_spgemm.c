@@ -15,12 +15,11 @@
  *
  * Shapes that break naive code: empty rows in A and in B, A with dense rows whose columns cannot
  * fit a local table (the global bin: bitmaps, more rows than work-groups, rows cut in slices),
- * rows for every bin,
- * 1x1, n x 1 times 1 x n and 1 x n times n x 1, rectangular, nnz = 0 operands, an inner dimension
- * of 0, products that cancel to exactly zero (kept as explicit zeros), and the real matrices in
- * tests/matrices (A A and A^T A). Refusals: dimension and dtype mismatches (KD_EBADREQ), a
- * product count past int32 (KD_ETOOLARGE, before anything big is allocated), max_nnz
- * (KD_ETOOLARGE) and max_device_bytes (KD_EDEVMEM). Determinism: two runs, the same bits.
+ * rows for every symbolic and numeric bin, 1x1, n x 1 times 1 x n and 1 x n times n x 1,
+ * rectangular, nnz = 0 operands, an inner dimension of 0, products that cancel to exactly zero
+ * (kept as explicit zeros), and the real matrices in tests/matrices (A A and A^T A). Refusals:
+ * dimension and dtype mismatches (KD_EBADREQ), a product count past int32 (KD_ETOOLARGE, before
+ * anything big is allocated), max_nnz (KD_ETOOLARGE) and max_device_bytes (KD_EDEVMEM).
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
@@ -35,7 +34,7 @@ static kd_ocl_t *ocl;
 static int twice;
 /* Restrict product_case to one value type (the real matrices: A A in float64, A^T A in float32). */
 static int only_dtype = -1;
-static int64_t bins_seen[KD_SPGEMM_BINS];
+static int64_t bins_seen[2][KD_SPGEMM_BINS]; /* symbolic, numeric */
 
 /* Products of A B counted on the host (int64). */
 static int64_t host_products(const kd_csr_t *A, const kd_csr_t *B)
@@ -221,12 +220,15 @@ static void check_product(const char *name, const kd_csr_t *A, const kd_csr_t *B
     kd_csr_t *R = reference_product(A, B, &wide, &scale, &terms);
     CHECK_EQ_INT(stats.products, host_products(A, B));
     CHECK_EQ_INT(stats.nnz, R->nnz);
-    int64_t binned = 0;
+    int64_t binned = 0, numeric_binned = 0;
     for (int b = 0; b < KD_SPGEMM_BINS; b++) {
         binned += stats.bin_rows[b];
-        bins_seen[b] += stats.bin_rows[b];
+        numeric_binned += stats.numeric_bin_rows[b];
+        bins_seen[0][b] += stats.bin_rows[b];
+        bins_seen[1][b] += stats.numeric_bin_rows[b];
     }
     CHECK_EQ_INT(binned, A->rows);
+    CHECK_EQ_INT(numeric_binned, R->nnz > 0 ? A->rows : 0);
     CHECK(stats.peak_device_bytes >= ((size_t)A->rows + 1) * 4);
     CHECK(stats.total_ms >= stats.numeric_ms && stats.total_ms >= 0.0);
     CHECK_MSG(C->nnz == R->nnz, "%s (%s): nnz %lld, expected %lld", name, dt, (long long)C->nnz,
@@ -566,8 +568,10 @@ static void test_limits(void)
 
 static void test_bins_covered(void)
 {
-    for (int b = 0; b < KD_SPGEMM_BINS; b++)
-        CHECK_MSG(bins_seen[b] > 0, "no test row went to bin %d", b);
+    for (int b = 0; b < KD_SPGEMM_BINS; b++) {
+        CHECK_MSG(bins_seen[0][b] > 0, "no test row went to symbolic bin %d", b);
+        CHECK_MSG(bins_seen[1][b] > 0, "no test row went to numeric bin %d", b);
+    }
 }
 
 int main(void)
