@@ -35,7 +35,7 @@ typedef enum { KD_BENCH_AA, KD_BENCH_ATA, KD_BENCH_RAP } kd_bench_op_t;
 
 typedef struct kd_bench_spgemm_result {
     int64_t products, nnz;
-    int64_t bin_rows[8];
+    int64_t bin_rows[8], numeric_bin_rows[8];
     size_t peak;
     double device_ms, symbolic_ms, numeric_ms, wall_ms;
 } kd_bench_spgemm_result_t;
@@ -218,8 +218,10 @@ static int kd_bench_spgemm_once(kd_ocl_t *ocl, kd_bench_op_t op, const kd_csr_de
         out->numeric_ms = s1.numeric_ms + s2.numeric_ms;
         out->products = s1.products + s2.products;
         out->nnz = op == KD_BENCH_RAP ? s2.nnz : s1.nnz;
-        for (int b = 0; b < 8; b++)
+        for (int b = 0; b < 8; b++) {
             out->bin_rows[b] = s1.bin_rows[b] + s2.bin_rows[b];
+            out->numeric_bin_rows[b] = s1.numeric_bin_rows[b] + s2.numeric_bin_rows[b];
+        }
         /* for rap, A P is alive while R (A P) runs */
         out->peak =
             op == KD_BENCH_RAP && c.device_bytes + s2.peak_device_bytes > s1.peak_device_bytes
@@ -330,9 +332,12 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
                 diff == 0 ? "exact" : "differs");
         fflush(json);
     }
-    printf("%-22s bins (empty, t4, t8, t16, t32, t64, group, global):", "");
+    printf("%-22s rows per bin (empty, t4, t8, t16, t32, t64, group, global): symbolic", "");
     for (int b = 0; b < 8; b++)
         printf(" %lld", (long long)res.bin_rows[b]);
+    printf(", numeric");
+    for (int b = 0; b < 8; b++)
+        printf(" %lld", (long long)res.numeric_bin_rows[b]);
     printf("\n");
     fflush(stdout);
 done:

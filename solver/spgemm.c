@@ -1,35 +1,43 @@
 /*
  * C = A B on the device (solver/spgemm.h is the contract; kernels/spgemm.cl has the kernels, their
- * thread mapping and the determinism argument). The host's part is a sequence of steps with two
- * read-backs of a small header:
+ * thread mapping, memory access and the determinism argument). The host's part is a sequence of
+ * steps around two read-backs of a small header:
  *
- *   count    ub_i (int64) per row of A, each row's bin, per-group sums; one group turns those into
- *            the products' total and each bin's size and start.      -> read back #1
- *            KD_ETOOLARGE when the products pass KD_CSR_INDEX_MAX; nothing big exists yet.
- *   symbolic rows scattered into their bins (ascending within a bin), one launch per non-empty
- *            bin counts each row's distinct columns into C's row pointer, a three-kernel scan
- *            turns the counts into offsets and C's nnz.                 -> read back #2
+ *   count    ub_i (int64) per row of A and its symbolic bin, per-group sums; one work-group turns
+ *            them into the products' total and each bin's size and start.      -> read back #1
+ *            KD_ETOOLARGE when the products pass KD_CSR_INDEX_MAX: nothing big exists yet.
+ *   symbolic rows scattered into their bins (ascending within a bin); one launch per non-empty bin
+ *            counts each row's distinct columns into C's row pointer; a three-kernel scan turns
+ *            the counts into offsets and C's nnz, and bins the rows again by their exact counts
+ *            (the numeric bins).                                                -> read back #2
  *            KD_ETOOLARGE for nnz past KD_CSR_INDEX_MAX or limits->max_nnz, KD_EDEVMEM past
  *            limits->max_device_bytes, all before C's indices and values are allocated.
- *   numeric  one launch per non-empty bin fills C's rows, sorted by column.
+ *   numeric  one launch per non-empty numeric bin fills C's rows, sorted by column (the global
+ *            bin: two, its columns then its values).
  *
- * Bins (kernels/spgemm_abi.h): a row's table lives in local memory when its most distinct columns
- * (min(ub, n)) fit a work-group's WG * L slots (L = 8 slots per work-item where local memory
- * allows: 24 KiB of keys and float64 values for WG = 256). Short rows share a work-group in teams
- * of 4..64 work-items, as many as the row's mean B row length (the work of one step), with 8 slots
- * per work-item of the team; longer ones get the whole group. The rest go to the global bin.
+ * Bins (kernels/spgemm_abi.h). A work-group's tables hold WG * L slots (L = 8 per work-item
+ * where local memory allows: 24 KiB of keys and float64 values for WG = 256). A short row shares
+ * a work-group with others in a team of 4..64 work-items: at least its mean B row length (the
+ * parallelism of one entry of A), with 8 slots per work-item; a longer one gets a whole group.
+ * Symbolic tables must hold every product's column (min(ub, n)); numeric ones are sized from the
+ * exact count (at most half full in teams, 3/4 in a group), so rows whose products collide a lot
+ * (A A of a mesh: 49 products, 25 columns; Galerkin products) run in smaller teams.
  *
- * Why a dense accumulator for the global bin, not a hash table in global memory: those rows have
- * more than WG * L (2048) possible columns, and C's columns come out sorted by walking a bitmap of
- * n bits (n / 32 words, an 8 KiB read per row for n = 65536) instead of sorting thousands of
- * entries; the bitmap clears itself as it is walked and values need no clearing (a column's
- * first product is written, not added). The price is n values per concurrent row, so the bin
- * runs on a fixed number of work-groups that loop over its rows: at most 2 per compute unit and
- * at most KD_SPGEMM_GLOBAL_SCRATCH bytes of accumulators (and within max_device_bytes), at least
- * one. Its symbolic pass needs only the bitmaps (n / 8 bytes a group).
+ * The global bin (columns that may not fit the group's table) is why the scratch here is bounded:
+ * its symbolic pass and the numeric pass that writes its columns use a bitmap of C's n columns per
+ * work-group in global memory (atomic_or; walking the bitmap gives the columns sorted, and it is
+ * cleared as it is walked), on a fixed number of work-groups looping over the rows: at most 2 per
+ * compute unit and KD_SPGEMM_GLOBAL_SCRATCH bytes of bitmaps, at least one. The values are then
+ * summed in local memory, one work-group per slice of WG * L / 2 of the row's (now known) columns,
+ * so a long row is spread over many work-groups and needs no global accumulator at all. Why not a
+ * dense accumulator of n values per row: a column's products must be added by one work-item in
+ * order, and a read-modify-write of global memory per product serializes on its latency (a row of
+ * 10^4 entries of A took milliseconds that way); a hash table in global memory has the same cost
+ * and would still need a sort of thousands of columns.
  */
 #include "solver/spgemm.h"
 #include "common/checked.h"
+#include "common/clock.h"
 #include "kernels/spgemm_abi.h"
 
 #include <assert.h>
@@ -37,8 +45,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Scratch for the global bin's dense accumulators (values), all groups together. */
-#define KD_SPGEMM_GLOBAL_SCRATCH ((size_t)256 << 20)
+/* Scratch for the global bin's column bitmaps, all work-groups together. */
+#define KD_SPGEMM_GLOBAL_SCRATCH ((size_t)64 << 20)
 
 /* ---- device CSR ----------------------------------------------------------------------------- */
 
@@ -144,11 +152,11 @@ typedef struct kd_spgemm_run {
     size_t limit;      /* max_device_bytes, or SIZE_MAX */
     size_t live, peak; /* bytes allocated here (C included), now and at most */
     size_t groups;     /* of the count, scatter and scan kernels */
-    size_t global_groups;
-    int words; /* of a global accumulator's bitmap */
-    cl_mem row_bin, group_products, group_bins, head, bin_rows, partials, bitmaps, dense;
-    cl_int head_status;
+    size_t bitmap_groups;
+    int words; /* of a row's bitmap */
+    cl_mem row_bin, sums, group_bins, tasks, head, bin_rows, task_start, bitmaps;
     int64_t head_host[KD_SPGEMM_HEAD_SLOTS];
+    int64_t symbolic_bins[KD_SPGEMM_BINS];
     int phase;
     int timed;
     cl_event first[KD_SPGEMM_PHASES], last[KD_SPGEMM_PHASES];
@@ -176,24 +184,15 @@ static int kd_spgemm_alloc(kd_spgemm_run_t *run, size_t bytes, const char *what,
     return KD_OK;
 }
 
-static void kd_spgemm_free(kd_spgemm_run_t *run, cl_mem *mem)
-{
-    if (*mem == NULL)
-        return;
-    size_t bytes = 0;
-    if (clGetMemObjectInfo(*mem, CL_MEM_SIZE, sizeof(bytes), &bytes, NULL) == CL_SUCCESS &&
-        bytes <= run->live)
-        run->live -= bytes;
-    clReleaseMemObject(*mem);
-    *mem = NULL;
-}
-
 static void kd_spgemm_free_scratch(kd_spgemm_run_t *run)
 {
-    cl_mem *mems[] = {&run->row_bin,  &run->group_products, &run->group_bins, &run->head,
-                      &run->bin_rows, &run->partials,       &run->bitmaps,    &run->dense};
-    for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++)
-        kd_spgemm_free(run, mems[i]);
+    cl_mem *mems[] = {&run->row_bin, &run->sums,     &run->group_bins, &run->tasks,
+                      &run->head,    &run->bin_rows, &run->task_start, &run->bitmaps};
+    for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++) {
+        if (*mems[i] != NULL)
+            clReleaseMemObject(*mems[i]);
+        *mems[i] = NULL;
+    }
     for (int p = 0; p < KD_SPGEMM_PHASES; p++) {
         if (run->first[p] != NULL)
             clReleaseEvent(run->first[p]);
@@ -262,18 +261,21 @@ static int kd_spgemm_check(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr
     return kd_ocl_check_dtype(ocl, A->dtype, err);
 }
 
-/* Slots per work-item: 8 where local memory holds WG * 8 keys and values, else fewer. */
+/* Slots per work-item: 8 where local memory holds a numeric team kernel's WG * 8 keys and values
+ * with its chunk of A's entries and its window of products, else fewer. */
 static int kd_spgemm_lane_slots(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t local = (size_t)kd_ocl_desc(ocl)->local_mem_bytes;
+    size_t v = kd_dtype_size(dtype);
+    size_t fixed = wg * (v + 2 * sizeof(cl_int) + KD_SPGEMM_WINDOW_ITEMS * (sizeof(cl_int) + v));
     int slots = 8;
-    while (slots > 1 && wg * (size_t)slots * (4 + kd_dtype_size(dtype)) + 256 > local)
+    while (slots > 1 && wg * (size_t)slots * (sizeof(cl_int) + v) + fixed + 512 > local)
         slots /= 2;
     return slots;
 }
 
-/* Step 1: ub per row, bins, the products' total (read back). */
+/* Step 1: ub per row, symbolic bins, the products' total (read back). */
 static int kd_spgemm_count(kd_spgemm_run_t *run, kd_err_t *err)
 {
     const kd_csr_device_t *A = run->A, *B = run->B;
@@ -281,28 +283,31 @@ static int kd_spgemm_count(kd_spgemm_run_t *run, kd_err_t *err)
     run->groups = ((size_t)A->rows + per_group - 1) / per_group;
     int rc = kd_spgemm_alloc(run, (size_t)A->rows, "C = A B's row bins", &run->row_bin, err);
     if (rc == KD_OK)
-        rc = kd_spgemm_alloc(run, run->groups * sizeof(cl_long), "C = A B's group sums",
-                             &run->group_products, err);
+        rc = kd_spgemm_alloc(run, run->groups * sizeof(cl_long), "C = A B's group sums", &run->sums,
+                             err);
     if (rc == KD_OK)
         rc = kd_spgemm_alloc(run, run->groups * KD_SPGEMM_BINS * sizeof(cl_int),
                              "C = A B's group bins", &run->group_bins, err);
     if (rc == KD_OK)
-        rc = kd_spgemm_alloc(run, run->groups * sizeof(cl_long), "C = A B's scan partials",
-                             &run->partials, err);
+        rc = kd_spgemm_alloc(run, run->groups * sizeof(cl_int), "C = A B's group slices",
+                             &run->tasks, err);
     if (rc == KD_OK)
         rc = KD_SPGEMM_RUN(run, "kd_spgemm_count", run->groups, KD_ARG_INT(A->rows),
                            KD_ARG_INT(B->cols), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
                            KD_ARG_MEM(B->indptr), KD_ARG_MEM(run->row_bin),
-                           KD_ARG_MEM(run->C->indptr), KD_ARG_MEM(run->group_products),
+                           KD_ARG_MEM(run->C->indptr), KD_ARG_MEM(run->sums),
                            KD_ARG_MEM(run->group_bins));
     if (rc == KD_OK)
-        rc = KD_SPGEMM_RUN(run, "kd_spgemm_bin_offsets", 1, KD_ARG_INT(run->groups),
-                           KD_ARG_MEM(run->group_products), KD_ARG_MEM(run->group_bins),
-                           KD_ARG_MEM(run->head));
+        rc = KD_SPGEMM_RUN(run, "kd_spgemm_offsets", 1, KD_ARG_INT(run->groups), KD_ARG_INT(0),
+                           KD_ARG_INT(A->rows), KD_ARG_MEM(run->sums), KD_ARG_MEM(run->group_bins),
+                           KD_ARG_MEM(run->tasks), KD_ARG_MEM(run->head),
+                           KD_ARG_MEM(run->C->indptr));
     if (rc == KD_OK)
         rc = kd_spgemm_read_head(run, NULL, err);
     if (rc != KD_OK)
         return rc;
+    memcpy(run->symbolic_bins, &run->head_host[KD_SPGEMM_HEAD_BIN_ROWS],
+           sizeof(run->symbolic_bins));
     int64_t products = run->head_host[KD_SPGEMM_HEAD_PRODUCTS];
     if (products > KD_CSR_INDEX_MAX)
         return kd_err_set(err, KD_ETOOLARGE,
@@ -314,49 +319,77 @@ static int kd_spgemm_count(kd_spgemm_run_t *run, kd_err_t *err)
     return KD_OK;
 }
 
-/* Work-groups for the global bin: 2 per compute unit at most, and as many accumulators as
- * `budget` bytes hold (at least one). */
-static size_t kd_spgemm_global_groups(const kd_spgemm_run_t *run, size_t per_group, size_t budget)
+/* The global bin's bitmaps, allocated (cleared) on first use for up to `rows` rows at once: at
+ * most 2 per compute unit and KD_SPGEMM_GLOBAL_SCRATCH bytes, at least one, leaving `reserve`
+ * bytes under the limit. */
+static int kd_spgemm_bitmaps(kd_spgemm_run_t *run, int64_t rows, size_t reserve, kd_err_t *err)
 {
-    size_t rows = (size_t)run->head_host[KD_SPGEMM_HEAD_BIN_ROWS + KD_SPGEMM_BIN_GLOBAL];
+    if (run->bitmaps != NULL || rows == 0)
+        return KD_OK;
+    size_t one = (size_t)run->words * sizeof(cl_uint);
     size_t groups = 2 * (size_t)kd_ocl_desc(run->ocl)->compute_units;
-    if (groups > rows)
-        groups = rows;
-    if (per_group > 0 && groups > budget / per_group)
-        groups = budget / per_group;
-    return groups > 0 || rows == 0 ? groups : 1;
+    if (groups > (size_t)rows)
+        groups = (size_t)rows;
+    if (groups > KD_SPGEMM_GLOBAL_SCRATCH / one)
+        groups = KD_SPGEMM_GLOBAL_SCRATCH / one;
+    size_t room = run->limit > run->live + reserve ? run->limit - run->live - reserve : 0;
+    if (groups > room / one)
+        groups = room / one;
+    if (groups == 0)
+        groups = 1;
+    int rc = kd_spgemm_alloc(run, groups * one, "C = A B's column bitmaps", &run->bitmaps, err);
+    if (rc != KD_OK)
+        return rc;
+    run->bitmap_groups = groups;
+    cl_uint zero = 0;
+    cl_int st = clEnqueueFillBuffer(kd_ocl_queue(run->ocl), run->bitmaps, &zero, sizeof(zero), 0,
+                                    groups * one, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer");
 }
 
-/* Launch bin `bin`'s symbolic or numeric kernel (kind "symbolic" / "numeric") over its rows. */
+static const char *const kd_spgemm_names[2][KD_SPGEMM_BINS] = {
+    {NULL, "kd_spgemm_symbolic_t4", "kd_spgemm_symbolic_t8", "kd_spgemm_symbolic_t16",
+     "kd_spgemm_symbolic_t32", "kd_spgemm_symbolic_t64", "kd_spgemm_symbolic_group",
+     "kd_spgemm_symbolic_global"},
+    {NULL, "kd_spgemm_numeric_t4", "kd_spgemm_numeric_t8", "kd_spgemm_numeric_t16",
+     "kd_spgemm_numeric_t32", "kd_spgemm_numeric_t64", "kd_spgemm_numeric_group",
+     "kd_spgemm_columns_global"}};
+
+/* Launch bin `bin`'s symbolic or numeric kernel(s) over its rows (head_host has the bins of the
+ * phase). */
 static int kd_spgemm_bin_launch(kd_spgemm_run_t *run, int bin, int numeric, kd_err_t *err)
 {
-    static const char *const names[2][KD_SPGEMM_BINS] = {
-        {NULL, "kd_spgemm_symbolic_t4", "kd_spgemm_symbolic_t8", "kd_spgemm_symbolic_t16",
-         "kd_spgemm_symbolic_t32", "kd_spgemm_symbolic_t64", "kd_spgemm_symbolic_group",
-         "kd_spgemm_symbolic_global"},
-        {NULL, "kd_spgemm_numeric_t4", "kd_spgemm_numeric_t8", "kd_spgemm_numeric_t16",
-         "kd_spgemm_numeric_t32", "kd_spgemm_numeric_t64", "kd_spgemm_numeric_group",
-         "kd_spgemm_numeric_global"}};
     const kd_csr_device_t *A = run->A, *B = run->B, *C = run->C;
     int64_t count = run->head_host[KD_SPGEMM_HEAD_BIN_ROWS + bin];
     int64_t start = run->head_host[KD_SPGEMM_HEAD_BIN_START + bin];
+    const char *name = kd_spgemm_names[numeric][bin];
     if (bin == KD_SPGEMM_BIN_EMPTY || count == 0)
         return KD_OK;
-    const char *name = names[numeric][bin];
-    if (bin == KD_SPGEMM_BIN_GLOBAL && !numeric)
-        return KD_SPGEMM_RUN(run, name, run->global_groups, KD_ARG_INT(count), KD_ARG_INT(start),
-                             KD_ARG_MEM(run->bin_rows), KD_ARG_MEM(A->indptr),
-                             KD_ARG_MEM(A->indices), KD_ARG_MEM(B->indptr), KD_ARG_MEM(B->indices),
-                             KD_ARG_MEM(C->indptr), KD_ARG_MEM(run->bitmaps),
-                             KD_ARG_INT(run->words));
-    if (bin == KD_SPGEMM_BIN_GLOBAL)
-        return KD_SPGEMM_RUN(run, name, run->global_groups, KD_ARG_INT(count), KD_ARG_INT(start),
-                             KD_ARG_MEM(run->bin_rows), KD_ARG_MEM(A->indptr),
-                             KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),
-                             KD_ARG_MEM(B->indices), KD_ARG_MEM(B->values), KD_ARG_MEM(C->indptr),
-                             KD_ARG_MEM(C->indices), KD_ARG_MEM(C->values),
-                             KD_ARG_MEM(run->bitmaps), KD_ARG_INT(run->words),
-                             KD_ARG_MEM(run->dense), KD_ARG_INT(B->cols));
+    if (bin == KD_SPGEMM_BIN_GLOBAL) {
+        int rc = kd_spgemm_bitmaps(run, count, 0, err);
+        size_t groups = run->bitmap_groups < (size_t)count ? run->bitmap_groups : (size_t)count;
+        if (rc == KD_OK && !numeric)
+            rc = KD_SPGEMM_RUN(run, name, groups, KD_ARG_INT(count), KD_ARG_INT(start),
+                               KD_ARG_MEM(run->bin_rows), KD_ARG_MEM(A->indptr),
+                               KD_ARG_MEM(A->indices), KD_ARG_MEM(B->indptr),
+                               KD_ARG_MEM(B->indices), KD_ARG_MEM(C->indptr),
+                               KD_ARG_MEM(run->bitmaps), KD_ARG_INT(run->words));
+        if (rc == KD_OK && numeric)
+            rc = KD_SPGEMM_RUN(
+                run, name, groups, KD_ARG_INT(count), KD_ARG_INT(start), KD_ARG_MEM(run->bin_rows),
+                KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices), KD_ARG_MEM(B->indptr),
+                KD_ARG_MEM(B->indices), KD_ARG_MEM(C->indptr), KD_ARG_MEM(C->indices),
+                KD_ARG_MEM(run->bitmaps), KD_ARG_INT(run->words));
+        if (rc == KD_OK && numeric)
+            rc = KD_SPGEMM_RUN(run, "kd_spgemm_values_global",
+                               (size_t)run->head_host[KD_SPGEMM_HEAD_TASKS], KD_ARG_INT(count),
+                               KD_ARG_MEM(run->head), KD_ARG_MEM(run->bin_rows),
+                               KD_ARG_MEM(run->task_start), KD_ARG_MEM(A->indptr),
+                               KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),
+                               KD_ARG_MEM(B->indices), KD_ARG_MEM(B->values), KD_ARG_MEM(C->indptr),
+                               KD_ARG_MEM(C->indices), KD_ARG_MEM(C->values));
+        return rc;
+    }
     size_t rows_per_group =
         bin == KD_SPGEMM_BIN_GROUP ? 1 : run->wg / (size_t)KD_SPGEMM_TEAM_LANES(bin);
     size_t groups = ((size_t)count + rows_per_group - 1) / rows_per_group;
@@ -372,26 +405,18 @@ static int kd_spgemm_bin_launch(kd_spgemm_run_t *run, int bin, int numeric, kd_e
                          KD_ARG_MEM(C->values));
 }
 
-/* Step 2: rows into bins, each row's distinct columns, C's row pointer and nnz (read back). */
+/* Step 2: rows into bins, each row's distinct columns, C's row pointer, nnz and the numeric bins
+ * (read back). */
 static int kd_spgemm_symbolic(kd_spgemm_run_t *run, const kd_spgemm_limits_t *limits, kd_err_t *err)
 {
     const kd_csr_device_t *A = run->A, *B = run->B;
     kd_csr_device_t *C = run->C;
     run->words = (int)((B->cols + 31) / 32);
-    run->global_groups = kd_spgemm_global_groups(run, 0, 0);
     int rc = kd_spgemm_alloc(run, (size_t)A->rows * sizeof(cl_int), "C = A B's rows by bin",
                              &run->bin_rows, err);
     if (rc == KD_OK)
-        rc = kd_spgemm_alloc(run, run->global_groups * (size_t)run->words * sizeof(cl_uint),
-                             "C = A B's column bitmaps", &run->bitmaps, err);
-    if (rc == KD_OK && run->bitmaps != NULL) {
-        cl_uint zero = 0;
-        cl_int st =
-            clEnqueueFillBuffer(kd_ocl_queue(run->ocl), run->bitmaps, &zero, sizeof(zero), 0,
-                                run->global_groups * (size_t)run->words * 4, 0, NULL, NULL);
-        if (st != CL_SUCCESS)
-            rc = kd_ocl_fail(err, st, "clEnqueueFillBuffer");
-    }
+        rc = kd_spgemm_alloc(run, (size_t)A->rows * sizeof(cl_int), "C = A B's row slices",
+                             &run->task_start, err);
     if (rc == KD_OK)
         rc = KD_SPGEMM_RUN(run, "kd_spgemm_bin_scatter", run->groups, KD_ARG_INT(A->rows),
                            KD_ARG_MEM(run->row_bin), KD_ARG_MEM(run->group_bins),
@@ -400,17 +425,21 @@ static int kd_spgemm_symbolic(kd_spgemm_run_t *run, const kd_spgemm_limits_t *li
         rc = kd_spgemm_bin_launch(run, bin, 0, err);
     if (rc == KD_OK)
         rc = KD_SPGEMM_RUN(run, "kd_spgemm_scan_reduce", run->groups, KD_ARG_INT(A->rows),
-                           KD_ARG_MEM(C->indptr), KD_ARG_MEM(run->partials));
+                           KD_ARG_MEM(C->indptr), KD_ARG_MEM(run->row_bin), KD_ARG_MEM(run->sums),
+                           KD_ARG_MEM(run->group_bins), KD_ARG_MEM(run->tasks));
     if (rc == KD_OK)
-        rc = KD_SPGEMM_RUN(run, "kd_spgemm_scan_partials", 1, KD_ARG_INT(run->groups),
-                           KD_ARG_INT(A->rows), KD_ARG_MEM(run->partials), KD_ARG_MEM(run->head),
-                           KD_ARG_MEM(C->indptr));
+        rc = KD_SPGEMM_RUN(run, "kd_spgemm_offsets", 1, KD_ARG_INT(run->groups), KD_ARG_INT(1),
+                           KD_ARG_INT(A->rows), KD_ARG_MEM(run->sums), KD_ARG_MEM(run->group_bins),
+                           KD_ARG_MEM(run->tasks), KD_ARG_MEM(run->head), KD_ARG_MEM(C->indptr));
     cl_event read = NULL;
     if (rc == KD_OK)
         rc = kd_spgemm_read_head(run, &read, err);
     if (rc == KD_OK) /* runs while the host waits for nnz and allocates C */
         rc = KD_SPGEMM_RUN(run, "kd_spgemm_scan_apply", run->groups, KD_ARG_INT(A->rows),
-                           KD_ARG_MEM(C->indptr), KD_ARG_MEM(run->partials));
+                           KD_ARG_MEM(C->indptr), KD_ARG_MEM(run->row_bin), KD_ARG_MEM(run->sums),
+                           KD_ARG_MEM(run->group_bins), KD_ARG_MEM(run->tasks),
+                           KD_ARG_MEM(run->head), KD_ARG_MEM(run->bin_rows),
+                           KD_ARG_MEM(run->task_start));
     if (read != NULL) {
         clFlush(kd_ocl_queue(run->ocl));
         cl_int st = clWaitForEvents(1, &read);
@@ -433,35 +462,29 @@ static int kd_spgemm_symbolic(kd_spgemm_run_t *run, const kd_spgemm_limits_t *li
     return KD_OK;
 }
 
-/* Step 3: C's arrays (after checking them and the accumulators against the limit), values. */
+/* Step 3: C's arrays and the global bin's bitmaps (checked against the limit first, the bitmaps
+ * allocated first and leaving C's room), then C's columns and values. */
 static int kd_spgemm_numeric(kd_spgemm_run_t *run, kd_err_t *err)
 {
-    const kd_csr_device_t *B = run->B;
     kd_csr_device_t *C = run->C;
     size_t v = kd_dtype_size(run->dtype);
     size_t c_bytes = (size_t)C->nnz * (sizeof(cl_int) + v);
+    int64_t global_rows = run->head_host[KD_SPGEMM_HEAD_BIN_ROWS + KD_SPGEMM_BIN_GLOBAL];
+    size_t need = c_bytes;
+    if (global_rows > 0 && run->bitmaps == NULL)
+        need += (size_t)run->words * sizeof(cl_uint);
     size_t room = run->limit > run->live ? run->limit - run->live : 0;
-    if (c_bytes > room)
+    if (need > room)
         return kd_err_set(err, KD_EDEVMEM,
                           "C = A B needs %zu bytes of device memory for C's %lld nonzeros (%zu in "
                           "use), more than max_device_bytes = %zu",
-                          c_bytes, (long long)C->nnz, run->live, run->limit);
-    size_t dense_one = (size_t)B->cols * v;
-    size_t budget =
-        room - c_bytes < KD_SPGEMM_GLOBAL_SCRATCH ? room - c_bytes : KD_SPGEMM_GLOBAL_SCRATCH;
-    if (budget > kd_ocl_desc(run->ocl)->max_alloc_bytes)
-        budget = (size_t)kd_ocl_desc(run->ocl)->max_alloc_bytes;
-    size_t groups = kd_spgemm_global_groups(run, dense_one, budget);
-    if (groups > run->global_groups)
-        groups = run->global_groups;
-    run->global_groups = groups;
-    int rc = kd_spgemm_alloc(run, (size_t)C->nnz * sizeof(cl_int), "C's column indices",
+                          need, (long long)C->nnz, run->live, run->limit);
+    int rc = kd_spgemm_bitmaps(run, global_rows, c_bytes, err);
+    if (rc == KD_OK)
+        rc = kd_spgemm_alloc(run, (size_t)C->nnz * sizeof(cl_int), "C's column indices",
                              &C->indices, err);
     if (rc == KD_OK)
         rc = kd_spgemm_alloc(run, (size_t)C->nnz * v, "C's values", &C->values, err);
-    if (rc == KD_OK)
-        rc = kd_spgemm_alloc(run, groups * dense_one, "C = A B's dense accumulators", &run->dense,
-                             err);
     for (int bin = 0; bin < KD_SPGEMM_BINS && rc == KD_OK; bin++)
         rc = kd_spgemm_bin_launch(run, bin, 1, err);
     return rc;
@@ -499,6 +522,17 @@ static int kd_spgemm_account(kd_spgemm_run_t *run, kd_spgemm_stats_t *stats, kd_
     return KD_OK;
 }
 
+/* C with no products: every row empty (also 0 rows). */
+static int kd_spgemm_empty(kd_spgemm_run_t *run, kd_err_t *err)
+{
+    cl_int zero = 0;
+    cl_int st = clEnqueueFillBuffer(kd_ocl_queue(run->ocl), run->C->indptr, &zero, sizeof(zero), 0,
+                                    ((size_t)run->A->rows + 1) * sizeof(cl_int), 0, NULL, NULL);
+    if (st == CL_SUCCESS)
+        st = clFinish(kd_ocl_queue(run->ocl));
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer");
+}
+
 int kd_spgemm(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr_device_t *B,
               const kd_spgemm_limits_t *limits, kd_csr_device_t *C, kd_spgemm_stats_t *stats,
               kd_err_t *err)
@@ -534,13 +568,7 @@ int kd_spgemm(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr_device_t *B,
     if (rc == KD_OK && A->rows > 0)
         rc = kd_spgemm_count(&run, err);
     if (rc == KD_OK && run.head_host[KD_SPGEMM_HEAD_PRODUCTS] == 0) {
-        cl_int zero = 0; /* no products: every row of C is empty */
-        cl_int st = clEnqueueFillBuffer(kd_ocl_queue(ocl), C->indptr, &zero, sizeof(zero), 0,
-                                        ((size_t)A->rows + 1) * sizeof(cl_int), 0, NULL, NULL);
-        if (st == CL_SUCCESS)
-            st = clFinish(kd_ocl_queue(ocl));
-        if (st != CL_SUCCESS)
-            rc = kd_ocl_fail(err, st, "clEnqueueFillBuffer");
+        rc = kd_spgemm_empty(&run, err);
     } else if (rc == KD_OK) {
         rc = kd_spgemm_symbolic(&run, limits, err);
         run.phase = KD_SPGEMM_PHASE_NUMERIC;
@@ -551,8 +579,10 @@ int kd_spgemm(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr_device_t *B,
         rc = kd_spgemm_account(&run, stats, err);
         stats->products = run.head_host[KD_SPGEMM_HEAD_PRODUCTS];
         stats->nnz = C->nnz;
-        for (int b = 0; b < KD_SPGEMM_BINS; b++)
-            stats->bin_rows[b] = run.head_host[KD_SPGEMM_HEAD_BIN_ROWS + b];
+        memcpy(stats->bin_rows, run.symbolic_bins, sizeof(stats->bin_rows));
+        if (C->nnz > 0)
+            memcpy(stats->numeric_bin_rows, &run.head_host[KD_SPGEMM_HEAD_BIN_ROWS],
+                   sizeof(stats->numeric_bin_rows));
         stats->peak_device_bytes = run.peak;
     }
     kd_spgemm_free_scratch(&run);

@@ -48,6 +48,7 @@ typedef struct kd_spgemm_stats {
     int64_t products;                         /* sum over A's entries a_ik of B's row k length */
     int64_t nnz;                              /* C's */
     int64_t bin_rows[8];                      /* rows per bin, by their upper bound of products */
+    int64_t numeric_bin_rows[8];              /* rows per bin, by their count of C's columns */
     size_t peak_device_bytes;                 /* scratch plus C at the peak, A and B not included */
     double symbolic_ms, numeric_ms, total_ms; /* device time, from the kernels' events */
 } kd_spgemm_stats_t;
