@@ -38,10 +38,11 @@
  *  - kd_spgemm_symbolic_global, kd_spgemm_columns_global: rows too long for a local table. A
  *    fixed number of work-groups loop over the bin's rows, each with a bitmap of C's n columns in
  *    global memory. The group takes A's row WG entries at a time as the teams do (products end to
- *    end, each work-item its share) and sets the columns' bits with atomic_or, whose old value
- *    says whether a column is new (symbolic: the count). kd_spgemm_columns_global (numeric) then
- *    walks the bitmap WG words at a time, a scan of their popcounts placing each word's columns,
- *    and writes the row's columns to C in order, clearing the words as it goes.
+ *    end, each work-item its share) and sets the columns' bits with atomic_or (its result unused,
+ *    so nothing waits on it). kd_spgemm_symbolic_global then clears the bitmap word by word
+ *    (coalesced), summing their popcounts: the row's nnz. kd_spgemm_columns_global (numeric)
+ *    walks it WG words at a time, a scan of their popcounts placing each word's columns, and
+ *    writes the row's columns to C in order, clearing the words as it goes.
  *  - kd_spgemm_values_global: one work-group per slice of WG * L / 2 consecutive columns of a
  *    global row (kd_spgemm_offsets counts the slices). The slice's columns (sorted, from C) and
  *    their sums live in local memory. The group walks A's row in chunks of WG entries and the
@@ -647,14 +648,13 @@ KD_SPGEMM_TEAM_KERNELS(group, KD_WG_SIZE)
 
 /* ---- the global bin -------------------------------------------------------------------------- */
 
-/* The whole group sets the bits of row [a0, a1)'s columns in bits; returns how many bits this
- * work-item found clear. */
-int kd_spgemm_set_bits(const int a0, const int a1, __global const int *a_indices,
-                       __global const int *b_indptr, __global const int *b_indices,
-                       __global uint *bits, __local int *mb0, __local int *incl)
+/* The whole group sets the bits of row [a0, a1)'s columns in bits (atomic_or whose result is not
+ * used: nothing waits for it). */
+void kd_spgemm_set_bits(const int a0, const int a1, __global const int *a_indices,
+                        __global const int *b_indptr, __global const int *b_indices,
+                        __global uint *bits, __local int *mb0, __local int *incl)
 {
     const int lid = (int)get_local_id(0);
-    int fresh = 0;
     for (int c0 = a0; c0 < a1; c0 += KD_WG_SIZE) {
         const int e = c0 + lid;
         int b0 = 0, len = 0;
@@ -671,15 +671,13 @@ int kd_spgemm_set_bits(const int a0, const int a1, __global const int *a_indices
         for (int p = lid; p < total; p += KD_WG_SIZE) {
             const int t = kd_spgemm_entry_of(incl, KD_WG_SIZE, p);
             const int j = b_indices[mb0[t] + p - (t > 0 ? incl[t - 1] : 0)];
-            const uint bit = 1u << (j & 31);
-            if ((bits[j >> 5] & bit) == 0u && (atomic_or(&bits[j >> 5], bit) & bit) == 0u)
-                fresh++;
+            atomic_or(&bits[j >> 5], 1u << (j & 31));
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    return fresh;
 }
 
+/* The row's count is the bitmap's popcount, taken while the bitmap is cleared for the next row. */
 __kernel KD_WG_ATTR void
 kd_spgemm_symbolic_global(const int count, const int start, __global const int *bin_rows,
                           __global const int *a_indptr, __global const int *a_indices,
@@ -694,17 +692,22 @@ kd_spgemm_symbolic_global(const int count, const int start, __global const int *
         const int row = bin_rows[start + idx];
         if (lid == 0)
             lcount = 0;
-        const int fresh = kd_spgemm_set_bits(a_indptr[row], a_indptr[row + 1], a_indices, b_indptr,
-                                             b_indices, bits, mb0, incl);
-        if (fresh > 0)
-            atomic_add(&lcount, fresh);
+        kd_spgemm_set_bits(a_indptr[row], a_indptr[row + 1], a_indices, b_indptr, b_indices, bits,
+                           mb0, incl);
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        int mine = 0;
+        for (int w = lid; w < words; w += KD_WG_SIZE) {
+            const uint word = bits[w];
+            if (word != 0u) {
+                mine += (int)popcount(word);
+                bits[w] = 0u;
+            }
+        }
+        if (mine > 0)
+            atomic_add(&lcount, mine);
         barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         if (lid == 0)
             row_nnz[row] = lcount;
-        for (int w = lid; w < words; w += KD_WG_SIZE)
-            if (bits[w] != 0u)
-                bits[w] = 0u;
-        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     }
 }
 

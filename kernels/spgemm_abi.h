@@ -44,7 +44,7 @@ enum kd_spgemm_head {
 };
 
 /* Rows of A per work-item in the count, scatter and scan kernels. */
-#define KD_SPGEMM_SCAN_ITEMS 8
+#define KD_SPGEMM_SCAN_ITEMS 2
 /* Rows of A longer than this are counted by their whole work-group in kd_spgemm_count. */
 #define KD_SPGEMM_LONG_ROW 64
 /* Products per work-item in a window of the global bin's numeric pass. */

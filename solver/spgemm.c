@@ -462,16 +462,28 @@ static int kd_spgemm_symbolic(kd_spgemm_run_t *run, const kd_spgemm_limits_t *li
     return KD_OK;
 }
 
+/* Release the symbolic phase's bitmaps (sized before C's room was known). */
+static void kd_spgemm_bitmaps_release(kd_spgemm_run_t *run)
+{
+    if (run->bitmaps == NULL)
+        return;
+    clReleaseMemObject(run->bitmaps);
+    run->bitmaps = NULL;
+    run->live -= run->bitmap_groups * (size_t)run->words * sizeof(cl_uint);
+    run->bitmap_groups = 0;
+}
+
 /* Step 3: C's arrays and the global bin's bitmaps (checked against the limit first, the bitmaps
  * allocated first and leaving C's room), then C's columns and values. */
 static int kd_spgemm_numeric(kd_spgemm_run_t *run, kd_err_t *err)
 {
     kd_csr_device_t *C = run->C;
+    kd_spgemm_bitmaps_release(run);
     size_t v = kd_dtype_size(run->dtype);
     size_t c_bytes = (size_t)C->nnz * (sizeof(cl_int) + v);
     int64_t global_rows = run->head_host[KD_SPGEMM_HEAD_BIN_ROWS + KD_SPGEMM_BIN_GLOBAL];
     size_t need = c_bytes;
-    if (global_rows > 0 && run->bitmaps == NULL)
+    if (global_rows > 0)
         need += (size_t)run->words * sizeof(cl_uint);
     size_t room = run->limit > run->live ? run->limit - run->live : 0;
     if (need > room)

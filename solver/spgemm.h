@@ -48,9 +48,9 @@ typedef struct kd_spgemm_stats {
     int64_t products;                         /* sum over A's entries a_ik of B's row k length */
     int64_t nnz;                              /* C's */
     int64_t bin_rows[8];                      /* rows per bin, by their upper bound of products */
-    int64_t numeric_bin_rows[8];              /* rows per bin, by their count of C's columns */
     size_t peak_device_bytes;                 /* scratch plus C at the peak, A and B not included */
     double symbolic_ms, numeric_ms, total_ms; /* device time, from the kernels' events */
+    int64_t numeric_bin_rows[8];              /* rows per bin, by their count of C's columns */
 } kd_spgemm_stats_t;
 
 /*
@@ -58,7 +58,8 @@ typedef struct kd_spgemm_stats {
  * caller). KD_EBADREQ for a dimension or dtype mismatch; KD_ETOOLARGE when the products' count or
  * C's nnz passes KD_CSR_INDEX_MAX or limits->max_nnz; KD_EDEVMEM when C and scratch pass
  * limits->max_device_bytes or the device refuses them. Nothing big is allocated before the check
- * that refuses it. stats may be NULL; limits may be NULL.
+ * that refuses it. stats may be NULL; limits may be NULL. With stats, kd_spgemm waits for its last
+ * kernel (to read the events); without, it returns with the numeric kernels queued.
  */
 int kd_spgemm(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr_device_t *B,
               const kd_spgemm_limits_t *limits, kd_csr_device_t *C, kd_spgemm_stats_t *stats,

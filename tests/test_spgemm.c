@@ -566,6 +566,41 @@ static void test_limits(void)
     kd_csr_free(A);
 }
 
+/* The global bin's bitmaps are scratch bounded by the limit: with room for fewer of them the
+ * product is the same bits (fewer work-groups loop over more rows); with room for C alone it is
+ * refused before C exists. */
+static void test_limits_global(void)
+{
+    kd_err_t err = {0};
+    int64_t rows = 40, n = 3000, *la = malloc((size_t)rows * sizeof(int64_t));
+    for (int64_t i = 0; i < rows; i++)
+        la[i] = i % 2 == 0 ? 2500 : 3;
+    kd_csr_t *A = kd_test_random_matrix(rows, n, la, 0), *B = kd_test_random_matrix(n, n, NULL, 2);
+    free(la);
+    kd_csr_t *C = NULL, *C2 = NULL;
+    kd_spgemm_stats_t stats;
+    REQUIRE(device_product(A, B, NULL, &C, &stats, &err) == KD_OK);
+    CHECK(stats.bin_rows[KD_SPGEMM_BIN_GLOBAL] > 0 &&
+          stats.numeric_bin_rows[KD_SPGEMM_BIN_GLOBAL] > 0);
+    size_t bitmap = (size_t)(n + 31) / 32 * 4;
+    kd_spgemm_limits_t fewer = {0, stats.peak_device_bytes - bitmap};
+    CHECK_EQ_INT(device_product(A, B, &fewer, &C2, &stats, &err), KD_OK);
+    CHECK(stats.peak_device_bytes <= fewer.max_device_bytes);
+    CHECK(C2 != NULL && C2->nnz == C->nnz &&
+          memcmp(C2->indices, C->indices, (size_t)C->nnz * 4) == 0 &&
+          memcmp(C2->values, C->values, (size_t)C->nnz * 8) == 0);
+    kd_csr_free(C2);
+    C2 = NULL;
+    kd_spgemm_limits_t only_c = {0, (size_t)C->nnz * 12 + (size_t)(rows + 1) * 4};
+    memset(&err, 0, sizeof(err));
+    CHECK_EQ_INT(device_product(A, B, &only_c, &C2, NULL, &err), KD_EDEVMEM);
+    CHECK_STR_CONTAINS(err.message, "max_device_bytes");
+    CHECK(C2 == NULL);
+    kd_csr_free(C);
+    kd_csr_free(A);
+    kd_csr_free(B);
+}
+
 static void test_bins_covered(void)
 {
     for (int b = 0; b < KD_SPGEMM_BINS; b++) {
@@ -589,6 +624,7 @@ int main(void)
     RUN(test_dense_rows);
     RUN(test_products_overflow);
     RUN(test_limits);
+    RUN(test_limits_global);
     RUN(test_real_matrices);
     RUN(test_bins_covered);
     kd_ocl_close(ocl);
