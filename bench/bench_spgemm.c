@@ -17,7 +17,7 @@
  * released after each run. Times are min and median over the runs; peak is device memory
  * kd_spgemm allocated at its peak (C and scratch, not A or B).
  *
- * --export DIR writes each A (and for rap, P) as DIR/<name>.csr and DIR/<name>_P.csr in the
+ * --export DIR writes each A (and for rap, P) as DIR/<name>.csr and DIR/<name>.P.csr in the
  * binary CSR of bench.h (the format bench/peers read), so bench/peers/cusparse_spgemm.cu
  * multiplies exactly these matrices.
  */
