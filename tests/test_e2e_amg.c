@@ -78,8 +78,7 @@ static int64_t solve(krylov_client_t *c, const char *id, const kd_csr_t *A, cons
         return -1;
     int64_t its = res[0].iterations;
     for (int64_t k = 0; k < nrhs; k++) {
-        CHECK_MSG(strcmp(res[k].status, "converged") == 0, "%s: %s", res[k].status,
-                  res[k].message);
+        CHECK_MSG(strcmp(res[k].status, "converged") == 0, "%s: %s", res[k].status, res[k].message);
         const double rel = true_relres(A, b + k * A->rows, x + k * A->rows);
         CHECK_MSG(rel <= 1.5e-8, "column %lld: true relative residual %g", (long long)k, rel);
         krylov_solve_result_free(&res[k]);
@@ -163,6 +162,44 @@ static void test_options_and_refusals(void)
     kd_csr_free(N);
 }
 
+/* History and progress work as for any solve: with checks every iteration, a residual for each
+ * (decreasing to the tolerance), and progress notifications reach the callback. */
+static void on_progress(void *ctx, int64_t rhs, int64_t iteration, double residual)
+{
+    (void)rhs;
+    (void)iteration;
+    (void)residual;
+    (*(int *)ctx)++;
+}
+
+static void test_history_and_progress(void)
+{
+    kd_csr_t *A = laplacian_2d(60, -1, 1);
+    krylov_matrix_info_t info;
+    REQUIRE(put(client, A, &info) == KRYLOV_OK);
+    double *b = malloc((size_t)A->rows * sizeof(double)), *x = malloc((size_t)A->rows * 8);
+    for (int64_t i = 0; i < A->rows; i++)
+        b[i] = 1.0;
+    krylov_solve_options_t opt;
+    krylov_solve_options_init(&opt);
+    opt.preconditioner = "amg";
+    opt.history = 1;
+    int calls = 0;
+    opt.progress = on_progress;
+    opt.progress_ctx = &calls;
+    krylov_solve_result_t res;
+    REQUIRE(krylov_solve(client, info.id, b, A->rows, &opt, x, &res) == KRYLOV_OK);
+    CHECK(strcmp(res.status, "converged") == 0);
+    CHECK_MSG(res.history_len >= res.iterations && res.history_len > 2, "%lld residuals, %lld its",
+              (long long)res.history_len, (long long)res.iterations);
+    CHECK(res.history_len > 0 && res.history[res.history_len - 1] < 1e-6 * res.history[0]);
+    CHECK(calls >= 1);
+    krylov_solve_result_free(&res);
+    free(b);
+    free(x);
+    kd_csr_free(A);
+}
+
 /* After a crash the hierarchy is built again from the state file; without --state-dir from the
  * store's host copy. */
 static void test_restart_and_no_state_dir(void)
@@ -203,6 +240,7 @@ int main(void)
         return 1;
     RUN(test_converges);
     RUN(test_options_and_refusals);
+    RUN(test_history_and_progress);
     RUN(test_restart_and_no_state_dir);
     krylov_client_free(client);
     CHECK_EQ_INT(kd_daemon_stop(&daemon_), 0);
