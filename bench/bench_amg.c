@@ -212,8 +212,10 @@ int kd_bench_amg_main(int argc, char **argv)
             printf("; jacobi relres %.1e\n", jac.relres);
             kd_amg_profile_t pr;
             if (kd_amg_profile(ocl, P, 10, &pr, &err) == KD_OK) {
-                printf("#   V-cycle %.3f ms device span, %.3f ms wall; SpMV ms A/P/R by level:",
-                       pr.vcycle_device_ms, pr.vcycle_wall_ms);
+                printf(
+                    "#   V-cycle %.3f ms device span, %.3f ms wall, %.0f launches; SpMV ms A/P/R "
+                    "by level:",
+                    pr.vcycle_device_ms, pr.vcycle_wall_ms, pr.vcycle_launches);
                 for (int l = 0; l < st.levels; l++)
                     printf(" %.3f/%.3f/%.3f", pr.a_ms[l], pr.p_ms[l], pr.r_ms[l]);
                 printf("; an iteration %.3f ms (jacobi %.3f) by the solver's iterate_ms\n",

@@ -45,10 +45,11 @@ int kd_amg_describe(const struct kd_precond *P, kd_amg_stats_t *out, kd_err_t *e
 
 /* Where a V-cycle's time goes (benchmarks): device milliseconds of one SpMV with each level's A,
  * P and R (the span of `runs` back to back, divided), and of one whole V-cycle, by device events
- * (span) and by the host's clock around `runs` of them (wall). */
+ * (span) and by the host's clock around `runs` of them (wall), and its kernel launches. */
 typedef struct kd_amg_profile {
     double a_ms[KD_AMG_LEVELS_MAX], p_ms[KD_AMG_LEVELS_MAX], r_ms[KD_AMG_LEVELS_MAX];
     double vcycle_device_ms, vcycle_wall_ms;
+    double vcycle_launches; /* kernels one V-cycle enqueues */
 } kd_amg_profile_t;
 int kd_amg_profile(kd_ocl_t *ocl, const struct kd_precond *P, int runs, kd_amg_profile_t *out,
                    kd_err_t *err);

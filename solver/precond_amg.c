@@ -303,8 +303,7 @@ static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
 }
 
 /* A level's matrix on the device in the format the selection's heuristic picks for it. */
-static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
-                               kd_err_t *err)
+static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out, kd_err_t *err)
 {
     kd_csr_stats_t stats;
     kd_csr_row_stats(csr, &stats);
@@ -689,10 +688,11 @@ int kd_amg_profile(kd_ocl_t *ocl, const kd_precond_t *P, int runs, kd_amg_profil
         rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err); /* warm */
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
-    const uint64_t t0 = kd_clock_ns();
+    const uint64_t t0 = kd_clock_ns(), launches = kd_ocl_launch_count(ocl);
     kd_ocl_timing_begin(ocl);
     for (int r = 0; r < runs && rc == KD_OK; r++)
         rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err);
+    out->vcycle_launches = (double)(kd_ocl_launch_count(ocl) - launches) / runs;
     double span = 0.0;
     const int rc2 = kd_ocl_timing_end(ocl, &span, err);
     out->vcycle_wall_ms = (double)(kd_clock_ns() - t0) / 1e6 / runs;
