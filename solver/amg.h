@@ -24,6 +24,7 @@ typedef struct kd_amg_options {
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
+    int fused;           /* 1: the fused V-cycle (solver/amg_fused.c); 0: a launch per step */
 } kd_amg_options_t;
 
 void kd_amg_options_default(kd_amg_options_t *opt);
