@@ -24,8 +24,22 @@
  * kd_amg_csr_restrict: b_c = R q; with `smooth`, also the coarse level's first Chebyshev step
  * from 0 (d_c = x_c = c_r D_c^-1 b_c), which reads only the row's own values.
  * kd_amg_csr_prolong: x += P x_c.
+ *
+ * kd_amg_tail: the V-cycle of the last few small levels, from the first one's b to its x, in ONE
+ * work-group of KD_WG_SIZE work-items, as the list of steps solver/amg_tail.c made at setup
+ * (kernels/amg_abi.h): pre-smoothing, residual and restriction level by level down, the coarsest
+ * solve (its dense inverse as a CSR matrix, or smoothing), prolongation and post-smoothing level
+ * by level up. A matrix step gives each row M.lanes work-items (WG / lanes rows a pass, the
+ * lanes' sums folded in local memory in the same order as the device-wide kernels); a Chebyshev
+ * step gives work-item lid rows lid, lid + WG, ... Every step ends with a barrier (global and
+ * local fences), so the next one sees all its rows. One flat loop with three barriers: every
+ * trip count is the same for the whole group and nothing returns early, so every barrier is
+ * reached by all work-items (and PoCL compiles it in seconds; nested helpers with barriers took
+ * it minutes).
  */
 #pragma OPENCL FP_CONTRACT OFF
+
+#include "amg_abi.h"
 
 
 #ifndef KD_TPR
@@ -164,4 +178,47 @@ __kernel KD_WG_ATTR void kd_amg_csr_prolong(const int n, __global const int *ind
     const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_coarse, partial);
     if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
         x[row] = s + x[row];
+}
+
+__global VALUE *kd_amg_tail_vector(const int ref, __global VALUE *scratch, __global VALUE *b_first,
+                                   __global VALUE *x_first)
+{
+    return ref == KD_AMG_TAIL_B ? b_first : ref == KD_AMG_TAIL_X ? x_first : scratch + ref;
+}
+
+__kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail_step_t *step,
+                                     __global const int *index, __global const VALUE *value,
+                                     __global VALUE *scratch, __global VALUE *b_first,
+                                     __global VALUE *x_first)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    for (int s = 0; s < steps; s++) {
+        const kd_amg_tail_step_t S = step[s];
+        __global VALUE *x = kd_amg_tail_vector(S.x, scratch, b_first, x_first);
+        __global VALUE *b = kd_amg_tail_vector(S.b, scratch, b_first, x_first);
+        __global VALUE *q = kd_amg_tail_vector(S.q, scratch, b_first, x_first);
+        const int chebyshev = S.kind == KD_AMG_TAIL_CHEBYSHEV, lanes = S.M.lanes;
+        const int matrix_rows = chebyshev ? 0 : S.rows;
+        for (int first = 0; first < matrix_rows; first += KD_WG_SIZE / lanes) {
+            const int row = first + lid / lanes;
+            const VALUE sum = kd_amg_row_sum(lanes, row, S.rows, index + S.M.indptr,
+                                             index + S.M.indices, value + S.M.values, x, partial);
+            if (row < S.rows && (lid & (lanes - 1)) == 0)
+                q[row] = S.kind == KD_AMG_TAIL_SPMV       ? sum
+                         : S.kind == KD_AMG_TAIL_RESIDUAL ? b[row] - sum
+                                                          : sum + q[row];
+        }
+        __global VALUE *d = kd_amg_tail_vector(S.d, scratch, b_first, x_first);
+        __global const VALUE *inv_diagonal = value + S.inv_diagonal;
+        const VALUE c_d = value[S.chebyshev], c_r = value[S.chebyshev + 1];
+        for (int i = lid; i < (chebyshev ? S.rows : 0); i += KD_WG_SIZE) {
+            const VALUE r = S.zero ? b[i] : b[i] - q[i];
+            const VALUE step_i = c_r * (inv_diagonal[i] * r);
+            const VALUE di = S.first ? step_i : c_d * d[i] + step_i;
+            d[i] = di;
+            x[i] = S.zero ? di : x[i] + di;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    }
 }

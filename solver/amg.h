@@ -25,7 +25,11 @@ typedef struct kd_amg_options {
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
     int fused;           /* 1: the fused V-cycle (solver/amg_fused.c); 0: a launch per step */
+    int64_t tail_rows;   /* fused: the levels from the first one >= 1 with at most this many rows
+                            (and few enough entries) run as one single-work-group launch; 0: never */
 } kd_amg_options_t;
+
+#define KD_AMG_TAIL_ROWS_MAX 16384
 
 void kd_amg_options_default(kd_amg_options_t *opt);
 
@@ -35,10 +39,15 @@ typedef struct kd_amg_stats {
     int levels;
     int64_t rows[KD_AMG_LEVELS_MAX], nnz[KD_AMG_LEVELS_MAX];
     double operator_complexity; /* the levels' nonzeros over A's */
-    double setup_ms;            /* wall time of the whole setup */
-    double spgemm_ms;           /* of it: the Galerkin products (transfers included) */
-    double host_ms;             /* of it: aggregation, prolongators, transposes on the host */
+    int tail_level;   /* the fused V-cycle's one-work-group tail from this level; 0: none */
+    double setup_ms;  /* wall time of the whole setup */
+    double spgemm_ms; /* of it: the Galerkin products (transfers included) */
+    double host_ms;   /* of it: aggregation, prolongators, transposes on the host */
 } kd_amg_stats_t;
+
+/* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU
+ * (1), or as the device wants (0, the default), so a CPU device tests the GPU's mapping. */
+void kd_amg_test_set_gpu_lanes(int on);
 
 struct kd_precond;
 /* The statistics of P, an amg preconditioner set up on a matrix. KD_EBADREQ for another one. */

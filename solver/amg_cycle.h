@@ -3,7 +3,7 @@
  * files). precond_amg.c builds it and runs the straightforward V-cycle, a launch per SpMV and per
  * vector step through each level matrix's format; solver/amg_fused.c runs the same V-cycle in
  * fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual fused into their
- * SpMVs.
+ * SpMVs, and the small levels at the bottom in one single-work-group launch (the "tail").
  */
 #ifndef KD_SOLVER_AMG_CYCLE_H
 #define KD_SOLVER_AMG_CYCLE_H
@@ -26,6 +26,13 @@ typedef struct kd_amg_level {
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */
 } kd_amg_level_t;
 
+typedef struct kd_amg_tail {
+    int first;                            /* the tail's first level; 0 when there is none */
+    int n_steps;                          /* in its step list */
+    cl_mem steps, index, values, scratch; /* kernels/amg_abi.h */
+    size_t device_bytes;
+} kd_amg_tail_t;
+
 typedef struct kd_amg {
     kd_amg_options_t opt;
     int levels;
@@ -34,6 +41,8 @@ typedef struct kd_amg {
     int64_t coarse_n;
     kd_dtype_t dtype;
     size_t wg;
+    int gpu_lanes; /* lanes per row as on a GPU (kd_amg_lanes) */
+    kd_amg_tail_t tail;
     double setup_ms, spgemm_ms, host_ms;
 } kd_amg_t;
 
@@ -63,8 +72,18 @@ int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_
 int kd_amg_fused_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x,
                         kd_err_t *err);
 
-/* Work-items per row for a fused kernel on rows of mean length `mean`: the smallest power of two
- * in 1..64 at least the mean, at most the work-group size. */
-int kd_amg_lanes(double mean, size_t wg);
+/* The fused V-cycle's tail (kernels/amg_abi.h): the longest run of levels >= 1 down to the
+ * coarsest that fit one work-group, packed onto the device; none when even the coarsest does not
+ * fit. */
+int kd_amg_tail_build(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err);
+void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released one */
+
+/* Work-items per row for a fused kernel on rows of mean length `mean`: on a GPU the smallest power
+ * of two in 1..64 at least the mean (at most the work-group size), so a row is one or two
+ * coalesced steps of its lanes; 1 on a CPU, where lanes only add barriers (on PoCL the V-cycle
+ * took several times longer with them). */
+int kd_amg_lanes(const kd_amg_t *amg, double mean);
+
+extern int kd_amg_test_gpu_lanes; /* kd_amg_test_set_gpu_lanes */
 
 #endif

@@ -11,22 +11,33 @@
  *   - each later Chebyshev step is its SpMV (kd_amg_csr_chebyshev, x ping-ponged between the
  *     level's x and x_other);
  *   - the residual is its SpMV (kd_amg_csr_residual); the prolongation adds P x_c in place.
- * A level >= 1 costs 6 launches (11 in the straightforward cycle).
+ * A level >= 1 costs 6 launches (11 in the straightforward cycle). The last levels, from the
+ * first one (>= 1) small enough for one work-group down to the coarsest, run as ONE launch of
+ * kd_amg_tail over packs made here once at setup (kernels/amg_abi.h).
  */
 #include "solver/amg_cycle.h"
 #include "solver/format.h"
+
+#include "kernels/amg_abi.h"
 
 #include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-int kd_amg_lanes(double mean, size_t wg)
+int kd_amg_test_gpu_lanes = 0;
+
+void kd_amg_test_set_gpu_lanes(int on)
+{
+    kd_amg_test_gpu_lanes = on;
+}
+
+int kd_amg_lanes(const kd_amg_t *amg, double mean)
 {
     int lanes = 1;
-    while (lanes < 64 && (double)lanes < mean)
+    while (amg->gpu_lanes && lanes < 64 && (double)lanes < mean)
         lanes *= 2;
-    while ((size_t)lanes > wg && lanes > 1)
+    while ((size_t)lanes > amg->wg && lanes > 1)
         lanes /= 2;
     return lanes;
 }
@@ -68,14 +79,14 @@ static int kd_amg_fused_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, 
     return rc;
 }
 
-/* b = R_l q_l into level l + 1, with that level's first smoothing step unless it is an inverted
- * coarsest. */
+/* b = R_l q_l into level l + 1, with that level's first smoothing step unless it is the tail's
+ * first level or an inverted coarsest. */
 static int kd_amg_fused_restrict(kd_ocl_t *ocl, kd_amg_t *amg, int l, kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l], *C = &amg->level[l + 1];
     const kd_format_csr_t *R = kd_format_csr_scalar_arrays(L->R);
     const int inverted = l + 2 == amg->levels && amg->coarse_inverse != NULL;
-    const int smooth = !inverted;
+    const int smooth = l + 1 != amg->tail.first && !inverted;
     double c_d, c_r;
     kd_amg_chebyshev_coefficients(amg, C, 0, &c_d, &c_r);
     return kd_amg_launch(
@@ -100,6 +111,18 @@ static int kd_amg_fused_prolong(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_ve
         err);
 }
 
+/* The tail, from its first level's b to its x, in one work-group. */
+static int kd_amg_tail_run(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[amg->tail.first];
+    const kd_amg_tail_t *T = &amg->tail;
+    return kd_amg_launch(ocl, amg, "kd_amg_tail", 0, amg->wg, amg->wg,
+                         KD_ARGS(KD_ARG_INT(T->n_steps), KD_ARG_MEM(T->steps), KD_ARG_MEM(T->index),
+                                 KD_ARG_MEM(T->values), KD_ARG_MEM(T->scratch),
+                                 KD_ARG_MEM(L->b.mem), KD_ARG_MEM(L->x.mem)),
+                         err);
+}
+
 /* The V-cycle from level l >= 1, its b restricted (and its first step taken, as
  * kd_amg_fused_restrict says); *x_out: the vector holding its x. */
 static int kd_amg_fused_level(kd_ocl_t *ocl, kd_amg_t *amg, int l, kd_vec_t **x_out, kd_err_t *err)
@@ -107,6 +130,8 @@ static int kd_amg_fused_level(kd_ocl_t *ocl, kd_amg_t *amg, int l, kd_vec_t **x_
     kd_amg_level_t *L = &amg->level[l];
     kd_vec_t *x = &L->x;
     *x_out = x;
+    if (l == amg->tail.first)
+        return kd_amg_tail_run(ocl, amg, err);
     if (l == amg->levels - 1 && amg->coarse_inverse != NULL)
         return kd_amg_launch(ocl, amg, "kd_amg_dense_mv", 0, (size_t)L->n * amg->wg, amg->wg,
                              KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(amg->coarse_inverse),

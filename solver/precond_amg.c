@@ -41,7 +41,7 @@
 #define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
 
 static const char *const kd_amg_option_names[] = {
-    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", NULL};
+    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows", NULL};
 
 /* The request's options over the defaults, each checked. */
 static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *opt, kd_err_t *err)
@@ -53,9 +53,14 @@ static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *
     const double degree = kd_precond_option(o, "degree", opt->degree);
     const double block = kd_precond_option(o, "block_size", opt->block_size);
     const double fused = kd_precond_option(o, "fused", opt->fused);
+    const double tail = kd_precond_option(o, "tail_rows", (double)opt->tail_rows);
     if (fused != 0.0 && fused != 1.0)
         return kd_err_set(err, KD_EBADREQ, "amg: fused = %g is not 0 or 1", fused);
+    if (!(tail >= 0 && tail <= KD_AMG_TAIL_ROWS_MAX) || tail != floor(tail))
+        return kd_err_set(err, KD_EBADREQ, "amg: tail_rows = %g is not an integer in 0..%d", tail,
+                          KD_AMG_TAIL_ROWS_MAX);
     opt->fused = (int)fused;
+    opt->tail_rows = (int64_t)tail;
     if (!(block >= 1 && block <= 8) || block != floor(block))
         return kd_err_set(err, KD_EBADREQ, "amg: block_size = %g is not an integer in 1..8", block);
     opt->block_size = (int)block;
@@ -348,7 +353,7 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           l, (long long)L->A->scan.negative_diagonal_row);
     rc = kd_amg_upload_values(ocl, L->A->inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
                               &L->inv_diagonal, err);
-    L->lanes_a = kd_amg_lanes((double)L->nnz / (double)L->n, amg->wg);
+    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
     kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
     for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
         rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
@@ -387,8 +392,8 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
         rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
     if (rc == KD_OK)
         rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
-    L->lanes_p = kd_amg_lanes((double)P->nnz / (double)P->rows, amg->wg);
-    L->lanes_r = kd_amg_lanes((double)R->nnz / (double)R->rows, amg->wg);
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     return rc;
 }
 
@@ -468,6 +473,7 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
 {
     const size_t v = kd_dtype_size(amg->dtype);
     size_t bytes = amg->coarse_inverse != NULL ? (size_t)(amg->coarse_n * amg->coarse_n) * v : 0;
+    bytes += amg->tail.device_bytes;
     for (int l = 0; l < amg->levels; l++) {
         const kd_amg_level_t *L = &amg->level[l];
         bytes += (size_t)L->n * v * (l == 0 ? 3 : amg->opt.fused ? 6 : 5);
@@ -564,6 +570,7 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
         return rc;
     amg->dtype = A->dtype;
     amg->wg = kd_ocl_work_group_size(ocl);
+    amg->gpu_lanes = kd_ocl_desc(ocl)->is_gpu || kd_amg_test_gpu_lanes;
     const uint64_t t0 = kd_clock_ns();
     /* The levels follow the matrix as stored: P A P^T when it is reordered. */
     kd_csr_t *fine = (kd_csr_t *)csr, *permuted = NULL;
@@ -574,6 +581,8 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     }
     rc = kd_amg_build(ocl, amg, A, fine, err);
     kd_csr_free(permuted);
+    if (rc == KD_OK && amg->opt.fused)
+        rc = kd_amg_tail_build(ocl, amg, err);
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
     if (rc != KD_OK)
@@ -611,6 +620,7 @@ static void kd_amg_release(kd_precond_t *P)
         kd_vec_release(&L->d);
         kd_vec_release(&L->x_other);
     }
+    kd_amg_tail_release(&amg->tail);
     if (amg->coarse_inverse != NULL)
         clReleaseMemObject(amg->coarse_inverse);
     free(amg);
@@ -638,6 +648,7 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     const kd_amg_t *amg = P->impl;
     memset(out, 0, sizeof(*out));
     out->levels = amg->levels;
+    out->tail_level = amg->tail.first;
     int64_t nnz = 0;
     for (int l = 0; l < amg->levels; l++) {
         out->rows[l] = amg->level[l].n;
