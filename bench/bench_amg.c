@@ -80,6 +80,7 @@ static void kd_ba_usage(void)
         "  --repeat N          timed solves per method, median (default 3)\n"
         "  --threshold T       AMG strength threshold (default: the preconditioner's, 0)\n"
         "  --format NAME       force the matrix's format (default: measured, as matrix.put)\n"
+        "  --fused 0|1         AMG's fused V-cycle (default: the preconditioner's, 1)\n"
         "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, kronlap3d:N, elast3d:N, ... or a .mtx file\n");
 }
 
@@ -87,7 +88,7 @@ int kd_bench_amg_main(int argc, char **argv)
 {
     const char *device = "auto", *format = NULL;
     kd_dtype_t dtype = KD_DTYPE_F64;
-    double rtol = 1e-8, threshold = -1.0, block_size = 0.0;
+    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0;
     int repeat = 3, first = argc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -104,6 +105,8 @@ int kd_bench_amg_main(int argc, char **argv)
             threshold = atof(argv[++i]);
         else if (strcmp(a, "--block-size") == 0 && has)
             block_size = atof(argv[++i]);
+        else if (strcmp(a, "--fused") == 0 && has)
+            fused = atof(argv[++i]);
         else if (strcmp(a, "--format") == 0 && has)
             format = argv[++i];
         else if (a[0] == '-') {
@@ -134,6 +137,10 @@ int kd_bench_amg_main(int argc, char **argv)
     if (threshold >= 0.0) {
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "threshold");
         opt.items[opt.count++].value = threshold;
+    }
+    if (fused >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "fused");
+        opt.items[opt.count++].value = fused;
     }
     if (block_size > 0.0) {
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "block_size");
@@ -212,8 +219,10 @@ int kd_bench_amg_main(int argc, char **argv)
             printf("; jacobi relres %.1e\n", jac.relres);
             kd_amg_profile_t pr;
             if (kd_amg_profile(ocl, P, 10, &pr, &err) == KD_OK) {
-                printf("#   V-cycle %.3f ms device span, %.3f ms wall; SpMV ms A/P/R by level:",
-                       pr.vcycle_device_ms, pr.vcycle_wall_ms);
+                printf(
+                    "#   V-cycle %.3f ms device span, %.3f ms wall, %.0f launches; SpMV ms A/P/R "
+                    "by level:",
+                    pr.vcycle_device_ms, pr.vcycle_wall_ms, pr.vcycle_launches);
                 for (int l = 0; l < st.levels; l++)
                     printf(" %.3f/%.3f/%.3f", pr.a_ms[l], pr.p_ms[l], pr.r_ms[l]);
                 printf("; an iteration %.3f ms (jacobi %.3f) by the solver's iterate_ms\n",

@@ -1,18 +1,50 @@
 /*
- * The multigrid V-cycle's own vector kernels (solver/precond_amg.c); the level matrices, the
- * restriction and the prolongation run through their formats' SpMV.
+ * The multigrid V-cycle's own kernels (solver/precond_amg.c, solver/amg_fused.c).
  *
- * kd_amg_chebyshev: one Chebyshev step of the smoother on one level, one work-item per row, every
- * access coalesced: r = b - q (q = A x from the SpMV before it; b alone when x starts at 0),
- * d = c_d d + c_r D^-1 r (c_r D^-1 r alone on the first step), x += d (x = d from 0). Reads b, q,
- * 1/diag, d, x; writes d, x.
+ * The straightforward V-cycle runs the level matrices, the restriction and the prolongation
+ * through their formats' SpMV, and these vector kernels, one work-item per row, every access
+ * coalesced:
+ * kd_amg_chebyshev: one Chebyshev step of the smoother on one level: r = b - q (q = A x from the
+ * SpMV before it; b alone when x starts at 0), d = c_d d + c_r D^-1 r (c_r D^-1 r alone on the
+ * first step), x += d (x = d from 0). Reads b, q, 1/diag, d, x; writes d, x.
  * kd_amg_residual: q = b - q after q = A x: the residual the restriction reads.
  * kd_amg_scale: y = s .* x (the Lanczos estimate's D^-1/2).
  * kd_amg_dense_mv: x = M b on the coarsest level, M its dense inverse (row-major, n <= a few
  * hundred): one work-group per row, its lanes read consecutive entries of the row, then a tree
  * in local memory in a fixed order (deterministic).
+ *
+ * The fused V-cycle keeps levels >= 1 (and every P and R) in CSR and fuses each level's vector
+ * step into its SpMV, the csr_vector mapping: KD_TPR work-items per row (-DKD_TPR, the smallest
+ * power of two at least the matrix's mean row length, so a typical row is one or two coalesced
+ * steps of the lanes), row = global id / KD_TPR, lanes read entries lane, lane + KD_TPR, ... of
+ * the row, then a tree of their partial sums in local memory; lane 0 finishes the row. Rows are
+ * independent, so a step that rewrites x reads x_in and writes x_out (ping-pong):
+ * kd_amg_csr_chebyshev: s = (A x_in)_i; the Chebyshev step above with q_i = s; x_out = x_in + d.
+ * kd_amg_csr_residual: q = b - A x.
+ * kd_amg_csr_restrict: b_c = R q; with `smooth`, also the coarse level's first Chebyshev step
+ * from 0 (d_c = x_c = c_r D_c^-1 b_c), which reads only the row's own values.
+ * kd_amg_csr_prolong: x += P x_c.
+ *
+ * kd_amg_tail: the V-cycle of the last few small levels, from the first one's b to its x, in ONE
+ * work-group of KD_WG_SIZE work-items, as the list of steps solver/amg_tail.c made at setup
+ * (kernels/amg_abi.h): pre-smoothing, residual and restriction level by level down, the coarsest
+ * solve (its dense inverse as a CSR matrix, or smoothing), prolongation and post-smoothing level
+ * by level up. A matrix step gives each row M.lanes work-items (WG / lanes rows a pass, the
+ * lanes' sums folded in local memory in the same order as the device-wide kernels); a Chebyshev
+ * step gives work-item lid rows lid, lid + WG, ... Every step ends with a barrier (global and
+ * local fences), so the next one sees all its rows. One flat loop with three barriers: every
+ * trip count is the same for the whole group and nothing returns early, so every barrier is
+ * reached by all work-items (and PoCL compiles it in seconds; nested helpers with barriers took
+ * it minutes).
  */
 #pragma OPENCL FP_CONTRACT OFF
+
+#include "amg_abi.h"
+
+
+#ifndef KD_TPR
+#define KD_TPR 1
+#endif
 
 __kernel void kd_amg_chebyshev(const int n, const int from_zero, const int first, const VALUE c_d,
                                const VALUE c_r, __global const VALUE *b, __global const VALUE *q,
@@ -61,4 +93,132 @@ __kernel KD_WG_ATTR void kd_amg_dense_mv(const int n, __global const VALUE *M,
     }
     if (lane == 0)
         x[row] = scratch[0];
+}
+
+/* (M v)_row by `lanes` work-items (lane = lid % lanes), valid in lane 0; all the group's
+ * work-items call it (barriers), rows past `rows` contribute nothing. */
+VALUE kd_amg_row_sum(const int lanes, const int row, const int rows, __global const int *indptr,
+                     __global const int *indices, __global const VALUE *values,
+                     __global const VALUE *v, __local VALUE *partial)
+{
+    const int lid = (int)get_local_id(0), lane = lid & (lanes - 1);
+    VALUE s = KD_ZERO;
+    if (row < rows)
+        for (int k = indptr[row] + lane; k < indptr[row + 1]; k += lanes)
+            s += values[k] * v[indices[k]];
+    partial[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = lanes / 2; w > 0; w >>= 1) {
+        if (lane < w)
+            partial[lid] += partial[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return partial[lid];
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_chebyshev(const int n, const int first, const VALUE c_d,
+                                              const VALUE c_r, __global const int *indptr,
+                                              __global const int *indices,
+                                              __global const VALUE *values, __global const VALUE *b,
+                                              __global const VALUE *inv_diagonal,
+                                              __global VALUE *d, __global const VALUE *x_in,
+                                              __global VALUE *x_out)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_in, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0) {
+        const VALUE r = b[row] - s;
+        const VALUE step = c_r * (inv_diagonal[row] * r);
+        const VALUE di = first ? step : c_d * d[row] + step;
+        d[row] = di;
+        x_out[row] = x_in[row] + di;
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_residual(const int n, __global const int *indptr,
+                                             __global const int *indices,
+                                             __global const VALUE *values, __global const VALUE *x,
+                                             __global const VALUE *b, __global VALUE *q)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
+        q[row] = b[row] - s;
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_restrict(const int n, const int smooth, const VALUE c_r,
+                                             __global const int *indptr,
+                                             __global const int *indices,
+                                             __global const VALUE *values, __global const VALUE *q,
+                                             __global VALUE *b, __global const VALUE *inv_diagonal,
+                                             __global VALUE *d, __global VALUE *x)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, q, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0) {
+        b[row] = s;
+        if (smooth) {
+            const VALUE di = c_r * (inv_diagonal[row] * s);
+            d[row] = di;
+            x[row] = di;
+        }
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_prolong(const int n, __global const int *indptr,
+                                            __global const int *indices,
+                                            __global const VALUE *values,
+                                            __global const VALUE *x_coarse, __global VALUE *x)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_coarse, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
+        x[row] = s + x[row];
+}
+
+__global VALUE *kd_amg_tail_vector(const int ref, __global VALUE *scratch, __global VALUE *b_first,
+                                   __global VALUE *x_first)
+{
+    return ref == KD_AMG_TAIL_B ? b_first : ref == KD_AMG_TAIL_X ? x_first : scratch + ref;
+}
+
+__kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail_step_t *step,
+                                     __global const int *index, __global const VALUE *value,
+                                     __global VALUE *scratch, __global VALUE *b_first,
+                                     __global VALUE *x_first)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    for (int s = 0; s < steps; s++) {
+        const kd_amg_tail_step_t S = step[s];
+        __global VALUE *x = kd_amg_tail_vector(S.x, scratch, b_first, x_first);
+        __global VALUE *b = kd_amg_tail_vector(S.b, scratch, b_first, x_first);
+        __global VALUE *q = kd_amg_tail_vector(S.q, scratch, b_first, x_first);
+        const int chebyshev = S.kind == KD_AMG_TAIL_CHEBYSHEV, lanes = S.M.lanes;
+        const int matrix_rows = chebyshev ? 0 : S.rows;
+        for (int first = 0; first < matrix_rows; first += KD_WG_SIZE / lanes) {
+            const int row = first + lid / lanes;
+            const VALUE sum = kd_amg_row_sum(lanes, row, S.rows, index + S.M.indptr,
+                                             index + S.M.indices, value + S.M.values, x, partial);
+            if (row < S.rows && (lid & (lanes - 1)) == 0)
+                q[row] = S.kind == KD_AMG_TAIL_SPMV       ? sum
+                         : S.kind == KD_AMG_TAIL_RESIDUAL ? b[row] - sum
+                                                          : sum + q[row];
+        }
+        __global VALUE *d = kd_amg_tail_vector(S.d, scratch, b_first, x_first);
+        __global const VALUE *inv_diagonal = value + S.inv_diagonal;
+        const VALUE c_d = value[S.chebyshev], c_r = value[S.chebyshev + 1];
+        for (int i = lid; i < (chebyshev ? S.rows : 0); i += KD_WG_SIZE) {
+            const VALUE r = S.zero ? b[i] : b[i] - q[i];
+            const VALUE step_i = c_r * (inv_diagonal[i] * r);
+            const VALUE di = S.first ? step_i : c_d * d[i] + step_i;
+            d[i] = di;
+            x[i] = S.zero ? di : x[i] + di;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    }
 }

@@ -24,7 +24,12 @@ typedef struct kd_amg_options {
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
+    int fused;           /* 1: the fused V-cycle (solver/amg_fused.c); 0: a launch per step */
+    int64_t tail_rows;   /* fused: the levels from the first one >= 1 with at most this many rows
+                            (and few enough entries) run as one single-work-group launch; 0: never */
 } kd_amg_options_t;
+
+#define KD_AMG_TAIL_ROWS_MAX 16384
 
 void kd_amg_options_default(kd_amg_options_t *opt);
 
@@ -34,10 +39,15 @@ typedef struct kd_amg_stats {
     int levels;
     int64_t rows[KD_AMG_LEVELS_MAX], nnz[KD_AMG_LEVELS_MAX];
     double operator_complexity; /* the levels' nonzeros over A's */
-    double setup_ms;            /* wall time of the whole setup */
-    double spgemm_ms;           /* of it: the Galerkin products (transfers included) */
-    double host_ms;             /* of it: aggregation, prolongators, transposes on the host */
+    int tail_level;   /* the fused V-cycle's one-work-group tail from this level; 0: none */
+    double setup_ms;  /* wall time of the whole setup */
+    double spgemm_ms; /* of it: the Galerkin products (transfers included) */
+    double host_ms;   /* of it: aggregation, prolongators, transposes on the host */
 } kd_amg_stats_t;
+
+/* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU
+ * (1), or as the device wants (0, the default), so a CPU device tests the GPU's mapping. */
+void kd_amg_test_set_gpu_lanes(int on);
 
 struct kd_precond;
 /* The statistics of P, an amg preconditioner set up on a matrix. KD_EBADREQ for another one. */
@@ -45,10 +55,11 @@ int kd_amg_describe(const struct kd_precond *P, kd_amg_stats_t *out, kd_err_t *e
 
 /* Where a V-cycle's time goes (benchmarks): device milliseconds of one SpMV with each level's A,
  * P and R (the span of `runs` back to back, divided), and of one whole V-cycle, by device events
- * (span) and by the host's clock around `runs` of them (wall). */
+ * (span) and by the host's clock around `runs` of them (wall), and its kernel launches. */
 typedef struct kd_amg_profile {
     double a_ms[KD_AMG_LEVELS_MAX], p_ms[KD_AMG_LEVELS_MAX], r_ms[KD_AMG_LEVELS_MAX];
     double vcycle_device_ms, vcycle_wall_ms;
+    double vcycle_launches; /* kernels one V-cycle enqueues */
 } kd_amg_profile_t;
 int kd_amg_profile(kd_ocl_t *ocl, const struct kd_precond *P, int runs, kd_amg_profile_t *out,
                    kd_err_t *err);

@@ -24,6 +24,8 @@ void kd_amg_options_default(kd_amg_options_t *opt)
     opt->lower = 0.1;
     opt->upper = 1.1;
     opt->lanczos_steps = 12;
+    opt->fused = 1;
+    opt->tail_rows = 4096;
 }
 
 /* The node graph for block_size unknowns a node: entry (I, J) the Frobenius norm of block

@@ -53,6 +53,7 @@ struct kd_ocl {
     int timing;            /* kd_ocl_timing_begin: launches record events */
     cl_event timing_first; /* the first recorded launch, or NULL */
     cl_event timing_last;  /* the last recorded launch, or NULL */
+    uint64_t launches;     /* kernels enqueued since the device was opened */
 };
 
 const char *kd_ocl_error_name(cl_int status)
@@ -599,6 +600,7 @@ static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_
                       range.dims > 1 ? range.global[1] : (size_t)1);
         return code;
     }
+    ocl->launches++;
     if (event != NULL) {
         *event = ev;
         if (ocl->timing && clRetainEvent(ev) != CL_SUCCESS)
@@ -647,6 +649,11 @@ static void kd_ocl_timing_reset(kd_ocl_t *ocl)
         clReleaseEvent(ocl->timing_last);
     ocl->timing_first = ocl->timing_last = NULL;
     ocl->timing = 0;
+}
+
+uint64_t kd_ocl_launch_count(const kd_ocl_t *ocl)
+{
+    return ocl->launches;
 }
 
 void kd_ocl_timing_begin(kd_ocl_t *ocl)

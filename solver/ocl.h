@@ -91,6 +91,10 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
 int kd_ocl_launch(kd_ocl_t *ocl, cl_kernel kernel, size_t global, size_t local, const char *what,
                   kd_err_t *err);
 
+/* Kernels enqueued on this device since it was opened (benchmarks count a sequence's launches as
+ * the difference of two readings). */
+uint64_t kd_ocl_launch_count(const kd_ocl_t *ocl);
+
 /*
  * Device-side timing of whatever kd_ocl_launch enqueues between the two calls (format selection,
  * benchmarks): kd_ocl_timing_begin starts recording the launches' profiling events;

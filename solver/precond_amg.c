@@ -21,6 +21,7 @@
  * the coarsest level.
  */
 #include "solver/amg.h"
+#include "solver/amg_cycle.h"
 #include "solver/blas.h"
 #include "solver/precond.h"
 #include "solver/select.h"
@@ -39,29 +40,8 @@
 
 #define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
 
-typedef struct kd_amg_level {
-    kd_matrix_t *A;      /* owned from level 1 on; level 0 is the solve's matrix */
-    kd_matrix_t *P, *R;  /* to the next level; NULL on the coarsest */
-    cl_mem inv_diagonal; /* 1/a_ii */
-    kd_vec_t b, x;       /* the level's right-hand side and iterate (level 0: the caller's) */
-    kd_vec_t q, d;       /* scratch: A x, and the Chebyshev direction */
-    double lambda;       /* estimated lambda_max(D^-1 A) */
-    int64_t n, nnz;
-} kd_amg_level_t;
-
-typedef struct kd_amg {
-    kd_amg_options_t opt;
-    int levels;
-    kd_amg_level_t level[KD_AMG_LEVELS_MAX];
-    cl_mem coarse_inverse; /* dense, row-major; NULL when the coarsest level is smoothed */
-    int64_t coarse_n;
-    kd_dtype_t dtype;
-    size_t wg;
-    double setup_ms, spgemm_ms, host_ms;
-} kd_amg_t;
-
-static const char *const kd_amg_option_names[] = {"threshold", "max_levels", "coarse_size",
-                                                  "degree",    "block_size", NULL};
+static const char *const kd_amg_option_names[] = {
+    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows", NULL};
 
 /* The request's options over the defaults, each checked. */
 static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *opt, kd_err_t *err)
@@ -72,6 +52,15 @@ static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *
     const double coarse = kd_precond_option(o, "coarse_size", (double)opt->coarse_size);
     const double degree = kd_precond_option(o, "degree", opt->degree);
     const double block = kd_precond_option(o, "block_size", opt->block_size);
+    const double fused = kd_precond_option(o, "fused", opt->fused);
+    const double tail = kd_precond_option(o, "tail_rows", (double)opt->tail_rows);
+    if (fused != 0.0 && fused != 1.0)
+        return kd_err_set(err, KD_EBADREQ, "amg: fused = %g is not 0 or 1", fused);
+    if (!(tail >= 0 && tail <= KD_AMG_TAIL_ROWS_MAX) || tail != floor(tail))
+        return kd_err_set(err, KD_EBADREQ, "amg: tail_rows = %g is not an integer in 0..%d", tail,
+                          KD_AMG_TAIL_ROWS_MAX);
+    opt->fused = (int)fused;
+    opt->tail_rows = (int64_t)tail;
     if (!(block >= 1 && block <= 8) || block != floor(block))
         return kd_err_set(err, KD_EBADREQ, "amg: block_size = %g is not an integer in 1..8", block);
     opt->block_size = (int)block;
@@ -109,11 +98,14 @@ static int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd
                                 what, out, err);
 }
 
-static int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, size_t global,
-                         size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
+int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, size_t global,
+                  size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
 {
-    char options[32];
-    snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", amg->wg);
+    char options[48];
+    if (lanes > 0)
+        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu -DKD_TPR=%d", amg->wg, lanes);
+    else
+        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", amg->wg);
     cl_kernel kernel;
     int rc = kd_ocl_kernel(ocl, "amg", amg->dtype, options, name, &kernel, err);
     if (rc != KD_OK)
@@ -135,27 +127,39 @@ static int kd_amg_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, double alpha, const 
     return kd_matrix_spmv_inner(ocl, M, alpha, x, beta, y, err);
 }
 
-/* `degree` Chebyshev steps on level L for A x = b, from x = 0 (from_zero) or from x. */
-static int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b,
-                         kd_vec_t *x, int from_zero, int degree, kd_err_t *err)
+void kd_amg_chebyshev_coefficients(const kd_amg_t *amg, const kd_amg_level_t *L, int step,
+                                   double *c_d, double *c_r)
 {
     const double upper = amg->opt.upper * L->lambda, lower = amg->opt.lower * L->lambda;
     const double theta = 0.5 * (upper + lower), delta = 0.5 * (upper - lower);
     const double sigma = theta / delta;
     double rho = 1.0 / sigma;
+    *c_d = 0.0;
+    *c_r = 1.0 / theta;
+    for (int k = 1; k <= step; k++) {
+        const double rho_next = 1.0 / (2.0 * sigma - rho);
+        *c_d = rho_next * rho;
+        *c_r = 2.0 * rho_next / delta;
+        rho = rho_next;
+    }
+}
+
+int kd_amg_steps(const kd_amg_t *amg, int l)
+{
+    return l == amg->levels - 1 ? 4 * amg->opt.degree : amg->opt.degree;
+}
+
+int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b, kd_vec_t *x,
+                  int from_zero, int degree, kd_err_t *err)
+{
     int rc = KD_OK;
     for (int step = 0; step < degree && rc == KD_OK; step++) {
         const int zero = from_zero && step == 0;
         if (!zero && (rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err)) != KD_OK)
             break;
-        double c_d = 0.0, c_r = 1.0 / theta;
-        if (step > 0) {
-            const double rho_next = 1.0 / (2.0 * sigma - rho);
-            c_d = rho_next * rho;
-            c_r = 2.0 * rho_next / delta;
-            rho = rho_next;
-        }
-        rc = kd_amg_launch(ocl, amg, "kd_amg_chebyshev", kd_amg_global(amg, L->n), amg->wg,
+        double c_d, c_r;
+        kd_amg_chebyshev_coefficients(amg, L, step, &c_d, &c_r);
+        rc = kd_amg_launch(ocl, amg, "kd_amg_chebyshev", 0, kd_amg_global(amg, L->n), amg->wg,
                            KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(zero), KD_ARG_INT(step == 0),
                                    KD_ARG_VALUE(amg->dtype, c_d), KD_ARG_VALUE(amg->dtype, c_r),
                                    KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem),
@@ -166,14 +170,14 @@ static int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const 
     return rc;
 }
 
-static int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
-                         kd_err_t *err)
+int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
+                  kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l];
     if (l == amg->levels - 1) {
         if (amg->coarse_inverse == NULL)
-            return kd_amg_smooth(ocl, amg, L, b, x, 1, 4 * amg->opt.degree, err);
-        return kd_amg_launch(ocl, amg, "kd_amg_dense_mv", (size_t)L->n * amg->wg, amg->wg,
+            return kd_amg_smooth(ocl, amg, L, b, x, 1, kd_amg_steps(amg, l), err);
+        return kd_amg_launch(ocl, amg, "kd_amg_dense_mv", 0, (size_t)L->n * amg->wg, amg->wg,
                              KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(amg->coarse_inverse),
                                      KD_ARG_MEM(b->mem), KD_ARG_MEM(x->mem)),
                              err);
@@ -184,7 +188,7 @@ static int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b,
         rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err);
     if (rc == KD_OK)
         rc =
-            kd_amg_launch(ocl, amg, "kd_amg_residual", kd_amg_global(amg, L->n), amg->wg,
+            kd_amg_launch(ocl, amg, "kd_amg_residual", 0, kd_amg_global(amg, L->n), amg->wg,
                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem)), err);
     if (rc == KD_OK)
         rc = kd_amg_spmv(ocl, L->R, 1.0, &L->q, 0.0, &C->b, err);
@@ -197,6 +201,14 @@ static int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b,
     return rc;
 }
 
+/* x = M^-1 b by the V-cycle the options ask for. */
+static int kd_amg_cycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x, kd_err_t *err)
+{
+    if (amg->opt.fused && amg->levels > 1)
+        return kd_amg_fused_vcycle(ocl, amg, b, x, err);
+    return kd_amg_vcycle(ocl, amg, 0, b, x, err);
+}
+
 static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
                         kd_multivec_t *z, kd_err_t *err)
 {
@@ -204,7 +216,7 @@ static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_
     kd_amg_t *amg = P->impl;
     int rc = KD_OK;
     for (int64_t c = 0; c < r->k && rc == KD_OK; c++)
-        rc = kd_amg_vcycle(ocl, amg, 0, &r->cols[c], &z->cols[c], err);
+        rc = kd_amg_cycle(ocl, amg, &r->cols[c], &z->cols[c], err);
     return rc;
 }
 
@@ -254,14 +266,14 @@ static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
     double b_prev = 0.0;
     for (int j = 0; j < steps && j < 64 && rc == KD_OK; j++) {
         rc = kd_amg_launch(
-            ocl, amg, "kd_amg_scale", kd_amg_global(amg, n), amg->wg,
+            ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
             KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(v.mem), KD_ARG_MEM(t.mem)),
             err);
         if (rc == KD_OK)
             rc = kd_amg_spmv(ocl, L->A, 1.0, &t, 0.0, &w, err);
         if (rc == KD_OK)
             rc = kd_amg_launch(
-                ocl, amg, "kd_amg_scale", kd_amg_global(amg, n), amg->wg,
+                ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
                 KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(w.mem), KD_ARG_MEM(w.mem)),
                 err);
         double a = 0.0, b = 0.0;
@@ -302,10 +314,13 @@ static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
     return rc;
 }
 
-/* A level's matrix on the device in the format the selection's heuristic picks for it. */
-static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_csr_t *csr, kd_matrix_t **out,
-                               kd_err_t *err)
+/* A level's matrix on the device in the format the selection's heuristic picks for it; in CSR
+ * (csr_scalar, whose arrays the fused kernels read) for the fused V-cycle. */
+static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_amg_t *amg, const kd_csr_t *csr,
+                               kd_matrix_t **out, kd_err_t *err)
 {
+    if (amg->opt.fused)
+        return kd_matrix_upload(ocl, csr, KD_FMT_CSR_SCALAR, out, err);
     kd_csr_stats_t stats;
     kd_csr_row_stats(csr, &stats);
     const kd_format_t f = kd_select_heuristic(csr, &stats, kd_ocl_desc(ocl)->is_gpu,
@@ -323,7 +338,7 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
     int rc;
     if (l == 0) {
         L->A = (kd_matrix_t *)A0;
-    } else if ((rc = kd_amg_upload_level(ocl, csr, &L->A, err)) != KD_OK) {
+    } else if ((rc = kd_amg_upload_level(ocl, amg, csr, &L->A, err)) != KD_OK) {
         return rc;
     }
     if (L->A->scan.bad_diagonal_row >= 0 || L->A->inv_diagonal == NULL)
@@ -338,8 +353,9 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           l, (long long)L->A->scan.negative_diagonal_row);
     rc = kd_amg_upload_values(ocl, L->A->inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
                               &L->inv_diagonal, err);
-    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x};
-    for (int i = 0; i < (l == 0 ? 2 : 4) && rc == KD_OK; i++)
+    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
+    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
+    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
         rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
     if (rc == KD_OK)
         rc = kd_amg_estimate(ocl, amg, L, L->A->inv_diagonal, err);
@@ -373,9 +389,11 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
      * aggregate's). */
     if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, P, &L->P, err);
+        rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
     if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, R, &L->R, err);
+        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     return rc;
 }
 
@@ -455,9 +473,10 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
 {
     const size_t v = kd_dtype_size(amg->dtype);
     size_t bytes = amg->coarse_inverse != NULL ? (size_t)(amg->coarse_n * amg->coarse_n) * v : 0;
+    bytes += amg->tail.device_bytes;
     for (int l = 0; l < amg->levels; l++) {
         const kd_amg_level_t *L = &amg->level[l];
-        bytes += (size_t)L->n * v * (l == 0 ? 3 : 5);
+        bytes += (size_t)L->n * v * (l == 0 ? 3 : amg->opt.fused ? 6 : 5);
         if (l > 0 && L->A != NULL)
             bytes += L->A->device_bytes;
         bytes += L->P != NULL ? L->P->device_bytes : 0;
@@ -551,6 +570,7 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
         return rc;
     amg->dtype = A->dtype;
     amg->wg = kd_ocl_work_group_size(ocl);
+    amg->gpu_lanes = kd_ocl_desc(ocl)->is_gpu || kd_amg_test_gpu_lanes;
     const uint64_t t0 = kd_clock_ns();
     /* The levels follow the matrix as stored: P A P^T when it is reordered. */
     kd_csr_t *fine = (kd_csr_t *)csr, *permuted = NULL;
@@ -561,6 +581,8 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     }
     rc = kd_amg_build(ocl, amg, A, fine, err);
     kd_csr_free(permuted);
+    if (rc == KD_OK && amg->opt.fused)
+        rc = kd_amg_tail_build(ocl, amg, err);
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
     if (rc != KD_OK)
@@ -596,7 +618,9 @@ static void kd_amg_release(kd_precond_t *P)
         kd_vec_release(&L->x);
         kd_vec_release(&L->q);
         kd_vec_release(&L->d);
+        kd_vec_release(&L->x_other);
     }
+    kd_amg_tail_release(&amg->tail);
     if (amg->coarse_inverse != NULL)
         clReleaseMemObject(amg->coarse_inverse);
     free(amg);
@@ -624,6 +648,7 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     const kd_amg_t *amg = P->impl;
     memset(out, 0, sizeof(*out));
     out->levels = amg->levels;
+    out->tail_level = amg->tail.first;
     int64_t nnz = 0;
     for (int l = 0; l < amg->levels; l++) {
         out->rows[l] = amg->level[l].n;
@@ -686,13 +711,14 @@ int kd_amg_profile(kd_ocl_t *ocl, const kd_precond_t *P, int runs, kd_amg_profil
         }
     }
     if (rc == KD_OK)
-        rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err); /* warm */
+        rc = kd_amg_cycle(ocl, amg, &b, &x, err); /* warm */
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
-    const uint64_t t0 = kd_clock_ns();
+    const uint64_t t0 = kd_clock_ns(), launches = kd_ocl_launch_count(ocl);
     kd_ocl_timing_begin(ocl);
     for (int r = 0; r < runs && rc == KD_OK; r++)
-        rc = kd_amg_vcycle(ocl, amg, 0, &b, &x, err);
+        rc = kd_amg_cycle(ocl, amg, &b, &x, err);
+    out->vcycle_launches = (double)(kd_ocl_launch_count(ocl) - launches) / runs;
     double span = 0.0;
     const int rc2 = kd_ocl_timing_end(ocl, &span, err);
     out->vcycle_wall_ms = (double)(kd_clock_ns() - t0) / 1e6 / runs;

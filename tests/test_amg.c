@@ -7,7 +7,8 @@
  * Jacobi-PCG (asserted), with several right-hand sides each as alone, in float64 and float32; the
  * V-cycle is symmetric (x'M^-1 y = y'M^-1 x to rounding, so CG stays valid); the hierarchy is
  * built once and lives with the matrix; a zero diagonal, a nonsymmetric matrix and a missing host
- * CSR are clear errors.
+ * CSR are clear errors. The fused V-cycle (solver/amg_fused.c) applies the same operator as
+ * the straightforward one, a launch per step: M^-1 r by both agree to rounding.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
@@ -483,6 +484,103 @@ static void test_options(void)
     kd_test_problem_free(&p);
 }
 
+/* z = M^-1 r with the options opt, read back widened. */
+static void amg_apply(kd_test_problem_t *p, const kd_precond_options_t *opt, double *z)
+{
+    const kd_precond_t *P = NULL;
+    kd_multivec_t r = {0}, zd = {0};
+    kd_err_t err = {0};
+    void *zh = malloc((size_t)p->n * kd_dtype_size(p->dtype));
+    const int rc = kd_precond_get(ocl, p->A, &kd_precond_amg, opt, p->csr, &P, &err);
+    CHECK_MSG(rc == KD_OK, "%s", err.message);
+    REQUIRE(rc == KD_OK);
+    REQUIRE(kd_multivec_alloc(ocl, p->n, 1, p->dtype, &r, &err) == KD_OK);
+    REQUIRE(kd_multivec_alloc(ocl, p->n, 1, p->dtype, &zd, &err) == KD_OK);
+    CHECK(kd_multivec_write(ocl, &r, p->b, &err) == KD_OK);
+    CHECK_MSG(P->ops->apply(ocl, P, &r, &zd, &err) == KD_OK, "%s", err.message);
+    CHECK(kd_multivec_read(ocl, &zd, zh, &err) == KD_OK);
+    for (int64_t i = 0; i < p->n; i++)
+        z[i] = kd_load_real(zh, p->dtype, (size_t)i);
+    free(zh);
+    kd_multivec_release(&r);
+    kd_multivec_release(&zd);
+}
+
+/* The fused V-cycle against the straightforward one (option fused 0) on the same hierarchy,
+ * `extra` options on both: max |z_fused - z| <= tol max |z|. */
+static void fused_matches(const char *name, kd_csr_t *csr64, kd_dtype_t dtype,
+                          const char *extra_name, double extra_value, int tail_level, double tol)
+{
+    kd_test_problem_t p;
+    REQUIRE(kd_test_problem_make(ocl, &p, csr64, dtype, 1) == 0);
+    kd_precond_options_t opt = {.count = 1};
+    snprintf(opt.items[0].name, sizeof(opt.items[0].name), "%s", "fused");
+    if (extra_name != NULL) {
+        snprintf(opt.items[1].name, sizeof(opt.items[1].name), "%s", extra_name);
+        opt.items[1].value = extra_value;
+        opt.count = 2;
+    }
+    double *z = malloc((size_t)p.n * sizeof(double)), *zf = malloc((size_t)p.n * sizeof(double));
+    opt.items[0].value = 0;
+    amg_apply(&p, &opt, z);
+    opt.items[0].value = 1;
+    amg_apply(&p, &opt, zf);
+    kd_amg_stats_t st;
+    kd_err_t err = {0};
+    const kd_precond_t *P = NULL;
+    CHECK(kd_precond_get(ocl, p.A, &kd_precond_amg, &opt, NULL, &P, &err) == KD_OK &&
+          kd_amg_describe(P, &st, &err) == KD_OK);
+    double diff = 0.0, scale = 0.0;
+    for (int64_t i = 0; i < p.n; i++) {
+        diff = fmax(diff, fabs(zf[i] - z[i]));
+        scale = fmax(scale, fabs(z[i]));
+    }
+    printf("fused V-cycle %-28s %s levels %d (coarsest %lld), tail from %d: max |z_fused - z| / "
+           "max |z| = %.1e\n",
+           name, kd_dtype_name(dtype), st.levels, (long long)st.rows[st.levels - 1], st.tail_level,
+           diff / scale);
+    CHECK_MSG(st.tail_level == tail_level, "%s: the tail from level %d, not %d", name,
+              st.tail_level, tail_level);
+    CHECK_MSG(scale > 0.0 && diff <= tol * scale, "%s %s: fused V-cycle off by %g of %g", name,
+              kd_dtype_name(dtype), diff, scale);
+    free(z);
+    free(zf);
+    kd_test_problem_free(&p);
+}
+
+/* Hierarchies whose small levels run as the one-work-group tail (from level 1, from level 2
+ * after a fused level, with a smoothed coarsest of 1560 rows) and one without it (tail_rows 0). */
+static void test_fused_vcycle(void)
+{
+    kd_dtype_t dt[2];
+    const int ndt = kd_test_dtypes(ocl, dt);
+    for (int d = 0; d < ndt; d++) {
+        const double tol = dt[d] == KD_DTYPE_F64 ? 1e-12 : 2e-5;
+        fused_matches("lap2d 96x96", kd_test_laplacian_2d(96, 96), dt[d], NULL, 0, 1, tol);
+        fused_matches("lap2d 256x256", kd_test_laplacian_2d(256, 256), dt[d], NULL, 0, 2, tol);
+        fused_matches("lap2d 256x256 tail_rows 0", kd_test_laplacian_2d(256, 256), dt[d],
+                      "tail_rows", 0, 0, tol);
+        fused_matches("lap3d 20^3", laplacian_3d(20), dt[d], NULL, 0, 1, tol);
+        fused_matches("lap3d 20^3 tail_rows 500", laplacian_3d(20), dt[d], "tail_rows", 500, 2,
+                      tol);
+        fused_matches("lap2d 96x96 max_levels 2", kd_test_laplacian_2d(96, 96), dt[d], "max_levels",
+                      2, 1, tol);
+        fused_matches("lap2d 96x96 tail_rows 1000", kd_test_laplacian_2d(96, 96), dt[d],
+                      "tail_rows", 1000, 2, tol);
+    }
+    kd_amg_test_set_gpu_lanes(1); /* lanes per row as on a GPU: the same operator */
+    for (int d = 0; d < ndt; d++) {
+        const double tol = dt[d] == KD_DTYPE_F64 ? 1e-12 : 2e-5;
+        fused_matches("lap2d 256x256 gpu lanes", kd_test_laplacian_2d(256, 256), dt[d], NULL, 0, 2,
+                      tol);
+        fused_matches("lap3d 20^3 gpu lanes", laplacian_3d(20), dt[d], "tail_rows", 500, 2, tol);
+    }
+    kd_amg_test_set_gpu_lanes(0);
+    fused_matches("kron3 clamped block_size 3", kron3(20, 7), KD_DTYPE_F64, "block_size", 3, 1,
+                  1e-12);
+    fused_matches("494_bus", kd_test_load_mtx("494_bus.mtx", 0.0), KD_DTYPE_F64, NULL, 0, 1, 1e-12);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -500,6 +598,7 @@ int main(void)
     test_errors();
     test_options();
     test_block_aggregation();
+    test_fused_vcycle();
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
