@@ -15,7 +15,9 @@
  * device during the two read-backs included) and its symbolic and numeric parts, and wall time
  * around the kd_spgemm calls (read-backs, allocation of C, the wait for the last kernel). C is
  * released after each run. Times are min and median over the runs; peak is device memory
- * kd_spgemm allocated at its peak (C and scratch, not A or B).
+ * kd_spgemm allocated at its peak (C and scratch, not A or B). Under each matrix, one line per
+ * kernel: its median device time over the runs (its launches' events summed), launches per run
+ * and its share of the kernels' sum, so a run on another device shows where the time goes.
  *
  * --export DIR writes each A (and for rap, P) as DIR/<name>.csr and DIR/<name>.P.csr in the
  * binary CSR of bench.h (the format bench/peers read), so bench/peers/cusparse_spgemm.cu
@@ -38,7 +40,64 @@ typedef struct kd_bench_spgemm_result {
     int64_t bin_rows[8], numeric_bin_rows[8];
     size_t peak;
     double device_ms, symbolic_ms, numeric_ms, wall_ms;
+    int kernels; /* per kernel, both products of rap together */
+    kd_spgemm_kernel_time_t kernel[KD_SPGEMM_KERNELS];
 } kd_bench_spgemm_result_t;
+
+/* Per-kernel device times over the runs: kernel k's ms in run i at ms[k * runs + i]. */
+typedef struct kd_bench_spgemm_kernels {
+    int count, runs;
+    const char *name[KD_SPGEMM_KERNELS];
+    int launches[KD_SPGEMM_KERNELS];
+    double *ms;
+} kd_bench_spgemm_kernels_t;
+
+/* Add a product's per-kernel times to out's, by name. */
+static void kd_bench_spgemm_add_kernels(kd_bench_spgemm_result_t *out, const kd_spgemm_stats_t *s)
+{
+    for (int i = 0; i < s->kernels; i++) {
+        int k = 0;
+        while (k < out->kernels && strcmp(out->kernel[k].name, s->kernel[i].name) != 0)
+            k++;
+        if (k == KD_SPGEMM_KERNELS)
+            continue;
+        if (k == out->kernels)
+            out->kernel[out->kernels++] = (kd_spgemm_kernel_time_t){s->kernel[i].name, 0.0, 0};
+        out->kernel[k].ms += s->kernel[i].ms;
+        out->kernel[k].launches += s->kernel[i].launches;
+    }
+}
+
+/* Record run i's per-kernel times. */
+static void kd_bench_spgemm_record_kernels(kd_bench_spgemm_kernels_t *kt, int i,
+                                           const kd_bench_spgemm_result_t *res)
+{
+    for (int r = 0; r < res->kernels; r++) {
+        int k = 0;
+        while (k < kt->count && strcmp(kt->name[k], res->kernel[r].name) != 0)
+            k++;
+        if (k == KD_SPGEMM_KERNELS)
+            continue;
+        if (k == kt->count)
+            kt->name[kt->count++] = res->kernel[r].name;
+        kt->ms[k * kt->runs + i] = res->kernel[r].ms;
+        kt->launches[k] = res->kernel[r].launches;
+    }
+}
+
+/* One line per kernel: median ms over the runs, launches per run, share of the kernels' sum. */
+static void kd_bench_spgemm_print_kernels(const kd_bench_spgemm_kernels_t *kt)
+{
+    double med[KD_SPGEMM_KERNELS], sum = 0.0;
+    for (int k = 0; k < kt->count; k++) {
+        med[k] = kd_bench_median(kt->ms + (size_t)k * (size_t)kt->runs, (size_t)kt->runs);
+        sum += med[k];
+    }
+    for (int k = 0; k < kt->count; k++)
+        printf("%-22s kernel %-28s %9.3f ms median, %d launch%s, %5.1f%%\n", "", kt->name[k],
+               med[k], kt->launches[k], kt->launches[k] == 1 ? "" : "es",
+               sum > 0.0 ? 100.0 * med[k] / sum : 0.0);
+}
 
 static int kd_bench_cmp_i32(const void *x, const void *y)
 {
@@ -206,6 +265,7 @@ static int kd_bench_spgemm_once(kd_ocl_t *ocl, kd_bench_op_t op, const kd_csr_de
     kd_csr_device_t c = {0}, c2 = {0};
     kd_spgemm_stats_t s1, s2;
     memset(&s2, 0, sizeof(s2));
+    out->kernels = 0;
     uint64_t t0 = kd_clock_ns();
     int rc = kd_spgemm(ocl, l, r, NULL, &c, &s1, err);
     if (rc == KD_OK && op == KD_BENCH_RAP) /* l = A, r = P, rr = R: R (A P) */
@@ -222,6 +282,8 @@ static int kd_bench_spgemm_once(kd_ocl_t *ocl, kd_bench_op_t op, const kd_csr_de
             out->bin_rows[b] = s1.bin_rows[b] + s2.bin_rows[b];
             out->numeric_bin_rows[b] = s1.numeric_bin_rows[b] + s2.numeric_bin_rows[b];
         }
+        kd_bench_spgemm_add_kernels(out, &s1);
+        kd_bench_spgemm_add_kernels(out, &s2);
         /* for rap, A P is alive while R (A P) runs */
         out->peak =
             op == KD_BENCH_RAP && c.device_bytes + s2.peak_device_bytes > s1.peak_device_bytes
@@ -257,8 +319,11 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
            *wall = calloc((size_t)runs, sizeof(double));
     double *sym = calloc((size_t)runs, sizeof(double)), *num = calloc((size_t)runs, sizeof(double));
     kd_bench_spgemm_result_t res = {0};
+    kd_bench_spgemm_kernels_t kt = {0};
+    kt.runs = runs;
+    kt.ms = calloc((size_t)KD_SPGEMM_KERNELS * (size_t)runs, sizeof(double));
     int rc = KD_ENOMEM;
-    if (dev == NULL || wall == NULL || sym == NULL || num == NULL)
+    if (dev == NULL || wall == NULL || sym == NULL || num == NULL || kt.ms == NULL)
         goto done;
     char path[1024];
     if (export_dir != NULL) {
@@ -302,6 +367,7 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
         wall[i] = res.wall_ms;
         sym[i] = res.symbolic_ms;
         num[i] = res.numeric_ms;
+        kd_bench_spgemm_record_kernels(&kt, i, &res);
     }
     if (rc != KD_OK)
         goto done;
@@ -339,6 +405,7 @@ static int kd_bench_spgemm_matrix(kd_ocl_t *ocl, const char *name, kd_bench_op_t
     for (int b = 0; b < 8; b++)
         printf(" %lld", (long long)res.numeric_bin_rows[b]);
     printf("\n");
+    kd_bench_spgemm_print_kernels(&kt);
     fflush(stdout);
 done:
     if (rc != KD_OK)
@@ -356,6 +423,7 @@ done:
     free(wall);
     free(sym);
     free(num);
+    free(kt.ms);
     return rc;
 }
 

@@ -400,6 +400,51 @@ int kd_spgemm_group_chunks(const int lanes, const int a0, const int a1, __local 
     return *chunks;
 }
 
+/* Whether a window of `products` over `steps` entries of A is added in rounds: more entries than
+ * KD_SPGEMM_MOST_STEPS, fewer than 8 products each on average (long B rows go a step per entry). */
+int kd_spgemm_in_rounds(const int steps, const int products)
+{
+    return steps > KD_SPGEMM_MOST_STEPS && steps * 8 > products;
+}
+
+/*
+ * Add each work-item's pending products (slot[i] >= 0 in sums, value[i], order[i]: distinct
+ * across the group) into sums so that every slot receives its products in increasing order. In
+ * each round every claim (slot & mask) is taken by its smallest pending order (atomic_min), whose
+ * work-item adds its product and frees the claim; rounds repeat while any product is pending, so
+ * their count is the most products one claim has. claims[0..mask] are INT_MAX on entry and on
+ * return, more[0..1] zero. Every work-item of the group calls it.
+ */
+void kd_spgemm_add_ordered(__local VALUE *sums, __local int *claims, const int mask, int *slot,
+                           const VALUE *value, const int *order, __local int *more)
+{
+    for (int round = 0;; round++) {
+        for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+            if (slot[i] >= 0)
+                atomic_min(&claims[slot[i] & mask], order[i]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int left = 0;
+        for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+            if (slot[i] < 0)
+                continue;
+            if (claims[slot[i] & mask] == order[i]) {
+                sums[slot[i]] += value[i];
+                claims[slot[i] & mask] = INT_MAX;
+                slot[i] = -1;
+            } else {
+                left = 1;
+            }
+        }
+        if (left)
+            more[round & 1] = 1;
+        if (get_local_id(0) == 0)
+            more[(round + 1) & 1] = 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (more[round & 1] == 0)
+            return;
+    }
+}
+
 void kd_spgemm_symbolic_team(const int lanes, const int count, const int start,
                              __global const int *bin_rows, __global const int *a_indptr,
                              __global const int *a_indices, __global const int *b_indptr,
@@ -457,7 +502,8 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                             __global int *c_indices, __global VALUE *c_values, __local int *keys,
                             __local VALUE *vals, __local VALUE *ma, __local int *mb0,
                             __local int *incl, __local int *wcol, __local VALUE *wval,
-                            __local int *counts, __local int *chunks, __local int *steps)
+                            __local int *counts, __local int *chunks, __local int *steps,
+                            __local int *more)
 {
     const int lid = (int)get_local_id(0);
     const int team = lid / lanes, lane = lid % lanes;
@@ -477,6 +523,8 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
     }
     if (lane == 0)
         counts[team] = 0;
+    if (lid < 2)
+        more[lid] = 0;
     const int a0 = row >= 0 ? a_indptr[row] : 0;
     const int a1 = row >= 0 ? a_indptr[row + 1] : 0;
     const int nchunks = kd_spgemm_group_chunks(lanes, a0, a1, chunks);
@@ -518,7 +566,7 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                 atomic_max(steps, t1 - t0 + 1);
             barrier(CLK_LOCAL_MEM_FENCE);
             const int nsteps = *steps;
-            if (nsteps * 4 <= window) {
+            if (!kd_spgemm_in_rounds(nsteps, min(window, most - w0))) {
                 /* one entry of A at a time, its products in parallel (distinct columns), a
                  * barrier between entries */
                 for (int s = 0; s < nsteps; s++) {
@@ -532,15 +580,21 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                     barrier(CLK_LOCAL_MEM_FENCE);
                 }
             } else {
-                /* many short entries: every work-item walks the window in order and adds the
-                 * columns it owns */
-                for (int y = 0; y < n; y++) {
-                    const int j = tcol[y];
-                    if ((j & (lanes - 1)) == lane) {
-                        const int slot = kd_spgemm_slot(table, slots - 1, j);
-                        tvals[slot] += tval[y];
-                    }
+                /* many short entries: each work-item finds its products' slots, then the
+                 * window's columns take their products in rounds (tcol becomes the claims) */
+                int slot[KD_SPGEMM_WINDOW_ITEMS], order[KD_SPGEMM_WINDOW_ITEMS];
+                VALUE value[KD_SPGEMM_WINDOW_ITEMS];
+                for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+                    const int y = lane + i * lanes;
+                    slot[i] = y < n ? kd_spgemm_slot(table, slots - 1, tcol[y]) : -1;
+                    value[i] = y < n ? tval[y] : KD_ZERO;
+                    order[i] = y;
                 }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+                    tcol[lane + i * lanes] = INT_MAX;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                kd_spgemm_add_ordered(tvals, tcol, window - 1, slot, value, order, more);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -633,10 +687,10 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
         __local int wcol[KD_SPGEMM_WINDOW];                                                        \
         __local VALUE wval[KD_SPGEMM_WINDOW];                                                      \
         __local int counts[KD_WG_SIZE / (LANES) + 1];                                              \
-        __local int chunks, steps;                                                                 \
+        __local int chunks, steps, more[2];                                                        \
         kd_spgemm_numeric_team((LANES), count, start, bin_rows, a_indptr, a_indices, a_values,     \
                                b_indptr, b_indices, b_values, c_indptr, c_indices, c_values, keys, \
-                               vals, ma, mb0, incl, wcol, wval, counts, &chunks, &steps);          \
+                               vals, ma, mb0, incl, wcol, wval, counts, &chunks, &steps, more);    \
     }
 
 KD_SPGEMM_TEAM_KERNELS(t4, 4)
@@ -760,6 +814,19 @@ int kd_spgemm_lower_bound(__local const int *cols, const int n, const int col)
     return lo;
 }
 
+/* The first q in [lo, hi) with b_indices[q] >= col (hi when none). */
+int kd_spgemm_lower_bound_global(__global const int *b_indices, int lo, int hi, const int col)
+{
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (b_indices[mid] < col)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 __kernel KD_WG_ATTR void
 kd_spgemm_values_global(const int count, __global const long *head, __global const int *bin_rows,
                         __global const int *task_start, __global const int *a_indptr,
@@ -771,9 +838,9 @@ kd_spgemm_values_global(const int count, __global const long *head, __global con
     __local int cols[KD_SPGEMM_SLICE];
     __local VALUE sums[KD_SPGEMM_SLICE];
     __local VALUE ma[KD_WG_SIZE];
-    __local int mb0[KD_WG_SIZE], incl[KD_WG_SIZE], lscan[KD_WG_SIZE];
-    __local int wpos[KD_SPGEMM_WINDOW];
-    __local VALUE wval[KD_SPGEMM_WINDOW];
+    __local int mb0[KD_WG_SIZE], incl[KD_WG_SIZE];
+    __local int claims[KD_SPGEMM_WINDOW];
+    __local int more[2];
     const int lid = (int)get_local_id(0);
     const int task = (int)get_group_id(0);
     int lo = 0, hi = count - 1; /* the last global row whose first slice is at most task */
@@ -791,17 +858,23 @@ kd_spgemm_values_global(const int count, __global const long *head, __global con
         cols[x] = x < n ? c_indices[c0 + x] : INT_MAX;
         sums[x] = KD_ZERO;
     }
+    for (int x = lid; x < KD_SPGEMM_WINDOW; x += KD_WG_SIZE)
+        claims[x] = INT_MAX;
+    if (lid < 2)
+        more[lid] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int first = cols[0], last = cols[n - 1];
     const int a0 = a_indptr[row], a1 = a_indptr[row + 1];
     for (int e0 = a0; e0 < a1; e0 += KD_WG_SIZE) {
+        /* each entry's products inside the slice: a run of its B row (columns sorted) */
         const int e = e0 + lid;
         int b0 = 0, len = 0;
         if (e < a1) {
             const int k = a_indices[e];
+            const int q1 = b_indptr[k + 1];
             ma[lid] = a_values[e];
-            b0 = b_indptr[k];
-            len = b_indptr[k + 1] - b0;
+            b0 = kd_spgemm_lower_bound_global(b_indices, b_indptr[k], q1, first);
+            len = kd_spgemm_lower_bound_global(b_indices, b0, q1, last + 1) - b0;
         }
         mb0[lid] = b0;
         incl[lid] = len;
@@ -812,64 +885,39 @@ kd_spgemm_values_global(const int count, __global const long *head, __global con
             const int wn = min(KD_SPGEMM_WINDOW, total - w0);
             const int t0 = kd_spgemm_entry_of(incl, KD_WG_SIZE, w0);
             const int t1 = kd_spgemm_entry_of(incl, KD_WG_SIZE, w0 + wn - 1);
-            if ((t1 - t0 + 1) * 8 <= wn) {
-                /* long B rows: one entry at a time, its products in parallel (distinct
-                 * columns), a barrier between entries */
+            if (!kd_spgemm_in_rounds(t1 - t0 + 1, wn)) {
+                /* one entry at a time, its products in parallel (distinct columns), a barrier
+                 * between entries */
                 for (int t = t0; t <= t1; t++) {
                     const int before = t > 0 ? incl[t - 1] : 0;
                     const int p1 = min(incl[t], w0 + wn);
                     for (int p = max(before, w0) + lid; p < p1; p += KD_WG_SIZE) {
                         const int q = mb0[t] + p - before;
-                        const int j = b_indices[q];
-                        if (j >= first && j <= last) {
-                            const VALUE v = ma[t] * b_values[q];
-                            sums[kd_spgemm_lower_bound(cols, n, j)] += v;
-                        }
+                        sums[kd_spgemm_lower_bound(cols, n, b_indices[q])] += ma[t] * b_values[q];
                     }
                     barrier(CLK_LOCAL_MEM_FENCE);
                 }
                 continue;
             }
-            /* short B rows: the window's products in the slice, compacted in order, then every
-             * work-item walks them and adds those whose position it owns */
-            int pos[KD_SPGEMM_WINDOW_ITEMS];
+            /* short B rows: each work-item places consecutive products in the slice, then the
+             * columns take them in rounds, in order */
+            int pos[KD_SPGEMM_WINDOW_ITEMS], order[KD_SPGEMM_WINDOW_ITEMS];
             VALUE val[KD_SPGEMM_WINDOW_ITEMS];
-            int mine = 0;
             for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
                 const int p = w0 + lid * KD_SPGEMM_WINDOW_ITEMS + i;
                 pos[i] = -1;
                 val[i] = KD_ZERO;
+                order[i] = p;
                 if (p < total) {
                     const int t = kd_spgemm_entry_of(incl, KD_WG_SIZE, p);
                     const int q = mb0[t] + p - (t > 0 ? incl[t - 1] : 0);
-                    const int j = b_indices[q];
-                    if (j >= first && j <= last) {
-                        pos[i] = kd_spgemm_lower_bound(cols, n, j);
-                        val[i] = ma[t] * b_values[q];
-                        mine++;
-                    }
+                    pos[i] = kd_spgemm_lower_bound(cols, n, b_indices[q]);
+                    val[i] = ma[t] * b_values[q];
                 }
             }
-            lscan[lid] = mine;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            KD_SPGEMM_SCAN_LOCAL(int, lscan, lid);
-            int at = lscan[lid] - mine;
-            const int kept = lscan[KD_WG_SIZE - 1];
-            for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
-                if (pos[i] >= 0) {
-                    wpos[at] = pos[i];
-                    wval[at] = val[i];
-                    at++;
-                }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            for (int y = 0; y < kept; y++) {
-                const int x = wpos[y];
-                if ((x & (KD_WG_SIZE - 1)) == lid)
-                    sums[x] += wval[y];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
+            kd_spgemm_add_ordered(sums, claims, KD_SPGEMM_WINDOW - 1, pos, val, order, more);
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
     for (int x = lid; x < n; x += KD_WG_SIZE)
         c_values[c0 + x] = sums[x];

@@ -47,6 +47,9 @@ enum kd_spgemm_head {
 #define KD_SPGEMM_SCAN_ITEMS 2
 /* Rows of A longer than this are counted by their whole work-group in kd_spgemm_count. */
 #define KD_SPGEMM_LONG_ROW 64
+/* A numeric window of more entries of A than this adds its products in rounds (each column
+ * takes its next product in order, a barrier between rounds) rather than one entry per step. */
+#define KD_SPGEMM_MOST_STEPS 8
 /* Products per work-item in a window of the global bin's numeric pass. */
 #define KD_SPGEMM_WINDOW_ITEMS 4
 

@@ -142,6 +142,15 @@ void kd_csr_device_release(kd_csr_device_t *dev)
 
 enum { KD_SPGEMM_PHASE_SYMBOLIC = 0, KD_SPGEMM_PHASE_NUMERIC = 1, KD_SPGEMM_PHASES = 2 };
 
+/* Launches in one product at most (offsets runs twice; see kd_spgemm_names). */
+#define KD_SPGEMM_LAUNCHES 24
+
+typedef struct kd_spgemm_launch_event {
+    cl_event event;
+    const char *name;
+    int phase;
+} kd_spgemm_launch_event_t;
+
 typedef struct kd_spgemm_run {
     kd_ocl_t *ocl;
     const kd_csr_device_t *A, *B;
@@ -159,7 +168,8 @@ typedef struct kd_spgemm_run {
     int64_t symbolic_bins[KD_SPGEMM_BINS];
     int phase;
     int timed;
-    cl_event first[KD_SPGEMM_PHASES], last[KD_SPGEMM_PHASES];
+    int launches;
+    kd_spgemm_launch_event_t events[KD_SPGEMM_LAUNCHES];
 } kd_spgemm_run_t;
 
 /* A device buffer counted against the limit; bytes == 0 gives NULL. */
@@ -193,13 +203,9 @@ static void kd_spgemm_free_scratch(kd_spgemm_run_t *run)
             clReleaseMemObject(*mems[i]);
         *mems[i] = NULL;
     }
-    for (int p = 0; p < KD_SPGEMM_PHASES; p++) {
-        if (run->first[p] != NULL)
-            clReleaseEvent(run->first[p]);
-        if (run->last[p] != NULL)
-            clReleaseEvent(run->last[p]);
-        run->first[p] = run->last[p] = NULL;
-    }
+    for (int i = 0; i < run->launches; i++)
+        clReleaseEvent(run->events[i].event);
+    run->launches = 0;
 }
 
 /* Enqueue kernel `name` over groups work-groups of WG; its event is kept when timed. */
@@ -213,18 +219,12 @@ static int kd_spgemm_launch(kd_spgemm_run_t *run, const char *name, size_t group
     if (rc != KD_OK)
         return rc;
     cl_event ev = NULL;
+    int timed = run->timed && run->launches < KD_SPGEMM_LAUNCHES;
     rc = kd_ocl_run(run->ocl, kernel, name, kd_ocl_range_1d(groups * run->wg, run->wg), args, nargs,
-                    run->timed ? &ev : NULL, err);
+                    timed ? &ev : NULL, err);
     if (rc != KD_OK || ev == NULL)
         return rc;
-    int p = run->phase;
-    if (run->first[p] == NULL) {
-        run->first[p] = ev;
-    } else {
-        if (run->last[p] != NULL)
-            clReleaseEvent(run->last[p]);
-        run->last[p] = ev;
-    }
+    run->events[run->launches++] = (kd_spgemm_launch_event_t){ev, name, run->phase};
     return KD_OK;
 }
 
@@ -502,24 +502,44 @@ static int kd_spgemm_numeric(kd_spgemm_run_t *run, kd_err_t *err)
     return rc;
 }
 
-/* Device times from the phases' events (waits for the last kernel). */
+/* Add one launch's device time to its kernel's entry in stats. */
+static void kd_spgemm_account_kernel(kd_spgemm_stats_t *stats, const char *name, double ms)
+{
+    int k = 0;
+    while (k < stats->kernels && strcmp(stats->kernel[k].name, name) != 0)
+        k++;
+    if (k == KD_SPGEMM_KERNELS)
+        return;
+    if (k == stats->kernels)
+        stats->kernel[stats->kernels++] = (kd_spgemm_kernel_time_t){name, 0.0, 0};
+    stats->kernel[k].ms += ms;
+    stats->kernel[k].launches++;
+}
+
+/* Device times from the launches' events (waits for the last kernel): per phase, the first
+ * launch's start to the last one's end; per kernel, the sum of its launches. */
 static int kd_spgemm_account(kd_spgemm_run_t *run, kd_spgemm_stats_t *stats, kd_err_t *err)
 {
     cl_ulong start[KD_SPGEMM_PHASES] = {0, 0}, end[KD_SPGEMM_PHASES] = {0, 0};
-    for (int p = 0; p < KD_SPGEMM_PHASES; p++) {
-        cl_event first = run->first[p];
-        cl_event last = run->last[p] != NULL ? run->last[p] : first;
-        if (first == NULL)
-            continue;
-        cl_int st = clWaitForEvents(1, &last);
+    if (run->launches > 0) {
+        cl_int st = clWaitForEvents(1, &run->events[run->launches - 1].event);
+        if (st != CL_SUCCESS)
+            return kd_ocl_fail(err, st, "waiting for C = A B's last kernel");
+    }
+    for (int i = 0; i < run->launches; i++) {
+        const kd_spgemm_launch_event_t *l = &run->events[i];
+        cl_ulong t0 = 0, t1 = 0;
+        cl_int st =
+            clGetEventProfilingInfo(l->event, CL_PROFILING_COMMAND_START, sizeof(t0), &t0, NULL);
         if (st == CL_SUCCESS)
-            st = clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof(cl_ulong),
-                                         &start[p], NULL);
-        if (st == CL_SUCCESS)
-            st = clGetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof(cl_ulong), &end[p],
-                                         NULL);
+            st = clGetEventProfilingInfo(l->event, CL_PROFILING_COMMAND_END, sizeof(t1), &t1, NULL);
         if (st != CL_SUCCESS)
             return kd_ocl_fail(err, st, "reading C = A B's kernel profiling events");
+        if (start[l->phase] == 0 || t0 < start[l->phase])
+            start[l->phase] = t0;
+        if (t1 > end[l->phase])
+            end[l->phase] = t1;
+        kd_spgemm_account_kernel(stats, l->name, t1 > t0 ? (double)(t1 - t0) / 1e6 : 0.0);
     }
     double ms[KD_SPGEMM_PHASES];
     for (int p = 0; p < KD_SPGEMM_PHASES; p++)

@@ -44,6 +44,17 @@ typedef struct kd_spgemm_limits {
     size_t max_device_bytes; /* C plus scratch at most this (0: only the device's own limits) */
 } kd_spgemm_limits_t;
 
+/* The most distinct kernels one product launches (count, offsets, scatter, 7 symbolic bins, the
+ * scan's two others, 6 numeric bins, the global bin's two numeric kernels). */
+#define KD_SPGEMM_KERNELS 20
+
+/* One kernel's device time over its launches in one product (events' start to end, summed). */
+typedef struct kd_spgemm_kernel_time {
+    const char *name; /* the kernel's name (a static string) */
+    double ms;
+    int launches;
+} kd_spgemm_kernel_time_t;
+
 typedef struct kd_spgemm_stats {
     int64_t products;                         /* sum over A's entries a_ik of B's row k length */
     int64_t nnz;                              /* C's */
@@ -51,6 +62,8 @@ typedef struct kd_spgemm_stats {
     size_t peak_device_bytes;                 /* scratch plus C at the peak, A and B not included */
     double symbolic_ms, numeric_ms, total_ms; /* device time, from the kernels' events */
     int64_t numeric_bin_rows[8];              /* rows per bin, by their count of C's columns */
+    int kernels;                              /* entries of kernel[], in launch order */
+    kd_spgemm_kernel_time_t kernel[KD_SPGEMM_KERNELS];
 } kd_spgemm_stats_t;
 
 /*

@@ -231,6 +231,14 @@ static void check_product(const char *name, const kd_csr_t *A, const kd_csr_t *B
     CHECK_EQ_INT(numeric_binned, R->nnz > 0 ? A->rows : 0);
     CHECK(stats.peak_device_bytes >= ((size_t)A->rows + 1) * 4);
     CHECK(stats.total_ms >= stats.numeric_ms && stats.total_ms >= 0.0);
+    double kernel_ms = 0.0;
+    for (int k = 0; k < stats.kernels; k++) {
+        CHECK(stats.kernel[k].name != NULL && stats.kernel[k].launches >= 1);
+        kernel_ms += stats.kernel[k].ms;
+    }
+    CHECK_MSG(stats.kernels >= (stats.products > 0 ? 7 : 0) && stats.kernels <= KD_SPGEMM_KERNELS,
+              "%s (%s): %d kernels timed", name, dt, stats.kernels);
+    CHECK(kernel_ms <= stats.total_ms * 1.001 + 0.001);
     CHECK_MSG(C->nnz == R->nnz, "%s (%s): nnz %lld, expected %lld", name, dt, (long long)C->nnz,
               (long long)R->nnz);
     if (C->nnz != R->nnz)
