@@ -25,7 +25,7 @@ void kd_amg_options_default(kd_amg_options_t *opt)
     opt->upper = 1.1;
     opt->lanczos_steps = 12;
     opt->fused = 1;
-    opt->tail_rows = 4096;
+    opt->tail_rows = 0; /* the single-group tail: slower on the H100 (bench/results/issue13/run8) */
 }
 
 /* The node graph for block_size unknowns a node: entry (I, J) the Frobenius norm of block
