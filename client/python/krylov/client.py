@@ -484,7 +484,7 @@ class Client:
         preconditioned) or "sd" (steepest descent). preconditioner: "none", "jacobi" or "amg"
         (smoothed-aggregation multigrid, built on the server once per matrix), with
         preconditioner_options a dict of numbers (amg: threshold, block_size, max_levels,
-        coarse_size, degree). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        coarse_size, degree, fused, tail_rows; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
