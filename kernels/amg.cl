@@ -41,7 +41,6 @@
 
 #include "amg_abi.h"
 
-
 #ifndef KD_TPR
 #define KD_TPR 1
 #endif
@@ -120,9 +119,8 @@ __kernel KD_WG_ATTR void kd_amg_csr_chebyshev(const int n, const int first, cons
                                               const VALUE c_r, __global const int *indptr,
                                               __global const int *indices,
                                               __global const VALUE *values, __global const VALUE *b,
-                                              __global const VALUE *inv_diagonal,
-                                              __global VALUE *d, __global const VALUE *x_in,
-                                              __global VALUE *x_out)
+                                              __global const VALUE *inv_diagonal, __global VALUE *d,
+                                              __global const VALUE *x_in, __global VALUE *x_out)
 {
     __local VALUE partial[KD_WG_SIZE];
     const int row = (int)(get_global_id(0) / KD_TPR);

@@ -251,8 +251,8 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
         return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
     kd_store_set_device(server->store, entry, dev);
     kd_store_count(server->store, KD_STORE_RELOADS);
-    KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f",
-            entry->meta.hex, kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
+    KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f", entry->meta.hex,
+            kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
             (double)(kd_clock_ns() - t0) / 1e6);
     return KD_OK;
 }
