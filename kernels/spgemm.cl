@@ -494,6 +494,76 @@ void kd_spgemm_symbolic_team(const int lanes, const int count, const int start,
         row_nnz[row] = counts[team];
 }
 
+/* Whether every team's columns table[0..nnz) span fewer than 32 * window values, so that a bitmap
+ * in the team's window ranks them (group-uniform: *flag is set when one team's do not). The
+ * team's smallest column goes to lo[0]; hi[0] is scratch. Every work-item calls it. */
+int kd_spgemm_range_fits(const int lanes, const int nnz, __local const int *table, __local int *lo,
+                         __local int *hi, __local int *flag)
+{
+    const int lane = (int)get_local_id(0) % lanes;
+    if (lane == 0) {
+        lo[0] = INT_MAX;
+        hi[0] = -1;
+    }
+    if (get_local_id(0) == 0)
+        *flag = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int least = INT_MAX, most = -1;
+    for (int x = lane; x < nnz; x += lanes) {
+        least = min(least, table[x]);
+        most = max(most, table[x]);
+    }
+    if (most >= 0) {
+        atomic_min(lo, least);
+        atomic_max(hi, most);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (nnz > 0 && hi[0] - lo[0] >= lanes * KD_SPGEMM_WINDOW_ITEMS * 32)
+        *flag = 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return *flag == 0;
+}
+
+/*
+ * Write the team's nnz columns table[0..nnz) (from lo up, fewer than 32 * window apart) with
+ * their values to C's row at c0 in column order: each column sets its bit in a bitmap of the
+ * team's window (work-item lane owns KD_SPGEMM_WINDOW_ITEMS consecutive words), a scan of the
+ * lanes' popcounts (in incl) gives each word's first rank, and a column's rank is that plus the
+ * bits below it in its word. Every work-item calls it.
+ */
+void kd_spgemm_rank_bitmap(const int lanes, const int nnz, __local const int *table,
+                           __local const VALUE *tvals, __local int *bits, __local int *incl,
+                           const int lo, const int c0, __global int *c_indices,
+                           __global VALUE *c_values)
+{
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % lanes;
+    __local int *tincl = incl + (lid / lanes) * lanes;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        bits[lane * KD_SPGEMM_WINDOW_ITEMS + i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int x = lane; x < nnz; x += lanes) {
+        const int d = table[x] - lo;
+        atomic_or(&bits[d >> 5], (int)(1u << (d & 31)));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int mine = 0;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        mine += (int)popcount((uint)bits[lane * KD_SPGEMM_WINDOW_ITEMS + i]);
+    incl[lid] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    KD_SPGEMM_SCAN_TEAM(int, incl, lid, lane, lanes);
+    for (int x = lane; x < nnz; x += lanes) {
+        const int d = table[x] - lo, w = d >> 5, owner = w / KD_SPGEMM_WINDOW_ITEMS;
+        int rank = owner > 0 ? tincl[owner - 1] : 0;
+        for (int v = owner * KD_SPGEMM_WINDOW_ITEMS; v < w; v++)
+            rank += (int)popcount((uint)bits[v]);
+        rank += (int)popcount((uint)bits[w] & ((1u << (d & 31)) - 1u));
+        c_indices[c0 + rank] = table[x];
+        c_values[c0 + rank] = tvals[x];
+    }
+}
+
 void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                             __global const int *bin_rows, __global const int *a_indptr,
                             __global const int *a_indices, __global const VALUE *a_values,
@@ -629,6 +699,9 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
             c_indices[c0 + rank] = key;
             c_values[c0 + rank] = tvals[x];
         }
+    } else if (kd_spgemm_range_fits(lanes, nnz, table, tb0, tincl, steps)) {
+        kd_spgemm_rank_bitmap(lanes, nnz, table, tvals, tcol, incl, tb0[0], c0, c_indices,
+                              c_values);
     } else { /* a bitonic sort of every team's columns, padded to the longest's power of two */
         int size = 1;
         for (int t = lanes - 1; t < KD_WG_SIZE; t += lanes)
