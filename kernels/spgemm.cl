@@ -564,6 +564,83 @@ void kd_spgemm_rank_bitmap(const int lanes, const int nnz, __local const int *ta
     }
 }
 
+/*
+ * Write the team's nnz columns table[0..nnz) (lo..hi) with their values to C's row at c0 in
+ * column order by buckets of 2^shift columns, shift the least that makes the window's words
+ * enough buckets: counts (local atomics) and a scan give each bucket's first rank; each column is
+ * written to its bucket's part of C's row (positions from tickets), then, after a barrier, ranks
+ * itself among its bucket's columns read back and is written again at its rank with its value.
+ * 0 (nothing written) when a bucket of some team holds more than KD_SPGEMM_BUCKET_MOST columns
+ * (group-uniform through *flag). Every work-item calls it.
+ */
+int kd_spgemm_rank_buckets(const int lanes, const int nnz, __local const int *table,
+                           __local const VALUE *tvals, __local int *counts, __local int *incl,
+                           const int lo, const int hi, const int c0, __global int *c_indices,
+                           __global VALUE *c_values, __local int *flag)
+{
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % lanes;
+    const int words = lanes * KD_SPGEMM_WINDOW_ITEMS;
+    __local int *tincl = incl + (lid / lanes) * lanes;
+    int shift = 0;
+    while (nnz > 0 && ((hi - lo) >> shift) >= words)
+        shift++;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        counts[lane * KD_SPGEMM_WINDOW_ITEMS + i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int x = lane; x < nnz; x += lanes)
+        atomic_inc(&counts[(table[x] - lo) >> shift]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int mine = 0, most = 0;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+        mine += counts[lane * KD_SPGEMM_WINDOW_ITEMS + i];
+        most = max(most, counts[lane * KD_SPGEMM_WINDOW_ITEMS + i]);
+    }
+    if (most > KD_SPGEMM_BUCKET_MOST)
+        *flag = 2; /* range_fits left it 1 */
+    incl[lid] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (*flag == 2)
+        return 0;
+    KD_SPGEMM_SCAN_TEAM(int, incl, lid, lane, lanes);
+    int start[KD_SPGEMM_LANE_SLOTS], size[KD_SPGEMM_LANE_SLOTS];
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        const int b = x < nnz ? (table[x] - lo) >> shift : 0;
+        const int owner = b / KD_SPGEMM_WINDOW_ITEMS;
+        start[i] = owner > 0 ? tincl[owner - 1] : 0;
+        for (int v = owner * KD_SPGEMM_WINDOW_ITEMS; v < b; v++)
+            start[i] += counts[v];
+        size[i] = counts[b];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x < nnz)
+            c_indices[c0 + start[i] + atomic_dec(&counts[(table[x] - lo) >> shift]) - 1] = table[x];
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x >= nnz)
+            continue;
+        const int key = table[x];
+        int rank = start[i];
+        for (int y = 0; y < size[i]; y++)
+            rank += c_indices[c0 + start[i] + y] < key;
+        start[i] = rank;
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x < nnz) {
+            c_indices[c0 + start[i]] = table[x];
+            c_values[c0 + start[i]] = tvals[x];
+        }
+    }
+    return 1;
+}
+
 void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                             __global const int *bin_rows, __global const int *a_indptr,
                             __global const int *a_indices, __global const VALUE *a_values,
@@ -702,7 +779,9 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
     } else if (kd_spgemm_range_fits(lanes, nnz, table, tb0, tincl, steps)) {
         kd_spgemm_rank_bitmap(lanes, nnz, table, tvals, tcol, incl, tb0[0], c0, c_indices,
                               c_values);
-    } else { /* a bitonic sort of every team's columns, padded to the longest's power of two */
+    } else if (!kd_spgemm_rank_buckets(lanes, nnz, table, tvals, tcol, incl, tb0[0], tincl[0], c0,
+                                       c_indices, c_values, steps)) {
+        /* a bitonic sort of every team's columns, padded to the longest's power of two */
         int size = 1;
         for (int t = lanes - 1; t < KD_WG_SIZE; t += lanes)
             while (size < counts[t / lanes])
