@@ -30,11 +30,16 @@
  *    products into local memory in order, T * KD_SPGEMM_WINDOW_ITEMS at a time (work-item i loads
  *    consecutive products: b_kj and a_ik * b_kj), then adds them into the table: one entry of A
  *    at a time, the entry's products in parallel (a B row has distinct columns), a barrier
- *    between entries; or, when the group's windows hold many short entries (more than a quarter
- *    of the window), every work-item walks the window in order and adds the products whose column
- *    it owns (column mod T), with no barrier. Then the occupied slots are compacted to the front
- *    (positions from local atomics) and sorted: teams of 4..16 rank each column by counting the
- *    smaller ones, larger teams run a bitonic sort; (column, value) pairs go to C's row.
+ *    between entries; or, when a window holds more than KD_SPGEMM_MOST_STEPS entries of fewer
+ *    than 8 products on average, in rounds: each work-item finds its products' slots, and in each
+ *    round every column takes its smallest pending product (atomic_min on a claim word in the
+ *    window's buffer), so the rounds are as many as one column's products in the window, not
+ *    the entries. Then the occupied slots are compacted to the front (positions from local
+ *    atomics) and ordered: teams of 4..16 rank each column by counting the smaller ones; larger
+ *    teams rank with a bitmap of the row's column range in the window's buffer (a scan of
+ *    popcounts) when the range fits 32 bits a word, else by buckets of 2^s columns (counts, a
+ *    scan, tickets into C's row, each column ranked within its bucket read back from C), and
+ *    run a bitonic sort only when a bucket holds more than KD_SPGEMM_BUCKET_MOST columns.
  *  - kd_spgemm_symbolic_global, kd_spgemm_columns_global: rows too long for a local table. A
  *    fixed number of work-groups loop over the bin's rows, each with a bitmap of C's n columns in
  *    global memory. The group takes A's row WG entries at a time as the teams do (products end to
@@ -45,13 +50,13 @@
  *    writes the row's columns to C in order, clearing the words as it goes.
  *  - kd_spgemm_values_global: one work-group per slice of WG * L / 2 consecutive columns of a
  *    global row (kd_spgemm_offsets counts the slices). The slice's columns (sorted, from C) and
- *    their sums live in local memory. The group walks A's row in chunks of WG entries and the
- *    chunk's products in windows of WG * KD_SPGEMM_WINDOW_ITEMS. A window of few long entries
- *    goes one entry at a time (products in parallel, a barrier between entries); otherwise each
- *    work-item takes consecutive products, keeps those inside the slice with their position (a
- *    binary search of the slice), a scan compacts them in order, and every work-item walks the
- *    compacted window adding the ones whose position it owns (position mod WG). The sums are
- *    written to C coalesced.
+ *    their sums live in local memory. The group walks A's row in chunks of WG entries; work-item
+ *    t finds the run of entry t's B row inside the slice's column range (two binary searches of
+ *    the sorted B row), so a slice walks only its own products, and the runs are laid end to end
+ *    in windows of WG * KD_SPGEMM_WINDOW_ITEMS. A window of few or long entries goes one entry
+ *    at a time (products in parallel, a barrier between entries); otherwise each work-item
+ *    places consecutive products (a binary search of the slice) and the positions take them in
+ *    rounds as in the numeric teams. The sums are written to C coalesced.
  *  - kd_spgemm_scan_reduce, kd_spgemm_offsets, kd_spgemm_scan_apply: the exclusive scan of the
  *    rows' counts (kept in C's row pointer) in place, with the numeric bins: per-group sums, one
  *    group scans them (and writes C's nnz and the numeric bins' sizes to the header), then each
@@ -59,9 +64,10 @@
  *
  * Determinism: no floating-point atomics, and each column's products are added in the order of
  * A's row: either one entry of A per step with a barrier between steps (within a step the
- * products have distinct columns, so no slot is touched twice), or by the column's one owner,
- * which visits the window's products in order (windows, and chunks, follow each other with
- * barriers between). Both give the same bits, so the choice is free. So every entry of C is
+ * products have distinct columns, so no slot is touched twice), or in rounds in which a column
+ * takes its smallest pending product in the window's order, one per round (windows, and
+ * chunks, follow each other with barriers between). Both give the same bits, so the choice is
+ * free. So every entry of C is
  * ((0 + a_i,k1 b_k1,j) + a_i,k2 b_k2,j) + ... in the order of A's row, as a sequential loop on the
  * host computes it. FP_CONTRACT is off so a product and its sum are rounded separately.
  *
