@@ -30,11 +30,16 @@
  *    products into local memory in order, T * KD_SPGEMM_WINDOW_ITEMS at a time (work-item i loads
  *    consecutive products: b_kj and a_ik * b_kj), then adds them into the table: one entry of A
  *    at a time, the entry's products in parallel (a B row has distinct columns), a barrier
- *    between entries; or, when the group's windows hold many short entries (more than a quarter
- *    of the window), every work-item walks the window in order and adds the products whose column
- *    it owns (column mod T), with no barrier. Then the occupied slots are compacted to the front
- *    (positions from local atomics) and sorted: teams of 4..16 rank each column by counting the
- *    smaller ones, larger teams run a bitonic sort; (column, value) pairs go to C's row.
+ *    between entries; or, when a window holds more than KD_SPGEMM_MOST_STEPS entries of fewer
+ *    than 8 products on average, in rounds: each work-item finds its products' slots, and in each
+ *    round every column takes its smallest pending product (atomic_min on a claim word in the
+ *    window's buffer), so the rounds are as many as one column's products in the window, not
+ *    the entries. Then the occupied slots are compacted to the front (positions from local
+ *    atomics) and ordered: teams of 4..16 rank each column by counting the smaller ones; larger
+ *    teams rank with a bitmap of the row's column range in the window's buffer (a scan of
+ *    popcounts) when the range fits 32 bits a word, else by buckets of 2^s columns (counts, a
+ *    scan, tickets into C's row, each column ranked within its bucket read back from C), and
+ *    run a bitonic sort only when a bucket holds more than KD_SPGEMM_BUCKET_MOST columns.
  *  - kd_spgemm_symbolic_global, kd_spgemm_columns_global: rows too long for a local table. A
  *    fixed number of work-groups loop over the bin's rows, each with a bitmap of C's n columns in
  *    global memory. The group takes A's row WG entries at a time as the teams do (products end to
@@ -45,13 +50,13 @@
  *    writes the row's columns to C in order, clearing the words as it goes.
  *  - kd_spgemm_values_global: one work-group per slice of WG * L / 2 consecutive columns of a
  *    global row (kd_spgemm_offsets counts the slices). The slice's columns (sorted, from C) and
- *    their sums live in local memory. The group walks A's row in chunks of WG entries and the
- *    chunk's products in windows of WG * KD_SPGEMM_WINDOW_ITEMS. A window of few long entries
- *    goes one entry at a time (products in parallel, a barrier between entries); otherwise each
- *    work-item takes consecutive products, keeps those inside the slice with their position (a
- *    binary search of the slice), a scan compacts them in order, and every work-item walks the
- *    compacted window adding the ones whose position it owns (position mod WG). The sums are
- *    written to C coalesced.
+ *    their sums live in local memory. The group walks A's row in chunks of WG entries; work-item
+ *    t finds the run of entry t's B row inside the slice's column range (two binary searches of
+ *    the sorted B row), so a slice walks only its own products, and the runs are laid end to end
+ *    in windows of WG * KD_SPGEMM_WINDOW_ITEMS. A window of few or long entries goes one entry
+ *    at a time (products in parallel, a barrier between entries); otherwise each work-item
+ *    places consecutive products (a binary search of the slice) and the positions take them in
+ *    rounds as in the numeric teams. The sums are written to C coalesced.
  *  - kd_spgemm_scan_reduce, kd_spgemm_offsets, kd_spgemm_scan_apply: the exclusive scan of the
  *    rows' counts (kept in C's row pointer) in place, with the numeric bins: per-group sums, one
  *    group scans them (and writes C's nnz and the numeric bins' sizes to the header), then each
@@ -59,9 +64,10 @@
  *
  * Determinism: no floating-point atomics, and each column's products are added in the order of
  * A's row: either one entry of A per step with a barrier between steps (within a step the
- * products have distinct columns, so no slot is touched twice), or by the column's one owner,
- * which visits the window's products in order (windows, and chunks, follow each other with
- * barriers between). Both give the same bits, so the choice is free. So every entry of C is
+ * products have distinct columns, so no slot is touched twice), or in rounds in which a column
+ * takes its smallest pending product in the window's order, one per round (windows, and
+ * chunks, follow each other with barriers between). Both give the same bits, so the choice is
+ * free. So every entry of C is
  * ((0 + a_i,k1 b_k1,j) + a_i,k2 b_k2,j) + ... in the order of A's row, as a sequential loop on the
  * host computes it. FP_CONTRACT is off so a product and its sum are rounded separately.
  *
@@ -494,6 +500,153 @@ void kd_spgemm_symbolic_team(const int lanes, const int count, const int start,
         row_nnz[row] = counts[team];
 }
 
+/* Whether every team's columns table[0..nnz) span fewer than 32 * window values, so that a bitmap
+ * in the team's window ranks them (group-uniform: *flag is set when one team's do not). The
+ * team's smallest column goes to lo[0]; hi[0] is scratch. Every work-item calls it. */
+int kd_spgemm_range_fits(const int lanes, const int nnz, __local const int *table, __local int *lo,
+                         __local int *hi, __local int *flag)
+{
+    const int lane = (int)get_local_id(0) % lanes;
+    if (lane == 0) {
+        lo[0] = INT_MAX;
+        hi[0] = -1;
+    }
+    if (get_local_id(0) == 0)
+        *flag = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int least = INT_MAX, most = -1;
+    for (int x = lane; x < nnz; x += lanes) {
+        least = min(least, table[x]);
+        most = max(most, table[x]);
+    }
+    if (most >= 0) {
+        atomic_min(lo, least);
+        atomic_max(hi, most);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (nnz > 0 && hi[0] - lo[0] >= lanes * KD_SPGEMM_WINDOW_ITEMS * 32)
+        *flag = 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return *flag == 0;
+}
+
+/*
+ * Write the team's nnz columns table[0..nnz) (from lo up, fewer than 32 * window apart) with
+ * their values to C's row at c0 in column order: each column sets its bit in a bitmap of the
+ * team's window (work-item lane owns KD_SPGEMM_WINDOW_ITEMS consecutive words), a scan of the
+ * lanes' popcounts (in incl) gives each word's first rank, and a column's rank is that plus the
+ * bits below it in its word. Every work-item calls it.
+ */
+void kd_spgemm_rank_bitmap(const int lanes, const int nnz, __local const int *table,
+                           __local const VALUE *tvals, __local int *bits, __local int *incl,
+                           const int lo, const int c0, __global int *c_indices,
+                           __global VALUE *c_values)
+{
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % lanes;
+    __local int *tincl = incl + (lid / lanes) * lanes;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        bits[lane * KD_SPGEMM_WINDOW_ITEMS + i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int x = lane; x < nnz; x += lanes) {
+        const int d = table[x] - lo;
+        atomic_or(&bits[d >> 5], (int)(1u << (d & 31)));
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int mine = 0;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        mine += (int)popcount((uint)bits[lane * KD_SPGEMM_WINDOW_ITEMS + i]);
+    incl[lid] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    KD_SPGEMM_SCAN_TEAM(int, incl, lid, lane, lanes);
+    for (int x = lane; x < nnz; x += lanes) {
+        const int d = table[x] - lo, w = d >> 5, owner = w / KD_SPGEMM_WINDOW_ITEMS;
+        int rank = owner > 0 ? tincl[owner - 1] : 0;
+        for (int v = owner * KD_SPGEMM_WINDOW_ITEMS; v < w; v++)
+            rank += (int)popcount((uint)bits[v]);
+        rank += (int)popcount((uint)bits[w] & ((1u << (d & 31)) - 1u));
+        c_indices[c0 + rank] = table[x];
+        c_values[c0 + rank] = tvals[x];
+    }
+}
+
+/*
+ * Write the team's nnz columns table[0..nnz) (lo..hi) with their values to C's row at c0 in
+ * column order by buckets of 2^shift columns, shift the least that makes the window's words
+ * enough buckets: counts (local atomics) and a scan give each bucket's first rank; each column is
+ * written to its bucket's part of C's row (positions from tickets), then, after a barrier, ranks
+ * itself among its bucket's columns read back and is written again at its rank with its value.
+ * 0 (nothing written) when a bucket of some team holds more than KD_SPGEMM_BUCKET_MOST columns
+ * (group-uniform through *flag). Every work-item calls it.
+ */
+int kd_spgemm_rank_buckets(const int lanes, const int nnz, __local const int *table,
+                           __local const VALUE *tvals, __local int *counts, __local int *incl,
+                           const int lo, const int hi, const int c0, __global int *c_indices,
+                           __global VALUE *c_values, __local int *flag)
+{
+    const int lid = (int)get_local_id(0);
+    const int lane = lid % lanes;
+    const int words = lanes * KD_SPGEMM_WINDOW_ITEMS;
+    __local int *tincl = incl + (lid / lanes) * lanes;
+    int shift = 0;
+    while (nnz > 0 && ((hi - lo) >> shift) >= words)
+        shift++;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        counts[lane * KD_SPGEMM_WINDOW_ITEMS + i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int x = lane; x < nnz; x += lanes)
+        atomic_inc(&counts[(table[x] - lo) >> shift]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int mine = 0, most = 0;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+        mine += counts[lane * KD_SPGEMM_WINDOW_ITEMS + i];
+        most = max(most, counts[lane * KD_SPGEMM_WINDOW_ITEMS + i]);
+    }
+    if (most > KD_SPGEMM_BUCKET_MOST)
+        *flag = 2; /* range_fits left it 1 */
+    incl[lid] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (*flag == 2)
+        return 0;
+    KD_SPGEMM_SCAN_TEAM(int, incl, lid, lane, lanes);
+    int start[KD_SPGEMM_LANE_SLOTS], size[KD_SPGEMM_LANE_SLOTS];
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        const int b = x < nnz ? (table[x] - lo) >> shift : 0;
+        const int owner = b / KD_SPGEMM_WINDOW_ITEMS;
+        start[i] = owner > 0 ? tincl[owner - 1] : 0;
+        for (int v = owner * KD_SPGEMM_WINDOW_ITEMS; v < b; v++)
+            start[i] += counts[v];
+        size[i] = counts[b];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x < nnz)
+            c_indices[c0 + start[i] + atomic_dec(&counts[(table[x] - lo) >> shift]) - 1] = table[x];
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x >= nnz)
+            continue;
+        const int key = table[x];
+        int rank = start[i];
+        for (int y = 0; y < size[i]; y++)
+            rank += c_indices[c0 + start[i] + y] < key;
+        start[i] = rank;
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x < nnz) {
+            c_indices[c0 + start[i]] = table[x];
+            c_values[c0 + start[i]] = tvals[x];
+        }
+    }
+    return 1;
+}
+
 void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                             __global const int *bin_rows, __global const int *a_indptr,
                             __global const int *a_indices, __global const VALUE *a_values,
@@ -629,7 +782,12 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
             c_indices[c0 + rank] = key;
             c_values[c0 + rank] = tvals[x];
         }
-    } else { /* a bitonic sort of every team's columns, padded to the longest's power of two */
+    } else if (kd_spgemm_range_fits(lanes, nnz, table, tb0, tincl, steps)) {
+        kd_spgemm_rank_bitmap(lanes, nnz, table, tvals, tcol, incl, tb0[0], c0, c_indices,
+                              c_values);
+    } else if (!kd_spgemm_rank_buckets(lanes, nnz, table, tvals, tcol, incl, tb0[0], tincl[0], c0,
+                                       c_indices, c_values, steps)) {
+        /* a bitonic sort of every team's columns, padded to the longest's power of two */
         int size = 1;
         for (int t = lanes - 1; t < KD_WG_SIZE; t += lanes)
             while (size < counts[t / lanes])

@@ -50,6 +50,8 @@ enum kd_spgemm_head {
 /* A numeric window of more entries of A than this adds its products in rounds (each column
  * takes its next product in order, a barrier between rounds) rather than one entry per step. */
 #define KD_SPGEMM_MOST_STEPS 8
+/* Columns one bucket of a numeric row's sort by buckets may hold (more: the bitonic sort). */
+#define KD_SPGEMM_BUCKET_MOST 8
 /* Products per work-item in a window of the global bin's numeric pass. */
 #define KD_SPGEMM_WINDOW_ITEMS 4
 
