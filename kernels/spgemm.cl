@@ -34,8 +34,9 @@
  *    than 8 products on average, in rounds: each work-item finds its products' slots, and in each
  *    round every column takes its smallest pending product (atomic_min on a claim word in the
  *    window's buffer), so the rounds are as many as one column's products in the window, not
- *    the entries. Then the occupied slots are compacted to the front (positions from local
- *    atomics) and ordered: teams of 4..16 rank each column by counting the smaller ones; larger
+ *    the entries (counted first: a column most entries share goes back to one entry a step).
+ *    Then the occupied slots are compacted to the front (positions from local atomics) and
+ *    ordered: teams of 4..16 rank each column by counting the smaller ones; larger
  *    teams rank with a bitmap of the row's column range in the window's buffer (a scan of
  *    popcounts) when the range fits 32 bits a word, else by buckets of 2^s columns (counts, a
  *    scan, tickets into C's row, each column ranked within its bucket read back from C), and
@@ -414,17 +415,48 @@ int kd_spgemm_in_rounds(const int steps, const int products)
 }
 
 /*
- * Add each work-item's pending products (slot[i] >= 0 in sums, value[i], order[i]: distinct
- * across the group) into sums so that every slot receives its products in increasing order. In
- * each round every claim (slot & mask) is taken by its smallest pending order (atomic_min), whose
- * work-item adds its product and frees the claim; rounds repeat while any product is pending, so
- * their count is the most products one claim has. claims[0..mask] are INT_MAX on entry and on
- * return, more[0..1] zero. Every work-item of the group calls it.
+ * Add each work-item's products (slot[i] >= 0 in sums, value[i], order[i]: distinct across the
+ * group, increasing with entry[i], the product's entry of A, t0 .. t0 + steps - 1) into sums so
+ * that every slot receives its products in increasing order. Each claim (slot & mask) first
+ * counts its products: the most is the rounds needed. When those are fewer than half the
+ * entries, in each round every claim is taken by its smallest pending order (atomic_min), whose
+ * work-item adds its product and frees the claim; otherwise one entry per step, a barrier
+ * between steps (a column hub that most entries share would need a round per entry). claims
+ * [0..mask] are 0 on entry and on return, more[0..1] zero. Every work-item of the group calls it.
  */
 void kd_spgemm_add_ordered(__local VALUE *sums, __local int *claims, const int mask, int *slot,
-                           const VALUE *value, const int *order, __local int *more)
+                           const VALUE *value, const int *order, const int *entry, const int t0,
+                           const int steps, __local int *more)
 {
-    for (int round = 0;; round++) {
+    int claim[KD_SPGEMM_WINDOW_ITEMS], most = 0;
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+        claim[i] = slot[i] >= 0 ? slot[i] & mask : -1;
+        if (claim[i] >= 0)
+            atomic_inc(&claims[claim[i]]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        if (claim[i] >= 0)
+            most = max(most, claims[claim[i]]);
+    if (most > 0)
+        atomic_max(&more[0], most);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int rounds = more[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0)
+        more[0] = 0;
+    const int in_steps = rounds * 2 > steps;
+    for (int s = 0; in_steps && s < steps; s++) {
+        for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+            if (slot[i] >= 0 && entry[i] == t0 + s)
+                sums[slot[i]] += value[i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        if (claim[i] >= 0)
+            claims[claim[i]] = INT_MAX;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int round = 0; !in_steps; round++) {
         for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
             if (slot[i] >= 0)
                 atomic_min(&claims[slot[i] & mask], order[i]);
@@ -447,8 +479,12 @@ void kd_spgemm_add_ordered(__local VALUE *sums, __local int *claims, const int m
             more[(round + 1) & 1] = 0;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (more[round & 1] == 0)
-            return;
+            break;
     }
+    for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
+        if (claim[i] >= 0)
+            claims[claim[i]] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 void kd_spgemm_symbolic_team(const int lanes, const int count, const int start,
@@ -736,18 +772,21 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                 /* many short entries: each work-item finds its products' slots, then the
                  * window's columns take their products in rounds (tcol becomes the claims) */
                 int slot[KD_SPGEMM_WINDOW_ITEMS], order[KD_SPGEMM_WINDOW_ITEMS];
+                int entry[KD_SPGEMM_WINDOW_ITEMS];
                 VALUE value[KD_SPGEMM_WINDOW_ITEMS];
                 for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
                     const int y = lane + i * lanes;
                     slot[i] = y < n ? kd_spgemm_slot(table, slots - 1, tcol[y]) : -1;
                     value[i] = y < n ? tval[y] : KD_ZERO;
+                    entry[i] = y < n ? kd_spgemm_entry_of(tincl, lanes, w0 + y) : -1;
                     order[i] = y;
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++)
-                    tcol[lane + i * lanes] = INT_MAX;
+                    tcol[lane + i * lanes] = 0;
                 barrier(CLK_LOCAL_MEM_FENCE);
-                kd_spgemm_add_ordered(tvals, tcol, window - 1, slot, value, order, more);
+                kd_spgemm_add_ordered(tvals, tcol, window - 1, slot, value, order, entry, t0,
+                                      nsteps, more);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -1017,7 +1056,7 @@ kd_spgemm_values_global(const int count, __global const long *head, __global con
         sums[x] = KD_ZERO;
     }
     for (int x = lid; x < KD_SPGEMM_WINDOW; x += KD_WG_SIZE)
-        claims[x] = INT_MAX;
+        claims[x] = 0;
     if (lid < 2)
         more[lid] = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1060,20 +1099,24 @@ kd_spgemm_values_global(const int count, __global const long *head, __global con
             /* short B rows: each work-item places consecutive products in the slice, then the
              * columns take them in rounds, in order */
             int pos[KD_SPGEMM_WINDOW_ITEMS], order[KD_SPGEMM_WINDOW_ITEMS];
+            int entry[KD_SPGEMM_WINDOW_ITEMS];
             VALUE val[KD_SPGEMM_WINDOW_ITEMS];
             for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
                 const int p = w0 + lid * KD_SPGEMM_WINDOW_ITEMS + i;
                 pos[i] = -1;
                 val[i] = KD_ZERO;
                 order[i] = p;
+                entry[i] = -1;
                 if (p < total) {
                     const int t = kd_spgemm_entry_of(incl, KD_WG_SIZE, p);
+                    entry[i] = t;
                     const int q = mb0[t] + p - (t > 0 ? incl[t - 1] : 0);
                     pos[i] = kd_spgemm_lower_bound(cols, n, b_indices[q]);
                     val[i] = ma[t] * b_values[q];
                 }
             }
-            kd_spgemm_add_ordered(sums, claims, KD_SPGEMM_WINDOW - 1, pos, val, order, more);
+            kd_spgemm_add_ordered(sums, claims, KD_SPGEMM_WINDOW - 1, pos, val, order, entry, t0,
+                                  t1 - t0 + 1, more);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
