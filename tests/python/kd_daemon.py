@@ -98,3 +98,20 @@ class Daemon:
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+def shared_daemon(module_globals):
+    """setUpModule and tearDownModule for a test module whose tests share one krylovd: while they
+    run, the module's globals `daemon` and `rng` hold it and a seeded generator; the daemon must
+    exit cleanly at the end."""
+
+    def set_up():
+        module_globals["rng"] = make_rng()
+        module_globals["daemon"] = Daemon().start()
+
+    def tear_down():
+        status = module_globals["daemon"].stop()
+        assert status == 0, f"krylovd exited with status {status}"
+
+    return set_up, tear_down
+

@@ -17,21 +17,11 @@ import scipy.io
 import scipy.sparse as sp
 
 import krylov
-from kd_daemon import Daemon, make_rng, matrix_path
+from kd_daemon import matrix_path, shared_daemon
 
 daemon = None
 rng = None
-
-
-def setUpModule():
-    global daemon, rng
-    rng = make_rng()
-    daemon = Daemon().start()
-
-
-def tearDownModule():
-    status = daemon.stop()
-    assert status == 0, f"krylovd exited with status {status}"
+setUpModule, tearDownModule = shared_daemon(globals())
 
 
 def load(name):
