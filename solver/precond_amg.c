@@ -23,6 +23,7 @@
 #include "solver/amg.h"
 #include "solver/amg_cycle.h"
 #include "solver/blas.h"
+#include "solver/format.h"
 #include "solver/precond.h"
 #include "solver/select.h"
 #include "solver/spgemm.h"
@@ -363,17 +364,50 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
 }
 
 /* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
+/* m's CSR arrays as an SpGEMM operand: the device arrays of a csr_scalar matrix (the fused
+ * levels', P's and R's), retained so kd_csr_device_release leaves m's alone; otherwise host's
+ * uploaded (level 0 in another format). */
+static int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host,
+                          kd_csr_device_t *out, kd_err_t *err)
+{
+    const kd_format_csr_t *arrays = m != NULL ? kd_format_csr_scalar_arrays(m) : NULL;
+    if (arrays == NULL)
+        return kd_csr_device_upload(ocl, host, out, err);
+    *out = (kd_csr_device_t){.rows = host->rows,
+                             .cols = host->cols,
+                             .nnz = host->nnz,
+                             .dtype = host->dtype,
+                             .indptr = arrays->indptr,
+                             .indices = arrays->indices,
+                             .values = arrays->values};
+    const cl_mem mems[3] = {out->indptr, out->indices, out->values};
+    for (int i = 0; i < 3; i++)
+        if (mems[i] != NULL)
+            clRetainMemObject(mems[i]);
+    return KD_OK;
+}
+
+/* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back. */
 static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *A,
                            const kd_csr_t *P, const kd_csr_t *R, kd_csr_t **coarse, kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l];
     kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+    /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
+     * aggregate's), or csr_scalar for the fused cycle, whose arrays then serve the products. */
+    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
+    if (rc == KD_OK)
+        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    if (rc != KD_OK)
+        return rc;
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     const uint64_t t0 = kd_clock_ns();
-    int rc = kd_csr_device_upload(ocl, A, &dA, err);
+    rc = kd_amg_operand(ocl, L->A, A, &dA, err);
     if (rc == KD_OK)
-        rc = kd_csr_device_upload(ocl, P, &dP, err);
+        rc = kd_amg_operand(ocl, L->P, P, &dP, err);
     if (rc == KD_OK)
-        rc = kd_csr_device_upload(ocl, R, &dR, err);
+        rc = kd_amg_operand(ocl, L->R, R, &dR, err);
     if (rc == KD_OK)
         rc = kd_spgemm(ocl, &dA, &dP, NULL, &dAP, NULL, err);
     kd_csr_device_release(&dA);
@@ -386,14 +420,6 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
         rc = kd_csr_device_download(ocl, &dC, coarse, err);
     kd_csr_device_release(&dC);
     amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
-    /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
-     * aggregate's). */
-    if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
-    if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
-    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
-    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     return rc;
 }
 
