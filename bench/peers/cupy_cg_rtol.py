@@ -16,15 +16,11 @@ import cupyx.scipy.sparse as csp
 import cupyx.scipy.sparse.linalg as cla
 import numpy as np
 
+from kdcsr import read_csr
 
-def read_csr(path):
-    with open(path, "rb") as f:
-        if f.read(8) != b"KDCSR64\0":
-            raise SystemExit(f"{path}: not a krylov-bench export")
-        rows, cols, nnz = (int(x) for x in np.frombuffer(f.read(24), dtype="<i8"))
-        ptr = np.frombuffer(f.read(4 * (rows + 1)), dtype="<i4")
-        idx = np.frombuffer(f.read(4 * nnz), dtype="<i4")
-        val = np.frombuffer(f.read(8 * nnz), dtype="<f8")
+
+def read_device(path):
+    rows, cols, ptr, idx, val = read_csr(path)
     return csp.csr_matrix((cp.asarray(val), cp.asarray(idx), cp.asarray(ptr)), shape=(rows, cols))
 
 
@@ -40,7 +36,7 @@ def main():
     print(f"{'matrix':22} {'rows':>9} {'nnz':>10} {'its':>6} {'ms':>9} {'relres':>8}")
     for spec in a.mats:
         name, path = spec.split("=", 1)
-        A = read_csr(path)
+        A = read_device(path)
         n = A.shape[0]
         b = cp.ones(n)
         M = A

@@ -29,25 +29,7 @@ import sys
 
 import numpy as np
 
-
-def read_csr(path):
-    """(rows, cols, indptr, indices, values as float64) of a KDCSR64 or Matrix Market file."""
-    if path.endswith(".mtx"):
-        import scipy.io
-        import scipy.sparse
-        m = scipy.sparse.csr_matrix(scipy.io.mmread(path))
-        m.sum_duplicates()
-        m.sort_indices()
-        return (m.shape[0], m.shape[1], m.indptr.astype(np.int32), m.indices.astype(np.int32),
-                m.data.astype(np.float64))
-    with open(path, "rb") as f:
-        if f.read(8) != b"KDCSR64\0":
-            raise SystemExit(f"{path}: not a KDCSR64 file")
-        rows, cols, nnz = (int(x) for x in np.frombuffer(f.read(24), dtype="<i8"))
-        ptr = np.frombuffer(f.read(4 * (rows + 1)), dtype="<i4")
-        idx = np.frombuffer(f.read(4 * nnz), dtype="<i4")
-        val = np.frombuffer(f.read(8 * nnz), dtype="<f8")
-    return rows, cols, ptr, idx, val
+from kdcsr import read_csr
 
 
 def host_transpose(rows, cols, ptr, idx, val):

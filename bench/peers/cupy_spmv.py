@@ -17,16 +17,7 @@ import sys
 
 import numpy as np
 
-
-def read_csr(path):
-    with open(path, "rb") as f:
-        if f.read(8) != b"KDCSR64\0":
-            raise SystemExit(f"{path}: not a KDCSR64 file")
-        rows, cols, nnz = np.frombuffer(f.read(24), dtype="<i8")
-        ptr = np.frombuffer(f.read(4 * (rows + 1)), dtype="<i4")
-        idx = np.frombuffer(f.read(4 * nnz), dtype="<i4")
-        val = np.frombuffer(f.read(8 * nnz), dtype="<f8")
-    return int(rows), int(cols), ptr, idx, val
+from kdcsr import read_csr
 
 
 def main():

@@ -25,27 +25,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
-
-def read_csr(path):
-    with open(path, "rb") as f:
-        if f.read(8) != b"KDCSR64\0":
-            raise SystemExit(f"{path}: not a KDCSR64 file")
-        rows, cols, nnz = (int(x) for x in np.frombuffer(f.read(24), dtype="<i8"))
-        ptr = np.frombuffer(f.read(4 * (rows + 1)), dtype="<i4")
-        idx = np.frombuffer(f.read(4 * nnz), dtype="<i4")
-        val = np.frombuffer(f.read(8 * nnz), dtype="<f8")
-    return sp.csr_matrix((val, idx, ptr), shape=(rows, cols))
-
-
-def write_csr(path, m):
-    m = sp.csr_matrix(m)
-    m.sort_indices()
-    with open(path, "wb") as f:
-        f.write(b"KDCSR64\0")
-        f.write(np.array([m.shape[0], m.shape[1], m.nnz], dtype="<i8").tobytes())
-        f.write(m.indptr.astype("<i4").tobytes())
-        f.write(m.indices.astype("<i4").tobytes())
-        f.write(m.data.astype("<f8").tobytes())
+from kdcsr import read_csr, write_csr
 
 
 def aggregates(spec, n):
@@ -80,7 +60,8 @@ def main():
     if len(sys.argv) != 4:
         raise SystemExit(__doc__)
     spec, a_path, p_path = sys.argv[1:]
-    A = read_csr(a_path)
+    rows, cols, ptr, idx, val = read_csr(a_path)
+    A = sp.csr_matrix((val, idx, ptr), shape=(rows, cols))
     P = prolongator(spec, A)
     write_csr(p_path, P)
     print(f"{spec}: P {P.shape[0]} x {P.shape[1]}, nnz {P.nnz} -> {p_path}")
