@@ -91,6 +91,18 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
     return KD_OK;
 }
 
+int kd_method_precondition(kd_solve_run_t *run, const kd_multivec_t *v, kd_multivec_t *z,
+                           kd_err_t *err)
+{
+    assert(run != NULL && v != NULL && z != NULL && v->mem != z->mem);
+    const kd_precond_t *P = run->precond;
+    if (P->diagonal != NULL)
+        return kd_multivec_scale_rows(run->ocl, P->diagonal, v, z, err);
+    if (P->ops->apply != NULL)
+        return P->ops->apply(run->ocl, P, v, z, err);
+    return kd_multivec_copy(run->ocl, v, z, NULL, err);
+}
+
 /* A final state into res: its status, its iteration count and a printf-style message; 1. */
 static int kd_method_final(kd_solve_result_t *res, kd_solve_status_t status, int64_t iterations,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -108,6 +108,15 @@ struct kd_solve_run {
 /* q = A p for every active column (one SpMV launch per column, the matrix's format). */
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err);
 
+/*
+ * z = M^-1 v for every column, whatever form the run's preconditioner takes: a copy for the
+ * identity, a row scaling by 1/m_ii for a diagonal one, the operator's launches for an operator
+ * (enqueued; nothing waits). For the methods that apply M apart from their vector passes
+ * (bicgstab, gmres, minres); v and z must not alias.
+ */
+int kd_method_precondition(kd_solve_run_t *run, const kd_multivec_t *v, kd_multivec_t *z,
+                           kd_err_t *err);
+
 /* The usual reading of a final device status into a result (for check): breakdown, zero step and
  * the non-finite states, with messages that name the step's quantities (pq_name "p'Ap", rz_name
  * "r'z"). Returns 1 when st is final, 0 otherwise. */
