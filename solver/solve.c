@@ -152,6 +152,9 @@ static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_so
                           (long long)p->check_every);
     if (p->passes < 0 || p->passes > 3)
         return kd_err_set(err, KD_EBADREQ, "passes = %d: 0 (automatic), 1, 2 or 3", p->passes);
+    if (p->restart < 0 || p->restart > KD_SOLVE_RESTART_MAX)
+        return kd_err_set(err, KD_EBADREQ, "restart = %lld: 1..%d (0: the default, %d)",
+                          (long long)p->restart, KD_SOLVE_RESTART_MAX, KD_SOLVE_RESTART_DEFAULT);
     if (p->reduction_groups < 0)
         return kd_err_set(err, KD_EBADREQ, "reduction_groups = %lld is negative",
                           (long long)p->reduction_groups);

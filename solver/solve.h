@@ -59,7 +59,12 @@ typedef struct kd_solve_params {
                             whose setup needs it (amg) and has not run on A yet; may be NULL */
     const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov
                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
+    int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
+                        0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
 } kd_solve_params_t;
+
+#define KD_SOLVE_RESTART_DEFAULT 30
+#define KD_SOLVE_RESTART_MAX 200
 
 #define KD_SOLVE_MAXITER_AUTO (-1)
 #define KD_SOLVE_MAXITER_PER_ROW 10 /* the one default: maxiter = 10 * rows */
