@@ -52,11 +52,17 @@ kd_csr_t *kd_matgen_laplacian_2d(int64_t nx, int64_t ny, kd_dtype_t dtype)
 
 kd_csr_t *kd_matgen_laplacian_3d(int64_t g, kd_dtype_t dtype)
 {
+    return kd_matgen_convdiff_3d(g, 0.0, 0.0, dtype);
+}
+
+kd_csr_t *kd_matgen_convdiff_3d(int64_t g, double c, double shift, kd_dtype_t dtype)
+{
     int64_t n = g * g * g;
     int64_t nnz = 7 * n - 6 * g * g;
     kd_csr_t *m = kd_matgen_alloc(n, n, nnz, dtype);
     if (m == NULL)
         return NULL;
+    const double lower = -1.0 - c, diag = 6.0 + 3.0 * c - shift;
     int64_t k = 0;
     for (int64_t z = 0; z < g; z++)
         for (int64_t y = 0; y < g; y++)
@@ -64,12 +70,12 @@ kd_csr_t *kd_matgen_laplacian_3d(int64_t g, kd_dtype_t dtype)
                 int64_t r = (z * g + y) * g + x;
                 m->indptr[r] = (int32_t)k;
                 if (z > 0)
-                    KD_PUT(r - g * g, -1.0);
+                    KD_PUT(r - g * g, lower);
                 if (y > 0)
-                    KD_PUT(r - g, -1.0);
+                    KD_PUT(r - g, lower);
                 if (x > 0)
-                    KD_PUT(r - 1, -1.0);
-                KD_PUT(r, 6.0);
+                    KD_PUT(r - 1, lower);
+                KD_PUT(r, diag);
                 if (x < g - 1)
                     KD_PUT(r + 1, -1.0);
                 if (y < g - 1)
@@ -363,6 +369,12 @@ kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype)
         return kd_matgen_laplacian_2d(a, a, dtype);
     if (sscanf(spec, "lap3d:%lld", &a) == 1 && a > 0)
         return kd_matgen_laplacian_3d(a, dtype);
+    if (sscanf(spec, "convdiff3d:%lld:%lf", &a, &b) == 2 && a > 0 && b >= 0)
+        return kd_matgen_convdiff_3d(a, b, 0.0, dtype);
+    if (sscanf(spec, "convdiff3d:%lld", &a) == 1 && a > 0)
+        return kd_matgen_convdiff_3d(a, 1.0, 0.0, dtype);
+    if (sscanf(spec, "shifted3d:%lld:%lf", &a, &b) == 2 && a > 0 && isfinite(b))
+        return kd_matgen_convdiff_3d(a, 0.0, b, dtype);
     if (sscanf(spec, "powerlaw:%lld:%lf", &a, &b) == 2 && a > 0 && b > 0)
         return kd_matgen_power_law(a, a, b, 42, dtype);
     if (sscanf(spec, "rmat:%lld:%lf", &a, &b) == 2 && a > 0 && a < 31 && b >= 1)

@@ -14,6 +14,12 @@ kd_csr_t *kd_matgen_laplacian_2d(int64_t nx, int64_t ny, kd_dtype_t dtype);
 
 /* 7-point Laplacian on an n x n x n grid: 6 on the diagonal, -1 off it. SPD. */
 kd_csr_t *kd_matgen_laplacian_3d(int64_t n, kd_dtype_t dtype);
+/* The 7-point g^3 stencil with first-order upwind convection along (1, 1, 1) and a shift:
+ * a_ii = 6 + 3c - shift, the three lower neighbours -1 - c, the three upper -1. c = 0, shift = 0
+ * is lap3d; c > 0 is nonsymmetric (convdiff3d:G[:C], C = 1 by default: GMRES and BiCGSTAB
+ * benchmarks); shift > the smallest eigenvalue of lap3d is symmetric indefinite (shifted3d:G:S:
+ * MINRES). bench/peers/cupy_krylov.py builds the same. */
+kd_csr_t *kd_matgen_convdiff_3d(int64_t g, double c, double shift, kd_dtype_t dtype);
 
 /* rows x cols with row lengths drawn from a Zipf-like law (mean about `mean_row`, a few rows
  * thousands long, many of length 1) and uniformly random distinct columns; values in [-1, 1). */
@@ -49,7 +55,8 @@ kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype);
 /* A matrix by name: "lap2d:2048" (2048 x 2048 grid), "lap3d:160", "powerlaw:2000000:8" (rows,
  * mean row length), "rmat:20:16" (scale, edge factor), "circuit:1000" (grid side),
  * "blocks:16384:16:6" (block rows, block size, blocks a block row),
- * "aniso2d:1024:0.001", "kronlap3d:40", "elast3d:40" (bench/matgen_amg.c),
+ * "aniso2d:1024:0.001", "kronlap3d:40", "elast3d:40" (bench/matgen_amg.c), "convdiff3d:100[:C]",
+ * "shifted3d:100:S",
  * "shuffled:SPEC" (SPEC randomly permuted, symmetrically), or a path to a .mtx/.mtx.gz file.
  * NULL with a message on stderr on failure. */
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);
