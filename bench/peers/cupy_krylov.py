@@ -68,10 +68,13 @@ def run(method, a, b, iterations, restart, rtol=0.0, callback=None):
     elif callback is not None:
         kw.update(callback=callback)
     fn = getattr(cla, method)
-    try:
-        return fn(a, b, rtol=rtol, **kw)
-    except TypeError:  # CuPy before rtol: tol
-        return fn(a, b, tol=rtol, **kw)
+    for attempt in (dict(rtol=rtol), dict(tol=rtol)):  # CuPy before rtol: tol
+        try:
+            return fn(a, b, **attempt, **kw)
+        except TypeError:
+            pass
+    kw.pop("atol")  # minres takes tol only
+    return fn(a, b, tol=rtol, **kw)
 
 
 def timed(method, a, b, iterations, restart):
