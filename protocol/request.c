@@ -93,6 +93,7 @@ enum kd_param {
     KD_P_PRECONDITIONER,
     KD_P_PRECONDITIONER_OPTIONS,
     KD_P_MSGID,
+    KD_P_RESTART,
     KD_P_COUNT
 };
 
@@ -134,6 +135,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_PRECONDITIONER] = "preconditioner",
     [KD_P_PRECONDITIONER_OPTIONS] = "preconditioner_options",
     [KD_P_MSGID] = "msgid",
+    [KD_P_RESTART] = "restart",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -157,7 +159,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
-                        KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS),
+                        KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
 };
@@ -600,10 +602,6 @@ static int kd_param_options(struct kd_decoder *d, enum kd_param p, kd_solve_requ
 
 static int kd_decode_solve(struct kd_decoder *d)
 {
-    static const char *const methods[] = {[KD_SOLVE_METHOD_CG] = "cg",
-                                          [KD_SOLVE_METHOD_SD] = "sd",
-                                          [KD_SOLVE_METHOD_PCG] = "pcg",
-                                          NULL};
     kd_solve_request_t *solve = &d->req->u.solve;
     int rc;
     if ((rc = kd_param_id(d, KD_P_ID, solve->id)) != KD_OK ||
@@ -611,8 +609,7 @@ static int kd_decode_solve(struct kd_decoder *d)
                              &solve->dtype)) != KD_OK ||
         (rc = kd_param_required_array(d, KD_P_B, solve->dtype, &solve->b)) != KD_OK ||
         (rc = kd_param_array(d, KD_P_X0, solve->dtype, &solve->x0)) != KD_OK ||
-        (rc = kd_param_choice(d, KD_P_METHOD, methods, KD_SOLVE_METHOD_CG, &solve->method)) !=
-            KD_OK ||
+        (rc = kd_param_str(d, KD_P_METHOD, solve->method, sizeof(solve->method))) != KD_OK ||
         (rc = kd_param_double(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol)) != KD_OK ||
         (rc = kd_param_double(d, KD_P_ATOL, 0.0, 0.0, &solve->atol)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_MAXITER, 0, -1, &solve->maxiter)) != KD_OK ||
@@ -622,13 +619,15 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_bool(d, KD_P_PROGRESS, 0, &solve->progress)) != KD_OK ||
         (rc = kd_param_str(d, KD_P_PRECONDITIONER, solve->preconditioner,
                            sizeof(solve->preconditioner))) != KD_OK ||
-        (rc = kd_param_options(d, KD_P_PRECONDITIONER_OPTIONS, solve)) != KD_OK)
+        (rc = kd_param_options(d, KD_P_PRECONDITIONER_OPTIONS, solve)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &solve->restart)) != KD_OK)
         return rc;
-    /* The name is the server's to check (its table); Jacobi keeps its one spelling, pcg. */
-    if (strcmp(solve->preconditioner, "jacobi") == 0 && solve->method != KD_SOLVE_METHOD_PCG)
+    /* The method's and preconditioner's names are the server's to check (its tables). */
+    if (solve->restart > KD_RESTART_MAX)
         return kd_err_set(d->err, KD_EBADREQ,
-                          "preconditioner 'jacobi' needs method 'pcg', not '%s'",
-                          methods[solve->method]);
+                          "restart = %lld: GMRES(m) keeps at most %d basis vectors (0: the "
+                          "server's default)",
+                          (long long)solve->restart, KD_RESTART_MAX);
     int64_t max_nrhs = d->limits->max_nrhs;
     if (max_nrhs > 0 && solve->nrhs > max_nrhs)
         return kd_err_set(d->err, KD_ETOOLARGE, "nrhs = %lld is over this server's limit %lld",

@@ -95,18 +95,15 @@ typedef struct kd_spmv_request {
     double beta;  /* default 0 */
 } kd_spmv_request_t;
 
-typedef enum kd_method_solve {
-    KD_SOLVE_METHOD_CG = 0,
-    KD_SOLVE_METHOD_SD = 1,
-    KD_SOLVE_METHOD_PCG = 2,
-} kd_solve_method_name_t;
+/* The largest `restart` a solve request may ask for (the solver's KD_SOLVE_RESTART_MAX). */
+#define KD_RESTART_MAX 200
 
 typedef struct kd_solve_request {
     uint8_t id[16];
     kd_dtype_t dtype;                        /* of b, x0 and the returned x */
     kd_array_t b;                            /* nrhs * rows values, column-major */
     kd_array_t x0;                           /* optional, same shape as b */
-    int method;                              /* kd_solve_method_name_t, default cg */
+    char method[KD_FORMAT_NAME_MAX]; /* a name of the server's table, an alias or "auto"; "": cg */
     double rtol;                             /* default 1e-8 */
     double atol;                             /* default 0 */
     int64_t maxiter;                         /* default -1: 10 * rows, chosen by the server */
@@ -122,6 +119,7 @@ typedef struct kd_solve_request {
         char name[KD_OPTION_NAME_MAX];
         double value;
     } options[KD_OPTIONS_MAX];
+    int64_t restart; /* GMRES(m)'s m, 0..KD_RESTART_MAX; 0 (default): the server's */
 } kd_solve_request_t;
 
 typedef struct kd_cancel_request {

@@ -106,6 +106,7 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
                  sel->candidates[i].dropped);
     }
     meta->reorder = sel->reorder;
+    meta->symmetric = dev->scan.symmetric; /* P A P^T is symmetric exactly when A is */
     meta->bandwidth_before = sel->before.bandwidth;
     meta->bandwidth_after = sel->after.bandwidth;
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
@@ -351,6 +352,8 @@ static int kd_handlers_precond(kd_server_t *server, kd_store_entry_t *entry,
     return KD_OK;
 }
 
+_Static_assert(KD_RESTART_MAX == KD_SOLVE_RESTART_MAX, "the wire's restart limit is the solver's");
+
 static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
@@ -377,18 +380,17 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     kd_solve_params_t params;
     kd_solve_params_default(&params);
-    static const char *const method_names[] = {
-        [KD_SOLVE_METHOD_CG] = "cg", [KD_SOLVE_METHOD_SD] = "sd", [KD_SOLVE_METHOD_PCG] = "pcg"};
     kd_precond_options_t opt;
     kd_csr_t *owned = NULL;
-    if ((rc = kd_method_choose(method_names[q->method], q->preconditioner, &params.method,
-                               &params.precond, err)) != KD_OK ||
+    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method,
+                                   &params.precond, err)) != KD_OK ||
         (rc = kd_handlers_precond(server, entry, q, &params, &opt, &owned, err)) != KD_OK)
         return rc;
     params.rtol = q->rtol;
     params.atol = q->atol;
     params.maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_AUTO;
     params.check_every = q->check_every;
+    params.restart = q->restart;
     params.record_history = q->history;
     kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
     params.progress = kd_on_progress;
@@ -421,9 +423,11 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     int any_history = q->history;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 8 + (any_history ? 1 : 0));
+    kd_w_map(w, 10 + (any_history ? 1 : 0));
     kd_w_kv_bin(w, "x", xout, (size_t)want * osize);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+    kd_w_kv_str(w, "method", params.method->name); /* what "auto" or an alias came to */
+    kd_w_kv_str(w, "preconditioner", params.precond->name);
     if (nrhs == 1) {
         const kd_solve_result_t *r = &results[0];
         kd_w_kv_str(w, "status", kd_solve_status_name(r->status));

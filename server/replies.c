@@ -49,7 +49,7 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 
 void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra)
 {
-    kd_w_map(w, 17 + (created >= 0 ? 1 : 0) + extra);
+    kd_w_map(w, 18 + (created >= 0 ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);
@@ -66,6 +66,11 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_reply_detail(w, &meta->detail);
     kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
     kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
+    kd_w_str(w, "symmetric");
+    if (meta->symmetric >= 0)
+        kd_w_bool(w, meta->symmetric);
+    else
+        kd_w_nil(w); /* a state file from before the scan, not loaded since */
     kd_w_str(w, "bandwidth");
     kd_w_map(w, 2);
     kd_w_kv_int(w, "before", meta->bandwidth_before);

@@ -59,6 +59,8 @@ enum {
 };
 
 #define KD_FLAG_PINNED 1u
+#define KD_FLAG_SYMMETRIC 2u
+#define KD_FLAG_SYMMETRY_KNOWN 4u /* files from before the symmetry scan lack it */
 
 _Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_DETAIL,
                "state header too small for the candidates");
@@ -251,7 +253,9 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
     kd_put_u64(h + KD_H_NNZ, (uint64_t)m->nnz);
     kd_put_u32(h + KD_H_DTYPE, (uint32_t)m->dtype);
     kd_put_u32(h + KD_H_FORMAT, (uint32_t)m->format);
-    kd_put_u32(h + KD_H_FLAGS, m->pinned ? KD_FLAG_PINNED : 0u);
+    kd_put_u32(h + KD_H_FLAGS, (m->pinned ? KD_FLAG_PINNED : 0u) |
+                                   (m->symmetric >= 0 ? KD_FLAG_SYMMETRY_KNOWN : 0u) |
+                                   (m->symmetric > 0 ? KD_FLAG_SYMMETRIC : 0u));
     kd_put_u64(h + KD_H_PAYLOAD_BYTES, payload_bytes);
     kd_put_u64(h + KD_H_PAYLOAD_SUM, sum);
     kd_put_u64(h + KD_H_DEVICE_BYTES, (uint64_t)m->device_bytes);
@@ -323,7 +327,9 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
     kd_err_t shape_err = {0};
     if (kd_csr_check_shape(m->rows, m->cols, m->nnz, NULL, &shape_err) != KD_OK)
         return kd_err_set(err, KD_EIO, "bad shape: %s", shape_err.message);
-    m->pinned = (kd_get_u32(h + KD_H_FLAGS) & KD_FLAG_PINNED) != 0;
+    const uint32_t flags = kd_get_u32(h + KD_H_FLAGS);
+    m->pinned = (flags & KD_FLAG_PINNED) != 0;
+    m->symmetric = (flags & KD_FLAG_SYMMETRY_KNOWN) == 0 ? -1 : (flags & KD_FLAG_SYMMETRIC) != 0;
     *payload_bytes = kd_get_u64(h + KD_H_PAYLOAD_BYTES);
     *sum = kd_get_u64(h + KD_H_PAYLOAD_SUM);
     size_t expect;

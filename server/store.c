@@ -138,8 +138,10 @@ kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_
     kd_matrix_t *old = entry->dev;
     entry->dev = dev;
     entry->meta.resident = dev != NULL;
-    if (dev != NULL)
+    if (dev != NULL) {
         entry->meta.device_bytes = dev->device_bytes;
+        entry->meta.symmetric = dev->scan.symmetric; /* a reload scans again */
+    }
     pthread_mutex_unlock(&store->lock);
     return old;
 }

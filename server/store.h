@@ -51,6 +51,9 @@ typedef struct kd_matrix_meta {
     kd_reorder_t reorder;      /* the ordering kept (a reload recomputes it from it) */
     int64_t bandwidth_before, bandwidth_after; /* of A and of P A P^T */
     char reorder_reason[96];                   /* why (matrix.info `reorder_reason`) */
+    /* The upload's scan: a_ij == a_ji exactly (kd_matrix_scan_t.symmetric); -1: not known (a
+     * state file from before it, until the matrix is loaded again) */
+    int symmetric;
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {

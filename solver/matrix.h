@@ -56,6 +56,18 @@ typedef struct kd_matrix_scan {
     double bad_diagonal_value;
     int64_t negative_diagonal_row; /* square only: the first a_ii < 0 */
     double negative_diagonal_value;
+    /* Square and a_ij == a_ji exactly for every (i, j), pattern included (an
+     * entry stored on one side only is asymmetric even when it is 0; NaN mirrors NaN). A
+     * reordered matrix keeps its client matrix's flag (P A P^T is symmetric when A is). */
+    int symmetric;
+    /* Symmetric, and every a_ii is finite and > 0 (necessary for SPD, not sufficient): what
+     * method "auto" picks CG on. */
+    int looks_spd;
+    /* Square only: the first entry in row order whose mirror differs: a_ij = asymmetric_value,
+     * a_ji = asymmetric_mirror (0 when not stored: asymmetric_mirror_stored == 0). */
+    int64_t asymmetric_row, asymmetric_col;
+    double asymmetric_value, asymmetric_mirror;
+    int asymmetric_mirror_stored;
 } kd_matrix_scan_t;
 
 /* A symmetric reordering kept inside the matrix (solver/matrix_reorder.c): the format holds

@@ -46,8 +46,8 @@ void kd_matrix_order_release(kd_matrix_t *m)
 /* The scan's positions in P A P^T back to A's numbering. */
 static void kd_matrix_order_unpermute_scan(kd_matrix_scan_t *s, const int32_t *perm)
 {
-    int64_t *rows[] = {&s->non_finite_row, &s->non_finite_col, &s->bad_diagonal_row,
-                       &s->negative_diagonal_row};
+    int64_t *rows[] = {&s->non_finite_row,        &s->non_finite_col, &s->bad_diagonal_row,
+                       &s->negative_diagonal_row, &s->asymmetric_row, &s->asymmetric_col};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
         if (*rows[i] >= 0)
             *rows[i] = perm[*rows[i]];

@@ -65,7 +65,58 @@ typedef struct kd_scan_slice {
     int64_t r0, r1;
     int64_t non_finite_entry, non_finite_count, bad_row, neg_row;
     double bad_value, neg_value;
+    int64_t asym_row, asym_col; /* the slice's first a_ij != a_ji */
+    double asym_value, asym_mirror;
+    int asym_stored; /* a_ji is stored (else it is 0 by absence) */
 } kd_scan_slice_t;
+
+/* The position of column `col` in row `row` (columns are sorted in canonical CSR), or -1. */
+static int64_t kd_scan_find(const int32_t *indptr, const int32_t *indices, int64_t row, int64_t col)
+{
+    int64_t lo = indptr[row], hi = indptr[row + 1];
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (indices[mid] < col)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < indptr[row + 1] && indices[lo] == col ? lo : -1;
+}
+
+/* Equal, NaN counting as equal to NaN: the scan reports NaN on its own, and a matrix with
+ * mirrored NaNs is still symmetric (the solver answers it non_finite, not "not symmetric"). */
+static inline int kd_scan_same(double a, double b)
+{
+    return a == b || (a != a && b != b);
+}
+
+/* The slice's first entry (row order) whose mirror a_ji is not stored or not equal: each
+ * off-diagonal entry looks its mirror up by binary search, O(nnz log(row length)); checking
+ * both triangles (not the upper one and a count) finds the first failure in row order without
+ * a second pass. Stops at the first. */
+static void kd_scan_symmetry(kd_scan_slice_t *sl)
+{
+    const kd_csr_t *csr = sl->csr;
+    const int32_t *indptr = csr->indptr, *indices = csr->indices;
+    for (int64_t r = sl->r0; r < sl->r1; r++)
+        for (int64_t k = indptr[r]; k < indptr[r + 1]; k++) {
+            const int64_t c = indices[k];
+            if (c == r)
+                continue;
+            const int64_t m = kd_scan_find(indptr, indices, c, r);
+            const double a = kd_load_real(csr->values, csr->dtype, (size_t)k);
+            const double b = m >= 0 ? kd_load_real(csr->values, csr->dtype, (size_t)m) : 0.0;
+            if (m < 0 || !kd_scan_same(a, b)) {
+                sl->asym_row = r;
+                sl->asym_col = c;
+                sl->asym_value = a;
+                sl->asym_mirror = b;
+                sl->asym_stored = m >= 0;
+                return;
+            }
+        }
+}
 
 static void *kd_scan_slice(void *arg)
 {
@@ -82,8 +133,10 @@ static void *kd_scan_slice(void *arg)
     sl->non_finite_entry = k >= 0 ? k0 + k : -1;
     sl->bad_row = sl->neg_row = -1;
     sl->bad_value = sl->neg_value = 0.0;
+    sl->asym_row = sl->asym_col = -1;
     if (sl->inv == NULL)
         return NULL;
+    kd_scan_symmetry(sl);
     const int32_t *indptr = csr->indptr, *indices = csr->indices;
     for (int64_t r = sl->r0; r < sl->r1; r++) {
         int64_t at = -1;
@@ -119,6 +172,10 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
     scan->non_finite_count = 0;
     scan->bad_diagonal_row = scan->negative_diagonal_row = -1;
     scan->non_finite_value = scan->bad_diagonal_value = scan->negative_diagonal_value = 0.0;
+    scan->symmetric = scan->looks_spd = 0;
+    scan->asymmetric_row = scan->asymmetric_col = -1;
+    scan->asymmetric_value = scan->asymmetric_mirror = 0.0;
+    scan->asymmetric_mirror_stored = 0;
     const kd_dtype_t t = csr->dtype;
     const int square = csr->rows == csr->cols && csr->rows > 0;
     void *inv = NULL;
@@ -155,7 +212,17 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
             scan->negative_diagonal_row = sl->neg_row;
             scan->negative_diagonal_value = sl->neg_value;
         }
+        if (scan->asymmetric_row < 0 && sl->asym_row >= 0) {
+            scan->asymmetric_row = sl->asym_row;
+            scan->asymmetric_col = sl->asym_col;
+            scan->asymmetric_value = sl->asym_value;
+            scan->asymmetric_mirror = sl->asym_mirror;
+            scan->asymmetric_mirror_stored = sl->asym_stored;
+        }
     }
+    scan->symmetric = csr->rows == csr->cols && scan->asymmetric_row < 0; /* 0 x 0 is */
+    scan->looks_spd = scan->symmetric && scan->bad_diagonal_row < 0 &&
+                      scan->negative_diagonal_row < 0;
     *inv_diagonal = inv;
     return KD_OK;
 }

@@ -91,6 +91,111 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
     return KD_OK;
 }
 
+/* The method can apply preconditioner p. */
+static int kd_method_takes(const kd_method_ops_t *m, const kd_precond_ops_t *p)
+{
+    return (m->precond_forms & p->forms) != 0 &&
+           ((m->needs & KD_METHOD_NEEDS_SPD) == 0 || p->symmetric);
+}
+
+/* What m needs of the matrix is there (the scan's flags: square, symmetric, looks SPD). */
+static int kd_method_fits(const kd_method_ops_t *m, const kd_matrix_t *A)
+{
+    const unsigned sym = KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD;
+    return ((m->needs & KD_METHOD_NEEDS_SQUARE) == 0 || A->rows == A->cols) &&
+           ((m->needs & sym) == 0 || A->scan.symmetric) &&
+           ((m->needs & KD_METHOD_NEEDS_SPD) == 0 || A->scan.looks_spd);
+}
+
+int kd_method_auto(const kd_matrix_t *A, const kd_precond_ops_t *p, const kd_method_ops_t **m,
+                   kd_err_t *err)
+{
+    /* The order of preference; the matrix's class says where to start in it. */
+    static const char *const order[] = {"cg", "minres", "gmres", "bicgstab"};
+    const size_t start = A->scan.looks_spd ? 0 : A->scan.symmetric ? 1 : 2;
+    assert(A != NULL && p != NULL && m != NULL);
+    *m = NULL;
+    for (size_t i = start; i < sizeof(order) / sizeof(order[0]) && *m == NULL; i++) {
+        const kd_method_ops_t *c = kd_method_find(order[i]);
+        if (c != NULL && kd_method_fits(c, A) && kd_method_takes(c, p))
+            *m = c;
+    }
+    for (size_t i = 0; i < kd_method_count && *m == NULL; i++)
+        if (kd_method_fits(kd_method_table[i], A) && kd_method_takes(kd_method_table[i], p))
+            *m = kd_method_table[i];
+    if (*m != NULL)
+        return KD_OK;
+    char names[256];
+    kd_method_names(names, sizeof(names));
+    return kd_err_set(err, KD_EBADREQ,
+                      "method auto: no method of this server (%s) solves a %s matrix with "
+                      "preconditioner %s",
+                      names,
+                      A->rows != A->cols      ? "non-square"
+                      : A->scan.looks_spd     ? "symmetric positive-diagonal"
+                      : A->scan.symmetric     ? "symmetric indefinite-looking"
+                                              : "nonsymmetric",
+                      p->name);
+}
+
+int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *preconditioner,
+                         const kd_method_ops_t **m, const kd_precond_ops_t **p, kd_err_t *err)
+{
+    assert(A != NULL && m != NULL && p != NULL);
+    if (method == NULL || strcmp(method, KD_METHOD_AUTO) != 0)
+        return kd_method_choose(method, preconditioner, m, p, err);
+    *m = NULL;
+    *p = kd_precond_find(preconditioner != NULL && preconditioner[0] != '\0' ? preconditioner
+                                                                              : "none");
+    if (*p == NULL) {
+        char names[256];
+        kd_precond_names(names, sizeof(names));
+        return kd_err_set(err, KD_EBADREQ, "unknown preconditioner '%.64s': this server has %s",
+                          preconditioner, names);
+    }
+    int rc = kd_method_auto(A, *p, m, err);
+    if (rc != KD_OK)
+        *p = NULL;
+    return rc;
+}
+
+int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_err_t *err)
+{
+    assert(m != NULL && A != NULL);
+    if ((m->needs & KD_METHOD_NEEDS_SQUARE) != 0 && A->rows != A->cols)
+        return kd_err_set(err, KD_EBADREQ, "%s needs a square matrix, not %lld x %lld", m->name,
+                          (long long)A->rows, (long long)A->cols);
+    if ((m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0 || A->scan.symmetric)
+        return KD_OK;
+    /* "gmres or bicgstab": every method of the table that does not need symmetry */
+    char others[192] = "";
+    size_t w = 0, n = 0, total = 0;
+    for (size_t i = 0; i < kd_method_count; i++)
+        total += (kd_method_table[i]->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0;
+    for (size_t i = 0; i < kd_method_count && w < sizeof(others); i++) {
+        const kd_method_ops_t *o = kd_method_table[i];
+        if ((o->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) != 0)
+            continue;
+        n++;
+        w += (size_t)snprintf(others + w, sizeof(others) - w, "%s%s",
+                              n == 1 ? "" : n == total ? " or " : ", ", o->name);
+    }
+    char mirror[48];
+    if (A->scan.asymmetric_mirror_stored)
+        snprintf(mirror, sizeof(mirror), "= %.17g", A->scan.asymmetric_mirror);
+    else
+        snprintf(mirror, sizeof(mirror), "is not stored");
+    const long long i = (long long)A->scan.asymmetric_row, j = (long long)A->scan.asymmetric_col;
+    if (i < 0) /* a scan that found no witness (not from kd_matrix_scan) */
+        return kd_err_set(err, KD_EBADREQ, "method %s needs a symmetric matrix", m->name);
+    return kd_err_set(err, KD_EBADREQ,
+                      "method %s needs a symmetric matrix; this one is not (a[%lld][%lld] = %.17g "
+                      "but a[%lld][%lld] %s): %s%s",
+                      m->name, i, j, A->scan.asymmetric_value, j, i, mirror,
+                      total > 0 ? "use " : "this server has no method for nonsymmetric matrices",
+                      others);
+}
+
 int kd_method_precondition(kd_solve_run_t *run, const kd_multivec_t *v, kd_multivec_t *z,
                            kd_err_t *err)
 {

@@ -87,6 +87,28 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
 /* "cg, sd, cg1 (pcg = cg + jacobi)": the table's names, for messages. */
 void kd_method_names(char *out, size_t cap);
 
+/* The name a request gives to let the server pick the method for the matrix (kd_method_auto). */
+#define KD_METHOD_AUTO "auto"
+
+/*
+ * The method for A with preconditioner p (kd_precond_none for none): cg when A looks SPD
+ * (kd_matrix_scan_t.looks_spd), minres when it is symmetric but does not, gmres otherwise; a name
+ * this build lacks, or a method that cannot take p (its forms, or p not symmetric for a method
+ * that needs SPD), passes to the next in that order (cg, minres, gmres, bicgstab), then to any
+ * method of the table that fits. KD_EBADREQ when none fits, saying why.
+ */
+int kd_method_auto(const kd_matrix_t *A, const kd_precond_ops_t *p, const kd_method_ops_t **m,
+                   kd_err_t *err);
+
+/* kd_method_choose, with method "auto" resolved on A by kd_method_auto. */
+int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *preconditioner,
+                         const kd_method_ops_t **m, const kd_precond_ops_t **p, kd_err_t *err);
+
+/* KD_EBADREQ when A lacks what m needs: a square matrix, or an exactly symmetric one for a method
+ * that needs symmetry (the message names the first asymmetric entry and the table's methods that
+ * do not need it). */
+int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_err_t *err);
+
 /* One solve as a method sees it (solver/solve.c owns it). */
 struct kd_solve_run {
     kd_ocl_t *ocl;

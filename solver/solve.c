@@ -132,9 +132,9 @@ static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_so
 {
     if (p->method == NULL || p->precond == NULL)
         return kd_err_set(err, KD_EBADREQ, "solve needs a method and a preconditioner");
-    if ((p->method->needs & KD_METHOD_NEEDS_SQUARE) != 0 && A->rows != A->cols)
-        return kd_err_set(err, KD_EBADREQ, "%s needs a square matrix, not %lld x %lld",
-                          p->method->name, (long long)A->rows, (long long)A->cols);
+    int rc = kd_method_check_matrix(p->method, A, err);
+    if (rc != KD_OK)
+        return rc;
     if (p->method->work_vectors > KD_METHOD_WORK_MAX)
         return kd_err_set(err, KD_EINTERNAL, "%s asks for %d work vectors", p->method->name,
                           p->method->work_vectors);

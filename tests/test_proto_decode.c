@@ -1009,7 +1009,7 @@ static void test_solve_defaults_and_all(void)
     kd_request_t *r = GOOD(&w);
     REQUIRE(r != NULL);
     const kd_solve_request_t *s = &r->u.solve;
-    CHECK(s->method == KD_SOLVE_METHOD_CG && s->rtol == 1e-8 && s->atol == 0.0);
+    CHECK(s->method[0] == '\0' && s->rtol == 1e-8 && s->atol == 0.0 && s->restart == 0);
     CHECK(s->maxiter == -1 && s->nrhs == 1 && s->check_every == 0);
     CHECK(!s->history && !s->progress && s->preconditioner[0] == '\0');
     CHECK(s->dtype == KD_DTYPE_F64 && s->b.count == 3 && !s->x0.present);
@@ -1017,7 +1017,7 @@ static void test_solve_defaults_and_all(void)
     CHECK(r->timeout_ms == 0);
     kd_request_free(r);
 
-    begin(&w, "solve", 14);
+    begin(&w, "solve", 15);
     kd_w_kv_str(&w, "id", ID_HEX);
     kd_w_kv_str(&w, "dtype", "float32");
     kd_w_kv_bin(&w, "b", b32, sizeof(b32));
@@ -1032,10 +1032,12 @@ static void test_solve_defaults_and_all(void)
     kd_w_kv_bool(&w, "history", 1);
     kd_w_kv_bool(&w, "progress", 1);
     kd_w_kv_int(&w, "timeout_ms", 2500);
+    kd_w_kv_int(&w, "restart", 200);
     r = GOOD(&w);
     REQUIRE(r != NULL);
     s = &r->u.solve;
-    CHECK(s->method == KD_SOLVE_METHOD_PCG && strcmp(s->preconditioner, "jacobi") == 0);
+    CHECK(strcmp(s->method, "pcg") == 0 && strcmp(s->preconditioner, "jacobi") == 0);
+    CHECK(s->restart == 200);
     CHECK(s->dtype == KD_DTYPE_F32 && s->b.count == 6 && s->x0.count == 6);
     CHECK(s->rtol == 1e-5 && s->atol == 0.0 && s->maxiter == 100 && s->nrhs == 2);
     CHECK(s->check_every == 8 && s->history && s->progress && r->timeout_ms == 2500);
@@ -1066,7 +1068,33 @@ static void test_solve_defaults_and_all(void)
     kd_w_kv_nil(&w, "rtol"); /* nil means absent: the default */
     r = GOOD(&w);
     REQUIRE(r != NULL);
-    CHECK(r->u.solve.method == KD_SOLVE_METHOD_SD && r->u.solve.rtol == 1e-8);
+    CHECK(strcmp(r->u.solve.method, "sd") == 0 && r->u.solve.rtol == 1e-8);
+    kd_request_free(r);
+
+    /* any method name passes, with any preconditioner (the server's tables decide) */
+    static const char *const names[] = {"auto", "gmres", "bicgstab", "minres", "no-such"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        begin(&w, "solve", 6);
+        kd_w_kv_str(&w, "id", ID_HEX);
+        kv_doubles(&w, "b", b, 2);
+        kd_w_kv_str(&w, "method", names[i]);
+        kd_w_kv_str(&w, "preconditioner", "jacobi");
+        kd_w_kv_int(&w, "restart", (int64_t)i + 1);
+        kd_w_kv_nil(&w, "maxiter");
+        r = GOOD(&w);
+        REQUIRE(r != NULL);
+        CHECK(strcmp(r->u.solve.method, names[i]) == 0);
+        CHECK(strcmp(r->u.solve.preconditioner, "jacobi") == 0);
+        CHECK(r->u.solve.restart == (int64_t)i + 1);
+        kd_request_free(r);
+    }
+    begin(&w, "solve", 3);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kv_doubles(&w, "b", b, 2);
+    kd_w_kv_nil(&w, "restart"); /* nil means absent: the server's default */
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->u.solve.restart == 0);
     kd_request_free(r);
 }
 
@@ -1121,9 +1149,35 @@ static void s_x0_short(kd_writer_t *w)
     static const double x0[] = {0, 0};
     kd_w_kv_bin(w, "x0", x0, sizeof(x0));
 }
-static void s_method_gmres(kd_writer_t *w)
+static void s_method_long(kd_writer_t *w)
 {
-    kd_w_kv_str(w, "method", "gmres");
+    kd_w_kv_str(w, "method", "a-method-name-of-exactly-32-byte");
+}
+static void s_method_nul(kd_writer_t *w)
+{
+    kd_w_str(w, "method");
+    kd_w_strn(w, "cg\0x", 4);
+}
+static void s_restart_negative(kd_writer_t *w)
+{
+    kd_w_kv_int(w, "restart", -1);
+}
+static void s_restart_over(kd_writer_t *w)
+{
+    kd_w_kv_int(w, "restart", 201);
+}
+static void s_restart_huge(kd_writer_t *w)
+{
+    kd_w_str(w, "restart");
+    kd_w_uint(w, UINT64_MAX);
+}
+static void s_restart_float(kd_writer_t *w)
+{
+    kd_w_kv_double(w, "restart", 30.5);
+}
+static void s_restart_str(kd_writer_t *w)
+{
+    kd_w_kv_str(w, "restart", "30");
 }
 static void s_method_int(kd_writer_t *w)
 {
@@ -1170,10 +1224,6 @@ static void s_options_many(kd_writer_t *w)
         kd_w_kv_int(w, name, i);
     }
 }
-static void s_jacobi_with_cg(kd_writer_t *w)
-{
-    kd_w_kv_str(w, "preconditioner", "jacobi");
-}
 static void s_history_int(kd_writer_t *w)
 {
     kd_w_kv_int(w, "history", 1);
@@ -1212,7 +1262,13 @@ static void test_solve_rules(void)
         {s_nrhs_over, KD_ETOOLARGE, "nrhs = 5 is over this server's limit 4"},
         {s_nrhs_uneven, KD_EBADREQ, "b has 3 values, not a whole number of columns for nrhs = 2"},
         {s_x0_short, KD_EBADREQ, "x0 has 2 entries but b has 3"},
-        {s_method_gmres, KD_EBADREQ, "method 'gmres' is not one of cg | sd | pcg"},
+        {s_method_long, KD_EBADREQ, "method is 32 bytes, longer than the limit of 31"},
+        {s_method_nul, KD_EBADREQ, "method contains a NUL byte"},
+        {s_restart_negative, KD_EBADREQ, "restart must be >= 0, got -1"},
+        {s_restart_over, KD_EBADREQ, "restart = 201: GMRES(m) keeps at most 200 basis vectors"},
+        {s_restart_huge, KD_ETOOLARGE, "restart = 18446744073709551615 is too large"},
+        {s_restart_float, KD_EBADREQ, "restart must be an integer, got float"},
+        {s_restart_str, KD_EBADREQ, "restart must be an integer, got str"},
         {s_method_int, KD_EBADREQ, "method must be a str, got int"},
         {s_options_list, KD_EBADREQ, "preconditioner_options must be a map of names to numbers"},
         {s_options_str_value, KD_EBADREQ, "preconditioner_options: threshold must be a finite"},
@@ -1220,7 +1276,6 @@ static void test_solve_rules(void)
         {s_options_twice, KD_EBADREQ, "preconditioner_options: degree given twice"},
         {s_options_long_name, KD_EBADREQ, "is not an option name"},
         {s_options_many, KD_EBADREQ, "preconditioner_options has 9 entries; at most 8"},
-        {s_jacobi_with_cg, KD_EBADREQ, "preconditioner 'jacobi' needs method 'pcg', not 'cg'"},
         {s_history_int, KD_EBADREQ, "history must be true or false, got int"},
         {s_progress_str, KD_EBADREQ, "progress must be true or false, got str"},
         {s_check_every_negative, KD_EBADREQ, "check_every must be >= 0, got -1"},

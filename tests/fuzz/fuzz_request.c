@@ -87,6 +87,9 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         touch(&req->u.solve.x0);
         if (req->u.solve.nrhs < 1 || req->u.solve.nrhs > lim->max_nrhs)
             abort();
+        if (req->u.solve.restart < 0 || req->u.solve.restart > KD_RESTART_MAX ||
+            memchr(req->u.solve.method, '\0', sizeof(req->u.solve.method)) == NULL)
+            abort();
         if (req->u.solve.b.count % req->u.solve.nrhs != 0)
             abort();
         if (req->u.solve.x0.present && req->u.solve.x0.count != req->u.solve.b.count)

@@ -117,6 +117,14 @@ int main(int argc, char **argv)
     kd_w_double(&w, 3);
     save("solve_nrhs", &w);
 
+    begin(&w, 7, "solve", 5);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, sizeof(x));
+    kd_w_kv_str(&w, "method", "gmres");
+    kd_w_kv_str(&w, "preconditioner", "jacobi");
+    kd_w_kv_int(&w, "restart", 30);
+    save("solve_restart", &w);
+
     begin(&w, 14, "matrix.multiply", 8);
     kd_w_kv_str(&w, "a", id);
     kd_w_kv_str(&w, "b", "fedcba9876543210FEDCBA9876543210");
