@@ -65,7 +65,9 @@ typedef struct kd_scan_slice {
     int64_t r0, r1;
     int64_t non_finite_entry, non_finite_count, bad_row, neg_row;
     double bad_value, neg_value;
-    int64_t asym_row, asym_col; /* the slice's first a_ij != a_ji */
+    int64_t upper, lower;       /* off-diagonal entries above and below the diagonal */
+    int upper_mismatch;         /* an upper entry's mirror is missing or differs */
+    int64_t asym_row, asym_col; /* the slice's first a_ij != a_ji (the second pass) */
     double asym_value, asym_mirror;
     int asym_stored; /* a_ji is stored (else it is 0 by absence) */
 } kd_scan_slice_t;
@@ -91,12 +93,38 @@ static inline int kd_scan_same(double a, double b)
     return a == b || (a != a && b != b);
 }
 
-/* The slice's first entry (row order) whose mirror a_ji is not stored or not equal: each
- * off-diagonal entry looks its mirror up by binary search, O(nnz log(row length)); checking
- * both triangles (not the upper one and a count) finds the first failure in row order without
- * a second pass. Stops at the first. */
-static void kd_scan_symmetry(kd_scan_slice_t *sl)
+/* The first pass: each entry above the diagonal looks its mirror up by binary search
+ * (O(nnz log(row length)) in all, half the entries searched); the entries below are only
+ * counted. Every upper entry matched and as many below as above: A is symmetric. */
+static void kd_scan_upper(kd_scan_slice_t *sl)
 {
+    const kd_csr_t *csr = sl->csr;
+    const int32_t *indptr = csr->indptr, *indices = csr->indices;
+    int64_t upper = 0, lower = 0;
+    for (int64_t r = sl->r0; r < sl->r1 && !sl->upper_mismatch; r++) {
+        int64_t k = indptr[r];
+        const int64_t end = indptr[r + 1];
+        for (; k < end && indices[k] < r; k++)
+            lower++;
+        for (k += k < end && indices[k] == r; k < end; k++) {
+            const int64_t m = kd_scan_find(indptr, indices, indices[k], r);
+            upper++;
+            if (m < 0 || !kd_scan_same(kd_load_real(csr->values, csr->dtype, (size_t)k),
+                                       kd_load_real(csr->values, csr->dtype, (size_t)m))) {
+                sl->upper_mismatch = 1;
+                break;
+            }
+        }
+    }
+    sl->upper = upper;
+    sl->lower = lower;
+}
+
+/* The second pass, only for a matrix the first found asymmetric: the slice's first entry in
+ * row order, above or below the diagonal, whose mirror is missing or differs. */
+static void *kd_scan_witness(void *arg)
+{
+    kd_scan_slice_t *sl = arg;
     const kd_csr_t *csr = sl->csr;
     const int32_t *indptr = csr->indptr, *indices = csr->indices;
     for (int64_t r = sl->r0; r < sl->r1; r++)
@@ -113,9 +141,10 @@ static void kd_scan_symmetry(kd_scan_slice_t *sl)
                 sl->asym_value = a;
                 sl->asym_mirror = b;
                 sl->asym_stored = m >= 0;
-                return;
+                return NULL;
             }
         }
+    return NULL;
 }
 
 static void *kd_scan_slice(void *arg)
@@ -136,7 +165,7 @@ static void *kd_scan_slice(void *arg)
     sl->asym_row = sl->asym_col = -1;
     if (sl->inv == NULL)
         return NULL;
-    kd_scan_symmetry(sl);
+    kd_scan_upper(sl);
     const int32_t *indptr = csr->indptr, *indices = csr->indices;
     for (int64_t r = sl->r0; r < sl->r1; r++) {
         int64_t at = -1;
@@ -163,6 +192,32 @@ static void *kd_scan_slice(void *arg)
         }
     }
     return NULL;
+}
+
+/* The slices' first passes into scan->symmetric; when they found A asymmetric, the second pass
+ * for the first witness in row order. */
+static void kd_scan_merge_symmetry(const kd_csr_t *csr, kd_matrix_scan_t *scan,
+                                   kd_scan_slice_t *slices, int n)
+{
+    int64_t upper = 0, lower = 0;
+    int mismatch = 0;
+    for (int i = 0; i < n; i++) {
+        upper += slices[i].upper;
+        lower += slices[i].lower;
+        mismatch |= slices[i].upper_mismatch;
+    }
+    scan->symmetric = csr->rows == csr->cols && !mismatch && upper == lower; /* 0 x 0 is */
+    if (scan->symmetric || csr->rows != csr->cols)
+        return;
+    kd_slices_run(kd_scan_witness, slices, sizeof(slices[0]), n);
+    for (int i = 0; i < n && scan->asymmetric_row < 0; i++)
+        if (slices[i].asym_row >= 0) {
+            scan->asymmetric_row = slices[i].asym_row;
+            scan->asymmetric_col = slices[i].asym_col;
+            scan->asymmetric_value = slices[i].asym_value;
+            scan->asymmetric_mirror = slices[i].asym_mirror;
+            scan->asymmetric_mirror_stored = slices[i].asym_stored;
+        }
 }
 
 int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diagonal, kd_err_t *err)
@@ -212,15 +267,8 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
             scan->negative_diagonal_row = sl->neg_row;
             scan->negative_diagonal_value = sl->neg_value;
         }
-        if (scan->asymmetric_row < 0 && sl->asym_row >= 0) {
-            scan->asymmetric_row = sl->asym_row;
-            scan->asymmetric_col = sl->asym_col;
-            scan->asymmetric_value = sl->asym_value;
-            scan->asymmetric_mirror = sl->asym_mirror;
-            scan->asymmetric_mirror_stored = sl->asym_stored;
-        }
     }
-    scan->symmetric = csr->rows == csr->cols && scan->asymmetric_row < 0; /* 0 x 0 is */
+    kd_scan_merge_symmetry(csr, scan, slices, n);
     scan->looks_spd = scan->symmetric && scan->bad_diagonal_row < 0 &&
                       scan->negative_diagonal_row < 0;
     *inv_diagonal = inv;

@@ -165,7 +165,9 @@ int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_er
     if ((m->needs & KD_METHOD_NEEDS_SQUARE) != 0 && A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "%s needs a square matrix, not %lld x %lld", m->name,
                           (long long)A->rows, (long long)A->cols);
-    if ((m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0 || A->scan.symmetric)
+    /* a matrix holding NaN or Inf is answered non_finite without iterating: that says more */
+    if ((m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0 || A->scan.symmetric ||
+        A->scan.non_finite_row >= 0)
         return KD_OK;
     /* "gmres or bicgstab": every method of the table that does not need symmetry */
     char others[192] = "";

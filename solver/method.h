@@ -106,7 +106,7 @@ int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *p
 
 /* KD_EBADREQ when A lacks what m needs: a square matrix, or an exactly symmetric one for a method
  * that needs symmetry (the message names the first asymmetric entry and the table's methods that
- * do not need it). */
+ * do not need it). A matrix holding NaN or Inf passes: the solve answers it non_finite. */
 int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_err_t *err);
 
 /* One solve as a method sees it (solver/solve.c owns it). */

@@ -585,7 +585,8 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
                           "symmetric positive definite",
                           (long long)A->scan.negative_diagonal_row,
                           A->scan.negative_diagonal_value);
-    int rc = kd_amg_check_symmetric(csr, err);
+    /* exactly symmetric (the upload's scan) passes the tolerant check: no host transpose */
+    int rc = A->scan.symmetric ? KD_OK : kd_amg_check_symmetric(csr, err);
     if (rc != KD_OK)
         return rc;
     kd_amg_t *amg = calloc(1, sizeof(*amg));

@@ -1,7 +1,9 @@
 /*
  * The method and preconditioner tables (solver/method.h, solver/precond.h), and cg1, the method
  * added through them. The tables: every row complete and found by its name, aliases, the errors
- * kd_method_choose gives (listing the known names), every method x preconditioner it takes
+ * kd_method_choose gives (listing the known names), method "auto" (kd_method_auto: cg on an
+ * SPD-looking matrix, minres on a symmetric one, gmres otherwise, passing to the next this build
+ * has and that takes the preconditioner), every method x preconditioner it takes
  * runs and makes exactly the reductions per iteration it declares. The preconditioner lives with
  * the matrix: set up once, counted in its device bytes. cg1 (Chronopoulos-Gear CG): converges on
  * generated and real SPD matrices to the tolerance by the CPU's measure of ||b - A x||, in the
@@ -53,9 +55,9 @@ static void test_tables(void)
     CHECK(kd_method_choose("cg", "jacobi", &m, &p, &err) == KD_OK && p == &kd_precond_jacobi);
     CHECK(kd_method_choose("cg1", "jacobi", &m, &p, &err) == KD_OK && m == &kd_method_cg1);
 
-    CHECK_EQ_INT(kd_method_choose("gmres", NULL, &m, &p, &err), KD_EBADREQ);
+    CHECK_EQ_INT(kd_method_choose("no-such", NULL, &m, &p, &err), KD_EBADREQ);
     CHECK(m == NULL && p == NULL);
-    CHECK_STR_CONTAINS(err.message, "unknown method 'gmres'");
+    CHECK_STR_CONTAINS(err.message, "unknown method 'no-such'");
     for (size_t i = 0; i < kd_method_count; i++)
         CHECK_STR_CONTAINS(err.message, kd_method_table[i]->name);
     CHECK_STR_CONTAINS(err.message, "pcg = cg + jacobi");
@@ -65,6 +67,120 @@ static void test_tables(void)
     CHECK_EQ_INT(kd_method_choose("sd", "jacobi", &m, &p, &err), KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "method sd takes no preconditioner jacobi");
     CHECK_EQ_INT(kd_method_choose("pcg", "ilu0", &m, &p, &err), KD_EBADREQ);
+}
+
+/* The first of `names` this build has that takes p, or NULL. */
+static const kd_method_ops_t *first_present(const char *const *names, const kd_precond_ops_t *p)
+{
+    for (; *names != NULL; names++) {
+        const kd_method_ops_t *m = kd_method_find(*names);
+        if (m != NULL && (m->precond_forms & p->forms) != 0 &&
+            ((m->needs & KD_METHOD_NEEDS_SPD) == 0 || p->symmetric))
+            return m;
+    }
+    return NULL;
+}
+
+static kd_matrix_t *upload(kd_csr_t *csr)
+{
+    kd_matrix_t *A = NULL;
+    kd_err_t err = {0};
+    if (kd_matrix_upload(ocl, csr, KD_FMT_CSR_SCALAR, &A, &err) != KD_OK) {
+        fprintf(stderr, "upload: %s\n", err.message);
+        exit(2);
+    }
+    kd_csr_free(csr);
+    return A;
+}
+
+/* Method "auto": cg for an SPD-looking matrix, minres for a symmetric one that is not, gmres
+ * otherwise, each passing to the next this build has (and takes the preconditioner); never a
+ * method whose needs the matrix lacks. */
+static void test_auto(void)
+{
+    static const kd_precond_ops_t skew = {
+        .name = "skew", .summary = "a nonsymmetric diagonal M", .forms = KD_PRECOND_DIAGONAL};
+    static const kd_precond_ops_t alien = {.name = "alien", .summary = "no form", .forms = 64};
+    const kd_method_ops_t *m;
+    const kd_precond_ops_t *p;
+    kd_err_t err = {0};
+
+    kd_matrix_t *spd = upload(kd_test_laplacian_2d(6, 5));
+    CHECK(spd->scan.symmetric && spd->scan.looks_spd);
+    for (size_t j = 0; j < kd_precond_count; j++) {
+        CHECK_MSG(kd_method_auto(spd, kd_precond_table[j], &m, &err) == KD_OK, "%s",
+                  err.message);
+        CHECK_MSG(m == &kd_method_cg, "auto with %s on an SPD matrix: %s",
+                  kd_precond_table[j]->name, m != NULL ? m->name : "none");
+    }
+    CHECK(kd_method_choose_for(spd, "auto", "jacobi", &m, &p, &err) == KD_OK &&
+          m == &kd_method_cg && p == &kd_precond_jacobi);
+    CHECK(kd_method_choose_for(spd, "auto", NULL, &m, &p, &err) == KD_OK && m == &kd_method_cg &&
+          p == &kd_precond_none);
+    CHECK(kd_method_choose_for(spd, "cg1", "jacobi", &m, &p, &err) == KD_OK &&
+          m == &kd_method_cg1); /* any other name: kd_method_choose */
+    CHECK_EQ_INT(kd_method_choose_for(spd, "auto", "ilu9", &m, &p, &err), KD_EBADREQ);
+    CHECK(m == NULL && p == NULL);
+    CHECK_STR_CONTAINS(err.message, "unknown preconditioner 'ilu9'");
+    /* a preconditioner CG cannot take: skipped to a method that can, or a clear refusal */
+    static const char *const after_cg[] = {"minres", "gmres", "bicgstab", NULL};
+    const kd_method_ops_t *want = first_present(after_cg, &skew);
+    int rc = kd_method_auto(spd, &skew, &m, &err);
+    if (want != NULL)
+        CHECK(rc == KD_OK && m == want);
+    else {
+        CHECK_EQ_INT(rc, KD_EBADREQ);
+        CHECK_STR_CONTAINS(err.message, "with preconditioner skew");
+    }
+    CHECK_EQ_INT(kd_method_auto(spd, &alien, &m, &err), KD_EBADREQ);
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(err.message, "method auto: no method of this server");
+    CHECK_STR_CONTAINS(err.message, "preconditioner alien");
+
+    /* symmetric with a negative diagonal entry: not SPD-looking */
+    kd_csr_t *ind = kd_test_laplacian_2d(6, 5);
+    ((double *)ind->values)[0] = -4.0; /* row 0's first entry is its diagonal */
+    kd_matrix_t *sym = upload(ind);
+    CHECK(sym->scan.symmetric && !sym->scan.looks_spd);
+    want = first_present(after_cg, &kd_precond_none);
+    rc = kd_method_auto(sym, &kd_precond_none, &m, &err);
+    if (want != NULL)
+        CHECK_MSG(rc == KD_OK && m == want, "auto on a symmetric indefinite matrix: %s",
+                  rc == KD_OK ? m->name : err.message);
+    else {
+        CHECK_EQ_INT(rc, KD_EBADREQ);
+        CHECK_STR_CONTAINS(err.message, "a symmetric indefinite-looking matrix");
+    }
+
+    /* nonsymmetric */
+    kd_csr_t *ns = kd_test_laplacian_2d(6, 5);
+    ((double *)ns->values)[1] = -2.0;
+    kd_matrix_t *gen = upload(ns);
+    CHECK(!gen->scan.symmetric && !gen->scan.looks_spd);
+    static const char *const general[] = {"gmres", "bicgstab", NULL};
+    want = first_present(general, &kd_precond_none);
+    rc = kd_method_auto(gen, &kd_precond_none, &m, &err);
+    if (want != NULL)
+        CHECK(rc == KD_OK && m == want);
+    else {
+        CHECK_EQ_INT(rc, KD_EBADREQ);
+        CHECK_STR_CONTAINS(err.message, "a nonsymmetric matrix");
+    }
+    /* whatever the preconditioner, never a method the matrix does not suit */
+    const kd_matrix_t *mats[] = {spd, sym, gen};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = 0; j < kd_precond_count; j++) {
+            if (kd_method_auto(mats[i], kd_precond_table[j], &m, &err) != KD_OK) {
+                CHECK(m == NULL);
+                continue;
+            }
+            CHECK(kd_method_check_matrix(m, mats[i], &err) == KD_OK);
+            CHECK(!(m->needs & KD_METHOD_NEEDS_SPD) || mats[i]->scan.looks_spd);
+            CHECK((m->precond_forms & kd_precond_table[j]->forms) != 0);
+        }
+    kd_matrix_free(spd);
+    kd_matrix_free(sym);
+    kd_matrix_free(gen);
 }
 
 typedef kd_test_problem_t problem_t;
@@ -320,6 +436,7 @@ int main(void)
         return 1;
     kd_test_seed();
     test_tables();
+    test_auto();
     test_declared_reductions();
     test_precond_lives_with_matrix();
     test_cg1_converges();
