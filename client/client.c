@@ -411,6 +411,8 @@ static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
     const msgpack_object *bw = kd_obj_get(m, "bandwidth");
     kd_obj_int64(kd_obj_get(bw, "before"), &info->bandwidth_before);
     kd_obj_int64(kd_obj_get(bw, "after"), &info->bandwidth_after);
+    info->symmetric = -1; /* a server from before the flag, or a state file from before it */
+    kd_obj_bool(kd_obj_get(m, "symmetric"), &info->symmetric);
 }
 
 static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
@@ -789,7 +791,7 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         return rc;
     uint32_t nparams = 6 + (opt->maxiter >= 0) + (nrhs > 1) + (opt->check_every > 0) +
                        (opt->x0 != NULL) + (opt->timeout_ms > 0) + (opt->progress != NULL) +
-                       (opt->preconditioner != NULL) + (noptions > 0);
+                       (opt->preconditioner != NULL) + (noptions > 0) + (opt->restart != 0);
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "solve", nparams);
     kd_w_kv_str(&w, "id", id);
@@ -812,6 +814,8 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         kd_w_kv_bool(&w, "progress", 1);
     if (opt->preconditioner != NULL)
         kd_w_kv_str(&w, "preconditioner", opt->preconditioner);
+    if (opt->restart != 0) /* the server checks the range */
+        kd_w_kv_int(&w, "restart", opt->restart);
     if (noptions > 0) {
         kd_w_str(&w, "preconditioner_options");
         kd_w_map(&w, (uint32_t)noptions);
@@ -844,6 +848,9 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
             return kd_result_missing(c, &reply, "status");
         }
         kd_copy_str(kd_rhs_field(reply.result, "message", nrhs, k), r->message, sizeof(r->message));
+        kd_copy_str(kd_obj_get(reply.result, "method"), r->method, sizeof(r->method));
+        kd_copy_str(kd_obj_get(reply.result, "preconditioner"), r->preconditioner,
+                    sizeof(r->preconditioner));
         const msgpack_object *h = hist;
         if (h != NULL && nrhs > 1)
             h = (h->type == MSGPACK_OBJECT_ARRAY && h->via.array.size == (uint32_t)nrhs)

@@ -98,6 +98,7 @@ typedef struct krylov_matrix_info {
     krylov_format_candidate_t candidates[KRYLOV_MAX_CANDIDATES];
     char reorder[16];                          /* the ordering kept inside: none, rcm, metis */
     int64_t bandwidth_before, bandwidth_after; /* max |i - j| of A, and of what is stored */
+    int symmetric; /* 1: square and a_ij == a_ji exactly; 0: not; -1: the server does not know */
 } krylov_matrix_info_t;
 
 typedef struct krylov_put_options {
@@ -160,7 +161,10 @@ int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const do
 typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
 
 typedef struct krylov_solve_options {
-    const char *method;          /* "cg" (default), "sd", "pcg" */
+    /* "cg" (default), "pcg" (cg + jacobi), "auto" (the server picks from the matrix: cg, minres
+     * or gmres), or any method of the server's table ("sd", "cg1", "gmres", "bicgstab",
+     * "minres", ...: server.status lists them) */
+    const char *method;
     double rtol;                 /* default 1e-8 */
     double atol;                 /* default 0 */
     int64_t maxiter;             /* -1 (default): the server's default, 10 * rows */
@@ -175,6 +179,7 @@ typedef struct krylov_solve_options {
     /* The preconditioner's options as "name=value,name=value" ("threshold=0.02,block_size=3" for
      * amg), or NULL. A malformed list is KRYLOV_EBADREQ before anything is sent. */
     const char *preconditioner_options;
+    int64_t restart; /* GMRES(m)'s basis size m, 1..200; 0 (default): the server's (30) */
 } krylov_solve_options_t;
 
 void krylov_solve_options_init(krylov_solve_options_t *opt);
@@ -188,6 +193,8 @@ typedef struct krylov_solve_result {
     char message[256];
     double *history;
     int64_t history_len;
+    char method[32];         /* the method that ran ("auto" resolved, "pcg" is "cg") */
+    char preconditioner[32]; /* the preconditioner that ran ("none" without one) */
 } krylov_solve_result_t;
 
 /* Solve A x = b. b and x hold n * nrhs values; result points to nrhs results. */

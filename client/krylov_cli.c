@@ -68,11 +68,17 @@ static void kd_usage(FILE *out)
         "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
         "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
         "                          y = A x; prints ||y|| and the time, writes y with -o\n"
-        "  solve ID [--rhs B.mtx|ones|random] [--method cg|sd|pcg] [--rtol R] [--atol A]\n"
+        "  solve ID [--rhs B.mtx|ones|random] [--method NAME] [--rtol R] [--atol A]\n"
         "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
-        "        [--plot CONV.png] [--preconditioner none|jacobi|amg]\n"
+        "        [--plot CONV.png] [--preconditioner none|jacobi|amg] [--restart M]\n"
         "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
         "                          solve A x = b; prints status, iterations, residual, time;\n"
+        "                          --method: the server's (cg, pcg = cg + jacobi, sd, cg1,\n"
+        "                          gmres, bicgstab, minres) or auto: cg for a symmetric\n"
+        "                          matrix with a positive diagonal, minres for another\n"
+        "                          symmetric one, gmres otherwise (default cg; cg needs a\n"
+        "                          symmetric matrix: `krylov info` says if it is);\n"
+        "                          --restart: GMRES(M)'s basis size, 1..200 (default 30);\n"
         "                          --plot draws the residual history with gnuplot\n"
         "  bench ID [--runs N] [--warmup W]\n"
         "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
@@ -256,6 +262,10 @@ static void kd_json_info_fields(kd_json_t *j, const krylov_matrix_info_t *m)
     kd_json_kv_bool(j, "resident", m->resident);
     kd_json_kv_int(j, "uses", m->uses);
     kd_json_kv_str(j, "reorder", m->reorder);
+    if (m->symmetric >= 0)
+        kd_json_kv_bool(j, "symmetric", m->symmetric);
+    else
+        kd_json_kv_null(j, "symmetric");
     kd_json_key(j, "bandwidth");
     kd_json_object_begin(j);
     kd_json_kv_int(j, "before", m->bandwidth_before);
@@ -315,6 +325,10 @@ static void kd_print_info(const krylov_matrix_info_t *m)
                (long long)m->bandwidth_before, (long long)m->bandwidth_after);
     else
         printf("reorder      none (bandwidth %lld)\n", (long long)m->bandwidth_before);
+    if (m->symmetric >= 0)
+        printf("symmetric    %s\n", m->symmetric ? "yes (a_ij == a_ji exactly)"
+                                                  : "no (cg, pcg and sd refuse it; solve "
+                                                    "--method auto picks a general method)");
     printf("uses         %lld\n", (long long)m->uses);
     for (int i = 0; i < m->ncandidates; i++) {
         const krylov_format_candidate_t *cand = &m->candidates[i];
@@ -551,7 +565,12 @@ static int kd_solve_json(kd_cli_t *cli, const krylov_matrix_info_t *info,
     kd_json_object_begin(&j);
     kd_json_kv_str(&j, "id", info->id);
     kd_json_kv_int(&j, "rows", info->rows);
-    kd_json_kv_str(&j, "method", opt->method);
+    /* what ran: "auto" resolved, "pcg" as cg + jacobi */
+    kd_json_kv_str(&j, "method", res->method[0] != '\0' ? res->method : opt->method);
+    kd_json_kv_str(&j, "requested_method", opt->method);
+    kd_json_kv_str(&j, "preconditioner", res->preconditioner[0] != '\0' ? res->preconditioner : NULL);
+    if (opt->restart > 0)
+        kd_json_kv_int(&j, "restart", opt->restart);
     kd_json_kv_str(&j, "rhs", rhs);
     kd_json_kv_double(&j, "rtol", opt->rtol);
     kd_json_kv_double(&j, "atol", opt->atol);
@@ -606,6 +625,8 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
             opt.preconditioner = argv[++i];
         else if (has && strcmp(a, "--precond-options") == 0)
             opt.preconditioner_options = argv[++i];
+        else if (has && strcmp(a, "--restart") == 0)
+            bad = kd_parse_int(cli, a, argv[++i], 1, &opt.restart);
         else if (has && strcmp(a, "--rtol") == 0)
             bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
         else if (has && strcmp(a, "--atol") == 0)
@@ -695,6 +716,11 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
         } else {
             printf("status             %s%s%s\n", res.status, res.message[0] ? ": " : "",
                    res.message);
+            const int with_precond = strcmp(res.preconditioner, "none") != 0;
+            if (res.method[0] != '\0')
+                printf("method             %s%s%s%s\n", res.method, with_precond ? " + " : "",
+                       with_precond ? res.preconditioner : "",
+                       strcmp(opt.method, "auto") == 0 ? " (auto)" : "");
             printf("iterations         %lld\n", (long long)res.iterations);
             printf("relative residual  %.3e  (||b - Ax|| = %.3e)\n", res.relative_residual,
                    res.residual_norm);
