@@ -62,6 +62,8 @@ class MatrixInfo:
     bandwidth: dict = field(default_factory=dict)  # {"before": A's, "after": what is stored}
     created: Optional[bool] = None  # matrix.put only: False when the matrix was already there
     spgemm: Optional[dict] = None  # matrix.multiply only: {"products", "nnz", "time_ms"}
+    # square and a_ij == a_ji exactly (the server's scan at upload); None: the server does not say
+    symmetric: Optional[bool] = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -91,6 +93,7 @@ class MatrixInfo:
             bandwidth=dict(d.get("bandwidth") or {}),
             created=d.get("created"),
             spgemm=dict(d["spgemm"]) if isinstance(d.get("spgemm"), dict) else None,
+            symmetric=None if d.get("symmetric") is None else bool(d["symmetric"]),
             raw=d,
         )
 
@@ -141,7 +144,8 @@ class SolveResult:
     "non_finite"), iterations, residual (||b - A x||, recomputed at the end), relative_residual
     (residual / ||b||) and message are scalars; history (with history=True) is an array of the
     residual norm at each check. With a 2-D b (n x k): x is (n, k) and those fields are lists /
-    arrays with one entry per right-hand side. time_ms is the whole solve on the server.
+    arrays with one entry per right-hand side. time_ms is the whole solve on the server. method
+    and preconditioner name what ran (what method="auto" chose; "cg" and "jacobi" for "pcg").
     """
 
     x: np.ndarray
@@ -153,6 +157,8 @@ class SolveResult:
     message: Any
     history: Any = None
     nrhs: int = 1
+    method: str = ""
+    preconditioner: str = ""
 
     @property
     def residual_norm(self):
@@ -477,11 +483,16 @@ class Client:
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
-              callback=None, dtype=None, timeout_ms=None):
-        """Solve A x = b on the server for a symmetric positive definite A.
+              callback=None, dtype=None, timeout_ms=None, restart=None):
+        """Solve A x = b on the server.
 
-        b: a vector (n), or n x k for k right-hand sides at once. method: "cg", "pcg" (Jacobi
-        preconditioned) or "sd" (steepest descent). preconditioner: "none", "jacobi" or "amg"
+        b: a vector (n), or n x k for k right-hand sides at once. method: a name of the server's
+        table: "cg" (the default), "pcg" (cg with Jacobi), "sd" (steepest descent) and "cg1" need
+        a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
+        methods), "gmres", "bicgstab", "minres" where the server has them, or "auto": the server
+        picks cg for a symmetric matrix with a positive diagonal, minres for another symmetric
+        one, gmres otherwise (SolveResult.method says which). restart: GMRES(m)'s basis size
+        (1..200; None: the server's 30). preconditioner: "none", "jacobi" or "amg"
         (smoothed-aggregation multigrid, built on the server once per matrix), with
         preconditioner_options a dict of numbers (amg: threshold, block_size, max_levels,
         coarse_size, degree, fused, tail_rows; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
@@ -518,7 +529,7 @@ class Client:
         _optional(params, maxiter=None if maxiter is None else int(maxiter),
                   preconditioner=preconditioner,
                   check_every=None if check_every is None else int(check_every),
-                  timeout_ms=timeout_ms)
+                  timeout_ms=timeout_ms, restart=None if restart is None else int(restart))
 
         on_progress = None
         if callback is not None:
@@ -554,6 +565,8 @@ class Client:
                 message=result.get("message", ""),
                 history=None if hist is None else np.asarray(hist, dtype=float),
                 nrhs=1,
+                method=result.get("method", ""),
+                preconditioner=result.get("preconditioner", ""),
             )
 
         def per_rhs(key):
@@ -576,6 +589,8 @@ class Client:
             message=per_rhs("message"),
             history=hist,
             nrhs=nrhs,
+            method=result.get("method", ""),
+            preconditioner=result.get("preconditioner", ""),
         )
 
     def operator(self, matrix, *, symmetric=None):

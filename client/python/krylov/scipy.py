@@ -23,8 +23,9 @@ __all__ = ["ResidentOperator"]
 class ResidentOperator(LinearOperator):
     """A LinearOperator for the matrix `matrix` (an id or MatrixInfo) on `client`'s server.
 
-    matvec(v) = A @ v through client.spmv. A^T v is only available when symmetric=True (then it
-    is A @ v), since the server multiplies by A alone. dtype is the operator's dtype for SciPy
+    matvec(v) = A @ v through client.spmv. A^T v is only available for a symmetric operator
+    (then it is A @ v), since the server multiplies by A alone; symmetric=None takes the
+    server's word (MatrixInfo.symmetric: exact symmetry found at upload). dtype is the operator's dtype for SciPy
     and the wire type of its vectors (default: the matrix's own, float64 or float32).
     """
 
@@ -33,7 +34,7 @@ class ResidentOperator(LinearOperator):
         self.client = client
         self.info = info
         self.id = info.id
-        self.symmetric = bool(symmetric)
+        self.symmetric = bool(info.symmetric) if symmetric is None else bool(symmetric)
         if dtype is None:
             dtype = np.float32 if info.dtype == "float32" else np.float64
         wire = np.float32 if np.dtype(dtype) == np.float32 else np.float64
