@@ -30,3 +30,7 @@ add_dependencies(test_e2e_multiply krylovd)
 # refusals, the hierarchy kept with the matrix and rebuilt after a restart or without a state dir.
 kd_add_test(test_e2e_amg SOURCES test_e2e_amg.c LIBS krylov kd_protocol LABELS e2e)
 add_dependencies(test_e2e_amg krylovd)
+# General systems (symmetric flag, the symmetric-only methods' refusal, method auto, restart),
+# real matrices, a restart.
+kd_add_test(test_e2e_general SOURCES test_e2e_general.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_general krylovd)
