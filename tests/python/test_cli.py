@@ -164,6 +164,32 @@ class TestJson(unittest.TestCase):
         self.assertEqual(bad["error"]["command"], "spmv")
         self.assertIn("the matrix needs", bad["error"]["message"])
 
+    def test_solve_general(self):
+        # info says whether the matrix is exactly symmetric; cg on a nonsymmetric one is a clear
+        # BAD_REQUEST (exit 1) naming the methods to use; auto and restart reach the server
+        gen = self.put("ani4.mtx")["id"]  # symmetric to rounding, not exactly
+        bus = self.put("494_bus.mtx")["id"]
+        self.assertIs(run_json(self, "info", gen)[0]["symmetric"], False)
+        self.assertIs(run_json(self, "info", bus)[0]["symmetric"], True)
+        self.assertIn("symmetric    no", run("info", gen).stdout)
+        bad, _ = run_json(self, "solve", gen, "--method", "cg", expect=1)
+        self.assertEqual(bad["error"]["code"], "BAD_REQUEST")
+        self.assertIn("method cg needs a symmetric matrix; this one is not (a[",
+                      bad["error"]["message"])
+        doc, _ = run_json(self, "solve", bus, "--method", "auto", "--restart", "40",
+                          "--preconditioner", "jacobi", "--rtol", "1e-8")
+        self.assertEqual((doc["method"], doc["requested_method"], doc["preconditioner"]),
+                         ("cg", "auto", "jacobi"))
+        self.assertEqual((doc["restart"], doc["status"]), (40, "converged"))
+        human = run("solve", bus, "--method", "auto")
+        self.assertEqual(human.returncode, 0, human.stderr)
+        self.assertRegex(human.stdout, r"(?m)^method +cg \(auto\)$")
+        bad, _ = run_json(self, "solve", bus, "--restart", "201", expect=1)
+        self.assertIn("restart = 201", bad["error"]["message"])
+        bad, _ = run_json(self, "solve", bus, "--restart", "0", expect=2)
+        self.assertEqual(bad["error"]["code"], "USAGE")
+        self.assertIn("--method NAME", run("--help").stdout + run("--help").stderr)
+
     def test_solve(self):
         A = load("494_bus.mtx")
         mid = self.put("494_bus.mtx")["id"]
