@@ -327,8 +327,8 @@ static void kd_print_info(const krylov_matrix_info_t *m)
         printf("reorder      none (bandwidth %lld)\n", (long long)m->bandwidth_before);
     if (m->symmetric >= 0)
         printf("symmetric    %s\n", m->symmetric ? "yes (a_ij == a_ji exactly)"
-                                                  : "no (cg, pcg and sd refuse it; solve "
-                                                    "--method auto picks a general method)");
+                                                 : "no (cg, pcg and sd refuse it; solve "
+                                                   "--method auto picks a general method)");
     printf("uses         %lld\n", (long long)m->uses);
     for (int i = 0; i < m->ncandidates; i++) {
         const krylov_format_candidate_t *cand = &m->candidates[i];
@@ -568,7 +568,8 @@ static int kd_solve_json(kd_cli_t *cli, const krylov_matrix_info_t *info,
     /* what ran: "auto" resolved, "pcg" as cg + jacobi */
     kd_json_kv_str(&j, "method", res->method[0] != '\0' ? res->method : opt->method);
     kd_json_kv_str(&j, "requested_method", opt->method);
-    kd_json_kv_str(&j, "preconditioner", res->preconditioner[0] != '\0' ? res->preconditioner : NULL);
+    kd_json_kv_str(&j, "preconditioner",
+                   res->preconditioner[0] != '\0' ? res->preconditioner : NULL);
     if (opt->restart > 0)
         kd_json_kv_int(&j, "restart", opt->restart);
     kd_json_kv_str(&j, "rhs", rhs);

@@ -103,7 +103,7 @@ typedef struct kd_solve_request {
     kd_dtype_t dtype;                        /* of b, x0 and the returned x */
     kd_array_t b;                            /* nrhs * rows values, column-major */
     kd_array_t x0;                           /* optional, same shape as b */
-    char method[KD_FORMAT_NAME_MAX]; /* a name of the server's table, an alias or "auto"; "": cg */
+    char method[KD_FORMAT_NAME_MAX];         /* the server's name, alias or "auto"; "": cg */
     double rtol;                             /* default 1e-8 */
     double atol;                             /* default 0 */
     int64_t maxiter;                         /* default -1: 10 * rows, chosen by the server */

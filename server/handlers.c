@@ -382,8 +382,8 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     kd_solve_params_default(&params);
     kd_precond_options_t opt;
     kd_csr_t *owned = NULL;
-    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method,
-                                   &params.precond, err)) != KD_OK ||
+    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method, &params.precond,
+                                   err)) != KD_OK ||
         (rc = kd_handlers_precond(server, entry, q, &params, &opt, &owned, err)) != KD_OK)
         return rc;
     params.rtol = q->rtol;

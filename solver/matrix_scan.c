@@ -269,8 +269,8 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
         }
     }
     kd_scan_merge_symmetry(csr, scan, slices, n);
-    scan->looks_spd = scan->symmetric && scan->bad_diagonal_row < 0 &&
-                      scan->negative_diagonal_row < 0;
+    scan->looks_spd =
+        scan->symmetric && scan->bad_diagonal_row < 0 && scan->negative_diagonal_row < 0;
     *inv_diagonal = inv;
     return KD_OK;
 }

@@ -91,6 +91,12 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
     return KD_OK;
 }
 
+/* The method needs a symmetric matrix (SPD implies it). */
+static int kd_method_needs_symmetry(const kd_method_ops_t *m)
+{
+    return (m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) != 0;
+}
+
 /* The method can apply preconditioner p. */
 static int kd_method_takes(const kd_method_ops_t *m, const kd_precond_ops_t *p)
 {
@@ -101,9 +107,8 @@ static int kd_method_takes(const kd_method_ops_t *m, const kd_precond_ops_t *p)
 /* What m needs of the matrix is there (the scan's flags: square, symmetric, looks SPD). */
 static int kd_method_fits(const kd_method_ops_t *m, const kd_matrix_t *A)
 {
-    const unsigned sym = KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD;
     return ((m->needs & KD_METHOD_NEEDS_SQUARE) == 0 || A->rows == A->cols) &&
-           ((m->needs & sym) == 0 || A->scan.symmetric) &&
+           (!kd_method_needs_symmetry(m) || A->scan.symmetric) &&
            ((m->needs & KD_METHOD_NEEDS_SPD) == 0 || A->scan.looks_spd);
 }
 
@@ -131,10 +136,10 @@ int kd_method_auto(const kd_matrix_t *A, const kd_precond_ops_t *p, const kd_met
                       "method auto: no method of this server (%s) solves a %s matrix with "
                       "preconditioner %s",
                       names,
-                      A->rows != A->cols      ? "non-square"
-                      : A->scan.looks_spd     ? "symmetric positive-diagonal"
-                      : A->scan.symmetric     ? "symmetric indefinite-looking"
-                                              : "nonsymmetric",
+                      A->rows != A->cols  ? "non-square"
+                      : A->scan.looks_spd ? "symmetric positive-diagonal"
+                      : A->scan.symmetric ? "symmetric indefinite-looking"
+                                          : "nonsymmetric",
                       p->name);
 }
 
@@ -146,7 +151,7 @@ int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *p
         return kd_method_choose(method, preconditioner, m, p, err);
     *m = NULL;
     *p = kd_precond_find(preconditioner != NULL && preconditioner[0] != '\0' ? preconditioner
-                                                                              : "none");
+                                                                             : "none");
     if (*p == NULL) {
         char names[256];
         kd_precond_names(names, sizeof(names));
@@ -159,6 +164,24 @@ int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *p
     return rc;
 }
 
+/* "use gmres or bicgstab": every method of the table that does not need symmetry, or what to say
+ * when there is none. */
+static void kd_method_general_names(char *out, size_t cap)
+{
+    size_t total = 0, n = 0, w;
+    for (size_t i = 0; i < kd_method_count; i++)
+        total += !kd_method_needs_symmetry(kd_method_table[i]);
+    w = (size_t)snprintf(
+        out, cap, "%s", total > 0 ? "use " : "this server has no method for nonsymmetric matrices");
+    for (size_t i = 0; i < kd_method_count && w < cap; i++) {
+        if (kd_method_needs_symmetry(kd_method_table[i]))
+            continue;
+        const char *sep = n == 0 ? "" : n + 1 == total ? " or " : ", ";
+        w += (size_t)snprintf(out + w, cap - w, "%s%s", sep, kd_method_table[i]->name);
+        n++;
+    }
+}
+
 int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_err_t *err)
 {
     assert(m != NULL && A != NULL);
@@ -166,36 +189,21 @@ int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_er
         return kd_err_set(err, KD_EBADREQ, "%s needs a square matrix, not %lld x %lld", m->name,
                           (long long)A->rows, (long long)A->cols);
     /* a matrix holding NaN or Inf is answered non_finite without iterating: that says more */
-    if ((m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0 || A->scan.symmetric ||
-        A->scan.non_finite_row >= 0)
+    if (!kd_method_needs_symmetry(m) || A->scan.symmetric || A->scan.non_finite_row >= 0)
         return KD_OK;
-    /* "gmres or bicgstab": every method of the table that does not need symmetry */
-    char others[192] = "";
-    size_t w = 0, n = 0, total = 0;
-    for (size_t i = 0; i < kd_method_count; i++)
-        total += (kd_method_table[i]->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0;
-    for (size_t i = 0; i < kd_method_count && w < sizeof(others); i++) {
-        const kd_method_ops_t *o = kd_method_table[i];
-        if ((o->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) != 0)
-            continue;
-        n++;
-        w += (size_t)snprintf(others + w, sizeof(others) - w, "%s%s",
-                              n == 1 ? "" : n == total ? " or " : ", ", o->name);
-    }
-    char mirror[48];
+    const long long i = (long long)A->scan.asymmetric_row, j = (long long)A->scan.asymmetric_col;
+    if (i < 0) /* a scan that found no witness (not from kd_matrix_scan) */
+        return kd_err_set(err, KD_EBADREQ, "method %s needs a symmetric matrix", m->name);
+    char mirror[48], general[192];
     if (A->scan.asymmetric_mirror_stored)
         snprintf(mirror, sizeof(mirror), "= %.17g", A->scan.asymmetric_mirror);
     else
         snprintf(mirror, sizeof(mirror), "is not stored");
-    const long long i = (long long)A->scan.asymmetric_row, j = (long long)A->scan.asymmetric_col;
-    if (i < 0) /* a scan that found no witness (not from kd_matrix_scan) */
-        return kd_err_set(err, KD_EBADREQ, "method %s needs a symmetric matrix", m->name);
+    kd_method_general_names(general, sizeof(general));
     return kd_err_set(err, KD_EBADREQ,
                       "method %s needs a symmetric matrix; this one is not (a[%lld][%lld] = %.17g "
-                      "but a[%lld][%lld] %s): %s%s",
-                      m->name, i, j, A->scan.asymmetric_value, j, i, mirror,
-                      total > 0 ? "use " : "this server has no method for nonsymmetric matrices",
-                      others);
+                      "but a[%lld][%lld] %s): %s",
+                      m->name, i, j, A->scan.asymmetric_value, j, i, mirror, general);
 }
 
 int kd_method_precondition(kd_solve_run_t *run, const kd_multivec_t *v, kd_multivec_t *z,

@@ -25,7 +25,8 @@ typedef struct matrix {
     char id[33];
 } matrix_t;
 
-static matrix_t watt = {.file = "watt_2.mtx"}, bus = {.file = "494_bus.mtx"}, ani = {.file = "ani4.mtx"};
+static matrix_t watt = {.file = "watt_2.mtx"}, bus = {.file = "494_bus.mtx"},
+                ani = {.file = "ani4.mtx"};
 
 /* a_ij of the host copy (0 when not stored), and whether it is stored. */
 static double entry(const kd_csr_t *A, int64_t i, int64_t j, int *stored)

@@ -108,8 +108,7 @@ static void test_auto(void)
     kd_matrix_t *spd = upload(kd_test_laplacian_2d(6, 5));
     CHECK(spd->scan.symmetric && spd->scan.looks_spd);
     for (size_t j = 0; j < kd_precond_count; j++) {
-        CHECK_MSG(kd_method_auto(spd, kd_precond_table[j], &m, &err) == KD_OK, "%s",
-                  err.message);
+        CHECK_MSG(kd_method_auto(spd, kd_precond_table[j], &m, &err) == KD_OK, "%s", err.message);
         CHECK_MSG(m == &kd_method_cg, "auto with %s on an SPD matrix: %s",
                   kd_precond_table[j]->name, m != NULL ? m->name : "none");
     }

@@ -57,7 +57,8 @@ static reference_t reference(const kd_csr_t *m)
             if (m->indices[k] == i)
                 d = kd_csr_value(m, k);
         const double inv = 1.0 / d;
-        r.looks_spd = isfinite(d) && d > 0.0 && (m->dtype == KD_DTYPE_F32 ? isfinite((float)inv) : isfinite(inv));
+        r.looks_spd = isfinite(d) && d > 0.0 &&
+                      (m->dtype == KD_DTYPE_F32 ? isfinite((float)inv) : isfinite(inv));
     }
     return r;
 }
@@ -294,8 +295,8 @@ static void test_refusal(void)
     CHECK(!p.A->scan.symmetric);
     size_t without = 0;
     for (size_t i = 0; i < kd_method_count; i++)
-        without += (kd_method_table[i]->needs &
-                    (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0;
+        without +=
+            (kd_method_table[i]->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0;
     for (size_t i = 0; i < kd_method_count; i++) {
         const kd_method_ops_t *mo = kd_method_table[i];
         kd_solve_params_t prm;
@@ -324,7 +325,8 @@ static void test_refusal(void)
                   err.message, n, without);
         for (int j = 0; j < n; j++) {
             const kd_method_ops_t *o = kd_method_find(names[j]);
-            CHECK_MSG(o != NULL && (o->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0,
+            CHECK_MSG(o != NULL &&
+                          (o->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) == 0,
                       "listed '%s'", names[j]);
         }
         if (without == 0)
@@ -379,10 +381,9 @@ static kd_csr_t *laplacian_3d(int64_t n)
         for (int64_t y = 0; y < n; y++)
             for (int64_t x = 0; x < n; x++) {
                 const int64_t r = (z * n + y) * n + x;
-                const int64_t cols[7] = {z > 0 ? r - n * n : -1, y > 0 ? r - n : -1,
-                                         x > 0 ? r - 1 : -1,     r,
-                                         x < n - 1 ? r + 1 : -1, y < n - 1 ? r + n : -1,
-                                         z < n - 1 ? r + n * n : -1};
+                const int64_t cols[7] = {
+                    z > 0 ? r - n * n : -1, y > 0 ? r - n : -1,     x > 0 ? r - 1 : -1,        r,
+                    x < n - 1 ? r + 1 : -1, y < n - 1 ? r + n : -1, z < n - 1 ? r + n * n : -1};
                 for (int c = 0; c < 7; c++)
                     if (cols[c] >= 0) {
                         m->indices[at] = (int32_t)cols[c];
