@@ -56,8 +56,9 @@ typedef struct kd_matrix_scan {
     double bad_diagonal_value;
     int64_t negative_diagonal_row; /* square only: the first a_ii < 0 */
     double negative_diagonal_value;
-    /* Square and a_ij == a_ji exactly for every (i, j), pattern included (an
-     * entry stored on one side only is asymmetric even when it is 0; NaN mirrors NaN). A
+    /* Square and a_ij == a_ji to rounding for every (i, j) (within 256 ulps of the dtype,
+     * solver/matrix_scan.c says why), the pattern exactly (an entry stored on one side only is
+     * asymmetric even when it is 0; NaN mirrors NaN). A
      * reordered matrix keeps its client matrix's flag (P A P^T is symmetric when A is). */
     int symmetric;
     /* Symmetric, and every a_ii is finite and > 0 (necessary for SPD, not sufficient): what

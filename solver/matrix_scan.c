@@ -11,6 +11,7 @@
 #include "common/checked.h"
 #include "common/slices.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,11 +87,24 @@ static int64_t kd_scan_find(const int32_t *indptr, const int32_t *indices, int64
     return lo < indptr[row + 1] && indices[lo] == col ? lo : -1;
 }
 
-/* Equal, NaN counting as equal to NaN: the scan reports NaN on its own, and a matrix with
- * mirrored NaNs is still symmetric (the solver answers it non_finite, not "not symmetric"). */
-static inline int kd_scan_same(double a, double b)
+/*
+ * Equal to rounding: |a - b| <= KD_SCAN_SYMMETRY_ULPS eps max(|a|, |b|) in the dtype's eps, NaN
+ * counting as equal to NaN (the scan reports NaN on its own, and a matrix with mirrored NaNs is
+ * still symmetric: the solver answers it non_finite, not "not symmetric"). Not bit-exact: a
+ * matrix assembled in floating point is often symmetric only to rounding (SuiteSparse's ani4
+ * differs from its transpose by up to 7.8e-15 relative, 35 ulps, and CG solves it as SciPy's
+ * does); refusing CG there would be wrong. A real asymmetry is far beyond 256 ulps.
+ */
+#define KD_SCAN_SYMMETRY_ULPS 256.0
+static inline int kd_scan_same(double a, double b, double eps)
 {
-    return a == b || (a != a && b != b);
+    return a == b || (a != a && b != b) ||
+           fabs(a - b) <= KD_SCAN_SYMMETRY_ULPS * eps * fmax(fabs(a), fabs(b));
+}
+
+static inline double kd_scan_eps(kd_dtype_t dtype)
+{
+    return dtype == KD_DTYPE_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
 }
 
 /* The first pass: each entry above the diagonal looks its mirror up by binary search
@@ -110,7 +124,8 @@ static void kd_scan_upper(kd_scan_slice_t *sl)
             const int64_t m = kd_scan_find(indptr, indices, indices[k], r);
             upper++;
             if (m < 0 || !kd_scan_same(kd_load_real(csr->values, csr->dtype, (size_t)k),
-                                       kd_load_real(csr->values, csr->dtype, (size_t)m))) {
+                                       kd_load_real(csr->values, csr->dtype, (size_t)m),
+                                       kd_scan_eps(csr->dtype))) {
                 sl->upper_mismatch = 1;
                 break;
             }
@@ -135,7 +150,7 @@ static void *kd_scan_witness(void *arg)
             const int64_t m = kd_scan_find(indptr, indices, c, r);
             const double a = kd_load_real(csr->values, csr->dtype, (size_t)k);
             const double b = m >= 0 ? kd_load_real(csr->values, csr->dtype, (size_t)m) : 0.0;
-            if (m < 0 || !kd_scan_same(a, b)) {
+            if (m < 0 || !kd_scan_same(a, b, kd_scan_eps(csr->dtype))) {
                 sl->asym_row = r;
                 sl->asym_col = c;
                 sl->asym_value = a;

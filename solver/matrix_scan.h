@@ -10,7 +10,7 @@
 
 /* Scan csr's values (the first NaN/Inf entry and how many there are, the first
  * zero/missing/non-finite and the first negative diagonal entry, for a square matrix whether it
- * is exactly symmetric and the first entry that is not) into *scan and, for a square matrix with
+ * is symmetric (the pattern exactly, the values to rounding) and the first entry that is not) into *scan and, for a square matrix with
  * rows > 0, 1 / a_ii into a new host array *inv_diagonal (malloc'd; NULL otherwise). One pass
  * over the values and one binary search per off-diagonal entry; no OpenCL. */
 int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diagonal, kd_err_t *err);

@@ -18,6 +18,8 @@
 #include "solver/precond.h"
 #include "solver/solve.h"
 
+#include <float.h>
+
 static kd_ocl_t *ocl;
 
 /* What the scan should find, the slow way. */
@@ -30,6 +32,13 @@ typedef struct reference {
 static int same(double a, double b)
 {
     return a == b || (isnan(a) && isnan(b));
+}
+
+/* Symmetric to rounding as the scan means it: within 256 ulps of the dtype. */
+static int mirrors(double a, double b, kd_dtype_t dtype)
+{
+    const double eps = dtype == KD_DTYPE_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
+    return same(a, b) || fabs(a - b) <= 256.0 * eps * fmax(fabs(a), fabs(b));
 }
 
 static reference_t reference(const kd_csr_t *m)
@@ -46,7 +55,7 @@ static reference_t reference(const kd_csr_t *m)
                     found = 1;
                     b = kd_csr_value(m, q);
                 }
-            if (!found || !same(a, b))
+            if (!found || !mirrors(a, b, m->dtype))
                 r = (reference_t){0, 0, found, i, j, a, b};
         }
     r.symmetric = square && r.row < 0;
@@ -143,6 +152,25 @@ static void test_scan_random(void)
             ((double *)s->values)[k] += 0.5;
             check_both_dtypes(s, "A + A^T, one value changed");
             ((double *)s->values)[k] -= 0.5;
+        }
+        /* a difference of a few ulps (a matrix assembled in floating point) is symmetric to
+         * rounding; one of 1e-9 relative is not */
+        if (k >= 0) {
+            const double keep = ((double *)s->values)[k];
+            ((double *)s->values)[k] = keep * (1.0 + 16.0 * DBL_EPSILON);
+            kd_matrix_scan_t sc;
+            void *inv = NULL;
+            kd_err_t err = {0};
+            REQUIRE(kd_matrix_scan(s, &sc, &inv, &err) == KD_OK);
+            free(inv);
+            inv = NULL;
+            CHECK_MSG(sc.symmetric, "a 16-ulp difference is symmetric to rounding");
+            check_both_dtypes(s, "A + A^T, one value 16 ulps off");
+            ((double *)s->values)[k] = keep * (1.0 + 1e-9);
+            REQUIRE(kd_matrix_scan(s, &sc, &inv, &err) == KD_OK);
+            free(inv);
+            CHECK_MSG(!sc.symmetric || keep == 0.0, "a 1e-9 relative difference is not symmetric");
+            ((double *)s->values)[k] = keep;
         }
         /* NaN mirrored is symmetric; on one side it is not */
         if (k >= 0) {
