@@ -119,10 +119,11 @@ static int kd_minres_start(kd_solve_run_t *run, const int *mask, int64_t it, kd_
 static int kd_minres_setup(kd_solve_run_t *run, kd_err_t *err)
 {
     assert(run != NULL);
-    if (!run->precond->ops->symmetric)
+    const kd_precond_ops_t *po = run->params->precond;
+    if (!po->symmetric)
         return kd_err_set(err, KD_EBADREQ,
                           "minres needs a symmetric positive definite preconditioner; %s is not",
-                          run->precond->ops->name);
+                          po->name);
     kd_minres_t *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory");

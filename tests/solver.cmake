@@ -10,6 +10,11 @@ kd_add_test(test_solve_history SOURCES test_solve_history.c ${PROJECT_SOURCE_DIR
 # The method and preconditioner tables, and cg1 (the method added through them).
 kd_add_test(test_methods SOURCES test_methods.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# bicgstab and minres: convergence by the CPU's measure on nonsymmetric and symmetric indefinite
+# matrices, columns alone, schedules, x0, singular systems, breakdowns.
+kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
+            ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
 # Smoothed-aggregation AMG: the host pieces, AMG-PCG against Jacobi-PCG, symmetry, errors.
 kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
