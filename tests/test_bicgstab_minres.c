@@ -8,7 +8,7 @@
  * and the check schedule change nothing; x0 is honoured (a warm start at the solution takes at
  * most one iteration); 1x1 systems; a singular matrix (an empty row) ends cleanly; the breakdowns
  * (bicgstab's rho, r0hat'v and omega on small exact systems; minres with an indefinite M) are
- * reported as breakdown with the reason. SciPy's iteration counts: tests/python/test_py_krylov2.py.
+ * reported as breakdown with the reason. SciPy's iteration counts: tests/python/test_py_bicgstab_minres.py.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
