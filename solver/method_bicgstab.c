@@ -90,10 +90,10 @@ static int kd_bicgstab_setup(kd_solve_run_t *run, kd_err_t *err)
         const double zero = 0.0;
         const float zero32 = 0.0f;
         const size_t v = kd_dtype_size(run->r.dtype);
-        cl_int cst = clEnqueueFillBuffer(
-            kd_ocl_queue(run->ocl), st->own,
-            run->r.dtype == KD_DTYPE_F64 ? (const void *)&zero : (const void *)&zero32, v, 0,
-            bytes, 0, NULL, NULL);
+        cl_int cst = clEnqueueFillBuffer(kd_ocl_queue(run->ocl), st->own,
+                                         run->r.dtype == KD_DTYPE_F64 ? (const void *)&zero
+                                                                      : (const void *)&zero32,
+                                         v, 0, bytes, 0, NULL, NULL);
         if (cst != CL_SUCCESS)
             rc = kd_ocl_fail(err, cst, "clEnqueueFillBuffer (bicgstab scalars)");
     }

@@ -137,10 +137,10 @@ static int kd_minres_setup(kd_solve_run_t *run, kd_err_t *err)
     if (rc == KD_OK) {
         const double zero = 0.0;
         const float zero32 = 0.0f;
-        cl_int cst = clEnqueueFillBuffer(
-            kd_ocl_queue(run->ocl), st->own,
-            run->r.dtype == KD_DTYPE_F64 ? (const void *)&zero : (const void *)&zero32, v, 0,
-            bytes, 0, NULL, NULL);
+        cl_int cst = clEnqueueFillBuffer(kd_ocl_queue(run->ocl), st->own,
+                                         run->r.dtype == KD_DTYPE_F64 ? (const void *)&zero
+                                                                      : (const void *)&zero32,
+                                         v, 0, bytes, 0, NULL, NULL);
         if (cst != CL_SUCCESS)
             rc = kd_ocl_fail(err, cst, "clEnqueueFillBuffer (minres scalars)");
     }
@@ -169,11 +169,11 @@ static int kd_minres_iterate(kd_solve_run_t *run, int64_t j, kd_err_t *err)
     rc = kd_krylov_launch(
         kr, "minres", "kd_minres_update",
         KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
-                KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials),
-                KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state), KD_ARG_MEM(kd_minres_own(run)),
-                KD_ARG_MEM(q->mem), KD_ARG_MEM(r1->mem), KD_ARG_MEM(r2->mem),
-                KD_ARG_MEM(run->x.mem), KD_ARG_MEM(wa->mem), KD_ARG_MEM(wb->mem),
-                KD_ARG_MEM(yold->mem), KD_ARG_MEM(y->mem), KD_ARG_MEM(kr->diagonal)),
+                KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
+                KD_ARG_MEM(kr->state), KD_ARG_MEM(kd_minres_own(run)), KD_ARG_MEM(q->mem),
+                KD_ARG_MEM(r1->mem), KD_ARG_MEM(r2->mem), KD_ARG_MEM(run->x.mem),
+                KD_ARG_MEM(wa->mem), KD_ARG_MEM(wb->mem), KD_ARG_MEM(yold->mem), KD_ARG_MEM(y->mem),
+                KD_ARG_MEM(kr->diagonal)),
         err);
     if (rc == KD_OK && kd_minres_operator(run)) {
         kd_multivec_t *ynew = kd_minres_y(run, j + 1);
