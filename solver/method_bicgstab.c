@@ -183,9 +183,22 @@ static int kd_bicgstab_check(const kd_solve_run_t *run, const kd_krylov_column_t
                              kd_solve_result_t *res)
 {
     (void)run;
+    const long long at = (long long)st->iteration;
+    if (st->status == KD_KRYLOV_ZERO_STEP || st->status == KD_KRYLOV_NON_FINITE_ALPHA) {
+        /* (kd_method_explain's words for these are CG's: "not symmetric positive definite") */
+        const int zero = st->status == KD_KRYLOV_ZERO_STEP;
+        res->status = zero ? KD_SOLVE_BREAKDOWN : KD_SOLVE_NON_FINITE;
+        res->iterations = st->iteration - 1 - skip;
+        snprintf(res->message, sizeof(res->message),
+                 zero ? "zero step at iteration %lld: alpha = rho / r0hat'v underflows to 0 (rho "
+                        "= %.3g): the matrix is scaled beyond the dtype"
+                      : "a step factor (alpha, beta or omega) = %2$g at iteration %1$lld "
+                        "overflows",
+                 at, st->fail);
+        return 1;
+    }
     if (st->status != KD_KRYLOV_BREAKDOWN)
         return kd_method_explain(st, skip, "r0hat'v", "rho", res);
-    const long long at = (long long)st->iteration;
     res->status = KD_SOLVE_BREAKDOWN;
     res->iterations = st->iteration - 1 - skip;
     switch ((int)st->pq) {
