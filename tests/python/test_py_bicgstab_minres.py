@@ -113,7 +113,8 @@ class AgainstScipy(unittest.TestCase):
     def test_bicgstab_ani4(self):
         """BiCGSTAB's residual is erratic on ani4: rounding alone moves the first iterate under
         the tolerance by +-10% (SciPy's own count ranges 227..273 over random b), so the counts
-        are compared summed over 6 right-hand sides (each within 20%)."""
+        are compared summed over 6 right-hand sides (each within 35%: single counts
+        spread 210..276 on both sides)."""
         A = sp.csr_matrix(scipy.io.mmread(matrix_path("ani4.mtx")))
         B = rng.uniform(-1.0, 1.0, (A.shape[0], 6))
         with krylov.Client(daemon.address) as kd:
@@ -126,7 +127,7 @@ class AgainstScipy(unittest.TestCase):
                 for c in range(6):
                     self.assertEqual(res.status[c], "converged", res.message[c])
                     self.assertLessEqual(relres(A, res.x[:, c], B[:, c]), 1.001e-8)
-                    self.assertLessEqual(abs(res.iterations[c] - theirs[c]), 0.2 * theirs[c])
+                    self.assertLessEqual(abs(res.iterations[c] - theirs[c]), 0.35 * theirs[c])
                 self.assertLessEqual(abs(sum(res.iterations) - sum(theirs)), 0.1 * sum(theirs))
 
     def test_minres_indefinite(self):
