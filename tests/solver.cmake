@@ -12,6 +12,11 @@ kd_add_test(test_methods SOURCES test_methods.c ${PROJECT_SOURCE_DIR}/client/mtx
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
 # Symmetry at upload (the scan against a reference), reordered matrices, the solve's refusal.
 kd_add_test(test_symmetry SOURCES test_symmetry.c LIBS kd_solver LABELS kernel TIMEOUT 300)
+# bicgstab and minres: convergence by the CPU's measure on nonsymmetric and symmetric indefinite
+# matrices, columns alone, schedules, x0, singular systems, breakdowns.
+kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
+            ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
 # Smoothed-aggregation AMG: the host pieces, AMG-PCG against Jacobi-PCG, symmetry, errors.
 kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
