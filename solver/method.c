@@ -94,7 +94,7 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
 }
 
 /* The method needs a symmetric matrix (SPD implies it). */
-static int kd_method_needs_symmetry(const kd_method_ops_t *m)
+int kd_method_needs_symmetry(const kd_method_ops_t *m)
 {
     return (m->needs & (KD_METHOD_NEEDS_SYMMETRIC | KD_METHOD_NEEDS_SPD)) != 0;
 }

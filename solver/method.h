@@ -111,6 +111,9 @@ int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *p
  * do not need it). A matrix holding NaN or Inf passes: the solve answers it non_finite. */
 int kd_method_check_matrix(const kd_method_ops_t *m, const kd_matrix_t *A, kd_err_t *err);
 
+/* Whether method m needs a symmetric matrix (and so a positive definite preconditioner). */
+int kd_method_needs_symmetry(const kd_method_ops_t *m);
+
 /* One solve as a method sees it (solver/solve.c owns it). */
 struct kd_solve_run {
     kd_ocl_t *ocl;

@@ -56,7 +56,11 @@ typedef struct kd_precond_ops {
     int needs_csr; /* setup needs A's host CSR (kd_precond_get's csr must not be NULL) */
     /* The option names setup takes (NULL-terminated; NULL: none), checked before setup. */
     const char *const *option_names;
-    /* Check A (KD_EBADREQ / KD_ENOTSPD naming the row) and build P's device data. csr: A's
+    /* May be NULL. Before setup, for a method that needs M positive definite (definite = 1:
+     * cg, minres, ...) or not (gmres, bicgstab): KD_ENOTSPD naming what shows that M built on
+     * A cannot be (jacobi: a negative a_ii), else KD_OK. */
+    int (*check)(const kd_matrix_t *A, int definite, kd_err_t *err);
+    /* Check A (KD_EBADREQ naming the row) and build P's device data. csr: A's
      * canonical host CSR in the client's order (a reordered A stores P A P^T), or NULL. */
     int (*setup)(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
                  kd_err_t *err);

@@ -1,6 +1,7 @@
 /*
  * Jacobi: M = diag(A). Setup checks every diagonal entry (the upload's scan found the first zero,
- * missing, non-finite and negative one) and copies 1/a_ii, which the scan computed in host memory,
+ * missing or non-finite one; a negative one only bars the methods that need M positive definite,
+ * kd_jacobi_check) and copies 1/a_ii, which the scan computed in host memory,
  * to the device once; the solver's vector passes then apply it on the fly (the diagonal form), and
  * apply() is the same as one launch (z = D^-1 r) for methods that take an operator.
  */
@@ -12,6 +13,19 @@
 static size_t kd_jacobi_plan_bytes(const kd_matrix_t *A)
 {
     return (size_t)A->rows * kd_dtype_size(A->dtype);
+}
+
+/* D^-1 with a negative entry is not positive definite: cg and minres cannot take it; gmres and
+ * bicgstab, which need no symmetry of M, can (a circuit matrix's negative a_ii is common). */
+static int kd_jacobi_check(const kd_matrix_t *A, int definite, kd_err_t *err)
+{
+    const kd_matrix_scan_t *s = &A->scan;
+    if (!definite || A->rows != A->cols || s->negative_diagonal_row < 0)
+        return KD_OK;
+    return kd_err_set(err, KD_ENOTSPD,
+                      "jacobi: the diagonal entry of row %lld is %g < 0: the matrix is not "
+                      "symmetric positive definite (gmres and bicgstab take jacobi here)",
+                      (long long)s->negative_diagonal_row, s->negative_diagonal_value);
 }
 
 static int kd_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
@@ -31,11 +45,6 @@ static int kd_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *
                           "preconditioning divides by every diagonal entry",
                           (long long)s->bad_diagonal_row, s->bad_diagonal_value,
                           isfinite(s->bad_diagonal_value) ? "zero or missing" : "not finite");
-    if (s->negative_diagonal_row >= 0)
-        return kd_err_set(err, KD_ENOTSPD,
-                          "jacobi: the diagonal entry of row %lld is %g < 0: the matrix is not "
-                          "symmetric positive definite",
-                          (long long)s->negative_diagonal_row, s->negative_diagonal_value);
     if (A->inv_diagonal == NULL)
         return kd_err_set(err, KD_EINTERNAL, "jacobi: the matrix has no inverse diagonal");
     const size_t bytes = kd_jacobi_plan_bytes(A);
@@ -66,6 +75,7 @@ const kd_precond_ops_t kd_precond_jacobi = {
     .forms = KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .symmetric = 1,
     .plan_bytes = kd_jacobi_plan_bytes,
+    .check = kd_jacobi_check,
     .setup = kd_jacobi_setup,
     .apply = kd_jacobi_apply,
     .release = kd_jacobi_release,

@@ -133,6 +133,8 @@ static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_so
     if (p->method == NULL || p->precond == NULL)
         return kd_err_set(err, KD_EBADREQ, "solve needs a method and a preconditioner");
     int rc = kd_method_check_matrix(p->method, A, err);
+    if (rc == KD_OK && p->precond->check != NULL)
+        rc = p->precond->check(A, kd_method_needs_symmetry(p->method), err);
     if (rc != KD_OK)
         return rc;
     if (p->method->work_vectors > KD_METHOD_WORK_MAX)
