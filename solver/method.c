@@ -17,6 +17,7 @@ const kd_method_ops_t *const kd_method_table[] = {
     &kd_method_cg,
     &kd_method_sd,
     &kd_method_cg1,
+    &kd_method_gmres,
 };
 const size_t kd_method_count = sizeof(kd_method_table) / sizeof(kd_method_table[0]);
 
