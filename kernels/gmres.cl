@@ -28,6 +28,9 @@
 
 #define KD_GMRES_MAX_M 200 /* solve.h's KD_SOLVE_RESTART_MAX (method_gmres.c checks) */
 #define KD_GMRES_CHUNK 8   /* basis vectors per private block of partial sums */
+#ifndef KD_GMRES_FUSE
+#define KD_GMRES_FUSE 32 /* up to this j + 1, pass B reads V once (registers hold an element's) */
+#endif
 
 /* Column c's Givens data: offsets in gd (see above). */
 #define KD_GMRES_GIVENS(m) ((size_t)(m) * (size_t)(m) + 4 * (size_t)(m) + 2)
@@ -195,14 +198,54 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m,
     kd_gmres_fold(partA, c, groups, width, j + 1, h);
     const uint end = running ? (uint)n : 0u;
     const uint stride = (uint)get_global_size(0);
+    __global VALUE *out =
+        partB + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
+    if (j + 1 <= KD_GMRES_FUSE) {
+        /* One pass over V: an element's basis values stay in registers (fully unrolled, the
+         * bound a compile-time constant) between the update and the new sums. */
+        VALUE acc[KD_GMRES_FUSE + 1];
+#pragma unroll
+        for (int t = 0; t <= KD_GMRES_FUSE; t++)
+            acc[t] = KD_ZERO;
+        for (uint i = (uint)get_global_id(0); i < end; i += stride) {
+            VALUE vv[KD_GMRES_FUSE];
+            VALUE wi = w[base + i];
+#pragma unroll
+            for (int l = 0; l < KD_GMRES_FUSE; l++)
+                if (l <= j) {
+                    vv[l] = V[(size_t)l * vstride + base + i];
+                    wi -= h[l] * vv[l];
+                }
+            w[base + i] = wi;
+            acc[KD_GMRES_FUSE] += wi * wi;
+#pragma unroll
+            for (int l = 0; l < KD_GMRES_FUSE; l++)
+                if (l <= j)
+                    acc[l] += vv[l] * wi;
+        }
+        /* In blocks of KD_GMRES_CHUNK (the scratch's size); the norm goes with the first. */
+        for (int l0 = 0; l0 <= j; l0 += KD_GMRES_CHUNK) {
+            VALUE blk[KD_GMRES_CHUNK + 1];
+#pragma unroll
+            for (int t = 0; t < KD_GMRES_CHUNK; t++)
+                blk[t] = l0 + t < KD_GMRES_FUSE ? acc[l0 + t] : KD_ZERO;
+            blk[KD_GMRES_CHUNK] = acc[KD_GMRES_FUSE];
+            kd_krylov_group_sums(scratch, blk, KD_GMRES_CHUNK + 1);
+            if (get_local_id(0) == 0 && end != 0u) {
+                for (int t = 0; t < KD_GMRES_CHUNK && l0 + t <= j; t++)
+                    out[l0 + t] = blk[t];
+                if (l0 == 0)
+                    out[j + 1] = blk[KD_GMRES_CHUNK];
+            }
+        }
+        return;
+    }
     for (uint i = (uint)get_global_id(0); i < end; i += stride) {
         VALUE wi = w[base + i];
         for (int l = 0; l <= j; l++)
             wi -= h[l] * V[(size_t)l * vstride + base + i];
         w[base + i] = wi;
     }
-    __global VALUE *out =
-        partB + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
     kd_gmres_dots(scratch, V, w, j + 1, 1, end, base, vstride, base, out, 0, 0, 0, 0, 0, 0);
 }
 
