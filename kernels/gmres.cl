@@ -28,9 +28,7 @@
 
 #define KD_GMRES_MAX_M 200 /* solve.h's KD_SOLVE_RESTART_MAX (method_gmres.c checks) */
 #define KD_GMRES_CHUNK 8   /* basis vectors per private block of partial sums */
-#ifndef KD_GMRES_FUSE
-#define KD_GMRES_FUSE 32 /* up to this j + 1, pass B reads V once (registers hold an element's) */
-#endif
+#define KD_GMRES_FUSE 32  /* up to this j + 1 pass B may read V once (the host's `fuse`) */
 
 /* Column c's Givens data: offsets in gd (see above). */
 #define KD_GMRES_GIVENS(m) ((size_t)(m) * (size_t)(m) + 4 * (size_t)(m) + 2)
@@ -183,8 +181,9 @@ __kernel KD_WG_ATTR void kd_gmres_project(KD_KRYLOV_LAUNCH, const int m,
                   uc, zop, Z != 0 ? Z + (size_t)j * vstride + base : 0);
 }
 
-/* Pass B: fold h1 = V'w, w' = w - V h1, then the partial sums of V'w' and w''w'. */
-__kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m,
+/* Pass B: fold h1 = V'w, w' = w - V h1, then the partial sums of V'w' and w''w'. Up to
+ * j + 1 = fuse (at most KD_GMRES_FUSE) in one loop over V, else two. */
+__kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m, const int fuse,
                                                 __global const long *state,
                                                 __global const long *cstart, __global VALUE *gd,
                                                 __global const VALUE *V, __global VALUE *w,
@@ -200,7 +199,7 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m,
     const uint stride = (uint)get_global_size(0);
     __global VALUE *out =
         partB + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
-    if (j + 1 <= KD_GMRES_FUSE) {
+    if (j + 1 <= fuse) {
         /* One pass over V: an element's basis values stay in registers (fully unrolled, the
          * bound a compile-time constant) between the update and the new sums. */
         VALUE acc[KD_GMRES_FUSE + 1];
