@@ -375,6 +375,32 @@ static void test_edges(void)
     }
 }
 
+/* float32 asked for more than it can give: the recurrence's estimate claims convergence, the
+ * driver's b - A x refutes it, the column restarts from the true residual (a new cycle). The
+ * solve ends (converged or at maxiter) with a true residual near float32's floor. */
+static void test_refuted_claims(void)
+{
+    problem_t p;
+    REQUIRE(kd_test_problem_make(ocl, &p, convdiff(64, 64, 3.0, 1.0), KD_DTYPE_F32, 2) == 0);
+    kd_solve_params_t prm = params("none", 1e-7, 30);
+    prm.maxiter = 300;
+    kd_solve_result_t res[2];
+    kd_err_t err = {0};
+    CHECK(kd_solve(ocl, p.A, 2, p.b, NULL, p.x, &prm, res, &err) == KD_OK);
+    for (int c = 0; c < 2; c++) {
+        const double truth = kd_test_true_relres(&p, p.x, c);
+        fprintf(stderr, "  float32 at rtol 1e-7: %s after %lld its, %lld restarts, true %.3g\n",
+                kd_solve_status_name(res[c].status), (long long)res[c].iterations,
+                (long long)res[c].restarts, truth);
+        CHECK(res[c].restarts > 0);
+        CHECK(res[c].status == KD_SOLVE_CONVERGED || res[c].status == KD_SOLVE_MAX_ITERATIONS);
+        CHECK(res[c].status != KD_SOLVE_CONVERGED || truth <= 1e-7 * 1.05);
+        CHECK(truth < 1e-5);
+        kd_solve_result_free(&res[c]);
+    }
+    kd_test_problem_free(&p);
+}
+
 /* Two reductions an iteration and one more at each natural cycle end (the true residual the
  * next cycle starts from): 12 iterations of GMRES(5) end cycles at 5 and 10. */
 static void test_reductions(void)
@@ -426,6 +452,7 @@ int main(void)
     kd_test_seed();
     test_edges();
     test_reductions();
+    test_refuted_claims();
     test_schedules();
     test_convergence();
     test_too_large(); /* last: the lowered allocation limit stays */
