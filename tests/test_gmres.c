@@ -394,7 +394,8 @@ static void test_refuted_claims(void)
                 (long long)res[c].restarts, truth);
         CHECK(res[c].restarts > 0);
         CHECK(res[c].status == KD_SOLVE_CONVERGED || res[c].status == KD_SOLVE_MAX_ITERATIONS);
-        CHECK(res[c].status != KD_SOLVE_CONVERGED || truth <= 1e-7 * 1.05);
+        /* Converged by the device's float32 b - A x, whose rounding is of this order here. */
+        CHECK(res[c].status != KD_SOLVE_CONVERGED || truth <= 2e-7);
         CHECK(truth < 1e-5);
         kd_solve_result_free(&res[c]);
     }
