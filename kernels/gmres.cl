@@ -46,15 +46,38 @@ int kd_gmres_step(const long it, __global const long *cstart, const int c, const
 }
 
 /* out[t] = the sum over the column's `groups` partials of sum t (t < count, count <= m + 1), in a
- * fixed order; every work-item sees them after the barrier. */
+ * fixed order, the same in every group; every work-item sees them after the barrier. The
+ * work-group splits the G partials of each sum between WG / pad lanes (pad: count rounded up to
+ * a power of two), so a work-item reads G pad / WG partials, not G: on an H100 (G = 528) the
+ * serial fold of every sum by one work-item made an iteration three times slower. */
 void kd_gmres_fold(__global const VALUE *part, const int c, const int groups, const int width,
-                   const int count, __local VALUE *out)
+                   const int count, __local VALUE *out, __local VALUE *scratch)
 {
-    for (int t = (int)get_local_id(0); t < count; t += KD_WG_SIZE) {
-        VALUE s = KD_ZERO;
-        for (int g = 0; g < groups; g++)
-            s += part[((size_t)c * (size_t)groups + (size_t)g) * (size_t)width + (size_t)t];
-        out[t] = s;
+    const int lid = (int)get_local_id(0);
+    int pad = 1;
+    while (pad < count)
+        pad <<= 1;
+    __global const VALUE *col = part + (size_t)c * (size_t)groups * (size_t)width;
+    if (pad <= KD_WG_SIZE) {
+        const int lanes = KD_WG_SIZE / pad, t = lid % pad;
+        VALUE acc = KD_ZERO;
+        for (int g = lid / pad; t < count && g < groups; g += lanes)
+            acc += col[(size_t)g * (size_t)width + (size_t)t];
+        scratch[lid] = acc;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < count) {
+            VALUE sum = KD_ZERO;
+            for (int s = 0; s < lanes; s++)
+                sum += scratch[s * pad + lid];
+            out[lid] = sum;
+        }
+    } else {
+        for (int t = lid; t < count; t += KD_WG_SIZE) {
+            VALUE sum = KD_ZERO;
+            for (int g = 0; g < groups; g++)
+                sum += col[(size_t)g * (size_t)width + (size_t)t];
+            out[t] = sum;
+        }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
@@ -194,7 +217,7 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m, c
     (void)gdc;
     __local VALUE scratch[(KD_GMRES_CHUNK + 1) * KD_WG_SIZE];
     __local VALUE h[KD_GMRES_MAX_M + 1];
-    kd_gmres_fold(partA, c, groups, width, j + 1, h);
+    kd_gmres_fold(partA, c, groups, width, j + 1, h, scratch);
     const uint end = running ? (uint)n : 0u;
     const uint stride = (uint)get_global_size(0);
     __global VALUE *out =
@@ -268,10 +291,17 @@ kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VA
     const int b = 1 - a;
     __local VALUE h1[KD_GMRES_MAX_M + 2], h2[KD_GMRES_MAX_M + 2], y[KD_GMRES_MAX_M + 1];
     __local VALUE col[KD_GMRES_MAX_M + 1]; /* H's column j, rotated (work-item 0's) */
+    __local VALUE lcs[KD_GMRES_MAX_M], lsn[KD_GMRES_MAX_M], fscratch[KD_WG_SIZE];
     __local VALUE shared[4]; /* inverse norm, reorthogonalise, update x, columns of y */
     KD_KRYLOV_COLUMN_STATE(a, b);
-    kd_gmres_fold(partA, c, groups, width, j + 2, h1);
-    kd_gmres_fold(partB, c, groups, width, j + 2, h2);
+    kd_gmres_fold(partA, c, groups, width, j + 2, h1, fscratch);
+    kd_gmres_fold(partB, c, groups, width, j + 2, h2, fscratch);
+    /* The earlier rotations into local memory, loaded in parallel for work-item 0's loop. */
+    for (int l = (int)get_local_id(0); l < j; l += KD_WG_SIZE) {
+        lcs[l] = gdc[KD_GMRES_CS(m) + l];
+        lsn[l] = gdc[KD_GMRES_SN(m) + l];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
         /* Every group decides the same from the same data; group 0 writes. */
         const int writer = get_group_id(0) == 0;
@@ -305,7 +335,7 @@ kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VA
             for (int l = 0; l <= j; l++)
                 col[l] = reorth ? h1[l] + h2[l] : h1[l];
             for (int l = 0; l < j; l++) {
-                const VALUE cs = gdc[KD_GMRES_CS(m) + l], sn = gdc[KD_GMRES_SN(m) + l];
+                const VALUE cs = lcs[l], sn = lsn[l];
                 const VALUE t = cs * col[l] + sn * col[l + 1];
                 col[l + 1] = -sn * col[l] + cs * col[l + 1];
                 col[l] = t;
