@@ -6,8 +6,8 @@ inner iteration); the true residual ||b - A x|| / ||b|| is computed here. Matric
 GMRES(30) stagnates on it for thousands of iterations and the count swings with rounding), with
 restart 5, 10, 30 and 60, several right-hand sides, float32 with x0, Jacobi (convergence
 only: SciPy applies M differently), and the refusals of restart.
-The solve requests go over the wire as msgpack (tests/python/kd_rpc.py's raw client): the
-package's Client.solve takes no restart yet.
+The solve requests go over the wire as msgpack through tests/python/kd_rpc.py's raw client, so
+the wire's own `restart` and `method` are what is tested.
 """
 
 import inspect
