@@ -19,6 +19,7 @@ const kd_method_ops_t *const kd_method_table[] = {
     &kd_method_cg1,
     &kd_method_bicgstab,
     &kd_method_minres,
+    &kd_method_gmres,
 };
 const size_t kd_method_count = sizeof(kd_method_table) / sizeof(kd_method_table[0]);
 

@@ -63,6 +63,7 @@ extern const kd_method_ops_t kd_method_sd;
 extern const kd_method_ops_t kd_method_cg1;
 extern const kd_method_ops_t kd_method_bicgstab;
 extern const kd_method_ops_t kd_method_minres;
+extern const kd_method_ops_t kd_method_gmres;
 
 /* Names the protocol accepts for a method with a preconditioner ("pcg": cg with jacobi). */
 typedef struct kd_method_alias {

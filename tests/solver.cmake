@@ -17,6 +17,9 @@ kd_add_test(test_symmetry SOURCES test_symmetry.c LIBS kd_solver LABELS kernel T
 kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
             ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+# Restarted GMRES(m): generated and real nonsymmetric matrices, against a CPU GMRES, edges.
+kd_add_test(test_gmres SOURCES test_gmres.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 600)
 # Smoothed-aggregation AMG: the host pieces, AMG-PCG against Jacobi-PCG, symmetry, errors.
 kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
