@@ -165,9 +165,9 @@ class TestJson(unittest.TestCase):
         self.assertIn("the matrix needs", bad["error"]["message"])
 
     def test_solve_general(self):
-        # info says whether the matrix is exactly symmetric; cg on a nonsymmetric one is a clear
+        # info says whether the matrix is symmetric; cg on a nonsymmetric one is a clear
         # BAD_REQUEST (exit 1) naming the methods to use; auto and restart reach the server
-        gen = self.put("ani4.mtx")["id"]  # symmetric to rounding, not exactly
+        gen = self.put("watt_2.mtx")["id"]
         bus = self.put("494_bus.mtx")["id"]
         self.assertIs(run_json(self, "info", gen)[0]["symmetric"], False)
         self.assertIs(run_json(self, "info", bus)[0]["symmetric"], True)
