@@ -14,7 +14,7 @@ endif()
 add_custom_target(kd_python_test_deps DEPENDS krylovd krylov-cli example_c_client)
 
 set(kd_bin ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
-foreach(module test_py_client test_py_scipy test_py_multiply test_py_amg test_py_package test_cli test_examples
+foreach(module test_py_client test_py_scipy test_py_multiply test_py_amg test_py_ilu test_py_package test_cli test_examples
                test_ops)
   add_test(NAME ${module} COMMAND ${KD_PYTHON} -m unittest -v ${module}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
