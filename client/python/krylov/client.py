@@ -481,10 +481,11 @@ class Client:
         """Solve A x = b on the server for a symmetric positive definite A.
 
         b: a vector (n), or n x k for k right-hand sides at once. method: "cg", "pcg" (Jacobi
-        preconditioned) or "sd" (steepest descent). preconditioner: "none", "jacobi" or "amg"
-        (smoothed-aggregation multigrid, built on the server once per matrix), with
-        preconditioner_options a dict of numbers (amg: threshold, block_size, max_levels,
-        coarse_size, degree, fused, tail_rows; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        preconditioned) or "sd" (steepest descent). preconditioner: "none", "jacobi", "amg"
+        (smoothed-aggregation multigrid, built on the server once per matrix) or "ic0"
+        (incomplete Cholesky, likewise), with preconditioner_options a dict of numbers (amg:
+        threshold, block_size, max_levels, coarse_size, degree, fused, tail_rows; ic0: sweeps;
+        docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
