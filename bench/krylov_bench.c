@@ -21,6 +21,7 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"export", kd_bench_export_main, "write a matrix as binary CSR for the peer programs"},
     {"kernels", kd_bench_kernels_main, "build the SpMV kernels, print registers and spills"},
     {"amg", kd_bench_amg_main, "AMG-PCG against Jacobi-PCG: iterations, setup and solve time"},
+    {"ilu", kd_bench_ilu_main, "ic0 / ilu0: exact against swept triangular solves, apply and CG"},
 };
 
 static void kd_bench_usage(void)
