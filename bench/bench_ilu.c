@@ -57,20 +57,24 @@ static int kd_bi_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, const
 
 static void kd_bi_usage(void)
 {
-    fprintf(stderr, "usage: krylov-bench ilu [options] MATRIX...\n"
-                    "  --device SEL        auto | gpu | cpu | N (default auto)\n"
-                    "  --dtype T           float64 (default) | float32\n"
-                    "  --precond P         ic0 (default) | ilu0 (apply only)\n"
-                    "  --sweeps LIST       sweeps values to compare (default 0,1,2,3,5)\n"
-                    "  --rtol R            relative residual to reach (default 1e-8)\n"
-                    "  --repeat N          timed solves, median (default 3)\n"
-                    "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, ... or a .mtx file\n");
+    fprintf(
+        stderr,
+        "usage: krylov-bench ilu [options] MATRIX...\n"
+        "  --device SEL        auto | gpu | cpu | N (default auto)\n"
+        "  --dtype T           float64 (default) | float32\n"
+        "  --precond P         ic0 (default) | ilu0 (apply only)\n"
+        "  --sweeps LIST       sweeps values to compare (default 0,1,2,3,5)\n"
+        "  --rtol R            relative residual to reach (default 1e-8)\n"
+        "  --repeat N          timed solves, median (default 3)\n"
+        "  --check-every N     ic0's solves look at the residuals every N iterations (default 0:\n"
+        "                      the solver's choice, every iteration for an operator)\n"
+        "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, ... or a .mtx file\n");
 }
 
 /* One row: setup, apply, solve with `sweeps`. */
 static int kd_bi_row(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr,
                      const kd_precond_ops_t *ops, int sweeps, const void *b, void *x, double rtol,
-                     int repeat, kd_err_t *err)
+                     int repeat, int64_t check_every, kd_err_t *err)
 {
     kd_precond_options_t opt = {.count = 1};
     snprintf(opt.items[0].name, sizeof(opt.items[0].name), "sweeps");
@@ -110,6 +114,7 @@ static int kd_bi_row(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr,
         prm.precond = ops;
         prm.precond_options = &opt;
         prm.csr = csr;
+        prm.check_every = check_every;
         int64_t its;
         double ms, relres;
         if (kd_bi_solve(ocl, A, csr, b, x, &prm, repeat, &its, &ms, &relres, err) != 0)
@@ -128,6 +133,7 @@ int kd_bench_ilu_main(int argc, char **argv)
     kd_dtype_t dtype = KD_DTYPE_F64;
     double rtol = 1e-8;
     int repeat = 3, first = argc;
+    int64_t check_every = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -143,6 +149,8 @@ int kd_bench_ilu_main(int argc, char **argv)
             rtol = atof(argv[++i]);
         else if (strcmp(a, "--repeat") == 0 && has)
             repeat = atoi(argv[++i]);
+        else if (strcmp(a, "--check-every") == 0 && has)
+            check_every = atoll(argv[++i]);
         else if (a[0] == '-') {
             kd_bi_usage();
             return strcmp(a, "--help") == 0 ? 0 : 2;
@@ -200,7 +208,8 @@ int kd_bench_ilu_main(int argc, char **argv)
         char list[128];
         snprintf(list, sizeof(list), "%s", sweeps_list);
         for (char *s = strtok(list, ","); s != NULL && !failed; s = strtok(NULL, ","))
-            failed = kd_bi_row(ocl, A, csr, ops, atoi(s), b, x, rtol, repeat, &err) != 0;
+            failed =
+                kd_bi_row(ocl, A, csr, ops, atoi(s), b, x, rtol, repeat, check_every, &err) != 0;
         if (failed) {
             fprintf(stderr, "%s: %s\n", label, err.message);
             status = 1;
