@@ -22,6 +22,7 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"kernels", kd_bench_kernels_main, "build the SpMV kernels, print registers and spills"},
     {"amg", kd_bench_amg_main, "AMG-PCG against Jacobi-PCG: iterations, setup and solve time"},
     {"methods", kd_bench_methods_main, "every method x preconditioner to a tolerance: which converge"},
+    {"ilu", kd_bench_ilu_main, "ic0 / ilu0: exact against swept triangular solves, apply and CG"},
 };
 
 static void kd_bench_usage(void)

@@ -489,13 +489,14 @@ class Client:
         b: a vector (n), or n x k for k right-hand sides at once. method: a name of the server's
         table: "cg" (the default), "pcg" (cg with Jacobi), "sd" (steepest descent) and "cg1" need
         a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
-        methods), "gmres", "bicgstab", "minres" where the server has them, or "auto": the server
-        picks cg for a symmetric matrix with a positive diagonal, minres for another symmetric
-        one, gmres otherwise (SolveResult.method says which). restart: GMRES(m)'s basis size
-        (1..200; None: the server's 30). preconditioner: "none", "jacobi" or "amg"
-        (smoothed-aggregation multigrid, built on the server once per matrix), with
-        preconditioner_options a dict of numbers (amg: threshold, block_size, max_levels,
-        coarse_size, degree, fused, tail_rows; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        methods), "gmres", "bicgstab", "minres", or "auto": the server picks cg for a symmetric
+        matrix with a positive diagonal, minres for another symmetric one, gmres otherwise
+        (SolveResult.method says which). restart: GMRES(m)'s basis size (1..200; None: the
+        server's 30). preconditioner: "none", "jacobi", "amg" (smoothed-aggregation multigrid,
+        built on the server once per matrix), "ic0" / "ilu0" (incomplete factorisations,
+        likewise), with preconditioner_options a dict of numbers (amg: threshold, block_size,
+        max_levels, coarse_size, degree, fused, tail_rows; ic0 / ilu0: sweeps;
+        docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
