@@ -85,9 +85,11 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
         return kd_err_set(err, KD_EBADREQ, "method %s takes no preconditioner %s%s", mo->name,
                           po->name,
                           mo->precond_forms == KD_PRECOND_IDENTITY ? " (it takes none)" : "");
-    if ((mo->needs & KD_METHOD_NEEDS_SPD) != 0 && !po->symmetric)
+    /* cg and minres alike: a short recurrence needs M symmetric positive definite */
+    if (kd_method_needs_symmetry(mo) && !po->symmetric)
         return kd_err_set(err, KD_EBADREQ,
-                          "method %s needs a symmetric preconditioner; %s is not symmetric",
+                          "method %s needs a symmetric preconditioner; %s is not symmetric "
+                          "(gmres and bicgstab take it)",
                           mo->name, po->name);
     *m = mo;
     *p = po;
@@ -103,8 +105,7 @@ int kd_method_needs_symmetry(const kd_method_ops_t *m)
 /* The method can apply preconditioner p. */
 static int kd_method_takes(const kd_method_ops_t *m, const kd_precond_ops_t *p)
 {
-    return (m->precond_forms & p->forms) != 0 &&
-           ((m->needs & KD_METHOD_NEEDS_SPD) == 0 || p->symmetric);
+    return (m->precond_forms & p->forms) != 0 && (!kd_method_needs_symmetry(m) || p->symmetric);
 }
 
 /* What m needs of the matrix is there (the scan's flags: square, symmetric, looks SPD). */

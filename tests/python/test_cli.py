@@ -167,7 +167,7 @@ class TestJson(unittest.TestCase):
     def test_solve_general(self):
         # info says whether the matrix is symmetric; cg on a nonsymmetric one is a clear
         # BAD_REQUEST (exit 1) naming the methods to use; auto and restart reach the server
-        gen = self.put("watt_2.mtx")["id"]
+        gen = self.put("adder_dcop_05.mtx")["id"]
         bus = self.put("494_bus.mtx")["id"]
         self.assertIs(run_json(self, "info", gen)[0]["symmetric"], False)
         self.assertIs(run_json(self, "info", bus)[0]["symmetric"], True)
