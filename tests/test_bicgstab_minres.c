@@ -174,6 +174,15 @@ static void test_bicgstab_converges(void)
         /* amg needs a symmetric matrix: on an SPD one, as an operator M. */
         converges("laplacian 40", kd_test_laplacian_2d(40, 40), dt[d], "bicgstab", "amg", rtol);
         converges("convdiff 1x1", convection_diffusion(1, 0.5), dt[d], "bicgstab", "none", rtol);
+        /* ilu0: a nonsymmetric operator M; fewer iterations than none */
+        const int64_t plain =
+            converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d], "bicgstab", "none",
+                      rtol);
+        const int64_t ilu =
+            converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d], "bicgstab", "ilu0",
+                      rtol);
+        CHECK_MSG(ilu > 0 && ilu * 2 < plain, "bicgstab + ilu0 %lld its, none %lld",
+                  (long long)ilu, (long long)plain);
     }
     /* watt_2 and bayer10 defeat unpreconditioned BiCGSTAB (SciPy's too: it diverges to 1e19 in
      * 20000 iterations) and Jacobi refuses them (a negative, a zero diagonal entry): the solve
