@@ -22,6 +22,8 @@ const kd_precond_ops_t *const kd_precond_table[] = {
     &kd_precond_none,
     &kd_precond_jacobi,
     &kd_precond_amg,
+    &kd_precond_block_jacobi,
+    &kd_precond_chebyshev,
 };
 const size_t kd_precond_count = sizeof(kd_precond_table) / sizeof(kd_precond_table[0]);
 

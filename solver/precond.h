@@ -78,6 +78,8 @@ extern const size_t kd_precond_count;
 extern const kd_precond_ops_t kd_precond_none;
 extern const kd_precond_ops_t kd_precond_jacobi;
 extern const kd_precond_ops_t kd_precond_amg;
+extern const kd_precond_ops_t kd_precond_block_jacobi;
+extern const kd_precond_ops_t kd_precond_chebyshev;
 
 /* The preconditioner named `name`, or NULL. */
 const kd_precond_ops_t *kd_precond_find(const char *name);

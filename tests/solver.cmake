@@ -27,3 +27,7 @@ kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
 # and real matrices, with its refusals (sizes, limits, mismatches).
 kd_add_test(test_spgemm SOURCES test_spgemm.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 240)
+# Block Jacobi and Chebyshev polynomial preconditioning: apply against CPU references, CG with
+# each against none and Jacobi on elasticity, a Laplacian and real matrices, errors.
+kd_add_test(test_preconds SOURCES test_preconds.c LIBS kd_solver kd_bench LABELS kernel
+            TIMEOUT 300)
