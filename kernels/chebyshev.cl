@@ -1,7 +1,7 @@
 /*
- * The Chebyshev polynomial preconditioner's vector steps (solver/precond_chebyshev.c): z = p(D^-1 A)
- * D^-1 r by the Chebyshev iteration for A z = r from z = 0, one SpMV (the matrix's own format)
- * between steps. One work-item per row, every access coalesced:
+ * The Chebyshev polynomial preconditioner's vector steps (solver/precond_chebyshev.c):
+ * z = p(D^-1 A) D^-1 r by the Chebyshev iteration for A z = r from z = 0, one SpMV (the matrix's
+ * own format) between steps. One work-item per row, every access coalesced:
  * kd_chebyshev_first: d = c_r D^-1 r, z = d (the step from z = 0, no SpMV).
  * kd_chebyshev_step: after q = A z, d = c_d d + c_r D^-1 (r - q), z += d: one pass reading r, q,
  * 1/diag, d, z and writing d, z.

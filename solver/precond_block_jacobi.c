@@ -35,8 +35,8 @@ static const char *const kd_block_jacobi_option_names[] = {"block_size", NULL};
 
 typedef struct kd_block_jacobi {
     int64_t n, blocks;
-    int uniform;     /* every block `uniform` rows (the last perhaps fewer); 0: variable */
-    cl_mem inverse;  /* uniform: interleaved n * uniform values; variable: the blocks row-major */
+    int uniform;    /* every block `uniform` rows (the last perhaps fewer); 0: variable */
+    cl_mem inverse; /* uniform: interleaved n * uniform values; variable: the blocks row-major */
     cl_mem block_of_row, block_start, value_start; /* variable only */
     cl_mem map; /* a reordered A's iperm (the matrix's, not ours): client row -> stored entry */
 } kd_block_jacobi_t;
@@ -165,9 +165,8 @@ static int kd_block_jacobi_fill(const kd_csr_t *csr, const kd_block_jacobi_t *bj
 static int kd_block_jacobi_upload(kd_ocl_t *ocl, size_t bytes, void *host, const char *what,
                                   cl_mem *out, kd_precond_t *P, kd_err_t *err)
 {
-    const int rc =
-        kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, what, out,
-                             err);
+    const int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host,
+                                        what, out, err);
     if (rc == KD_OK)
         P->device_bytes += bytes;
     return rc;
@@ -196,7 +195,8 @@ static int kd_block_jacobi_build(kd_ocl_t *ocl, const kd_csr_t *csr, kd_dtype_t 
     const int64_t count = bj->uniform > 0 ? n * bj->uniform : value_start[nb];
     const size_t vsize = kd_dtype_size(dtype), bytes = (size_t)count * vsize;
     void *values = calloc((size_t)count + 1, vsize);
-    int rc = values != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    int rc =
+        values != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
     for (int64_t b = 0; b < nb && rc == KD_OK; b++)
         rc = kd_block_jacobi_fill(csr, bj, start, b, value_start[b], dtype, values, err);
     if (rc == KD_OK)
@@ -285,16 +285,15 @@ static int kd_block_jacobi_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_
         return rc;
     /* Unused pointers (uniform blocks, no map) get a valid buffer that is never read. */
     const cl_mem any = bj->inverse;
-    return kd_ocl_run(
-        ocl, kernel, "kd_block_jacobi_apply",
-        kd_ocl_range_2d(((size_t)bj->n + wg - 1) / wg * wg, (size_t)r->k, wg, 1),
-        KD_ARGS(KD_ARG_INT(bj->n), KD_ARG_INT(r->ld), KD_ARG_MEM(bj->inverse),
-                KD_ARG_MEM(bj->block_of_row != NULL ? bj->block_of_row : any),
-                KD_ARG_MEM(bj->block_start != NULL ? bj->block_start : any),
-                KD_ARG_MEM(bj->value_start != NULL ? bj->value_start : any),
-                KD_ARG_MEM(bj->map != NULL ? bj->map : any), KD_ARG_MEM(r->mem),
-                KD_ARG_MEM(z->mem)),
-        NULL, err);
+    return kd_ocl_run(ocl, kernel, "kd_block_jacobi_apply",
+                      kd_ocl_range_2d(((size_t)bj->n + wg - 1) / wg * wg, (size_t)r->k, wg, 1),
+                      KD_ARGS(KD_ARG_INT(bj->n), KD_ARG_INT(r->ld), KD_ARG_MEM(bj->inverse),
+                              KD_ARG_MEM(bj->block_of_row != NULL ? bj->block_of_row : any),
+                              KD_ARG_MEM(bj->block_start != NULL ? bj->block_start : any),
+                              KD_ARG_MEM(bj->value_start != NULL ? bj->value_start : any),
+                              KD_ARG_MEM(bj->map != NULL ? bj->map : any), KD_ARG_MEM(r->mem),
+                              KD_ARG_MEM(z->mem)),
+                      NULL, err);
 }
 
 static void kd_block_jacobi_release(kd_precond_t *P)

@@ -105,12 +105,12 @@ static int kd_chebyshev_column(kd_ocl_t *ocl, kd_chebyshev_t *ch, const kd_vec_t
         rc = kd_matrix_spmv_inner(ocl, ch->A, 1.0, z, 0.0, &ch->q, err);
         kd_chebyshev_coefficients(lmin, lmax, step, &c_d, &c_r);
         if (rc == KD_OK)
-            rc = kd_chebyshev_launch(
-                ocl, ch, "kd_chebyshev_step",
-                KD_ARGS(KD_ARG_INT(ch->n), KD_ARG_VALUE(ch->dtype, c_d),
-                        KD_ARG_VALUE(ch->dtype, c_r), KD_ARG_MEM(r->mem), KD_ARG_MEM(ch->q.mem),
-                        KD_ARG_MEM(ch->inv_diagonal), KD_ARG_MEM(ch->d.mem), KD_ARG_MEM(z->mem)),
-                err);
+            rc = kd_chebyshev_launch(ocl, ch, "kd_chebyshev_step",
+                                     KD_ARGS(KD_ARG_INT(ch->n), KD_ARG_VALUE(ch->dtype, c_d),
+                                             KD_ARG_VALUE(ch->dtype, c_r), KD_ARG_MEM(r->mem),
+                                             KD_ARG_MEM(ch->q.mem), KD_ARG_MEM(ch->inv_diagonal),
+                                             KD_ARG_MEM(ch->d.mem), KD_ARG_MEM(z->mem)),
+                                     err);
     }
     return rc;
 }
@@ -139,8 +139,8 @@ typedef struct kd_chebyshev_lanczos {
     cl_mem left, right; /* sgn(d_i) |d_i|^-1/2 and |d_i|^-1/2 */
 } kd_chebyshev_lanczos_t;
 
-static int kd_chebyshev_lanczos_init(kd_ocl_t *ocl, kd_chebyshev_t *ch,
-                                     kd_chebyshev_lanczos_t *lz, kd_err_t *err)
+static int kd_chebyshev_lanczos_init(kd_ocl_t *ocl, kd_chebyshev_t *ch, kd_chebyshev_lanczos_t *lz,
+                                     kd_err_t *err)
 {
     const int64_t n = ch->n;
     const size_t vsize = kd_dtype_size(ch->dtype);
@@ -306,9 +306,9 @@ static int kd_chebyshev_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_
     if (A->inv_diagonal == NULL)
         return kd_err_set(err, KD_EINTERNAL, "chebyshev: the matrix has no inverse diagonal");
     const size_t bytes = (size_t)ch->n * kd_dtype_size(A->dtype);
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                                  A->inv_diagonal, "chebyshev inverse diagonal", &ch->inv_diagonal,
-                                  err);
+    int rc =
+        kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, A->inv_diagonal,
+                             "chebyshev inverse diagonal", &ch->inv_diagonal, err);
     if (rc == KD_OK)
         rc = kd_vec_alloc(ocl, ch->n, ch->dtype, &ch->q, err);
     if (rc == KD_OK)

@@ -13,12 +13,11 @@
  * Both are symmetric operators (x'M^-1 y = y'M^-1 x), kept with the matrix (counted in its
  * device bytes, found again by kd_precond_ready).
  * CG: each converges on generated 3-D elasticity (found blocks of 3), a 3-D Laplacian, the real
- * 494_bus and dwt_878 (+ 4 I, float64), by the CPU's measure of ||b - A x||, in fewer iterations than CG without
- * (and block Jacobi than Jacobi on elasticity), float64 and float32, three right-hand sides.
- * A nonsymmetric convection-diffusion matrix: both set up, and ||r - A M^-1 r|| is below ||r|| and
- * a Jacobi step's.
- * Errors: unknown and out-of-range options, a singular block (its rows named), an empty row and a
- * zero diagonal (chebyshev), a non-square matrix.
+ * 494_bus and dwt_878 (+ 4 I, float64), by the CPU's measure of ||b - A x||, in fewer iterations
+ * than CG without (and block Jacobi than Jacobi on elasticity), float64 and float32, three
+ * right-hand sides. A nonsymmetric convection-diffusion matrix: both set up, and ||r - A M^-1 r||
+ * is below ||r|| and a Jacobi step's. Errors: unknown and out-of-range options, a singular block
+ * (its rows named), an empty row and a zero diagonal (chebyshev), a non-square matrix.
  */
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
@@ -277,8 +276,8 @@ static void block_apply_case(const char *what, kd_csr_t *csr64, kd_dtype_t dt, i
         blocks = uniform_blocks(csr->rows, block_size > 0 ? block_size : expect, own);
         start = own;
     }
-    const kd_precond_t *P = setup(A, csr, &kd_precond_block_jacobi,
-                                  block_size > 0 ? "block_size" : NULL, block_size);
+    const kd_precond_t *P =
+        setup(A, csr, &kd_precond_block_jacobi, block_size > 0 ? "block_size" : NULL, block_size);
     blocks_ctx_t ctx = {start, blocks};
     for (int64_t k = 1; k <= 3; k += 2)
         check_apply(what, A, csr, P, block_ref, &ctx, k, strstr(what, "nonsymmetric") == NULL);
@@ -300,10 +299,10 @@ static void test_block_jacobi_apply(void)
                          KD_REORDER_NONE);
         block_apply_case("n=301 block_size 16", kd_test_spd_matrix(301, 8, 0.5), dt, 16, 0, NULL, 0,
                          KD_REORDER_NONE);
-        block_apply_case("arrow (a dense row, nonsymmetric) block_size 5", kd_test_arrow_matrix(257), dt, 5, 0,
-                         NULL, 0, KD_REORDER_NONE);
-        block_apply_case("elasticity found blocks", kd_matgen_elasticity_3d(5, KD_DTYPE_F64), dt,
-                         0, 3, NULL, 0, KD_REORDER_NONE);
+        block_apply_case("arrow (a dense row, nonsymmetric) block_size 5",
+                         kd_test_arrow_matrix(257), dt, 5, 0, NULL, 0, KD_REORDER_NONE);
+        block_apply_case("elasticity found blocks", kd_matgen_elasticity_3d(5, KD_DTYPE_F64), dt, 0,
+                         3, NULL, 0, KD_REORDER_NONE);
         /* nodes of 1..5 unknowns, one of 20 (blocks 16 + 4), one of 16 */
         int size[60];
         for (int a = 0; a < 60; a++)
@@ -321,8 +320,8 @@ static void test_block_jacobi_apply(void)
         block_apply_case("nodes of 1..5, 16 and 20 (found)", nodal, dt, 0, 0, start, b,
                          KD_REORDER_NONE);
         block_apply_case("elasticity reordered (rcm), block_size 3",
-                         kd_test_scramble(kd_matgen_elasticity_3d(4, KD_DTYPE_F64)), dt, 3, 0,
-                         NULL, 0, KD_REORDER_RCM);
+                         kd_test_scramble(kd_matgen_elasticity_3d(4, KD_DTYPE_F64)), dt, 3, 0, NULL,
+                         0, KD_REORDER_RCM);
         /* blocks [[0, 1], [1, 0]]-like: zero diagonal entries, yet nonsingular */
         kd_test_coo_t c = {40, 40, 0, 0, NULL, NULL, NULL};
         for (int64_t i = 0; i < 40; i += 2) {
@@ -332,8 +331,8 @@ static void test_block_jacobi_apply(void)
             if (i + 2 < 40)
                 kd_test_coo_add(&c, i, i + 2, 0.25);
         }
-        block_apply_case("zero diagonals (nonsymmetric), block_size 2", kd_test_coo_finish(&c), dt, 2, 0, NULL, 0,
-                         KD_REORDER_NONE);
+        block_apply_case("zero diagonals (nonsymmetric), block_size 2", kd_test_coo_finish(&c), dt,
+                         2, 0, NULL, 0, KD_REORDER_NONE);
     }
     /* elasticity's found blocks are its nodes: the same operator as block_size 3 */
     kd_err_t err = {0};
@@ -378,7 +377,8 @@ static void test_chebyshev_apply(void)
         cheb_apply_case("1x1", kd_test_spd_matrix(1, 1, 2.0), dts[d], 3, 1);
         cheb_apply_case("spd n=517 degree 1", kd_test_spd_matrix(517, 6, 0.5), dts[d], 1, 1);
         cheb_apply_case("lap3d degree 7", laplacian_3d(9), dts[d], 7, 1);
-        cheb_apply_case("arrow (a dense row, nonsymmetric) degree 3", kd_test_arrow_matrix(300), dts[d], 3, 0);
+        cheb_apply_case("arrow (a dense row, nonsymmetric) degree 3", kd_test_arrow_matrix(300),
+                        dts[d], 3, 0);
         cheb_apply_case("elasticity degree 20", kd_matgen_elasticity_3d(4, KD_DTYPE_F64), dts[d],
                         20, 1);
     }
@@ -436,7 +436,8 @@ static void test_chebyshev_interval(void)
 }
 
 /* Nonsymmetric A (convection-diffusion, for GMRES and BiCGSTAB later): both set up, and z = M^-1 r
- * is a sane approximate solve: ||r - A z|| below ||r|| and below a Jacobi step's ||r - A D^-1 r||. */
+ * is a sane approximate solve: ||r - A z|| below ||r|| and below a Jacobi step's ||r - A D^-1 r||.
+ */
 static void test_nonsymmetric(void)
 {
     kd_csr_t *csr = kd_matgen_convdiff_3d(12, 1.0, 0.0, KD_DTYPE_F64);
@@ -506,8 +507,8 @@ static kd_solve_params_t params(const char *precond, double rtol, const kd_csr_t
     return prm;
 }
 
-/* CG with `precond` (and option = value when option is not NULL) on p's nrhs columns: every column converged by the CPU's measure; returns the
- * largest iteration count. */
+/* CG with `precond` (and option = value when option is not NULL) on p's nrhs columns: every column
+ * converged by the CPU's measure; returns the largest iteration count. */
 static int64_t cg_iterations_with(const char *name, kd_test_problem_t *p, int64_t nrhs,
                                   const char *precond, const char *option, double value,
                                   double rtol)
@@ -600,8 +601,8 @@ static void test_cg_reordered(void)
     for (int k = 0; k < 2; k++) {
         kd_matrix_t *A = NULL;
         kd_err_t err = {0};
-        REQUIRE(kd_matrix_upload_reordered(ocl, csr, KD_FMT_CSR_SCALAR, KD_REORDER_RCM, &A,
-                                           &err) == KD_OK);
+        REQUIRE(kd_matrix_upload_reordered(ocl, csr, KD_FMT_CSR_SCALAR, KD_REORDER_RCM, &A, &err) ==
+                KD_OK);
         kd_test_problem_t p = {.csr = csr, .A = A, .dtype = KD_DTYPE_F64, .n = csr->rows};
         p.b = kd_test_random_vector(p.n, KD_DTYPE_F64, -1.0, 1.0, &p.bw);
         p.x = calloc((size_t)p.n, sizeof(double));
@@ -652,18 +653,18 @@ static void test_errors(void)
     const kd_precond_ops_t *bj = &kd_precond_block_jacobi, *ch = &kd_precond_chebyshev;
     expect_error("unknown option", kd_test_spd_matrix(10, 3, 1.0), bj, "degree", 3, KD_EBADREQ,
                  "takes no option 'degree' (block_size)");
-    expect_error("unknown option", kd_test_spd_matrix(10, 3, 1.0), ch, "block_size", 3,
-                 KD_EBADREQ, "(degree, lmin_ratio)");
-    expect_error("block_size 17", kd_test_spd_matrix(10, 3, 1.0), bj, "block_size", 17,
-                 KD_EBADREQ, "block_size = 17 is not an integer in 1..16");
+    expect_error("unknown option", kd_test_spd_matrix(10, 3, 1.0), ch, "block_size", 3, KD_EBADREQ,
+                 "(degree, lmin_ratio)");
+    expect_error("block_size 17", kd_test_spd_matrix(10, 3, 1.0), bj, "block_size", 17, KD_EBADREQ,
+                 "block_size = 17 is not an integer in 1..16");
     expect_error("block_size 2.5", kd_test_spd_matrix(10, 3, 1.0), bj, "block_size", 2.5,
                  KD_EBADREQ, "block_size = 2.5");
     expect_error("degree 0", kd_test_spd_matrix(10, 3, 1.0), ch, "degree", 0, KD_EBADREQ,
                  "degree = 0 is not an integer in 1..20");
     expect_error("degree 21", kd_test_spd_matrix(10, 3, 1.0), ch, "degree", 21, KD_EBADREQ,
                  "degree = 21");
-    expect_error("lmin_ratio 1", kd_test_spd_matrix(10, 3, 1.0), ch, "lmin_ratio", 1.0,
-                 KD_EBADREQ, "lmin_ratio = 1 is not in (0, 1)");
+    expect_error("lmin_ratio 1", kd_test_spd_matrix(10, 3, 1.0), ch, "lmin_ratio", 1.0, KD_EBADREQ,
+                 "lmin_ratio = 1 is not in (0, 1)");
     expect_error("empty row, block_jacobi", with_empty_row(9, 4), bj, "block_size", 3, KD_EBADREQ,
                  "block of rows 3..5 is singular");
     expect_error("empty row, found blocks", with_empty_row(9, 8), bj, NULL, 0, KD_EBADREQ,
