@@ -3,9 +3,9 @@
  * Chebyshev approximation of 1/lambda on [lmin, lmax] (the residual polynomial 1 - lambda p is
  * the scaled Chebyshev polynomial, smallest on the interval). Applied as the Chebyshev iteration
  * for A z = r from z = 0 (Saad, Iterative Methods, alg. 12.1 with the Jacobi scaling): `degree`
- * SpMVs per column in the matrix's own format, each followed by one fused vector pass
- * (kernels/chebyshev.cl); no triangular solve, so an apply costs `degree` SpMVs and nothing waits
- * on the host.
+ * SpMVs per column in the matrix's own format, each followed by one fused vector pass of six
+ * vectors (kernels/chebyshev.cl); no triangular solve, so an apply costs `degree` SpMVs and nothing
+ * waits on the host.
  *
  * The interval, at setup, on the device: 16 Lanczos steps on S = D^-1/2 A D^-1/2 (similar to
  * D^-1 A) from a fixed pseudo-random start, as the AMG setup does; the device because it already
@@ -54,7 +54,7 @@ typedef struct kd_chebyshev {
     size_t wg;
     const kd_matrix_t *A; /* the matrix this lives with */
     cl_mem inv_diagonal;
-    kd_vec_t q, d; /* A z and the step, one column at a time */
+    kd_vec_t q, w; /* A z and the other iterate, one column at a time */
     kd_chebyshev_bounds_t bounds;
 } kd_chebyshev_t;
 
@@ -89,28 +89,34 @@ static int kd_chebyshev_launch(kd_ocl_t *ocl, const kd_chebyshev_t *ch, const ch
     return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, ch->wg), args, nargs, NULL, err);
 }
 
-/* z = p(D^-1 A) D^-1 r for one column. */
+/* z = p(D^-1 A) D^-1 r for one column. The three-term form of the iteration, z_{k+1} = z_k +
+ * c_d (z_k - z_{k-1}) + c_r D^-1 (r - A z_k), writes z_{k+1} over z_{k-1}: the iterates alternate
+ * between z and the work vector w, starting where the last one lands in z. */
 static int kd_chebyshev_column(kd_ocl_t *ocl, kd_chebyshev_t *ch, const kd_vec_t *r, kd_vec_t *z,
                                kd_err_t *err)
 {
     const double lmin = ch->bounds.lmin, lmax = ch->bounds.lmax;
+    const int degree = ch->bounds.degree;
+    kd_vec_t *iterate[2] = {z, &ch->w}; /* z_j in iterate[(degree + 1 - j) % 2] */
     double c_d, c_r;
     kd_chebyshev_coefficients(lmin, lmax, 0, &c_d, &c_r);
     int rc = kd_chebyshev_launch(ocl, ch, "kd_chebyshev_first",
                                  KD_ARGS(KD_ARG_INT(ch->n), KD_ARG_VALUE(ch->dtype, c_r),
                                          KD_ARG_MEM(r->mem), KD_ARG_MEM(ch->inv_diagonal),
-                                         KD_ARG_MEM(ch->d.mem), KD_ARG_MEM(z->mem)),
+                                         KD_ARG_MEM(iterate[degree % 2]->mem)),
                                  err);
-    for (int step = 1; step <= ch->bounds.degree && rc == KD_OK; step++) {
-        rc = kd_matrix_spmv_inner(ocl, ch->A, 1.0, z, 0.0, &ch->q, err);
+    for (int step = 1; step <= degree && rc == KD_OK; step++) {
+        const kd_vec_t *now = iterate[(degree + 1 - step) % 2];
+        kd_vec_t *next = iterate[(degree - step) % 2]; /* holds z_{step-1} */
+        rc = kd_matrix_spmv_inner(ocl, ch->A, 1.0, now, 0.0, &ch->q, err);
         kd_chebyshev_coefficients(lmin, lmax, step, &c_d, &c_r);
         if (rc == KD_OK)
-            rc = kd_chebyshev_launch(ocl, ch, "kd_chebyshev_step",
-                                     KD_ARGS(KD_ARG_INT(ch->n), KD_ARG_VALUE(ch->dtype, c_d),
-                                             KD_ARG_VALUE(ch->dtype, c_r), KD_ARG_MEM(r->mem),
-                                             KD_ARG_MEM(ch->q.mem), KD_ARG_MEM(ch->inv_diagonal),
-                                             KD_ARG_MEM(ch->d.mem), KD_ARG_MEM(z->mem)),
-                                     err);
+            rc = kd_chebyshev_launch(
+                ocl, ch, "kd_chebyshev_step",
+                KD_ARGS(KD_ARG_INT(ch->n), KD_ARG_INT(step == 1), KD_ARG_VALUE(ch->dtype, c_d),
+                        KD_ARG_VALUE(ch->dtype, c_r), KD_ARG_MEM(r->mem), KD_ARG_MEM(ch->q.mem),
+                        KD_ARG_MEM(ch->inv_diagonal), KD_ARG_MEM(now->mem), KD_ARG_MEM(next->mem)),
+                err);
     }
     return rc;
 }
@@ -312,7 +318,7 @@ static int kd_chebyshev_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_
     if (rc == KD_OK)
         rc = kd_vec_alloc(ocl, ch->n, ch->dtype, &ch->q, err);
     if (rc == KD_OK)
-        rc = kd_vec_alloc(ocl, ch->n, ch->dtype, &ch->d, err);
+        rc = kd_vec_alloc(ocl, ch->n, ch->dtype, &ch->w, err);
     if (rc == KD_OK)
         rc = kd_chebyshev_bounds(ocl, ch, ratio, err);
     if (rc == KD_OK)
@@ -328,7 +334,7 @@ static void kd_chebyshev_release(kd_precond_t *P)
     if (ch->inv_diagonal != NULL)
         clReleaseMemObject(ch->inv_diagonal);
     kd_vec_release(&ch->q);
-    kd_vec_release(&ch->d);
+    kd_vec_release(&ch->w);
     free(ch);
     P->impl = NULL;
 }
