@@ -24,6 +24,8 @@ const kd_precond_ops_t *const kd_precond_table[] = {
     &kd_precond_amg,
     &kd_precond_ilu0,
     &kd_precond_ic0,
+    &kd_precond_block_jacobi,
+    &kd_precond_chebyshev,
 };
 const size_t kd_precond_count = sizeof(kd_precond_table) / sizeof(kd_precond_table[0]);
 

@@ -80,6 +80,8 @@ extern const kd_precond_ops_t kd_precond_jacobi;
 extern const kd_precond_ops_t kd_precond_amg;
 extern const kd_precond_ops_t kd_precond_ilu0;
 extern const kd_precond_ops_t kd_precond_ic0;
+extern const kd_precond_ops_t kd_precond_block_jacobi;
+extern const kd_precond_ops_t kd_precond_chebyshev;
 
 /* The preconditioner named `name`, or NULL. */
 const kd_precond_ops_t *kd_precond_find(const char *name);

@@ -493,10 +493,11 @@ class Client:
         matrix with a positive diagonal, minres for another symmetric one, gmres otherwise
         (SolveResult.method says which). restart: GMRES(m)'s basis size (1..200; None: the
         server's 30). preconditioner: "none", "jacobi", "amg" (smoothed-aggregation multigrid,
-        built on the server once per matrix), "ic0" / "ilu0" (incomplete factorisations,
-        likewise), with preconditioner_options a dict of numbers (amg: threshold, block_size,
-        max_levels, coarse_size, degree, fused, tail_rows; ic0 / ilu0: sweeps;
-        docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
+        built on the server once per matrix), "ic0" / "ilu0" (incomplete factorisations),
+        "block_jacobi" (inverted diagonal blocks) or "chebyshev" (a polynomial in D^-1 A), each
+        set up once per matrix, with preconditioner_options a dict of numbers (amg: threshold,
+        block_size, max_levels, coarse_size, degree, fused, tail_rows; ic0 / ilu0: sweeps;
+        block_jacobi: block_size; chebyshev: degree, lmin_ratio; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
