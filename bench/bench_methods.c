@@ -10,7 +10,7 @@
  * fastest, as matrix.put would.
  *
  * An entry is METHOD[+PRECONDITIONER[@NAME=VALUE...]]: gmres, bicgstab+jacobi, gmres+ilu0@sweeps=0,
- * cg+block_jacobi@block_size=3.
+ * cg+block_jacobi@block_size=3, or auto (the row shows what it chose: auto=cg), as on the wire.
  */
 #include "bench/bench.h"
 #include "bench/matgen.h"
@@ -181,7 +181,7 @@ int kd_bench_methods_main(int argc, char **argv)
             double setup_ms = 0.0, t[64];
             kd_solve_result_t res = {0};
             int rc = kd_bm_parse(entry, &mname, &pname, &opt) == 0
-                         ? kd_method_choose(mname, pname, &prm.method, &prm.precond, &err)
+                         ? kd_method_choose_for(A, mname, pname, &prm.method, &prm.precond, &err)
                          : kd_err_set(&err, KD_EBADREQ, "bad entry '%s'", entries[e]);
             prm.precond_options = opt.count > 0 ? &opt : NULL;
             if (rc == KD_OK) {
@@ -202,8 +202,12 @@ int kd_bench_methods_main(int argc, char **argv)
                        (long long)csr->nnz, entries[e], err.message);
             } else {
                 const double ms = kd_bench_median(t + 1, (size_t)repeat);
+                char shown[64];
+                snprintf(shown, sizeof(shown), "%s%s%s", entries[e],
+                         strcmp(mname, "auto") == 0 ? "=" : "",
+                         strcmp(mname, "auto") == 0 ? prm.method->name : "");
                 printf("%-18s %8lld %9lld  %-26s %-14s %6lld %9.2f %9.2f %8.4f %8.1e %3lld\n",
-                       label, (long long)n, (long long)csr->nnz, entries[e],
+                       label, (long long)n, (long long)csr->nnz, shown,
                        kd_solve_status_name(res.status), (long long)res.iterations, setup_ms, ms,
                        res.iterations > 0 ? res.iterate_ms / (double)res.iterations : 0.0,
                        kd_bm_relres(csr, x), (long long)res.restarts);

@@ -147,6 +147,22 @@ int kd_method_auto(const kd_matrix_t *A, const kd_precond_ops_t *p, const kd_met
                       p->name);
 }
 
+const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed,
+                                           const kd_precond_ops_t *p)
+{
+    static const char *const order[] = {"minres", "gmres", "bicgstab"};
+    assert(failed != NULL && p != NULL);
+    if ((failed->needs & KD_METHOD_NEEDS_SPD) == 0)
+        return NULL; /* a breakdown of minres or gmres is not the matrix's class being wrong */
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        const kd_method_ops_t *c = kd_method_find(order[i]);
+        if (c != NULL && c != failed && (c->needs & KD_METHOD_NEEDS_SPD) == 0 &&
+            kd_method_takes(c, p))
+            return c;
+    }
+    return NULL;
+}
+
 int kd_method_choose_for(const kd_matrix_t *A, const char *method, const char *preconditioner,
                          const kd_method_ops_t **m, const kd_precond_ops_t **p, kd_err_t *err)
 {

@@ -93,6 +93,12 @@ void kd_method_names(char *out, size_t cap);
 /* The name a request gives to let the server pick the method for the matrix (kd_method_auto). */
 #define KD_METHOD_AUTO "auto"
 
+/* What "auto" runs when its first choice `failed` broke down (cg on a matrix that looked SPD but
+ * is indefinite: minres, or gmres where minres cannot take p), or NULL when there is no second
+ * choice. */
+const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed,
+                                           const kd_precond_ops_t *p);
+
 /*
  * The method for A with preconditioner p (kd_precond_none for none): cg when A looks SPD
  * (kd_matrix_scan_t.looks_spd), minres when it is symmetric but does not, gmres otherwise; a name

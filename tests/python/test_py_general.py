@@ -109,15 +109,36 @@ class TestGeneralSystems(unittest.TestCase):
         pcg = self.kd.solve(info, b, method="pcg", rtol=1e-8)
         self.assertEqual((pcg.method, pcg.preconditioner, pcg.iterations),
                          ("cg", "jacobi", jac.iterations))
-        # on a nonsymmetric matrix auto never picks a symmetric-only method: it solves with a
-        # general one, or says plainly that the server has none
+        # on a nonsymmetric matrix auto picks gmres, and solves it as gmres does
         N = load("watt_2.mtx")
-        try:
-            r = self.kd.solve(self.kd.put(N), np.ones(N.shape[0]), method="auto", maxiter=50)
-            self.assertNotIn(r.method, SYMMETRIC_ONLY)
-        except krylov.BadRequest as e:
-            self.assertIn("method auto: no method of this server", str(e))
-            self.assertIn("nonsymmetric", str(e))
+        nid = self.kd.put(N)
+        r = self.kd.solve(nid, np.ones(N.shape[0]), method="auto", preconditioner="ilu0")
+        self.assertEqual((r.method, r.status), ("gmres", "converged"))
+        g = self.kd.solve(nid, np.ones(N.shape[0]), method="gmres", preconditioner="ilu0")
+        self.assertEqual(r.iterations, g.iterations)
+        self.assertLessEqual(np.linalg.norm(np.ones(N.shape[0]) - N @ r.x) / np.sqrt(N.shape[0]),
+                             1e-8)
+
+    def test_auto_goes_on_when_cg_breaks_down(self):
+        # can___24 (a pattern file: ones, positive diagonal) looks SPD but is indefinite: cg
+        # breaks down, so auto runs minres and says why; SciPy's minres agrees on x
+        A = load("can___24.mtx")
+        info = self.kd.put(A)
+        b = rng.uniform(-1, 1, A.shape[0])
+        cg = self.kd.solve(info, b, method="cg")
+        self.assertEqual(cg.status, "breakdown")
+        r = self.kd.solve(info, b, method="auto", rtol=1e-10)
+        self.assertEqual((r.method, r.status), ("minres", "converged"))
+        self.assertIn("auto: cg broke down at iteration", r.message)
+        self.assertIn("minres ran instead", r.message)
+        self.assertLessEqual(np.linalg.norm(b - A @ r.x) / np.linalg.norm(b), 1e-10)
+        x_ref = np.linalg.solve(A.toarray(), b)
+        self.assertLessEqual(np.linalg.norm(r.x - x_ref) / np.linalg.norm(x_ref), 1e-6)
+        # several right-hand sides: every column goes to minres
+        B = rng.uniform(-1, 1, (A.shape[0], 3))
+        rs = self.kd.solve(info, B, method="auto", rtol=1e-10)
+        self.assertEqual(rs.method, "minres")
+        self.assertTrue(all(s == "converged" for s in rs.status))
 
     def test_restart_on_the_wire(self):
         S = load("494_bus.mtx")
