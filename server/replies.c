@@ -3,6 +3,8 @@
  * docs/PROTOCOL.md; keep the two in step.
  */
 #include "server/replies.h"
+#include "solver/method.h"
+#include "solver/precond.h"
 #include "common/clock.h"
 
 #include <string.h>
@@ -89,8 +91,19 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, 19);
+    kd_w_map(w, 20);
     kd_w_kv_str(w, "version", KD_VERSION);
+    /* What solve takes, from the tables themselves: a client lists them without guessing. */
+    kd_w_str(w, "solvers");
+    kd_w_map(w, 2);
+    kd_w_str(w, "methods");
+    kd_w_map(w, (uint32_t)kd_method_count);
+    for (size_t i = 0; i < kd_method_count; i++)
+        kd_w_kv_str(w, kd_method_table[i]->name, kd_method_table[i]->summary);
+    kd_w_str(w, "preconditioners");
+    kd_w_map(w, (uint32_t)kd_precond_count);
+    for (size_t i = 0; i < kd_precond_count; i++)
+        kd_w_kv_str(w, kd_precond_table[i]->name, kd_precond_table[i]->summary);
     kd_w_str(w, "device");
     kd_w_map(w, 8);
     kd_w_kv_str(w, "name", d->name);

@@ -72,6 +72,12 @@ class TestStatusAndAddress(ClientTest):
         self.assertIn(st.device.get("type"), ("gpu", "cpu", "other"))
         self.assertGreater(st.device.get("global_mem_bytes", 0), 0)
         self.assertGreaterEqual(st.connections, 1)
+        # the solver tables, as solve takes them
+        solvers = st.raw["solvers"]
+        for name in ("cg", "sd", "cg1", "gmres", "bicgstab", "minres"):
+            self.assertTrue(solvers["methods"][name], name)
+        for name in ("none", "jacobi", "amg", "ilu0", "ic0", "block_jacobi", "chebyshev"):
+            self.assertTrue(solvers["preconditioners"][name], name)
         calls = int(rng.integers(1, 6))
         for _ in range(calls):
             with self.assertRaises(krylov.NotFound):
