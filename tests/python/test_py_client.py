@@ -600,6 +600,28 @@ print("finished", flush=True)
         # past it while solving, or (on a busy worker) while still queued
         self.assertRegex(cm.exception.message, "deadline|timeout_ms")
 
+    def test_general_methods_report_progress_cancel_and_time_out(self):
+        # gmres, bicgstab and minres go through the same driver: progress notifications in
+        # order, a callback's True cancels, the server's deadline stops them
+        for method in ("gmres", "bicgstab", "minres"):
+            seen = []
+            res = self.kd.solve(self.info, self.b, method=method, rtol=1e-14, maxiter=400,
+                                callback=seen.append)
+            self.assertEqual(res.method, method)
+            self.assertIn(res.status, ("max_iterations", "converged"), method)
+            self.assertGreaterEqual(len(seen), 1, method)
+            its = [p.iteration for p in seen]
+            self.assertEqual(its, sorted(its), method)
+            self.assertTrue(all(np.isfinite(p.residual) for p in seen), method)
+            with self.assertRaises(krylov.Cancelled, msg=method):
+                self.kd.solve(self.info, self.b, method=method, rtol=0.0, maxiter=10**8,
+                              timeout_ms=60000, callback=lambda p: True)
+            with self.assertRaises(krylov.Timeout, msg=method):
+                self.kd.solve(self.info, self.b, method=method, rtol=0.0, maxiter=10**8,
+                              timeout_ms=int(rng.integers(50, 300)))
+            x = rng.uniform(-1, 1, self.A.shape[1])  # still serving
+            self.assertLessEqual(rel_diff(self.kd.spmv(self.info, x), self.A @ x), 1e-12)
+
     def test_client_timeout_cancels_on_the_server(self):
         before = self.kd.status().requests_by_method["job.cancel"]
         with krylov.Client(daemon.address, timeout=0.3) as kd:
