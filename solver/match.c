@@ -162,10 +162,11 @@ static int kd_match_augment(const kd_match_graph_t *g, int32_t r0, int32_t *row_
     return 0;
 }
 
-int kd_match_rows(const kd_csr_t *csr, int weighted, const int32_t *names, int32_t **perm,
+int kd_match_rows(const kd_csr_t *csr, unsigned flags, const int32_t *names, int32_t **perm,
                   kd_err_t *err)
 {
     *perm = NULL;
+    const int weighted = (flags & KD_MATCH_WEIGHTED) != 0;
     const int64_t n = csr->rows;
     if (csr->rows != csr->cols)
         return kd_err_set(err, KD_EBADREQ, "a row matching needs a square matrix, not %lld x %lld",
@@ -180,6 +181,10 @@ int kd_match_rows(const kd_csr_t *csr, int weighted, const int32_t *names, int32
         row_match[i] = col_match[i] = visited[i] = -1;
         cheap[i] = g.ptr[i];
     }
+    for (int64_t i = 0; rc == KD_OK && (flags & KD_MATCH_KEEP_DIAGONAL) && i < n; i++)
+        for (int32_t k = g.ptr[i]; k < g.ptr[i + 1]; k++)
+            if (g.col[k] == i)
+                row_match[i] = col_match[i] = (int32_t)i;
     if (rc == KD_OK && weighted)
         rc = kd_match_greedy_weighted(&g, n, row_match, col_match, err);
     int64_t unmatched = 0, first = -1;
