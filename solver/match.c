@@ -189,8 +189,8 @@ int kd_match_rows(const kd_csr_t *csr, unsigned flags, const int32_t *names, int
         rc = kd_match_greedy_weighted(&g, n, row_match, col_match, err);
     int64_t unmatched = 0, first = -1;
     for (int64_t i = 0; rc == KD_OK && i < n; i++)
-        if (row_match[i] < 0 && !kd_match_augment(&g, (int32_t)i, row_match, col_match, cheap,
-                                                   next, visited, stack, via)) {
+        if (row_match[i] < 0 && !kd_match_augment(&g, (int32_t)i, row_match, col_match, cheap, next,
+                                                  visited, stack, via)) {
             unmatched++;
             first = first < 0 ? i : first;
         }
@@ -214,8 +214,7 @@ int kd_match_rows(const kd_csr_t *csr, unsigned flags, const int32_t *names, int
     return rc;
 }
 
-int kd_match_permute_rows(const kd_csr_t *csr, const int32_t *perm, kd_csr_t **out,
-                          kd_err_t *err)
+int kd_match_permute_rows(const kd_csr_t *csr, const int32_t *perm, kd_csr_t **out, kd_err_t *err)
 {
     int rc = kd_csr_alloc(csr->rows, csr->cols, csr->nnz, csr->dtype, out, err);
     if (rc != KD_OK)

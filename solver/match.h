@@ -37,7 +37,6 @@ int kd_match_rows(const kd_csr_t *csr, unsigned flags, const int32_t *names, int
 
 /* Rows of csr in the order perm gives (row i of *out is row perm[i] of csr), into a new canonical
  * matrix. KD_ENOMEM. */
-int kd_match_permute_rows(const kd_csr_t *csr, const int32_t *perm, kd_csr_t **out,
-                          kd_err_t *err);
+int kd_match_permute_rows(const kd_csr_t *csr, const int32_t *perm, kd_csr_t **out, kd_err_t *err);
 
 #endif

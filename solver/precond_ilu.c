@@ -185,8 +185,8 @@ static int kd_ilu_match(kd_ocl_t *ocl, kd_ilu_t *ilu, int matching, const kd_csr
     /* 1 keeps every nonzero a_ii and moves only the rows it must; 2 seeks large entries for the
      * whole diagonal. On adder_dcop_05 (12 zero a_ii) 1 moved 18 rows and GMRES + ILU(0) took 40
      * iterations, where 2 moved 73 and took 1970 (bicgstab, exact solves: 26 against 203). */
-    const unsigned flags = matching == 1 ? KD_MATCH_KEEP_DIAGONAL | KD_MATCH_WEIGHTED
-                                         : KD_MATCH_WEIGHTED;
+    const unsigned flags =
+        matching == 1 ? KD_MATCH_KEEP_DIAGONAL | KD_MATCH_WEIGHTED : KD_MATCH_WEIGHTED;
     int rc = kd_match_rows(stored, flags, rows, &perm, err);
     if (rc != KD_OK) {
         if (err != NULL)
@@ -256,8 +256,8 @@ static int kd_ilu_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     rc = kd_ilu_match(ocl, ilu, matching, stored, rows, &matched, &names, &bytes, err);
     if (rc == KD_OK)
         rc = ic ? kd_ic0_factor(stored, rows, &f, err)
-                : kd_ilu0_factor(matched != NULL ? matched : stored,
-                                 matched != NULL ? names : rows, &f, err);
+                : kd_ilu0_factor(matched != NULL ? matched : stored, matched != NULL ? names : rows,
+                                 &f, err);
     kd_csr_free(permuted);
     kd_csr_free(matched);
     free(names);
@@ -335,14 +335,13 @@ static int kd_ilu_apply_levels(kd_ocl_t *ocl, const kd_ilu_t *ilu, const kd_mult
             const kd_ocl_range_t range =
                 kd_ocl_range_2d(kd_ilu_global(ilu, count), (size_t)r->k, ilu->wg, 1);
             if (s == 0 && ilu->gather != NULL)
-                rc = kd_ocl_run(ocl, forward, fname, range,
-                                KD_ARGS(KD_ARG_INT(count), KD_ARG_INT(S->level_ptr[l]),
-                                        KD_ARG_INT(r->ld), KD_ARG_MEM(ilu->gather),
-                                        KD_ARG_MEM(S->order), KD_ARG_MEM(S->indptr),
-                                        KD_ARG_MEM(S->indices), KD_ARG_MEM(S->values),
-                                        KD_ARG_MEM(S->inv_diag), KD_ARG_MEM(r->mem),
-                                        KD_ARG_MEM(z->mem)),
-                                NULL, err);
+                rc = kd_ocl_run(
+                    ocl, forward, fname, range,
+                    KD_ARGS(KD_ARG_INT(count), KD_ARG_INT(S->level_ptr[l]), KD_ARG_INT(r->ld),
+                            KD_ARG_MEM(ilu->gather), KD_ARG_MEM(S->order), KD_ARG_MEM(S->indptr),
+                            KD_ARG_MEM(S->indices), KD_ARG_MEM(S->values), KD_ARG_MEM(S->inv_diag),
+                            KD_ARG_MEM(r->mem), KD_ARG_MEM(z->mem)),
+                    NULL, err);
             else if (s == 0)
                 rc = kd_ocl_run(ocl, forward, fname, range,
                                 KD_ARGS(KD_ARG_INT(count), KD_ARG_INT(S->level_ptr[l]),

@@ -113,8 +113,8 @@ static void test_brute_force(void)
                 CHECK_MSG(valid_matching(csr, perm), "trial %d flags %u: not a valid matching", t,
                           all_flags[f]);
             else
-                CHECK_STR_CONTAINS(err.message, empty ? "has no nonzero entry"
-                                                      : "structurally singular");
+                CHECK_STR_CONTAINS(err.message,
+                                   empty ? "has no nonzero entry" : "structurally singular");
             CHECK(rc == KD_OK || perm == NULL);
             free(perm);
         }
@@ -344,8 +344,8 @@ static void check_apply(const char *name, kd_csr_t *csr64, int matching, int swe
     int64_t moved = 0;
     for (int64_t i = 0; i < n; i++)
         moved += perm[i] != i;
-    CHECK_MSG(st.matched == used && st.moved == (used ? moved : 0) &&
-                  st.lower_nnz == f.lower.nnz && st.upper_nnz == f.upper.nnz,
+    CHECK_MSG(st.matched == used && st.moved == (used ? moved : 0) && st.lower_nnz == f.lower.nnz &&
+                  st.upper_nnz == f.upper.nnz,
               "%s: matched %d moved %lld (expected %d, %lld)", name, st.matched,
               (long long)st.moved, used, (long long)moved);
     kd_multivec_t r = {0}, z = {0};
