@@ -172,9 +172,11 @@ int kd_match_rows(const kd_csr_t *csr, unsigned flags, const int32_t *names, int
         return kd_err_set(err, KD_EBADREQ, "a row matching needs a square matrix, not %lld x %lld",
                           (long long)csr->rows, (long long)csr->cols);
     kd_match_graph_t g = {0};
+    /* n <= INT32_MAX (int32 indices): 28 n bytes fit a size_t */
     int32_t *buf = malloc((size_t)n * 7 * sizeof(int32_t) + 1);
-    int rc = buf != NULL ? kd_match_graph_build(csr, weighted, names, &g, err)
-                         : kd_err_set(err, KD_ENOMEM, "row matching: out of host memory");
+    if (buf == NULL)
+        return kd_err_set(err, KD_ENOMEM, "row matching: out of host memory");
+    int rc = kd_match_graph_build(csr, weighted, names, &g, err);
     int32_t *row_match = buf, *col_match = buf + n, *cheap = buf + 2 * n, *next = buf + 3 * n,
             *visited = buf + 4 * n, *stack = buf + 5 * n, *via = buf + 6 * n;
     for (int64_t i = 0; rc == KD_OK && i < n; i++) {

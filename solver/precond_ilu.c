@@ -442,8 +442,9 @@ static void kd_ilu_release(kd_precond_t *P)
 
 const kd_precond_ops_t kd_precond_ilu0 = {
     .name = "ilu0",
-    .summary = "incomplete LU on A's pattern, M = L U (any square A; triangular solves exact "
-               "with sweeps = 0, else that many Jacobi sweeps)",
+    .summary = "incomplete LU on A's pattern, M = L U (any square A, its rows matched to a "
+               "nonzero diagonal when it has a zero; triangular solves exact with sweeps = 0, "
+               "else that many Jacobi sweeps)",
     .forms = KD_PRECOND_OPERATOR,
     .symmetric = 0,
     .needs_csr = 1,

@@ -59,9 +59,9 @@ def ilu0(A):
 
 
 def swapped_dominant(n, pairs, margin=1.0):
-    """(A, B, q): B with b_ii = +-(margin sum_j |b_ij| + 0.1) and no entry between rows 2t and
-    2t+1 for t < pairs, A its rows with those pairs swapped (A = B[q]): A lacks those diagonal
-    entries."""
+    """(A, B, q): B with b_ii = +-max(margin sum_j |b_ij| + 0.1, 1.1 max_j |b_ij|) and no entry
+    between rows 2t and 2t+1 for t < pairs, A its rows with those pairs swapped (A = B[q]): A
+    lacks those diagonal entries."""
     B = sp.random(n, n, density=4.0 / n, random_state=rng, format="lil")
     for t in range(pairs):
         B[2 * t, 2 * t + 1] = 0.0
@@ -70,7 +70,10 @@ def swapped_dominant(n, pairs, margin=1.0):
     B.data = rng.uniform(-1.0, 1.0, B.nnz)
     B = sp.csr_matrix(B - sp.diags(B.diagonal()))
     B.eliminate_zeros()
-    d = margin * np.asarray(abs(B).sum(axis=1)).ravel() + 0.1
+    # b_ii the largest of its row, strictly: then the server's matching (each row's diagonal kept,
+    # then each row's largest entry) undoes exactly the swaps, whatever the margin
+    d = np.maximum(margin * np.asarray(abs(B).sum(axis=1)).ravel() + 0.1,
+                   1.1 * np.asarray(abs(B).max(axis=1).todense()).ravel())
     B = sp.csr_matrix(B + sp.diags(d * rng.choice([-1.0, 1.0], n)))
     q = np.arange(n)
     for t in range(pairs):
