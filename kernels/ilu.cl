@@ -36,6 +36,23 @@ __kernel KD_WG_ATTR void kd_ilu_level(const int count, const int offset, const i
     x[col + i] = kd_ilu_row(i, col, indptr, indices, values, b[col + i], x) * inv_diag[i];
 }
 
+/* kd_ilu_level on (P b)_i = b_perm[i]: ilu0's forward solve with a row matching. */
+__kernel KD_WG_ATTR void kd_ilu_level_gather(const int count, const int offset, const int ld,
+                                             __global const int *perm, __global const int *order,
+                                             __global const int *indptr,
+                                             __global const int *indices,
+                                             __global const VALUE *values,
+                                             __global const VALUE *inv_diag,
+                                             __global const VALUE *b, __global VALUE *x)
+{
+    const size_t t = get_global_id(0);
+    if (t >= (size_t)count)
+        return;
+    const int i = order[offset + (int)t];
+    const size_t col = get_global_id(1) * (size_t)ld;
+    x[col + i] = kd_ilu_row(i, col, indptr, indices, values, b[col + perm[i]], x) * inv_diag[i];
+}
+
 __kernel KD_WG_ATTR void kd_ilu_level_in_place(const int count, const int offset, const int ld,
                                                __global const int *order,
                                                __global const int *indptr,

@@ -65,6 +65,8 @@ typedef struct kd_ilu_stats {
     int64_t lower_nnz, upper_nnz;       /* strictly-off-diagonal entries of each triangle */
     int32_t lower_levels, upper_levels; /* of the exact solve's schedules; 0 with sweeps > 0 */
     int sweeps;                         /* 0: exact (level-scheduled) solves */
+    int matched;                        /* ilu0 factored P A, P a row matching */
+    int64_t moved;                      /* rows P moved */
 } kd_ilu_stats_t;
 
 struct kd_precond;

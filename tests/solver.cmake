@@ -31,6 +31,10 @@ kd_add_test(test_spgemm SOURCES test_spgemm.c ${PROJECT_SOURCE_DIR}/client/mtx_f
 # triangular solves against the host's, CG with ic0 against CG with jacobi, refusals.
 kd_add_test(test_ilu SOURCES test_ilu.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# ilu0's row matching for zero-diagonal matrices: the matching against brute force and its
+# refusals, the apply with a matching against the host, gmres/bicgstab + ilu0 on circuit matrices.
+kd_add_test(test_ilu_match SOURCES test_ilu_match.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
 # Block Jacobi and Chebyshev polynomial preconditioning: apply against CPU references, CG with
 # each against none and Jacobi on elasticity, a Laplacian and real matrices, errors.
 kd_add_test(test_preconds SOURCES test_preconds.c LIBS kd_solver kd_bench LABELS kernel
