@@ -573,8 +573,10 @@ static void test_several_rhs(void)
             void *x0 = kd_test_random_vector(p.n * 3, dt[d], -1.0, 1.0, &x0w);
             const int64_t all = cg_ic0("3 rhs", &p, sweeps, 3, x0);
             const int64_t one = cg_ic0("1 rhs", &p, sweeps, 1, x0);
-            CHECK_MSG(all > 0 && one > 0 && llabs(all - one) <= 3, "3 rhs: %lld its, 1: %lld",
-                      (long long)all, (long long)one);
+            /* column 0 is the same in both; the other two random columns may take some more
+             * (a seed gave 30 against 25): the slowest of three within a fifth of one */
+            CHECK_MSG(all > 0 && one > 0 && all >= one && all - one <= 3 + one / 5,
+                      "3 rhs: %lld its, 1: %lld", (long long)all, (long long)one);
             free(x0);
             free(x0w);
             kd_test_problem_free(&p);
