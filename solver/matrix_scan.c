@@ -88,23 +88,30 @@ static int64_t kd_scan_find(const int32_t *indptr, const int32_t *indices, int64
 }
 
 /*
- * Equal to rounding: |a - b| <= KD_SCAN_SYMMETRY_ULPS eps max(|a|, |b|) in the dtype's eps, NaN
- * counting as equal to NaN (the scan reports NaN on its own, and a matrix with mirrored NaNs is
- * still symmetric: the solver answers it non_finite, not "not symmetric"). Not bit-exact: a
- * matrix assembled in floating point is often symmetric only to rounding (SuiteSparse's ani4
- * differs from its transpose by up to 7.8e-15 relative, 35 ulps, and CG solves it as SciPy's
- * does); refusing CG there would be wrong. A real asymmetry is far beyond 256 ulps.
+ * a_ij = a and a_ji = b equal to rounding: |a - b| <= KD_SCAN_SYMMETRY_ULPS eps scale in the
+ * dtype's eps, scale = max(|a|, |b|, sqrt(|a_ii a_jj|)), NaN counting as equal to NaN (the scan
+ * reports NaN on its own, and a matrix with mirrored NaNs is still symmetric: the solver answers
+ * it non_finite, not "not symmetric"). Not bit-exact: a matrix assembled in floating point is
+ * often symmetric only to rounding (SuiteSparse's ani4 differs from its transpose by up to
+ * 7.8e-15 relative, 35 ulps, and CG solves it as SciPy's does), and entries that cancel to nearly
+ * 0 in assembly keep rounding of the size of their row's diagonal, hence the diagonal term (AMG's
+ * old check had it). A real asymmetry is far beyond 256 ulps. The diagonals are looked up only
+ * when the entry-relative test fails, which a symmetric matrix's entries almost never do.
  */
 #define KD_SCAN_SYMMETRY_ULPS 256.0
-static inline int kd_scan_same(double a, double b, double eps)
+static int kd_scan_same(const kd_csr_t *csr, int64_t i, int64_t j, double a, double b)
 {
-    return a == b || (a != a && b != b) ||
-           fabs(a - b) <= KD_SCAN_SYMMETRY_ULPS * eps * fmax(fabs(a), fabs(b));
-}
-
-static inline double kd_scan_eps(kd_dtype_t dtype)
-{
-    return dtype == KD_DTYPE_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
+    const double eps = csr->dtype == KD_DTYPE_F32 ? (double)FLT_EPSILON : DBL_EPSILON;
+    const double tol = KD_SCAN_SYMMETRY_ULPS * eps;
+    if (a == b || (a != a && b != b) || fabs(a - b) <= tol * fmax(fabs(a), fabs(b)))
+        return 1;
+    const int64_t ki = kd_scan_find(csr->indptr, csr->indices, i, i),
+                  kj = kd_scan_find(csr->indptr, csr->indices, j, j);
+    if (ki < 0 || kj < 0)
+        return 0;
+    const double dii = fabs(kd_load_real(csr->values, csr->dtype, (size_t)ki)),
+                 djj = fabs(kd_load_real(csr->values, csr->dtype, (size_t)kj));
+    return fabs(a - b) <= tol * sqrt(dii * djj);
 }
 
 /* The first pass: each entry above the diagonal looks its mirror up by binary search
@@ -123,9 +130,9 @@ static void kd_scan_upper(kd_scan_slice_t *sl)
         for (k += k < end && indices[k] == r; k < end; k++) {
             const int64_t m = kd_scan_find(indptr, indices, indices[k], r);
             upper++;
-            if (m < 0 || !kd_scan_same(kd_load_real(csr->values, csr->dtype, (size_t)k),
-                                       kd_load_real(csr->values, csr->dtype, (size_t)m),
-                                       kd_scan_eps(csr->dtype))) {
+            if (m < 0 || !kd_scan_same(csr, r, indices[k],
+                                       kd_load_real(csr->values, csr->dtype, (size_t)k),
+                                       kd_load_real(csr->values, csr->dtype, (size_t)m))) {
                 sl->upper_mismatch = 1;
                 break;
             }
@@ -150,7 +157,7 @@ static void *kd_scan_witness(void *arg)
             const int64_t m = kd_scan_find(indptr, indices, c, r);
             const double a = kd_load_real(csr->values, csr->dtype, (size_t)k);
             const double b = m >= 0 ? kd_load_real(csr->values, csr->dtype, (size_t)m) : 0.0;
-            if (m < 0 || !kd_scan_same(a, b, kd_scan_eps(csr->dtype))) {
+            if (m < 0 || !kd_scan_same(csr, r, c, a, b)) {
                 sl->asym_row = r;
                 sl->asym_col = c;
                 sl->asym_value = a;

@@ -452,47 +452,6 @@ static int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd
     return rc;
 }
 
-/* A is symmetric: its pattern equals its transpose's, and each a_ij equals a_ji up to rounding
- * (1e-12 of the larger of |a_ij| and sqrt(|a_ii a_jj|), so assembly's rounding in entries that
- * cancel to nearly 0 passes). */
-static int kd_amg_check_symmetric(const kd_csr_t *csr, kd_err_t *err)
-{
-    kd_csr_t *t = NULL;
-    double *diag = calloc((size_t)csr->rows + 1, sizeof(double));
-    int rc = diag != NULL ? kd_csr_transpose(csr, &t, err)
-                          : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-    for (int64_t i = 0; i < csr->rows && rc == KD_OK; i++)
-        for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++)
-            if (csr->indices[k] == i)
-                diag[i] = fabs(kd_csr_value(csr, k));
-    for (int64_t i = 0; i < csr->rows && rc == KD_OK; i++) {
-        if (t->indptr[i + 1] != csr->indptr[i + 1]) {
-            rc = kd_err_set(err, KD_EBADREQ,
-                            "amg needs a symmetric matrix: row %lld has %d entries, column %lld "
-                            "has %d",
-                            (long long)i, csr->indptr[i + 1] - csr->indptr[i], (long long)i,
-                            t->indptr[i + 1] - t->indptr[i]);
-            break;
-        }
-        for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++) {
-            const int32_t j = csr->indices[k];
-            const double a = kd_csr_value(csr, k);
-            const double b = t->indices[k] == j ? kd_csr_value(t, k) : NAN;
-            const double scale = fmax(fabs(a), sqrt(diag[i] * diag[j]));
-            if (!(fabs(a - b) <= 1e-12 * scale)) {
-                rc = kd_err_set(err, KD_EBADREQ,
-                                "amg needs a symmetric matrix: a(%lld, %d) = %g but a(%d, %lld) "
-                                "= %g",
-                                (long long)i, j, a, j, (long long)i, b == b ? b : 0.0);
-                break;
-            }
-        }
-    }
-    kd_csr_free(t);
-    free(diag);
-    return rc;
-}
-
 static void kd_amg_release(kd_precond_t *P);
 
 static size_t kd_amg_device_bytes(const kd_amg_t *amg)
@@ -585,10 +544,22 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
                           "symmetric positive definite",
                           (long long)A->scan.negative_diagonal_row,
                           A->scan.negative_diagonal_value);
-    /* exactly symmetric (the upload's scan) passes the tolerant check: no host transpose */
-    int rc = A->scan.symmetric ? KD_OK : kd_amg_check_symmetric(csr, err);
-    if (rc != KD_OK)
-        return rc;
+    /* the upload's scan decided symmetry (to rounding) once for every consumer */
+    if (!A->scan.symmetric) {
+        if (A->scan.asymmetric_row < 0)
+            return kd_err_set(err, KD_EBADREQ, "amg needs a symmetric matrix");
+        char mirror[48];
+        if (A->scan.asymmetric_mirror_stored)
+            snprintf(mirror, sizeof(mirror), "= %g", A->scan.asymmetric_mirror);
+        else
+            snprintf(mirror, sizeof(mirror), "is not stored");
+        return kd_err_set(err, KD_EBADREQ, "amg needs a symmetric matrix: a(%lld, %lld) = %g but "
+                          "a(%lld, %lld) %s",
+                          (long long)A->scan.asymmetric_row, (long long)A->scan.asymmetric_col,
+                          A->scan.asymmetric_value, (long long)A->scan.asymmetric_col,
+                          (long long)A->scan.asymmetric_row, mirror);
+    }
+    int rc;
     kd_amg_t *amg = calloc(1, sizeof(*amg));
     if (amg == NULL)
         return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
