@@ -2,6 +2,7 @@
 #include "bench/bench.h"
 #include "common/clock.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,4 +100,29 @@ void kd_bench_matrix_name(const char *spec, char *out, size_t cap)
     for (char *c = out; *c != '\0'; c++)
         if (*c == ':' || *c == ' ')
             *c = '_';
+}
+
+double kd_bench_relres(const kd_csr_t *csr, const double *b, const void *x)
+{
+    const int64_t n = csr->rows;
+    double *xw = malloc((size_t)csr->cols * sizeof(double) + 8),
+           *r = malloc((size_t)n * sizeof(double) + 8);
+    double rr = 0.0, bb = 0.0;
+    if (xw == NULL || r == NULL) {
+        free(xw);
+        free(r);
+        return NAN;
+    }
+    for (int64_t i = 0; i < csr->cols; i++)
+        xw[i] = kd_load_real(x, csr->dtype, (size_t)i);
+    for (int64_t i = 0; i < n; i++) {
+        r[i] = b != NULL ? b[i] : 1.0;
+        bb += r[i] * r[i];
+    }
+    kd_csr_spmv_ref(csr, xw, -1.0, 1.0, r);
+    for (int64_t i = 0; i < n; i++)
+        rr += r[i] * r[i];
+    free(xw);
+    free(r);
+    return sqrt(rr / bb);
 }

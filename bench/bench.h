@@ -41,6 +41,10 @@ typedef int (*kd_bench_fn)(void *ctx, kd_err_t *err);
 int kd_bench_time_device(kd_ocl_t *ocl, kd_bench_fn fn, void *ctx, int warmup, int runs,
                          double *per_run_ms, double *batch_ms, kd_err_t *err);
 
+/* ||b - A x|| / ||b|| on the host in float64 (x in csr's dtype; b NULL: ones); NaN without
+ * memory. The true residual every solve benchmark prints beside the solver's own. */
+double kd_bench_relres(const kd_csr_t *csr, const double *b, const void *x);
+
 /* Minimal bytes an SpMV must move for csr (each array read once, y written once):
  * nnz * (v + 4) + (rows + 1) * 4 + cols * v + rows * v. */
 double kd_bench_spmv_bytes(const kd_csr_t *csr);

@@ -21,26 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double kd_ba_relres(const kd_csr_t *csr, const double *b, const void *x)
-{
-    const int64_t n = csr->rows;
-    double *xw = malloc((size_t)n * sizeof(double) + 8),
-           *r = malloc((size_t)n * sizeof(double) + 8);
-    double rr = 0.0, bb = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        xw[i] = kd_load_real(x, csr->dtype, (size_t)i);
-        r[i] = b[i];
-    }
-    kd_csr_spmv_ref(csr, xw, -1.0, 1.0, r);
-    for (int64_t i = 0; i < n; i++) {
-        rr += r[i] * r[i];
-        bb += b[i] * b[i];
-    }
-    free(xw);
-    free(r);
-    return sqrt(rr / bb);
-}
-
 typedef struct kd_ba_run {
     int64_t iterations;
     double ms, relres, iterate_ms; /* iterate_ms: the solver's own, of the last solve */
@@ -65,7 +45,7 @@ static int kd_ba_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, const
         kd_solve_result_free(&res);
     }
     out->ms = kd_bench_median(t + 1, (size_t)(repeat < 63 ? repeat : 63));
-    out->relres = kd_ba_relres(csr, bw, x);
+    out->relres = kd_bench_relres(csr, bw, x);
     return 0;
 }
 

@@ -25,28 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double kd_bm_relres(const kd_csr_t *csr, const void *x)
-{
-    const int64_t n = csr->rows;
-    double *xw = malloc((size_t)n * sizeof(double) + 8), *r = malloc((size_t)n * sizeof(double) + 8);
-    double rr = 0.0;
-    if (xw == NULL || r == NULL) {
-        free(xw);
-        free(r);
-        return NAN;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        xw[i] = kd_load_real(x, csr->dtype, (size_t)i);
-        r[i] = 1.0;
-    }
-    kd_csr_spmv_ref(csr, xw, -1.0, 1.0, r);
-    for (int64_t i = 0; i < n; i++)
-        rr += r[i] * r[i];
-    free(xw);
-    free(r);
-    return sqrt(rr / (double)n);
-}
-
 /* "gmres+ilu0@sweeps=2@x=1" into its method, preconditioner and options (in place). */
 static int kd_bm_parse(char *entry, const char **method, const char **precond,
                        kd_precond_options_t *opt)
@@ -210,7 +188,7 @@ int kd_bench_methods_main(int argc, char **argv)
                        label, (long long)n, (long long)csr->nnz, shown,
                        kd_solve_status_name(res.status), (long long)res.iterations, setup_ms, ms,
                        res.iterations > 0 ? res.iterate_ms / (double)res.iterations : 0.0,
-                       kd_bm_relres(csr, x), (long long)res.restarts);
+                       kd_bench_relres(csr, NULL, x), (long long)res.restarts);
             }
             kd_solve_result_free(&res);
             fflush(stdout);

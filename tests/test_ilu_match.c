@@ -16,6 +16,7 @@
  *     KD_EBADREQ naming the pivot.
  */
 #include "kd_solver_test.h"
+#include "kd_test_ilu.h"
 #include "kd_test_mtx.h"
 #include "solver/ilu.h"
 #include "solver/match.h"
@@ -246,34 +247,6 @@ static kd_precond_options_t options(int sweeps, int matching)
     snprintf(o.items[1].name, sizeof(o.items[1].name), "matching");
     o.items[1].value = matching;
     return o;
-}
-
-static void host_solve(const kd_ilu_tri_t *t, int lower, const double *b, double *x)
-{
-    for (int64_t s = 0; s < t->n; s++) {
-        const int64_t i = lower ? s : t->n - 1 - s;
-        double v = b[i];
-        for (int32_t k = t->indptr[i]; k < t->indptr[i + 1]; k++)
-            v -= t->values[k] * x[t->indices[k]];
-        x[i] = v / t->diag[i];
-    }
-}
-
-static void host_sweeps(const kd_ilu_tri_t *t, int sweeps, const double *b, double *x)
-{
-    double *old = malloc((size_t)t->n * sizeof(double) + 8);
-    for (int64_t i = 0; i < t->n; i++)
-        x[i] = b[i] / t->diag[i];
-    for (int s = 0; s < sweeps; s++) {
-        memcpy(old, x, (size_t)t->n * sizeof(double));
-        for (int64_t i = 0; i < t->n; i++) {
-            double v = b[i];
-            for (int32_t k = t->indptr[i]; k < t->indptr[i + 1]; k++)
-                v -= t->values[k] * old[t->indices[k]];
-            x[i] = v / t->diag[i];
-        }
-    }
-    free(old);
 }
 
 /* A random diagonally dominant matrix (ILU(0) of it is well conditioned) with its rows shuffled:
