@@ -142,6 +142,7 @@ static void kd_bs_usage(void)
         "or auto = on GPUs (default auto)\n"
         "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --restart M         gmres's basis size (default 0: the method's, 30)\n"
         "  --iterations N      per timed solve (default 200)\n"
         "  --repeat R          timed solves per row, the median is reported (default 3)\n"
         "  --format NAME       matrix format (default csr_scalar)\n"
@@ -161,6 +162,7 @@ int kd_bench_solve_main(int argc, char **argv)
          passes_buf[16] = "0", fuse_buf[16] = "auto";
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
+    int64_t restart = 0;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -194,6 +196,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--restart") == 0) {
+            restart = atoll(argv[++i]);
         } else if (strcmp(a, "--iterations") == 0) {
             iterations = atoi(argv[++i]);
         } else if (strcmp(a, "--repeat") == 0) {
@@ -257,7 +261,7 @@ int kd_bench_solve_main(int argc, char **argv)
     printf("# device: %s (%s); copy bandwidth %.0f GB/s (read + write, %zu MiB); %s; %d "
            "iterations per solve, median of %d\n",
            desc->name, desc->platform, copy_gbs, copy_mb, kd_dtype_name(dtype), iterations, repeat);
-    printf("%-14s %-4s %4s %5s %2s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
+    printf("%-14s %-9s %4s %5s %2s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
            "nrhs", "grps", "ps", "fu", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
            "auto_ms", "spmv_ms");
     FILE *csv = csv_path != NULL ? fopen(csv_path, "a") : NULL;
@@ -313,17 +317,23 @@ int kd_bench_solve_main(int argc, char **argv)
                     fprintf(stderr, "krylov-bench solve: %s\n", err.message);
                     return 2;
                 }
-                const int sd = method == &kd_method_sd, jacobi = precond == &kd_precond_jacobi;
-                const double vec_per = method == &kd_method_cg1 ? (jacobi ? 14.0 : 11.0)
-                                       : jacobi                 ? 12.0
-                                       : sd                     ? 7.0
-                                                                : 10.0;
+                const int jacobi = precond == &kd_precond_jacobi;
+                const int spmvs = method->spmvs > 0 ? method->spmvs : 1;
+                kd_solve_params_t fprm;
+                kd_solve_params_default(&fprm);
+                fprm.restart = restart;
+                /* Jacobi: the diagonal and z = D^-1 r read and written once per SpMV (the
+                 * cg1 form reads one more). */
+                const double vec_per = method->floor_vectors(&fprm) +
+                                       (jacobi ? (method == &kd_method_cg1 ? 3.0 : 2.0) : 0.0);
                 for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
                     const char *fuse_s = fuse_list[gi / (ngroups * npasses)];
                     const int fuse = strcmp(fuse_s, "auto") == 0 ? -1 : atoi(fuse_s);
                     /* Lean passes (1) do not read r for r'Mq: one vector less. */
-                    const double lean = atoi(passes) == 1 && !sd ? 1.0 : 0.0;
+                    const int cg = method == &kd_method_cg;
+                    const double lean =
+                        atoi(passes) == 1 && (cg || method == &kd_method_cg1) ? 1.0 : 0.0;
                     kd_solve_params_t prm;
                     kd_solve_params_default(&prm);
                     prm.method = method;
@@ -336,6 +346,7 @@ int kd_bench_solve_main(int argc, char **argv)
                                       : fuse   ? KD_SOLVE_FUSION_ON
                                                : KD_SOLVE_FUSION_OFF;
                     prm.passes = atoi(passes);
+                    prm.restart = restart;
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
                     /* Warm-up (kernel builds), then timed solves with one check at the end. */
@@ -347,11 +358,12 @@ int kd_bench_solve_main(int argc, char **argv)
                         kd_solve_result_free(&res[c]);
                     /* Fused: d and q are not read again after the SpMV, and one launch serves
                      * every column, so the matrix's arrays are read once for all k. */
-                    const double vec = vec_per - lean - (fused ? 2.0 : 0.0);
+                    const double vec = vec_per - lean - (fused && cg ? 2.0 : 0.0);
                     const double matrix_bytes = (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0);
                     const double bytes =
-                        fused ? matrix_bytes + (double)k * (spmv_bytes - matrix_bytes + vec * n * v)
-                              : (double)k * (spmv_bytes + vec * n * v);
+                        fused ? spmvs * matrix_bytes +
+                                    (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
+                              : (double)k * (spmvs * spmv_bytes + vec * n * v);
                     prm.maxiter = iterations;
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
@@ -377,7 +389,7 @@ int kd_bench_solve_main(int argc, char **argv)
                     }
                     double ms = kd_bs_median(t, repeat);
                     double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
-                    printf("%-14s %-4s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
+                    printf("%-14s %-9s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
                            "%7.0f %8.4f %8.4f\n",
                            label, methods[me], (long long)k, groups_list[gi / npasses % ngroups],
                            passes, fused, (long long)csr->rows, (long long)csr->nnz, bytes / 1e6,

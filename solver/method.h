@@ -37,6 +37,12 @@ typedef struct kd_method_ops {
     unsigned precond_forms; /* the preconditioner forms (enum kd_precond_form) it can apply */
     int work_vectors;       /* device vectors per column besides b, x, r and q */
     int reductions;         /* kd_krylov_reduce calls per iteration */
+    int spmvs;              /* matrix-vector products per iteration (0 reads as 1) */
+    /* The byte floor of one iteration of one column, in n-vector reads and writes beyond its
+     * SpMVs' own (each reads its input and writes its output once), with the identity
+     * preconditioner and every pass fused that can be: what bench/ prices an iteration at. The
+     * algorithm's, not this implementation's (params: restart for gmres). */
+    double (*floor_vectors)(const kd_solve_params_t *params);
     /* After r = b - A x0: the first direction and the state of iteration 0 of every column. */
     int (*setup)(kd_solve_run_t *run, kd_err_t *err);
     /* Enqueue iteration `iteration` (1-based) of every running column; nothing waits. */

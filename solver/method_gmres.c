@@ -305,6 +305,15 @@ static int kd_gmres_check(const kd_solve_run_t *run, const kd_krylov_column_t *s
     }
 }
 
+/* Step j of a cycle of m: V'w over j + 1 basis vectors and w (j + 2), w - V h over them again
+ * and v_{j+1} written (j + 3): 2 j + 5, m + 4 on average over a cycle (classical Gram-Schmidt
+ * without reorthogonalisation, as CuPy's); and once a cycle x += V y (m + 2). */
+static double kd_gmres_floor(const kd_solve_params_t *params)
+{
+    const double m = params->restart > 0 ? (double)params->restart : KD_SOLVE_RESTART_DEFAULT;
+    return m + 4.0 + (m + 2.0) / m;
+}
+
 const kd_method_ops_t kd_method_gmres = {
     .name = "gmres",
     .summary = "restarted GMRES(m), right-preconditioned, for nonsymmetric matrices "
@@ -313,6 +322,8 @@ const kd_method_ops_t kd_method_gmres = {
     .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .work_vectors = 0,
     .reductions = 2, /* and one more at each natural cycle end (a true residual) */
+    .spmvs = 1,
+    .floor_vectors = kd_gmres_floor,
     .setup = kd_gmres_setup,
     .iterate = kd_gmres_iterate,
     .restart = kd_gmres_restart,
