@@ -142,6 +142,8 @@ static void kd_bs_usage(void)
         "or auto = on GPUs (default auto)\n"
         "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --profile 1         after each row, one more solve with every kernel's device time\n"
+        "                      (milliseconds per iteration, launches per iteration)\n"
         "  --restart M         gmres's basis size (default 0: the method's, 30)\n"
         "  --iterations N      per timed solve (default 200)\n"
         "  --repeat R          timed solves per row, the median is reported (default 3)\n"
@@ -151,6 +153,31 @@ static void kd_bs_usage(void)
         "                      gather and scatter a client's SpMV pays\n"
         "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
         "  --csv FILE          append the rows to FILE\n");
+}
+
+/* One more solve with per-kernel device times, printed as comment lines under the row. */
+static void kd_bs_profile(kd_ocl_t *ocl, kd_matrix_t *A, int64_t k, const void *b, void *x,
+                          const kd_solve_params_t *prm, kd_solve_result_t *res, int iterations)
+{
+    kd_err_t err = {0};
+    kd_ocl_kernel_time_t times[KD_OCL_KERNEL_TIMES_MAX];
+    size_t count = 0;
+    kd_ocl_kernel_profile_begin(ocl);
+    int rc = kd_solve(ocl, A, k, b, NULL, x, prm, res, &err);
+    for (int64_t c = 0; rc == KD_OK && c < k; c++)
+        kd_solve_result_free(&res[c]);
+    if (kd_ocl_kernel_profile_end(ocl, times, KD_OCL_KERNEL_TIMES_MAX, &count, &err) != KD_OK ||
+        rc != KD_OK) {
+        fprintf(stderr, "profile: %s\n", err.message);
+        return;
+    }
+    double total = 0.0;
+    for (size_t i = 0; i < count; i++)
+        total += times[i].ms;
+    for (size_t i = 0; i < count; i++)
+        printf("#   %-32s %8.4f ms/it %6.2f launches/it %5.1f%%\n", times[i].name,
+               times[i].ms / iterations, (double)times[i].launches / iterations,
+               total > 0 ? 100.0 * times[i].ms / total : 0.0);
 }
 
 int kd_bench_solve_main(int argc, char **argv)
@@ -163,6 +190,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
     int64_t restart = 0;
+    int profile = 0;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -196,6 +224,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--profile") == 0) {
+            profile = atoi(argv[++i]);
         } else if (strcmp(a, "--restart") == 0) {
             restart = atoll(argv[++i]);
         } else if (strcmp(a, "--iterations") == 0) {
@@ -402,6 +432,8 @@ int kd_bench_solve_main(int argc, char **argv)
                                 groups_list[gi / npasses % ngroups], passes, fused,
                                 (long long)csr->rows, (long long)csr->nnz, bytes, ms, floor_ms,
                                 auto_ms, spmv_ms, copy_gbs);
+                    if (profile)
+                        kd_bs_profile(ocl, A, k, b, x, &prm, res, iterations);
                     fflush(stdout);
                     free(t);
                 }

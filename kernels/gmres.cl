@@ -27,7 +27,12 @@
 #include "krylov_lib.cl"
 
 #define KD_GMRES_MAX_M 200 /* solve.h's KD_SOLVE_RESTART_MAX (method_gmres.c checks) */
-#define KD_GMRES_CHUNK 8   /* basis vectors per private block of partial sums */
+/* Basis vectors whose partial sums pass A keeps in registers in one sweep over w (w is read
+ * once per chunk); a build option may raise it (a multiple of KD_GMRES_BLOCK). */
+#ifndef KD_GMRES_CHUNK
+#define KD_GMRES_CHUNK 8
+#endif
+#define KD_GMRES_BLOCK 8 /* sums per work-group reduction (the local scratch's size) */
 #define KD_GMRES_FUSE 32  /* up to this j + 1 pass B may read V once (the host's `fuse`) */
 
 /* Column c's Givens data: offsets in gd (see above). */
@@ -99,6 +104,7 @@ void kd_gmres_dots(__local VALUE *scratch, __global const VALUE *V, __global VAL
     for (int l0 = 0; l0 < count; l0 += KD_GMRES_CHUNK) {
         const int cnt = count - l0 < KD_GMRES_CHUNK ? count - l0 : KD_GMRES_CHUNK;
         VALUE acc[KD_GMRES_CHUNK + 1];
+#pragma unroll
         for (int t = 0; t <= KD_GMRES_CHUNK; t++)
             acc[t] = KD_ZERO;
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
@@ -115,15 +121,28 @@ void kd_gmres_dots(__local VALUE *scratch, __global const VALUE *V, __global VAL
                 Zj[i] = zop[wbase + i];
             if (l0 == 0)
                 acc[KD_GMRES_CHUNK] += wi * wi;
-            for (int t = 0; t < cnt; t++)
-                acc[t] += V[vbase + (size_t)(l0 + t) * vstride + i] * wi;
+#pragma unroll
+            for (int t = 0; t < KD_GMRES_CHUNK; t++)
+                if (t < cnt)
+                    acc[t] += V[vbase + (size_t)(l0 + t) * vstride + i] * wi;
         }
-        kd_krylov_group_sums(scratch, acc, KD_GMRES_CHUNK + 1);
-        if (get_local_id(0) == 0 && end != 0u) {
-            for (int t = 0; t < cnt; t++)
-                part_out[l0 + t] = acc[t];
-            if (l0 == 0 && with_norm)
-                part_out[count] = acc[KD_GMRES_CHUNK];
+        /* Reduced KD_GMRES_BLOCK sums at a time; the norm goes with the first block. */
+#pragma unroll
+        for (int b0 = 0; b0 < KD_GMRES_CHUNK; b0 += KD_GMRES_BLOCK) {
+            if (b0 < cnt) {
+                VALUE blk[KD_GMRES_BLOCK + 1];
+#pragma unroll
+                for (int t = 0; t < KD_GMRES_BLOCK; t++)
+                    blk[t] = acc[b0 + t];
+                blk[KD_GMRES_BLOCK] = acc[KD_GMRES_CHUNK];
+                kd_krylov_group_sums(scratch, blk, KD_GMRES_BLOCK + 1);
+                if (get_local_id(0) == 0 && end != 0u) {
+                    for (int t = 0; t < KD_GMRES_BLOCK && b0 + t < cnt; t++)
+                        part_out[l0 + b0 + t] = blk[t];
+                    if (l0 == 0 && b0 == 0 && with_norm)
+                        part_out[count] = blk[KD_GMRES_BLOCK];
+                }
+            }
         }
     }
 }
@@ -195,7 +214,7 @@ __kernel KD_WG_ATTR void kd_gmres_project(KD_KRYLOV_LAUNCH, const int m,
 {
     KD_GMRES_COLUMN;
     (void)gdc;
-    __local VALUE scratch[(KD_GMRES_CHUNK + 1) * KD_WG_SIZE];
+    __local VALUE scratch[(KD_GMRES_BLOCK + 1) * KD_WG_SIZE];
     const uint end = running ? (uint)n : 0u;
     __global VALUE *out =
         partA + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
@@ -215,14 +234,18 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m, c
 {
     KD_GMRES_COLUMN;
     (void)gdc;
-    __local VALUE scratch[(KD_GMRES_CHUNK + 1) * KD_WG_SIZE];
+    __local VALUE scratch[(KD_GMRES_BLOCK + 1) * KD_WG_SIZE];
     __local VALUE h[KD_GMRES_MAX_M + 1];
     kd_gmres_fold(partA, c, groups, width, j + 1, h, scratch);
     const uint end = running ? (uint)n : 0u;
     const uint stride = (uint)get_global_size(0);
     __global VALUE *out =
         partB + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
+#ifdef KD_GMRES_NO_FUSE
+    if (0 * fuse) { /* a build option for measuring: pass B always reads V twice */
+#else
     if (j + 1 <= fuse) {
+#endif
         /* One pass over V: an element's basis values stay in registers (fully unrolled, the
          * bound a compile-time constant) between the update and the new sums. */
         VALUE acc[KD_GMRES_FUSE + 1];
@@ -245,19 +268,23 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m, c
                 if (l <= j)
                     acc[l] += vv[l] * wi;
         }
-        /* In blocks of KD_GMRES_CHUNK (the scratch's size); the norm goes with the first. */
-        for (int l0 = 0; l0 <= j; l0 += KD_GMRES_CHUNK) {
-            VALUE blk[KD_GMRES_CHUNK + 1];
+        /* In blocks of KD_GMRES_BLOCK (the scratch's size); the norm goes with the first. The
+         * loop bounds are constants, so acc is indexed by constants and stays in registers. */
 #pragma unroll
-            for (int t = 0; t < KD_GMRES_CHUNK; t++)
-                blk[t] = l0 + t < KD_GMRES_FUSE ? acc[l0 + t] : KD_ZERO;
-            blk[KD_GMRES_CHUNK] = acc[KD_GMRES_FUSE];
-            kd_krylov_group_sums(scratch, blk, KD_GMRES_CHUNK + 1);
-            if (get_local_id(0) == 0 && end != 0u) {
-                for (int t = 0; t < KD_GMRES_CHUNK && l0 + t <= j; t++)
-                    out[l0 + t] = blk[t];
-                if (l0 == 0)
-                    out[j + 1] = blk[KD_GMRES_CHUNK];
+        for (int l0 = 0; l0 < KD_GMRES_FUSE; l0 += KD_GMRES_BLOCK) {
+            if (l0 <= j) {
+                VALUE blk[KD_GMRES_BLOCK + 1];
+#pragma unroll
+                for (int t = 0; t < KD_GMRES_BLOCK; t++)
+                    blk[t] = acc[l0 + t];
+                blk[KD_GMRES_BLOCK] = acc[KD_GMRES_FUSE];
+                kd_krylov_group_sums(scratch, blk, KD_GMRES_BLOCK + 1);
+                if (get_local_id(0) == 0 && end != 0u) {
+                    for (int t = 0; t < KD_GMRES_BLOCK && l0 + t <= j; t++)
+                        out[l0 + t] = blk[t];
+                    if (l0 == 0)
+                        out[j + 1] = blk[KD_GMRES_BLOCK];
+                }
             }
         }
         return;
