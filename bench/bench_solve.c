@@ -398,7 +398,14 @@ int kd_bench_solve_main(int argc, char **argv)
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
                         failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
-                        failed |= res[0].iterations != iterations;
+                        if (!failed && res[0].iterations != iterations) {
+                            /* broke down (cg on an indefinite matrix): its status, not the
+                             * last refusal's message */
+                            kd_err_set(&err, KD_EBADREQ, "%s after %lld iterations: %.120s",
+                                       kd_solve_status_name(res[0].status),
+                                       (long long)res[0].iterations, res[0].message);
+                            failed = 1;
+                        }
                         t[r] = res[0].iterate_ms / iterations;
                         for (int64_t c = 0; c < k; c++)
                             kd_solve_result_free(&res[c]);

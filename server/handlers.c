@@ -354,44 +354,6 @@ static int kd_handlers_precond(kd_server_t *server, kd_store_entry_t *entry,
 
 _Static_assert(KD_RESTART_MAX == KD_SOLVE_RESTART_MAX, "the wire's restart limit is the solver's");
 
-/*
- * "auto" chose cg for a matrix that looked SPD (symmetric, positive diagonal) and a column broke
- * down (p'Ap <= 0: it is indefinite, as the pattern files can_24 and dwt_878 are): solve every
- * column again from x0 with the next method (minres), saying so in each message, rather than
- * answer "breakdown" to a caller who asked the server to choose.
- */
-static int kd_handlers_auto_again(kd_server_t *server, kd_matrix_t *A, int64_t nrhs,
-                                  const void *b, const void *x0, void *x,
-                                  kd_solve_params_t *params, kd_solve_result_t *results,
-                                  kd_err_t *err)
-{
-    int64_t broke = -1;
-    for (int64_t k = 0; k < nrhs && broke < 0; k++)
-        if (results[k].status == KD_SOLVE_BREAKDOWN)
-            broke = k;
-    const kd_method_ops_t *next =
-        broke >= 0 ? kd_method_auto_next(params->method, params->precond) : NULL;
-    if (next == NULL)
-        return KD_OK;
-    char why[160];
-    snprintf(why, sizeof(why), "auto: %s broke down at iteration %lld (%.80s); %s ran instead",
-             params->method->name, (long long)results[broke].iterations + 1,
-             results[broke].message, next->name);
-    for (int64_t k = 0; k < nrhs; k++) {
-        kd_solve_result_free(&results[k]);
-        memset(&results[k], 0, sizeof(results[k]));
-    }
-    params->method = next;
-    int rc = kd_solve(server->ocl, A, nrhs, b, x0, x, params, results, err);
-    for (int64_t k = 0; rc == KD_OK && k < nrhs; k++) {
-        char msg[sizeof(results[k].message)];
-        snprintf(msg, sizeof(msg), "%.159s%s%.90s", why, results[k].message[0] ? ": " : "",
-                 results[k].message);
-        memcpy(results[k].message, msg, sizeof(msg));
-    }
-    return rc;
-}
-
 static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
@@ -453,9 +415,9 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     kd_convert_real(b, A->dtype, q->b.data, q->b.dtype, (size_t)want);
     if (x0 != NULL)
         kd_convert_real(x0, A->dtype, q->x0.data, q->x0.dtype, (size_t)want);
-    rc = kd_solve(server->ocl, A, nrhs, b, x0, x, &params, results, err);
-    if (rc == KD_OK && strcmp(q->method, KD_METHOD_AUTO) == 0)
-        rc = kd_handlers_auto_again(server, A, nrhs, b, x0, x, &params, results, err);
+    rc = strcmp(q->method, KD_METHOD_AUTO) == 0
+             ? kd_solve_auto(server->ocl, A, nrhs, b, x0, x, &params, results, err)
+             : kd_solve(server->ocl, A, nrhs, b, x0, x, &params, results, err);
     if (rc != KD_OK)
         goto done;
     kd_convert_real(xout, q->dtype, x, A->dtype, (size_t)want);

@@ -105,6 +105,12 @@ void kd_method_names(char *out, size_t cap);
 const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed,
                                            const kd_precond_ops_t *p);
 
+/* kd_solve for a method "auto" chose (params->method): where a column broke down and
+ * kd_method_auto_next has a second choice, every column again from x0 with it (params->method
+ * becomes it; each message says what happened). solver/solve_auto.c. */
+int kd_solve_auto(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0,
+                  void *x, kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
+
 /*
  * The method for A with preconditioner p (kd_precond_none for none): cg when A looks SPD
  * (kd_matrix_scan_t.looks_spd), minres when it is symmetric but does not, gmres otherwise; a name
