@@ -77,6 +77,13 @@ typedef struct kd_format_ops {
     /* Enqueue y = alpha * A * x + beta * y; when beta == 0, y must not be read. rows > 0. */
     int (*spmv)(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x, double beta,
                 kd_vec_t *y, kd_err_t *err);
+    /* Optional: Y = alpha * A * X + beta * Y over k >= 1 columns in one launch (kernels/
+     * spmm_lib.cl: the matrix read once per chunk of columns, not once per column). X and Y are
+     * column-major with leading dimensions ldx >= cols and ldy >= rows (elements); column c
+     * starts at c * ld. When beta == 0, Y is only written. rows > 0. Without it, kd_matrix_spmm
+     * runs spmv column by column. */
+    int (*spmm)(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err);
     /* Free m->impl and its device buffers; m->impl may be NULL or partly built. */
     void (*release)(kd_matrix_t *m);
     /* Optional: name/count pairs saying how m is stored (kd_matrix_describe; matrix.info). */

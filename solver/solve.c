@@ -106,6 +106,13 @@ typedef struct kd_solve_ctx {
 
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err)
 {
+    int64_t active = 0;
+    for (int64_t c = 0; c < run->k; c++)
+        active += run->active[c] != 0;
+    /* One SpMM over every column while at least half still run (a finished column's q is
+     * scratch: computing it wastes its vector bytes, not the matrix's); then column by column. */
+    if (active > 1 && 2 * active >= run->k && kd_matrix_has_spmm(run->A))
+        return kd_matrix_spmm_inner(run->ocl, run->A, 1.0, p, 0.0, q, err);
     int rc = KD_OK;
     for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
         if (run->active[c])
@@ -118,6 +125,8 @@ static int kd_solve_residual(kd_solve_run_t *run, kd_multivec_t *t, const unsign
                              kd_err_t *err)
 {
     int rc = kd_multivec_copy(run->ocl, &run->b, t, which, err);
+    if (rc == KD_OK && which == NULL && run->k > 1)
+        return kd_matrix_spmm_inner(run->ocl, run->A, -1.0, &run->x, 1.0, t, err);
     for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
         if (which == NULL || which[c])
             rc = kd_matrix_spmv_inner(run->ocl, run->A, -1.0, &run->x.cols[c], 1.0, &t->cols[c],
@@ -396,8 +405,12 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
     int rc = kd_solve_alloc(ctx, err);
     if (rc != KD_OK)
         return rc;
-    const int fuse = ctx->params->spmv_fusion != 0 ? ctx->params->spmv_fusion == KD_SOLVE_FUSION_ON
-                                                   : kd_ocl_desc(run->ocl)->is_gpu;
+    /* Fused by default on a GPU for one column; for several, the SpMM launch reads the matrix
+     * once for all of them where the fused passes would read it once per column. */
+    const int fuse = ctx->params->spmv_fusion != 0
+                         ? ctx->params->spmv_fusion == KD_SOLVE_FUSION_ON
+                         : kd_ocl_desc(run->ocl)->is_gpu &&
+                               (run->k == 1 || !kd_matrix_has_spmm(run->A));
     run->csr = fuse ? kd_format_csr_scalar_arrays(run->A) : NULL;
     if ((rc = kd_solve_write_columns(ctx, b, &run->b, err)) != KD_OK ||
         (rc = kd_solve_write_columns(ctx, x0, &run->x, err)) != KD_OK ||
