@@ -235,50 +235,84 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     return KD_OK;
 }
 
+/* The k columns of an array in the request's dtype into a multivector of the matrix's. */
+static int kd_handlers_write_columns(kd_server_t *server, kd_multivec_t *mv, const kd_array_t *a,
+                                     kd_err_t *err)
+{
+    if (a->dtype == mv->dtype)
+        return kd_multivec_write(server->ocl, mv, a->data, err);
+    const int64_t count = mv->n * mv->k;
+    void *tmp = kd_alloc_values(count, mv->dtype, err);
+    if (tmp == NULL)
+        return err->code;
+    kd_convert_real(tmp, mv->dtype, a->data, a->dtype, (size_t)count);
+    int rc = kd_multivec_write(server->ocl, mv, tmp, err);
+    free(tmp);
+    return rc;
+}
+
+/* y = alpha A x + beta y, or with ncols = k columns Y = alpha A X + beta Y (column-major, one
+ * launch where the matrix's format has an SpMM kernel). */
 static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_spmv_request_t *q = &job->req->u.spmv;
+    const int64_t k = q->ncols;
     kd_store_entry_t *entry;
     int rc =
-        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, 1, 1), &entry, err);
+        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
     if (rc != KD_OK)
         return rc;
     const kd_matrix_t *A = entry->dev;
-    if (q->x.count != A->cols)
-        return kd_err_set(err, KD_EBADREQ, "x has %lld entries but matrix %s has %lld columns",
-                          (long long)q->x.count, entry->meta.hex, (long long)A->cols);
+    int64_t xwant, ywant;
+    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
+        return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
+                          (long long)k, entry->meta.hex);
+    if (q->x.count != xwant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
+                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
+                          (long long)A->cols, (long long)k);
     int use_y = q->beta != 0.0;
     if (use_y && !q->y.present)
         return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
-    if (use_y && q->y.count != A->rows)
-        return kd_err_set(err, KD_EBADREQ, "y has %lld entries but matrix %s has %lld rows",
-                          (long long)q->y.count, entry->meta.hex, (long long)A->rows);
+    if (use_y && q->y.count != ywant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
+                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
+                          (long long)A->rows, (long long)k);
 
     uint64_t t0 = kd_clock_ns();
-    kd_vec_t x = {0}, y = {0};
-    void *out = NULL;
-    rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
+    kd_multivec_t x = {0}, y = {0};
+    void *dev = NULL, *out = NULL;
+    rc = kd_multivec_alloc(server->ocl, A->cols, k, A->dtype, &x, err);
     if (rc == KD_OK)
-        rc = kd_vec_alloc(server->ocl, A->rows, A->dtype, &y, err);
+        rc = kd_multivec_alloc(server->ocl, A->rows, k, A->dtype, &y, err);
+    if (rc == KD_OK && A->cols > 0)
+        rc = kd_handlers_write_columns(server, &x, &q->x, err);
+    if (rc == KD_OK && use_y && A->rows > 0)
+        rc = kd_handlers_write_columns(server, &y, &q->y, err);
     if (rc == KD_OK)
-        rc = kd_vec_write(server->ocl, &x, q->x.data, q->x.dtype, err);
-    if (rc == KD_OK && use_y)
-        rc = kd_vec_write(server->ocl, &y, q->y.data, q->y.dtype, err);
-    if (rc == KD_OK)
-        rc = kd_matrix_spmv(server->ocl, A, q->alpha, &x, q->beta, &y, err);
-    if (rc == KD_OK && (out = kd_alloc_values(A->rows, q->dtype, err)) == NULL)
+        rc = kd_matrix_spmm(server->ocl, A, q->alpha, &x, q->beta, &y, err);
+    /* Read straight into the reply's array when the dtypes agree. */
+    const int convert = q->dtype != A->dtype;
+    if (rc == KD_OK && ((out = kd_alloc_values(ywant, q->dtype, err)) == NULL ||
+                        (convert && (dev = kd_alloc_values(ywant, A->dtype, err)) == NULL)))
         rc = err->code;
-    if (rc == KD_OK)
-        rc = kd_vec_read(server->ocl, &y, out, q->dtype, err);
-    kd_vec_release(&x);
-    kd_vec_release(&y);
+    if (rc == KD_OK && A->rows > 0)
+        rc = kd_multivec_read(server->ocl, &y, convert ? dev : out, err);
+    if (rc == KD_OK && convert)
+        kd_convert_real(out, q->dtype, dev, A->dtype, (size_t)ywant);
+    kd_multivec_release(&x);
+    kd_multivec_release(&y);
     if (rc == KD_OK) {
         kd_w_result_begin(w, job->msgid);
-        kd_w_map(w, 3);
-        kd_w_kv_bin(w, "y", out, (size_t)A->rows * kd_dtype_size(q->dtype));
+        kd_w_map(w, 4);
+        kd_w_kv_bin(w, "y", out, (size_t)ywant * kd_dtype_size(q->dtype));
         kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+        kd_w_kv_int(w, "ncols", k);
         kd_w_kv_double(w, "time_ms", kd_ms_since(t0));
     }
+    free(dev);
     free(out);
     return rc;
 }

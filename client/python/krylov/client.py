@@ -455,27 +455,36 @@ class Client:
              timeout_ms=None):
         """y = alpha * A @ x + beta * y on the server; returns the new y.
 
-        x has cols entries; y (rows entries) is needed when beta != 0. dtype: the wire type of x,
-        y and the result (default: float32 for a float32 x, else float64). The result is a
-        read-only view of the received bytes; with out= it is copied into out, which is returned.
+        x has cols entries, or is cols x k for k columns at once (Y = alpha A X + beta Y, one
+        launch on the server for the formats with an SpMM kernel: the matrix is read once for
+        all columns); y (rows entries, or rows x k) is needed when beta != 0. dtype: the wire
+        type of x, y and the result (default: float32 for a float32 x, else float64). The
+        result is a read-only view of the received bytes (rows x k for a 2-D x); with out= it
+        is copied into out, which is returned.
         """
         x = np.asarray(x)
         _check_real(x, "x")
         dtype_name = _dtype_name(dtype, _default_value_dtype(x))
-        if x.ndim != 1:
-            raise ValueError(f"x must be 1-D, not of shape {x.shape}")
-        params = {"id": _matrix_id(matrix), "x": _values_bin(x, dtype_name), "dtype": dtype_name}
+        if x.ndim not in (1, 2):
+            raise ValueError(f"x must be 1-D (cols) or 2-D (cols x k), not of shape {x.shape}")
+        x_bin, ncols = _vector_bin(x, "x", dtype_name)
+        params = {"id": _matrix_id(matrix), "x": x_bin, "dtype": dtype_name}
+        if x.ndim == 2:
+            params["ncols"] = ncols
         if alpha != 1.0:
             params["alpha"] = float(alpha)
         if beta != 0.0:
             if y is None:
                 raise ValueError("spmv with beta != 0 needs y")
             y_arr = np.asarray(y)
-            _check_real(y_arr, "y")
+            if y_arr.ndim != x.ndim or (x.ndim == 2 and y_arr.shape[1] != ncols):
+                raise ValueError(f"y of shape {y_arr.shape} does not match x of shape {x.shape}")
             params["beta"] = float(beta)
-            params["y"] = _values_bin(y_arr, dtype_name)
+            params["y"] = _vector_bin(y_arr, "y", dtype_name)[0]
         _optional(params, timeout_ms=timeout_ms)
         result = _result_array(self._conn.call("spmv", params), "y")
+        if x.ndim == 2:
+            result = result.reshape((ncols, -1)).T  # column-major on the wire
         if out is not None:
             np.copyto(out, result)
             return out
