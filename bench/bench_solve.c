@@ -390,10 +390,12 @@ int kd_bench_solve_main(int argc, char **argv)
                      * every column, so the matrix's arrays are read once for all k. */
                     const double vec = vec_per - lean - (fused && cg ? 2.0 : 0.0);
                     const double matrix_bytes = (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0);
+                    /* The matrix read once for all k: fused, or one SpMM launch per product. */
+                    const int once = fused || (k > 1 && kd_matrix_has_spmm(A));
                     const double bytes =
-                        fused ? spmvs * matrix_bytes +
-                                    (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
-                              : (double)k * (spmvs * spmv_bytes + vec * n * v);
+                        once ? spmvs * matrix_bytes +
+                                   (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
+                             : (double)k * (spmvs * spmv_bytes + vec * n * v);
                     prm.maxiter = iterations;
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
