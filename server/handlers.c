@@ -167,6 +167,26 @@ fail:
     return rc;
 }
 
+int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,
+                       char *out, size_t cap)
+{
+    kd_format_t forced;
+    const int format = !created && opt->format[0] != '\0' &&
+                       kd_format_parse(opt->format, &forced) == 0 && forced != meta->format;
+    const int reorder =
+        !created && opt->reorder != KD_REORDER_AUTO && opt->reorder != meta->reorder;
+    if (!format && !reorder)
+        return 0;
+    snprintf(out, cap,
+             "matrix %s was already held (as %s, reorder %s): the %s%s%s asked for %s not "
+             "applied; drop it and put it again to store it that way",
+             meta->hex, kd_format_name(meta->format), kd_reorder_name(meta->reorder),
+             format ? "format " : "", format ? opt->format : "",
+             format && reorder ? " and the reordering" : reorder ? "reordering" : "",
+             format && reorder ? "were" : "was");
+    return 1;
+}
+
 static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
@@ -204,8 +224,12 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
                 meta.hex, (long long)meta.rows, (long long)meta.cols, (long long)meta.nnz,
                 kd_dtype_name(meta.dtype), kd_format_name(meta.format),
                 kd_reorder_name(meta.reorder), meta.device_bytes);
+    char notice[256];
+    const int noted = kd_handlers_notice(&p->options, &meta, created, notice, sizeof(notice));
     kd_w_result_begin(w, job->msgid);
-    kd_reply_meta(w, &meta, created);
+    kd_reply_meta_extra(w, &meta, created, noted ? 1 : 0);
+    if (noted)
+        kd_w_kv_str(w, "notice", notice);
     return KD_OK;
 }
 

@@ -98,6 +98,26 @@ class TestReput(unittest.TestCase):
         self.assertTrue(self.kd.put(B).created)
         self.assertEqual(self.rec.methods, ["matrix.info", "matrix.put"])
 
+    def test_forced_format_on_a_held_matrix_says_so(self):
+        A = self.fresh(500, 500, 0.01) + sp.eye(500, format="csr")
+        first = self.kd.put(A, format="csr_scalar")
+        self.assertEqual(first.format, "csr_scalar")
+        self.assertEqual(first.notice, "")
+        same = self.kd.put(A, format="csr_scalar")
+        self.assertEqual(same.notice, "")  # what was asked is what is held
+        other = self.kd.put(A, format="ellpack_r")
+        self.assertFalse(other.created)
+        self.assertEqual(other.format, "csr_scalar")
+        self.assertIn("ellpack_r", other.notice)
+        self.assertIn("not applied", other.notice)
+        self.assertIn("drop it", other.notice)
+        # dropped and put again: stored as asked
+        self.kd.drop(first)
+        again = self.kd.put(A, format="ellpack_r")
+        self.assertTrue(again.created)
+        self.assertEqual(again.format, "ellpack_r")
+        self.assertEqual(again.notice, "")
+
     def test_scipy_habits(self):
         n = 400
         A = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")

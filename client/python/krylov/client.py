@@ -66,6 +66,9 @@ class MatrixInfo:
     spgemm: Optional[dict] = None  # matrix.multiply only: {"products", "nnz", "time_ms"}
     # square and a_ij == a_ji exactly (the server's scan at upload); None: the server does not say
     symmetric: Optional[bool] = None
+    # put / multiply of a matrix already held in another format or ordering: the server says it
+    # kept the stored one (the options were not applied); "" otherwise
+    notice: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -96,6 +99,7 @@ class MatrixInfo:
             created=d.get("created"),
             spgemm=dict(d["spgemm"]) if isinstance(d.get("spgemm"), dict) else None,
             symmetric=None if d.get("symmetric") is None else bool(d["symmetric"]),
+            notice=d.get("notice") or "",
             raw=d,
         )
 
