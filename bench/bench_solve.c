@@ -142,6 +142,8 @@ static void kd_bs_usage(void)
         "or auto = on GPUs (default auto)\n"
         "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --small S           cg / pcg's many-iterations-per-launch path: 1 on, -1 off,\n"
+        "                      0 automatic (default)\n"
         "  --profile 1         after each row, one more solve with every kernel's device time\n"
         "                      (milliseconds per iteration, launches per iteration)\n"
         "  --restart M         gmres's basis size (default 0: the method's, 30)\n"
@@ -190,7 +192,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
     int64_t restart = 0;
-    int profile = 0;
+    int profile = 0, small = 0;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -224,6 +226,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--small") == 0) {
+            small = atoi(argv[++i]);
         } else if (strcmp(a, "--profile") == 0) {
             profile = atoi(argv[++i]);
         } else if (strcmp(a, "--restart") == 0) {
@@ -377,6 +381,7 @@ int kd_bench_solve_main(int argc, char **argv)
                                                : KD_SOLVE_FUSION_OFF;
                     prm.passes = atoi(passes);
                     prm.restart = restart;
+                    prm.small = small;
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
                     /* Warm-up (kernel builds), then timed solves with one check at the end. */

@@ -414,9 +414,12 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
     run->csr = fuse ? kd_format_csr_scalar_arrays(run->A) : NULL;
     if ((rc = kd_solve_write_columns(ctx, b, &run->b, err)) != KD_OK ||
         (rc = kd_solve_write_columns(ctx, x0, &run->x, err)) != KD_OK ||
-        (rc = kd_solve_residual(run, &run->r, NULL, err)) != KD_OK)
+        (rc = kd_solve_residual(run, &run->r, NULL, err)) != KD_OK ||
+        (rc = run->method->setup(run, err)) != KD_OK)
         return rc;
-    return run->method->setup(run, err);
+    if (run->chunked && ctx->params->check_every <= 0)
+        ctx->check_every = KD_SOLVE_SMALL_CHECK; /* one launch per check: make it a long one */
+    return KD_OK;
 }
 
 /* ---- loop ------------------------------------------------------------------------------------ */
@@ -609,7 +612,13 @@ static int kd_solve_enqueue_chunks(kd_solve_ctx_t *ctx, kd_err_t *err)
             ctx->check_every < reach - ctx->enq ? ctx->check_every : reach - ctx->enq;
         if (chunk <= 0)
             break;
-        for (int64_t i = ctx->enq + 1; i <= ctx->enq + chunk; i++) {
+        if (ctx->run.chunked) {
+            int rc = ctx->run.method->iterate_chunk(&ctx->run, ctx->enq + 1, chunk, err);
+            if (rc != KD_OK)
+                return rc;
+            ctx->reductions += (int64_t)ctx->run.method->reductions * chunk;
+        }
+        for (int64_t i = ctx->enq + 1; !ctx->run.chunked && i <= ctx->enq + chunk; i++) {
             int rc = kd_solve_iterate(ctx, i, (i - ctx->enq - 1) % 4 == 0, err);
             if (rc != KD_OK)
                 return rc;

@@ -61,7 +61,16 @@ typedef struct kd_solve_params {
                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
                         0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
+    int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
+                        arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
+                        work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
+                        never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows */
 } kd_solve_params_t;
+
+#define KD_SOLVE_SMALL_ON 1
+#define KD_SOLVE_SMALL_OFF (-1)
+#define KD_SOLVE_SMALL_ROWS 8192 /* the automatic choice's limit (docs/BENCHMARKS.md) */
+#define KD_SOLVE_SMALL_CHECK 128 /* iterations per launch (and check) on that path */
 
 #define KD_SOLVE_RESTART_DEFAULT 30
 #define KD_SOLVE_RESTART_MAX 200
