@@ -57,8 +57,10 @@ static int kd_cg_small(const kd_solve_run_t *run)
     if (small == KD_SOLVE_SMALL_OFF || kd_cg_operator(run) || kd_cg_passes(run) != 2 ||
         kd_format_csr_arrays(run->A) == NULL)
         return 0;
+    /* automatic: not where the caller forced the fused SpMV (the general path's) */
     return small == KD_SOLVE_SMALL_ON ||
-           (kd_ocl_desc(run->ocl)->is_gpu && run->A->rows <= KD_SOLVE_SMALL_ROWS);
+           (run->params->spmv_fusion != KD_SOLVE_FUSION_ON && kd_ocl_desc(run->ocl)->is_gpu &&
+            run->A->rows <= KD_SOLVE_SMALL_ROWS);
 }
 
 static int kd_cg_iterate_chunk(kd_solve_run_t *run, int64_t first, int64_t count, kd_err_t *err)

@@ -717,6 +717,7 @@ static int kd_solve_unpack(kd_solve_ctx_t *ctx, void *x, kd_err_t *err)
         res->relative_residual = res->residual_norm / res->b_norm;
         res->iterate_ms = (double)(ctx->iterate_end_ns - ctx->iterate_start_ns) / 1e6;
         res->spmv_fused = run->fused;
+        res->chunked = run->chunked;
         res->reductions_per_iteration =
             ctx->enq > 0 ? (double)ctx->reductions / (double)ctx->enq : 0.0;
     }

@@ -64,12 +64,13 @@ typedef struct kd_solve_params {
     int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
                         arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
                         work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
-                        never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows */
+                        never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
+                        unless spmv_fusion is KD_SOLVE_FUSION_ON */
 } kd_solve_params_t;
 
 #define KD_SOLVE_SMALL_ON 1
 #define KD_SOLVE_SMALL_OFF (-1)
-#define KD_SOLVE_SMALL_ROWS 8192 /* the automatic choice's limit (docs/BENCHMARKS.md) */
+#define KD_SOLVE_SMALL_ROWS 2048 /* the automatic choice's limit (docs/BENCHMARKS.md) */
 #define KD_SOLVE_SMALL_CHECK 128 /* iterations per launch (and check) on that path */
 
 #define KD_SOLVE_RESTART_DEFAULT 30
@@ -102,6 +103,7 @@ typedef struct kd_solve_result {
     double time_ms;    /* the whole solve (all right-hand sides), transfers included */
     double iterate_ms; /* of which the iterations: from the first check to the last */
     int spmv_fused;    /* the SpMV ran fused with the method's first vector pass */
+    int chunked;       /* many iterations ran per launch (cg's small-system path) */
     double reductions_per_iteration; /* the method's kd_krylov_reduce calls per iteration run */
     char message[256];               /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;
