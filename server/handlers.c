@@ -483,7 +483,22 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     int any_history = q->history;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 10 + (any_history ? 1 : 0));
+    kd_w_map(w, 11 + (any_history ? 1 : 0));
+    /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
+    const kd_solve_anatomy_t *an = &results[0].anatomy;
+    kd_w_str(w, "anatomy");
+    kd_w_map(w, 11);
+    kd_w_kv_double(w, "queue_ms", (double)(t0 - job->submitted_ns) / 1e6);
+    kd_w_kv_double(w, "setup_ms", an->setup_ms);
+    kd_w_kv_double(w, "host_ms", an->host_ms);
+    kd_w_kv_double(w, "alloc_ms", an->alloc_ms);
+    kd_w_kv_double(w, "upload_ms", an->upload_ms);
+    kd_w_kv_double(w, "start_ms", an->start_ms);
+    kd_w_kv_double(w, "iterate_ms", an->iterate_ms);
+    kd_w_kv_int(w, "checks", an->checks);
+    kd_w_kv_double(w, "final_ms", an->final_ms);
+    kd_w_kv_double(w, "download_ms", an->download_ms);
+    kd_w_kv_double(w, "solve_ms", results[0].time_ms);
     kd_w_kv_bin(w, "x", xout, (size_t)want * osize);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_str(w, "method", params.method->name); /* what "auto" or an alias came to */

@@ -132,6 +132,22 @@ class TestReput(unittest.TestCase):
         with self.assertRaises(ValueError):
             self.kd.solve(A, b, tol=1e-6, rtol=1e-4)
 
+    def test_solve_anatomy(self):
+        n = 3000
+        A = sp.diags([-1.0, 2.2, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+        res = self.kd.solve(A, self.rng.uniform(-1, 1, n))
+        a = res.anatomy
+        phases = ("setup_ms", "host_ms", "alloc_ms", "upload_ms", "start_ms", "iterate_ms",
+                  "final_ms", "download_ms")
+        for key in phases + ("queue_ms", "solve_ms", "checks"):
+            self.assertIn(key, a)
+            self.assertGreaterEqual(a[key], 0)
+        self.assertGreater(a["checks"], 0)
+        # the phases add up to the solver's total (the rest is result bookkeeping)
+        self.assertLessEqual(sum(a[k] for k in phases), a["solve_ms"] * 1.001 + 0.01)
+        self.assertGreaterEqual(sum(a[k] for k in phases), a["solve_ms"] * 0.9 - 0.05)
+        self.assertLessEqual(a["solve_ms"], res.time_ms + 0.01)
+
 
 if __name__ == "__main__":
     unittest.main()

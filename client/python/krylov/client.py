@@ -165,6 +165,7 @@ class SolveResult:
     nrhs: int = 1
     method: str = ""
     preconditioner: str = ""
+    anatomy: dict = field(default_factory=dict)  # where the server's time went (docs/PROTOCOL.md)
 
     @property
     def residual_norm(self):
@@ -611,6 +612,7 @@ class Client:
                 nrhs=1,
                 method=result.get("method", ""),
                 preconditioner=result.get("preconditioner", ""),
+            anatomy=dict(result.get("anatomy") or {}),
             )
 
         def per_rhs(key):
@@ -635,6 +637,7 @@ class Client:
             nrhs=nrhs,
             method=result.get("method", ""),
             preconditioner=result.get("preconditioner", ""),
+            anatomy=dict(result.get("anatomy") or {}),
         )
 
     def operator(self, matrix, *, symmetric=None):
