@@ -144,6 +144,8 @@ static void kd_bs_usage(void)
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
         "  --anatomy 1         after each row, a solve to 1e-8: its total, and where the time\n"
         "                      goes with the device drained between phases\n"
+        "  --staging 0|1       host transfers through the pinned staging buffer or not\n"
+        "                      (default: the device's, on for GPUs)\n"
         "  --small S           cg / pcg's many-iterations-per-launch path: 1 on, -1 off,\n"
         "                      0 automatic (default)\n"
         "  --profile 1         after each row, one more solve with every kernel's device time\n"
@@ -233,7 +235,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
     int64_t restart = 0;
-    int profile = 0, small = 0, anatomy = 0;
+    int profile = 0, small = 0, anatomy = 0, staging = -1;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -267,6 +269,8 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--staging") == 0) {
+            staging = atoi(argv[++i]);
         } else if (strcmp(a, "--anatomy") == 0) {
             anatomy = atoi(argv[++i]);
         } else if (strcmp(a, "--small") == 0) {
@@ -334,6 +338,8 @@ int kd_bench_solve_main(int argc, char **argv)
         return 1;
     }
     const kd_ocl_device_desc_t *desc = kd_ocl_desc(ocl);
+    if (staging >= 0)
+        kd_ocl_set_staging(ocl, staging);
     double copy_gbs = kd_bs_copy_bandwidth(ocl, copy_mb, 5);
     printf("# device: %s (%s); copy bandwidth %.0f GB/s (read + write, %zu MiB); %s; %d "
            "iterations per solve, median of %d\n",

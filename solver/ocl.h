@@ -126,6 +126,17 @@ void kd_ocl_kernel_profile_begin(kd_ocl_t *ocl);
 int kd_ocl_kernel_profile_end(kd_ocl_t *ocl, kd_ocl_kernel_time_t *out, size_t cap, size_t *count,
                               kd_err_t *err);
 
+/*
+ * Blocking transfers of `bytes` between host memory and mem at `offset`. Transfers of 1 MiB or
+ * more go through a pinned staging buffer (CL_MEM_ALLOC_HOST_PTR, mapped once, two halves so one
+ * copy overlaps the other's DMA) while staging is on: by default on GPUs. kd_ocl_set_staging
+ * turns it on or off (benchmarks; a device that refuses the buffer falls back, with a warning).
+ */
+int kd_ocl_write(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                 kd_err_t *err);
+int kd_ocl_read(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst, kd_err_t *err);
+void kd_ocl_set_staging(kd_ocl_t *ocl, int on);
+
 /* The device's copy bandwidth in bytes per second (bytes read + written by clEnqueueCopyBuffer
  * between two buffers of up to 256 MiB, best of 3 after a warm-up), measured on first use and
  * cached; 0 when it cannot be measured. Format selection uses it as the roofline. */

@@ -217,15 +217,11 @@ static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, const vo
     const int write = src != NULL;
     size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
     for (int64_t j = 0; j < mv->k; j++) {
-        cl_bool last = j == mv->k - 1;
         size_t at = kd_multivec_offset(mv, j), host = (size_t)j * bytes;
-        cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
-                                                 (const char *)src + host, 0, NULL, NULL)
-                          : clEnqueueReadBuffer(kd_ocl_queue(ocl), mv->mem, last, at, bytes,
-                                                (char *)dst + host, 0, NULL, NULL);
-        if (st != CL_SUCCESS) {
+        int rc = write ? kd_ocl_write(ocl, mv->mem, at, bytes, (const char *)src + host, err)
+                       : kd_ocl_read(ocl, mv->mem, at, bytes, (char *)dst + host, err);
+        if (rc != KD_OK) {
             (void)clFinish(kd_ocl_queue(ocl));
-            kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
             return kd_err_prefix(err, "%s column %lld of a device multivector",
                                  write ? "writing" : "reading", (long long)j);
         }
