@@ -145,7 +145,7 @@ static void kd_bs_usage(void)
         "  --anatomy 1         after each row, a solve to 1e-8: its total, and where the time\n"
         "                      goes with the device drained between phases\n"
         "  --staging 0|1       host transfers through the pinned staging buffer or not\n"
-        "                      (default: the device's, on for GPUs)\n"
+        "                      (default 0)\n"
         "  --small S           cg / pcg's many-iterations-per-launch path: 1 on, -1 off,\n"
         "                      0 automatic (default)\n"
         "  --profile 1         after each row, one more solve with every kernel's device time\n"

@@ -482,7 +482,9 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
     while (wg * 2 <= KD_OCL_WG_MAX && wg * 2 <= ocl->desc.max_work_group)
         wg *= 2;
     ocl->work_group_size = wg;
-    ocl->staging = ocl->desc.is_gpu; /* PoCL's host memory is the device's: nothing to gain */
+    /* Off by default: on the H200 host staging through pinned memory moved 8 MB in 1.26 / 1.21
+     * ms (up / down) against 1.34 / 0.93 from pageable memory (docs/BENCHMARKS.md). */
+    ocl->staging = 0;
     free(list);
     KD_DEBUG("ocl", "opened device %d \"%s\" on \"%s\" fp64=%d work_group=%zu", ocl->desc.index,
              ocl->desc.name, ocl->desc.platform, ocl->desc.has_fp64, wg);
@@ -1198,7 +1200,8 @@ static char *kd_ocl_staging_buffer(kd_ocl_t *ocl)
 /*
  * bytes between host memory and mem at offset, blocking. Through the pinned staging buffer in
  * chunks, the copy of one half overlapping the other half's DMA: from pageable memory NVIDIA's
- * OpenCL moved 8 MB at 3.6-4.3 GB/s on the H200 (a 1M-row solve's b and x: 4 ms).
+ * OpenCL moved 8 MB at 3.6-6.5 GB/s on the H200; staged it was no faster there, so it is off by
+ * default (kd_ocl_set_staging).
  */
 static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes,
                            const void *src, void *dst, kd_err_t *err)
