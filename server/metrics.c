@@ -125,7 +125,8 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                     "# TYPE krylovd_errors_total counter\n");
     static const char *codes[] = {"BAD_REQUEST", "NOT_FOUND",   "TOO_LARGE", "DEVICE_MEMORY",
                                   "DEVICE_ERROR", "BUSY",       "CANCELLED", "TIMEOUT",
-                                  "UNSUPPORTED",  "NOT_SPD",    "INTERNAL"};
+                                  "UNSUPPORTED",  "NOT_SPD",    "INTERNAL",
+                                  "UNAUTHENTICATED", "FORBIDDEN"};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         uint64_t n = 0;
         for (int e = 1; e < KD_ERROR_COUNT; e++)

@@ -81,7 +81,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
-void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
+void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
     const kd_server_counters_t *c = &server->counters;
@@ -91,7 +91,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, 20);
+    kd_w_map(w, full ? 20 : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -114,6 +114,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_kv_int(w, "global_mem_bytes", (int64_t)d->global_mem_bytes);
     kd_w_kv_int(w, "compute_units", d->compute_units);
     kd_w_kv_bool(w, "fp64", d->has_fp64);
+    if (!full)
+        return;
     kd_w_kv_int(w, "matrices", (int64_t)totals.matrices);
     kd_w_kv_int(w, "resident_matrices", (int64_t)totals.resident);
     kd_w_kv_int(w, "device_bytes_used", (int64_t)totals.device_bytes);
