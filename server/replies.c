@@ -138,13 +138,15 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
     kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
     kd_w_str(w, "connection_stats");
-    kd_w_map(w, 6);
+    kd_w_map(w, 8);
     kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);
     kd_w_kv_int(w, "refused", (int64_t)c->connections_refused);
     kd_w_kv_int(w, "closed_idle", (int64_t)c->connections_idle);
     kd_w_kv_int(w, "closed_slow", (int64_t)c->connections_slow);
     kd_w_kv_int(w, "paused", (int64_t)paused);
     kd_w_kv_int(w, "timeouts_in_queue", (int64_t)c->timeouts_queued);
+    kd_w_kv_int(w, "auth_failures", (int64_t)c->auth_failures);
+    kd_w_kv_int(w, "closed_auth", (int64_t)c->connections_auth);
     kd_w_str(w, "requests_by_method");
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)
