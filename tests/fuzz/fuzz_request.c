@@ -99,8 +99,8 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         /* The server copies the name into logs and compares the token: both must be bounded,
          * the name a C string, the token readable to its end. */
         const kd_auth_request_t *a = &req->u.auth;
-        size_t n = strnlen(a->name, sizeof(a->name));
-        if (n == 0 || n == sizeof(a->name) || a->token_len > KD_AUTH_TOKEN_MAX ||
+        const char *end = memchr(a->name, '\0', sizeof(a->name));
+        if (end == NULL || end == a->name || a->token_len > KD_AUTH_TOKEN_MAX ||
             (a->token_len > 0 && a->token == NULL))
             abort();
         uint8_t x = 0;
