@@ -42,8 +42,8 @@ enum {
     KRYLOV_EPROTO = -12,
     KRYLOV_EINTERNAL = -13,
     KRYLOV_ENOTSPD = -14,
-    KRYLOV_EUNAUTH = -15,    /* UNAUTHENTICATED: `auth` first (or the user was removed) */
-    KRYLOV_EFORBIDDEN = -16, /* FORBIDDEN: the user's role may not do this */
+    KRYLOV_EUNAUTH = -15,     /* UNAUTHENTICATED: `auth` first (or the user was removed) */
+    KRYLOV_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not do this */
     KRYLOV_ECONNECTION = -20, /* cannot connect, or the connection broke */
 };
 

@@ -61,53 +61,52 @@ typedef struct kd_cli {
 
 static void kd_usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: krylov [--server HOST:PORT|unix:PATH] [--user NAME] [--token-file FILE]\n"
-        "              [--timeout MS] [--json] [--progress|--no-progress] COMMAND [ARGS]\n"
-        "\n"
-        "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
-        "                    [--reorder auto|none|rcm|metis]\n"
-        "                          upload a Matrix Market matrix; prints its id\n"
-        "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
-        "                    [--reorder auto|none|rcm|metis]\n"
-        "                          C = A B (A^T B) on the server, kept there as a new\n"
-        "                          matrix; prints its id\n"
-        "  info ID                 show a matrix\n"
-        "  list                    list the matrices on the server\n"
-        "  drop ID                 remove a matrix\n"
-        "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
-        "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
-        "                          y = A x; prints ||y|| and the time, writes y with -o\n"
-        "  solve ID [--rhs B.mtx|ones|random] [--method NAME] [--rtol R] [--atol A]\n"
-        "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
-        "        [--plot CONV.png] [--preconditioner NAME] [--restart M]\n"
-        "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
-        "                          solve A x = b; prints status, iterations, residual, time;\n"
-        "                          --method: the server's (cg, pcg = cg + jacobi, sd, cg1,\n"
-        "                          gmres, bicgstab, minres) or auto: cg for a symmetric\n"
-        "                          matrix with a positive diagonal, minres for another\n"
-        "                          symmetric one, gmres otherwise (default cg; cg needs a\n"
-        "                          symmetric matrix: `krylov info` says if it is);\n"
-        "                          --restart: GMRES(M)'s basis size, 1..200 (default 30);\n"
-        "                          --preconditioner: none, jacobi, amg, ilu0, ic0,\n"
-        "                          block_jacobi, chebyshev (server.status: solvers);\n"
-        "                          --plot draws the residual history with gnuplot\n"
-        "  bench ID [--runs N] [--warmup W]\n"
-        "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
-        "  status                  show the server and its device\n"
-        "  token new NAME ROLE     make a random token for a user (ROLE: read, write, admin):\n"
-        "                          prints it once and the line for the server's auth file\n"
-        "\n"
-        "  --user NAME   authenticate as NAME (default $KRYLOV_USER) with the token in\n"
-        "                --token-file FILE, else $KRYLOV_TOKEN\n"
-        "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
-        "  --progress    always show the progress line on stderr; --no-progress: never\n"
-        "                (default: on a terminal, for work that takes over %.1f s)\n"
-        "\n"
-        "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
-        "2 usage, 3 solve not converged, 4 plot not written.\n",
-        KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
+    fprintf(out,
+            "usage: krylov [--server HOST:PORT|unix:PATH] [--user NAME] [--token-file FILE]\n"
+            "              [--timeout MS] [--json] [--progress|--no-progress] COMMAND [ARGS]\n"
+            "\n"
+            "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
+            "                    [--reorder auto|none|rcm|metis]\n"
+            "                          upload a Matrix Market matrix; prints its id\n"
+            "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
+            "                    [--reorder auto|none|rcm|metis]\n"
+            "                          C = A B (A^T B) on the server, kept there as a new\n"
+            "                          matrix; prints its id\n"
+            "  info ID                 show a matrix\n"
+            "  list                    list the matrices on the server\n"
+            "  drop ID                 remove a matrix\n"
+            "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
+            "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
+            "                          y = A x; prints ||y|| and the time, writes y with -o\n"
+            "  solve ID [--rhs B.mtx|ones|random] [--method NAME] [--rtol R] [--atol A]\n"
+            "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
+            "        [--plot CONV.png] [--preconditioner NAME] [--restart M]\n"
+            "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
+            "                          solve A x = b; prints status, iterations, residual, time;\n"
+            "                          --method: the server's (cg, pcg = cg + jacobi, sd, cg1,\n"
+            "                          gmres, bicgstab, minres) or auto: cg for a symmetric\n"
+            "                          matrix with a positive diagonal, minres for another\n"
+            "                          symmetric one, gmres otherwise (default cg; cg needs a\n"
+            "                          symmetric matrix: `krylov info` says if it is);\n"
+            "                          --restart: GMRES(M)'s basis size, 1..200 (default 30);\n"
+            "                          --preconditioner: none, jacobi, amg, ilu0, ic0,\n"
+            "                          block_jacobi, chebyshev (server.status: solvers);\n"
+            "                          --plot draws the residual history with gnuplot\n"
+            "  bench ID [--runs N] [--warmup W]\n"
+            "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
+            "  status                  show the server and its device\n"
+            "  token new NAME ROLE     make a random token for a user (ROLE: read, write, admin):\n"
+            "                          prints it once and the line for the server's auth file\n"
+            "\n"
+            "  --user NAME   authenticate as NAME (default $KRYLOV_USER) with the token in\n"
+            "                --token-file FILE, else $KRYLOV_TOKEN\n"
+            "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
+            "  --progress    always show the progress line on stderr; --no-progress: never\n"
+            "                (default: on a terminal, for work that takes over %.1f s)\n"
+            "\n"
+            "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
+            "2 usage, 3 solve not converged, 4 plot not written.\n",
+            KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
 }
 
 /* An error document on stdout (with --json) and a line for people on stderr. */
@@ -1111,8 +1110,9 @@ static int kd_cmd_token(kd_cli_t *cli, int argc, char **argv)
         kd_json_finish(&j);
     } else {
         printf("token: %s\nauth-file line: %s %s %s\n", token, name, role, hash);
-        fprintf(stderr, "krylov token: the token is shown once: give it to %s (KRYLOV_TOKEN or "
-                        "a --token-file), add the line to the auth file, then SIGHUP krylovd\n",
+        fprintf(stderr,
+                "krylov token: the token is shown once: give it to %s (KRYLOV_TOKEN or "
+                "a --token-file), add the line to the auth file, then SIGHUP krylovd\n",
                 name);
     }
     OPENSSL_cleanse(raw, sizeof(raw));

@@ -34,7 +34,7 @@ static const kd_role_t kd_method_roles[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = KD_ROLE_READ,
     [KD_METHOD_MATRIX_INFO] = KD_ROLE_READ,
     [KD_METHOD_MATRIX_LIST] = KD_ROLE_READ,
-    [KD_METHOD_JOB_CANCEL] = KD_ROLE_READ, /* a connection's own jobs only */
+    [KD_METHOD_JOB_CANCEL] = KD_ROLE_READ,    /* a connection's own jobs only */
     [KD_METHOD_SERVER_STATUS] = KD_ROLE_READ, /* the full view needs admin (replies.c) */
     [KD_METHOD_MATRIX_PUT] = KD_ROLE_WRITE,
     [KD_METHOD_MATRIX_DROP] = KD_ROLE_WRITE,
@@ -207,9 +207,8 @@ static int kd_parse_user_line(const kd_auth_table_t *t, const char *path, int li
         return kd_err_set(err, KD_EBADREQ, "%s:%d: user '%s' is listed twice", path, lineno,
                           fields[0]);
     if (kd_role_parse(fields[1], &user->role) != 0)
-        return kd_err_set(err, KD_EBADREQ,
-                          "%s:%d: role '%.32s' is not read, write or admin", path, lineno,
-                          fields[1]);
+        return kd_err_set(err, KD_EBADREQ, "%s:%d: role '%.32s' is not read, write or admin", path,
+                          lineno, fields[1]);
     if (strcmp(fields[2], "-") != 0) {
         if (kd_hex_digest(fields[2], user->digest) != 0)
             return kd_err_set(err, KD_EBADREQ,

@@ -174,8 +174,9 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     }
     if (strcmp(name, "listen") == 0 && strncmp(val, "unix:", 5) == 0) {
         if (val[5] == '\0' || strlen(val + 5) >= sizeof(cfg->listen_unix))
-            return kd_err_set(err, KD_EBADREQ, "listen: '%s': unix:PATH needs a path of 1..%zu bytes",
-                              val, sizeof(cfg->listen_unix) - 1);
+            return kd_err_set(err, KD_EBADREQ,
+                              "listen: '%s': unix:PATH needs a path of 1..%zu bytes", val,
+                              sizeof(cfg->listen_unix) - 1);
         snprintf(cfg->listen_unix, sizeof(cfg->listen_unix), "%s", val + 5);
         if (!cfg->listen_given)
             cfg->listen[0] = '\0';

@@ -179,8 +179,8 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
         server->conns->prev = conn;
     server->conns = conn;
     server->nconns++;
-    uv_stream_t *listener = is_unix ? (uv_stream_t *)&server->unix_listener
-                                    : (uv_stream_t *)&server->listener;
+    uv_stream_t *listener =
+        is_unix ? (uv_stream_t *)&server->unix_listener : (uv_stream_t *)&server->listener;
     if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0) {
         kd_conn_close(conn);
         return;

@@ -246,8 +246,8 @@ int kd_login_check(kd_conn_t *conn, kd_request_t *req)
         return 1;
     }
     if (user == NULL) {
-        snprintf(message, sizeof(message),
-                 "%s needs authentication: send auth {name, token} first", kd_method_name(req->method));
+        snprintf(message, sizeof(message), "%s needs authentication: send auth {name, token} first",
+                 kd_method_name(req->method));
         kd_login_refuse(conn, req->msgid, KD_EUNAUTH, message);
         return 1;
     }

@@ -104,8 +104,10 @@ static int kd_server_check_exposure(kd_server_t *server, const struct sockaddr_s
                           "makes one), listen on loopback (127.0.0.1) or a Unix socket, or pass "
                           "--no-auth to serve everyone who can reach %s",
                           shown, shown);
-    KD_WARN("server", "--no-auth: listening on %s with no authentication; anyone who reaches it "
-            "may upload, read and drop matrices", shown);
+    KD_WARN("server",
+            "--no-auth: listening on %s with no authentication; anyone who reaches it "
+            "may upload, read and drop matrices",
+            shown);
     return KD_OK;
 }
 
@@ -294,9 +296,8 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
         uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0) {
         port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
-        if (passed >= 0 &&
-            (rc = kd_server_check_exposure(server, &bound, "the socket systemd passed", err)) !=
-                KD_OK)
+        if (passed >= 0 && (rc = kd_server_check_exposure(
+                                server, &bound, "the socket systemd passed", err)) != KD_OK)
             return rc;
     }
 

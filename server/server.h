@@ -106,8 +106,8 @@ struct kd_conn {
     int is_unix;
     int has_peer_uid; /* Unix socket: SO_PEERCRED gave peer_uid */
     uint32_t peer_uid;
-    kd_user_t user;           /* who it is (role KD_ROLE_NONE until `auth`); no digest kept */
-    int auth_failures;        /* failed `auth`s on this connection */
+    kd_user_t user;             /* who it is (role KD_ROLE_NONE until `auth`); no digest kept */
+    int auth_failures;          /* failed `auth`s on this connection */
     struct kd_login_hold *hold; /* a failed `auth`'s answer held back (reading stops meanwhile) */
 };
 

@@ -92,7 +92,8 @@ static void test_malformed_lines(void)
     } cases[] = {
         {"a read HASH\nb root HASH\n", ":2:", "role 'root'"},
         {"a read HASH\nb read 1234\n", ":2:", "64 hex digits"},
-        {"a read HASH\nb read gaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", ":2:", "64 hex digits"},
+        {"a read HASH\nb read gaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+         ":2:", "64 hex digits"},
         {"\n\na read\n", ":3:", "got 2 field"},
         {"a read HASH x\n", ":1:", "got 4 field"},
         {"a read HASH\na write HASH\n", ":2:", "listed twice"},
@@ -137,11 +138,16 @@ static void test_role_table(void)
         const char *method;
         kd_role_t role;
     } want[] = {
-        {"auth", KD_ROLE_NONE},          {"spmv", KD_ROLE_READ},
-        {"solve", KD_ROLE_READ},         {"matrix.info", KD_ROLE_READ},
-        {"matrix.list", KD_ROLE_READ},   {"job.cancel", KD_ROLE_READ},
-        {"server.status", KD_ROLE_READ}, {"matrix.put", KD_ROLE_WRITE},
-        {"matrix.drop", KD_ROLE_WRITE},  {"matrix.pin", KD_ROLE_WRITE},
+        {"auth", KD_ROLE_NONE},
+        {"spmv", KD_ROLE_READ},
+        {"solve", KD_ROLE_READ},
+        {"matrix.info", KD_ROLE_READ},
+        {"matrix.list", KD_ROLE_READ},
+        {"job.cancel", KD_ROLE_READ},
+        {"server.status", KD_ROLE_READ},
+        {"matrix.put", KD_ROLE_WRITE},
+        {"matrix.drop", KD_ROLE_WRITE},
+        {"matrix.pin", KD_ROLE_WRITE},
         {"matrix.multiply", KD_ROLE_WRITE},
     };
     CHECK_EQ_INT(sizeof(want) / sizeof(want[0]), KD_METHOD_COUNT);

@@ -2,9 +2,9 @@
  * krylovd's configuration (server/config.c): defaults are the documented safe ones; a config file
  * with comments, blank lines and quoted values sets every kind of key; options on the command
  * line override the file whatever their order; the device-memory budget takes a size or a
- * percentage; --listen takes a HOST:PORT and a unix:PATH; and each bad input — an unknown key, a bad number, a line without `=`, a missing
- * file, an option without a value — is refused with a message naming the key (and the file's
- * line).
+ * percentage; --listen takes a HOST:PORT and a unix:PATH; and each bad input — an unknown key, a
+ * bad number, a line without `=`, a missing file, an option without a value — is refused with a
+ * message naming the key (and the file's line).
  */
 #include "kd_test.h"
 #include "server/config.h"
@@ -114,7 +114,7 @@ static void test_listen_and_auth_options(void)
     CHECK(strcmp(c.listen_unix, "/run/krylovd.sock") == 0);
     CHECK(strcmp(c.listen, "") == 0);
     CHECK_EQ_INT(c.no_auth, 0);
-    const char *both[] = {"krylovd",   "--listen", "unix:/s", "--listen=10.0.0.1:7373",
+    const char *both[] = {"krylovd",   "--listen",    "unix:/s",           "--listen=10.0.0.1:7373",
                           "--no-auth", "--auth-file", "/etc/krylovd/auth", "--unix-group",
                           "krylov"};
     REQUIRE(parse(&c, &err, 9, both) == 0);

@@ -1,7 +1,7 @@
 /*
  * Writes the seed corpus of fuzz_request (tests/fuzz/corpus/request/): one well-formed request
- * per method and upload form (auth too), a few near misses, and requests glued together. Run from the
- * fuzz build: `build-fuzz/bin/gen_request_corpus tests/fuzz/corpus/request`.
+ * per method and upload form (auth too), a few near misses, and requests glued together. Run from
+ * the fuzz build: `build-fuzz/bin/gen_request_corpus tests/fuzz/corpus/request`.
  */
 #include "protocol/writer.h"
 
