@@ -1,11 +1,14 @@
 /*
- * One client connection on the loop thread: read bytes into the framer, hand whole messages to
- * the decoder and dispatcher, and write responses. Memory per client is bounded on both sides:
- * the framer refuses messages over the size limit, and when a client leaves more than
- * max_pending_write bytes of responses unread we stop reading its requests until it catches up.
- * Time is bounded too (kd_conn_sweep): a message must arrive whole within message_timeout_ms of
- * its first byte, and a connection with nothing in flight that neither sends nor takes bytes for
- * idle_timeout_ms is closed.
+ * One client connection (TCP, or the Unix socket with its peer's uid) on the loop thread: read
+ * bytes into the framer, hand whole messages to the decoder and dispatcher, and write responses.
+ * Memory per client is bounded on both sides: the framer refuses messages over the size limit, and
+ * when a client leaves more than max_pending_write bytes of responses unread we stop reading its
+ * requests until it catches up. Time is bounded too (kd_conn_sweep): a message must arrive whole
+ * within message_timeout_ms of its first byte, and a connection with nothing in flight that neither
+ * sends nor takes bytes for idle_timeout_ms is closed.
+ *
+ * A failed `auth` whose answer login.c holds back stops reading too; what was already read waits
+ * in the framer and is dispatched when reading resumes (kd_conn_resume_reading).
  *
  * A connection is freed when it is closed and no job of its is still in flight (refs).
  */
