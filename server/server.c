@@ -227,8 +227,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     if (cfg->listen[0] == '\0' && cfg->listen_unix[0] == '\0')
         return kd_err_set(err, KD_EBADREQ, "--listen: nothing to listen on");
     if (cfg->listen[0] != '\0' &&
-        ((rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err)) != KD_OK ||
-         (rc = kd_server_check_exposure(server, &addr, cfg->listen, err)) != KD_OK))
+        (rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err)) != KD_OK)
         return rc;
 
     rc = kd_ocl_open(cfg->device, &server->ocl, err);
@@ -282,6 +281,9 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
                               uv_strerror(uvrc));
         KD_INFO("server", "using the listening socket passed by systemd (fd %d)", passed);
     } else if (cfg->listen[0] != '\0') {
+        /* Checked here, not at parse time: under socket activation `listen` is ignored. */
+        if ((rc = kd_server_check_exposure(server, &addr, cfg->listen, err)) != KD_OK)
+            return rc;
         uvrc = uv_tcp_bind(&server->listener, (const struct sockaddr *)&addr, 0);
         if (uvrc == 0)
             uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);

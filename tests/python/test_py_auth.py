@@ -2,7 +2,8 @@
 file made with `krylov token new`, UNAUTHENTICATED before `auth`, three failures closing a
 connection and the per-address slow-down, FORBIDDEN outside a role (read < write < admin), the
 reduced server.status, SIGHUP reloads that add and remove users under open connections (and a
-bad file that leaves the old table), the Unix socket's peer credentials, protected mode, a
+bad file that leaves the old table), the Unix socket's peer credentials, protected mode (for a
+--listen address and for a socket systemd passes), a
 malformed auth file refused at start naming its line, and the CLI's --user / --token-file.
 """
 
@@ -12,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -334,6 +336,25 @@ class StartupTest(unittest.TestCase):
         self.assertIn("protected mode", err)
         self.assertIn("--auth-file", err)
         self.assertIn("--no-auth", err)
+
+    def test_protected_mode_checks_a_socket_systemd_passes(self):
+        """Under socket activation `listen` is ignored, so the passed socket is what is checked:
+        one on every interface is refused without an auth file."""
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("0.0.0.0", 0))
+        listener.listen(4)
+        fd = listener.fileno()
+        try:
+            r = subprocess.run(
+                ["/bin/sh", "-c", 'exec 3<&"$KD_FD"; LISTEN_PID=$$ LISTEN_FDS=1 exec "$@"', "sh",
+                 KRYLOVD, "--listen", "127.0.0.1:0",
+                 "--device", os.environ.get("KD_TEST_DEVICE", "auto")],
+                pass_fds=(fd,), env=dict(os.environ, KD_FD=str(fd)), capture_output=True,
+                text=True, timeout=120, stdin=subprocess.DEVNULL)
+        finally:
+            listener.close()
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("protected mode: refusing to listen on the socket systemd passed", r.stderr)
 
     def test_no_auth_starts_open_and_auth_is_the_anonymous_admin(self):
         with Daemon("--listen", "0.0.0.0:0", "--no-auth") as d:
