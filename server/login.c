@@ -148,9 +148,25 @@ void kd_login_conn_closed(kd_conn_t *conn)
     }
 }
 
+/* The name a client claimed, fit for one log line: anything outside the auth file's name
+ * characters becomes '?', so a name cannot forge lines or fields. */
+static const char *kd_login_loggable(const char *name, char out[KD_AUTH_NAME_MAX])
+{
+    size_t i = 0;
+    for (; name[i] != '\0' && i < KD_AUTH_NAME_MAX - 1; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '@' || c == '-';
+        out[i] = ok ? c : '?';
+    }
+    out[i] = '\0';
+    return out;
+}
+
 /* Answer a failed `auth` now, or after the address's backoff with the connection not read. */
 static void kd_login_failed(kd_conn_t *conn, uint64_t msgid, const char *name)
 {
+    char shown[KD_AUTH_NAME_MAX];
     kd_server_t *server = conn->server;
     server->counters.auth_failures++;
     conn->auth_failures++;
@@ -158,8 +174,8 @@ static void kd_login_failed(kd_conn_t *conn, uint64_t msgid, const char *name)
     int close_after = conn->auth_failures >= KD_LOGIN_MAX_FAILURES;
     uint64_t delay_ms = kd_backoff_failed(conn);
     KD_WARN("auth", "failed auth conn=%llu peer=%s name=%s failures=%d delay_ms=%llu%s",
-            (unsigned long long)conn->id, conn->peer, name, conn->auth_failures,
-            (unsigned long long)delay_ms, close_after ? " closing" : "");
+            (unsigned long long)conn->id, conn->peer, kd_login_loggable(name, shown),
+            conn->auth_failures, (unsigned long long)delay_ms, close_after ? " closing" : "");
     char message[160];
     snprintf(message, sizeof(message), "wrong name or token%s",
              close_after ? "; too many failures, closing the connection" : "");

@@ -121,7 +121,7 @@ class AuthFileTest(unittest.TestCase):
             before = admin.call("server.status")["connection_stats"]
         conn = _rpc.Connection(self.addr, timeout=30)
         wrong = self.tokens["alice"][:-1] + ("0" if self.tokens["alice"][-1] != "0" else "1")
-        for attempt, (name, token) in enumerate((("alice", wrong), ("nobody", wrong),
+        for attempt, (name, token) in enumerate((("alice", wrong), ("no\nbody x=1", wrong),
                                                  ("carol", self.tokens["alice"]))):
             with self.assertRaises(krylov.Unauthenticated) as cm:
                 conn.call("auth", {"name": name, "token": token})
@@ -140,7 +140,8 @@ class AuthFileTest(unittest.TestCase):
         self.assertNotIn(wrong, log)
         self.assertNotIn(self.tokens["alice"], log)
         self.assertIn("failed auth", log)
-        self.assertIn("name=nobody", log)
+        self.assertIn("name=no?body?x?1 ", log)  # a claimed name cannot forge log lines
+        self.assertNotIn("body x=1", log)
 
     def test_failures_from_one_address_are_slowed_down(self):
         with self.client("bob"):
