@@ -274,6 +274,16 @@ class AuthFileTest(unittest.TestCase):
             # a token may still name another user on the socket
             self.assertEqual(kd.auth("carol", self.tokens["carol"]), "admin")
             self.assertIn("connection_stats", kd.call("server.status"))
+        # the C library (through the CLI) over the socket: no token needed for this uid's bob
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KRYLOV_")}
+        r = subprocess.run([KRYLOV, "--server", "unix:" + self.socket, "--json", "list"],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("matrices", json.loads(r.stdout))
+        r = subprocess.run([KRYLOV, "--server", "unix:" + self.socket, "pin", "0" * 32],
+                           capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("NOT_FOUND", r.stderr)  # bob (write) may pin: the id is what is wrong
 
     def test_cli_user_and_token_file(self):
         token_file = os.path.join(self.dir, "alice.token")
