@@ -142,6 +142,13 @@ static void kd_bs_usage(void)
         "or auto = on GPUs (default auto)\n"
         "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --anatomy 1         after each row, a solve to 1e-8: its total, and where the time\n"
+        "                      goes with the device drained between phases\n"
+        "  --small S           cg / pcg's many-iterations-per-launch path: 1 on, -1 off,\n"
+        "                      0 automatic (default)\n"
+        "  --profile 1         after each row, one more solve with every kernel's device time\n"
+        "                      (milliseconds per iteration, launches per iteration)\n"
+        "  --restart M         gmres's basis size (default 0: the method's, 30)\n"
         "  --iterations N      per timed solve (default 200)\n"
         "  --repeat R          timed solves per row, the median is reported (default 3)\n"
         "  --format NAME       matrix format (default csr_scalar)\n"
@@ -150,6 +157,70 @@ static void kd_bs_usage(void)
         "                      gather and scatter a client's SpMV pays\n"
         "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
         "  --csv FILE          append the rows to FILE\n");
+}
+
+/* One solve to rtol 1e-8 (maxiter 20000) twice: as a client's runs (the total), then with the
+ * device drained between phases (where each phase's time goes), as comment lines. */
+static void kd_bs_anatomy(kd_ocl_t *ocl, kd_matrix_t *A, int64_t k, const void *b, void *x,
+                          const kd_solve_params_t *base, kd_solve_result_t *res)
+{
+    kd_err_t err = {0};
+    kd_solve_params_t prm = *base;
+    prm.rtol = 1e-8;
+    prm.maxiter = 20000;
+    prm.check_every = 0;
+    double total = 0.0;
+    int64_t its = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        prm.time_phases = pass;
+        if (kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK) {
+            fprintf(stderr, "anatomy: %s\n", err.message);
+            return;
+        }
+        const kd_solve_anatomy_t *a = &res[0].anatomy;
+        if (pass == 0) {
+            total = res[0].time_ms;
+            its = res[0].iterations;
+        } else {
+            const double iter_each = its > 0 ? a->iterate_ms / (double)its : 0.0;
+            const double rest = res[0].time_ms - a->iterate_ms;
+            printf("#   anatomy to 1e-8 (%lld its, %s): total %.3f ms as run, %.3f drained: setup "
+                   "%.3f, host scans %.3f, alloc %.3f, upload %.3f, start %.3f, iterations %.3f "
+                   "(%.4f each, %lld checks), final residual %.3f, download %.3f; all but the "
+                   "iterations %.3f\n",
+                   (long long)its, kd_solve_status_name(res[0].status), total, res[0].time_ms,
+                   a->setup_ms, a->host_ms, a->alloc_ms, a->upload_ms, a->start_ms,
+                   a->iterate_ms, iter_each, (long long)a->checks, a->final_ms, a->download_ms,
+                   rest);
+        }
+        for (int64_t c = 0; c < k; c++)
+            kd_solve_result_free(&res[c]);
+    }
+}
+
+/* One more solve with per-kernel device times, printed as comment lines under the row. */
+static void kd_bs_profile(kd_ocl_t *ocl, kd_matrix_t *A, int64_t k, const void *b, void *x,
+                          const kd_solve_params_t *prm, kd_solve_result_t *res, int iterations)
+{
+    kd_err_t err = {0};
+    kd_ocl_kernel_time_t times[KD_OCL_KERNEL_TIMES_MAX];
+    size_t count = 0;
+    kd_ocl_kernel_profile_begin(ocl);
+    int rc = kd_solve(ocl, A, k, b, NULL, x, prm, res, &err);
+    for (int64_t c = 0; rc == KD_OK && c < k; c++)
+        kd_solve_result_free(&res[c]);
+    if (kd_ocl_kernel_profile_end(ocl, times, KD_OCL_KERNEL_TIMES_MAX, &count, &err) != KD_OK ||
+        rc != KD_OK) {
+        fprintf(stderr, "profile: %s\n", err.message);
+        return;
+    }
+    double total = 0.0;
+    for (size_t i = 0; i < count; i++)
+        total += times[i].ms;
+    for (size_t i = 0; i < count; i++)
+        printf("#   %-32s %8.4f ms/it %6.2f launches/it %5.1f%%\n", times[i].name,
+               times[i].ms / iterations, (double)times[i].launches / iterations,
+               total > 0 ? 100.0 * times[i].ms / total : 0.0);
 }
 
 int kd_bench_solve_main(int argc, char **argv)
@@ -161,6 +232,8 @@ int kd_bench_solve_main(int argc, char **argv)
          passes_buf[16] = "0", fuse_buf[16] = "auto";
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
+    int64_t restart = 0;
+    int profile = 0, small = 0, anatomy = 0;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -194,6 +267,14 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--anatomy") == 0) {
+            anatomy = atoi(argv[++i]);
+        } else if (strcmp(a, "--small") == 0) {
+            small = atoi(argv[++i]);
+        } else if (strcmp(a, "--profile") == 0) {
+            profile = atoi(argv[++i]);
+        } else if (strcmp(a, "--restart") == 0) {
+            restart = atoll(argv[++i]);
         } else if (strcmp(a, "--iterations") == 0) {
             iterations = atoi(argv[++i]);
         } else if (strcmp(a, "--repeat") == 0) {
@@ -257,7 +338,7 @@ int kd_bench_solve_main(int argc, char **argv)
     printf("# device: %s (%s); copy bandwidth %.0f GB/s (read + write, %zu MiB); %s; %d "
            "iterations per solve, median of %d\n",
            desc->name, desc->platform, copy_gbs, copy_mb, kd_dtype_name(dtype), iterations, repeat);
-    printf("%-14s %-4s %4s %5s %2s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
+    printf("%-14s %-9s %4s %5s %2s %2s %9s %10s %8s %8s %8s %9s %7s %8s %8s\n", "matrix", "meth",
            "nrhs", "grps", "ps", "fu", "rows", "nnz", "MB/it", "ms/it", "floor", "of_floor", "GB/s",
            "auto_ms", "spmv_ms");
     FILE *csv = csv_path != NULL ? fopen(csv_path, "a") : NULL;
@@ -313,17 +394,23 @@ int kd_bench_solve_main(int argc, char **argv)
                     fprintf(stderr, "krylov-bench solve: %s\n", err.message);
                     return 2;
                 }
-                const int sd = method == &kd_method_sd, jacobi = precond == &kd_precond_jacobi;
-                const double vec_per = method == &kd_method_cg1 ? (jacobi ? 14.0 : 11.0)
-                                       : jacobi                 ? 12.0
-                                       : sd                     ? 7.0
-                                                                : 10.0;
+                const int jacobi = precond == &kd_precond_jacobi;
+                const int spmvs = method->spmvs > 0 ? method->spmvs : 1;
+                kd_solve_params_t fprm;
+                kd_solve_params_default(&fprm);
+                fprm.restart = restart;
+                /* Jacobi: the diagonal and z = D^-1 r read and written once per SpMV (the
+                 * cg1 form reads one more). */
+                const double vec_per = method->floor_vectors(&fprm) +
+                                       (jacobi ? (method == &kd_method_cg1 ? 3.0 : 2.0) : 0.0);
                 for (int gi = 0; gi < ngroups * npasses * nfuse; gi++) {
                     const char *passes = passes_list[gi % npasses];
                     const char *fuse_s = fuse_list[gi / (ngroups * npasses)];
                     const int fuse = strcmp(fuse_s, "auto") == 0 ? -1 : atoi(fuse_s);
                     /* Lean passes (1) do not read r for r'Mq: one vector less. */
-                    const double lean = atoi(passes) == 1 && !sd ? 1.0 : 0.0;
+                    const int cg = method == &kd_method_cg;
+                    const double lean =
+                        atoi(passes) == 1 && (cg || method == &kd_method_cg1) ? 1.0 : 0.0;
                     kd_solve_params_t prm;
                     kd_solve_params_default(&prm);
                     prm.method = method;
@@ -336,6 +423,8 @@ int kd_bench_solve_main(int argc, char **argv)
                                       : fuse   ? KD_SOLVE_FUSION_ON
                                                : KD_SOLVE_FUSION_OFF;
                     prm.passes = atoi(passes);
+                    prm.restart = restart;
+                    prm.small = small;
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
                     /* Warm-up (kernel builds), then timed solves with one check at the end. */
@@ -347,16 +436,26 @@ int kd_bench_solve_main(int argc, char **argv)
                         kd_solve_result_free(&res[c]);
                     /* Fused: d and q are not read again after the SpMV, and one launch serves
                      * every column, so the matrix's arrays are read once for all k. */
-                    const double vec = vec_per - lean - (fused ? 2.0 : 0.0);
+                    const double vec = vec_per - lean - (fused && cg ? 2.0 : 0.0);
                     const double matrix_bytes = (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0);
+                    /* The matrix read once for all k: fused, or one SpMM launch per product. */
+                    const int once = fused || (k > 1 && kd_matrix_has_spmm(A));
                     const double bytes =
-                        fused ? matrix_bytes + (double)k * (spmv_bytes - matrix_bytes + vec * n * v)
-                              : (double)k * (spmv_bytes + vec * n * v);
+                        once ? spmvs * matrix_bytes +
+                                   (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
+                             : (double)k * (spmvs * spmv_bytes + vec * n * v);
                     prm.maxiter = iterations;
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
                         failed |= kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK;
-                        failed |= res[0].iterations != iterations;
+                        if (!failed && res[0].iterations != iterations) {
+                            /* broke down (cg on an indefinite matrix): its status, not the
+                             * last refusal's message */
+                            kd_err_set(&err, KD_EBADREQ, "%s after %lld iterations: %.120s",
+                                       kd_solve_status_name(res[0].status),
+                                       (long long)res[0].iterations, res[0].message);
+                            failed = 1;
+                        }
                         t[r] = res[0].iterate_ms / iterations;
                         for (int64_t c = 0; c < k; c++)
                             kd_solve_result_free(&res[c]);
@@ -377,7 +476,7 @@ int kd_bench_solve_main(int argc, char **argv)
                     }
                     double ms = kd_bs_median(t, repeat);
                     double floor_ms = copy_gbs > 0 ? bytes / (copy_gbs * 1e6) : NAN;
-                    printf("%-14s %-4s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
+                    printf("%-14s %-9s %4lld %5s %2s %2d %9lld %10lld %8.1f %8.4f %8.4f %8.2f%% "
                            "%7.0f %8.4f %8.4f\n",
                            label, methods[me], (long long)k, groups_list[gi / npasses % ngroups],
                            passes, fused, (long long)csr->rows, (long long)csr->nnz, bytes / 1e6,
@@ -390,6 +489,10 @@ int kd_bench_solve_main(int argc, char **argv)
                                 groups_list[gi / npasses % ngroups], passes, fused,
                                 (long long)csr->rows, (long long)csr->nnz, bytes, ms, floor_ms,
                                 auto_ms, spmv_ms, copy_gbs);
+                    if (profile)
+                        kd_bs_profile(ocl, A, k, b, x, &prm, res, iterations);
+                    if (anatomy)
+                        kd_bs_anatomy(ocl, A, k, b, x, &prm, res);
                     fflush(stdout);
                     free(t);
                 }

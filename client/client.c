@@ -706,17 +706,29 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
 int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                       double beta, double *y, int64_t ny, double *server_ms)
 {
+    return krylov_spmm(c, id, 1, alpha, x, nx, beta, y, ny, server_ms);
+}
+
+int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, const double *x,
+                int64_t nx, double beta, double *y, int64_t ny, double *server_ms)
+{
     size_t xb = 0, yb = 0;
-    int rc = kd_check_count(c, nx, 8, &xb);
+    int64_t xn = 0, yn = 0;
+    if (k < 1 || __builtin_mul_overflow(nx, k, &xn) || __builtin_mul_overflow(ny, k, &yn))
+        return kd_client_fail(c, KRYLOV_EBADREQ, "spmm: %lld columns of %lld and %lld values",
+                              (long long)k, (long long)nx, (long long)ny);
+    int rc = kd_check_count(c, xn, 8, &xb);
     if (rc == KRYLOV_OK)
-        rc = kd_check_count(c, ny, 8, &yb);
+        rc = kd_check_count(c, yn, 8, &yb);
     if (rc != KRYLOV_OK)
         return rc;
     kd_writer_t w;
-    uint64_t msgid = kd_client_begin(c, &w, "spmv", beta != 0.0 ? 5 : 3);
+    uint64_t msgid = kd_client_begin(c, &w, "spmv", (beta != 0.0 ? 5 : 3) + (k > 1 ? 1 : 0));
     kd_w_kv_str(&w, "id", id);
     kd_w_kv_bin(&w, "x", x, xb);
     kd_w_kv_double(&w, "alpha", alpha);
+    if (k > 1)
+        kd_w_kv_int(&w, "ncols", k);
     if (beta != 0.0) {
         kd_w_kv_double(&w, "beta", beta);
         kd_w_kv_bin(&w, "y", y, yb);
@@ -725,7 +737,7 @@ int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const do
     rc = kd_client_call(c, &w, msgid, NULL, &reply);
     if (rc != KRYLOV_OK)
         return rc;
-    rc = kd_copy_vector(c, &reply, "y", y, ny);
+    rc = kd_copy_vector(c, &reply, "y", y, yn);
     if (rc != KRYLOV_OK)
         return rc;
     if (server_ms != NULL && kd_obj_double(kd_obj_get(reply.result, "time_ms"), server_ms) != 0)

@@ -170,6 +170,11 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
  * device and y back included; the network and encoding not). server_ms may be NULL. */
 int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                       double beta, double *y, int64_t ny, double *server_ms);
+/* Y = alpha * A * X + beta * Y for k columns at once (column-major: x holds k columns of nx =
+ * cols values, y k columns of ny = rows; one launch on the server where the matrix's format has
+ * an SpMM kernel). k = 1 is krylov_spmv_timed. server_ms may be NULL. */
+int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, const double *x,
+                int64_t nx, double beta, double *y, int64_t ny, double *server_ms);
 
 typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
 

@@ -20,6 +20,8 @@ packages=(
   libmetis-dev
   # tests: fuzzing and sanitizers (clang/libFuzzer), reference solutions and the Python client
   clang libclang-rt-dev python3 python3-numpy python3-scipy python3-msgpack
+  # the Python client's local content id (put() asks before sending a matrix the server holds)
+  python3-xxhash
   # the Python client's packaging (pip install client/python, offline) and `krylov solve --plot`
   python3-pip python3-venv python3-setuptools python3-wheel gnuplot-nox
   # tests: unit verification (systemd-analyze)

@@ -18,6 +18,8 @@
  * When beta == 0, y is written without being read, so y may hold NaN or garbage before the call.
  * Accumulation is in VALUE, in column order.
  */
+#include "spmm_lib.cl"
+
 __kernel KD_WG_ATTR void kd_csr_scalar_spmv(const int rows, __global const int *indptr,
                                             __global const int *indices,
                                             __global const VALUE *values, __global const VALUE *x,
@@ -35,4 +37,28 @@ __kernel KD_WG_ATTR void kd_csr_scalar_spmv(const int rows, __global const int *
         y[row] = alpha * sum;
     else
         y[row] = alpha * sum + beta * y[row];
+}
+
+/* Y = alpha A X + beta Y over k columns (spmm_lib.cl): one work-item per row, as above. */
+__kernel KD_WG_ATTR void kd_csr_scalar_spmm(const int rows, const int k,
+                                            __global const int *indptr,
+                                            __global const int *indices,
+                                            __global const VALUE *values, __global const VALUE *x,
+                                            const long ldx, __global VALUE *y, const long ldy,
+                                            const VALUE alpha, const VALUE beta)
+{
+    const size_t row = get_global_id(0);
+    if (row >= (size_t)rows)
+        return;
+    const int begin = indptr[row];
+    const int end = indptr[row + 1];
+    KD_SPMM_CHUNKS(k)
+    {
+        VALUE acc[KD_SPMM_CHUNK];
+        kd_spmm_zero(acc);
+        __global const VALUE *xc = x + (size_t)c0 * (size_t)ldx;
+        for (int e = begin; e < end; e++)
+            kd_spmm_add(acc, values[e], xc, ldx, indices[e], cnt);
+        kd_spmm_store(acc, y + (size_t)c0 * (size_t)ldy, ldy, (int)row, cnt, alpha, beta);
+    }
 }

@@ -11,6 +11,8 @@
  * kd_ellpack_r_from_csr: one work-item per row writes its length and its W slots down the
  * columns (coalesced stores), padding with column -1 and value 0 so no slot is left undefined.
  */
+#include "spmm_lib.cl"
+
 __kernel KD_WG_ATTR void kd_ellpack_r_spmv(const int rows, const long ld,
                                            __global const int *lengths,
                                            __global const int *indices,
@@ -53,5 +55,29 @@ __kernel KD_WG_ATTR void kd_ellpack_r_from_csr(const int rows, const int width, 
             indices[p] = -1;
             values[p] = KD_ZERO;
         }
+    }
+}
+
+/* Y = alpha A X + beta Y over k columns (spmm_lib.cl): one work-item per row, as above. */
+__kernel KD_WG_ATTR void kd_ellpack_r_spmm(const int rows, const int k, const long ld,
+                                           __global const int *lengths,
+                                           __global const int *indices,
+                                           __global const VALUE *values, __global const VALUE *x,
+                                           const long ldx, __global VALUE *y, const long ldy,
+                                           const VALUE alpha, const VALUE beta)
+{
+    const size_t row = get_global_id(0);
+    if (row >= (size_t)rows)
+        return;
+    const int len = lengths[row];
+    KD_SPMM_CHUNKS(k)
+    {
+        VALUE acc[KD_SPMM_CHUNK];
+        kd_spmm_zero(acc);
+        __global const VALUE *xc = x + (size_t)c0 * (size_t)ldx;
+        size_t p = row;
+        for (int j = 0; j < len; j++, p += (size_t)ld)
+            kd_spmm_add(acc, values[p], xc, ldx, indices[p], cnt);
+        kd_spmm_store(acc, y + (size_t)c0 * (size_t)ldy, ldy, (int)row, cnt, alpha, beta);
     }
 }

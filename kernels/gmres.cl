@@ -13,9 +13,11 @@
  *          rotations cs, sn, the rotated right-hand side gfin, the running one ghat (m + 1) and
  *          beta^2 of the cycle
  *   part   partial sums, part[(c * G + g) * (m + 1) + t]: the j + 1 projections then the norm
+ *   sums   the same folded over the G groups (kd_gmres_sum), sums[c * (m + 2) + t]
  *
  * An iteration: [kd_gmres_start where a cycle starts] [M^-1] SpMV, kd_gmres_project (pass A:
- * V'w, w'w), kd_gmres_orthogonalise (pass B: w -= V h1, V'w', w''w'), kd_gmres_finish (pass C:
+ * V'w, w'w), kd_gmres_sum, kd_gmres_orthogonalise (pass B: w -= V h1, V'w', w''w'), kd_gmres_sum,
+ * kd_gmres_finish (pass C:
  * DGKS reorthogonalisation when needed, v_{j+1}, the Givens rotation, the decision and, when the
  * column stops or ends its cycle, x += Z y), [kd_gmres_residual where a cycle ended].
  *
@@ -27,8 +29,12 @@
 #include "krylov_lib.cl"
 
 #define KD_GMRES_MAX_M 200 /* solve.h's KD_SOLVE_RESTART_MAX (method_gmres.c checks) */
-#define KD_GMRES_CHUNK 8   /* basis vectors per private block of partial sums */
-#define KD_GMRES_FUSE 32  /* up to this j + 1 pass B may read V once (the host's `fuse`) */
+/* Basis vectors whose partial sums pass A keeps in registers in one sweep over w (w is read
+ * once per chunk); a build option may raise it (a multiple of KD_GMRES_BLOCK). */
+#ifndef KD_GMRES_CHUNK
+#define KD_GMRES_CHUNK 8
+#endif
+#define KD_GMRES_BLOCK 8 /* sums per work-group reduction (the local scratch's size) */
 
 /* Column c's Givens data: offsets in gd (see above). */
 #define KD_GMRES_GIVENS(m) ((size_t)(m) * (size_t)(m) + 4 * (size_t)(m) + 2)
@@ -43,43 +49,6 @@
 int kd_gmres_step(const long it, __global const long *cstart, const int c, const int m)
 {
     return (int)((it - 1 - cstart[c]) % (long)m);
-}
-
-/* out[t] = the sum over the column's `groups` partials of sum t (t < count, count <= m + 1), in a
- * fixed order, the same in every group; every work-item sees them after the barrier. The
- * work-group splits the G partials of each sum between WG / pad lanes (pad: count rounded up to
- * a power of two), so a work-item reads G pad / WG partials, not G: on an H100 (G = 528) the
- * serial fold of every sum by one work-item made an iteration three times slower. */
-void kd_gmres_fold(__global const VALUE *part, const int c, const int groups, const int width,
-                   const int count, __local VALUE *out, __local VALUE *scratch)
-{
-    const int lid = (int)get_local_id(0);
-    int pad = 1;
-    while (pad < count)
-        pad <<= 1;
-    __global const VALUE *col = part + (size_t)c * (size_t)groups * (size_t)width;
-    if (pad <= KD_WG_SIZE) {
-        const int lanes = KD_WG_SIZE / pad, t = lid % pad;
-        VALUE acc = KD_ZERO;
-        for (int g = lid / pad; t < count && g < groups; g += lanes)
-            acc += col[(size_t)g * (size_t)width + (size_t)t];
-        scratch[lid] = acc;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < count) {
-            VALUE sum = KD_ZERO;
-            for (int s = 0; s < lanes; s++)
-                sum += scratch[s * pad + lid];
-            out[lid] = sum;
-        }
-    } else {
-        for (int t = lid; t < count; t += KD_WG_SIZE) {
-            VALUE sum = KD_ZERO;
-            for (int g = 0; g < groups; g++)
-                sum += col[(size_t)g * (size_t)width + (size_t)t];
-            out[t] = sum;
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 /*
@@ -99,6 +68,7 @@ void kd_gmres_dots(__local VALUE *scratch, __global const VALUE *V, __global VAL
     for (int l0 = 0; l0 < count; l0 += KD_GMRES_CHUNK) {
         const int cnt = count - l0 < KD_GMRES_CHUNK ? count - l0 : KD_GMRES_CHUNK;
         VALUE acc[KD_GMRES_CHUNK + 1];
+#pragma unroll
         for (int t = 0; t <= KD_GMRES_CHUNK; t++)
             acc[t] = KD_ZERO;
         for (uint i = (uint)get_global_id(0); i < end; i += stride) {
@@ -115,15 +85,28 @@ void kd_gmres_dots(__local VALUE *scratch, __global const VALUE *V, __global VAL
                 Zj[i] = zop[wbase + i];
             if (l0 == 0)
                 acc[KD_GMRES_CHUNK] += wi * wi;
-            for (int t = 0; t < cnt; t++)
-                acc[t] += V[vbase + (size_t)(l0 + t) * vstride + i] * wi;
+#pragma unroll
+            for (int t = 0; t < KD_GMRES_CHUNK; t++)
+                if (t < cnt)
+                    acc[t] += V[vbase + (size_t)(l0 + t) * vstride + i] * wi;
         }
-        kd_krylov_group_sums(scratch, acc, KD_GMRES_CHUNK + 1);
-        if (get_local_id(0) == 0 && end != 0u) {
-            for (int t = 0; t < cnt; t++)
-                part_out[l0 + t] = acc[t];
-            if (l0 == 0 && with_norm)
-                part_out[count] = acc[KD_GMRES_CHUNK];
+        /* Reduced KD_GMRES_BLOCK sums at a time; the norm goes with the first block. */
+#pragma unroll
+        for (int b0 = 0; b0 < KD_GMRES_CHUNK; b0 += KD_GMRES_BLOCK) {
+            if (b0 < cnt) {
+                VALUE blk[KD_GMRES_BLOCK + 1];
+#pragma unroll
+                for (int t = 0; t < KD_GMRES_BLOCK; t++)
+                    blk[t] = acc[b0 + t];
+                blk[KD_GMRES_BLOCK] = acc[KD_GMRES_CHUNK];
+                kd_krylov_group_sums(scratch, blk, KD_GMRES_BLOCK + 1);
+                if (get_local_id(0) == 0 && end != 0u) {
+                    for (int t = 0; t < KD_GMRES_BLOCK && b0 + t < cnt; t++)
+                        part_out[l0 + b0 + t] = blk[t];
+                    if (l0 == 0 && b0 == 0 && with_norm)
+                        part_out[count] = blk[KD_GMRES_BLOCK];
+                }
+            }
         }
     }
 }
@@ -195,7 +178,7 @@ __kernel KD_WG_ATTR void kd_gmres_project(KD_KRYLOV_LAUNCH, const int m,
 {
     KD_GMRES_COLUMN;
     (void)gdc;
-    __local VALUE scratch[(KD_GMRES_CHUNK + 1) * KD_WG_SIZE];
+    __local VALUE scratch[(KD_GMRES_BLOCK + 1) * KD_WG_SIZE];
     const uint end = running ? (uint)n : 0u;
     __global VALUE *out =
         partA + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
@@ -204,64 +187,56 @@ __kernel KD_WG_ATTR void kd_gmres_project(KD_KRYLOV_LAUNCH, const int m,
                   uc, zop, Z != 0 ? Z + (size_t)j * vstride + base : 0);
 }
 
-/* Pass B: fold h1 = V'w, w' = w - V h1, then the partial sums of V'w' and w''w'. Up to
- * j + 1 = fuse (at most KD_GMRES_FUSE) in one loop over V, else two. */
-__kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m, const int fuse,
+/*
+ * A column's sums folded once, where passes B and C read them: sums[c * (m + 2) + t] = the sum of
+ * the column's `groups` partials of sum t (pass A's or B's: t <= j the projections, t = j + 1 the
+ * norm), in a fixed order. One work-group per sum: launched with m + 1 groups per column, of
+ * which j + 2 work. (Every group of the next pass folding all G (j + 2) partials itself cost
+ * more than the pass's streaming on an H200 with G = 528: bench/device/gmres_tune.sh.)
+ */
+__kernel KD_WG_ATTR void kd_gmres_sum(KD_KRYLOV_LAUNCH, const int m, __global const long *state,
+                                      __global const long *cstart, __global const VALUE *part,
+                                      __global VALUE *sums)
+{
+    KD_KRYLOV_LAUNCH_UNPACK;
+    const int groups = L.groups, a = L.parity;
+    const int c = (int)get_global_id(1), k = (int)get_global_size(1);
+    const int j = kd_gmres_step(L.iteration, cstart, c, m);
+    const int t = (int)get_group_id(0);
+    __local VALUE scratch[KD_WG_SIZE];
+    /* The same for the whole work-group (one column, one sum): no barrier is skipped by some. */
+    if (state[((size_t)a * k + c) * 2] != KD_KRYLOV_RUNNING || t > j + 1)
+        return;
+    __global const VALUE *col = part + (size_t)c * (size_t)groups * (size_t)(m + 1);
+    VALUE v[1] = {KD_ZERO};
+    for (int g = (int)get_local_id(0); g < groups; g += KD_WG_SIZE)
+        v[0] += col[(size_t)g * (size_t)(m + 1) + (size_t)t];
+    kd_krylov_group_sums(scratch, v, 1);
+    if (get_local_id(0) == 0)
+        sums[(size_t)c * (size_t)(m + 2) + (size_t)t] = v[0];
+}
+
+/* Pass B: w' = w - V h1 (h1 = V'w, folded by kd_gmres_sum), then the partial sums of V'w' and
+ * w''w'. V is read twice: an element's j + 1 basis values kept in registers between the update
+ * and the sums (one read) spilled on an H200 and made the pass 1.8x slower. */
+__kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m,
                                                 __global const long *state,
                                                 __global const long *cstart, __global VALUE *gd,
                                                 __global const VALUE *V, __global VALUE *w,
-                                                __global const VALUE *partA,
+                                                __global const VALUE *sumsA,
                                                 __global VALUE *partB)
 {
     KD_GMRES_COLUMN;
     (void)gdc;
-    __local VALUE scratch[(KD_GMRES_CHUNK + 1) * KD_WG_SIZE];
+    __local VALUE scratch[(KD_GMRES_BLOCK + 1) * KD_WG_SIZE];
     __local VALUE h[KD_GMRES_MAX_M + 1];
-    kd_gmres_fold(partA, c, groups, width, j + 1, h, scratch);
+    for (int l = (int)get_local_id(0); running && l <= j; l += KD_WG_SIZE)
+        h[l] = sumsA[(size_t)c * (size_t)(m + 2) + (size_t)l];
+    barrier(CLK_LOCAL_MEM_FENCE);
     const uint end = running ? (uint)n : 0u;
     const uint stride = (uint)get_global_size(0);
     __global VALUE *out =
         partB + ((size_t)c * (size_t)groups + get_group_id(0)) * (size_t)width;
-    if (j + 1 <= fuse) {
-        /* One pass over V: an element's basis values stay in registers (fully unrolled, the
-         * bound a compile-time constant) between the update and the new sums. */
-        VALUE acc[KD_GMRES_FUSE + 1];
-#pragma unroll
-        for (int t = 0; t <= KD_GMRES_FUSE; t++)
-            acc[t] = KD_ZERO;
-        for (uint i = (uint)get_global_id(0); i < end; i += stride) {
-            VALUE vv[KD_GMRES_FUSE];
-            VALUE wi = w[base + i];
-#pragma unroll
-            for (int l = 0; l < KD_GMRES_FUSE; l++)
-                if (l <= j) {
-                    vv[l] = V[(size_t)l * vstride + base + i];
-                    wi -= h[l] * vv[l];
-                }
-            w[base + i] = wi;
-            acc[KD_GMRES_FUSE] += wi * wi;
-#pragma unroll
-            for (int l = 0; l < KD_GMRES_FUSE; l++)
-                if (l <= j)
-                    acc[l] += vv[l] * wi;
-        }
-        /* In blocks of KD_GMRES_CHUNK (the scratch's size); the norm goes with the first. */
-        for (int l0 = 0; l0 <= j; l0 += KD_GMRES_CHUNK) {
-            VALUE blk[KD_GMRES_CHUNK + 1];
-#pragma unroll
-            for (int t = 0; t < KD_GMRES_CHUNK; t++)
-                blk[t] = l0 + t < KD_GMRES_FUSE ? acc[l0 + t] : KD_ZERO;
-            blk[KD_GMRES_CHUNK] = acc[KD_GMRES_FUSE];
-            kd_krylov_group_sums(scratch, blk, KD_GMRES_CHUNK + 1);
-            if (get_local_id(0) == 0 && end != 0u) {
-                for (int t = 0; t < KD_GMRES_CHUNK && l0 + t <= j; t++)
-                    out[l0 + t] = blk[t];
-                if (l0 == 0)
-                    out[j + 1] = blk[KD_GMRES_CHUNK];
-            }
-        }
-        return;
-    }
     for (uint i = (uint)get_global_id(0); i < end; i += stride) {
         VALUE wi = w[base + i];
         for (int l = 0; l <= j; l++)
@@ -283,7 +258,7 @@ __kernel KD_WG_ATTR void
 kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VALUE *scalars,
                 __global const VALUE *threshold, __global const long *limits,
                 __global const long *cstart, __global VALUE *gd, __global VALUE *V,
-                __global const VALUE *w, __global const VALUE *partA, __global const VALUE *partB,
+                __global const VALUE *w, __global const VALUE *sumsA, __global const VALUE *sumsB,
                 __global VALUE *u, __global VALUE *x, __global const VALUE *Z,
                 __global const VALUE *inv_diagonal)
 {
@@ -291,12 +266,16 @@ kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VA
     const int b = 1 - a;
     __local VALUE h1[KD_GMRES_MAX_M + 2], h2[KD_GMRES_MAX_M + 2], y[KD_GMRES_MAX_M + 1];
     __local VALUE col[KD_GMRES_MAX_M + 1]; /* H's column j, rotated (work-item 0's) */
-    __local VALUE lcs[KD_GMRES_MAX_M], lsn[KD_GMRES_MAX_M], fscratch[KD_WG_SIZE];
+    __local VALUE lcs[KD_GMRES_MAX_M], lsn[KD_GMRES_MAX_M];
     __local VALUE shared[4]; /* inverse norm, reorthogonalise, update x, columns of y */
     KD_KRYLOV_COLUMN_STATE(a, b);
-    kd_gmres_fold(partA, c, groups, width, j + 2, h1, fscratch);
-    kd_gmres_fold(partB, c, groups, width, j + 2, h2, fscratch);
-    /* The earlier rotations into local memory, loaded in parallel for work-item 0's loop. */
+    /* The folded sums and the earlier rotations into local memory, loaded in parallel for
+     * work-item 0's loop. */
+    for (int l = (int)get_local_id(0); status == KD_KRYLOV_RUNNING && l <= j + 1;
+         l += KD_WG_SIZE) {
+        h1[l] = sumsA[(size_t)c * (size_t)(m + 2) + (size_t)l];
+        h2[l] = sumsB[(size_t)c * (size_t)(m + 2) + (size_t)l];
+    }
     for (int l = (int)get_local_id(0); l < j; l += KD_WG_SIZE) {
         lcs[l] = gdc[KD_GMRES_CS(m) + l];
         lsn[l] = gdc[KD_GMRES_SN(m) + l];

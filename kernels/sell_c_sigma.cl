@@ -20,6 +20,8 @@
 #error "KD_SELL_C (rows per slice) must be defined"
 #endif
 
+#include "spmm_lib.cl"
+
 __kernel KD_WG_ATTR void kd_sell_spmv(const int rows, __global const long *slice_ptr,
                                       __global const int *perm, __global const int *indices,
                                       __global const VALUE *values, __global const VALUE *x,
@@ -67,5 +69,33 @@ __kernel KD_WG_ATTR void kd_sell_from_csr(const int rows, __global const long *s
             indices[p] = -1;
             values[p] = KD_ZERO;
         }
+    }
+}
+
+/* Y = alpha A X + beta Y over k columns (spmm_lib.cl): one work-item per row, as above. */
+__kernel KD_WG_ATTR void kd_sell_spmm(const int rows, const int k, __global const long *slice_ptr,
+                                      __global const int *perm, __global const int *indices,
+                                      __global const VALUE *values, __global const VALUE *x,
+                                      const long ldx, __global VALUE *y, const long ldy,
+                                      const VALUE alpha, const VALUE beta)
+{
+    const size_t i = get_global_id(0);
+    if (i >= (size_t)rows)
+        return;
+    const size_t s = i / KD_SELL_C;
+    const long end = slice_ptr[s + 1];
+    const int row = perm[i];
+    KD_SPMM_CHUNKS(k)
+    {
+        VALUE acc[KD_SPMM_CHUNK];
+        kd_spmm_zero(acc);
+        __global const VALUE *xc = x + (size_t)c0 * (size_t)ldx;
+        for (long p = slice_ptr[s] + (long)(i % KD_SELL_C); p < end; p += KD_SELL_C) {
+            const int c = indices[p];
+            if (c < 0)
+                break;
+            kd_spmm_add(acc, values[p], xc, ldx, c, cnt);
+        }
+        kd_spmm_store(acc, y + (size_t)c0 * (size_t)ldy, ldy, row, cnt, alpha, beta);
     }
 }

@@ -95,6 +95,7 @@ enum kd_param {
     KD_P_PRECONDITIONER_OPTIONS,
     KD_P_MSGID,
     KD_P_RESTART,
+    KD_P_NCOLS,
     KD_P_TOKEN,
     KD_P_COUNT
 };
@@ -138,6 +139,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_PRECONDITIONER_OPTIONS] = "preconditioner_options",
     [KD_P_MSGID] = "msgid",
     [KD_P_RESTART] = "restart",
+    [KD_P_NCOLS] = "ncols",
     [KD_P_TOKEN] = "token",
 };
 
@@ -158,7 +160,8 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
     [KD_METHOD_MATRIX_MULTIPLY] = KD_BIT(A) | KD_BIT(B) | KD_BIT(TRANSPOSE_A) | KD_MATRIX_OPTIONS,
     [KD_METHOD_SPMV] =
-        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA),
+        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA) |
+        KD_BIT(NCOLS),
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
@@ -554,11 +557,23 @@ static int kd_decode_spmv(struct kd_decoder *d)
         (rc = kd_param_required_array(d, KD_P_X, spmv->dtype, &spmv->x)) != KD_OK ||
         (rc = kd_param_array(d, KD_P_Y, spmv->dtype, &spmv->y)) != KD_OK ||
         (rc = kd_param_double(d, KD_P_ALPHA, -INFINITY, 1.0, &spmv->alpha)) != KD_OK ||
-        (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK)
+        (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_NCOLS, 1, 1, &spmv->ncols)) != KD_OK)
         return rc;
     if (spmv->beta != 0.0 && !spmv->y.present)
         return kd_err_set(d->err, KD_EBADREQ, "beta = %g needs y (the vector beta scales)",
                           spmv->beta);
+    /* Several columns share the solve's limit on right-hand sides. */
+    const int64_t max_cols = d->limits->max_nrhs;
+    if (max_cols > 0 && spmv->ncols > max_cols)
+        return kd_err_set(d->err, KD_ETOOLARGE, "ncols = %lld is over this server's limit %lld",
+                          (long long)spmv->ncols, (long long)max_cols);
+    if (spmv->x.count % spmv->ncols != 0 ||
+        (spmv->y.present && spmv->y.count % spmv->ncols != 0))
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "x has %lld values%s, not a whole number of columns for ncols = %lld",
+                          (long long)spmv->x.count, spmv->y.present ? " (or y)" : "",
+                          (long long)spmv->ncols);
     return KD_OK;
 }
 

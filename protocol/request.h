@@ -94,6 +94,7 @@ typedef struct kd_spmv_request {
     kd_array_t y; /* optional input y for beta != 0 */
     double alpha; /* default 1 */
     double beta;  /* default 0 */
+    int64_t ncols; /* columns in x (and y), column-major: Y = alpha A X + beta Y; default 1 */
 } kd_spmv_request_t;
 
 /* The largest `restart` a solve request may ask for (the solver's KD_SOLVE_RESTART_MAX). */

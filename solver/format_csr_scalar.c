@@ -47,9 +47,31 @@ static int csr_scalar_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                          err);
 }
 
+static int csr_scalar_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                           int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err)
+{
+    const kd_format_csr_t *impl = m->impl;
+    return kd_format_run(ocl, m->dtype, "csr_scalar", NULL, "kd_csr_scalar_spmm", (size_t)m->rows,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(k), KD_ARG_MEM(impl->indptr),
+                                 KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values),
+                                 KD_ARG_MEM(x), KD_ARG_LONG(ldx), KD_ARG_MEM(y), KD_ARG_LONG(ldy),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                         err);
+}
+
 const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m)
 {
     return m->format == KD_FMT_CSR_SCALAR && m->rows > 0 ? m->impl : NULL;
+}
+
+const kd_format_csr_t *kd_format_csr_arrays(const kd_matrix_t *m)
+{
+    return m->rows > 0 && m->ops->csr_arrays != NULL ? m->ops->csr_arrays(m) : NULL;
+}
+
+static const kd_format_csr_t *csr_scalar_arrays(const kd_matrix_t *m)
+{
+    return m->impl;
 }
 
 const kd_format_ops_t kd_format_csr_scalar_ops = {
@@ -57,5 +79,7 @@ const kd_format_ops_t kd_format_csr_scalar_ops = {
     .plan_bytes = csr_scalar_plan_bytes,
     .upload = csr_scalar_upload,
     .spmv = csr_scalar_spmv,
+    .spmm = csr_scalar_spmm,
+    .csr_arrays = csr_scalar_arrays,
     .release = csr_scalar_release,
 };

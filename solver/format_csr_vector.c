@@ -68,10 +68,32 @@ static int csr_vector_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, co
                          err);
 }
 
+static int csr_vector_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                           int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err)
+{
+    const kd_csr_vector_t *impl = m->impl;
+    char extra[32];
+    snprintf(extra, sizeof(extra), "-DKD_TPR=%d", impl->threads_per_row);
+    size_t items = (size_t)m->rows * (size_t)impl->threads_per_row;
+    return kd_format_run(ocl, m->dtype, "csr_vector", extra, "kd_csr_vector_spmm", items,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(k), KD_ARG_MEM(impl->csr.indptr),
+                                 KD_ARG_MEM(impl->csr.indices), KD_ARG_MEM(impl->csr.values),
+                                 KD_ARG_MEM(x), KD_ARG_LONG(ldx), KD_ARG_MEM(y), KD_ARG_LONG(ldy),
+                                 KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+                         err);
+}
+
+static const kd_format_csr_t *csr_vector_arrays(const kd_matrix_t *m)
+{
+    return &((const kd_csr_vector_t *)m->impl)->csr;
+}
+
 const kd_format_ops_t kd_format_csr_vector_ops = {
     .format = KD_FMT_CSR_VECTOR,
     .plan_bytes = csr_vector_plan_bytes,
     .upload = csr_vector_upload,
     .spmv = csr_vector_spmv,
+    .spmm = csr_vector_spmm,
+    .csr_arrays = csr_vector_arrays,
     .release = csr_vector_release,
 };

@@ -84,10 +84,24 @@ static int ellpack_r_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, con
                          err);
 }
 
+static int ellpack_r_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                          int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err)
+{
+    const kd_ellpack_r_t *impl = m->impl;
+    return kd_format_run(ocl, m->dtype, "ellpack_r", NULL, "kd_ellpack_r_spmm", (size_t)m->rows,
+                         KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(k), KD_ARG_LONG(impl->ld),
+                                 KD_ARG_MEM(impl->lengths), KD_ARG_MEM(impl->indices),
+                                 KD_ARG_MEM(impl->values), KD_ARG_MEM(x), KD_ARG_LONG(ldx),
+                                 KD_ARG_MEM(y), KD_ARG_LONG(ldy), KD_ARG_VALUE(m->dtype, alpha),
+                                 KD_ARG_VALUE(m->dtype, beta)),
+                         err);
+}
+
 const kd_format_ops_t kd_format_ellpack_r_ops = {
     .format = KD_FMT_ELLPACK_R,
     .plan_bytes = ellpack_r_plan_bytes,
     .upload = ellpack_r_upload,
     .spmv = ellpack_r_spmv,
+    .spmm = ellpack_r_spmm,
     .release = ellpack_r_release,
 };

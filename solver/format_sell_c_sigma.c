@@ -215,6 +215,19 @@ static int sell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd
         err);
 }
 
+static int sell_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                     int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err)
+{
+    const kd_sell_t *impl = m->impl;
+    return kd_format_run(
+        ocl, m->dtype, "sell_c_sigma", KD_SELL_OPTIONS, "kd_sell_spmm", (size_t)m->rows,
+        KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(k), KD_ARG_MEM(impl->slice_ptr),
+                KD_ARG_MEM(impl->perm), KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values),
+                KD_ARG_MEM(x), KD_ARG_LONG(ldx), KD_ARG_MEM(y), KD_ARG_LONG(ldy),
+                KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
+        err);
+}
+
 const kd_format_ops_t kd_format_sell_c_sigma_ops = {
     .format = KD_FMT_SELL_C_SIGMA,
     .prepare = sell_prepare,
@@ -222,5 +235,6 @@ const kd_format_ops_t kd_format_sell_c_sigma_ops = {
     .plan_bytes = sell_plan_bytes,
     .upload = sell_upload,
     .spmv = sell_spmv,
+    .spmm = sell_spmm,
     .release = sell_release,
 };

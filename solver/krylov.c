@@ -70,6 +70,14 @@ int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
     return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
 }
 
+int kd_krylov_launch_groups(kd_krylov_t *kr, const char *program, const char *name, size_t groups,
+                            const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
+{
+    assert(kr != NULL && program != NULL && name != NULL && groups > 0);
+    assert(nargs > 9 && args[0].size == sizeof(cl_long));
+    return kd_krylov_run(kr, program, name, groups, args, nargs, NULL, err);
+}
+
 static int kd_krylov_buffer(kd_krylov_t *kr, size_t count, size_t size, const char *what,
                             cl_mem *out, kd_err_t *err)
 {

@@ -142,6 +142,10 @@ kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration
         KD_ARG_INT((L).mask_all)
 int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
                      const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
+/* The same over `groups` work-groups per column (a pass whose work is not the vectors' length:
+ * folding partial sums); L.groups still says how many partials a column has. */
+int kd_krylov_launch_groups(kd_krylov_t *kr, const char *program, const char *name, size_t groups,
+                            const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
 
 /*
  * Recompute r'r (and r'z) from r into the state of iteration `iteration`, for the columns whose

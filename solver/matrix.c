@@ -399,3 +399,57 @@ int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
         return rc;
     return m->ops->spmv(ocl, m, alpha, x, beta, y, err);
 }
+
+/* X holds the matrix's columns and Y its rows, k each, in its dtype, in different buffers. */
+static int kd_matrix_spmm_check(const kd_matrix_t *m, const kd_multivec_t *x,
+                                const kd_multivec_t *y, kd_err_t *err)
+{
+    assert(m != NULL && x != NULL && y != NULL);
+    if (x->k != y->k || x->k < 1)
+        return kd_err_set(err, KD_EBADREQ, "spmm needs as many columns in X as in Y (%lld, %lld)",
+                          (long long)x->k, (long long)y->k);
+    if (x->dtype != m->dtype || y->dtype != m->dtype)
+        return kd_err_set(err, KD_EBADREQ, "spmm on a %s matrix needs %s vectors",
+                          kd_dtype_name(m->dtype), kd_dtype_name(m->dtype));
+    if (x->n != m->cols || y->n != m->rows)
+        return kd_err_set(err, KD_EBADREQ,
+                          "spmm: X has %lld rows and Y %lld, but the matrix is %lld x %lld",
+                          (long long)x->n, (long long)y->n, (long long)m->rows,
+                          (long long)m->cols);
+    if (x->mem != NULL && x->mem == y->mem)
+        return kd_err_set(err, KD_EBADREQ, "spmm needs X and Y in different buffers");
+    return KD_OK;
+}
+
+int kd_matrix_spmm_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_multivec_t *x,
+                         double beta, kd_multivec_t *y, kd_err_t *err)
+{
+    assert(ocl != NULL);
+    int rc = kd_matrix_spmm_check(m, x, y, err);
+    if (rc != KD_OK || m->rows == 0)
+        return rc;
+    if (m->ops->spmm != NULL && x->k > 1 && x->ld <= INT32_MAX && y->ld <= INT32_MAX)
+        return m->ops->spmm(ocl, m, x->k, alpha, x->mem, x->ld, beta, y->mem, y->ld, err);
+    for (int64_t c = 0; rc == KD_OK && c < x->k; c++)
+        rc = m->ops->spmv(ocl, m, alpha, &x->cols[c], beta, &y->cols[c], err);
+    return rc;
+}
+
+int kd_matrix_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_multivec_t *x,
+                   double beta, kd_multivec_t *y, kd_err_t *err)
+{
+    int rc = kd_matrix_spmm_check(m, x, y, err);
+    if (rc != KD_OK || m->rows == 0)
+        return rc;
+    if (m->order.kind == KD_REORDER_NONE)
+        return kd_matrix_spmm_inner(ocl, m, alpha, x, beta, y, err);
+    /* A reordered matrix gathers and scatters each column around its SpMV. */
+    for (int64_t c = 0; rc == KD_OK && c < x->k; c++)
+        rc = kd_matrix_order_spmv(ocl, m, alpha, &x->cols[c], beta, &y->cols[c], err);
+    return rc;
+}
+
+int kd_matrix_has_spmm(const kd_matrix_t *m)
+{
+    return m != NULL && m->ops != NULL && m->ops->spmm != NULL;
+}

@@ -128,6 +128,20 @@ int kd_matrix_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_v
 int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_vec_t *x,
                          double beta, kd_vec_t *y, kd_err_t *err);
 
+/*
+ * Y = alpha * A * X + beta * Y for the k columns of X (the matrix's columns) and Y (its rows), one
+ * launch where the format has an SpMM kernel (the matrix read once per chunk of 8 columns, not
+ * once per column: solver/format.h), column by column otherwise. When beta == 0, Y is only
+ * written. kd_matrix_spmm takes the client's order; kd_matrix_spmm_inner the stored one (the
+ * solver's; a reordered matrix's client-order SpMM runs column by column).
+ */
+int kd_matrix_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_multivec_t *x,
+                   double beta, kd_multivec_t *y, kd_err_t *err);
+int kd_matrix_spmm_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_multivec_t *x,
+                         double beta, kd_multivec_t *y, kd_err_t *err);
+/* Whether m's format multiplies several columns in one launch. */
+int kd_matrix_has_spmm(const kd_matrix_t *m);
+
 /* kd_matrix_upload with a reordering: `kind` none uploads csr as it is; rcm or metis computes
  * the permutation (deterministic: a reload gets the same one), uploads P csr P^T and keeps the
  * permutation in the matrix. KD_EBADREQ for a non-square matrix, KD_EUNSUPPORTED for metis

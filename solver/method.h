@@ -37,10 +37,20 @@ typedef struct kd_method_ops {
     unsigned precond_forms; /* the preconditioner forms (enum kd_precond_form) it can apply */
     int work_vectors;       /* device vectors per column besides b, x, r and q */
     int reductions;         /* kd_krylov_reduce calls per iteration */
+    int spmvs;              /* matrix-vector products per iteration (0 reads as 1) */
+    /* The byte floor of one iteration of one column, in n-vector reads and writes beyond its
+     * SpMVs' own (each reads its input and writes its output once), with the identity
+     * preconditioner and every pass fused that can be: what bench/ prices an iteration at. The
+     * algorithm's, not this implementation's (params: restart for gmres). */
+    double (*floor_vectors)(const kd_solve_params_t *params);
     /* After r = b - A x0: the first direction and the state of iteration 0 of every column. */
     int (*setup)(kd_solve_run_t *run, kd_err_t *err);
     /* Enqueue iteration `iteration` (1-based) of every running column; nothing waits. */
     int (*iterate)(kd_solve_run_t *run, int64_t iteration, kd_err_t *err);
+    /* Optional: enqueue iterations first .. first + count - 1 at once, leaving the device state
+     * iterate would have left; the driver calls it instead of iterate when setup set
+     * run->chunked (cg on a small matrix: kernels/cg_small.cl). */
+    int (*iterate_chunk)(kd_solve_run_t *run, int64_t first, int64_t count, kd_err_t *err);
     /* Start the columns with KD_KRYLOV_MASK_PARTIALS in mask over from the residual in run->r,
      * as of iteration `iteration` (mask: k ints, KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_RESTART
      * where a column restarts, 0 elsewhere; the method may add bits). */
@@ -99,6 +109,12 @@ void kd_method_names(char *out, size_t cap);
 const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed,
                                            const kd_precond_ops_t *p);
 
+/* kd_solve for a method "auto" chose (params->method): where a column broke down and
+ * kd_method_auto_next has a second choice, every column again from x0 with it (params->method
+ * becomes it; each message says what happened). solver/solve_auto.c. */
+int kd_solve_auto(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const void *x0,
+                  void *x, kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
+
 /*
  * The method for A with preconditioner p (kd_precond_none for none): cg when A looks SPD
  * (kd_matrix_scan_t.looks_spd), minres when it is symmetric but does not, gmres otherwise; a name
@@ -135,6 +151,7 @@ struct kd_solve_run {
     const kd_format_csr_t *csr; /* the matrix's CSR arrays when its SpMV may be fused with a
                                    pass (csr_scalar, fusion on), else NULL */
     int fused;                  /* the method fuses (it sets this in setup) */
+    int chunked;                /* setup chose iterate_chunk: many iterations per launch */
     unsigned char *active;      /* k: 1 while the column is not done (its SpMV runs) */
     void *method_state;         /* the method's own, freed by finish */
 };

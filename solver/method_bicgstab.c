@@ -233,6 +233,15 @@ static void kd_bicgstab_finish(kd_solve_run_t *run)
     run->method_state = NULL;
 }
 
+/* v = A p; r0'v (2); s = r - alpha v (3); t = A s; t's, t't (2); x += alpha p + omega s,
+ * r = s - omega t with r0'r (x, p, s, t, r0 read; x, r written: 7); p = r + beta (p - omega v)
+ * (4): 18 beyond the two SpMVs. */
+static double kd_bicgstab_floor(const kd_solve_params_t *params)
+{
+    (void)params;
+    return 18.0;
+}
+
 const kd_method_ops_t kd_method_bicgstab = {
     .name = "bicgstab",
     .summary = "BiCGSTAB: any square A; right-preconditioned, two SpMVs and three reductions an "
@@ -241,6 +250,8 @@ const kd_method_ops_t kd_method_bicgstab = {
     .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .work_vectors = 5,
     .reductions = 3,
+    .spmvs = 2,
+    .floor_vectors = kd_bicgstab_floor,
     .setup = kd_bicgstab_setup,
     .iterate = kd_bicgstab_iterate,
     .restart = kd_bicgstab_restart,

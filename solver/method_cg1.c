@@ -86,6 +86,13 @@ static int kd_cg1_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *
     return rc == KD_OK ? kd_krylov_residual(&run->kr, &run->r, NULL, mask, 0, it, err) : rc;
 }
 
+/* cg's 10 and the extra recurrence vector of the one-reduction form. */
+static double kd_cg1_floor(const kd_solve_params_t *params)
+{
+    (void)params;
+    return 11.0;
+}
+
 const kd_method_ops_t kd_method_cg1 = {
     .name = "cg1",
     .summary = "CG, Chronopoulos-Gear recurrence: one reduction an iteration (for several ranks)",
@@ -93,6 +100,8 @@ const kd_method_ops_t kd_method_cg1 = {
     .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL,
     .work_vectors = 3,
     .reductions = 1,
+    .spmvs = 1,
+    .floor_vectors = kd_cg1_floor,
     .setup = kd_cg1_setup,
     .iterate = kd_cg1_iterate,
     .restart = kd_cg1_restart,

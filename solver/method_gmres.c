@@ -10,7 +10,9 @@
  *   operator M only        z_j = M^-1 v_j (kd_method_precondition)
  *   SpMV                   w = A z_j (fused into pass A on a csr_scalar matrix)
  *   pass A                 partial sums of V'w and w'w                       (reduction 1)
- *   pass B                 h1 = V'w; w' = w - V h1; partial sums of V'w', w''w' (reduction 2)
+ *   fold                   h1 = V'w and ||w||^2 from the partials, once
+ *   pass B                 w' = w - V h1; partial sums of V'w', w''w'         (reduction 2)
+ *   fold                   h2 = V'w' and ||w'||^2
  *   pass C                 DGKS: only when ||w'|| < ||w|| / sqrt 2 also w'' = w' - V h2; v_{j+1};
  *                          the Givens rotation of H's column j and the decision (converged on
  *                          |g_{j+1}|^2 <= threshold, stopped at the limit, breakdown, non-finite),
@@ -46,13 +48,13 @@ _Static_assert(KD_SOLVE_RESTART_MAX <= KD_GMRES_MAX_M, "kernels/gmres.cl: KD_GMR
 typedef struct kd_gmres {
     int m;
     int operator_form;  /* Z stored, M^-1 applied by the operator */
-    cl_int fuse;        /* pass B reads V once up to j + 1 = fuse (kernels/gmres.cl) */
     cl_mem V, Z;        /* basis, preconditioned basis (operator only) */
     kd_multivec_t u;    /* the next SpMV's input, v_j with an operator (identity: v_j too) */
     kd_multivec_t zop;  /* the operator's z_j */
     cl_mem gd;          /* Givens data per column */
     cl_mem cstart;      /* k cl_long: each column's cycle start */
     cl_mem part_a, part_b, rpart;
+    cl_mem sums_a, sums_b; /* part_a, part_b folded: k (m + 2) */
     int64_t *cstart_host;
     unsigned char *which; /* k: scratch column mask */
 } kd_gmres_t;
@@ -106,7 +108,8 @@ static void kd_gmres_finish_state(kd_solve_run_t *run)
     kd_gmres_t *g = run->method_state;
     if (g == NULL)
         return;
-    cl_mem *bufs[] = {&g->V, &g->Z, &g->gd, &g->cstart, &g->part_a, &g->part_b, &g->rpart};
+    cl_mem *bufs[] = {&g->V,      &g->Z,      &g->gd,     &g->cstart, &g->part_a,
+                      &g->part_b, &g->sums_a, &g->sums_b, &g->rpart};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
             clReleaseMemObject(*bufs[i]);
@@ -145,9 +148,6 @@ static int kd_gmres_setup(kd_solve_run_t *run, kd_err_t *err)
     run->method_state = g;
     g->m = m;
     g->operator_form = operator_form;
-    /* An element's basis values in registers: one read of V on a GPU; on a CPU (PoCL) the
-     * unrolled private arrays made the test suite twice as slow as two reads. */
-    g->fuse = kd_ocl_desc(run->ocl)->is_gpu ? 32 : 0;
     if ((g->cstart_host = calloc((size_t)k, sizeof(int64_t))) == NULL ||
         (g->which = calloc((size_t)k, 1)) == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory");
@@ -168,6 +168,10 @@ static int kd_gmres_setup(kd_solve_run_t *run, kd_err_t *err)
                               "gmres partial sums", &g->part_a, err)) != KD_OK ||
         (rc = kd_gmres_buffer(run, (size_t)k * groups * ((size_t)m + 1), vsize,
                               "gmres partial sums", &g->part_b, err)) != KD_OK ||
+        (rc = kd_gmres_buffer(run, (size_t)k * ((size_t)m + 2), vsize, "gmres sums", &g->sums_a,
+                              err)) != KD_OK ||
+        (rc = kd_gmres_buffer(run, (size_t)k * ((size_t)m + 2), vsize, "gmres sums", &g->sums_b,
+                              err)) != KD_OK ||
         (rc = kd_gmres_buffer(run, (size_t)k * groups, vsize, "gmres residual sums", &g->rpart,
                               err)) != KD_OK ||
         (rc = kd_gmres_write_cstart(run, err)) != KD_OK)
@@ -188,6 +192,18 @@ static int kd_gmres_any_at(kd_solve_run_t *run, int64_t it, int64_t step)
         any |= g->which[c];
     }
     return any;
+}
+
+/* sums = part folded over the groups, one work-group per sum (kernels/gmres.cl). */
+static int kd_gmres_sum(kd_solve_run_t *run, cl_mem part, cl_mem sums, kd_krylov_launch_t L,
+                        kd_err_t *err)
+{
+    const kd_gmres_t *g = run->method_state;
+    return kd_krylov_launch_groups(&run->kr, "gmres", "kd_gmres_sum", (size_t)g->m + 1,
+                                   KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(g->m),
+                                           KD_ARG_MEM(run->kr.state), KD_ARG_MEM(g->cstart),
+                                           KD_ARG_MEM(part), KD_ARG_MEM(sums)),
+                                   err);
 }
 
 static int kd_gmres_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
@@ -225,22 +241,25 @@ static int kd_gmres_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     if (rc == KD_OK)
         rc = kd_krylov_reduce(kr, "V'w, w'w", err);
     if (rc == KD_OK)
+        rc = kd_gmres_sum(run, g->part_a, g->sums_a, L, err);
+    if (rc == KD_OK)
         rc = kd_krylov_launch(kr, "gmres", "kd_gmres_orthogonalise",
                               KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m),
-                                      KD_ARG_INT(g->fuse), KD_ARG_MEM(kr->state),
-                                      KD_ARG_MEM(g->cstart),
+                                      KD_ARG_MEM(kr->state), KD_ARG_MEM(g->cstart),
                                       KD_ARG_MEM(g->gd), KD_ARG_MEM(g->V), KD_ARG_MEM(run->q.mem),
-                                      KD_ARG_MEM(g->part_a), KD_ARG_MEM(g->part_b)),
+                                      KD_ARG_MEM(g->sums_a), KD_ARG_MEM(g->part_b)),
                               err);
     if (rc == KD_OK)
         rc = kd_krylov_reduce(kr, "V'w', w''w'", err);
+    if (rc == KD_OK)
+        rc = kd_gmres_sum(run, g->part_b, g->sums_b, L, err);
     if (rc == KD_OK)
         rc = kd_krylov_launch(
             kr, "gmres", "kd_gmres_finish",
             KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m), KD_ARG_MEM(kr->state),
                     KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
                     KD_ARG_MEM(g->cstart), KD_ARG_MEM(g->gd), KD_ARG_MEM(g->V),
-                    KD_ARG_MEM(run->q.mem), KD_ARG_MEM(g->part_a), KD_ARG_MEM(g->part_b),
+                    KD_ARG_MEM(run->q.mem), KD_ARG_MEM(g->sums_a), KD_ARG_MEM(g->sums_b),
                     KD_ARG_MEM(g->u.mem), KD_ARG_MEM(run->x.mem), KD_ARG_MEM(g->Z),
                     KD_ARG_MEM(kr->diagonal)),
             err);
@@ -305,6 +324,15 @@ static int kd_gmres_check(const kd_solve_run_t *run, const kd_krylov_column_t *s
     }
 }
 
+/* Step j of a cycle of m: V'w over j + 1 basis vectors and w (j + 2), w - V h over them again
+ * and v_{j+1} written (j + 3): 2 j + 5, m + 4 on average over a cycle (classical Gram-Schmidt
+ * without reorthogonalisation, as CuPy's); and once a cycle x += V y (m + 2). */
+static double kd_gmres_floor(const kd_solve_params_t *params)
+{
+    const double m = params->restart > 0 ? (double)params->restart : KD_SOLVE_RESTART_DEFAULT;
+    return m + 4.0 + (m + 2.0) / m;
+}
+
 const kd_method_ops_t kd_method_gmres = {
     .name = "gmres",
     .summary = "restarted GMRES(m), right-preconditioned, for nonsymmetric matrices "
@@ -313,6 +341,8 @@ const kd_method_ops_t kd_method_gmres = {
     .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .work_vectors = 0,
     .reductions = 2, /* and one more at each natural cycle end (a true residual) */
+    .spmvs = 1,
+    .floor_vectors = kd_gmres_floor,
     .setup = kd_gmres_setup,
     .iterate = kd_gmres_iterate,
     .restart = kd_gmres_restart,

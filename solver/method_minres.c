@@ -216,6 +216,14 @@ static void kd_minres_finish(kd_solve_run_t *run)
     run->method_state = NULL;
 }
 
+/* y = A v; v'y, v'r1 in one pass (3); y' = y - c1 r1 - c2 r2 with y''y' (4); w = (v - e w1 -
+ * d w2) / g and x += phi w (v, w1, w2, x read; w, x written: 6): 13 beyond the SpMV. */
+static double kd_minres_floor(const kd_solve_params_t *params)
+{
+    (void)params;
+    return 13.0;
+}
+
 const kd_method_ops_t kd_method_minres = {
     .name = "minres",
     .summary = "MINRES: symmetric (indefinite) A, SPD preconditioner; two reductions an iteration",
@@ -223,6 +231,8 @@ const kd_method_ops_t kd_method_minres = {
     .precond_forms = KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL | KD_PRECOND_OPERATOR,
     .work_vectors = 5,
     .reductions = 2,
+    .spmvs = 1,
+    .floor_vectors = kd_minres_floor,
     .setup = kd_minres_setup,
     .iterate = kd_minres_iterate,
     .restart = kd_minres_restart,

@@ -52,6 +52,13 @@ static int kd_sd_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, 
     return kd_method_explain(st, skip, "r'Ar", "r'r", res);
 }
 
+/* r'q (r, q); x += alpha r, r -= alpha q (x, r, q read; x, r written). */
+static double kd_sd_floor(const kd_solve_params_t *params)
+{
+    (void)params;
+    return 7.0;
+}
+
 const kd_method_ops_t kd_method_sd = {
     .name = "sd",
     .summary = "steepest descent: symmetric positive definite A; slow, for teaching and tests",
@@ -59,6 +66,8 @@ const kd_method_ops_t kd_method_sd = {
     .precond_forms = KD_PRECOND_IDENTITY,
     .work_vectors = 0,
     .reductions = 2,
+    .spmvs = 1,
+    .floor_vectors = kd_sd_floor,
     .setup = kd_sd_setup,
     .iterate = kd_sd_iterate,
     .restart = kd_sd_restart,

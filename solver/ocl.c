@@ -54,7 +54,21 @@ struct kd_ocl {
     cl_event timing_first; /* the first recorded launch, or NULL */
     cl_event timing_last;  /* the last recorded launch, or NULL */
     uint64_t launches;     /* kernels enqueued since the device was opened */
+    struct kd_ocl_kprof *kprof; /* kd_ocl_kernel_profile_begin: every launch's event, by name */
 };
+
+/* Launches whose events are held before they are folded into the sums (bounds host memory). */
+#define KD_OCL_KPROF_PENDING 4096
+
+struct kd_ocl_kprof {
+    kd_ocl_kernel_time_t sums[KD_OCL_KERNEL_TIMES_MAX];
+    size_t nsums;
+    cl_event events[KD_OCL_KPROF_PENDING];
+    unsigned char which[KD_OCL_KPROF_PENDING]; /* index into sums */
+    size_t pending;
+    cl_int status;
+};
+static void kd_ocl_kprof_fold(struct kd_ocl_kprof *kp);
 
 const char *kd_ocl_error_name(cl_int status)
 {
@@ -498,6 +512,10 @@ void kd_ocl_close(kd_ocl_t *ocl)
         clReleaseEvent(ocl->timing_first);
     if (ocl->timing_last != NULL)
         clReleaseEvent(ocl->timing_last);
+    if (ocl->kprof != NULL) {
+        kd_ocl_kprof_fold(ocl->kprof);
+        free(ocl->kprof);
+    }
     for (size_t i = 0; i < ocl->program_count; i++)
         kd_ocl_program_entry_release(&ocl->programs[i]);
     free(ocl->programs);
@@ -587,11 +605,78 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
 
 /* Enqueue kernel over range; inside a timing window its event is recorded, and handed to the
  * caller too when event is not NULL. */
+/* Wait for the pending launches and add their device time to their kernels' sums. */
+static void kd_ocl_kprof_fold(struct kd_ocl_kprof *kp)
+{
+    for (size_t i = 0; i < kp->pending; i++) {
+        cl_ulong t0 = 0, t1 = 0;
+        cl_int st = clWaitForEvents(1, &kp->events[i]);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(kp->events[i], CL_PROFILING_COMMAND_START, sizeof(t0),
+                                         &t0, NULL);
+        if (st == CL_SUCCESS)
+            st = clGetEventProfilingInfo(kp->events[i], CL_PROFILING_COMMAND_END, sizeof(t1), &t1,
+                                         NULL);
+        if (st != CL_SUCCESS && kp->status == CL_SUCCESS)
+            kp->status = st;
+        kd_ocl_kernel_time_t *e = &kp->sums[kp->which[i]];
+        e->ms += t1 > t0 ? (double)(t1 - t0) / 1e6 : 0.0;
+        e->launches++;
+        clReleaseEvent(kp->events[i]);
+    }
+    kp->pending = 0;
+}
+
+/* Keep launch `ev` of kernel `what` for the profile (takes ownership of ev). */
+static void kd_ocl_kprof_add(struct kd_ocl_kprof *kp, const char *what, cl_event ev)
+{
+    size_t i = 0;
+    while (i < kp->nsums && strcmp(kp->sums[i].name, what) != 0)
+        i++;
+    if (i == kp->nsums) {
+        if (kp->nsums == KD_OCL_KERNEL_TIMES_MAX) {
+            i = kp->nsums - 1; /* the last row gathers the rest */
+            snprintf(kp->sums[i].name, sizeof(kp->sums[i].name), "%s", "(others)");
+        } else {
+            snprintf(kp->sums[i].name, sizeof(kp->sums[i].name), "%s", what);
+            kp->nsums++;
+        }
+    }
+    if (kp->pending == KD_OCL_KPROF_PENDING)
+        kd_ocl_kprof_fold(kp);
+    kp->events[kp->pending] = ev;
+    kp->which[kp->pending++] = (unsigned char)i;
+}
+
+void kd_ocl_kernel_profile_begin(kd_ocl_t *ocl)
+{
+    if (ocl->kprof == NULL)
+        ocl->kprof = calloc(1, sizeof(*ocl->kprof));
+    else
+        memset(ocl->kprof, 0, sizeof(*ocl->kprof));
+}
+
+int kd_ocl_kernel_profile_end(kd_ocl_t *ocl, kd_ocl_kernel_time_t *out, size_t cap, size_t *count,
+                              kd_err_t *err)
+{
+    *count = 0;
+    struct kd_ocl_kprof *kp = ocl->kprof;
+    if (kp == NULL)
+        return kd_err_set(err, KD_ENOMEM, "kernel profile: out of host memory");
+    ocl->kprof = NULL;
+    kd_ocl_kprof_fold(kp);
+    for (size_t i = 0; i < kp->nsums && i < cap; i++)
+        out[(*count)++] = kp->sums[i];
+    const cl_int st = kp->status;
+    free(kp);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading kernel profiling events");
+}
+
 static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_ocl_range_t range,
                           cl_event *event, kd_err_t *err)
 {
     cl_event ev = NULL;
-    const int want = ocl->timing || event != NULL;
+    const int want = ocl->timing || event != NULL || ocl->kprof != NULL;
     cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, range.dims, NULL, range.global,
                                        range.local, 0, NULL, want ? &ev : NULL);
     if (st != CL_SUCCESS) {
@@ -601,6 +686,14 @@ static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_
         return code;
     }
     ocl->launches++;
+    if (ocl->kprof != NULL && ev != NULL) {
+        if (!ocl->timing && event == NULL) {
+            kd_ocl_kprof_add(ocl->kprof, what, ev);
+            return KD_OK;
+        }
+        if (clRetainEvent(ev) == CL_SUCCESS)
+            kd_ocl_kprof_add(ocl->kprof, what, ev);
+    }
     if (event != NULL) {
         *event = ev;
         if (ocl->timing && clRetainEvent(ev) != CL_SUCCESS)

@@ -110,6 +110,22 @@ void kd_ocl_timing_take(kd_ocl_t *ocl, cl_event *first, cl_event *last);
 /* Wait for `last`; *ms = end(last) - start(first) in milliseconds (0 for NULLs). Releases both. */
 int kd_ocl_event_span_ms(cl_event first, cl_event last, double *ms, kd_err_t *err);
 
+/*
+ * Device time by kernel (krylov-bench solve --profile): between the two calls every launch keeps
+ * its profiling event; the end waits for them and gives, per kernel name (the `what` of the
+ * launch), the launches and their summed start-to-end time. At most KD_OCL_KERNEL_TIMES_MAX
+ * names; the last row gathers any more. Not for the server: every launch costs an event.
+ */
+#define KD_OCL_KERNEL_TIMES_MAX 48
+typedef struct kd_ocl_kernel_time {
+    char name[64];
+    uint64_t launches;
+    double ms;
+} kd_ocl_kernel_time_t;
+void kd_ocl_kernel_profile_begin(kd_ocl_t *ocl);
+int kd_ocl_kernel_profile_end(kd_ocl_t *ocl, kd_ocl_kernel_time_t *out, size_t cap, size_t *count,
+                              kd_err_t *err);
+
 /* The device's copy bandwidth in bytes per second (bytes read + written by clEnqueueCopyBuffer
  * between two buffers of up to 256 MiB, best of 3 after a warm-up), measured on first use and
  * cached; 0 when it cannot be measured. Format selection uses it as the roofline. */

@@ -1,6 +1,6 @@
 # Solver kernel tests: real OpenCL on the default device (PoCL on a machine without a GPU), or on
 # the device named by env KD_TEST_DEVICE ("auto", "gpu", "cpu" or an index).
-foreach(t test_ocl test_vector test_spmv test_blas test_krylov test_solve)
+foreach(t test_ocl test_vector test_spmv test_spmm test_blas test_krylov test_solve)
   kd_add_test(${t} SOURCES ${t}.c LIBS kd_solver LABELS kernel TIMEOUT 240)
 endforeach()
 # The solver's statuses, iteration counts and residual histories against the record in
@@ -17,6 +17,9 @@ kd_add_test(test_symmetry SOURCES test_symmetry.c LIBS kd_solver LABELS kernel T
 kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
             ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+# cg / pcg's small-system path (many iterations per launch) against the general path.
+kd_add_test(test_cg_small SOURCES test_cg_small.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
 # Restarted GMRES(m): generated and real nonsymmetric matrices, against a CPU GMRES, edges.
 kd_add_test(test_gmres SOURCES test_gmres.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 600)
