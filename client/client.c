@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define KRYLOV_MAX_FILE ((size_t)4 << 30)
@@ -117,9 +118,43 @@ const char *krylov_error_message(const krylov_client_t *c)
     return c->message;
 }
 
+static int kd_client_start(krylov_client_t *c, int fd)
+{
+    kd_frame_limits_t limits = {
+        .max_message = (size_t)1 << 34, .max_elements = (size_t)1 << 28, .max_depth = 32};
+    if (kd_frame_new(&limits, &c->frame) != KD_OK) {
+        close(fd);
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    }
+    c->fd = fd;
+    kd_client_ok(c);
+    return KRYLOV_OK;
+}
+
+static int kd_connect_unix(krylov_client_t *c, const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (path[0] == '\0' || strlen(path) >= sizeof(sa.sun_path))
+        return kd_client_fail(c, KRYLOV_EBADREQ, "unix:PATH needs a path of 1..%zu bytes",
+                              sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        close(fd);
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "cannot connect to unix:%s: %s", path,
+                              strerror(e));
+    }
+    return kd_client_start(c, fd);
+}
+
 int krylov_connect(krylov_client_t *c, const char *address)
 {
     krylov_close(c);
+    if (strncmp(address, "unix:", 5) == 0)
+        return kd_connect_unix(c, address + 5);
     char host[256], port[16] = "7373";
     const char *colon;
     if (address[0] == '[') {
@@ -162,15 +197,7 @@ int krylov_connect(krylov_client_t *c, const char *address)
                               strerror(saved ? saved : ECONNREFUSED));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    kd_frame_limits_t limits = {
-        .max_message = (size_t)1 << 34, .max_elements = (size_t)1 << 28, .max_depth = 32};
-    if (kd_frame_new(&limits, &c->frame) != KD_OK) {
-        close(fd);
-        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
-    }
-    c->fd = fd;
-    kd_client_ok(c);
-    return KRYLOV_OK;
+    return kd_client_start(c, fd);
 }
 
 static int kd_client_wait(krylov_client_t *c, short events)
@@ -603,6 +630,23 @@ int krylov_pin(krylov_client_t *c, const char *id, int pinned)
     kd_w_kv_str(&w, "id", id);
     kd_w_kv_bool(&w, "pinned", pinned != 0);
     return kd_finish_info(c, &w, msgid, NULL);
+}
+
+int krylov_auth(krylov_client_t *c, const char *name, const char *token, char *role,
+                size_t role_cap)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "auth", 2);
+    kd_w_kv_str(&w, "name", name);
+    kd_w_kv_str(&w, "token", token);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    if (role != NULL && role_cap > 0)
+        kd_copy_str(kd_obj_get(reply.result, "role"), role, role_cap);
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
 }
 
 int krylov_drop(krylov_client_t *c, const char *id)

@@ -14,6 +14,8 @@ packages=(
   ocl-icd-opencl-dev opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
   # event loop, wire format, hashing, .mtx.gz, systemd notify
   libuv1-dev libmsgpack-dev libxxhash-dev zlib1g-dev libsystemd-dev
+  # auth tokens: SHA-256, constant-time compares, random tokens (libcrypto)
+  libssl-dev
   # reorder "metis" (optional at build: CMake finds it)
   libmetis-dev
   # tests: fuzzing and sanitizers (clang/libFuzzer), reference solutions and the Python client

@@ -48,6 +48,7 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = "solve",
     [KD_METHOD_JOB_CANCEL] = "job.cancel",
     [KD_METHOD_SERVER_STATUS] = "server.status",
+    [KD_METHOD_AUTH] = "auth",
 };
 
 const char *kd_method_name(kd_method_t method)
@@ -95,6 +96,7 @@ enum kd_param {
     KD_P_MSGID,
     KD_P_RESTART,
     KD_P_NCOLS,
+    KD_P_TOKEN,
     KD_P_COUNT
 };
 
@@ -138,6 +140,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_MSGID] = "msgid",
     [KD_P_RESTART] = "restart",
     [KD_P_NCOLS] = "ncols",
+    [KD_P_TOKEN] = "token",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -165,6 +168,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
                         KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
+    [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
 };
 
 struct kd_decoder {
@@ -656,6 +660,33 @@ static int kd_decode_solve(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* The name is checked for shape here; whether it and the token are right is the server's. */
+static int kd_decode_auth(struct kd_decoder *d)
+{
+    kd_auth_request_t *auth = &d->req->u.auth;
+    const msgpack_object *name = d->param[KD_P_NAME], *token = d->param[KD_P_TOKEN];
+    const char *s;
+    size_t len;
+    if (name == NULL)
+        return kd_missing(d, KD_P_NAME);
+    if (token == NULL)
+        return kd_missing(d, KD_P_TOKEN);
+    if (kd_obj_str(name, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "name must be a str, got %s",
+                          kd_obj_type_name(name));
+    if (len == 0 || len >= sizeof(auth->name) || memchr(s, '\0', len) != NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "name must be 1..%zu bytes without NUL",
+                          sizeof(auth->name) - 1);
+    memcpy(auth->name, s, len);
+    auth->name[len] = '\0';
+    if (kd_obj_str(token, &auth->token, &auth->token_len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "token must be a str, got %s",
+                          kd_obj_type_name(token));
+    if (auth->token_len > KD_AUTH_TOKEN_MAX)
+        return kd_err_set(d->err, KD_EBADREQ, "token is longer than %d bytes", KD_AUTH_TOKEN_MAX);
+    return KD_OK;
+}
+
 static int kd_decode_method(struct kd_decoder *d)
 {
     kd_request_t *req = d->req;
@@ -686,6 +717,8 @@ static int kd_decode_method(struct kd_decoder *d)
             return kd_err_set(d->err, KD_EBADREQ, "msgid must be a non-negative integer, got %s",
                               kd_obj_type_name(d->param[KD_P_MSGID]));
         return KD_OK;
+    case KD_METHOD_AUTH:
+        return kd_decode_auth(d);
     case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_SERVER_STATUS:
     case KD_METHOD_COUNT:

@@ -1,3 +1,5 @@
-# Server internals without a daemon: the state directory's files and the configuration.
+# Server internals without a daemon: the state directory's files, the configuration and the
+# auth file.
 kd_add_test(test_state SOURCES test_state.c LIBS kd_server LABELS unit)
 kd_add_test(test_config SOURCES test_config.c LIBS kd_server LABELS unit)
+kd_add_test(test_auth SOURCES test_auth.c LIBS kd_server LABELS unit)

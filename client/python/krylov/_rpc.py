@@ -119,17 +119,27 @@ def encode_request(msgid, method, params):
 
 
 class Connection:
-    """One TCP connection to krylovd. Not thread-safe: use one per thread."""
+    """One connection to krylovd ("host:port" or "unix:PATH"). Not thread-safe: use one per
+    thread."""
 
     def __init__(self, address, timeout=None, connect_timeout=30.0):
         self.address = address
         self.timeout = timeout
-        host, port = parse_address(address)
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as e:
-            raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if isinstance(address, str) and address.startswith("unix:"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(connect_timeout)
+            try:
+                sock.connect(address[5:])
+            except OSError as e:
+                sock.close()
+                raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
+        else:
+            host, port = parse_address(address)
+            try:
+                sock = socket.create_connection((host, port), timeout=connect_timeout)
+            except OSError as e:
+                raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(timeout)
         self._sock = sock
         # max_buffer_size=0: no limit of the unpacker's own (2**32 - 1), as large as a bin can be

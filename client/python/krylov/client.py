@@ -353,16 +353,43 @@ def _optional(params, **kwargs):
 class Client:
     """A connection to krylovd.
 
-    address: "host:port" ("[::1]:7373" for IPv6; the port defaults to 7373); None reads
-    $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without hearing
-    anything (None: forever); when it passes the call raises krylov.Timeout and the request is
-    cancelled on the server. A Client is one TCP connection: use one per thread.
+    address: "host:port" ("[::1]:7373" for IPv6; the port defaults to 7373) or "unix:PATH"; None
+    reads $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without
+    hearing anything (None: forever); when it passes the call raises krylov.Timeout and the
+    request is cancelled on the server. A Client is one connection: use one per thread.
+
+    user, token: authenticate as this user (the first request is `auth`); None reads $KRYLOV_USER
+    and $KRYLOV_TOKEN. A wrong pair raises krylov.Unauthenticated. Without a user, a server with
+    an auth file answers krylov.Unauthenticated to everything (except on its Unix socket, for a
+    uid the auth file maps to a user). self.user and self.role say who the server took you for.
     """
 
-    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0):
+    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, user=None,
+                 token=None):
         if address is None:
             address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
+        if user is None:
+            user = os.environ.get("KRYLOV_USER") or None
+        if token is None:
+            token = os.environ.get("KRYLOV_TOKEN") or None
+        if user is not None and token is None:
+            raise errors.BadRequest(f"user {user!r} needs a token (token=... or $KRYLOV_TOKEN)")
         self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout)
+        self.user = None
+        self.role = None
+        if user is not None:
+            try:
+                self.auth(user, token)
+            except BaseException:
+                self.close()
+                raise
+
+    def auth(self, user, token):
+        """Authenticate this connection as user; returns the role ("read", "write", "admin")."""
+        result = self._conn.call("auth", {"name": user, "token": token})
+        self.user = result.get("name")
+        self.role = result.get("role")
+        return self.role
 
     @property
     def address(self):
