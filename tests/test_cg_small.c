@@ -97,6 +97,7 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
                     const char *precond, int64_t k, int64_t maxiter, int64_t check_every,
                     int with_x0)
 {
+    const int ill_conditioned = strcmp(name, "494_bus") == 0;
     outcome_t small = {0}, general = {0};
     /* fresh random b (column 1 zero when k > 2: answered on the host) and x0, the same for both */
     const int64_t n = csr64->rows;
@@ -127,8 +128,10 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
                   (long long)c, kd_solve_status_name(small.status[c]),
                   kd_solve_status_name(general.status[c]));
         const int64_t g = general.iterations[c];
-        /* 1% in float64; in float32 the order of the sums moves 494_bus's count by a few % */
-        const int64_t slack = 1 + (dtype == KD_DTYPE_F64 ? g / 100 : g / 20);
+        /* 1% in float64; 3% for unpreconditioned CG on 494_bus (condition 2.4e6: the order of
+         * the sums alone moves its count between 1711 and 1737); 5% in float32 */
+        const int64_t slack =
+            1 + (dtype == KD_DTYPE_F32 ? g / 20 : ill_conditioned ? 3 * g / 100 : g / 100);
         CHECK_MSG(llabs(small.iterations[c] - g) <= slack, "%s col %lld: %lld against %lld",
                   name, (long long)c, (long long)small.iterations[c], (long long)g);
         if (small.status[c] == KD_SOLVE_CONVERGED)
