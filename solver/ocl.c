@@ -14,6 +14,7 @@
  */
 #include "solver/ocl.h"
 #include "common/checked.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "kernels/kernels.h"
 #include "solver/program_cache.h"
@@ -1302,9 +1303,15 @@ static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dty
     if ((*out = kd_ocl_program_find(ocl, program, dtype, options)) != NULL)
         return KD_OK;
     cl_program handle;
+    const uint64_t start = kd_clock_ns();
     int rc = kd_ocl_program_build(ocl, program, dtype, options, &handle, err);
     if (rc == KD_OK)
         rc = kd_ocl_program_adopt(ocl, program, dtype, options, handle, err);
+    /* After a warm-up this is a request waiting for the compiler: say which program it was. */
+    if (rc == KD_OK)
+        KD_INFO("ocl", "program built on first use program=%s dtype=%s options=\"%s\" ms=%.1f",
+                program, kd_dtype_name(dtype), options != NULL ? options : "",
+                kd_clock_ms_since(start));
     if (rc == KD_OK)
         *out = kd_ocl_program_find(ocl, program, dtype, options);
     return rc;

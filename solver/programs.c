@@ -184,8 +184,24 @@ static int kd_programs_threads(int threads, size_t count)
     return threads;
 }
 
-int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, int threads,
-                     kd_programs_warm_report_t *report, kd_err_t *err)
+/* 1 when program is in the comma-separated list (NULL: every program is). */
+static int kd_programs_selected(const char *only, const char *program)
+{
+    if (only == NULL)
+        return 1;
+    const size_t len = strlen(program);
+    for (const char *p = only; *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, program, n) == 0)
+            return 1;
+        p += n + (end != NULL);
+    }
+    return 0;
+}
+
+int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only,
+                     int threads, kd_programs_warm_report_t *report, kd_err_t *err)
 {
     const uint64_t start = kd_clock_ns();
     memset(report, 0, sizeof(*report));
@@ -209,6 +225,11 @@ int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, int threads,
     }
     if (cache != NULL)
         kd_programs_add_cached(&b, cache, dtype_ok, &report->replayed);
+    size_t kept = 0; /* the selected ones, in order */
+    for (size_t i = 0; i < b.n; i++)
+        if (kd_programs_selected(only, specs[i].program))
+            specs[kept++] = specs[i];
+    b.n = kept;
 
     kd_programs_job_t job = {.ocl = ocl, .specs = specs, .built = built, .count = b.n};
     atomic_init(&job.next, 0);
@@ -234,7 +255,7 @@ int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, int threads,
     }
     report->listed = b.n;
     report->failed = atomic_load(&job.failed);
-    if (cache != NULL)
+    if (cache != NULL && only == NULL)
         report->pruned = kd_program_cache_prune(cache, KD_PROGRAM_CACHE_FILES_MAX);
     report->ms = kd_clock_ms_since(start);
     free(specs);
