@@ -85,14 +85,19 @@ static void kd_programs_list_solver(kd_programs_builder_t *b, kd_dtype_t dtype)
     const size_t wg = kd_ocl_work_group_size(b->ocl);
     char base[64], options[KD_PROGRAM_OPTIONS_MAX];
     snprintf(base, sizeof(base), "-DKD_WG_SIZE=%zu", wg);
-    static const char *const with_wg[] = {"krylov", "cg1",  "bicgstab", "minres", "gmres",
-                                          "blas",   "ilu",  "permute",  "amg"};
+    static const char *const with_wg[] = {"krylov", "cg1", "cg_small", "bicgstab", "minres",
+                                          "gmres",  "blas", "ilu",     "permute",  "amg"};
     for (size_t i = 0; i < sizeof(with_wg) / sizeof(with_wg[0]); i++)
         kd_programs_add(b, with_wg[i], dtype, base);
     kd_programs_add(b, "chebyshev", dtype, "");
-    /* block_jacobi's general variants; a uniform block size is a -DKD_BS=N of its own. */
+    /* block_jacobi's general variants, and the uniform block sizes of scalar and small vector
+     * PDEs (a structure-found size is a -DKD_BS=N of its own; others come from the cache). */
     kd_programs_add(b, "block_jacobi", dtype, "");
     kd_programs_add(b, "block_jacobi", dtype, "-DKD_MAPPED");
+    for (int bs = 1; bs <= 4; bs++) {
+        snprintf(options, sizeof(options), "-DKD_BS=%d", bs);
+        kd_programs_add(b, "block_jacobi", dtype, options);
+    }
     /* amg's lanes per row, as kd_amg_lanes picks them for any mean row length. */
     kd_amg_t amg;
     memset(&amg, 0, sizeof(amg));
