@@ -47,14 +47,14 @@ typedef struct kd_server {
     kd_ocl_t *ocl;
     kd_worker_t *worker;
     kd_store_t *store;
-    kd_state_t *state;    /* NULL without --state-dir */
-    struct kd_program_cache *programs;   /* STATE_DIR/programs, or NULL */
-    kd_programs_warm_report_t warm;      /* the start-up warm-up (zero with none) */
-    kd_ocl_program_stats_t warm_builds;  /* builds when the warm-up ended: later ones are a
-                                            request's */
-    size_t device_budget; /* bytes of device memory matrices and vectors may use */
-    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    kd_conn_t *conns;     /* doubly linked list of open connections */
+    kd_state_t *state;                  /* NULL without --state-dir */
+    struct kd_program_cache *programs;  /* STATE_DIR/programs, or NULL */
+    kd_programs_warm_report_t warm;     /* the start-up warm-up (zero with none) */
+    kd_ocl_program_stats_t warm_builds; /* builds when the warm-up ended: later ones are a
+                                           request's */
+    size_t device_budget;               /* bytes of device memory matrices and vectors may use */
+    int budget_refused; /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    kd_conn_t *conns;   /* doubly linked list of open connections */
     size_t nconns;
     uint64_t next_conn_id;
     size_t jobs_in_flight;

@@ -1014,9 +1014,11 @@ void kd_ocl_device_identity(const kd_ocl_t *ocl, char *buf, size_t cap)
     if (kd_ocl_platform_string(ocl->desc.platform_id, CL_PLATFORM_VERSION, platform_version,
                                sizeof(platform_version)) != CL_SUCCESS)
         snprintf(platform_version, sizeof(platform_version), "?");
-    snprintf(buf, cap, "platform=%s\nplatform_version=%s\nvendor=%s\ndevice=%s\nversion=%s\n"
-             "driver=%s\n", ocl->desc.platform, platform_version, ocl->desc.vendor,
-             ocl->desc.name, ocl->desc.version, ocl->desc.driver);
+    snprintf(buf, cap,
+             "platform=%s\nplatform_version=%s\nvendor=%s\ndevice=%s\nversion=%s\n"
+             "driver=%s\n",
+             ocl->desc.platform, platform_version, ocl->desc.vendor, ocl->desc.name,
+             ocl->desc.version, ocl->desc.driver);
 }
 
 /* The program whose binary is under key, built for this device, or KD_ENOTFOUND: none, or one
@@ -1209,8 +1211,8 @@ int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dt
     return kd_ocl_program_find(ocl, program, dtype, options) != NULL;
 }
 
-int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
-                         const char *options, cl_program *out, kd_err_t *err)
+int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program *out, kd_err_t *err)
 {
     *out = NULL;
     const kd_kernel_source_t *src = kd_kernel_source_find(program);
@@ -1243,9 +1245,9 @@ static int kd_ocl_program_kernels(struct kd_ocl_program_entry *e, kd_err_t *err)
     }
     for (cl_uint k = 0; k < n; k++) {
         char name[128];
-        st = rc == KD_OK ? clGetKernelInfo(kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof(name), name,
-                                           NULL)
-                         : CL_SUCCESS;
+        st = rc == KD_OK
+                 ? clGetKernelInfo(kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL)
+                 : CL_SUCCESS;
         if (rc == KD_OK && st != CL_SUCCESS)
             rc = kd_ocl_fail(err, st, "clGetKernelInfo");
         char *copy = rc == KD_OK ? strdup(name) : NULL;

@@ -67,8 +67,8 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
  * the result in the table (one thread; ownership of handle passes, also on failure) with all of
  * its kernels created. kd_ocl_program_ready: 1 when the table holds it.
  */
-int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
-                         const char *options, cl_program *out, kd_err_t *err);
+int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program *out, kd_err_t *err);
 int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                          cl_program handle, kd_err_t *err);
 int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,

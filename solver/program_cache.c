@@ -40,7 +40,7 @@ enum {
 _Static_assert(KD_P_OPTIONS + KD_PROGRAM_CACHE_OPTIONS_MAX <= KD_P_CHECKSUM,
                "program cache header too small for the names");
 
-#define KD_PATH_CAP 4200
+#define KD_PATH_CAP (4096 + 256 + 8) /* the directory, a file name (d_name: 256) and a slash */
 
 struct kd_program_cache {
     char dir[4096];
@@ -229,9 +229,10 @@ void kd_program_cache_close(kd_program_cache_t *cache)
 }
 
 /* The header's fields after its own checks; key NULL: any key. */
-static int kd_program_cache_parse_header(const uint8_t *h, const uint8_t key[16], uint64_t file_size,
-                                         kd_program_cache_entry_t *entry, uint64_t *binary_bytes,
-                                         uint64_t *binary_sum, kd_err_t *err)
+static int kd_program_cache_parse_header(const uint8_t *h, const uint8_t key[16],
+                                         uint64_t file_size, kd_program_cache_entry_t *entry,
+                                         uint64_t *binary_bytes, uint64_t *binary_sum,
+                                         kd_err_t *err)
 {
     if (file_size < KD_PROGRAM_CACHE_HEADER_BYTES)
         return kd_err_set(err, KD_EIO, "%llu bytes: shorter than the header",
@@ -373,8 +374,8 @@ static int kd_write_all(int fd, const uint8_t *p, size_t n)
 }
 
 int kd_program_cache_store(kd_program_cache_t *cache, const uint8_t key[16], const char *program,
-                           kd_dtype_t dtype, const char *options, const uint8_t *binary,
-                           size_t len, kd_err_t *err)
+                           kd_dtype_t dtype, const char *options, const uint8_t *binary, size_t len,
+                           kd_err_t *err)
 {
     if (options == NULL)
         options = "";
@@ -427,8 +428,8 @@ static int kd_entry_newer_first(const void *a, const void *b)
     return x->mtime_s > y->mtime_s ? -1 : (x->mtime_s < y->mtime_s ? 1 : 0);
 }
 
-int kd_program_cache_list(kd_program_cache_t *cache, kd_program_cache_entry_t **out,
-                          size_t *count, size_t *rejected, kd_err_t *err)
+int kd_program_cache_list(kd_program_cache_t *cache, kd_program_cache_entry_t **out, size_t *count,
+                          size_t *rejected, kd_err_t *err)
 {
     *out = NULL;
     *count = 0;

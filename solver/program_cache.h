@@ -74,8 +74,8 @@ int kd_program_cache_load(kd_program_cache_t *cache, const uint8_t key[16], uint
 /* Write key's binary with the entry's names (atomically: a temporary file renamed over the
  * final name). KD_EBADREQ when the names or the binary are too long to keep, KD_EIO. */
 int kd_program_cache_store(kd_program_cache_t *cache, const uint8_t key[16], const char *program,
-                           kd_dtype_t dtype, const char *options, const uint8_t *binary,
-                           size_t len, kd_err_t *err);
+                           kd_dtype_t dtype, const char *options, const uint8_t *binary, size_t len,
+                           kd_err_t *err);
 
 /* Delete key's file (a binary the driver refused). A missing file is not an error. */
 void kd_program_cache_remove(kd_program_cache_t *cache, const uint8_t key[16]);
@@ -83,8 +83,8 @@ void kd_program_cache_remove(kd_program_cache_t *cache, const uint8_t key[16]);
 /* The headers of the files in the directory, most recently used first, at most cap of them
  * (*count); files whose header fails its checks are deleted (counted in *rejected). *out is
  * malloc'd (free() it). */
-int kd_program_cache_list(kd_program_cache_t *cache, kd_program_cache_entry_t **out,
-                          size_t *count, size_t *rejected, kd_err_t *err);
+int kd_program_cache_list(kd_program_cache_t *cache, kd_program_cache_entry_t **out, size_t *count,
+                          size_t *rejected, kd_err_t *err);
 
 /* Remove every file not loaded or stored since the cache was opened (stale: another source,
  * driver or device), and the least recently used beyond max_files. Returns the files removed. */

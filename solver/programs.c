@@ -52,8 +52,8 @@ static void kd_programs_add(kd_programs_builder_t *b, const char *program, kd_dt
 }
 
 /* A format's program with kd_format_options(extra), as kd_format_run builds it. */
-static void kd_programs_add_format(kd_programs_builder_t *b, const char *program,
-                                   kd_dtype_t dtype, const char *extra)
+static void kd_programs_add_format(kd_programs_builder_t *b, const char *program, kd_dtype_t dtype,
+                                   const char *extra)
 {
     char options[KD_PROGRAM_OPTIONS_MAX];
     kd_format_options(b->ocl, extra, options, sizeof(options));
@@ -62,7 +62,7 @@ static void kd_programs_add_format(kd_programs_builder_t *b, const char *program
 
 static void kd_programs_list_formats(kd_programs_builder_t *b, kd_dtype_t dtype)
 {
-    static const char *const plain[] = {"csr_scalar", "ell", "ellpack_r", "hyb",
+    static const char *const plain[] = {"csr_scalar", "ell",   "ellpack_r", "hyb",
                                         "coo",        "tiled", "permute"};
     for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
         kd_programs_add_format(b, plain[i], dtype, NULL);
@@ -85,8 +85,8 @@ static void kd_programs_list_solver(kd_programs_builder_t *b, kd_dtype_t dtype)
     const size_t wg = kd_ocl_work_group_size(b->ocl);
     char base[64], options[KD_PROGRAM_OPTIONS_MAX];
     snprintf(base, sizeof(base), "-DKD_WG_SIZE=%zu", wg);
-    static const char *const with_wg[] = {"krylov", "cg1", "cg_small", "bicgstab", "minres",
-                                          "gmres",  "blas", "ilu",     "permute",  "amg"};
+    static const char *const with_wg[] = {"krylov", "cg1",  "cg_small", "bicgstab", "minres",
+                                          "gmres",  "blas", "ilu",      "permute",  "amg"};
     for (size_t i = 0; i < sizeof(with_wg) / sizeof(with_wg[0]); i++)
         kd_programs_add(b, with_wg[i], dtype, base);
     kd_programs_add(b, "chebyshev", dtype, "");
@@ -156,7 +156,7 @@ static void *kd_programs_worker(void *arg)
 /* What the program cache holds beyond the list (variants a request built before), for the
  * device's value types and this build's programs. */
 static void kd_programs_add_cached(kd_programs_builder_t *b, kd_program_cache_t *cache,
-                                   const int *dtype_ok, size_t *replayed)
+                                   const int *dtype_ok)
 {
     kd_program_cache_entry_t *entries = NULL;
     size_t n = 0, rejected = 0;
@@ -169,9 +169,7 @@ static void kd_programs_add_cached(kd_programs_builder_t *b, kd_program_cache_t 
         const kd_kernel_source_t *src = kd_kernel_source_find(entries[i].program);
         if (src == NULL || strcmp(src->name, "prelude") == 0 || !dtype_ok[entries[i].dtype])
             continue; /* a program this build lacks: its file is stale, pruned afterwards */
-        size_t before = b->n;
         kd_programs_add(b, src->name, entries[i].dtype, entries[i].options);
-        *replayed += b->n - before;
     }
     free(entries);
 }
@@ -205,8 +203,8 @@ static int kd_programs_selected(const char *only, const char *program)
     return 0;
 }
 
-int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only,
-                     int threads, kd_programs_warm_report_t *report, kd_err_t *err)
+int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only, int threads,
+                     kd_programs_warm_report_t *report, kd_err_t *err)
 {
     const uint64_t start = kd_clock_ns();
     memset(report, 0, sizeof(*report));
@@ -228,12 +226,16 @@ int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *
         kd_programs_list_formats(&b, dtypes[d]);
         kd_programs_list_solver(&b, dtypes[d]);
     }
+    const size_t listed = b.n;
     if (cache != NULL)
-        kd_programs_add_cached(&b, cache, dtype_ok, &report->replayed);
+        kd_programs_add_cached(&b, cache, dtype_ok);
     size_t kept = 0; /* the selected ones, in order */
-    for (size_t i = 0; i < b.n; i++)
-        if (kd_programs_selected(only, specs[i].program))
-            specs[kept++] = specs[i];
+    for (size_t i = 0; i < b.n; i++) {
+        if (!kd_programs_selected(only, specs[i].program))
+            continue;
+        report->replayed += i >= listed;
+        specs[kept++] = specs[i];
+    }
     b.n = kept;
 
     kd_programs_job_t job = {.ocl = ocl, .specs = specs, .built = built, .count = b.n};

@@ -37,11 +37,11 @@ typedef struct kd_programs_warm_report {
  * Build every listed program for each value type the device computes in (float64 when it has
  * it, float32), plus whatever the program cache holds for this device, on up to `threads`
  * threads (0: one per CPU, at most 8), and put them in ocl's program table. only: NULL, or a
- * comma-separated list of program names to limit it to (tests; nothing is pruned then). With a program
- * cache, files that the warm-up did not use are stale and are removed. A failed build is logged
- * and counted, not fatal. Call before any other thread uses ocl.
+ * comma-separated list of program names to limit it to (tests; nothing is pruned then). With a
+ * program cache, files that the warm-up did not use are stale and are removed. A failed build is
+ * logged and counted, not fatal. Call before any other thread uses ocl.
  */
-int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only,
-                     int threads, kd_programs_warm_report_t *report, kd_err_t *err);
+int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only, int threads,
+                     kd_programs_warm_report_t *report, kd_err_t *err);
 
 #endif

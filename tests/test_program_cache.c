@@ -87,8 +87,8 @@ static void kd_check_permute_out(kd_ocl_t *o, kd_dtype_t dtype, int64_t n)
                      KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(mi), KD_ARG_MEM(myp), KD_ARG_MEM(my),
                              KD_ARG_VALUE(dtype, alpha), KD_ARG_VALUE(dtype, beta)),
                      NULL, &err) == KD_OK);
-    CHECK(clEnqueueReadBuffer(kd_ocl_queue(o), my, CL_TRUE, 0, (size_t)n * v, got, 0, NULL,
-                              NULL) == CL_SUCCESS);
+    CHECK(clEnqueueReadBuffer(kd_ocl_queue(o), my, CL_TRUE, 0, (size_t)n * v, got, 0, NULL, NULL) ==
+          CL_SUCCESS);
     size_t bad = 0;
     for (int64_t j = 0; j < n; j++) {
         const double a = kd_load_real(got, dtype, (size_t)j);
@@ -116,7 +116,7 @@ static void test_keys(void)
     uint8_t k[8][16];
     const char *src = "__kernel void f(__global int *x) { x[0] = 1; }";
     kd_program_cache_key(a, src, strlen(src), KD_DTYPE_F64, "-DX=1", k[0]);
-    kd_program_cache_key(a, src, strlen(src), KD_DTYPE_F64, "-DX=1", k[1]); /* the same */
+    kd_program_cache_key(a, src, strlen(src), KD_DTYPE_F64, "-DX=1", k[1]);     /* the same */
     kd_program_cache_key(a, src, strlen(src) - 1, KD_DTYPE_F64, "-DX=1", k[2]); /* source */
     kd_program_cache_key(a, src, strlen(src), KD_DTYPE_F64, "-DX=2", k[3]);     /* options */
     kd_program_cache_key(a, src, strlen(src), KD_DTYPE_F32, "-DX=1", k[4]);     /* dtype */
@@ -214,9 +214,17 @@ static void kd_flip_byte(const char *path, off_t at)
         close(fd);
 }
 
-enum { DAMAGE_BINARY, DAMAGE_HEADER, DAMAGE_TRUNCATE, DAMAGE_MAGIC, DAMAGE_EMPTY, DAMAGE_OTHER_KEY,
-       DAMAGE_GARBAGE, DAMAGE_COUNT };
-static const char *const kDamage[] = {"binary byte", "header byte", "truncated", "magic",
+enum {
+    DAMAGE_BINARY,
+    DAMAGE_HEADER,
+    DAMAGE_TRUNCATE,
+    DAMAGE_MAGIC,
+    DAMAGE_EMPTY,
+    DAMAGE_OTHER_KEY,
+    DAMAGE_GARBAGE,
+    DAMAGE_COUNT
+};
+static const char *const kDamage[] = {"binary byte", "header byte", "truncated",     "magic",
                                       "empty",       "other key",   "garbage binary"};
 
 /* Each damage: the fresh handle rejects the file, deletes it, builds the source, stores a good
@@ -273,8 +281,7 @@ static void test_damaged_files(void)
             uint8_t *bin = NULL;
             size_t len = 0;
             int rejected = 0;
-            CHECK(kd_program_cache_load(cache, other, &bin, &len, &rejected, &err) ==
-                  KD_ENOTFOUND);
+            CHECK(kd_program_cache_load(cache, other, &bin, &len, &rejected, &err) == KD_ENOTFOUND);
             CHECK(rejected == 1 && bin == NULL);
             CHECK_STR_CONTAINS(err.message, "another program");
             CHECK(access(moved, F_OK) != 0); /* deleted */
@@ -299,7 +306,8 @@ static void test_damaged_files(void)
         kd_ocl_program_stats(o, &s);
         CHECK_MSG(s.built_from_source == 1 && s.loaded_from_binary == 0,
                   "%s: built %llu loaded %llu", kDamage[damage],
-                  (unsigned long long)s.built_from_source, (unsigned long long)s.loaded_from_binary);
+                  (unsigned long long)s.built_from_source,
+                  (unsigned long long)s.loaded_from_binary);
         CHECK_MSG(s.binaries_rejected == (damage == DAMAGE_OTHER_KEY ? 0u : 1u),
                   "%s: rejected %llu", kDamage[damage], (unsigned long long)s.binaries_rejected);
         /* rebuilt and stored again, and good */
@@ -369,8 +377,9 @@ static void test_list_matches_launches(void)
     CHECK(n >= 20);
     char wg[64];
     snprintf(wg, sizeof(wg), "-DKD_WG_SIZE=%zu", kd_ocl_work_group_size(ocl));
-    const char *need[] = {"krylov", "csr_scalar", "blas", "cg1", "gmres", "spgemm", "amg",
-                          "chebyshev", "csr_vector", "csr_adaptive", "sell_c_sigma"};
+    const char *need[] = {"krylov",     "csr_scalar",   "blas",        "cg1",
+                          "gmres",      "spgemm",       "amg",         "chebyshev",
+                          "csr_vector", "csr_adaptive", "sell_c_sigma"};
     for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
         int found = 0;
         for (size_t j = 0; j < n; j++)
