@@ -43,7 +43,7 @@ def start(args, state, log):
         os.unlink(port_file)
     argv = [os.path.join(args.bin, "krylovd"), "--listen", "127.0.0.1:0", "--port-file", port_file,
             "--state-dir", state, "--device", args.device, "--log-level", "info",
-            "--warm-programs", args.warm]
+            "--warm-programs", args.warm, "--warm-threads", str(args.warm_threads)]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=log)
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
@@ -99,6 +99,7 @@ def main():
     ap.add_argument("--n", type=int, default=256, help="grid side of the 2-D Laplacian")
     ap.add_argument("--solves", type=int, default=10)
     ap.add_argument("--warm", default="all", help="--warm-programs for both starts")
+    ap.add_argument("--warm-threads", type=int, default=0, help="--warm-threads (0: automatic)")
     ap.add_argument("--coverage", action="store_true")
     ap.add_argument("--keep", help="state directory to use and keep (default: a temporary one)")
     args = ap.parse_args()

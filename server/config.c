@@ -139,6 +139,7 @@ void kd_config_print_usage(const char *argv0)
         "  --warm-programs all|none|LIST  build every OpenCL program before serving (default\n"
         "                             all; none: on first use, for tests that restart often;\n"
         "                             LIST: only these programs, e.g. krylov,csr_scalar,blas)\n"
+        "  --warm-threads N           threads building them (default 0: one per CPU, at most 8)\n"
         "  --version, --help\n",
         argv0);
 }
@@ -192,6 +193,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
+    KD_INT_OPT("warm-threads", warm_threads, 0, 8)
 #undef KD_STR_OPT
 #undef KD_SIZE_OPT
 #undef KD_INT_OPT

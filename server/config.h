@@ -45,6 +45,7 @@ typedef struct kd_config {
     int warm_programs;     /* 1: build programs before READY (--warm-programs all or a list),
                               0: none */
     char warm_only[256];   /* --warm-programs NAME,NAME: only these kernels/ programs; "" = all */
+    int warm_threads;      /* threads building programs at start-up; 0 = one per CPU, at most 8 */
 } kd_config_t;
 
 void kd_config_defaults(kd_config_t *cfg);

@@ -125,7 +125,8 @@ static void kd_server_warm_programs(kd_server_t *server)
     }
     if (cfg->warm_programs) {
         const char *only = cfg->warm_only[0] != '\0' ? cfg->warm_only : NULL;
-        if (kd_programs_warm(server->ocl, server->programs, only, 0, &server->warm, &err) != KD_OK)
+        if (kd_programs_warm(server->ocl, server->programs, only, cfg->warm_threads, &server->warm,
+                             &err) != KD_OK)
             KD_WARN("server", "program warm-up: %s", err.message);
         kd_ocl_program_stats_t s;
         kd_ocl_program_stats(server->ocl, &s);
