@@ -32,6 +32,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->message_timeout_ms = 120000;
     cfg->shutdown_grace_ms = 10000;
     cfg->device_memory_percent = 90.0;
+    cfg->warm_programs = 1;
 }
 
 int kd_config_parse_size(const char *text, size_t *out)
@@ -142,6 +143,10 @@ void kd_config_print_usage(const char *argv0)
         "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
         "  --format NAME              force one SpMV format for every matrix\n"
+        "  --warm-programs all|none|LIST  build every OpenCL program before serving (default\n"
+        "                             all; none: on first use, for tests that restart often;\n"
+        "                             LIST: only these programs, e.g. krylov,csr_scalar,blas)\n"
+        "  --warm-threads N           threads building them (default 0: one per CPU, at most 8)\n"
         "  --version, --help\n",
         argv0);
 }
@@ -209,6 +214,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
+    KD_INT_OPT("warm-threads", warm_threads, 0, 8)
 #undef KD_STR_OPT
 #undef KD_SIZE_OPT
 #undef KD_INT_OPT
@@ -227,6 +233,20 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
             cfg->no_auth = 0;
         else
             return kd_err_set(err, KD_EBADREQ, "no-auth: '%s' is not true or false", val);
+        return KD_OK;
+    }
+    if (strcmp(name, "warm-programs") == 0) {
+        size_t len = strlen(val);
+        int list = len > 0 && len < sizeof(cfg->warm_only) &&
+                   strspn(val, "abcdefghijklmnopqrstuvwxyz0123456789_,") == len;
+        if (strcmp(val, "all") != 0 && strcmp(val, "none") != 0 && !list)
+            return kd_err_set(err, KD_EBADREQ,
+                              "warm-programs: '%s' is not all, none or a list of program names "
+                              "(krylov,csr_scalar)",
+                              val);
+        cfg->warm_programs = strcmp(val, "none") != 0;
+        snprintf(cfg->warm_only, sizeof(cfg->warm_only), "%s",
+                 strcmp(val, "all") == 0 || strcmp(val, "none") == 0 ? "" : val);
         return KD_OK;
     }
     if (strcmp(name, "log-level") == 0) {

@@ -47,6 +47,10 @@ typedef struct kd_config {
     double device_memory_percent; /* ... this percentage of the device's global memory */
     size_t state_max_bytes;       /* total size of the state files, 0 = no limit */
     size_t test_max_alloc; /* tests only: lower the device's largest allocation (0 = as is) */
+    int warm_programs;     /* 1: build programs before READY (--warm-programs all or a list),
+                              0: none */
+    char warm_only[256];   /* --warm-programs NAME,NAME: only these kernels/ programs; "" = all */
+    int warm_threads;      /* threads building programs at start-up; 0 = one per CPU, at most 8 */
 } kd_config_t;
 
 void kd_config_defaults(kd_config_t *cfg);

@@ -207,6 +207,21 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
         kd_text_metric(&t, cache[i].name, "counter", cache[i].help,
                        (double)totals.counters[cache[i].counter]);
+    kd_ocl_program_stats_t ps;
+    kd_ocl_program_stats(server->ocl, &ps);
+    kd_text_metric(&t, "krylovd_programs_built_on_request_total", "counter",
+                   "OpenCL programs built for a request after the start-up warm-up.",
+                   (double)kd_server_programs_built_on_request(server));
+    kd_text_metric(&t, "krylovd_programs_compiled_total", "counter",
+                   "OpenCL programs compiled from source.", (double)ps.built_from_source);
+    kd_text_metric(&t, "krylovd_programs_loaded_total", "counter",
+                   "OpenCL programs loaded from the program cache's binaries.",
+                   (double)ps.loaded_from_binary);
+    kd_text_metric(&t, "krylovd_program_binaries_rejected_total", "counter",
+                   "Cached program binaries found damaged or stale, or refused by the driver.",
+                   (double)ps.binaries_rejected);
+    kd_text_metric(&t, "krylovd_programs_warm_seconds", "gauge",
+                   "Wall time of the start-up program warm-up.", server->warm.ms / 1e3);
     if (t.failed) {
         free(t.buf);
         return NULL;

@@ -91,7 +91,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 20 : 3);
+    kd_w_map(w, full ? 21 : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -137,6 +137,19 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "disk_evictions", (int64_t)totals.counters[KD_STORE_DISK_EVICTIONS]);
     kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
     kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
+    kd_ocl_program_stats_t ps;
+    kd_ocl_program_stats(server->ocl, &ps);
+    kd_w_str(w, "programs");
+    kd_w_map(w, 9);
+    kd_w_kv_str(w, "warm_up", server->cfg.warm_programs ? "all" : "none");
+    kd_w_kv_int(w, "warmed", (int64_t)server->warm.listed);
+    kd_w_kv_int(w, "warm_from_cache_list", (int64_t)server->warm.replayed);
+    kd_w_kv_double(w, "warm_ms", server->warm.ms);
+    kd_w_kv_bool(w, "cache", server->programs != NULL);
+    kd_w_kv_int(w, "compiled", (int64_t)ps.built_from_source);
+    kd_w_kv_int(w, "loaded", (int64_t)ps.loaded_from_binary);
+    kd_w_kv_int(w, "binaries_rejected", (int64_t)ps.binaries_rejected);
+    kd_w_kv_int(w, "built_on_request", (int64_t)kd_server_programs_built_on_request(server));
     kd_w_str(w, "connection_stats");
     kd_w_map(w, 8);
     kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);

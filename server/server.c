@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "solver/program_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -192,6 +193,47 @@ static void kd_on_signal(uv_signal_t *handle, int signum)
     kd_server_shutdown(server);
 }
 
+/*
+ * Before the worker starts and before READY: open STATE_DIR/programs (a failure there only costs
+ * compiling) and build every program a request may need, so none is compiled on a request.
+ */
+static void kd_server_warm_programs(kd_server_t *server)
+{
+    const kd_config_t *cfg = &server->cfg;
+    kd_err_t err = {0};
+    if (server->state != NULL) {
+        char dir[KD_PATH_MAX + 16], identity[1024];
+        snprintf(dir, sizeof(dir), "%s/programs", cfg->state_dir);
+        kd_ocl_device_identity(server->ocl, identity, sizeof(identity));
+        if (kd_program_cache_open(dir, identity, &server->programs, &err) != KD_OK)
+            KD_WARN("server", "no program cache: %s", err.message);
+        kd_ocl_set_program_cache(server->ocl, server->programs);
+    }
+    if (cfg->warm_programs) {
+        const char *only = cfg->warm_only[0] != '\0' ? cfg->warm_only : NULL;
+        if (kd_programs_warm(server->ocl, server->programs, only, cfg->warm_threads, &server->warm,
+                             &err) != KD_OK)
+            KD_WARN("server", "program warm-up: %s", err.message);
+        kd_ocl_program_stats_t s;
+        kd_ocl_program_stats(server->ocl, &s);
+        KD_INFO("server",
+                "programs warmed=%zu from_cache_list=%zu built=%llu loaded=%llu rejected=%llu "
+                "failed=%zu pruned=%zu ms=%.0f",
+                server->warm.listed, server->warm.replayed, (unsigned long long)s.built_from_source,
+                (unsigned long long)s.loaded_from_binary, (unsigned long long)s.binaries_rejected,
+                server->warm.failed, server->warm.pruned, server->warm.ms);
+    }
+    kd_ocl_program_stats(server->ocl, &server->warm_builds);
+}
+
+uint64_t kd_server_programs_built_on_request(const kd_server_t *server)
+{
+    kd_ocl_program_stats_t now;
+    kd_ocl_program_stats(server->ocl, &now);
+    return now.built_from_source + now.loaded_from_binary - server->warm_builds.built_from_source -
+           server->warm_builds.loaded_from_binary;
+}
+
 int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
 {
     memset(server, 0, sizeof(*server));
@@ -250,6 +292,7 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     rc = kd_cache_open(server, err);
     if (rc != KD_OK)
         return rc;
+    kd_server_warm_programs(server);
 
     if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
         return rc;
@@ -432,6 +475,8 @@ int kd_server_run(kd_server_t *server)
     server->ocl = NULL;
     kd_auth_free(server->auth);
     server->auth = NULL;
+    kd_program_cache_close(server->programs);
+    server->programs = NULL;
     KD_INFO("server", "stopped");
     return server->exit_code;
 }

@@ -19,6 +19,7 @@
 #include "server/store.h"
 #include "server/worker.h"
 #include "solver/ocl.h"
+#include "solver/programs.h"
 
 #include <uv.h>
 
@@ -63,10 +64,14 @@ typedef struct kd_server {
     kd_ocl_t *ocl;
     kd_worker_t *worker;
     kd_store_t *store;
-    kd_state_t *state;    /* NULL without --state-dir */
-    size_t device_budget; /* bytes of device memory matrices and vectors may use */
-    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    kd_conn_t *conns;     /* doubly linked list of open connections */
+    kd_state_t *state;                  /* NULL without --state-dir */
+    struct kd_program_cache *programs;  /* STATE_DIR/programs, or NULL */
+    kd_programs_warm_report_t warm;     /* the start-up warm-up (zero with none) */
+    kd_ocl_program_stats_t warm_builds; /* builds when the warm-up ended: later ones are a
+                                           request's */
+    size_t device_budget;               /* bytes of device memory matrices and vectors may use */
+    int budget_refused; /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    kd_conn_t *conns;   /* doubly linked list of open connections */
     size_t nconns;
     uint64_t next_conn_id;
     size_t jobs_in_flight;
@@ -110,6 +115,9 @@ struct kd_conn {
     int auth_failures;          /* failed `auth`s on this connection */
     struct kd_login_hold *hold; /* a failed `auth`'s answer held back (reading stops meanwhile) */
 };
+
+/* Programs compiled or loaded since the start-up warm-up ended: each one a request waited for. */
+uint64_t kd_server_programs_built_on_request(const kd_server_t *server);
 
 /* Set up everything (device, store, worker, listener, signals). */
 int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err);

@@ -170,6 +170,13 @@ cl_mem kd_format_share(kd_matrix_t *m, cl_mem mem, size_t bytes);
 /* clReleaseMemObject on each non-NULL entry, which is set to NULL. */
 void kd_format_release_mems(cl_mem *mems, size_t count);
 
+/* The -D options some formats build with, for the start-up warm-up (solver/programs.c) to
+ * build the same programs: csr_vector's -DKD_TPR for a mean row length, csr_adaptive's -DKD_CAP
+ * on this device, sell_c_sigma's options. */
+int kd_format_csr_vector_threads(double mean_row, size_t wg);
+int kd_format_csr_adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype);
+extern const char kd_format_sell_options[];
+
 /* "-DKD_WG_SIZE=N" followed by `extra` (may be NULL) into buf. */
 void kd_format_options(const kd_ocl_t *ocl, const char *extra, char *buf, size_t cap);
 

@@ -42,7 +42,7 @@ typedef struct kd_adaptive_plan {
 /* CAP: WG * 8 entries (or env KD_CSR_ADAPTIVE_CAP, a multiple of WG: developer-only, for tuning
  * experiments, docs/OPERATIONS.md), halved until the products and the reduction scratch take at
  * most half of the device's local memory (at least WG entries). */
-static int adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
+int kd_format_csr_adaptive_cap(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t v = kd_dtype_size(dtype);
@@ -110,7 +110,7 @@ static void adaptive_walk(const kd_csr_t *csr, size_t wg, kd_adaptive_plan_t *p)
 
 static void adaptive_plan_init(kd_adaptive_plan_t *p, const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
-    p->cap = adaptive_cap(ocl, dtype);
+    p->cap = kd_format_csr_adaptive_cap(ocl, dtype);
     p->chunk = 2 * p->cap;
     p->long_len = 4 * p->cap;
     p->blocks = NULL;

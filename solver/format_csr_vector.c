@@ -16,7 +16,7 @@ typedef struct kd_csr_vector {
 } kd_csr_vector_t;
 
 /* The smallest power of two in 2..64 that is at least the mean row length (64 above 32). */
-static int csr_vector_threads(double mean_row, size_t wg)
+int kd_format_csr_vector_threads(double mean_row, size_t wg)
 {
     int t = 2;
     while (t < 64 && (double)t < mean_row)
@@ -49,7 +49,8 @@ static int csr_vector_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     m->impl = impl;
     kd_format_share_csr(m, src, &impl->csr);
-    impl->threads_per_row = csr_vector_threads(src->stats.mean_row, kd_ocl_work_group_size(ocl));
+    impl->threads_per_row =
+        kd_format_csr_vector_threads(src->stats.mean_row, kd_ocl_work_group_size(ocl));
     return KD_OK;
 }
 

@@ -164,6 +164,7 @@ static void sell_release(kd_matrix_t *m)
 #define KD_SELL_QUOTE(x) #x
 #define KD_SELL_OPTION(c) "-DKD_SELL_C=" KD_SELL_QUOTE(c)
 #define KD_SELL_OPTIONS KD_SELL_OPTION(KD_SELL_C)
+const char kd_format_sell_options[] = KD_SELL_OPTIONS;
 
 static int sell_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err)
 {

@@ -8,14 +8,20 @@
  * keyed by (program, dtype, options) and holds the kernels created from each program, so a solve
  * that launches the same kernel thousands of times looks it up by name and never rebuilds. A
  * failed build is not cached: the error, with the build log, is returned each time it is asked.
+ * With a program cache on disk (kd_ocl_set_program_cache), a build first looks for the binary
+ * of the same source, flags and device there and stores what it compiled; the server warms
+ * every program up before it says READY (solver/programs.c), so requests find them built.
  */
 #include "solver/ocl.h"
 #include "common/checked.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "kernels/kernels.h"
+#include "solver/program_cache.h"
 
 #include <assert.h>
 #include <ctype.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +64,11 @@ struct kd_ocl {
     int staging;                /* kd_ocl_write/read go through the pinned staging buffer */
     cl_mem staging_mem;         /* CL_MEM_ALLOC_HOST_PTR, 2 x KD_OCL_STAGING_CHUNK, mapped */
     char *staging_ptr;          /* its mapping, NULL until first use (or when refused) */
+    kd_program_cache_t *program_cache; /* not owned; NULL: every build compiles the source */
+    /* Counted on whichever thread builds (the warm-up's), read by the server's loop thread. */
+    atomic_uint_fast64_t built_from_source;
+    atomic_uint_fast64_t loaded_from_binary;
+    atomic_uint_fast64_t binaries_rejected;
 };
 
 /* Half the pinned staging buffer: the unit of one copy while the other half's transfer runs. */
@@ -987,13 +998,129 @@ static int kd_ocl_expand_includes(const char *name, const char *source, int dept
     return KD_OK;
 }
 
-static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
-                        const char *options, cl_program *out, kd_err_t *err)
+void kd_ocl_set_program_cache(kd_ocl_t *ocl, kd_program_cache_t *cache)
 {
-    char *expanded = NULL;
-    char *flags = NULL;
+    ocl->program_cache = cache;
+}
+
+void kd_ocl_program_stats(const kd_ocl_t *ocl, kd_ocl_program_stats_t *out)
+{
+    out->built_from_source = atomic_load(&ocl->built_from_source);
+    out->loaded_from_binary = atomic_load(&ocl->loaded_from_binary);
+    out->binaries_rejected = atomic_load(&ocl->binaries_rejected);
+}
+
+void kd_ocl_device_identity(const kd_ocl_t *ocl, char *buf, size_t cap)
+{
+    char platform_version[128];
+    if (kd_ocl_platform_string(ocl->desc.platform_id, CL_PLATFORM_VERSION, platform_version,
+                               sizeof(platform_version)) != CL_SUCCESS)
+        snprintf(platform_version, sizeof(platform_version), "?");
+    snprintf(buf, cap,
+             "platform=%s\nplatform_version=%s\nvendor=%s\ndevice=%s\nversion=%s\n"
+             "driver=%s\n",
+             ocl->desc.platform, platform_version, ocl->desc.vendor, ocl->desc.name,
+             ocl->desc.version, ocl->desc.driver);
+}
+
+/* The program whose binary is under key, built for this device, or KD_ENOTFOUND: none, or one
+ * that failed its checks or that the driver refused (then it is gone from the cache). */
+static int kd_ocl_build_from_binary(kd_ocl_t *ocl, const uint8_t key[16], const char *name,
+                                    const char *flags, cl_program *out)
+{
+    uint8_t *binary = NULL;
+    size_t len = 0;
+    int rejected = 0;
+    kd_err_t why = {0};
+    int rc = kd_program_cache_load(ocl->program_cache, key, &binary, &len, &rejected, &why);
+    if (rc != KD_OK) {
+        if (rejected) {
+            atomic_fetch_add(&ocl->binaries_rejected, 1);
+            KD_WARN("ocl", "%s: cached binary rejected, compiling the source: %s", name,
+                    why.message);
+        }
+        return KD_ENOTFOUND;
+    }
+    const unsigned char *bins[1] = {binary};
+    cl_int binary_status = CL_SUCCESS, st = CL_SUCCESS;
+    cl_program program = clCreateProgramWithBinary(ocl->context, 1, &ocl->desc.device_id, &len,
+                                                   bins, &binary_status, &st);
+    if (program != NULL && st == CL_SUCCESS && binary_status == CL_SUCCESS)
+        st = clBuildProgram(program, 1, &ocl->desc.device_id, flags, NULL, NULL);
+    free(binary);
+    if (program == NULL || st != CL_SUCCESS || binary_status != CL_SUCCESS) {
+        if (program != NULL)
+            clReleaseProgram(program);
+        kd_program_cache_remove(ocl->program_cache, key);
+        atomic_fetch_add(&ocl->binaries_rejected, 1);
+        KD_WARN("ocl", "%s: the driver refused the cached binary (%s), compiling the source", name,
+                kd_ocl_error_name(st != CL_SUCCESS ? st : binary_status));
+        return KD_ENOTFOUND;
+    }
+    atomic_fetch_add(&ocl->loaded_from_binary, 1);
+    *out = program;
+    return KD_OK;
+}
+
+/* Keep what the driver compiled for next time; a failure only costs the next start a build. */
+static void kd_ocl_store_binary(kd_ocl_t *ocl, const uint8_t key[16], const char *program_name,
+                                kd_dtype_t dtype, const char *options, cl_program program)
+{
+    size_t size = 0;
+    cl_int st = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, NULL);
+    unsigned char *binary = st == CL_SUCCESS && size > 0 ? malloc(size) : NULL;
+    if (binary == NULL) {
+        KD_DEBUG("ocl", "%s: no binary to keep (%s)", program_name, kd_ocl_error_name(st));
+        return;
+    }
+    unsigned char *bins[1] = {binary};
+    st = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof(bins), bins, NULL);
+    kd_err_t why = {0};
+    if (st != CL_SUCCESS)
+        KD_WARN("ocl", "%s: clGetProgramInfo(CL_PROGRAM_BINARIES): %s", program_name,
+                kd_ocl_error_name(st));
+    else if (kd_program_cache_store(ocl->program_cache, key, program_name, dtype, options, binary,
+                                    size, &why) != KD_OK)
+        KD_WARN("ocl", "program cache: %s", why.message);
+    free(binary);
+}
+
+/* Report a failed clBuildProgram with the build log's excerpt. */
+static int kd_ocl_build_failed(kd_ocl_t *ocl, cl_program program, const char *name,
+                               kd_dtype_t dtype, const char *flags, cl_int build, kd_err_t *err)
+{
+    size_t size = 0;
+    char excerpt[360];
     char *log = NULL;
+    cl_int st =
+        clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+    if (st == CL_SUCCESS && (log = malloc(size + 1)) != NULL) {
+        st = clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, size, log,
+                                   NULL);
+        log[st == CL_SUCCESS ? size : 0] = '\0';
+    }
+    if (log != NULL && st == CL_SUCCESS) {
+        kd_ocl_log_excerpt(log, excerpt, sizeof(excerpt));
+        KD_ERROR("ocl", "build of %s failed options=\"%s\" log:\n%s", name, flags, log);
+    } else {
+        snprintf(excerpt, sizeof(excerpt), "(no build log: %s)", kd_ocl_error_name(st));
+    }
+    free(log);
+    return kd_err_set(err, KD_EDEVICE, "building %s for %s on %s failed (%s): %s", name,
+                      kd_dtype_name(dtype), ocl->desc.name, kd_ocl_error_name(build), excerpt);
+}
+
+/*
+ * Build source for dtype with options. cache_as: the program's name in the binary cache, or NULL
+ * to compile without it (tools that want the compiler's log). Thread-safe: it reads ocl and
+ * touches only the atomic counters and the (locked) program cache.
+ */
+static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
+                        const char *options, const char *cache_as, cl_program *out, kd_err_t *err)
+{
+    char *flags = NULL;
     cl_program program = NULL;
+    kd_ocl_text_t text = {NULL, 0, 0};
     cl_int st;
     *out = NULL;
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
@@ -1012,52 +1139,46 @@ static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_
     snprintf(flags, flags_len, "-cl-std=CL1.2 -DKD_FP64=%d %s", dtype == KD_DTYPE_F64 ? 1 : 0,
              extra);
 
-    kd_ocl_text_t text = {NULL, 0, 0};
-    rc = kd_ocl_expand_includes(name, source, 0, &text, err);
-    expanded = text.data;
-    if (rc != KD_OK)
-        goto fail;
-    if (expanded == NULL && (expanded = strdup("")) == NULL) {
+    /* "#line 1" after the prelude: line numbers in the build log count from the top of the
+     * program's own .cl file. One text, so the cache key covers exactly what is compiled. */
+    static const char line1[] = "\n#line 1\n";
+    if (kd_ocl_text_append(&text, prelude->source, prelude->length) != KD_OK ||
+        kd_ocl_text_append(&text, line1, sizeof(line1) - 1) != KD_OK) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory building %s", name);
         goto fail;
     }
-    /* "#line 1" after the prelude: line numbers in the build log count from the top of the
-     * program's own .cl file. */
-    const char *parts[] = {prelude->source, "\n#line 1\n", expanded};
-    program = clCreateProgramWithSource(ocl->context, 3, parts, NULL, &st);
+    if ((rc = kd_ocl_expand_includes(name, source, 0, &text, err)) != KD_OK)
+        goto fail;
+
+    uint8_t key[16];
+    const int cached = cache_as != NULL && ocl->program_cache != NULL;
+    if (cached) {
+        kd_program_cache_key(ocl->program_cache, text.data, text.len, dtype, flags, key);
+        if (kd_ocl_build_from_binary(ocl, key, name, flags, &program) == KD_OK)
+            goto done;
+    }
+    const char *full = text.data;
+    program = clCreateProgramWithSource(ocl->context, 1, &full, &text.len, &st);
     if (program == NULL || st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, "clCreateProgramWithSource");
         goto fail;
     }
     cl_int build = clBuildProgram(program, 1, &ocl->desc.device_id, flags, NULL, NULL);
     if (build != CL_SUCCESS) {
-        size_t size = 0;
-        char excerpt[360];
-        st = clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, 0, NULL,
-                                   &size);
-        if (st == CL_SUCCESS && (log = malloc(size + 1)) != NULL) {
-            st = clGetProgramBuildInfo(program, ocl->desc.device_id, CL_PROGRAM_BUILD_LOG, size,
-                                       log, NULL);
-            log[st == CL_SUCCESS ? size : 0] = '\0';
-        }
-        if (log != NULL && st == CL_SUCCESS) {
-            kd_ocl_log_excerpt(log, excerpt, sizeof(excerpt));
-            KD_ERROR("ocl", "build of %s failed options=\"%s\" log:\n%s", name, flags, log);
-        } else {
-            snprintf(excerpt, sizeof(excerpt), "(no build log: %s)", kd_ocl_error_name(st));
-        }
-        rc = kd_err_set(err, KD_EDEVICE, "building %s for %s on %s failed (%s): %s", name,
-                        kd_dtype_name(dtype), ocl->desc.name, kd_ocl_error_name(build), excerpt);
+        rc = kd_ocl_build_failed(ocl, program, name, dtype, flags, build, err);
         goto fail;
     }
+    atomic_fetch_add(&ocl->built_from_source, 1);
+    if (cached)
+        kd_ocl_store_binary(ocl, key, cache_as, dtype, extra, program);
+done:
     free(flags);
-    free(expanded);
+    free(text.data);
     *out = program;
     return KD_OK;
 fail:
-    free(log);
     free(flags);
-    free(expanded);
+    free(text.data);
     if (program != NULL)
         clReleaseProgram(program);
     return rc;
@@ -1066,7 +1187,7 @@ fail:
 int kd_ocl_build_source(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
                         const char *options, cl_program *out, kd_err_t *err)
 {
-    return kd_ocl_build(ocl, name, source, dtype, options, out, err);
+    return kd_ocl_build(ocl, name, source, dtype, options, NULL, out, err);
 }
 
 static int kd_ocl_same_options(const char *a, const char *b)
@@ -1074,47 +1195,130 @@ static int kd_ocl_same_options(const char *a, const char *b)
     return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
 }
 
-static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
-                              const char *options, struct kd_ocl_program_entry **out, kd_err_t *err)
+static struct kd_ocl_program_entry *kd_ocl_program_find(const kd_ocl_t *ocl, const char *program,
+                                                        kd_dtype_t dtype, const char *options)
 {
     for (size_t i = 0; i < ocl->program_count; i++) {
         struct kd_ocl_program_entry *e = &ocl->programs[i];
         if (e->dtype == dtype && strcmp(e->program, program) == 0 &&
-            kd_ocl_same_options(e->options, options)) {
-            *out = e;
-            return KD_OK;
-        }
+            kd_ocl_same_options(e->options, options))
+            return e;
     }
+    return NULL;
+}
+
+int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
+                         const char *options)
+{
+    return kd_ocl_program_find(ocl, program, dtype, options) != NULL;
+}
+
+int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program *out, kd_err_t *err)
+{
+    *out = NULL;
     const kd_kernel_source_t *src = kd_kernel_source_find(program);
     if (src == NULL || strcmp(program, "prelude") == 0)
         return kd_err_set(err, KD_EINTERNAL, "no kernel program kernels/%.64s.cl in this build",
                           program);
+    char name[96];
+    snprintf(name, sizeof(name), "kernels/%s.cl", program);
+    return kd_ocl_build(ocl, name, src->source, dtype, options, program, out, err);
+}
+
+/* Every kernel of e's program, created once (clCreateKernel on a request costs time too). */
+static int kd_ocl_program_kernels(struct kd_ocl_program_entry *e, kd_err_t *err)
+{
+    cl_uint n = 0;
+    cl_int st = clCreateKernelsInProgram(e->handle, 0, NULL, &n);
+    if (st != CL_SUCCESS || n == 0)
+        return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clCreateKernelsInProgram");
+    cl_kernel *kernels = calloc(n, sizeof(*kernels));
+    e->kernels = calloc(n, sizeof(*e->kernels));
+    if (kernels == NULL || e->kernels == NULL) {
+        free(kernels);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory caching kernels");
+    }
+    e->kernel_cap = n;
+    int rc = KD_OK;
+    if ((st = clCreateKernelsInProgram(e->handle, n, kernels, NULL)) != CL_SUCCESS) {
+        free(kernels);
+        return kd_ocl_fail(err, st, "clCreateKernelsInProgram");
+    }
+    for (cl_uint k = 0; k < n; k++) {
+        char name[128];
+        st = rc == KD_OK
+                 ? clGetKernelInfo(kernels[k], CL_KERNEL_FUNCTION_NAME, sizeof(name), name, NULL)
+                 : CL_SUCCESS;
+        if (rc == KD_OK && st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "clGetKernelInfo");
+        char *copy = rc == KD_OK ? strdup(name) : NULL;
+        if (rc == KD_OK && copy == NULL)
+            rc = kd_err_set(err, KD_ENOMEM, "out of host memory caching kernels");
+        if (rc != KD_OK) {
+            clReleaseKernel(kernels[k]);
+            continue;
+        }
+        e->kernels[e->kernel_count].name = copy;
+        e->kernels[e->kernel_count].kernel = kernels[k];
+        e->kernel_count++;
+    }
+    free(kernels);
+    return rc;
+}
+
+int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program handle, kd_err_t *err)
+{
+    assert(handle != NULL);
+    if (kd_ocl_program_find(ocl, program, dtype, options) != NULL) {
+        clReleaseProgram(handle);
+        return KD_OK;
+    }
     if (ocl->program_count == ocl->program_cap) {
         size_t cap = ocl->program_cap ? ocl->program_cap * 2 : 8;
         struct kd_ocl_program_entry *grown = realloc(ocl->programs, cap * sizeof(*grown));
-        if (grown == NULL)
+        if (grown == NULL) {
+            clReleaseProgram(handle);
             return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
+        }
         ocl->programs = grown;
         ocl->program_cap = cap;
     }
-    char name[96];
-    snprintf(name, sizeof(name), "kernels/%s.cl", program);
     struct kd_ocl_program_entry e = {0};
     e.dtype = dtype;
+    e.handle = handle;
     e.program = strdup(program);
     e.options = strdup(options != NULL ? options : "");
-    if (e.program == NULL || e.options == NULL) {
-        kd_ocl_program_entry_release(&e);
-        return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
-    }
-    int rc = kd_ocl_build(ocl, name, src->source, dtype, options, &e.handle, err);
+    int rc = e.program == NULL || e.options == NULL
+                 ? kd_err_set(err, KD_ENOMEM, "out of host memory caching programs")
+                 : kd_ocl_program_kernels(&e, err);
     if (rc != KD_OK) {
         kd_ocl_program_entry_release(&e);
         return rc;
     }
-    ocl->programs[ocl->program_count] = e;
-    *out = &ocl->programs[ocl->program_count++];
+    ocl->programs[ocl->program_count++] = e;
     return KD_OK;
+}
+
+static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
+                              const char *options, struct kd_ocl_program_entry **out, kd_err_t *err)
+{
+    if ((*out = kd_ocl_program_find(ocl, program, dtype, options)) != NULL)
+        return KD_OK;
+    cl_program handle;
+    const uint64_t start = kd_clock_ns();
+    int rc = kd_ocl_program_build(ocl, program, dtype, options, &handle, err);
+    if (rc == KD_OK)
+        rc = kd_ocl_program_adopt(ocl, program, dtype, options, handle, err);
+    /* After a warm-up this is a request waiting for the compiler: say which program it was. */
+    if (rc == KD_OK)
+        KD_INFO("ocl", "program built on first use program=%s dtype=%s options=\"%s\" ms=%.1f",
+                program, kd_dtype_name(dtype), options != NULL ? options : "",
+                kd_clock_ms_since(start));
+    if (rc == KD_OK)
+        *out = kd_ocl_program_find(ocl, program, dtype, options);
+    return rc;
 }
 
 int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,

@@ -60,6 +60,37 @@ cl_command_queue kd_ocl_queue(const kd_ocl_t *ocl);
 int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                   const char *kernel_name, cl_kernel *out, kd_err_t *err);
 
+/*
+ * Programs built ahead of use (the start-up warm-up, solver/programs.h). kd_ocl_program_build
+ * compiles what kd_ocl_kernel would (or loads it from the program cache) without touching the
+ * device's program table, so several threads may call it at once; kd_ocl_program_adopt then puts
+ * the result in the table (one thread; ownership of handle passes, also on failure) with all of
+ * its kernels created. kd_ocl_program_ready: 1 when the table holds it.
+ */
+int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program *out, kd_err_t *err);
+int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program handle, kd_err_t *err);
+int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
+                         const char *options);
+
+/* Binaries on disk for this device (solver/program_cache.h); the cache is not owned and must
+ * outlive the device's builds. NULL: every build compiles the source. */
+struct kd_program_cache;
+void kd_ocl_set_program_cache(kd_ocl_t *ocl, struct kd_program_cache *cache);
+
+/* Builds since the device was opened; safe to read from any thread. */
+typedef struct kd_ocl_program_stats {
+    uint64_t built_from_source;
+    uint64_t loaded_from_binary;
+    uint64_t binaries_rejected; /* corrupt or stale files, and binaries the driver refused */
+} kd_ocl_program_stats_t;
+void kd_ocl_program_stats(const kd_ocl_t *ocl, kd_ocl_program_stats_t *out);
+
+/* What the compiled code depends on besides its source and flags (platform and its version,
+ * vendor, device name and version, driver version), as text for the program cache's key. */
+void kd_ocl_device_identity(const kd_ocl_t *ocl, char *buf, size_t cap);
+
 /* "CL_OUT_OF_RESOURCES" for -5, ... */
 const char *kd_ocl_error_name(cl_int status);
 

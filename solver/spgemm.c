@@ -263,7 +263,7 @@ static int kd_spgemm_check(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr
 
 /* Slots per work-item: 8 where local memory holds a numeric team kernel's WG * 8 keys and values
  * with its chunk of A's entries and its window of products, else fewer. */
-static int kd_spgemm_lane_slots(const kd_ocl_t *ocl, kd_dtype_t dtype)
+int kd_spgemm_lane_slots(const kd_ocl_t *ocl, kd_dtype_t dtype)
 {
     size_t wg = kd_ocl_work_group_size(ocl);
     size_t local = (size_t)kd_ocl_desc(ocl)->local_mem_bytes;

@@ -78,4 +78,8 @@ int kd_spgemm(kd_ocl_t *ocl, const kd_csr_device_t *A, const kd_csr_device_t *B,
               const kd_spgemm_limits_t *limits, kd_csr_device_t *C, kd_spgemm_stats_t *stats,
               kd_err_t *err);
 
+/* The -DKD_SPGEMM_LANE_SLOTS its kernels are built with on this device (the warm-up builds the
+ * same program). */
+int kd_spgemm_lane_slots(const kd_ocl_t *ocl, kd_dtype_t dtype);
+
 #endif

@@ -49,6 +49,10 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     argv[argc++] = device != NULL ? device : "auto";
     argv[argc++] = "--log-level";
     argv[argc++] = getenv("KD_TEST_LOG_LEVEL") != NULL ? getenv("KD_TEST_LOG_LEVEL") : "warn";
+    /* PoCL compiles all programs in minutes on a cold cache: tests build on first use (extra
+     * may say otherwise: a later option wins). */
+    argv[argc++] = "--warm-programs";
+    argv[argc++] = "none";
     for (int i = 0; extra != NULL && extra[i] != NULL && argc < 62; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;

@@ -42,3 +42,7 @@ kd_add_test(test_ilu_match SOURCES test_ilu_match.c ${PROJECT_SOURCE_DIR}/client
 # each against none and Jacobi on elasticity, a Laplacian and real matrices, errors.
 kd_add_test(test_preconds SOURCES test_preconds.c LIBS kd_solver kd_bench LABELS kernel
             TIMEOUT 300)
+# Compiled programs on disk: keys, the round trip through a fresh device handle, damaged files
+# rejected and rebuilt, pruning, and the warm-up's list against the launch paths' options.
+kd_add_test(test_program_cache SOURCES test_program_cache.c LIBS kd_solver LABELS kernel
+            TIMEOUT 240)

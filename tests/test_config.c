@@ -144,6 +144,31 @@ static void test_listen_and_auth_options(void)
     CHECK_STR_CONTAINS(err.message, "unix:PATH needs a path");
 }
 
+/* all (the default), none, a list of program names; anything else is refused by name. */
+static void test_warm_programs(void)
+{
+    kd_config_t c;
+    kd_err_t err;
+    kd_config_defaults(&c);
+    CHECK_EQ_INT(c.warm_programs, 1);
+    CHECK(c.warm_only[0] == '\0');
+    const char *none[] = {"krylovd", "--warm-programs", "none"};
+    CHECK_EQ_INT(parse(&c, &err, 3, none), 0);
+    CHECK_EQ_INT(c.warm_programs, 0);
+    const char *list[] = {"krylovd", "--warm-programs=krylov,csr_scalar", "--warm-programs=all"};
+    CHECK_EQ_INT(parse(&c, &err, 2, list), 0);
+    CHECK_EQ_INT(c.warm_programs, 1);
+    CHECK(strcmp(c.warm_only, "krylov,csr_scalar") == 0);
+    CHECK_EQ_INT(parse(&c, &err, 3, list), 0); /* the later option wins */
+    CHECK(c.warm_only[0] == '\0');
+    const char *bad[] = {"", "All", "krylov;rm", "a b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *argv[] = {"krylovd", "--warm-programs", bad[i]};
+        CHECK_MSG(parse(&c, &err, 3, argv) == KD_EBADREQ, "'%s' accepted", bad[i]);
+        CHECK_STR_CONTAINS(err.message, "warm-programs");
+    }
+}
+
 static void test_bad_input(void)
 {
     char path[300];
@@ -200,6 +225,7 @@ int main(void)
     RUN(test_device_memory_values);
     RUN(test_listen_and_auth_options);
     RUN(test_bad_input);
+    RUN(test_warm_programs);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)

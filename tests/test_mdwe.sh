@@ -12,7 +12,7 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "
 trap cleanup EXIT
 export POCL_KERNEL_CACHE=0 CUDA_CACHE_DISABLE=1
 "$bin/mdwe_exec" "$bin/krylovd" --listen 127.0.0.1:0 --port-file "$work/port" \
-  --device "${KD_TEST_DEVICE:-auto}" --log-level warn &
+  --device "${KD_TEST_DEVICE:-auto}" --log-level warn --warm-programs none &
 pid=$!
 for _ in $(seq 1 600); do [ -s "$work/port" ] && break; kill -0 $pid || exit 1; sleep 0.1; done
 export KRYLOV_SERVER=127.0.0.1:$(cat "$work/port")

@@ -56,6 +56,9 @@ class Daemon:
             "--state-dir", os.path.join(self.dir, "state"),
             "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
             "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
+            # PoCL compiles all programs in minutes on a cold cache: build on first use unless
+            # the test asks otherwise (a later option wins).
+            "--warm-programs", "none",
         ] + self.extra_args
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 120  # PoCL may compile kernels at start

@@ -29,7 +29,8 @@ class Daemon:
         args = [os.path.join(bin_dir, "krylovd"), "--listen", "127.0.0.1:0", "--port-file", port_file,
                 "--state-dir", os.path.join(self.dir, "state"),
                 "--device", os.environ.get("KD_TEST_DEVICE") or "auto",
-                "--log-level", os.environ.get("KD_TEST_LOG_LEVEL") or "warn", *extra]
+                "--log-level", os.environ.get("KD_TEST_LOG_LEVEL") or "warn",
+                "--warm-programs", "none", *extra]
         self.proc = subprocess.Popen(args)
         deadline = time.monotonic() + 120  # PoCL may compile kernels at start
         self.port = 0

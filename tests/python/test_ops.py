@@ -67,7 +67,8 @@ class SystemdTest(unittest.TestCase):
         state = tempfile.mkdtemp(prefix="krylovd-ops-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", state]))
         env = dict(os.environ, **env_extra)
-        argv = [KRYLOVD, "--state-dir", os.path.join(state, "s"), "--device", DEVICE,
+        argv = [KRYLOVD, "--warm-programs", "none", "--state-dir", os.path.join(state, "s"),
+                "--device", DEVICE,
                 "--log-level", "warn", *extra_args]
         return subprocess.Popen(argv, env=env, pass_fds=pass_fds, stdin=subprocess.DEVNULL)
 
@@ -126,7 +127,8 @@ class SystemdTest(unittest.TestCase):
         fd = listener.fileno()
         state = tempfile.mkdtemp(prefix="krylovd-ops-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", state]))
-        argv = [KRYLOVD, "--listen", "192.0.2.1:9", "--state-dir", os.path.join(state, "s"),
+        argv = [KRYLOVD, "--warm-programs", "none", "--listen", "192.0.2.1:9",
+                "--state-dir", os.path.join(state, "s"),
                 "--device", DEVICE, "--log-level", "warn"]
         # a tiny shell puts the socket on fd 3 and execs, so LISTEN_PID is the daemon's own pid
         proc = subprocess.Popen(

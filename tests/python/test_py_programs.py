@@ -1,0 +1,157 @@
+"""Programs built before READY and kept across restarts (issue 16, item 3), through a real krylovd.
+
+With --warm-programs limited to the programs a CG solve on a csr_scalar matrix uses (a full
+warm-up takes minutes on a cold PoCL), the daemon says READY (systemd's notification socket) only
+after the warm-up, whose time it reports; a put, spmv and CG solve then build nothing
+(server.status programs.built_on_request stays 0, and the results match SciPy), while a method
+outside the list is built on its request and counted. Restarted on the same state directory, it
+loads every program from STATE_DIR/programs instead of compiling; a damaged file there is
+rejected, compiled again and replaced, and the daemon still answers correctly.
+"""
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import numpy as np
+import scipy.sparse as sp
+
+import krylov
+from kd_daemon import BIN_DIR, make_rng
+
+WARM = "krylov,csr_scalar,blas"
+
+
+def spd_matrix(n, rng):
+    """A random sparse SPD matrix (diagonally dominant), CSR."""
+    A = sp.random(n, n, density=4.0 / n, random_state=int(rng.integers(1 << 31)), format="csr")
+    A = A + A.T
+    A = A + sp.diags(np.asarray(abs(A).sum(axis=1)).ravel() + 1.0)
+    return A.tocsr()
+
+
+class ProgramsTest(unittest.TestCase):
+    def setUp(self):
+        self.rng = make_rng()
+        self.dir = tempfile.mkdtemp(prefix="krylovd-programs-")
+        self.state = os.path.join(self.dir, "state")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def start(self):
+        """krylovd on the test's state dir; returns (proc, address, seconds until READY=1)."""
+        notify_path = os.path.join(self.dir, "notify")
+        if os.path.exists(notify_path):
+            os.unlink(notify_path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(notify_path)
+        port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        argv = [os.path.join(BIN_DIR, "krylovd"), "--listen", "127.0.0.1:0",
+                "--port-file", port_file, "--state-dir", self.state,
+                "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
+                "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
+                "--warm-programs", WARM, "--format", "csr_scalar"]
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
+        self.addCleanup(lambda: proc.poll() is None and (proc.kill(), proc.wait()))
+        sock.settimeout(300)
+        ready = None
+        while ready is None:
+            msg = sock.recv(4096).decode()
+            if "READY=1" in msg.split("\n"):
+                ready = time.monotonic() - t0
+        sock.close()
+        with open(port_file) as f:
+            address = f"127.0.0.1:{int(f.read())}"
+        return proc, address, ready
+
+    def stop(self, proc):
+        proc.terminate()
+        self.assertEqual(proc.wait(timeout=60), 0)
+
+    def programs(self, kd):
+        return kd.status().raw["programs"]
+
+    def exercise(self, kd):
+        """A put, spmv and CG solve in both value types, checked against SciPy."""
+        A = spd_matrix(300 + int(self.rng.integers(200)), self.rng)
+        for dtype, tol in (("float64", 1e-10), ("float32", 1e-4)):
+            info = kd.put(A, dtype=dtype)
+            x = self.rng.uniform(-1, 1, A.shape[0])
+            y = kd.spmv(info, x)
+            want = A @ x
+            self.assertLessEqual(np.max(np.abs(y - want)) / np.max(np.abs(want)), tol * 10)
+            b = self.rng.uniform(-1, 1, A.shape[0])
+            res = kd.solve(info, b, method="cg", rtol=1e-4 if dtype == "float32" else 1e-8)
+            relres = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
+            self.assertLessEqual(relres, 1e-3 if dtype == "float32" else 1e-7)
+        return A
+
+    def test_ready_after_warm_up_and_nothing_built_on_request(self):
+        proc, address, ready = self.start()
+        with krylov.Client(address) as kd:
+            p = self.programs(kd)
+            self.assertEqual(p["warm_up"], "all")
+            self.assertTrue(p["cache"])
+            self.assertGreaterEqual(p["warmed"], 3)  # three programs, one or two value types
+            self.assertEqual(p["compiled"] + p["loaded"], p["warmed"])
+            self.assertEqual(p["built_on_request"], 0)
+            # READY came after the warm-up: the process took at least its time to say so
+            self.assertGreater(p["warm_ms"], 0)
+            self.assertGreaterEqual(ready * 1e3, p["warm_ms"])
+            A = self.exercise(kd)
+            self.assertEqual(self.programs(kd)["built_on_request"], 0)
+            # a program outside the list is built for its request, and counted
+            info = kd.put(A, dtype="float64")
+            kd.solve(info, np.ones(A.shape[0]), method="minres", rtol=1e-6)
+            self.assertGreaterEqual(self.programs(kd)["built_on_request"], 1)
+        self.stop(proc)
+
+    def test_restart_loads_binaries_and_rebuilds_a_damaged_one(self):
+        proc, address, _ = self.start()
+        with krylov.Client(address) as kd:
+            first = self.programs(kd)
+        self.stop(proc)
+        files = sorted(glob.glob(os.path.join(self.state, "programs", "*.kdp")))
+        self.assertEqual(len(files), first["warmed"])
+
+        proc, address, _ = self.start()
+        with krylov.Client(address) as kd:
+            p = self.programs(kd)
+            self.assertEqual(p["compiled"], 0)
+            self.assertEqual(p["loaded"], first["warmed"])
+            self.exercise(kd)
+            self.assertEqual(self.programs(kd)["built_on_request"], 0)
+        self.stop(proc)
+
+        # flip a byte in the middle of one binary: rejected, compiled again, replaced
+        victim = files[int(self.rng.integers(len(files)))]
+        size = os.path.getsize(victim)
+        with open(victim, "r+b") as f:
+            at = 512 + int(self.rng.integers(size - 512))
+            f.seek(at)
+            byte = f.read(1)
+            f.seek(at)
+            f.write(bytes([byte[0] ^ 0x5A]))
+        proc, address, _ = self.start()
+        with krylov.Client(address) as kd:
+            p = self.programs(kd)
+            self.assertEqual(p["binaries_rejected"], 1)
+            self.assertEqual(p["compiled"], 1)
+            self.assertEqual(p["loaded"], first["warmed"] - 1)
+            self.exercise(kd)
+            self.assertEqual(self.programs(kd)["built_on_request"], 0)
+        self.stop(proc)
+        self.assertEqual(len(glob.glob(os.path.join(self.state, "programs", "*.kdp"))),
+                         first["warmed"])
+
+
+if __name__ == "__main__":
+    unittest.main()
