@@ -135,6 +135,8 @@ void kd_config_print_usage(const char *argv0)
         "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
         "  --format NAME              force one SpMV format for every matrix\n"
+        "  --tls-cert FILE, --tls-key FILE  serve TLS (1.2+) with this PEM certificate and key\n"
+        "  --tls-ca FILE              require client certificates signed by this PEM CA\n"
         "  --version, --help\n",
         argv0);
 }
@@ -173,6 +175,9 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("metrics-port-file", metrics_port_file)
     KD_STR_OPT("log-file", log_file)
     KD_STR_OPT("format", default_format)
+    KD_STR_OPT("tls-cert", tls_cert)
+    KD_STR_OPT("tls-key", tls_key)
+    KD_STR_OPT("tls-ca", tls_ca)
     KD_SIZE_OPT("max-message", max_message, 0)
     KD_SIZE_OPT("max-pending-write", max_pending_write, 0)
     KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)

@@ -42,6 +42,9 @@ typedef struct kd_config {
     double device_memory_percent; /* ... this percentage of the device's global memory */
     size_t state_max_bytes;       /* total size of the state files, 0 = no limit */
     size_t test_max_alloc; /* tests only: lower the device's largest allocation (0 = as is) */
+    char tls_cert[KD_PATH_MAX]; /* PEM certificate chain: the listener speaks TLS; "" = plaintext */
+    char tls_key[KD_PATH_MAX];  /* PEM private key of tls_cert */
+    char tls_ca[KD_PATH_MAX];   /* PEM CA: clients must present a certificate it signed; "" = no */
 } kd_config_t;
 
 void kd_config_defaults(kd_config_t *cfg);

@@ -4,13 +4,14 @@
  * SIGINT/SIGTERM stop accepting, answer every queued request CANCELLED at once, let the running
  * one finish for up to shutdown_grace_ms and then cancel it (its client gets CANCELLED), flush and
  * close every connection, stop the worker and leave the loop with exit status 0. SIGHUP reopens
- * the log file.
+ * the log file and reloads the TLS certificate and key.
  */
 #include "server/server.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "server/tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,13 +101,19 @@ static void kd_on_signal(uv_signal_t *handle, int signum)
         if (server->cfg.log_file[0] != '\0' && kd_log_open(server->cfg.log_file) != KD_OK)
             KD_ERROR("server", "cannot reopen log file %s", server->cfg.log_file);
         KD_INFO("server", "SIGHUP: log reopened");
+        kd_err_t err = {0};
+        if (server->tls != NULL && kd_tls_ctx_reload(server->tls, &err) != KD_OK)
+            KD_ERROR("server", "SIGHUP: keeping the TLS certificate in use: %s", err.message);
+        else if (server->tls != NULL)
+            KD_INFO("server", "SIGHUP: TLS certificate and key reloaded for new connections");
         return;
     }
     KD_INFO("server", "signal %d: shutting down", signum);
     kd_server_shutdown(server);
 }
 
-int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
+static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
+                          kd_err_t *err)
 {
     memset(server, 0, sizeof(*server));
     server->loop = loop;
@@ -135,6 +142,14 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     int rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err);
     if (rc != KD_OK)
         return rc;
+    /* Before the device: a bad certificate file should stop the daemon at once. */
+    if (cfg->tls_cert[0] != '\0' || cfg->tls_key[0] != '\0' || cfg->tls_ca[0] != '\0') {
+        rc = kd_tls_ctx_new(cfg->tls_cert, cfg->tls_key, cfg->tls_ca, &server->tls, err);
+        if (rc != KD_OK)
+            return rc;
+        KD_INFO("server", "TLS on: cert=%s client certificates %s", cfg->tls_cert,
+                cfg->tls_ca[0] != '\0' ? "required" : "not asked for");
+    }
 
     rc = kd_ocl_open(cfg->device, &server->ocl, err);
     if (rc != KD_OK)
@@ -244,6 +259,16 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     return KD_OK;
 }
 
+int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
+{
+    int rc = kd_server_open(server, loop, cfg, err);
+    if (rc != KD_OK) {
+        kd_tls_ctx_free(server->tls);
+        server->tls = NULL;
+    }
+    return rc;
+}
+
 static void kd_server_worker_closed(void *arg)
 {
     kd_server_t *server = arg;
@@ -320,6 +345,8 @@ int kd_server_run(kd_server_t *server)
     kd_cache_close(server);
     kd_ocl_close(server->ocl);
     server->ocl = NULL;
+    kd_tls_ctx_free(server->tls);
+    server->tls = NULL;
     KD_INFO("server", "stopped");
     return server->exit_code;
 }

@@ -64,6 +64,8 @@ typedef struct kd_server {
     kd_frame_limits_t frame_limits;
     kd_proto_limits_t proto_limits;
     kd_csr_limits_t csr_limits;
+    struct kd_tls_ctx *tls; /* --tls-cert: the listener speaks TLS; NULL = plaintext */
+    char tls_inbuf[64 * 1024]; /* ciphertext from one read, decrypted before the next (loop) */
 } kd_server_t;
 
 struct kd_conn {
@@ -82,6 +84,8 @@ struct kd_conn {
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];
+    struct kd_tls *tls; /* TLS listener: this connection's session (freed with conn) */
+    int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
 };
 
 /* Set up everything (device, store, worker, listener, signals). */

@@ -343,12 +343,28 @@ class Client:
     $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without hearing
     anything (None: forever); when it passes the call raises krylov.Timeout and the request is
     cancelled on the server. A Client is one TCP connection: use one per thread.
+
+    tls: True for a server started with --tls-cert (None: on when $KRYLOV_TLS is "1" or a file
+    below is given), or an ssl.SSLContext of your own. cafile: the CA that signed the server's certificate (None: the
+    system's trust store); the certificate must name the host or IP address in `address`.
+    certfile, keyfile: this client's certificate and key, for a server started with --tls-ca.
     """
 
-    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0):
+    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, tls=None, cafile=None,
+                 certfile=None, keyfile=None):
         if address is None:
             address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
-        self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout)
+        if tls is None:  # a CA or a certificate means TLS too
+            tls = os.environ.get("KRYLOV_TLS", "") not in ("", "0") or any(
+                f is not None for f in (cafile, certfile, keyfile))
+        if tls is True:
+            tls = _rpc.tls_context(cafile, certfile, keyfile)
+        elif tls is False:
+            if cafile is not None or certfile is not None or keyfile is not None:
+                raise errors.BadRequest("cafile, certfile and keyfile need tls=True")
+            tls = None
+        self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout,
+                                     tls=tls)
 
     @property
     def address(self):
