@@ -90,6 +90,8 @@ int kd_ctls_new(int fd, const char *host, const char *cafile, const char *certfi
     }
     /* A partial write returns what went out, so the caller can report progress and poll. */
     SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* Read what the socket has, not one record header and then its body: half the syscalls. */
+    SSL_CTX_set_read_ahead(t->ctx, 1);
     t->ssl = SSL_new(t->ctx);
     if (t->ssl == NULL || SSL_set_fd(t->ssl, fd) != 1) {
         kd_ctls_why(t, "TLS", why, cap);

@@ -84,7 +84,10 @@ static int kd_tls_build(const kd_tls_ctx_t *ctx, SSL_CTX **out, kd_err_t *err)
                                SSL_OP_NO_RENEGOTIATION);
     /* Forward secrecy and AEAD only; AES-128-GCM first: as strong as needed and the fastest with
      * AES-NI. */
-    if (SSL_CTX_set_cipher_list(s, "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20") != 1 ||
+    if (SSL_CTX_set_cipher_list(s, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                                   "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                                   "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305") !=
+            1 ||
         SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                                     "TLS_CHACHA20_POLY1305_SHA256") != 1) {
         SSL_CTX_free(s);
@@ -193,6 +196,8 @@ int kd_tls_new(kd_tls_ctx_t *ctx, kd_tls_t **out)
     BIO_set_mem_eof_return(t->rbio, -1);
     SSL_set_bio(t->ssl, t->rbio, t->wbio);
     SSL_set_accept_state(t->ssl);
+    /* Take whole chunks from the rbio, not each record's header and then its body. */
+    SSL_set_read_ahead(t->ssl, 1);
     *out = t;
     return KD_OK;
 }
