@@ -85,9 +85,8 @@ static int bench_put(bench_target_t *t, const kd_csr_t *A, int puts)
         best_call = fmin(best_call, (t1 - t0) * 1e-9);
     }
     krylov_set_send_progress(t->client, NULL, NULL);
-    printf("put %-9s %lld nnz, %.0f MB: upload %.2f GB/s; whole call %.3f s (%.2f GB/s)\n",
-           t->name, (long long)A->nnz, bytes * 1e-6, best_rate, best_call,
-           bytes / best_call * 1e-9);
+    printf("put %-9s %lld nnz, %.0f MB: upload %.2f GB/s; whole call %.3f s (%.2f GB/s)\n", t->name,
+           (long long)A->nnz, bytes * 1e-6, best_rate, best_call, bytes / best_call * 1e-9);
     return 0;
 }
 
@@ -162,8 +161,8 @@ int main(int argc, char **argv)
         p50[k] = t[k].rtt_ms[runs / 2];
         printf("spmv %-9s %lld rows, %lld nnz, cached: round trip p50 %.3f ms, p90 %.3f ms "
                "(%d calls)\n",
-               t[k].name, (long long)S->rows, (long long)S->nnz, p50[k],
-               t[k].rtt_ms[runs * 9 / 10], runs);
+               t[k].name, (long long)S->rows, (long long)S->nnz, p50[k], t[k].rtt_ms[runs * 9 / 10],
+               runs);
     }
     printf("spmv TLS / plaintext p50: %.2fx (target <= 1.2x)\n", p50[1] / p50[0]);
     if (bench_put(&t[0], A, puts) != 0 || bench_put(&t[1], A, puts) != 0)

@@ -30,7 +30,7 @@ static void kd_ctls_why(const kd_ctls_t *t, const char *what, char *why, size_t 
         if (r != NULL && used + 1 < sizeof(reasons) && strstr(reasons, r) == NULL) {
             int n = snprintf(reasons + used, sizeof(reasons) - used, "%s%s", used ? "; " : "", r);
             used = n > 0 && (size_t)n < sizeof(reasons) - used ? used + (size_t)n
-                                                                 : sizeof(reasons) - 1;
+                                                               : sizeof(reasons) - 1;
         }
     }
     long verify = t != NULL && t->ssl != NULL ? SSL_get_verify_result(t->ssl) : X509_V_OK;
@@ -75,8 +75,7 @@ int kd_ctls_new(int fd, const char *host, const char *cafile, const char *certfi
         kd_ctls_why(t, cafile != NULL ? cafile : "the system's CA certificates", why, cap);
         goto fail;
     }
-    if (certfile != NULL &&
-        SSL_CTX_use_certificate_chain_file(t->ctx, certfile) != 1) {
+    if (certfile != NULL && SSL_CTX_use_certificate_chain_file(t->ctx, certfile) != 1) {
         kd_ctls_why(t, certfile, why, cap);
         goto fail;
     }
@@ -147,8 +146,9 @@ int kd_ctls_handshake(kd_ctls_t *t, short *wait, char *why, size_t cap)
         return 1;
     int st = kd_ctls_status(t, ret, "TLS handshake failed", wait, why, cap);
     if (st == KD_CTLS_CLOSED)
-        snprintf(why, cap, "TLS handshake failed: the server closed the connection (is it "
-                           "serving TLS?)");
+        snprintf(why, cap,
+                 "TLS handshake failed: the server closed the connection (is it "
+                 "serving TLS?)");
     return st;
 }
 
@@ -161,8 +161,7 @@ ssize_t kd_ctls_read(kd_ctls_t *t, void *buf, size_t len, short *wait, char *why
     return kd_ctls_status(t, 0, "TLS", wait, why, cap);
 }
 
-ssize_t kd_ctls_write(kd_ctls_t *t, const void *buf, size_t len, short *wait, char *why,
-                      size_t cap)
+ssize_t kd_ctls_write(kd_ctls_t *t, const void *buf, size_t len, short *wait, char *why, size_t cap)
 {
     ERR_clear_error();
     size_t n = 0;

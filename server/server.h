@@ -64,7 +64,7 @@ typedef struct kd_server {
     kd_frame_limits_t frame_limits;
     kd_proto_limits_t proto_limits;
     kd_csr_limits_t csr_limits;
-    struct kd_tls_ctx *tls; /* --tls-cert: the listener speaks TLS; NULL = plaintext */
+    struct kd_tls_ctx *tls;    /* --tls-cert: the listener speaks TLS; NULL = plaintext */
     char tls_inbuf[64 * 1024]; /* ciphertext from one read, decrypted before the next (loop) */
 } kd_server_t;
 

@@ -17,7 +17,8 @@
 #include <string.h>
 
 struct kd_tls_ctx {
-    SSL_CTX *ssl_ctx; /* each SSL holds a reference too, so a reload never pulls it from under one */
+    SSL_CTX
+        *ssl_ctx; /* each SSL holds a reference too, so a reload never pulls it from under one */
     char *cert, *key, *ca;
 };
 
@@ -84,10 +85,10 @@ static int kd_tls_build(const kd_tls_ctx_t *ctx, SSL_CTX **out, kd_err_t *err)
                                SSL_OP_NO_RENEGOTIATION);
     /* Forward secrecy and AEAD only; AES-128-GCM first: as strong as needed and the fastest with
      * AES-NI. */
-    if (SSL_CTX_set_cipher_list(s, "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
-                                   "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
-                                   "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305") !=
-            1 ||
+    if (SSL_CTX_set_cipher_list(s,
+                                "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                                "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                                "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305") != 1 ||
         SSL_CTX_set_ciphersuites(s, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                                     "TLS_CHACHA20_POLY1305_SHA256") != 1) {
         SSL_CTX_free(s);

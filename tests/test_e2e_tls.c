@@ -156,8 +156,9 @@ static void test_client_certificates(void)
     krylov_tls_options_t none = {.cafile = cert("ca.pem")};
     CHECK_EQ_INT(tls_connect(d.address, &none, &c, msg, sizeof(msg)), KRYLOV_ECONNECTION);
     CHECK_STR_CONTAINS(msg, "certificate required");
-    krylov_tls_options_t stranger = {
-        .cafile = cert("ca.pem"), .certfile = cert("stranger.pem"), .keyfile = cert("stranger.key")};
+    krylov_tls_options_t stranger = {.cafile = cert("ca.pem"),
+                                     .certfile = cert("stranger.pem"),
+                                     .keyfile = cert("stranger.key")};
     CHECK_EQ_INT(tls_connect(d.address, &stranger, &c, msg, sizeof(msg)), KRYLOV_ECONNECTION);
     krylov_tls_options_t client = {
         .cafile = cert("ca.pem"), .certfile = cert("client.pem"), .keyfile = cert("client.key")};
