@@ -7,13 +7,16 @@ server's cipher order and TLS 1.2 both work; a wrong CA, a host name the certifi
 name, and a plaintext server are refused cleanly by the client; a plaintext client on the TLS
 port and a TLS client on the plaintext port are closed at once (no hang) with a log line naming
 the peer, and the server serves the next client; with --tls-ca a client without a certificate,
-or with one from another CA, is refused and one with a certificate of the CA is served; bad
-certificate files stop krylovd at start with a message naming the file.
+or with one from another CA, is refused and one with a certificate of the CA is served; the
+settings work from a config file; SIGHUP loads a new certificate for new connections (open ones
+keep theirs) and keeps the old one when the new file is bad; bad certificate files stop krylovd
+at start with a message naming the file.
 """
 
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -224,6 +227,56 @@ class TlsRefusals(unittest.TestCase):
             A = spd_matrix(200, 0.05)
             x = rng.standard_normal(200)
             np.testing.assert_allclose(kd.spmv(kd.put(A), x), A @ x, rtol=1e-12, atol=1e-12)
+
+
+class TlsConfigAndReload(unittest.TestCase):
+    def test_config_file_keys(self):
+        conf = os.path.join(certs, "tls.conf")
+        with open(conf, "w") as f:
+            f.write(f"tls-cert = {cert('server.pem')}\ntls-key = {cert('server.key')}\n"
+                    f"tls-ca = \"{cert('ca.pem')}\"\n")
+        d = Daemon("--config", conf).start()
+        try:
+            with self.assertRaises(krylov.ConnectionFailed):
+                tls_client(d).status()  # tls-ca from the file: a certificate is required
+            with tls_client(d, certfile=cert("client.pem"), keyfile=cert("client.key")) as kd:
+                self.assertGreaterEqual(kd.status().connections, 1)
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+    def test_sighup_reloads_the_certificate(self):
+        live = os.path.join(certs, "reload")
+        os.makedirs(live, exist_ok=True)
+        for name in ("server.pem", "server.key"):
+            shutil.copy(cert(name), os.path.join(live, name))
+        # the same key, now certified by the other CA
+        subprocess.run(["openssl", "x509", "-req", "-in", cert("server.csr"), "-CA",
+                        cert("other-ca.pem"), "-CAkey", cert("other-ca.key"), "-CAcreateserial",
+                        "-days", "2", "-extfile", cert("server.ext"), "-out",
+                        os.path.join(live, "next.pem")], check=True, capture_output=True)
+        d = start_logged("reload", "--tls-cert", os.path.join(live, "server.pem"), "--tls-key",
+                         os.path.join(live, "server.key"))
+        try:
+            before = tls_client(d)
+            self.assertGreaterEqual(before.status().connections, 1)
+            os.replace(os.path.join(live, "next.pem"), os.path.join(live, "server.pem"))
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for_log(self, d, r"SIGHUP: TLS certificate and key reloaded")
+            with self.assertRaises(krylov.ConnectionFailed):
+                tls_client(d)  # new connections get the new certificate
+            with tls_client(d, cafile=cert("other-ca.pem")) as kd:
+                kd.status()
+            self.assertGreaterEqual(before.status().connections, 1)  # open ones keep theirs
+            before.close()
+            with open(os.path.join(live, "server.pem"), "w") as f:
+                f.write("not a certificate\n")
+            d.proc.send_signal(signal.SIGHUP)
+            wait_for_log(self, d, r"SIGHUP: keeping the TLS certificate in use: --tls-cert \S+"
+                         r"server\.pem: ")
+            with tls_client(d, cafile=cert("other-ca.pem")) as kd:
+                kd.status()
+        finally:
+            self.assertEqual(d.stop(), 0)
 
 
 class TlsStartup(unittest.TestCase):
