@@ -345,9 +345,10 @@ class Client:
     cancelled on the server. A Client is one TCP connection: use one per thread.
 
     tls: True for a server started with --tls-cert (None: on when $KRYLOV_TLS is "1" or a file
-    below is given), or an ssl.SSLContext of your own. cafile: the CA that signed the server's certificate (None: the
-    system's trust store); the certificate must name the host or IP address in `address`.
-    certfile, keyfile: this client's certificate and key, for a server started with --tls-ca.
+    below is given), or an ssl.SSLContext of your own. cafile: the CA that signed the server's
+    certificate (None: the system's trust store); the certificate must name the host or IP address
+    in `address`. certfile, keyfile: this client's certificate and key, for a server started with
+    --tls-ca.
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, tls=None, cafile=None,
