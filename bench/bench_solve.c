@@ -142,6 +142,10 @@ static void kd_bs_usage(void)
         "or auto = on GPUs (default auto)\n"
         "  --kernel-options S  extra build options for the Krylov kernels (tuning on a new\n"
         "                      device, e.g. -cl-nv-maxrregcount=32)\n"
+        "  --anatomy 1         after each row, a solve to 1e-8: its total, and where the time\n"
+        "                      goes with the device drained between phases\n"
+        "  --small S           cg / pcg's many-iterations-per-launch path: 1 on, -1 off,\n"
+        "                      0 automatic (default)\n"
         "  --profile 1         after each row, one more solve with every kernel's device time\n"
         "                      (milliseconds per iteration, launches per iteration)\n"
         "  --restart M         gmres's basis size (default 0: the method's, 30)\n"
@@ -153,6 +157,45 @@ static void kd_bs_usage(void)
         "                      gather and scatter a client's SpMV pays\n"
         "  --copy-mb M         size of the bandwidth copy (default 1024)\n"
         "  --csv FILE          append the rows to FILE\n");
+}
+
+/* One solve to rtol 1e-8 (maxiter 20000) twice: as a client's runs (the total), then with the
+ * device drained between phases (where each phase's time goes), as comment lines. */
+static void kd_bs_anatomy(kd_ocl_t *ocl, kd_matrix_t *A, int64_t k, const void *b, void *x,
+                          const kd_solve_params_t *base, kd_solve_result_t *res)
+{
+    kd_err_t err = {0};
+    kd_solve_params_t prm = *base;
+    prm.rtol = 1e-8;
+    prm.maxiter = 20000;
+    prm.check_every = 0;
+    double total = 0.0;
+    int64_t its = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        prm.time_phases = pass;
+        if (kd_solve(ocl, A, k, b, NULL, x, &prm, res, &err) != KD_OK) {
+            fprintf(stderr, "anatomy: %s\n", err.message);
+            return;
+        }
+        const kd_solve_anatomy_t *a = &res[0].anatomy;
+        if (pass == 0) {
+            total = res[0].time_ms;
+            its = res[0].iterations;
+        } else {
+            const double iter_each = its > 0 ? a->iterate_ms / (double)its : 0.0;
+            const double rest = res[0].time_ms - a->iterate_ms;
+            printf("#   anatomy to 1e-8 (%lld its, %s): total %.3f ms as run, %.3f drained: setup "
+                   "%.3f, host scans %.3f, alloc %.3f, upload %.3f, start %.3f, iterations %.3f "
+                   "(%.4f each, %lld checks), final residual %.3f, download %.3f; all but the "
+                   "iterations %.3f\n",
+                   (long long)its, kd_solve_status_name(res[0].status), total, res[0].time_ms,
+                   a->setup_ms, a->host_ms, a->alloc_ms, a->upload_ms, a->start_ms,
+                   a->iterate_ms, iter_each, (long long)a->checks, a->final_ms, a->download_ms,
+                   rest);
+        }
+        for (int64_t c = 0; c < k; c++)
+            kd_solve_result_free(&res[c]);
+    }
 }
 
 /* One more solve with per-kernel device times, printed as comment lines under the row. */
@@ -190,7 +233,7 @@ int kd_bench_solve_main(int argc, char **argv)
     const char *kernel_options = NULL;
     int iterations = 200, repeat = 3;
     int64_t restart = 0;
-    int profile = 0;
+    int profile = 0, small = 0, anatomy = 0;
     size_t copy_mb = 1024;
     const char *defaults[] = {"lap2d:2048", "lap3d:160"};
     const char **matrices = defaults;
@@ -224,6 +267,10 @@ int kd_bench_solve_main(int argc, char **argv)
             snprintf(fuse_buf, sizeof(fuse_buf), "%s", argv[++i]);
         } else if (strcmp(a, "--groups") == 0) {
             snprintf(groups_buf, sizeof(groups_buf), "%s", argv[++i]);
+        } else if (strcmp(a, "--anatomy") == 0) {
+            anatomy = atoi(argv[++i]);
+        } else if (strcmp(a, "--small") == 0) {
+            small = atoi(argv[++i]);
         } else if (strcmp(a, "--profile") == 0) {
             profile = atoi(argv[++i]);
         } else if (strcmp(a, "--restart") == 0) {
@@ -377,6 +424,7 @@ int kd_bench_solve_main(int argc, char **argv)
                                                : KD_SOLVE_FUSION_OFF;
                     prm.passes = atoi(passes);
                     prm.restart = restart;
+                    prm.small = small;
                     double *t = calloc((size_t)repeat, sizeof(double));
                     int failed = 0;
                     /* Warm-up (kernel builds), then timed solves with one check at the end. */
@@ -390,10 +438,12 @@ int kd_bench_solve_main(int argc, char **argv)
                      * every column, so the matrix's arrays are read once for all k. */
                     const double vec = vec_per - lean - (fused && cg ? 2.0 : 0.0);
                     const double matrix_bytes = (double)csr->nnz * (v + 4.0) + 4.0 * (n + 1.0);
+                    /* The matrix read once for all k: fused, or one SpMM launch per product. */
+                    const int once = fused || (k > 1 && kd_matrix_has_spmm(A));
                     const double bytes =
-                        fused ? spmvs * matrix_bytes +
-                                    (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
-                              : (double)k * (spmvs * spmv_bytes + vec * n * v);
+                        once ? spmvs * matrix_bytes +
+                                   (double)k * (spmvs * (spmv_bytes - matrix_bytes) + vec * n * v)
+                             : (double)k * (spmvs * spmv_bytes + vec * n * v);
                     prm.maxiter = iterations;
                     prm.check_every = iterations;
                     for (int r = 0; r < repeat && !failed; r++) {
@@ -441,6 +491,8 @@ int kd_bench_solve_main(int argc, char **argv)
                                 auto_ms, spmv_ms, copy_gbs);
                     if (profile)
                         kd_bs_profile(ocl, A, k, b, x, &prm, res, iterations);
+                    if (anatomy)
+                        kd_bs_anatomy(ocl, A, k, b, x, &prm, res);
                     fflush(stdout);
                     free(t);
                 }

@@ -16,6 +16,7 @@ typedef struct kd_bench_command {
 
 static const kd_bench_command_t kd_bench_commands[] = {
     {"spmv", kd_bench_spmv_main, "SpMV: every format and the automatic choice, per matrix"},
+    {"spmm", kd_bench_spmm_main, "several columns in one launch against single SpMVs, per format"},
     {"solve", kd_bench_solve_main, "CG / PCG / SD: ms per iteration against the bytes it moves"},
     {"spgemm", kd_bench_spgemm_main, "C = A B on the device: A A, A^T A or R (A P), per matrix"},
     {"export", kd_bench_export_main, "write a matrix as binary CSR for the peer programs"},

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define KRYLOV_MAX_FILE ((size_t)4 << 30)
@@ -181,9 +182,43 @@ static int kd_client_start_tls(krylov_client_t *c, const char *host, const char 
     }
 }
 
+static int kd_client_start(krylov_client_t *c, int fd)
+{
+    kd_frame_limits_t limits = {
+        .max_message = (size_t)1 << 34, .max_elements = (size_t)1 << 28, .max_depth = 32};
+    if (kd_frame_new(&limits, &c->frame) != KD_OK) {
+        close(fd);
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    }
+    c->fd = fd;
+    kd_client_ok(c);
+    return KRYLOV_OK;
+}
+
+static int kd_connect_unix(krylov_client_t *c, const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (path[0] == '\0' || strlen(path) >= sizeof(sa.sun_path))
+        return kd_client_fail(c, KRYLOV_EBADREQ, "unix:PATH needs a path of 1..%zu bytes",
+                              sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int e = errno;
+        close(fd);
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "cannot connect to unix:%s: %s", path,
+                              strerror(e));
+    }
+    return kd_client_start(c, fd);
+}
+
 int krylov_connect(krylov_client_t *c, const char *address)
 {
     krylov_close(c);
+    if (strncmp(address, "unix:", 5) == 0)
+        return kd_connect_unix(c, address + 5);
     char host[256], port[16] = "7373";
     const char *colon;
     if (address[0] == '[') {
@@ -226,20 +261,10 @@ int krylov_connect(krylov_client_t *c, const char *address)
                               strerror(saved ? saved : ECONNREFUSED));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c->fd = fd;
-    if (c->tls) {
-        int rc = kd_client_start_tls(c, host, address);
-        if (rc != KRYLOV_OK)
-            return rc;
-    }
-    kd_frame_limits_t limits = {
-        .max_message = (size_t)1 << 34, .max_elements = (size_t)1 << 28, .max_depth = 32};
-    if (kd_frame_new(&limits, &c->frame) != KD_OK) {
-        krylov_close(c);
-        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
-    }
-    kd_client_ok(c);
-    return KRYLOV_OK;
+    int rc = kd_client_start(c, fd);
+    if (rc == KRYLOV_OK && c->tls)
+        rc = kd_client_start_tls(c, host, address);
+    return rc;
 }
 
 static int kd_client_wait(krylov_client_t *c, short events)
@@ -725,6 +750,23 @@ int krylov_pin(krylov_client_t *c, const char *id, int pinned)
     return kd_finish_info(c, &w, msgid, NULL);
 }
 
+int krylov_auth(krylov_client_t *c, const char *name, const char *token, char *role,
+                size_t role_cap)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "auth", 2);
+    kd_w_kv_str(&w, "name", name);
+    kd_w_kv_str(&w, "token", token);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    if (role != NULL && role_cap > 0)
+        kd_copy_str(kd_obj_get(reply.result, "role"), role, role_cap);
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
 int krylov_drop(krylov_client_t *c, const char *id)
 {
     kd_reply_t reply;
@@ -782,17 +824,29 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
 int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                       double beta, double *y, int64_t ny, double *server_ms)
 {
+    return krylov_spmm(c, id, 1, alpha, x, nx, beta, y, ny, server_ms);
+}
+
+int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, const double *x,
+                int64_t nx, double beta, double *y, int64_t ny, double *server_ms)
+{
     size_t xb = 0, yb = 0;
-    int rc = kd_check_count(c, nx, 8, &xb);
+    int64_t xn = 0, yn = 0;
+    if (k < 1 || __builtin_mul_overflow(nx, k, &xn) || __builtin_mul_overflow(ny, k, &yn))
+        return kd_client_fail(c, KRYLOV_EBADREQ, "spmm: %lld columns of %lld and %lld values",
+                              (long long)k, (long long)nx, (long long)ny);
+    int rc = kd_check_count(c, xn, 8, &xb);
     if (rc == KRYLOV_OK)
-        rc = kd_check_count(c, ny, 8, &yb);
+        rc = kd_check_count(c, yn, 8, &yb);
     if (rc != KRYLOV_OK)
         return rc;
     kd_writer_t w;
-    uint64_t msgid = kd_client_begin(c, &w, "spmv", beta != 0.0 ? 5 : 3);
+    uint64_t msgid = kd_client_begin(c, &w, "spmv", (beta != 0.0 ? 5 : 3) + (k > 1 ? 1 : 0));
     kd_w_kv_str(&w, "id", id);
     kd_w_kv_bin(&w, "x", x, xb);
     kd_w_kv_double(&w, "alpha", alpha);
+    if (k > 1)
+        kd_w_kv_int(&w, "ncols", k);
     if (beta != 0.0) {
         kd_w_kv_double(&w, "beta", beta);
         kd_w_kv_bin(&w, "y", y, yb);
@@ -801,7 +855,7 @@ int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const do
     rc = kd_client_call(c, &w, msgid, NULL, &reply);
     if (rc != KRYLOV_OK)
         return rc;
-    rc = kd_copy_vector(c, &reply, "y", y, ny);
+    rc = kd_copy_vector(c, &reply, "y", y, yn);
     if (rc != KRYLOV_OK)
         return rc;
     if (server_ms != NULL && kd_obj_double(kd_obj_get(reply.result, "time_ms"), server_ms) != 0)

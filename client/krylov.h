@@ -42,6 +42,8 @@ enum {
     KRYLOV_EPROTO = -12,
     KRYLOV_EINTERNAL = -13,
     KRYLOV_ENOTSPD = -14,
+    KRYLOV_EUNAUTH = -15,     /* UNAUTHENTICATED: `auth` first (or the user was removed) */
+    KRYLOV_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not do this */
     KRYLOV_ECONNECTION = -20, /* cannot connect, or the connection broke */
 };
 
@@ -50,8 +52,19 @@ typedef struct krylov_client krylov_client_t;
 krylov_client_t *krylov_client_new(void);    /* NULL only when out of memory */
 void krylov_client_free(krylov_client_t *c); /* closes the connection; accepts NULL */
 
-/* "host:port" (port defaults to 7373; "[::1]:7373" for IPv6). */
+/* "host:port" (port defaults to 7373; "[::1]:7373" for IPv6), or "unix:PATH" for the server's
+ * Unix socket (where the server may know the user from the process's uid, without a token). */
 int krylov_connect(krylov_client_t *c, const char *address);
+
+/*
+ * Authenticate the connection as user `name` with its secret token (a server with an auth file
+ * answers UNAUTHENTICATED to anything else first). On success the server's name and role
+ * ("read", "write" or "admin") are copied into role[role_cap] when role is not NULL. A server
+ * without an auth file accepts any name as its anonymous admin. Three failures on one
+ * connection close it.
+ */
+int krylov_auth(krylov_client_t *c, const char *name, const char *token, char *role,
+                size_t role_cap);
 void krylov_close(krylov_client_t *c);
 
 /* TLS, for a server started with --tls-cert. The server's certificate must be signed by cafile
@@ -169,6 +182,11 @@ int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *
  * device and y back included; the network and encoding not). server_ms may be NULL. */
 int krylov_spmv_timed(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                       double beta, double *y, int64_t ny, double *server_ms);
+/* Y = alpha * A * X + beta * Y for k columns at once (column-major: x holds k columns of nx =
+ * cols values, y k columns of ny = rows; one launch on the server where the matrix's format has
+ * an SpMM kernel). k = 1 is krylov_spmv_timed. server_ms may be NULL. */
+int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, const double *x,
+                int64_t nx, double beta, double *y, int64_t ny, double *server_ms);
 
 typedef void (*krylov_progress_fn)(void *ctx, int64_t rhs, int64_t iteration, double residual);
 

@@ -2,8 +2,13 @@
  * krylov: the command-line client. Each subcommand is one or a few libkrylov calls; vectors come
  * from Matrix Market files (array or coordinate, .gz too) or are generated ("ones", "random").
  *
- *   krylov [--server HOST:PORT] [--timeout MS] [--json] [--progress|--no-progress] COMMAND ...
- *          [--tls] [--ca FILE] [--cert FILE --key FILE]     (TLS; $KRYLOV_TLS=1 is --tls)
+ *   krylov [--server HOST:PORT|unix:PATH] [--user NAME] [--token-file F] [--timeout MS] [--json]
+ *          [--progress|--no-progress] [--tls] [--ca FILE] [--cert FILE --key FILE] COMMAND ...
+ *
+ * With a user (--user or $KRYLOV_USER) the first request is `auth`, with the token read from
+ * --token-file or $KRYLOV_TOKEN: never from the command line, where `ps` would show it.
+ *
+ * --tls (or $KRYLOV_TLS=1; --ca, --cert and --key imply it) connects with TLS.
  *
  * Output is for people by default: aligned tables for `list` and `status`, a progress line on a
  * terminal for long solves and uploads (cli_progress.c). With --json every command prints exactly
@@ -21,6 +26,10 @@
 #include "client/cli_table.h"
 #include "client/mtx_file.h"
 #include "protocol/mtx.h"
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
 
 #include <errno.h>
 #include <math.h>
@@ -44,6 +53,9 @@ enum {
 typedef struct kd_cli {
     krylov_client_t *client;
     const char *server;
+    const char *user;       /* --user or $KRYLOV_USER; NULL: no auth */
+    const char *token_file; /* --token-file; else $KRYLOV_TOKEN */
+    char token[512];        /* read before connecting, so a missing one is a usage error */
     const char *command;
     int json; /* one JSON document on stdout */
     kd_progress_mode_t progress;
@@ -53,54 +65,57 @@ typedef struct kd_cli {
 
 static void kd_usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: krylov [--server HOST:PORT] [--timeout MS] [--json] [--progress|--no-progress]\n"
-        "              COMMAND [ARGS]\n"
-        "\n"
-        "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
-        "                    [--reorder auto|none|rcm|metis]\n"
-        "                          upload a Matrix Market matrix; prints its id\n"
-        "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
-        "                    [--reorder auto|none|rcm|metis]\n"
-        "                          C = A B (A^T B) on the server, kept there as a new\n"
-        "                          matrix; prints its id\n"
-        "  info ID                 show a matrix\n"
-        "  list                    list the matrices on the server\n"
-        "  drop ID                 remove a matrix\n"
-        "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
-        "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
-        "                          y = A x; prints ||y|| and the time, writes y with -o\n"
-        "  solve ID [--rhs B.mtx|ones|random] [--method NAME] [--rtol R] [--atol A]\n"
-        "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
-        "        [--plot CONV.png] [--preconditioner NAME] [--restart M]\n"
-        "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
-        "                          solve A x = b; prints status, iterations, residual, time;\n"
-        "                          --method: the server's (cg, pcg = cg + jacobi, sd, cg1,\n"
-        "                          gmres, bicgstab, minres) or auto: cg for a symmetric\n"
-        "                          matrix with a positive diagonal, minres for another\n"
-        "                          symmetric one, gmres otherwise (default cg; cg needs a\n"
-        "                          symmetric matrix: `krylov info` says if it is);\n"
-        "                          --restart: GMRES(M)'s basis size, 1..200 (default 30);\n"
-        "                          --preconditioner: none, jacobi, amg, ilu0, ic0,\n"
-        "                          block_jacobi, chebyshev (server.status: solvers);\n"
-        "                          --plot draws the residual history with gnuplot\n"
-        "  bench ID [--runs N] [--warmup W]\n"
-        "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
-        "  status                  show the server and its device\n"
-        "\n"
-        "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
-        "  --progress    always show the progress line on stderr; --no-progress: never\n"
-        "                (default: on a terminal, for work that takes over %.1f s)\n"
-        "\n"
-        "  --tls         connect with TLS ($KRYLOV_TLS=1 too); the server's certificate must\n"
-        "                name the host or IP address of --server\n"
-        "  --ca FILE     the CA that signed the server's certificate (default: the system's)\n"
-        "  --cert FILE --key FILE   this client's certificate, for a server with --tls-ca\n"
-        "\n"
-        "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
-        "2 usage, 3 solve not converged, 4 plot not written.\n",
-        KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
+    fprintf(out,
+            "usage: krylov [--server HOST:PORT|unix:PATH] [--user NAME] [--token-file FILE]\n"
+            "              [--timeout MS] [--json] [--progress|--no-progress] COMMAND [ARGS]\n"
+            "\n"
+            "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
+            "                    [--reorder auto|none|rcm|metis]\n"
+            "                          upload a Matrix Market matrix; prints its id\n"
+            "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
+            "                    [--reorder auto|none|rcm|metis]\n"
+            "                          C = A B (A^T B) on the server, kept there as a new\n"
+            "                          matrix; prints its id\n"
+            "  info ID                 show a matrix\n"
+            "  list                    list the matrices on the server\n"
+            "  drop ID                 remove a matrix\n"
+            "  pin ID [--off]          keep a matrix in device memory (--off: allow eviction)\n"
+            "  spmv ID X.mtx|ones|random [-o Y.mtx]\n"
+            "                          y = A x; prints ||y|| and the time, writes y with -o\n"
+            "  solve ID [--rhs B.mtx|ones|random] [--method NAME] [--rtol R] [--atol A]\n"
+            "        [--maxiter N] [--check-every K] [--x0 X0.mtx] [--history] [-o X.mtx]\n"
+            "        [--plot CONV.png] [--preconditioner NAME] [--restart M]\n"
+            "        [--precond-options NAME=VALUE,...]   (amg: threshold, block_size, ...)\n"
+            "                          solve A x = b; prints status, iterations, residual, time;\n"
+            "                          --method: the server's (cg, pcg = cg + jacobi, sd, cg1,\n"
+            "                          gmres, bicgstab, minres) or auto: cg for a symmetric\n"
+            "                          matrix with a positive diagonal, minres for another\n"
+            "                          symmetric one, gmres otherwise (default cg; cg needs a\n"
+            "                          symmetric matrix: `krylov info` says if it is);\n"
+            "                          --restart: GMRES(M)'s basis size, 1..200 (default 30);\n"
+            "                          --preconditioner: none, jacobi, amg, ilu0, ic0,\n"
+            "                          block_jacobi, chebyshev (server.status: solvers);\n"
+            "                          --plot draws the residual history with gnuplot\n"
+            "  bench ID [--runs N] [--warmup W]\n"
+            "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
+            "  status                  show the server and its device\n"
+            "  token new NAME ROLE     make a random token for a user (ROLE: read, write, admin):\n"
+            "                          prints it once and the line for the server's auth file\n"
+            "\n"
+            "  --user NAME   authenticate as NAME (default $KRYLOV_USER) with the token in\n"
+            "                --token-file FILE, else $KRYLOV_TOKEN\n"
+            "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
+            "  --progress    always show the progress line on stderr; --no-progress: never\n"
+            "                (default: on a terminal, for work that takes over %.1f s)\n"
+            "\n"
+            "  --tls         connect with TLS ($KRYLOV_TLS=1 too); the server's certificate must\n"
+            "                name the host or IP address of --server\n"
+            "  --ca FILE     the CA that signed the server's certificate (default: the system's)\n"
+            "  --cert FILE --key FILE   this client's certificate, for a server with --tls-ca\n"
+            "\n"
+            "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
+            "2 usage, 3 solve not converged, 4 plot not written.\n",
+            KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
 }
 
 /* An error document on stdout (with --json) and a line for people on stderr. */
@@ -134,10 +149,36 @@ static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char 
     return exit_code;
 }
 
-/* Connect once the command's arguments are known good, so usage errors need no server. */
+/* The token: the first line of --token-file, else $KRYLOV_TOKEN. */
+static int kd_read_token(kd_cli_t *cli, char *token, size_t cap)
+{
+    if (cli->token_file != NULL) {
+        FILE *f = fopen(cli->token_file, "r");
+        if (f == NULL)
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "cannot read --token-file %s: %s",
+                             cli->token_file, strerror(errno));
+        int ok = fgets(token, (int)cap, f) != NULL;
+        fclose(f);
+        token[ok ? strcspn(token, "\r\n") : 0] = '\0';
+    } else {
+        const char *env = getenv("KRYLOV_TOKEN");
+        snprintf(token, cap, "%s", env != NULL ? env : "");
+    }
+    if (token[0] == '\0')
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE",
+                         "user %s needs a token: set KRYLOV_TOKEN or give --token-file FILE",
+                         cli->user);
+    return KD_EXIT_OK;
+}
+
+/* Connect (and authenticate) once the command's arguments are known good, so usage errors need
+ * no server. */
 static int kd_connect(kd_cli_t *cli)
 {
-    return krylov_connect(cli->client, cli->server);
+    int rc = krylov_connect(cli->client, cli->server);
+    if (rc != KRYLOV_OK || cli->user == NULL)
+        return rc;
+    return krylov_auth(cli->client, cli->user, cli->token, NULL, 0);
 }
 
 static int kd_fail(kd_cli_t *cli)
@@ -1037,6 +1078,57 @@ static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
     return 0;
 }
 
+/* token new NAME ROLE: 256 random bits as 64 hex digits, shown once, and the auth-file line
+ * with their SHA-256. Needs no server. */
+static int kd_cmd_token(kd_cli_t *cli, int argc, char **argv)
+{
+    if (argc != 3 || strcmp(argv[0], "new") != 0)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "usage: krylov token new NAME ROLE");
+    const char *name = argv[1], *role = argv[2];
+    size_t n = strlen(name);
+    int name_ok = n > 0 && n < 64;
+    for (size_t k = 0; k < n && name_ok; k++)
+        name_ok = (name[k] >= 'a' && name[k] <= 'z') || (name[k] >= 'A' && name[k] <= 'Z') ||
+                  (name[k] >= '0' && name[k] <= '9') || strchr("._@-", name[k]) != NULL;
+    if (!name_ok)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE",
+                         "'%s' is not a user name (1..63 of A-Z a-z 0-9 . _ @ -)", name);
+    if (strcmp(role, "read") != 0 && strcmp(role, "write") != 0 && strcmp(role, "admin") != 0)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "role '%s' is not read, write or admin",
+                         role);
+    unsigned char raw[32], digest[SHA256_DIGEST_LENGTH];
+    if (RAND_bytes(raw, sizeof(raw)) != 1)
+        return kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "no random bytes from OpenSSL");
+    char token[2 * sizeof(raw) + 1], hash[2 * sizeof(digest) + 1];
+    for (size_t k = 0; k < sizeof(raw); k++)
+        snprintf(token + 2 * k, 3, "%02x", raw[k]);
+    SHA256((const unsigned char *)token, strlen(token), digest);
+    for (size_t k = 0; k < sizeof(digest); k++)
+        snprintf(hash + 2 * k, 3, "%02x", digest[k]);
+    if (cli->json) {
+        char line[256];
+        snprintf(line, sizeof(line), "%s %s %s", name, role, hash);
+        kd_json_t j;
+        kd_json_init(&j, stdout);
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "name", name);
+        kd_json_kv_str(&j, "role", role);
+        kd_json_kv_str(&j, "token", token);
+        kd_json_kv_str(&j, "auth_file_line", line);
+        kd_json_object_end(&j);
+        kd_json_finish(&j);
+    } else {
+        printf("token: %s\nauth-file line: %s %s %s\n", token, name, role, hash);
+        fprintf(stderr,
+                "krylov token: the token is shown once: give it to %s (KRYLOV_TOKEN or "
+                "a --token-file), add the line to the auth file, then SIGHUP krylovd\n",
+                name);
+    }
+    OPENSSL_cleanse(raw, sizeof(raw));
+    OPENSSL_cleanse(token, sizeof(token));
+    return KD_EXIT_OK;
+}
+
 typedef struct kd_command {
     const char *name;
     int (*run)(kd_cli_t *cli, int argc, char **argv);
@@ -1046,7 +1138,7 @@ static const kd_command_t kd_commands[] = {
     {"put", kd_cmd_put},       {"multiply", kd_cmd_multiply}, {"info", kd_cmd_info},
     {"list", kd_cmd_list},     {"drop", kd_cmd_drop},         {"pin", kd_cmd_pin},
     {"spmv", kd_cmd_spmv},     {"solve", kd_cmd_solve},       {"bench", kd_cmd_bench},
-    {"status", kd_cmd_status},
+    {"status", kd_cmd_status}, {"token", kd_cmd_token},
 };
 
 /* Take the flags that may stand anywhere (--json, --progress, --no-progress) out of argv. */
@@ -1075,6 +1167,9 @@ int main(int argc, char **argv)
     cli.tls = tls_env != NULL && tls_env[0] != '\0' && strcmp(tls_env, "0") != 0;
     if (cli.server == NULL || cli.server[0] == '\0')
         cli.server = KRYLOV_DEFAULT_SERVER;
+    cli.user = getenv("KRYLOV_USER");
+    if (cli.user != NULL && cli.user[0] == '\0')
+        cli.user = NULL;
     argc = kd_take_anywhere_flags(&cli, argc, argv);
     int timeout_ms = 0;
     int i = 1;
@@ -1095,6 +1190,10 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc && strcmp(argv[i], "--key") == 0) {
             cli.tls = 1;
             cli.tls_files.keyfile = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--user") == 0) {
+            cli.user = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--token-file") == 0) {
+            cli.token_file = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--timeout") == 0) {
             int64_t t;
             if (kd_parse_int(&cli, "--timeout", argv[++i], 0, &t) != 0)
@@ -1125,6 +1224,9 @@ int main(int argc, char **argv)
         return kd_report(&cli, KD_EXIT_USAGE, "USAGE", "unknown command '%s'", unknown);
     }
 
+    if (cli.user != NULL && cmd->run != kd_cmd_token &&
+        kd_read_token(&cli, cli.token, sizeof(cli.token)) != KD_EXIT_OK)
+        return KD_EXIT_USAGE;
     cli.client = krylov_client_new();
     if (cli.client == NULL)
         return kd_report(&cli, KD_EXIT_ERROR, "INTERNAL", "out of memory");
@@ -1132,5 +1234,6 @@ int main(int argc, char **argv)
     int rc = cli.tls ? krylov_set_tls(cli.client, &cli.tls_files) : KRYLOV_OK;
     rc = rc == KRYLOV_OK ? cmd->run(&cli, argc - i, argv + i) : kd_fail(&cli);
     krylov_client_free(cli.client);
+    OPENSSL_cleanse(cli.token, sizeof(cli.token));
     return rc;
 }

@@ -29,6 +29,8 @@ static const struct kd_error_entry kd_errors[] = {
     {KD_EPROTO, "BAD_REQUEST", "protocol error"},
     {KD_EINTERNAL, "INTERNAL", "internal error"},
     {KD_ENOTSPD, "NOT_SPD", "matrix is not symmetric positive definite"},
+    {KD_EUNAUTH, "UNAUTHENTICATED", "not authenticated"},
+    {KD_EFORBIDDEN, "FORBIDDEN", "not allowed for this user's role"},
 };
 
 static const struct kd_error_entry *kd_error_find(int code)

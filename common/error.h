@@ -28,8 +28,10 @@ enum {
     KD_EPROTO = -12,      /* BAD_REQUEST: bytes that are not msgpack-rpc (connection is closed) */
     KD_EINTERNAL = -13,   /* INTERNAL: a bug; the message says where */
     KD_ENOTSPD = -14,     /* NOT_SPD: a method that needs an SPD matrix proved it is not */
+    KD_EUNAUTH = -15,     /* UNAUTHENTICATED: no (or no longer a valid) `auth` on this connection */
+    KD_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not call this method */
 };
-#define KD_ERROR_COUNT 15
+#define KD_ERROR_COUNT 17
 
 /* A short English description of a code ("matrix not found"). Never NULL. */
 const char *kd_strerror(int code);

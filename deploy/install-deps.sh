@@ -14,12 +14,15 @@ packages=(
   ocl-icd-opencl-dev opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
   # event loop, wire format, hashing, .mtx.gz, systemd notify
   libuv1-dev libmsgpack-dev libxxhash-dev zlib1g-dev libsystemd-dev
-  # TLS (OpenSSL), and the openssl command that makes the TLS tests' certificates
+  # TLS and auth tokens (OpenSSL: libssl, libcrypto), and the openssl command that makes the TLS
+  # tests' certificates
   libssl-dev openssl
   # reorder "metis" (optional at build: CMake finds it)
   libmetis-dev
   # tests: fuzzing and sanitizers (clang/libFuzzer), reference solutions and the Python client
   clang libclang-rt-dev python3 python3-numpy python3-scipy python3-msgpack
+  # the Python client's local content id (put() asks before sending a matrix the server holds)
+  python3-xxhash
   # the Python client's packaging (pip install client/python, offline) and `krylov solve --plot`
   python3-pip python3-venv python3-setuptools python3-wheel gnuplot-nox
   # tests: unit verification (systemd-analyze)

@@ -48,6 +48,7 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = "solve",
     [KD_METHOD_JOB_CANCEL] = "job.cancel",
     [KD_METHOD_SERVER_STATUS] = "server.status",
+    [KD_METHOD_AUTH] = "auth",
 };
 
 const char *kd_method_name(kd_method_t method)
@@ -94,6 +95,8 @@ enum kd_param {
     KD_P_PRECONDITIONER_OPTIONS,
     KD_P_MSGID,
     KD_P_RESTART,
+    KD_P_NCOLS,
+    KD_P_TOKEN,
     KD_P_COUNT
 };
 
@@ -136,6 +139,8 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_PRECONDITIONER_OPTIONS] = "preconditioner_options",
     [KD_P_MSGID] = "msgid",
     [KD_P_RESTART] = "restart",
+    [KD_P_NCOLS] = "ncols",
+    [KD_P_TOKEN] = "token",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -155,13 +160,15 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
     [KD_METHOD_MATRIX_MULTIPLY] = KD_BIT(A) | KD_BIT(B) | KD_BIT(TRANSPOSE_A) | KD_MATRIX_OPTIONS,
     [KD_METHOD_SPMV] =
-        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA),
+        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA) |
+        KD_BIT(NCOLS),
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
                         KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
+    [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
 };
 
 struct kd_decoder {
@@ -550,11 +557,23 @@ static int kd_decode_spmv(struct kd_decoder *d)
         (rc = kd_param_required_array(d, KD_P_X, spmv->dtype, &spmv->x)) != KD_OK ||
         (rc = kd_param_array(d, KD_P_Y, spmv->dtype, &spmv->y)) != KD_OK ||
         (rc = kd_param_double(d, KD_P_ALPHA, -INFINITY, 1.0, &spmv->alpha)) != KD_OK ||
-        (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK)
+        (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_NCOLS, 1, 1, &spmv->ncols)) != KD_OK)
         return rc;
     if (spmv->beta != 0.0 && !spmv->y.present)
         return kd_err_set(d->err, KD_EBADREQ, "beta = %g needs y (the vector beta scales)",
                           spmv->beta);
+    /* Several columns share the solve's limit on right-hand sides. */
+    const int64_t max_cols = d->limits->max_nrhs;
+    if (max_cols > 0 && spmv->ncols > max_cols)
+        return kd_err_set(d->err, KD_ETOOLARGE, "ncols = %lld is over this server's limit %lld",
+                          (long long)spmv->ncols, (long long)max_cols);
+    if (spmv->x.count % spmv->ncols != 0 ||
+        (spmv->y.present && spmv->y.count % spmv->ncols != 0))
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "x has %lld values%s, not a whole number of columns for ncols = %lld",
+                          (long long)spmv->x.count, spmv->y.present ? " (or y)" : "",
+                          (long long)spmv->ncols);
     return KD_OK;
 }
 
@@ -641,6 +660,33 @@ static int kd_decode_solve(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* The name is checked for shape here; whether it and the token are right is the server's. */
+static int kd_decode_auth(struct kd_decoder *d)
+{
+    kd_auth_request_t *auth = &d->req->u.auth;
+    const msgpack_object *name = d->param[KD_P_NAME], *token = d->param[KD_P_TOKEN];
+    const char *s;
+    size_t len;
+    if (name == NULL)
+        return kd_missing(d, KD_P_NAME);
+    if (token == NULL)
+        return kd_missing(d, KD_P_TOKEN);
+    if (kd_obj_str(name, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "name must be a str, got %s",
+                          kd_obj_type_name(name));
+    if (len == 0 || len >= sizeof(auth->name) || memchr(s, '\0', len) != NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "name must be 1..%zu bytes without NUL",
+                          sizeof(auth->name) - 1);
+    memcpy(auth->name, s, len);
+    auth->name[len] = '\0';
+    if (kd_obj_str(token, &auth->token, &auth->token_len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "token must be a str, got %s",
+                          kd_obj_type_name(token));
+    if (auth->token_len > KD_AUTH_TOKEN_MAX)
+        return kd_err_set(d->err, KD_EBADREQ, "token is longer than %d bytes", KD_AUTH_TOKEN_MAX);
+    return KD_OK;
+}
+
 static int kd_decode_method(struct kd_decoder *d)
 {
     kd_request_t *req = d->req;
@@ -671,6 +717,8 @@ static int kd_decode_method(struct kd_decoder *d)
             return kd_err_set(d->err, KD_EBADREQ, "msgid must be a non-negative integer, got %s",
                               kd_obj_type_name(d->param[KD_P_MSGID]));
         return KD_OK;
+    case KD_METHOD_AUTH:
+        return kd_decode_auth(d);
     case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_SERVER_STATUS:
     case KD_METHOD_COUNT:

@@ -29,6 +29,7 @@ typedef enum kd_method {
     KD_METHOD_SOLVE,
     KD_METHOD_JOB_CANCEL,
     KD_METHOD_SERVER_STATUS,
+    KD_METHOD_AUTH,
     KD_METHOD_COUNT
 } kd_method_t;
 
@@ -93,6 +94,7 @@ typedef struct kd_spmv_request {
     kd_array_t y; /* optional input y for beta != 0 */
     double alpha; /* default 1 */
     double beta;  /* default 0 */
+    int64_t ncols; /* columns in x (and y), column-major: Y = alpha A X + beta Y; default 1 */
 } kd_spmv_request_t;
 
 /* The largest `restart` a solve request may ask for (the solver's KD_SOLVE_RESTART_MAX). */
@@ -122,6 +124,16 @@ typedef struct kd_solve_request {
     int64_t restart; /* GMRES(m)'s m, 0..KD_RESTART_MAX; 0 (default): the server's */
 } kd_solve_request_t;
 
+/* auth: who the connection is. The token is a secret: the server never logs it and wipes its
+ * bytes in the message once checked. */
+#define KD_AUTH_NAME_MAX 64
+#define KD_AUTH_TOKEN_MAX 256
+typedef struct kd_auth_request {
+    char name[KD_AUTH_NAME_MAX];
+    const char *token; /* not NUL-terminated; points into the message */
+    size_t token_len;
+} kd_auth_request_t;
+
 typedef struct kd_cancel_request {
     uint64_t target_msgid;
 } kd_cancel_request_t;
@@ -137,6 +149,7 @@ typedef struct kd_request {
         kd_spmv_request_t spmv;
         kd_solve_request_t solve;
         kd_cancel_request_t cancel;
+        kd_auth_request_t auth;
     } u;
     struct kd_request_owned
         *owned; /* private: the message buffer, msgpack zone, converted arrays */

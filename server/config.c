@@ -109,6 +109,13 @@ void kd_config_print_usage(const char *argv0)
         "\n"
         "  --config FILE              read settings from FILE first; options given here win\n"
         "  --listen HOST:PORT         address to listen on (default 127.0.0.1:7373; port 0 = any)\n"
+        "  --listen unix:PATH         also (or only) a Unix socket, mode 0660; may be given with\n"
+        "                             one HOST:PORT\n"
+        "  --unix-group NAME          the Unix socket's group (default the daemon's)\n"
+        "  --auth-file FILE           users, roles and token hashes (docs/OPERATIONS.md, "
+        "Security);\n"
+        "                             SIGHUP reloads it\n"
+        "  --no-auth                  allow a non-loopback --listen without --auth-file\n"
         "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
@@ -167,7 +174,21 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
         cfg->field = n64;                                                                          \
         return KD_OK;                                                                              \
     }
+    if (strcmp(name, "listen") == 0 && strncmp(val, "unix:", 5) == 0) {
+        if (val[5] == '\0' || strlen(val + 5) >= sizeof(cfg->listen_unix))
+            return kd_err_set(err, KD_EBADREQ,
+                              "listen: '%s': unix:PATH needs a path of 1..%zu bytes", val,
+                              sizeof(cfg->listen_unix) - 1);
+        snprintf(cfg->listen_unix, sizeof(cfg->listen_unix), "%s", val + 5);
+        if (!cfg->listen_given)
+            cfg->listen[0] = '\0';
+        return KD_OK;
+    }
+    if (strcmp(name, "listen") == 0)
+        cfg->listen_given = 1;
     KD_STR_OPT("listen", listen)
+    KD_STR_OPT("unix-group", unix_group)
+    KD_STR_OPT("auth-file", auth_file)
     KD_STR_OPT("device", device)
     KD_STR_OPT("state-dir", state_dir)
     KD_STR_OPT("port-file", port_file)
@@ -202,6 +223,15 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
                               "device-memory: '%s' is not a size (e.g. 12G) or a percentage of "
                               "the device's memory in (0, 100] (e.g. 90%%)",
                               val);
+        return KD_OK;
+    }
+    if (strcmp(name, "no-auth") == 0) {
+        if (strcmp(val, "true") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "1") == 0)
+            cfg->no_auth = 1;
+        else if (strcmp(val, "false") == 0 || strcmp(val, "no") == 0 || strcmp(val, "0") == 0)
+            cfg->no_auth = 0;
+        else
+            return kd_err_set(err, KD_EBADREQ, "no-auth: '%s' is not true or false", val);
         return KD_OK;
     }
     if (strcmp(name, "log-level") == 0) {
@@ -332,7 +362,7 @@ int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
     char name[64];
     const char *val;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--list-devices") == 0)
+        if (strcmp(argv[i], "--list-devices") == 0 || strcmp(argv[i], "--no-auth") == 0)
             continue;
         int rc = kd_arg_split(argc, argv, &i, name, sizeof(name), &val, err);
         if (rc != KD_OK)
@@ -343,6 +373,10 @@ int kd_config_parse_args(kd_config_t *cfg, int argc, char **argv, kd_err_t *err)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--list-devices") == 0) {
             cfg->list_devices = 1;
+            continue;
+        }
+        if (strcmp(argv[i], "--no-auth") == 0) { /* a flag; `no-auth = true` in the file */
+            cfg->no_auth = 1;
             continue;
         }
         int rc = kd_arg_split(argc, argv, &i, name, sizeof(name), &val, err);

@@ -17,7 +17,12 @@
 #define KD_PATH_MAX 4096
 
 typedef struct kd_config {
-    char listen[256]; /* host:port; port 0 picks a free port (see port_file) */
+    char listen[256]; /* host:port; port 0 picks a free port (see port_file); "" = no TCP */
+    int listen_given; /* a TCP --listen was given (else a unix: one replaces the default) */
+    char listen_unix[108]; /* --listen unix:PATH: a Unix socket too (sun_path's size) */
+    char unix_group[64];   /* the Unix socket's group ("" = the daemon's) */
+    char auth_file[KD_PATH_MAX]; /* users, roles, token hashes; "" = no authentication */
+    int no_auth; /* --no-auth: listen beyond loopback without an auth file, on purpose */
     char device[64];  /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
     char config_file[KD_PATH_MAX]; /* --config: where the file settings came from, or "" */

@@ -1,11 +1,14 @@
 /*
- * One client connection on the loop thread: read bytes into the framer, hand whole messages to
- * the decoder and dispatcher, and write responses. Memory per client is bounded on both sides:
- * the framer refuses messages over the size limit, and when a client leaves more than
- * max_pending_write bytes of responses unread we stop reading its requests until it catches up.
- * Time is bounded too (kd_conn_sweep): a message must arrive whole within message_timeout_ms of
- * its first byte, and a connection with nothing in flight that neither sends nor takes bytes for
- * idle_timeout_ms is closed.
+ * One client connection (TCP, or the Unix socket with its peer's uid) on the loop thread: read
+ * bytes into the framer, hand whole messages to the decoder and dispatcher, and write responses.
+ * Memory per client is bounded on both sides: the framer refuses messages over the size limit, and
+ * when a client leaves more than max_pending_write bytes of responses unread we stop reading its
+ * requests until it catches up. Time is bounded too (kd_conn_sweep): a message must arrive whole
+ * within message_timeout_ms of its first byte, and a connection with nothing in flight that neither
+ * sends nor takes bytes for idle_timeout_ms is closed.
+ *
+ * A failed `auth` whose answer login.c holds back stops reading too; what was already read waits
+ * in the framer and is dispatched when reading resumes (kd_conn_resume_reading).
  *
  * A connection is freed when it is closed and no job of its is still in flight (refs).
  *
@@ -13,7 +16,9 @@
  * stream is fed to the connection's TLS session and what it decrypts goes to the framer; each
  * response is encrypted and its ciphertext written. A connection whose first byte is a TLS
  * record header on a plaintext listener, or that is not TLS on a TLS one, is logged and closed.
+ * The Unix socket is never TLS.
  */
+#define _GNU_SOURCE /* struct ucred */
 #include "common/log.h"
 #include "common/clock.h"
 #include "protocol/writer.h"
@@ -22,6 +27,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 typedef struct kd_write_req {
     uv_write_t req;
@@ -37,8 +43,7 @@ typedef struct kd_write_req {
 
 static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
-static void kd_conn_drain(kd_conn_t *conn);
-static void kd_conn_track_message(kd_conn_t *conn, uint64_t now);
+static void kd_conn_drain(kd_conn_t *conn, uint64_t now);
 static int kd_conn_flush_tls(kd_conn_t *conn);
 
 static void kd_conn_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
@@ -123,6 +128,7 @@ void kd_conn_close(kd_conn_t *conn)
     server->nconns--;
     KD_DEBUG("conn", "closing conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
     uv_read_stop((uv_stream_t *)&conn->tcp);
+    kd_login_conn_closed(conn);
     if (conn->tls != NULL && kd_tls_established(conn->tls)) {
         kd_tls_shutdown(conn->tls); /* close_notify: the client can tell an end from a cut */
         kd_conn_flush_tls(conn);
@@ -147,34 +153,24 @@ void kd_conn_close(kd_conn_t *conn)
     uv_timer_start(&conn->linger, kd_conn_linger_expired, 5000, 0);
 }
 
-void kd_conn_accept(kd_server_t *server)
+/* Who is at the other end, for logs and the backoff table's key. */
+static void kd_conn_describe_peer(kd_conn_t *conn)
 {
-    kd_conn_t *conn = calloc(1, sizeof(*conn));
-    if (conn == NULL || kd_frame_new(&server->frame_limits, &conn->frame) != KD_OK) {
-        KD_ERROR("conn", "out of memory accepting a connection");
-        free(conn);
-        return;
-    }
-    conn->server = server;
-    conn->refs = 2; /* the tcp and linger handles */
-    conn->id = ++server->next_conn_id;
-    conn->last_activity_ns = kd_clock_ns();
-    conn->first_byte = -1;
-    if (uv_tcp_init(server->loop, &conn->tcp) != 0) {
-        kd_frame_free(conn->frame);
-        free(conn);
-        return;
-    }
-    uv_timer_init(server->loop, &conn->linger);
-    conn->tcp.data = conn;
-    conn->linger.data = conn;
-    conn->next = server->conns;
-    if (server->conns != NULL)
-        server->conns->prev = conn;
-    server->conns = conn;
-    server->nconns++;
-    if (uv_accept((uv_stream_t *)&server->listener, (uv_stream_t *)&conn->tcp) != 0) {
-        kd_conn_close(conn);
+    if (conn->is_unix) {
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        uv_os_fd_t fd;
+        if (uv_fileno((uv_handle_t *)&conn->pipe, &fd) == 0 &&
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+            conn->has_peer_uid = 1;
+            conn->peer_uid = (uint32_t)cred.uid;
+            snprintf(conn->peer, sizeof(conn->peer), "unix:uid=%u,pid=%d", (unsigned)cred.uid,
+                     (int)cred.pid);
+            snprintf(conn->peer_key, sizeof(conn->peer_key), "uid:%u", (unsigned)cred.uid);
+        } else {
+            snprintf(conn->peer, sizeof(conn->peer), "unix:?");
+            snprintf(conn->peer_key, sizeof(conn->peer_key), "unix");
+        }
         return;
     }
     struct sockaddr_storage peer;
@@ -190,9 +186,49 @@ void kd_conn_accept(kd_server_t *server)
             port = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
         }
         snprintf(conn->peer, sizeof(conn->peer), "%s:%d", ip, port);
+        snprintf(conn->peer_key, sizeof(conn->peer_key), "%s", ip);
     }
+}
+
+void kd_conn_accept(kd_server_t *server, int is_unix)
+{
+    kd_conn_t *conn = calloc(1, sizeof(*conn));
+    if (conn == NULL || kd_frame_new(&server->frame_limits, &conn->frame) != KD_OK) {
+        KD_ERROR("conn", "out of memory accepting a connection");
+        free(conn);
+        return;
+    }
+    conn->server = server;
+    conn->refs = 2; /* the stream and linger handles */
+    conn->id = ++server->next_conn_id;
+    conn->last_activity_ns = kd_clock_ns();
+    conn->first_byte = -1;
+    conn->is_unix = is_unix;
+    int rc = is_unix ? uv_pipe_init(server->loop, &conn->pipe, 0)
+                     : uv_tcp_init(server->loop, &conn->tcp);
+    if (rc != 0) {
+        kd_frame_free(conn->frame);
+        free(conn);
+        return;
+    }
+    uv_timer_init(server->loop, &conn->linger);
+    conn->tcp.data = conn;
+    conn->linger.data = conn;
+    conn->next = server->conns;
+    if (server->conns != NULL)
+        server->conns->prev = conn;
+    server->conns = conn;
+    server->nconns++;
+    uv_stream_t *listener =
+        is_unix ? (uv_stream_t *)&server->unix_listener : (uv_stream_t *)&server->listener;
+    if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0) {
+        kd_conn_close(conn);
+        return;
+    }
+    kd_conn_describe_peer(conn);
+    kd_login_accepted(conn);
     server->counters.connections_total++;
-    if (server->tls != NULL && kd_tls_new(server->tls, &conn->tls) != KD_OK) {
+    if (server->tls != NULL && !is_unix && kd_tls_new(server->tls, &conn->tls) != KD_OK) {
         KD_ERROR("conn", "out of memory for the TLS session of peer=%s", conn->peer);
         kd_conn_close(conn);
         return;
@@ -205,9 +241,20 @@ void kd_conn_accept(kd_server_t *server)
         kd_conn_close(conn);
         return;
     }
-    uv_tcp_nodelay(&conn->tcp, 1);
+    if (!is_unix)
+        uv_tcp_nodelay(&conn->tcp, 1);
     KD_DEBUG("conn", "accepted conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
     kd_conn_read_start(conn);
+}
+
+void kd_conn_resume_reading(kd_conn_t *conn)
+{
+    if (conn->closing || conn->read_paused || conn->hold != NULL)
+        return;
+    if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
+        conn->message_start_ns = kd_clock_ns();
+    kd_conn_read_start(conn);
+    kd_conn_drain(conn, kd_clock_ns()); /* what arrived before the pause */
 }
 
 static void kd_conn_written(uv_write_t *req, int status)
@@ -226,9 +273,7 @@ static void kd_conn_written(uv_write_t *req, int status)
     } else if (conn->read_paused && !conn->closing &&
                conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
         conn->read_paused = 0;
-        if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
-            conn->message_start_ns = kd_clock_ns();
-        kd_conn_read_start(conn);
+        kd_conn_resume_reading(conn);
     }
     kd_conn_unref(conn);
 }
@@ -353,31 +398,11 @@ static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
     }
 }
 
-static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
-{
-    kd_conn_t *conn = stream->data;
-    if (nread < 0) {
-        if (nread != UV_EOF)
-            KD_DEBUG("conn", "read error conn=%llu: %s", (unsigned long long)conn->id,
-                     uv_strerror((int)nread));
-        kd_conn_close(conn);
-        return;
-    }
-    if (nread > 0 && conn->first_byte < 0)
-        conn->first_byte = (unsigned char)buf->base[0];
-    kd_frame_commit(conn->frame, (size_t)nread);
-    uint64_t now = kd_clock_ns();
-    if (nread > 0)
-        conn->last_activity_ns = now;
-    kd_conn_drain(conn);
-    kd_conn_track_message(conn, now);
-}
-
-/* Hand every whole message in the framer to the decoder (or refuse it). */
-static void kd_conn_drain(kd_conn_t *conn)
+/* Hand every whole message buffered to the dispatcher, until a held `auth` answer stops it. */
+static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
 {
     kd_frame_event_t ev;
-    while (!conn->closing) {
+    while (!conn->closing && conn->hold == NULL) {
         kd_frame_kind_t kind = kd_frame_next(conn->frame, &ev);
         if (kind == KD_FRAME_NEED_MORE)
             break;
@@ -399,11 +424,7 @@ static void kd_conn_drain(kd_conn_t *conn)
             kd_conn_close(conn);
         }
     }
-}
-
-/* A message's clock starts with its first byte (kd_conn_sweep); a TLS handshake counts as one. */
-static void kd_conn_track_message(kd_conn_t *conn, uint64_t now)
-{
+    /* A message's clock starts with its first byte (kd_conn_sweep); a TLS handshake counts. */
     int handshaking = conn->tls != NULL && !kd_tls_established(conn->tls);
     if (!conn->closing && (handshaking || kd_frame_in_message(conn->frame))) {
         if (conn->message_start_ns == 0)
@@ -411,6 +432,25 @@ static void kd_conn_track_message(kd_conn_t *conn, uint64_t now)
     } else {
         conn->message_start_ns = 0;
     }
+}
+
+static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    kd_conn_t *conn = stream->data;
+    if (nread < 0) {
+        if (nread != UV_EOF)
+            KD_DEBUG("conn", "read error conn=%llu: %s", (unsigned long long)conn->id,
+                     uv_strerror((int)nread));
+        kd_conn_close(conn);
+        return;
+    }
+    if (nread > 0 && conn->first_byte < 0)
+        conn->first_byte = (unsigned char)buf->base[0];
+    kd_frame_commit(conn->frame, (size_t)nread);
+    uint64_t now = kd_clock_ns();
+    if (nread > 0)
+        conn->last_activity_ns = now;
+    kd_conn_drain(conn, now);
 }
 
 /* The handshake or a record failed: a client that got our ServerHello speaks TLS and gets the
@@ -458,6 +498,8 @@ static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
         kd_conn_close(conn);
         return;
     }
+    /* Everything decrypted goes to the framer; while a held `auth` answer stops the dispatch,
+     * it waits there for kd_conn_resume_reading (at most one read's worth). */
     while (!conn->closing) {
         char *space;
         size_t room, got = 0;
@@ -471,7 +513,7 @@ static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
         kd_tls_status_t st = kd_tls_read(conn->tls, space, room, &got, &err);
         if (st == KD_TLS_DATA) {
             kd_frame_commit(conn->frame, got);
-            kd_conn_drain(conn);
+            kd_conn_drain(conn, now);
             continue;
         }
         if (st == KD_TLS_CLOSED) {
@@ -490,7 +532,7 @@ static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
         KD_DEBUG("conn", "TLS conn=%llu peer=%s: %s", (unsigned long long)conn->id, conn->peer,
                  desc);
     }
-    kd_conn_track_message(conn, now);
+    kd_conn_drain(conn, now); /* no message, but the handshake's clock */
 }
 
 void kd_conn_sweep(kd_server_t *server, uint64_t now)

@@ -260,6 +260,10 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     server->counters.by_method[req->method]++;
     KD_DEBUG("dispatch", "request conn=%llu msgid=%llu method=%s", (unsigned long long)conn->id,
              (unsigned long long)req->msgid, kd_method_name(req->method));
+    if (kd_login_check(conn, req)) { /* `auth`, or a request its user may not make */
+        kd_request_free(req);
+        return;
+    }
     if (server->shutting_down && req->method != KD_METHOD_SERVER_STATUS) {
         kd_answer_error(conn, req->msgid, KD_ECANCELLED, "the server is shutting down");
         kd_request_free(req);
@@ -269,7 +273,7 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     case KD_METHOD_SERVER_STATUS: {
         kd_writer_t w;
         kd_writer_init(&w);
-        kd_reply_status(&w, server, req->msgid);
+        kd_reply_status(&w, server, req->msgid, conn->user.role == KD_ROLE_ADMIN);
         kd_send_writer(conn, &w, req->msgid);
         break;
     }

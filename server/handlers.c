@@ -167,6 +167,26 @@ fail:
     return rc;
 }
 
+int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,
+                       char *out, size_t cap)
+{
+    kd_format_t forced;
+    const int format = !created && opt->format[0] != '\0' &&
+                       kd_format_parse(opt->format, &forced) == 0 && forced != meta->format;
+    const int reorder =
+        !created && opt->reorder != KD_REORDER_AUTO && opt->reorder != meta->reorder;
+    if (!format && !reorder)
+        return 0;
+    snprintf(out, cap,
+             "matrix %s was already held (as %s, reorder %s): the %s%s%s asked for %s not "
+             "applied; drop it and put it again to store it that way",
+             meta->hex, kd_format_name(meta->format), kd_reorder_name(meta->reorder),
+             format ? "format " : "", format ? opt->format : "",
+             format && reorder ? " and the reordering" : reorder ? "reordering" : "",
+             format && reorder ? "were" : "was");
+    return 1;
+}
+
 static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
@@ -204,8 +224,12 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
                 meta.hex, (long long)meta.rows, (long long)meta.cols, (long long)meta.nnz,
                 kd_dtype_name(meta.dtype), kd_format_name(meta.format),
                 kd_reorder_name(meta.reorder), meta.device_bytes);
+    char notice[256];
+    const int noted = kd_handlers_notice(&p->options, &meta, created, notice, sizeof(notice));
     kd_w_result_begin(w, job->msgid);
-    kd_reply_meta(w, &meta, created);
+    kd_reply_meta_extra(w, &meta, created, noted ? 1 : 0);
+    if (noted)
+        kd_w_kv_str(w, "notice", notice);
     return KD_OK;
 }
 
@@ -235,50 +259,84 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     return KD_OK;
 }
 
+/* The k columns of an array in the request's dtype into a multivector of the matrix's. */
+static int kd_handlers_write_columns(kd_server_t *server, kd_multivec_t *mv, const kd_array_t *a,
+                                     kd_err_t *err)
+{
+    if (a->dtype == mv->dtype)
+        return kd_multivec_write(server->ocl, mv, a->data, err);
+    const int64_t count = mv->n * mv->k;
+    void *tmp = kd_alloc_values(count, mv->dtype, err);
+    if (tmp == NULL)
+        return err->code;
+    kd_convert_real(tmp, mv->dtype, a->data, a->dtype, (size_t)count);
+    int rc = kd_multivec_write(server->ocl, mv, tmp, err);
+    free(tmp);
+    return rc;
+}
+
+/* y = alpha A x + beta y, or with ncols = k columns Y = alpha A X + beta Y (column-major, one
+ * launch where the matrix's format has an SpMM kernel). */
 static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_spmv_request_t *q = &job->req->u.spmv;
+    const int64_t k = q->ncols;
     kd_store_entry_t *entry;
     int rc =
-        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, 1, 1), &entry, err);
+        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
     if (rc != KD_OK)
         return rc;
     const kd_matrix_t *A = entry->dev;
-    if (q->x.count != A->cols)
-        return kd_err_set(err, KD_EBADREQ, "x has %lld entries but matrix %s has %lld columns",
-                          (long long)q->x.count, entry->meta.hex, (long long)A->cols);
+    int64_t xwant, ywant;
+    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
+        return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
+                          (long long)k, entry->meta.hex);
+    if (q->x.count != xwant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
+                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
+                          (long long)A->cols, (long long)k);
     int use_y = q->beta != 0.0;
     if (use_y && !q->y.present)
         return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
-    if (use_y && q->y.count != A->rows)
-        return kd_err_set(err, KD_EBADREQ, "y has %lld entries but matrix %s has %lld rows",
-                          (long long)q->y.count, entry->meta.hex, (long long)A->rows);
+    if (use_y && q->y.count != ywant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
+                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
+                          (long long)A->rows, (long long)k);
 
     uint64_t t0 = kd_clock_ns();
-    kd_vec_t x = {0}, y = {0};
-    void *out = NULL;
-    rc = kd_vec_alloc(server->ocl, A->cols, A->dtype, &x, err);
+    kd_multivec_t x = {0}, y = {0};
+    void *dev = NULL, *out = NULL;
+    rc = kd_multivec_alloc(server->ocl, A->cols, k, A->dtype, &x, err);
     if (rc == KD_OK)
-        rc = kd_vec_alloc(server->ocl, A->rows, A->dtype, &y, err);
+        rc = kd_multivec_alloc(server->ocl, A->rows, k, A->dtype, &y, err);
+    if (rc == KD_OK && A->cols > 0)
+        rc = kd_handlers_write_columns(server, &x, &q->x, err);
+    if (rc == KD_OK && use_y && A->rows > 0)
+        rc = kd_handlers_write_columns(server, &y, &q->y, err);
     if (rc == KD_OK)
-        rc = kd_vec_write(server->ocl, &x, q->x.data, q->x.dtype, err);
-    if (rc == KD_OK && use_y)
-        rc = kd_vec_write(server->ocl, &y, q->y.data, q->y.dtype, err);
-    if (rc == KD_OK)
-        rc = kd_matrix_spmv(server->ocl, A, q->alpha, &x, q->beta, &y, err);
-    if (rc == KD_OK && (out = kd_alloc_values(A->rows, q->dtype, err)) == NULL)
+        rc = kd_matrix_spmm(server->ocl, A, q->alpha, &x, q->beta, &y, err);
+    /* Read straight into the reply's array when the dtypes agree. */
+    const int convert = q->dtype != A->dtype;
+    if (rc == KD_OK && ((out = kd_alloc_values(ywant, q->dtype, err)) == NULL ||
+                        (convert && (dev = kd_alloc_values(ywant, A->dtype, err)) == NULL)))
         rc = err->code;
-    if (rc == KD_OK)
-        rc = kd_vec_read(server->ocl, &y, out, q->dtype, err);
-    kd_vec_release(&x);
-    kd_vec_release(&y);
+    if (rc == KD_OK && A->rows > 0)
+        rc = kd_multivec_read(server->ocl, &y, convert ? dev : out, err);
+    if (rc == KD_OK && convert)
+        kd_convert_real(out, q->dtype, dev, A->dtype, (size_t)ywant);
+    kd_multivec_release(&x);
+    kd_multivec_release(&y);
     if (rc == KD_OK) {
         kd_w_result_begin(w, job->msgid);
-        kd_w_map(w, 3);
-        kd_w_kv_bin(w, "y", out, (size_t)A->rows * kd_dtype_size(q->dtype));
+        kd_w_map(w, 4);
+        kd_w_kv_bin(w, "y", out, (size_t)ywant * kd_dtype_size(q->dtype));
         kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+        kd_w_kv_int(w, "ncols", k);
         kd_w_kv_double(w, "time_ms", kd_ms_since(t0));
     }
+    free(dev);
     free(out);
     return rc;
 }
@@ -425,7 +483,22 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
 
     int any_history = q->history;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 10 + (any_history ? 1 : 0));
+    kd_w_map(w, 11 + (any_history ? 1 : 0));
+    /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
+    const kd_solve_anatomy_t *an = &results[0].anatomy;
+    kd_w_str(w, "anatomy");
+    kd_w_map(w, 11);
+    kd_w_kv_double(w, "queue_ms", (double)(t0 - job->submitted_ns) / 1e6);
+    kd_w_kv_double(w, "setup_ms", an->setup_ms);
+    kd_w_kv_double(w, "host_ms", an->host_ms);
+    kd_w_kv_double(w, "alloc_ms", an->alloc_ms);
+    kd_w_kv_double(w, "upload_ms", an->upload_ms);
+    kd_w_kv_double(w, "start_ms", an->start_ms);
+    kd_w_kv_double(w, "iterate_ms", an->iterate_ms);
+    kd_w_kv_int(w, "checks", an->checks);
+    kd_w_kv_double(w, "final_ms", an->final_ms);
+    kd_w_kv_double(w, "download_ms", an->download_ms);
+    kd_w_kv_double(w, "solve_ms", results[0].time_ms);
     kd_w_kv_bin(w, "x", xout, (size_t)want * osize);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_str(w, "method", params.method->name); /* what "auto" or an alias came to */

@@ -15,6 +15,12 @@
  * selection chooses its format (or opt->format forces one), the cache admits it (budget, state
  * file) and *created is 1. *meta gets the stored matrix's metadata. Takes csr in every case.
  */
+/* When a matrix was already held (created == 0) and opt forced a format or a reordering other
+ * than the one it is kept in, a sentence saying so (the options were not applied: the stored
+ * copy serves every client that holds the same content) into out; returns whether it did. */
+int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,
+                       char *out, size_t cap);
+
 int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_options_t *opt,
                       kd_matrix_meta_t *meta, int *created, kd_err_t *err);
 

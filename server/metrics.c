@@ -125,7 +125,8 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                     "# TYPE krylovd_errors_total counter\n");
     static const char *codes[] = {"BAD_REQUEST", "NOT_FOUND",   "TOO_LARGE", "DEVICE_MEMORY",
                                   "DEVICE_ERROR", "BUSY",       "CANCELLED", "TIMEOUT",
-                                  "UNSUPPORTED",  "NOT_SPD",    "INTERNAL"};
+                                  "UNSUPPORTED",  "NOT_SPD",    "INTERNAL",
+                                  "UNAUTHENTICATED", "FORBIDDEN"};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         uint64_t n = 0;
         for (int e = 1; e < KD_ERROR_COUNT; e++)
@@ -168,6 +169,13 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_connections_timed_out_total", "counter",
                    "Connections closed for being idle or sending a message too slowly.",
                    (double)(c->connections_idle + c->connections_slow));
+    kd_text_metric(&t, "krylovd_auth_failures_total", "counter",
+                   "Failed `auth` requests (wrong name or token).", (double)c->auth_failures);
+    kd_text_metric(&t, "krylovd_auth_successes_total", "counter", "Successful `auth` requests.",
+                   (double)c->auth_ok);
+    kd_text_metric(&t, "krylovd_connections_auth_closed_total", "counter",
+                   "Connections closed after three failed `auth` requests.",
+                   (double)c->connections_auth);
     kd_text_metric(&t, "krylovd_matrices", "gauge", "Matrices known (resident or in the state dir).",
                    (double)totals.matrices);
     kd_text_metric(&t, "krylovd_matrices_resident", "gauge", "Matrices in device memory.",

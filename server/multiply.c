@@ -173,10 +173,15 @@ static int kd_multiply_on_device(kd_server_t *server, const kd_operands_t *ops, 
 }
 
 static void kd_multiply_reply(kd_writer_t *w, uint64_t msgid, const kd_matrix_meta_t *meta,
-                              int created, const kd_spgemm_stats_t *stats, double ms)
+                              int created, const kd_matrix_options_t *opt,
+                              const kd_spgemm_stats_t *stats, double ms)
 {
+    char notice[256];
+    const int noted = kd_handlers_notice(opt, meta, created, notice, sizeof(notice));
     kd_w_result_begin(w, msgid);
-    kd_reply_meta_extra(w, meta, created, 1);
+    kd_reply_meta_extra(w, meta, created, noted ? 2 : 1);
+    if (noted)
+        kd_w_kv_str(w, "notice", notice);
     kd_w_str(w, "spgemm");
     kd_w_map(w, 3);
     kd_w_kv_int(w, "products", stats->products);
@@ -219,7 +224,7 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
             "format=%s created=%d",
             meta.hex, (long long)meta.rows, (long long)meta.cols, (long long)meta.nnz,
             (long long)stats.products, q->transpose_a, ms, kd_format_name(meta.format), created);
-    kd_multiply_reply(w, job->msgid, &meta, created, &stats, ms);
+    kd_multiply_reply(w, job->msgid, &meta, created, &q->options, &stats, ms);
     return KD_OK;
 fail:
     kd_operands_free(&ops);

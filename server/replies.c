@@ -81,7 +81,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
-void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
+void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
     const kd_server_counters_t *c = &server->counters;
@@ -91,7 +91,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, 20);
+    kd_w_map(w, full ? 20 : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -114,6 +114,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_kv_int(w, "global_mem_bytes", (int64_t)d->global_mem_bytes);
     kd_w_kv_int(w, "compute_units", d->compute_units);
     kd_w_kv_bool(w, "fp64", d->has_fp64);
+    if (!full)
+        return;
     kd_w_kv_int(w, "matrices", (int64_t)totals.matrices);
     kd_w_kv_int(w, "resident_matrices", (int64_t)totals.resident);
     kd_w_kv_int(w, "device_bytes_used", (int64_t)totals.device_bytes);
@@ -136,13 +138,15 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid)
     kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
     kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
     kd_w_str(w, "connection_stats");
-    kd_w_map(w, 6);
+    kd_w_map(w, 8);
     kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);
     kd_w_kv_int(w, "refused", (int64_t)c->connections_refused);
     kd_w_kv_int(w, "closed_idle", (int64_t)c->connections_idle);
     kd_w_kv_int(w, "closed_slow", (int64_t)c->connections_slow);
     kd_w_kv_int(w, "paused", (int64_t)paused);
     kd_w_kv_int(w, "timeouts_in_queue", (int64_t)c->timeouts_queued);
+    kd_w_kv_int(w, "auth_failures", (int64_t)c->auth_failures);
+    kd_w_kv_int(w, "closed_auth", (int64_t)c->connections_auth);
     kd_w_str(w, "requests_by_method");
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)

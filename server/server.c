@@ -4,7 +4,11 @@
  * SIGINT/SIGTERM stop accepting, answer every queued request CANCELLED at once, let the running
  * one finish for up to shutdown_grace_ms and then cancel it (its client gets CANCELLED), flush and
  * close every connection, stop the worker and leave the loop with exit status 0. SIGHUP reopens
- * the log file and reloads the TLS certificate and key.
+ * the log file, rereads the auth file (a bad one is logged and the old table kept) and reloads
+ * the TLS certificate and key.
+ *
+ * Protected mode, as Redis has it: without an auth file the server is open to whoever reaches
+ * it, so it listens only on loopback and Unix sockets unless --no-auth says otherwise.
  */
 #include "server/server.h"
 #include "common/clock.h"
@@ -15,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -72,7 +77,80 @@ static void kd_on_connection(uv_stream_t *listener, int status)
         KD_WARN("server", "accept failed: %s", uv_strerror(status));
         return;
     }
-    kd_conn_accept(server);
+    kd_conn_accept(server, listener == (uv_stream_t *)&server->unix_listener);
+}
+
+static int kd_address_is_loopback(const struct sockaddr_storage *addr)
+{
+    if (addr->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+    if (addr->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a))
+            return a->s6_addr[12] == 127;
+        return IN6_IS_ADDR_LOOPBACK(a);
+    }
+    return addr->ss_family == AF_UNIX;
+}
+
+/* Protected mode: no auth file means no clients beyond this machine, unless --no-auth. */
+static int kd_server_check_exposure(kd_server_t *server, const struct sockaddr_storage *addr,
+                                    const char *shown, kd_err_t *err)
+{
+    if (server->auth != NULL || kd_address_is_loopback(addr))
+        return KD_OK;
+    if (!server->cfg.no_auth)
+        return kd_err_set(err, KD_EBADREQ,
+                          "protected mode: refusing to listen on %s without authentication. Give "
+                          "--auth-file FILE (users and token hashes; `krylov token new NAME ROLE` "
+                          "makes one), listen on loopback (127.0.0.1) or a Unix socket, or pass "
+                          "--no-auth to serve everyone who can reach %s",
+                          shown, shown);
+    KD_WARN("server",
+            "--no-auth: listening on %s with no authentication; anyone who reaches it "
+            "may upload, read and drop matrices",
+            shown);
+    return KD_OK;
+}
+
+/* --listen unix:PATH: mode 0660 from the start (umask around bind; the worker thread, the only
+ * other creator of files, is not running yet), then the group. A stale socket file is replaced. */
+static int kd_server_listen_unix(kd_server_t *server, kd_err_t *err)
+{
+    const char *path = server->cfg.listen_unix;
+    gid_t gid = (gid_t)-1;
+    if (server->cfg.unix_group[0] != '\0') {
+        struct group *g = getgrnam(server->cfg.unix_group);
+        if (g == NULL)
+            return kd_err_set(err, KD_EBADREQ, "--unix-group '%s': no such group",
+                              server->cfg.unix_group);
+        gid = g->gr_gid;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return kd_err_set(err, KD_EIO, "--listen unix:%s: the path exists and is not a socket",
+                              path);
+        unlink(path);
+    }
+    int uvrc = uv_pipe_init(server->loop, &server->unix_listener, 0);
+    if (uvrc != 0)
+        return kd_err_set(err, KD_EIO, "uv_pipe_init: %s", uv_strerror(uvrc));
+    server->unix_listener.data = server;
+    server->unix_listening = 1;
+    mode_t old = umask(0117);
+    uvrc = uv_pipe_bind(&server->unix_listener, path);
+    umask(old);
+    if (uvrc == 0 && gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)
+        return kd_err_set(err, KD_EIO, "--unix-group %s: chown %s: %s", server->cfg.unix_group,
+                          path, strerror(errno));
+    if (uvrc == 0)
+        uvrc = uv_listen((uv_stream_t *)&server->unix_listener, 128, kd_on_connection);
+    if (uvrc != 0)
+        return kd_err_set(err, KD_EIO, "cannot listen on unix:%s: %s", path, uv_strerror(uvrc));
+    KD_INFO("server", "listening unix=%s mode=0660%s%s", path,
+            server->cfg.unix_group[0] ? " group=" : "", server->cfg.unix_group);
+    return KD_OK;
 }
 
 static int kd_write_port_file(const char *path, int port, kd_err_t *err)
@@ -101,9 +179,18 @@ static void kd_on_signal(uv_signal_t *handle, int signum)
         if (server->cfg.log_file[0] != '\0' && kd_log_open(server->cfg.log_file) != KD_OK)
             KD_ERROR("server", "cannot reopen log file %s", server->cfg.log_file);
         KD_INFO("server", "SIGHUP: log reopened");
-        kd_err_t err = {0};
-        if (server->tls != NULL && kd_tls_ctx_reload(server->tls, &err) != KD_OK)
-            KD_ERROR("server", "SIGHUP: keeping the TLS certificate in use: %s", err.message);
+        if (server->cfg.auth_file[0] != '\0') {
+            kd_err_t err = {0};
+            if (kd_login_load(server, &err) != KD_OK)
+                KD_ERROR("server", "SIGHUP: auth file not reloaded, the old one stays: %s",
+                         err.message);
+            else
+                KD_INFO("server", "SIGHUP: auth file reloaded users=%zu",
+                        kd_auth_count(server->auth));
+        }
+        kd_err_t tls_err = {0};
+        if (server->tls != NULL && kd_tls_ctx_reload(server->tls, &tls_err) != KD_OK)
+            KD_ERROR("server", "SIGHUP: keeping the TLS certificate in use: %s", tls_err.message);
         else if (server->tls != NULL)
             KD_INFO("server", "SIGHUP: TLS certificate and key reloaded for new connections");
         return;
@@ -138,9 +225,17 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
                               cfg->default_format);
     }
 
+    int rc;
+    if (cfg->auth_file[0] != '\0') {
+        if ((rc = kd_login_load(server, err)) != KD_OK)
+            return rc;
+        KD_INFO("server", "auth file %s users=%zu", cfg->auth_file, kd_auth_count(server->auth));
+    }
     struct sockaddr_storage addr;
-    int rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err);
-    if (rc != KD_OK)
+    if (cfg->listen[0] == '\0' && cfg->listen_unix[0] == '\0')
+        return kd_err_set(err, KD_EBADREQ, "--listen: nothing to listen on");
+    if (cfg->listen[0] != '\0' &&
+        (rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err)) != KD_OK)
         return rc;
     /* Before the device: a bad certificate file should stop the daemon at once. */
     if (cfg->tls_cert[0] != '\0' || cfg->tls_key[0] != '\0' || cfg->tls_ca[0] != '\0') {
@@ -172,6 +267,9 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     if (rc != KD_OK)
         return rc;
 
+    if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
+        return rc;
+
     kd_worker_callbacks_t cb = {.run = kd_handlers_run,
                                 .done = kd_dispatch_job_done,
                                 .notify = kd_dispatch_job_notify,
@@ -198,7 +296,10 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
             return kd_err_set(err, KD_EIO, "cannot use the socket systemd passed: %s",
                               uv_strerror(uvrc));
         KD_INFO("server", "using the listening socket passed by systemd (fd %d)", passed);
-    } else {
+    } else if (cfg->listen[0] != '\0') {
+        /* Checked here, not at parse time: under socket activation `listen` is ignored. */
+        if ((rc = kd_server_check_exposure(server, &addr, cfg->listen, err)) != KD_OK)
+            return rc;
         uvrc = uv_tcp_bind(&server->listener, (const struct sockaddr *)&addr, 0);
         if (uvrc == 0)
             uvrc = uv_listen((uv_stream_t *)&server->listener, 128, kd_on_connection);
@@ -209,9 +310,14 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     struct sockaddr_storage bound;
     int len = sizeof(bound);
     int port = 0;
-    if (uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0)
+    if ((passed >= 0 || cfg->listen[0] != '\0') &&
+        uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0) {
         port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
+        if (passed >= 0 && (rc = kd_server_check_exposure(
+                                server, &bound, "the socket systemd passed", err)) != KD_OK)
+            return rc;
+    }
 
     uv_signal_t *sigs[] = {&server->sigint, &server->sigterm, &server->sighup};
     int signums[] = {SIGINT, SIGTERM, SIGHUP};
@@ -317,6 +423,11 @@ void kd_server_shutdown(kd_server_t *server)
         uv_close((uv_handle_t *)&server->listener, NULL);
         server->listening = 0;
     }
+    if (server->unix_listening) {
+        uv_close((uv_handle_t *)&server->unix_listener, NULL);
+        unlink(server->cfg.listen_unix);
+        server->unix_listening = 0;
+    }
     /* What has not started will not: answer it now. The running job gets the grace period. */
     kd_dispatch_stop_jobs(server, NULL, KD_ECANCELLED, "the server is shutting down", 0);
     if (server->finishing)
@@ -345,6 +456,8 @@ int kd_server_run(kd_server_t *server)
     kd_cache_close(server);
     kd_ocl_close(server->ocl);
     server->ocl = NULL;
+    kd_auth_free(server->auth);
+    server->auth = NULL;
     kd_tls_ctx_free(server->tls);
     server->tls = NULL;
     KD_INFO("server", "stopped");

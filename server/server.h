@@ -10,6 +10,7 @@
 
 #include "protocol/frame.h"
 #include "protocol/request.h"
+#include "server/auth.h"
 #include "server/cache.h"
 #include "server/config.h"
 #include "server/job.h"
@@ -33,13 +34,29 @@ typedef struct kd_server_counters {
     uint64_t connections_idle;    /* closed by --idle-timeout-ms */
     uint64_t connections_slow;    /* closed by --message-timeout-ms */
     uint64_t timeouts_queued;     /* TIMEOUT answered by the loop while the request waited */
+    uint64_t auth_ok;             /* `auth` requests that succeeded */
+    uint64_t auth_failures;       /* ... that failed (wrong name or token) */
+    uint64_t connections_auth;    /* closed after KD_LOGIN_MAX_FAILURES failed `auth`s */
 } kd_server_counters_t;
+
+/* Failed `auth`s per client address, to slow down guessing (login.c). A small table: when
+ * full, the entry failed longest ago goes. */
+#define KD_LOGIN_BACKOFF_SLOTS 64
+typedef struct kd_login_backoff {
+    char key[64]; /* the peer's IP address, or "uid:N" on the Unix socket; "" = free */
+    uint32_t failures;
+    uint64_t last_ns;
+} kd_login_backoff_t;
 
 typedef struct kd_server {
     uv_loop_t *loop;
     kd_config_t cfg;
     uv_tcp_t listener;
     int listening;
+    uv_pipe_t unix_listener; /* --listen unix:PATH */
+    int unix_listening;
+    kd_auth_table_t *auth; /* --auth-file, or NULL: everyone is the anonymous admin */
+    kd_login_backoff_t backoff[KD_LOGIN_BACKOFF_SLOTS];
     uv_signal_t sigint, sigterm, sighup;
     uv_timer_t grace_timer;
     uv_timer_t sweep_timer; /* idle and slow-message connections */
@@ -69,7 +86,10 @@ typedef struct kd_server {
 } kd_server_t;
 
 struct kd_conn {
-    uv_tcp_t tcp;
+    union { /* the stream; which one is is_unix's */
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    };
     uv_timer_t linger; /* bounds how long a closing connection waits to flush */
     kd_server_t *server;
     kd_conn_t *prev, *next;
@@ -84,7 +104,14 @@ struct kd_conn {
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];
-    struct kd_tls *tls; /* TLS listener: this connection's session (freed with conn) */
+    char peer_key[64]; /* the peer's IP address or "uid:N": its backoff entry's key */
+    int is_unix;
+    int has_peer_uid; /* Unix socket: SO_PEERCRED gave peer_uid */
+    uint32_t peer_uid;
+    kd_user_t user;             /* who it is (role KD_ROLE_NONE until `auth`); no digest kept */
+    int auth_failures;          /* failed `auth`s on this connection */
+    struct kd_login_hold *hold; /* a failed `auth`'s answer held back (reading stops meanwhile) */
+    struct kd_tls *tls; /* TCP on a TLS listener: this connection's session (freed with conn) */
     int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
 };
 
@@ -102,8 +129,10 @@ void kd_server_job_finished(kd_server_t *server);
 int kd_server_parse_address(const char *text, struct sockaddr_storage *addr, const char *what,
                             kd_err_t *err);
 
-/* conn.c */
-void kd_conn_accept(kd_server_t *server);
+/* conn.c: accept on the TCP listener, or on the Unix-socket one when is_unix. */
+void kd_conn_accept(kd_server_t *server, int is_unix);
+/* conn.c: read again after a pause of ours, unless another reason to pause remains. */
+void kd_conn_resume_reading(kd_conn_t *conn);
 /* Queue bytes (malloc'd; ownership passes) to the client; dropped if the connection is closing. */
 void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len);
 void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message);
@@ -125,6 +154,17 @@ void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len);
 
 /* conn.c: close connections that are idle or slow to send a message (the sweep timer). */
 void kd_conn_sweep(kd_server_t *server, uint64_t now);
+
+/* login.c: a new connection's identity (anonymous admin without an auth file; the uid line's
+ * user on the Unix socket). */
+void kd_login_accepted(kd_conn_t *conn);
+/* login.c: 0 when conn may call req's method. 1 when req was answered here: `auth` itself, or
+ * an UNAUTHENTICATED / FORBIDDEN error (counted); the caller then only frees req. */
+int kd_login_check(kd_conn_t *conn, kd_request_t *req);
+/* login.c: the connection is closing: drop a held answer. */
+void kd_login_conn_closed(kd_conn_t *conn);
+/* login.c: (re)read --auth-file; on error the old table stays and the error is returned. */
+int kd_login_load(kd_server_t *server, kd_err_t *err);
 
 /* handlers.c: runs on the worker thread. */
 void kd_handlers_run(void *ctx, kd_job_t *job);

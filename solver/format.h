@@ -53,6 +53,14 @@ int kd_format_source_device(kd_ocl_t *ocl, kd_format_source_t *src, kd_err_t *er
  * device arrays. */
 void kd_format_source_close(kd_format_source_t *src);
 
+/* The source's CSR arrays as the CSR formats (csr_scalar, csr_vector, csr_adaptive) hold them:
+ * shared by reference with the source, counted in the matrix's device_bytes. */
+typedef struct kd_format_csr {
+    cl_mem indptr;  /* rows + 1 int32 */
+    cl_mem indices; /* nnz int32, NULL when nnz == 0 */
+    cl_mem values;  /* nnz VALUE, NULL when nnz == 0 */
+} kd_format_csr_t;
+
 typedef struct kd_format_ops {
     kd_format_t format;
     /* Optional: make the format's host metadata from src->csr and src->stats (O(rows), or
@@ -86,6 +94,9 @@ typedef struct kd_format_ops {
                 int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err);
     /* Free m->impl and its device buffers; m->impl may be NULL or partly built. */
     void (*release)(kd_matrix_t *m);
+    /* Optional: the CSR arrays as the format keeps them (the CSR formats share the source's),
+     * for kernels that walk rows themselves (the small-system CG); NULL op: not kept. */
+    const kd_format_csr_t *(*csr_arrays)(const kd_matrix_t *m);
     /* Optional: name/count pairs saying how m is stored (kd_matrix_describe; matrix.info). */
     void (*describe)(const kd_matrix_t *m, kd_format_detail_t *out);
 } kd_format_ops_t;
@@ -100,19 +111,16 @@ extern const kd_format_ops_t kd_format_hyb_ops;
 extern const kd_format_ops_t kd_format_coo_ops;
 extern const kd_format_ops_t kd_format_tiled_ops;
 
-/* The source's CSR arrays as the CSR formats (csr_scalar, csr_vector, csr_adaptive) hold them:
- * shared by reference with the source, counted in the matrix's device_bytes. */
-typedef struct kd_format_csr {
-    cl_mem indptr;  /* rows + 1 int32 */
-    cl_mem indices; /* nnz int32, NULL when nnz == 0 */
-    cl_mem values;  /* nnz VALUE, NULL when nnz == 0 */
-} kd_format_csr_t;
+
 void kd_format_share_csr(kd_matrix_t *m, const kd_format_source_t *src, kd_format_csr_t *out);
 void kd_format_release_csr(kd_format_csr_t *csr);
 
 /* A csr_scalar matrix's arrays (for the solver's fused SpMV); NULL for any other format or a
  * matrix without rows. */
 const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m);
+/* The CSR arrays of a matrix whose format keeps them (csr_arrays op), else NULL (also for a
+ * matrix without rows). */
+const kd_format_csr_t *kd_format_csr_arrays(const kd_matrix_t *m);
 
 /* The reordering's side of kd_matrix_spmv and kd_matrix_free (solver/matrix_reorder.c): gather
  * x, the format's SpMV on P A P^T, scatter y; release the order's buffers (m may be partly

@@ -232,6 +232,11 @@ static int adaptive_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
                          err);
 }
 
+static const kd_format_csr_t *csr_adaptive_arrays(const kd_matrix_t *m)
+{
+    return &((const kd_csr_adaptive_t *)m->impl)->csr;
+}
+
 const kd_format_ops_t kd_format_csr_adaptive_ops = {
     .format = KD_FMT_CSR_ADAPTIVE,
     .prepare = adaptive_prepare,
@@ -239,5 +244,6 @@ const kd_format_ops_t kd_format_csr_adaptive_ops = {
     .plan_bytes = adaptive_plan_bytes,
     .upload = adaptive_upload,
     .spmv = adaptive_spmv,
+    .csr_arrays = csr_adaptive_arrays,
     .release = adaptive_release,
 };

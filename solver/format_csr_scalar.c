@@ -64,11 +64,22 @@ const kd_format_csr_t *kd_format_csr_scalar_arrays(const kd_matrix_t *m)
     return m->format == KD_FMT_CSR_SCALAR && m->rows > 0 ? m->impl : NULL;
 }
 
+const kd_format_csr_t *kd_format_csr_arrays(const kd_matrix_t *m)
+{
+    return m->rows > 0 && m->ops->csr_arrays != NULL ? m->ops->csr_arrays(m) : NULL;
+}
+
+static const kd_format_csr_t *csr_scalar_arrays(const kd_matrix_t *m)
+{
+    return m->impl;
+}
+
 const kd_format_ops_t kd_format_csr_scalar_ops = {
     .format = KD_FMT_CSR_SCALAR,
     .plan_bytes = csr_scalar_plan_bytes,
     .upload = csr_scalar_upload,
     .spmv = csr_scalar_spmv,
     .spmm = csr_scalar_spmm,
+    .csr_arrays = csr_scalar_arrays,
     .release = csr_scalar_release,
 };

@@ -83,11 +83,17 @@ static int csr_vector_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, doubl
                          err);
 }
 
+static const kd_format_csr_t *csr_vector_arrays(const kd_matrix_t *m)
+{
+    return &((const kd_csr_vector_t *)m->impl)->csr;
+}
+
 const kd_format_ops_t kd_format_csr_vector_ops = {
     .format = KD_FMT_CSR_VECTOR,
     .plan_bytes = csr_vector_plan_bytes,
     .upload = csr_vector_upload,
     .spmv = csr_vector_spmv,
     .spmm = csr_vector_spmm,
+    .csr_arrays = csr_vector_arrays,
     .release = csr_vector_release,
 };

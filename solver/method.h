@@ -47,6 +47,10 @@ typedef struct kd_method_ops {
     int (*setup)(kd_solve_run_t *run, kd_err_t *err);
     /* Enqueue iteration `iteration` (1-based) of every running column; nothing waits. */
     int (*iterate)(kd_solve_run_t *run, int64_t iteration, kd_err_t *err);
+    /* Optional: enqueue iterations first .. first + count - 1 at once, leaving the device state
+     * iterate would have left; the driver calls it instead of iterate when setup set
+     * run->chunked (cg on a small matrix: kernels/cg_small.cl). */
+    int (*iterate_chunk)(kd_solve_run_t *run, int64_t first, int64_t count, kd_err_t *err);
     /* Start the columns with KD_KRYLOV_MASK_PARTIALS in mask over from the residual in run->r,
      * as of iteration `iteration` (mask: k ints, KD_KRYLOV_MASK_PARTIALS | KD_KRYLOV_MASK_RESTART
      * where a column restarts, 0 elsewhere; the method may add bits). */
@@ -147,6 +151,7 @@ struct kd_solve_run {
     const kd_format_csr_t *csr; /* the matrix's CSR arrays when its SpMV may be fused with a
                                    pass (csr_scalar, fusion on), else NULL */
     int fused;                  /* the method fuses (it sets this in setup) */
+    int chunked;                /* setup chose iterate_chunk: many iterations per launch */
     unsigned char *active;      /* k: 1 while the column is not done (its SpMV runs) */
     void *method_state;         /* the method's own, freed by finish */
 };

@@ -48,10 +48,43 @@ static int kd_cg_passes(const kd_solve_run_t *run)
     return p == 3 ? 3 : p == 1 ? 1 : 2;
 }
 
+/* Many iterations per launch (kernels/cg_small.cl): two passes with r'Mq (the default), an
+ * identity or diagonal M, a format that keeps CSR arrays; by default on a GPU for a small
+ * matrix, where the general path's launches and checks cost more than its arithmetic. */
+static int kd_cg_small(const kd_solve_run_t *run)
+{
+    const int small = run->params->small;
+    if (small == KD_SOLVE_SMALL_OFF || kd_cg_operator(run) || kd_cg_passes(run) != 2 ||
+        kd_format_csr_arrays(run->A) == NULL)
+        return 0;
+    /* automatic: not where the caller forced the fused SpMV (the general path's) */
+    return small == KD_SOLVE_SMALL_ON ||
+           (run->params->spmv_fusion != KD_SOLVE_FUSION_ON && kd_ocl_desc(run->ocl)->is_gpu &&
+            run->A->rows <= KD_SOLVE_SMALL_ROWS);
+}
+
+static int kd_cg_iterate_chunk(kd_solve_run_t *run, int64_t first, int64_t count, kd_err_t *err)
+{
+    kd_krylov_t *kr = &run->kr;
+    const kd_format_csr_t *A = kd_format_csr_arrays(run->A);
+    const int ops = kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0;
+    kd_krylov_launch_t L = kd_krylov_pass_block(kr, first, ops | KD_KRYLOV_OP_WITH_RQ);
+    return kd_krylov_launch_groups(
+        kr, "cg_small", "kd_cg_small", 1,
+        KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(count), KD_ARG_MEM(kr->threshold),
+                KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
+                KD_ARG_MEM(kr->state), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
+                KD_ARG_MEM(A->values), KD_ARG_MEM(run->work[KD_CG_D].mem),
+                KD_ARG_MEM(run->q.mem), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(run->x.mem),
+                KD_ARG_MEM(kr->diagonal)),
+        err);
+}
+
 static int kd_cg_setup(kd_solve_run_t *run, kd_err_t *err)
 {
     assert(run != NULL);
-    run->fused = run->csr != NULL;
+    run->chunked = kd_cg_small(run);
+    run->fused = run->csr != NULL && !run->chunked;
     run->kr.fold_snapshots = kd_cg_passes(run) != 3; /* two passes leave r'r as partial sums */
     if (kd_cg_operator(run)) {
         kd_multivec_t *z = calloc(1, sizeof(*z));
@@ -155,6 +188,7 @@ const kd_method_ops_t kd_method_cg = {
     .floor_vectors = kd_cg_floor,
     .setup = kd_cg_setup,
     .iterate = kd_cg_iterate,
+    .iterate_chunk = kd_cg_iterate_chunk,
     .restart = kd_cg_restart,
     .check = kd_method_cg_check,
     .finish = kd_cg_finish,

@@ -102,7 +102,20 @@ typedef struct kd_solve_ctx {
     int head, pending;
     uint64_t iterate_start_ns, iterate_end_ns;
     int64_t reductions; /* the method's kd_krylov_reduce calls in its iterations */
+    kd_solve_anatomy_t anatomy;
+    uint64_t mark_ns; /* the end of the last phase timed */
 } kd_solve_ctx_t;
+
+/* The phase that ended now adds its time to *slot (params.time_phases: the device drained first,
+ * so its enqueued work counts here). */
+static void kd_solve_mark(kd_solve_ctx_t *ctx, double *slot)
+{
+    if (ctx->params->time_phases && ctx->run.ocl != NULL)
+        (void)clFinish(kd_ocl_queue(ctx->run.ocl));
+    const uint64_t now = kd_clock_ns();
+    *slot += (double)(now - ctx->mark_ns) / 1e6;
+    ctx->mark_ns = now;
+}
 
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err)
 {
@@ -381,14 +394,21 @@ static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_mult
                                   kd_err_t *err)
 {
     const int64_t k = ctx->run.k;
+    if (from == NULL) {
+        /* x0 = 0: filled on the device, not written on the host and sent */
+        if (to->mem == NULL)
+            return KD_OK;
+        const unsigned char zero = 0; /* 0.0 is all zero bits in both dtypes */
+        cl_int st = clEnqueueFillBuffer(kd_ocl_queue(ctx->run.ocl), to->mem, &zero, 1, 0,
+                                        (size_t)(to->ld * to->k) * kd_dtype_size(to->dtype), 0,
+                                        NULL, NULL);
+        return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer (x0 = 0)");
+    }
     for (int64_t c = 0; c < k; c++) {
         char *dst = (char *)ctx->pack + (size_t)c * ctx->colbytes;
-        if (from != NULL)
-            kd_solve_permute_column(
-                ctx->run.A, (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes, dst, 0);
-        else
-            for (int64_t i = 0; i < ctx->run.A->rows; i++)
-                kd_store_real(dst, ctx->run.A->dtype, (size_t)i, 0.0);
+        kd_solve_permute_column(ctx->run.A,
+                                (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes, dst,
+                                0);
     }
     return kd_multivec_write(ctx->run.ocl, to, ctx->pack, err);
 }
@@ -397,12 +417,14 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
 {
     kd_solve_run_t *run = &ctx->run;
     kd_solve_pick_columns(ctx, b, x0, x);
+    kd_solve_mark(ctx, &ctx->anatomy.host_ms);
     if (run->k == 0)
         return KD_OK;
     ctx->check_every = ctx->params->check_every > 0
                            ? ctx->params->check_every
                            : kd_solve_auto_check_every(run->A, run->k, run->precond);
     int rc = kd_solve_alloc(ctx, err);
+    kd_solve_mark(ctx, &ctx->anatomy.alloc_ms);
     if (rc != KD_OK)
         return rc;
     /* Fused by default on a GPU for one column; for several, the SpMM launch reads the matrix
@@ -413,10 +435,16 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
                                (run->k == 1 || !kd_matrix_has_spmm(run->A));
     run->csr = fuse ? kd_format_csr_scalar_arrays(run->A) : NULL;
     if ((rc = kd_solve_write_columns(ctx, b, &run->b, err)) != KD_OK ||
-        (rc = kd_solve_write_columns(ctx, x0, &run->x, err)) != KD_OK ||
-        (rc = kd_solve_residual(run, &run->r, NULL, err)) != KD_OK)
+        (rc = kd_solve_write_columns(ctx, x0, &run->x, err)) != KD_OK)
         return rc;
-    return run->method->setup(run, err);
+    kd_solve_mark(ctx, &ctx->anatomy.upload_ms);
+    if ((rc = kd_solve_residual(run, &run->r, NULL, err)) != KD_OK ||
+        (rc = run->method->setup(run, err)) != KD_OK)
+        return rc;
+    kd_solve_mark(ctx, &ctx->anatomy.start_ms);
+    if (run->chunked && ctx->params->check_every <= 0)
+        ctx->check_every = KD_SOLVE_SMALL_CHECK; /* one launch per check: make it a long one */
+    return KD_OK;
 }
 
 /* ---- loop ------------------------------------------------------------------------------------ */
@@ -609,7 +637,13 @@ static int kd_solve_enqueue_chunks(kd_solve_ctx_t *ctx, kd_err_t *err)
             ctx->check_every < reach - ctx->enq ? ctx->check_every : reach - ctx->enq;
         if (chunk <= 0)
             break;
-        for (int64_t i = ctx->enq + 1; i <= ctx->enq + chunk; i++) {
+        if (ctx->run.chunked) {
+            int rc = ctx->run.method->iterate_chunk(&ctx->run, ctx->enq + 1, chunk, err);
+            if (rc != KD_OK)
+                return rc;
+            ctx->reductions += (int64_t)ctx->run.method->reductions * chunk;
+        }
+        for (int64_t i = ctx->enq + 1; !ctx->run.chunked && i <= ctx->enq + chunk; i++) {
             int rc = kd_solve_iterate(ctx, i, (i - ctx->enq - 1) % 4 == 0, err);
             if (rc != KD_OK)
                 return rc;
@@ -643,7 +677,7 @@ static int kd_solve_loop(kd_solve_ctx_t *ctx, int *stopped, kd_err_t *err)
         (rc = kd_krylov_read(&run->kr, 0, ctx->state, err)) != KD_OK)
         return rc;
     ctx->iterate_start_ns = ctx->iterate_end_ns = kd_clock_ns();
-    for (;;) {
+    for (;; ctx->anatomy.checks++) {
         int64_t worst;
         if (kd_solve_read_columns(ctx) && (rc = kd_solve_confirm(ctx, err)) != KD_OK)
             return rc;
@@ -697,8 +731,10 @@ static int kd_solve_unpack(kd_solve_ctx_t *ctx, void *x, kd_err_t *err)
     kd_solve_run_t *run = &ctx->run;
     int rc;
     if ((rc = kd_solve_residual(run, &run->q, NULL, err)) != KD_OK ||
-        (rc = kd_krylov_norms(&run->kr, &run->q, NULL, ctx->norms, err)) != KD_OK ||
-        (rc = kd_multivec_read(run->ocl, &run->x, ctx->pack, err)) != KD_OK)
+        (rc = kd_krylov_norms(&run->kr, &run->q, NULL, ctx->norms, err)) != KD_OK)
+        return rc;
+    kd_solve_mark(ctx, &ctx->anatomy.final_ms);
+    if ((rc = kd_multivec_read(run->ocl, &run->x, ctx->pack, err)) != KD_OK)
         return rc;
     for (int64_t c = 0; c < run->k; c++) {
         kd_solve_result_t *res = &ctx->results[ctx->cols[c].rhs];
@@ -708,9 +744,11 @@ static int kd_solve_unpack(kd_solve_ctx_t *ctx, void *x, kd_err_t *err)
         res->relative_residual = res->residual_norm / res->b_norm;
         res->iterate_ms = (double)(ctx->iterate_end_ns - ctx->iterate_start_ns) / 1e6;
         res->spmv_fused = run->fused;
+        res->chunked = run->chunked;
         res->reductions_per_iteration =
             ctx->enq > 0 ? (double)ctx->reductions / (double)ctx->enq : 0.0;
     }
+    kd_solve_mark(ctx, &ctx->anatomy.download_ms);
     return KD_OK;
 }
 
@@ -752,13 +790,16 @@ int kd_solve(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const v
     if (nrhs > 0)
         memset(results, 0, (size_t)nrhs * sizeof(*results));
     int stopped = KD_OK;
+    ctx.mark_ns = start_ns;
     int rc = kd_solve_setup(&ctx, ocl, A, err);
+    kd_solve_mark(&ctx, &ctx.anatomy.setup_ms);
     if (rc == KD_OK)
         rc = kd_solve_pack(&ctx, b, x0, x, err);
     if (rc == KD_OK && ctx.run.k > 0) {
         rc = kd_solve_loop(&ctx, &stopped, err);
         if (rc == KD_OK && stopped != KD_OK)
             rc = kd_solve_account(&ctx, err);
+        kd_solve_mark(&ctx, &ctx.anatomy.iterate_ms);
         if (rc == KD_OK)
             rc = kd_solve_unpack(&ctx, x, err);
         if (rc == KD_OK)
@@ -766,8 +807,10 @@ int kd_solve(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const v
     }
     if (rc != KD_OK && rc != stopped)
         (void)clFinish(kd_ocl_queue(ocl));
-    for (int64_t j = 0; j < nrhs; j++)
+    for (int64_t j = 0; j < nrhs; j++) {
         results[j].time_ms = kd_clock_ms_since(start_ns);
+        results[j].anatomy = ctx.anatomy;
+    }
     kd_solve_ctx_release(&ctx);
     return rc;
 }

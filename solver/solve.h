@@ -61,7 +61,18 @@ typedef struct kd_solve_params {
                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
                         0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
+    int time_phases; /* benchmarks: drain the device between the phases of result.anatomy */
+    int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
+                        arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
+                        work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
+                        never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
+                        unless spmv_fusion is KD_SOLVE_FUSION_ON */
 } kd_solve_params_t;
+
+#define KD_SOLVE_SMALL_ON 1
+#define KD_SOLVE_SMALL_OFF (-1)
+#define KD_SOLVE_SMALL_ROWS 2048 /* the automatic choice's limit (docs/BENCHMARKS.md) */
+#define KD_SOLVE_SMALL_CHECK 128 /* iterations per launch (and check) on that path */
 
 #define KD_SOLVE_RESTART_DEFAULT 30
 #define KD_SOLVE_RESTART_MAX 200
@@ -74,6 +85,21 @@ typedef struct kd_solve_params {
 /* Defaults: cg, no preconditioner, rtol 1e-8, atol 0, maxiter KD_SOLVE_MAXITER_AUTO, check_every
  * 0 (automatic), no history, no callback, no cancel flag, no deadline. */
 void kd_solve_params_default(kd_solve_params_t *params);
+
+/* Where a solve's time went (kd_solve_result_t.anatomy), host wall clock in milliseconds, phase by
+ * phase; with params.time_phases the device is drained at each boundary, so enqueued work counts
+ * where it was enqueued (benchmarks), else it counts where the host next waited. */
+typedef struct kd_solve_anatomy {
+    double setup_ms;    /* parameter checks, the preconditioner's set-up on first use */
+    double host_ms;     /* b's (and x0's) scans on the host: finite values, norms */
+    double alloc_ms;    /* device vectors and the columns' state */
+    double upload_ms;   /* b and x0 to the device */
+    double start_ms;    /* r = b - A x0 and the method's set-up */
+    double iterate_ms;  /* the iterations and their checks */
+    double final_ms;    /* the true residual b - A x at the end */
+    double download_ms; /* x back to the host */
+    int64_t checks;     /* state reads during the iterations */
+} kd_solve_anatomy_t;
 
 typedef struct kd_solve_result {
     kd_solve_status_t status;
@@ -93,6 +119,8 @@ typedef struct kd_solve_result {
     double time_ms;    /* the whole solve (all right-hand sides), transfers included */
     double iterate_ms; /* of which the iterations: from the first check to the last */
     int spmv_fused;    /* the SpMV ran fused with the method's first vector pass */
+    int chunked;       /* many iterations ran per launch (cg's small-system path) */
+    kd_solve_anatomy_t anatomy; /* the whole solve's (the same in every column's result) */
     double reductions_per_iteration; /* the method's kd_krylov_reduce calls per iteration run */
     char message[256];               /* for breakdown / non_finite: what happened, where */
 } kd_solve_result_t;

@@ -17,6 +17,9 @@ kd_add_test(test_symmetry SOURCES test_symmetry.c LIBS kd_solver LABELS kernel T
 kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
             ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+# cg / pcg's small-system path (many iterations per launch) against the general path.
+kd_add_test(test_cg_small SOURCES test_cg_small.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
 # Restarted GMRES(m): generated and real nonsymmetric matrices, against a CPU GMRES, edges.
 kd_add_test(test_gmres SOURCES test_gmres.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 600)

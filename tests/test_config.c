@@ -2,9 +2,9 @@
  * krylovd's configuration (server/config.c): defaults are the documented safe ones; a config file
  * with comments, blank lines and quoted values sets every kind of key; options on the command
  * line override the file whatever their order; the device-memory budget takes a size or a
- * percentage; and each bad input — an unknown key, a bad number, a line without `=`, a missing
- * file, an option without a value — is refused with a message naming the key (and the file's
- * line).
+ * percentage; --listen takes a HOST:PORT and a unix:PATH; and each bad input — an unknown key, a
+ * bad number, a line without `=`, a missing file, an option without a value — is refused with a
+ * message naming the key (and the file's line).
  */
 #include "kd_test.h"
 #include "server/config.h"
@@ -103,6 +103,47 @@ static void test_device_memory_values(void)
     }
 }
 
+/* --listen takes one HOST:PORT and one unix:PATH; a unix: one alone replaces the default TCP
+ * address, and --no-auth is a flag on the command line but `no-auth = true` in the file. */
+static void test_listen_and_auth_options(void)
+{
+    kd_config_t c;
+    kd_err_t err;
+    const char *only_unix[] = {"krylovd", "--listen", "unix:/run/krylovd.sock"};
+    REQUIRE(parse(&c, &err, 3, only_unix) == 0);
+    CHECK(strcmp(c.listen_unix, "/run/krylovd.sock") == 0);
+    CHECK(strcmp(c.listen, "") == 0);
+    CHECK_EQ_INT(c.no_auth, 0);
+    const char *both[] = {"krylovd",   "--listen",    "unix:/s",           "--listen=10.0.0.1:7373",
+                          "--no-auth", "--auth-file", "/etc/krylovd/auth", "--unix-group",
+                          "krylov"};
+    REQUIRE(parse(&c, &err, 9, both) == 0);
+    CHECK(strcmp(c.listen_unix, "/s") == 0);
+    CHECK(strcmp(c.listen, "10.0.0.1:7373") == 0);
+    CHECK_EQ_INT(c.no_auth, 1);
+    CHECK(strcmp(c.auth_file, "/etc/krylovd/auth") == 0);
+    CHECK(strcmp(c.unix_group, "krylov") == 0);
+    const char *tcp_first[] = {"krylovd", "--listen", "127.0.0.1:0", "--listen", "unix:/s"};
+    REQUIRE(parse(&c, &err, 5, tcp_first) == 0);
+    CHECK(strcmp(c.listen, "127.0.0.1:0") == 0);
+
+    char path[300], opt[320];
+    snprintf(path, sizeof(path), "%s/auth.conf", dir);
+    snprintf(opt, sizeof(opt), "--config=%s", path);
+    const char *argv[] = {"krylovd", opt};
+    write_file(path, "auth-file = /etc/krylovd/auth\nno-auth = true\nlisten = unix:/x\n");
+    REQUIRE(parse(&c, &err, 2, argv) == 0);
+    CHECK(strcmp(c.auth_file, "/etc/krylovd/auth") == 0);
+    CHECK_EQ_INT(c.no_auth, 1);
+    CHECK(strcmp(c.listen_unix, "/x") == 0);
+    write_file(path, "no-auth = maybe\n");
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, ":1: no-auth: 'maybe' is not true or false");
+    const char *empty_unix[] = {"krylovd", "--listen", "unix:"};
+    CHECK_EQ_INT(parse(&c, &err, 3, empty_unix), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "unix:PATH needs a path");
+}
+
 static void test_bad_input(void)
 {
     char path[300];
@@ -157,6 +198,7 @@ int main(void)
     RUN(test_defaults);
     RUN(test_file_and_overrides);
     RUN(test_device_memory_values);
+    RUN(test_listen_and_auth_options);
     RUN(test_bad_input);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

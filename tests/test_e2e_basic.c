@@ -153,6 +153,22 @@ static void test_spmv_matches_reference(void)
         CHECK_EQ_INT(krylov_spmv(client, info.id, 1.0, x, A->cols + 1, 0.0, y, A->rows),
                      KRYLOV_EBADREQ);
         CHECK_STR_CONTAINS(krylov_error_message(client), "x has");
+
+        /* Y = 1.5 A X - Y for 5 columns at once (ncols), column by column on the CPU */
+        const int64_t k = 5;
+        double *X = random_vector(A->cols * k), *Y = random_vector(A->rows * k);
+        double *R = malloc((size_t)(A->rows * k + 1) * sizeof(double));
+        memcpy(R, Y, (size_t)(A->rows * k) * sizeof(double));
+        REQUIRE(krylov_spmm(client, info.id, k, 1.5, X, A->cols, -1.0, Y, A->rows, NULL) ==
+                KRYLOV_OK);
+        for (int64_t c = 0; c < k; c++) {
+            kd_csr_spmv_ref(A, X + c * A->cols, 1.5, -1.0, R + c * A->rows);
+            CHECK_MSG(rel_diff(Y + c * A->rows, R + c * A->rows, A->rows) <= 1e-12,
+                      "%s spmm column %lld", files[f], (long long)c);
+        }
+        free(X);
+        free(Y);
+        free(R);
         free(x);
         free(y);
         free(y0);

@@ -799,6 +799,66 @@ static void test_ids_and_cancel(void)
     BAD(&w, KD_EBADREQ, "msgid must be a non-negative integer, got int");
 }
 
+/* ---- auth ---- */
+
+static void test_auth(void)
+{
+    kd_writer_t w;
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_str(&w, "token", "s3cret");
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->method == KD_METHOD_AUTH && strcmp(r->u.auth.name, "alice") == 0);
+    CHECK(r->u.auth.token_len == 6 && memcmp(r->u.auth.token, "s3cret", 6) == 0);
+    kd_request_free(r);
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_str(&w, "token", "");
+    r = GOOD(&w); /* an empty token decodes; the server refuses it like any wrong one */
+    REQUIRE(r != NULL);
+    CHECK(r->u.auth.token_len == 0);
+    kd_request_free(r);
+
+    begin(&w, "auth", 1);
+    kd_w_kv_str(&w, "name", "alice");
+    BAD(&w, KD_EBADREQ, "missing parameter 'token' for auth");
+    begin(&w, "auth", 1);
+    kd_w_kv_str(&w, "token", "t");
+    BAD(&w, KD_EBADREQ, "missing parameter 'name' for auth");
+    begin(&w, "auth", 2);
+    kd_w_kv_int(&w, "name", 7);
+    kd_w_kv_str(&w, "token", "t");
+    BAD(&w, KD_EBADREQ, "name must be a str, got int");
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_bin(&w, "token", "t", 1);
+    BAD(&w, KD_EBADREQ, "token must be a str, got bin");
+    char long_name[KD_AUTH_NAME_MAX + 1];
+    memset(long_name, 'n', KD_AUTH_NAME_MAX);
+    long_name[KD_AUTH_NAME_MAX] = '\0';
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", long_name);
+    kd_w_kv_str(&w, "token", "t");
+    BAD(&w, KD_EBADREQ, "name must be 1..63 bytes");
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", "");
+    kd_w_kv_str(&w, "token", "t");
+    BAD(&w, KD_EBADREQ, "name must be 1..63 bytes");
+    char long_token[KD_AUTH_TOKEN_MAX + 2];
+    memset(long_token, 't', KD_AUTH_TOKEN_MAX + 1);
+    long_token[KD_AUTH_TOKEN_MAX + 1] = '\0';
+    begin(&w, "auth", 2);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_str(&w, "token", long_token);
+    BAD(&w, KD_EBADREQ, "token is longer than 256 bytes");
+    begin(&w, "auth", 3);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_str(&w, "token", "t");
+    kd_w_kv_str(&w, "password", "t");
+    BAD(&w, KD_EBADREQ, "unknown parameter 'password' for auth (it takes timeout_ms, name, token)");
+}
+
 /* ---- matrix.multiply ---- */
 
 static void test_multiply(void)
@@ -1431,6 +1491,7 @@ int main(void)
     RUN(test_put_rules);
     RUN(test_put_form_rules);
     RUN(test_ids_and_cancel);
+    RUN(test_auth);
     RUN(test_multiply);
     RUN(test_spmv);
     RUN(test_solve_defaults_and_all);

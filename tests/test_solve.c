@@ -937,6 +937,7 @@ static void test_fused_spmv_matches_separate(void)
                 params_of(variants[vi].method, dt[d] == KD_DTYPE_F64 ? 1e-10 : 1e-5);
             prm.passes = variants[vi].passes;
             prm.spmv_fusion = KD_SOLVE_FUSION_ON;
+            prm.small = KD_SOLVE_SMALL_OFF; /* the general path, fused and apart, bit for bit */
             kd_solve_result_t rf[K], rs[K];
             kd_err_t err = {0};
             CHECK(kd_solve(ocl, p.A, K, b, NULL, xf, &prm, rf, &err) == KD_OK);
@@ -964,14 +965,21 @@ static void test_fused_spmv_matches_separate(void)
             kd_test_problem_free(&p);
         }
     }
-    /* automatic: fused on a GPU, not on a CPU; another format never fuses */
+    /* automatic: on a GPU a matrix this small takes cg's small-system path (its own kernel, no
+     * fused SpMV); without it, fused on a GPU, not on a CPU; another format never fuses */
     problem_t p;
     REQUIRE(problem_make(&p, kd_test_laplacian_2d(12, 12), KD_DTYPE_F64) == 0);
     kd_solve_params_t prm = params_of("cg", 1e-8);
     kd_solve_result_t r;
     kd_err_t err = {0};
     CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
-    CHECK(r.spmv_fused == kd_ocl_desc(ocl)->is_gpu && r.status == KD_SOLVE_CONVERGED);
+    CHECK(r.chunked == kd_ocl_desc(ocl)->is_gpu && r.spmv_fused == 0 &&
+          r.status == KD_SOLVE_CONVERGED);
+    kd_solve_result_free(&r);
+    prm.small = KD_SOLVE_SMALL_OFF;
+    CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &r, &err) == KD_OK);
+    CHECK(r.chunked == 0 && r.spmv_fused == kd_ocl_desc(ocl)->is_gpu &&
+          r.status == KD_SOLVE_CONVERGED);
     kd_solve_result_free(&r);
     kd_matrix_t *vec = NULL;
     REQUIRE(kd_matrix_upload(ocl, p.csr, KD_FMT_CSR_VECTOR, &vec, &err) == KD_OK);

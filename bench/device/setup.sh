@@ -27,6 +27,7 @@ export OCL_ICD_VENDORS=$KD_PREFIX/vendors
 kd_device_build() {
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$KD_PREFIX/usr" \
     -DOpenCL_INCLUDE_DIR="$KD_PREFIX/usr/include" -DOpenCL_LIBRARY="$KD_LIBDIR/libOpenCL.so" \
+    -DOPENSSL_ROOT_DIR="$KD_PREFIX/usr" \
     "$@" > build-device.log 2>&1 && cmake --build build-device -j 16 >> build-device.log 2>&1 \
     || { tail -40 build-device.log; return 1; }
 }

@@ -95,6 +95,20 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         if (req->u.solve.x0.present && req->u.solve.x0.count != req->u.solve.b.count)
             abort();
         break;
+    case KD_METHOD_AUTH: {
+        /* The server copies the name into logs and compares the token: both must be bounded,
+         * the name a C string, the token readable to its end. */
+        const kd_auth_request_t *a = &req->u.auth;
+        const char *end = memchr(a->name, '\0', sizeof(a->name));
+        if (end == NULL || end == a->name || a->token_len > KD_AUTH_TOKEN_MAX ||
+            (a->token_len > 0 && a->token == NULL))
+            abort();
+        uint8_t x = 0;
+        for (size_t i = 0; i < a->token_len; i++)
+            x ^= (uint8_t)a->token[i];
+        kd_sink = x;
+        break;
+    }
     default:
         break;
     }

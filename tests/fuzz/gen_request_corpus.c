@@ -1,7 +1,7 @@
 /*
  * Writes the seed corpus of fuzz_request (tests/fuzz/corpus/request/): one well-formed request
- * per method and upload form, a few near misses, and two requests glued together. Run from the
- * fuzz build: `build-fuzz/bin/gen_request_corpus tests/fuzz/corpus/request`.
+ * per method and upload form (auth too), a few near misses, and requests glued together. Run from
+ * the fuzz build: `build-fuzz/bin/gen_request_corpus tests/fuzz/corpus/request`.
  */
 #include "protocol/writer.h"
 
@@ -161,6 +161,24 @@ int main(int argc, char **argv)
     kd_w_kv_str(&w, "id", id);
     kd_w_kv_bin(&w, "x", x, 13); /* not whole float64 values */
     save("bad_bin_length", &w);
+
+    begin(&w, 14, "auth", 2);
+    kd_w_kv_str(&w, "name", "alice");
+    kd_w_kv_str(&w, "token", "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0");
+    save("auth", &w);
+
+    /* auth, then a request that needs it, in one read (the server gates the second) */
+    begin(&w, 15, "auth", 2);
+    kd_w_kv_str(&w, "name", "bob");
+    kd_w_kv_str(&w, "token", "");
+    kd_w_request_begin(&w, 16, "matrix.list");
+    kd_w_array(&w, 0);
+    save("auth_then_list", &w);
+
+    begin(&w, 17, "auth", 2);
+    kd_w_kv_str(&w, "name", "carol");
+    kd_w_kv_int(&w, "token", 1234); /* a near miss: not a str */
+    save("auth_bad_token", &w);
 
     kd_writer_init(&w);
     kd_w_array(&w, 3);

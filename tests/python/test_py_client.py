@@ -811,6 +811,7 @@ class TestEnvelope(unittest.TestCase):
             "DEVICE_ERROR": krylov.DeviceError, "BUSY": krylov.Busy,
             "CANCELLED": krylov.Cancelled, "TIMEOUT": krylov.Timeout,
             "UNSUPPORTED": krylov.Unsupported, "NOT_SPD": krylov.NotSPD,
+            "UNAUTHENTICATED": krylov.Unauthenticated, "FORBIDDEN": krylov.Forbidden,
             "INTERNAL": krylov.InternalError,
         }
         # the codes docs/PROTOCOL.md lists, read from the document itself

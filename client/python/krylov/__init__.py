@@ -20,6 +20,7 @@ from .errors import (
     ConnectionFailed,
     DeviceError,
     DeviceMemory,
+    Forbidden,
     InternalError,
     KrylovError,
     NotFound,
@@ -27,6 +28,7 @@ from .errors import (
     ProtocolError,
     TooLarge,
     Timeout,
+    Unauthenticated,
     Unsupported,
 )
 
@@ -50,6 +52,8 @@ __all__ = [
     "Timeout",
     "Unsupported",
     "NotSPD",
+    "Unauthenticated",
+    "Forbidden",
     "InternalError",
     "ConnectionFailed",
     "ProtocolError",

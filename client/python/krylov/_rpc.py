@@ -136,24 +136,39 @@ def tls_context(cafile=None, certfile=None, keyfile=None):
 
 
 class Connection:
+    """One connection to krylovd ("host:port", inside TLS when `tls` (an ssl.SSLContext) is given,
+    or "unix:PATH"). Not thread-safe: use one per thread."""
+
+
+class Connection:
     """One TCP connection to krylovd, inside TLS when `tls` (an ssl.SSLContext) is given. Not
     thread-safe: use one per thread."""
 
     def __init__(self, address, timeout=None, connect_timeout=30.0, tls=None):
         self.address = address
         self.timeout = timeout
-        host, port = parse_address(address)
-        try:
-            sock = socket.create_connection((host, port), timeout=connect_timeout)
-        except OSError as e:
-            raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            try:  # the handshake is part of connecting: connect_timeout bounds it
-                sock = tls.wrap_socket(sock, server_hostname=host)
-            except (OSError, ssl.SSLError) as e:
+        if isinstance(address, str) and address.startswith("unix:"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(connect_timeout)
+            try:
+                sock.connect(address[5:])
+            except OSError as e:
                 sock.close()
-                raise errors.ConnectionFailed(f"TLS handshake with {address} failed: {e}") from None
+                raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
+        else:
+            host, port = parse_address(address)
+            try:
+                sock = socket.create_connection((host, port), timeout=connect_timeout)
+            except OSError as e:
+                raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                try:  # the handshake is part of connecting: connect_timeout bounds it
+                    sock = tls.wrap_socket(sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as e:
+                    sock.close()
+                    raise errors.ConnectionFailed(
+                        f"TLS handshake with {address} failed: {e}") from None
         sock.settimeout(timeout)
         self._sock = sock
         # max_buffer_size=0: no limit of the unpacker's own (2**32 - 1), as large as a bin can be

@@ -15,6 +15,7 @@ it, or give spmv an `out=` array to fill.
 
 import gzip
 import os
+import dataclasses
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -22,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _rpc, errors
+from .content_id import csr_content_id
 
 __all__ = ["Client", "MatrixInfo", "SolveResult", "ServerStatus", "Progress", "DEFAULT_ADDRESS"]
 
@@ -64,6 +66,9 @@ class MatrixInfo:
     spgemm: Optional[dict] = None  # matrix.multiply only: {"products", "nnz", "time_ms"}
     # square and a_ij == a_ji exactly (the server's scan at upload); None: the server does not say
     symmetric: Optional[bool] = None
+    # put / multiply of a matrix already held in another format or ordering: the server says it
+    # kept the stored one (the options were not applied); "" otherwise
+    notice: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -94,6 +99,7 @@ class MatrixInfo:
             created=d.get("created"),
             spgemm=dict(d["spgemm"]) if isinstance(d.get("spgemm"), dict) else None,
             symmetric=None if d.get("symmetric") is None else bool(d["symmetric"]),
+            notice=d.get("notice") or "",
             raw=d,
         )
 
@@ -159,6 +165,7 @@ class SolveResult:
     nrhs: int = 1
     method: str = ""
     preconditioner: str = ""
+    anatomy: dict = field(default_factory=dict)  # where the server's time went (docs/PROTOCOL.md)
 
     @property
     def residual_norm(self):
@@ -263,8 +270,9 @@ def _matrix_params(A, dtype):
         params = {"mtx": _rpc.Bin(_read_mtx(path))}
         if dtype is not None:
             params["dtype"] = _dtype_name(dtype, "float64")
-        return params, base
+        return params, base, None
 
+    canonical = None  # known canonical CSR (scipy's flag); None: content_id checks
     if isinstance(A, tuple) and len(A) == 4:
         indptr, indices, data, shape = A
         fmt = "csr"
@@ -276,15 +284,18 @@ def _matrix_params(A, dtype):
         else:
             csr = A.tocsr()
             indptr, indices, data, shape = csr.indptr, csr.indices, csr.data, csr.shape
+            canonical = bool(getattr(csr, "has_canonical_format", False)) or None
             fmt = "csr"
     elif isinstance(A, np.ndarray) or hasattr(A, "__array__"):
         dense = np.asarray(A)
         if dense.ndim != 2:
             raise ValueError(f"a dense matrix must be 2-D, not of shape {dense.shape}")
         _check_real(dense, "the matrix")
-        row, col = np.nonzero(dense)
-        indptr, indices, data, shape = None, (row, col), dense[row, col], dense.shape
-        fmt = "coo"
+        row, col = np.nonzero(dense)  # row-major order: canonical CSR as it is
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(row, minlength=dense.shape[0]))))
+        indices, data, shape = col, dense[row, col], dense.shape
+        canonical = True
+        fmt = "csr"
     else:
         raise TypeError(
             "put() takes a scipy.sparse matrix or array, a dense 2-D array, a tuple "
@@ -308,7 +319,10 @@ def _matrix_params(A, dtype):
         params["col"] = _index_bin(col, wire_index)
     params["index_dtype"] = index_name
     params["values"] = _values_bin(data, value_dtype)
-    return params, None
+    local = None
+    if fmt == "csr":
+        local = (rows, cols, indptr, indices, data, value_dtype, canonical)
+    return params, None, local
 
 
 def _matrix_id(matrix):
@@ -339,10 +353,15 @@ def _optional(params, **kwargs):
 class Client:
     """A connection to krylovd.
 
-    address: "host:port" ("[::1]:7373" for IPv6; the port defaults to 7373); None reads
-    $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without hearing
-    anything (None: forever); when it passes the call raises krylov.Timeout and the request is
-    cancelled on the server. A Client is one TCP connection: use one per thread.
+    address: "host:port" ("[::1]:7373" for IPv6; the port defaults to 7373) or "unix:PATH"; None
+    reads $KRYLOV_SERVER, else 127.0.0.1:7373. timeout: seconds to wait for the server without
+    hearing anything (None: forever); when it passes the call raises krylov.Timeout and the
+    request is cancelled on the server. A Client is one connection: use one per thread.
+
+    user, token: authenticate as this user (the first request is `auth`); None reads $KRYLOV_USER
+    and $KRYLOV_TOKEN. A wrong pair raises krylov.Unauthenticated. Without a user, a server with
+    an auth file answers krylov.Unauthenticated to everything (except on its Unix socket, for a
+    uid the auth file maps to a user). self.user and self.role say who the server took you for.
 
     tls: True for a server started with --tls-cert (None: on when $KRYLOV_TLS is "1" or a file
     below is given), or an ssl.SSLContext of your own. cafile: the CA that signed the server's
@@ -351,10 +370,16 @@ class Client:
     --tls-ca.
     """
 
-    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, tls=None, cafile=None,
-                 certfile=None, keyfile=None):
+    def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, user=None,
+                 token=None, tls=None, cafile=None, certfile=None, keyfile=None):
         if address is None:
             address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
+        if user is None:
+            user = os.environ.get("KRYLOV_USER") or None
+        if token is None:
+            token = os.environ.get("KRYLOV_TOKEN") or None
+        if user is not None and token is None:
+            raise errors.BadRequest(f"user {user!r} needs a token (token=... or $KRYLOV_TOKEN)")
         if tls is None:  # a CA or a certificate means TLS too
             tls = os.environ.get("KRYLOV_TLS", "") not in ("", "0") or any(
                 f is not None for f in (cafile, certfile, keyfile))
@@ -366,6 +391,21 @@ class Client:
             tls = None
         self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout,
                                      tls=tls)
+        self.user = None
+        self.role = None
+        if user is not None:
+            try:
+                self.auth(user, token)
+            except BaseException:
+                self.close()
+                raise
+
+    def auth(self, user, token):
+        """Authenticate this connection as user; returns the role ("read", "write", "admin")."""
+        result = self._conn.call("auth", {"name": user, "token": token})
+        self.user = result.get("name")
+        self.role = result.get("role")
+        return self.role
 
     @property
     def address(self):
@@ -401,7 +441,10 @@ class Client:
 
         A: a scipy.sparse matrix or array (COO is sent as COO, anything else as CSR), a dense 2-D
         numpy array, a tuple (indptr, indices, data, shape) in CSR form, or the path of a Matrix
-        Market file (.mtx or .mtx.gz; its base name is the default name). dtype: "float64" or
+        Market file (.mtx or .mtx.gz; its base name is the default name). A matrix in CSR form
+        (scipy's, a tuple, or a dense array) given without name, format, pin, select or reorder
+        is not sent when the server already holds it: put() computes its content id locally
+        (krylov.content_id, needs the xxhash package) and asks first. dtype: "float64" or
         "float32", the precision kept on the device (default: float32 for float32 data, else
         float64). format forces an SpMV format; pin keeps it resident. reorder: "auto" (the
         default: the server decides), "none", "rcm" or "metis", a symmetric permutation kept
@@ -409,7 +452,16 @@ class Client:
         was done). Uploading the same matrix again is cheap and returns the same id
         (info.created is then False).
         """
-        params, default_name = _matrix_params(A, dtype)
+        params, default_name, local = _matrix_params(A, dtype)
+        if local is not None and all(v is None for v in (name, format, pin, select, reorder)):
+            # Ask before sending: the same matrix again costs a hash and a round trip.
+            mid = csr_content_id(*local[:6], canonical=local[6])
+            if mid is not None:
+                try:
+                    info = MatrixInfo.from_wire(self._conn.call("matrix.info", {"id": mid}))
+                    return dataclasses.replace(info, created=False)
+                except errors.NotFound:
+                    pass
         _optional(params, name=name if name is not None else default_name, format=format,
                   pin=None if pin is None else bool(pin), select=select, reorder=reorder,
                   timeout_ms=timeout_ms)
@@ -472,27 +524,37 @@ class Client:
              timeout_ms=None):
         """y = alpha * A @ x + beta * y on the server; returns the new y.
 
-        x has cols entries; y (rows entries) is needed when beta != 0. dtype: the wire type of x,
-        y and the result (default: float32 for a float32 x, else float64). The result is a
-        read-only view of the received bytes; with out= it is copied into out, which is returned.
+        matrix: an id, a MatrixInfo, or a matrix put() takes (uploaded first unless the server
+        already holds it). x has cols entries, or is cols x k for k columns at once (Y = alpha A X + beta Y, one
+        launch on the server for the formats with an SpMM kernel: the matrix is read once for
+        all columns); y (rows entries, or rows x k) is needed when beta != 0. dtype: the wire
+        type of x, y and the result (default: float32 for a float32 x, else float64). The
+        result is a read-only view of the received bytes (rows x k for a 2-D x); with out= it
+        is copied into out, which is returned.
         """
         x = np.asarray(x)
         _check_real(x, "x")
         dtype_name = _dtype_name(dtype, _default_value_dtype(x))
-        if x.ndim != 1:
-            raise ValueError(f"x must be 1-D, not of shape {x.shape}")
-        params = {"id": _matrix_id(matrix), "x": _values_bin(x, dtype_name), "dtype": dtype_name}
+        if x.ndim not in (1, 2):
+            raise ValueError(f"x must be 1-D (cols) or 2-D (cols x k), not of shape {x.shape}")
+        x_bin, ncols = _vector_bin(x, "x", dtype_name)
+        params = {"id": self._operand_id(matrix), "x": x_bin, "dtype": dtype_name}
+        if x.ndim == 2:
+            params["ncols"] = ncols
         if alpha != 1.0:
             params["alpha"] = float(alpha)
         if beta != 0.0:
             if y is None:
                 raise ValueError("spmv with beta != 0 needs y")
             y_arr = np.asarray(y)
-            _check_real(y_arr, "y")
+            if y_arr.ndim != x.ndim or (x.ndim == 2 and y_arr.shape[1] != ncols):
+                raise ValueError(f"y of shape {y_arr.shape} does not match x of shape {x.shape}")
             params["beta"] = float(beta)
-            params["y"] = _values_bin(y_arr, dtype_name)
+            params["y"] = _vector_bin(y_arr, "y", dtype_name)[0]
         _optional(params, timeout_ms=timeout_ms)
         result = _result_array(self._conn.call("spmv", params), "y")
+        if x.ndim == 2:
+            result = result.reshape((ncols, -1)).T  # column-major on the wire
         if out is not None:
             np.copyto(out, result)
             return out
@@ -500,9 +562,12 @@ class Client:
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
-              callback=None, dtype=None, timeout_ms=None, restart=None):
+              callback=None, dtype=None, timeout_ms=None, restart=None, tol=None):
         """Solve A x = b on the server.
 
+        matrix: an id, a MatrixInfo, or a matrix put() takes (a scipy.sparse matrix, a dense
+        array, ...), uploaded first unless the server already holds it: kd.solve(A, b) works as
+        SciPy's solvers do. tol: SciPy's older name for rtol (give one of them).
         b: a vector (n), or n x k for k right-hand sides at once. method: a name of the server's
         table: "cg" (the default), "pcg" (cg with Jacobi), "sd" (steepest descent) and "cg1" need
         a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
@@ -521,12 +586,16 @@ class Client:
         second); if it returns True the solve is cancelled and Cancelled is raised. Returns a
         SolveResult; a solve that stops without converging is not an exception (look at .status).
         """
+        if tol is not None:
+            if rtol != 1e-8 and rtol != tol:
+                raise ValueError(f"solve got both tol={tol} and rtol={rtol}: give one")
+            rtol = tol
         b_arr = np.asarray(b)
         _check_real(b_arr, "b")
         dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
         b_bin, nrhs = _vector_bin(b_arr, "b", dtype_name)
         params = {
-            "id": _matrix_id(matrix),
+            "id": self._operand_id(matrix),
             "b": b_bin,
             "dtype": dtype_name,
             "method": method,
@@ -586,6 +655,7 @@ class Client:
                 nrhs=1,
                 method=result.get("method", ""),
                 preconditioner=result.get("preconditioner", ""),
+            anatomy=dict(result.get("anatomy") or {}),
             )
 
         def per_rhs(key):
@@ -610,6 +680,7 @@ class Client:
             nrhs=nrhs,
             method=result.get("method", ""),
             preconditioner=result.get("preconditioner", ""),
+            anatomy=dict(result.get("anatomy") or {}),
         )
 
     def operator(self, matrix, *, symmetric=None):

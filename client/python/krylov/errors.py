@@ -31,6 +31,8 @@ __all__ = [
     "Timeout",
     "Unsupported",
     "NotSPD",
+    "Unauthenticated",
+    "Forbidden",
     "InternalError",
     "ConnectionFailed",
     "ProtocolError",
@@ -112,6 +114,18 @@ class NotSPD(KrylovError):
     wire_code = "NOT_SPD"
 
 
+class Unauthenticated(KrylovError):
+    """No `auth` on this connection yet, a wrong name or token, or the user was removed."""
+
+    wire_code = "UNAUTHENTICATED"
+
+
+class Forbidden(KrylovError):
+    """The user's role may not call this method (read < write < admin)."""
+
+    wire_code = "FORBIDDEN"
+
+
 class InternalError(KrylovError):
     """Host memory exhausted, a file-system error in the server's state directory, or a bug."""
 
@@ -143,6 +157,8 @@ _BY_CODE = {
         Timeout,
         Unsupported,
         NotSPD,
+        Unauthenticated,
+        Forbidden,
         InternalError,
     )
 }

@@ -15,13 +15,14 @@ server instead (one round trip).
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
-from .client import MatrixInfo, _matrix_id
+from .client import MatrixInfo
 
 __all__ = ["ResidentOperator"]
 
 
 class ResidentOperator(LinearOperator):
-    """A LinearOperator for the matrix `matrix` (an id or MatrixInfo) on `client`'s server.
+    """A LinearOperator for the matrix `matrix` (an id, a MatrixInfo, or a matrix put() takes,
+    uploaded first unless the server holds it) on `client`'s server.
 
     matvec(v) = A @ v through client.spmv. A^T v is only available for a symmetric operator
     (then it is A @ v), since the server multiplies by A alone; symmetric=None takes the
@@ -30,7 +31,7 @@ class ResidentOperator(LinearOperator):
     """
 
     def __init__(self, client, matrix, *, symmetric=None, dtype=None):
-        info = matrix if isinstance(matrix, MatrixInfo) else client.info(_matrix_id(matrix))
+        info = matrix if isinstance(matrix, MatrixInfo) else client.info(client._operand_id(matrix))
         self.client = client
         self.info = info
         self.id = info.id
