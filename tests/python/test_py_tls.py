@@ -9,12 +9,15 @@ port and a TLS client on the plaintext port are closed at once (no hang) with a 
 the peer, and the server serves the next client; with --tls-ca a client without a certificate,
 or with one from another CA, is refused and one with a certificate of the CA is served; the
 settings work from a config file; SIGHUP loads a new certificate for new connections (open ones
-keep theirs) and keeps the old one when the new file is bad; bad certificate files stop krylovd
-at start with a message naming the file.
+keep theirs) and keeps the old one when the new file is bad; a user's token works over TLS (and
+a wrong one is still refused); bad certificate files stop krylovd at start with a message naming
+the file.
 """
 
+import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -274,6 +277,28 @@ class TlsConfigAndReload(unittest.TestCase):
             wait_for_log(self, d, r"SIGHUP: keeping the TLS certificate in use: --tls-cert \S+"
                          r"server\.pem: ")
             with tls_client(d, cafile=cert("other-ca.pem")) as kd:
+                kd.status()
+        finally:
+            self.assertEqual(d.stop(), 0)
+
+
+class TlsWithAuth(unittest.TestCase):
+    def test_token_over_tls(self):
+        token = secrets.token_hex(16)
+        auth = os.path.join(certs, "auth")
+        with open(auth, "w") as f:
+            f.write(f"alice write {hashlib.sha256(token.encode()).hexdigest()}\n")
+        d = Daemon("--auth-file", auth, "--tls-cert", cert("server.pem"), "--tls-key",
+                   cert("server.key")).start()
+        try:
+            A = spd_matrix(150, 0.05)
+            x = rng.standard_normal(150)
+            with tls_client(d, user="alice", token=token) as kd:
+                self.assertEqual(kd.role, "write")
+                np.testing.assert_allclose(kd.spmv(kd.put(A), x), A @ x, rtol=1e-12, atol=1e-12)
+            with self.assertRaises(krylov.Unauthenticated):
+                tls_client(d, user="alice", token="0" * 32)
+            with tls_client(d) as kd, self.assertRaises(krylov.Unauthenticated):
                 kd.status()
         finally:
             self.assertEqual(d.stop(), 0)
