@@ -3,10 +3,12 @@
  * request, then reads messages until the response with its msgid arrives, passing solve.progress
  * notifications for it to the caller's callback on the way. Responses are framed by the same
  * kd_frame scanner the server uses and unpacked with msgpack-c; vectors arrive as bin payloads
- * and are copied straight into the caller's arrays.
+ * and are copied straight into the caller's arrays. With krylov_set_tls() the same bytes go
+ * through a TLS session on the socket (client_tls.c).
  */
 #include "krylov.h"
 
+#include "client/client_tls.h"
 #include "client/mtx_file.h"
 #include "common/checked.h"
 #include "common/dtype.h"
@@ -16,6 +18,7 @@
 #include "protocol/writer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -41,6 +44,9 @@ struct krylov_client {
     void *send_progress_ctx;
     char code[32];
     char message[KD_ERR_MESSAGE_MAX];
+    int tls;                           /* krylov_set_tls: connect with TLS */
+    char *cafile, *certfile, *keyfile; /* its files (NULL: none) */
+    kd_ctls_t *session;                /* the connection's TLS session, or NULL */
 };
 
 /* One received response, kept alive while the caller reads its result. */
@@ -84,6 +90,8 @@ void krylov_close(krylov_client_t *c)
 {
     if (c == NULL)
         return;
+    kd_ctls_free(c->session);
+    c->session = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -94,7 +102,33 @@ void krylov_close(krylov_client_t *c)
 void krylov_client_free(krylov_client_t *c)
 {
     krylov_close(c);
+    if (c != NULL) {
+        free(c->cafile);
+        free(c->certfile);
+        free(c->keyfile);
+    }
     free(c);
+}
+
+static int kd_client_copy_path(char **dst, const char *src)
+{
+    free(*dst);
+    *dst = NULL;
+    if (src == NULL)
+        return KRYLOV_OK;
+    *dst = strdup(src);
+    return *dst != NULL ? KRYLOV_OK : KRYLOV_ENOMEM;
+}
+
+int krylov_set_tls(krylov_client_t *c, const krylov_tls_options_t *opt)
+{
+    c->tls = opt != NULL;
+    int rc = KRYLOV_OK;
+    if (kd_client_copy_path(&c->cafile, opt != NULL ? opt->cafile : NULL) != KRYLOV_OK ||
+        kd_client_copy_path(&c->certfile, opt != NULL ? opt->certfile : NULL) != KRYLOV_OK ||
+        kd_client_copy_path(&c->keyfile, opt != NULL ? opt->keyfile : NULL) != KRYLOV_OK)
+        rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    return rc;
 }
 
 void krylov_set_timeout(krylov_client_t *c, int timeout_ms)
@@ -116,6 +150,36 @@ const char *krylov_error_code(const krylov_client_t *c)
 const char *krylov_error_message(const krylov_client_t *c)
 {
     return c->message;
+}
+
+static int kd_client_wait(krylov_client_t *c, short events);
+
+/* The handshake on the connected socket, verifying the server's certificate for host. */
+static int kd_client_start_tls(krylov_client_t *c, const char *host, const char *address)
+{
+    char why[KD_ERR_MESSAGE_MAX - 128];
+    int flags = fcntl(c->fd, F_GETFL);
+    if (flags < 0 || fcntl(c->fd, F_SETFL, flags | O_NONBLOCK) < 0 ||
+        kd_ctls_new(c->fd, host, c->cafile, c->certfile, c->keyfile, &c->session, why,
+                    sizeof(why)) != 0) {
+        if (flags < 0)
+            snprintf(why, sizeof(why), "fcntl: %s", strerror(errno));
+        krylov_close(c);
+        return kd_client_fail(c, KRYLOV_EBADREQ, "cannot set up TLS: %s", why);
+    }
+    for (;;) {
+        short wait = 0;
+        int st = kd_ctls_handshake(c->session, &wait, why, sizeof(why));
+        if (st == 1)
+            return KRYLOV_OK;
+        if (st != KD_CTLS_AGAIN) {
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "%s: %s", address, why);
+        }
+        int rc = kd_client_wait(c, wait);
+        if (rc != KRYLOV_OK)
+            return rc;
+    }
 }
 
 static int kd_client_start(krylov_client_t *c, int fd)
@@ -197,7 +261,10 @@ int krylov_connect(krylov_client_t *c, const char *address)
                               strerror(saved ? saved : ECONNREFUSED));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return kd_client_start(c, fd);
+    int rc = kd_client_start(c, fd);
+    if (rc == KRYLOV_OK && c->tls)
+        rc = kd_client_start_tls(c, host, address);
+    return rc;
 }
 
 static int kd_client_wait(krylov_client_t *c, short events)
@@ -225,10 +292,32 @@ static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
     const char *p = data;
     const size_t total = len;
     while (len > 0) {
+        size_t step = len < KRYLOV_SEND_STEP ? len : KRYLOV_SEND_STEP;
+        if (c->session != NULL) {
+            char why[KD_ERR_MESSAGE_MAX - 64];
+            short wait = 0;
+            ssize_t n = kd_ctls_write(c->session, p, step, &wait, why, sizeof(why));
+            if (n == KD_CTLS_AGAIN) {
+                int rc = kd_client_wait(c, wait);
+                if (rc != KRYLOV_OK)
+                    return rc;
+                continue;
+            }
+            if (n < 0) {
+                krylov_close(c);
+                return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost while sending: %s",
+                                      n == KD_CTLS_CLOSED ? "closed by the server" : why);
+            }
+            p += n;
+            len -= (size_t)n;
+            if (c->send_progress != NULL)
+                c->send_progress(c->send_progress_ctx, (uint64_t)(total - len), (uint64_t)total);
+            continue;
+        }
         int rc = kd_client_wait(c, POLLOUT);
         if (rc != KRYLOV_OK)
             return rc;
-        ssize_t n = send(c->fd, p, len < KRYLOV_SEND_STEP ? len : KRYLOV_SEND_STEP, MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, p, step, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
@@ -243,6 +332,29 @@ static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
             c->send_progress(c->send_progress_ctx, (uint64_t)(total - len), (uint64_t)total);
     }
     return KRYLOV_OK;
+}
+
+/* Decrypted bytes into space (what the session holds already, else after waiting for more). */
+static int kd_client_recv_tls(krylov_client_t *c, char *space, size_t room)
+{
+    char why[KD_ERR_MESSAGE_MAX - 64];
+    for (;;) {
+        short wait = 0;
+        ssize_t n = kd_ctls_read(c->session, space, room, &wait, why, sizeof(why));
+        if (n > 0) {
+            kd_frame_commit(c->frame, (size_t)n);
+            return KRYLOV_OK;
+        }
+        if (n != KD_CTLS_AGAIN) {
+            krylov_close(c);
+            if (n == KD_CTLS_CLOSED)
+                return kd_client_fail(c, KRYLOV_ECONNECTION, "connection closed by the server");
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost: %s", why);
+        }
+        int rc = kd_client_wait(c, wait);
+        if (rc != KRYLOV_OK)
+            return rc;
+    }
 }
 
 /* Read until one whole message is framed; *buf is malloc'd. */
@@ -260,13 +372,19 @@ static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
             krylov_close(c);
             return kd_client_fail(c, KRYLOV_EPROTO, "bad response from the server: %s", ev.message);
         }
-        int rc = kd_client_wait(c, POLLIN);
-        if (rc != KRYLOV_OK)
-            return rc;
         char *space;
         size_t room;
         if (kd_frame_reserve(c->frame, 1 << 20, &space, &room) != KD_OK)
             return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+        if (c->session != NULL) {
+            int rc = kd_client_recv_tls(c, space, room);
+            if (rc != KRYLOV_OK)
+                return rc;
+            continue;
+        }
+        int rc = kd_client_wait(c, POLLIN);
+        if (rc != KRYLOV_OK)
+            return rc;
         ssize_t n = recv(c->fd, space, room, 0);
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
             int e = n == 0 ? 0 : errno;

@@ -67,6 +67,18 @@ int krylov_auth(krylov_client_t *c, const char *name, const char *token, char *r
                 size_t role_cap);
 void krylov_close(krylov_client_t *c);
 
+/* TLS, for a server started with --tls-cert. The server's certificate must be signed by cafile
+ * (NULL: the system's trust store) and name the host or IP address given to krylov_connect. */
+typedef struct krylov_tls_options {
+    const char *cafile;   /* PEM CA certificate(s); NULL: the system's */
+    const char *certfile; /* this client's PEM certificate, for a server with --tls-ca; or NULL */
+    const char *keyfile;  /* its PEM key; NULL: in certfile */
+} krylov_tls_options_t;
+
+/* Use TLS from the next krylov_connect on (the strings are copied; the files are read there, and
+ * a bad one is its error); NULL: plaintext. KRYLOV_OK or KRYLOV_ENOMEM. */
+int krylov_set_tls(krylov_client_t *c, const krylov_tls_options_t *opt);
+
 /* Give up on a call after this long without progress (0 = wait forever, the default). */
 void krylov_set_timeout(krylov_client_t *c, int timeout_ms);
 

@@ -3,10 +3,12 @@
  * from Matrix Market files (array or coordinate, .gz too) or are generated ("ones", "random").
  *
  *   krylov [--server HOST:PORT|unix:PATH] [--user NAME] [--token-file F] [--timeout MS] [--json]
- *          [--progress|--no-progress] COMMAND ...
+ *          [--progress|--no-progress] [--tls] [--ca FILE] [--cert FILE --key FILE] COMMAND ...
  *
  * With a user (--user or $KRYLOV_USER) the first request is `auth`, with the token read from
  * --token-file or $KRYLOV_TOKEN: never from the command line, where `ps` would show it.
+ *
+ * --tls (or $KRYLOV_TLS=1; --ca, --cert and --key imply it) connects with TLS.
  *
  * Output is for people by default: aligned tables for `list` and `status`, a progress line on a
  * terminal for long solves and uploads (cli_progress.c). With --json every command prints exactly
@@ -57,6 +59,8 @@ typedef struct kd_cli {
     const char *command;
     int json; /* one JSON document on stdout */
     kd_progress_mode_t progress;
+    int tls; /* --tls, --ca, --cert or $KRYLOV_TLS=1 */
+    krylov_tls_options_t tls_files;
 } kd_cli_t;
 
 static void kd_usage(FILE *out)
@@ -103,6 +107,11 @@ static void kd_usage(FILE *out)
             "  --json        print one JSON document on stdout (errors too: {\"error\": ...})\n"
             "  --progress    always show the progress line on stderr; --no-progress: never\n"
             "                (default: on a terminal, for work that takes over %.1f s)\n"
+            "\n"
+            "  --tls         connect with TLS ($KRYLOV_TLS=1 too); the server's certificate must\n"
+            "                name the host or IP address of --server\n"
+            "  --ca FILE     the CA that signed the server's certificate (default: the system's)\n"
+            "  --cert FILE --key FILE   this client's certificate, for a server with --tls-ca\n"
             "\n"
             "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
             "2 usage, 3 solve not converged, 4 plot not written.\n",
@@ -1154,6 +1163,8 @@ int main(int argc, char **argv)
 {
     kd_cli_t cli = {.progress = KD_PROGRESS_AUTO};
     cli.server = getenv("KRYLOV_SERVER");
+    const char *tls_env = getenv("KRYLOV_TLS");
+    cli.tls = tls_env != NULL && tls_env[0] != '\0' && strcmp(tls_env, "0") != 0;
     if (cli.server == NULL || cli.server[0] == '\0')
         cli.server = KRYLOV_DEFAULT_SERVER;
     cli.user = getenv("KRYLOV_USER");
@@ -1168,6 +1179,17 @@ int main(int argc, char **argv)
             return 0;
         } else if (i + 1 < argc && strcmp(argv[i], "--server") == 0) {
             cli.server = argv[++i];
+        } else if (strcmp(argv[i], "--tls") == 0) {
+            cli.tls = 1;
+        } else if (i + 1 < argc && strcmp(argv[i], "--ca") == 0) {
+            cli.tls = 1;
+            cli.tls_files.cafile = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--cert") == 0) {
+            cli.tls = 1;
+            cli.tls_files.certfile = argv[++i];
+        } else if (i + 1 < argc && strcmp(argv[i], "--key") == 0) {
+            cli.tls = 1;
+            cli.tls_files.keyfile = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--user") == 0) {
             cli.user = argv[++i];
         } else if (i + 1 < argc && strcmp(argv[i], "--token-file") == 0) {
@@ -1209,7 +1231,8 @@ int main(int argc, char **argv)
     if (cli.client == NULL)
         return kd_report(&cli, KD_EXIT_ERROR, "INTERNAL", "out of memory");
     krylov_set_timeout(cli.client, timeout_ms);
-    int rc = cmd->run(&cli, argc - i, argv + i);
+    int rc = cli.tls ? krylov_set_tls(cli.client, &cli.tls_files) : KRYLOV_OK;
+    rc = rc == KRYLOV_OK ? cmd->run(&cli, argc - i, argv + i) : kd_fail(&cli);
     krylov_client_free(cli.client);
     OPENSSL_cleanse(cli.token, sizeof(cli.token));
     return rc;

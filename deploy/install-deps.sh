@@ -14,8 +14,9 @@ packages=(
   ocl-icd-opencl-dev opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo
   # event loop, wire format, hashing, .mtx.gz, systemd notify
   libuv1-dev libmsgpack-dev libxxhash-dev zlib1g-dev libsystemd-dev
-  # auth tokens: SHA-256, constant-time compares, random tokens (libcrypto)
-  libssl-dev
+  # TLS and auth tokens (OpenSSL: libssl, libcrypto), and the openssl command that makes the TLS
+  # tests' certificates
+  libssl-dev openssl
   # reorder "metis" (optional at build: CMake finds it)
   libmetis-dev
   # tests: fuzzing and sanitizers (clang/libFuzzer), reference solutions and the Python client

@@ -147,6 +147,8 @@ void kd_config_print_usage(const char *argv0)
         "                             all; none: on first use, for tests that restart often;\n"
         "                             LIST: only these programs, e.g. krylov,csr_scalar,blas)\n"
         "  --warm-threads N           threads building them (default 0: one per CPU, at most 8)\n"
+        "  --tls-cert FILE, --tls-key FILE  serve TLS (1.2+) with this PEM certificate and key\n"
+        "  --tls-ca FILE              require client certificates signed by this PEM CA\n"
         "  --version, --help\n",
         argv0);
 }
@@ -199,6 +201,9 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("metrics-port-file", metrics_port_file)
     KD_STR_OPT("log-file", log_file)
     KD_STR_OPT("format", default_format)
+    KD_STR_OPT("tls-cert", tls_cert)
+    KD_STR_OPT("tls-key", tls_key)
+    KD_STR_OPT("tls-ca", tls_ca)
     KD_SIZE_OPT("max-message", max_message, 0)
     KD_SIZE_OPT("max-pending-write", max_pending_write, 0)
     KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)

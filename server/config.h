@@ -51,6 +51,9 @@ typedef struct kd_config {
                               0: none */
     char warm_only[256];   /* --warm-programs NAME,NAME: only these kernels/ programs; "" = all */
     int warm_threads;      /* threads building programs at start-up; 0 = one per CPU, at most 8 */
+    char tls_cert[KD_PATH_MAX]; /* PEM certificate chain: the listener speaks TLS; "" = plaintext */
+    char tls_key[KD_PATH_MAX];  /* PEM private key of tls_cert */
+    char tls_ca[KD_PATH_MAX];   /* PEM CA: clients must present a certificate it signed; "" = no */
 } kd_config_t;
 
 void kd_config_defaults(kd_config_t *cfg);

@@ -11,12 +11,19 @@
  * in the framer and is dispatched when reading resumes (kd_conn_resume_reading).
  *
  * A connection is freed when it is closed and no job of its is still in flight (refs).
+ *
+ * On a TLS listener (server/tls.c) the same path runs on plaintext: ciphertext read from the
+ * stream is fed to the connection's TLS session and what it decrypts goes to the framer; each
+ * response is encrypted and its ciphertext written. A connection whose first byte is a TLS
+ * record header on a plaintext listener, or that is not TLS on a TLS one, is logged and closed.
+ * The Unix socket is never TLS.
  */
 #define _GNU_SOURCE /* struct ucred */
 #include "common/log.h"
 #include "common/clock.h"
 #include "protocol/writer.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +36,15 @@ typedef struct kd_write_req {
     size_t len;
 } kd_write_req_t;
 
+/* The first byte of a TLS handshake record (content type 22). */
+#define KD_TLS_RECORD_HANDSHAKE 0x16
+/* Responses are encrypted this much at a time, so the ciphertext buffer stays small. */
+#define KD_TLS_SEND_CHUNK ((size_t)256 << 10)
+
 static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
 static void kd_conn_drain(kd_conn_t *conn, uint64_t now);
+static int kd_conn_flush_tls(kd_conn_t *conn);
 
 static void kd_conn_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
@@ -46,6 +60,23 @@ static void kd_conn_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
     buf->len = len;
 }
 
+/* Ciphertext lands in the server's buffer and is decrypted into the framer before the next read. */
+static void kd_conn_alloc_tls(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    kd_conn_t *conn = handle->data;
+    buf->base = conn->server->tls_inbuf;
+    buf->len = sizeof(conn->server->tls_inbuf);
+    (void)suggested;
+}
+
+static void kd_conn_read_start(kd_conn_t *conn)
+{
+    if (conn->tls != NULL)
+        uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc_tls, kd_conn_read_tls);
+    else
+        uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
+}
+
 static void kd_conn_handle_closed(uv_handle_t *handle)
 {
     kd_conn_unref(handle->data);
@@ -56,6 +87,7 @@ void kd_conn_unref(kd_conn_t *conn)
     if (--conn->refs > 0)
         return;
     kd_frame_free(conn->frame);
+    kd_tls_free(conn->tls);
     free(conn);
 }
 
@@ -97,6 +129,10 @@ void kd_conn_close(kd_conn_t *conn)
     KD_DEBUG("conn", "closing conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
     uv_read_stop((uv_stream_t *)&conn->tcp);
     kd_login_conn_closed(conn);
+    if (conn->tls != NULL && kd_tls_established(conn->tls)) {
+        kd_tls_shutdown(conn->tls); /* close_notify: the client can tell an end from a cut */
+        kd_conn_flush_tls(conn);
+    }
     /* Queued jobs leave the queue now; running ones stop at their next check. Their responses
      * are dropped. (The handles still hold references, so conn outlives this.) */
     kd_dispatch_stop_jobs(server, conn, KD_ECANCELLED, "the client disconnected", 1);
@@ -166,6 +202,7 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
     conn->refs = 2; /* the stream and linger handles */
     conn->id = ++server->next_conn_id;
     conn->last_activity_ns = kd_clock_ns();
+    conn->first_byte = -1;
     conn->is_unix = is_unix;
     int rc = is_unix ? uv_pipe_init(server->loop, &conn->pipe, 0)
                      : uv_tcp_init(server->loop, &conn->tcp);
@@ -191,6 +228,11 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
     kd_conn_describe_peer(conn);
     kd_login_accepted(conn);
     server->counters.connections_total++;
+    if (server->tls != NULL && !is_unix && kd_tls_new(server->tls, &conn->tls) != KD_OK) {
+        KD_ERROR("conn", "out of memory for the TLS session of peer=%s", conn->peer);
+        kd_conn_close(conn);
+        return;
+    }
     if (server->nconns > server->cfg.max_connections || server->shutting_down) {
         server->counters.connections_refused++;
         KD_WARN("conn", "refusing peer=%s: %zu connections (limit %zu)", conn->peer,
@@ -202,7 +244,7 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
     if (!is_unix)
         uv_tcp_nodelay(&conn->tcp, 1);
     KD_DEBUG("conn", "accepted conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
-    uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
+    kd_conn_read_start(conn);
 }
 
 void kd_conn_resume_reading(kd_conn_t *conn)
@@ -211,7 +253,7 @@ void kd_conn_resume_reading(kd_conn_t *conn)
         return;
     if (conn->message_start_ns != 0) /* the pause was ours: restart the message's clock */
         conn->message_start_ns = kd_clock_ns();
-    uv_read_start((uv_stream_t *)&conn->tcp, kd_conn_alloc, kd_conn_read);
+    kd_conn_read_start(conn);
     kd_conn_drain(conn, kd_clock_ns()); /* what arrived before the pause */
 }
 
@@ -236,12 +278,11 @@ static void kd_conn_written(uv_write_t *req, int status)
     kd_conn_unref(conn);
 }
 
-void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
+/* Queue bytes for the stream as they are (ciphertext on a TLS connection); even while closing. */
+static void kd_conn_write(kd_conn_t *conn, void *bytes, size_t len)
 {
-    if (conn->closing || bytes == NULL) {
-        free(bytes);
+    if (bytes == NULL)
         return;
-    }
     kd_write_req_t *w = malloc(sizeof(*w));
     if (w == NULL) {
         free(bytes);
@@ -269,6 +310,49 @@ void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
         KD_WARN("conn", "pausing conn=%llu peer=%s: %zu response bytes unread",
                 (unsigned long long)conn->id, conn->peer, conn->write_pending);
     }
+}
+
+static int kd_conn_flush_tls(kd_conn_t *conn)
+{
+    void *out;
+    size_t n;
+    int rc = kd_tls_take_output(conn->tls, &out, &n);
+    if (rc == KD_OK)
+        kd_conn_write(conn, out, n);
+    return rc;
+}
+
+static void kd_conn_send_tls(kd_conn_t *conn, void *bytes, size_t len)
+{
+    kd_err_t err = {0};
+    int rc = KD_OK;
+    for (size_t off = 0; rc == KD_OK && off < len && !conn->closing; off += KD_TLS_SEND_CHUNK) {
+        size_t n = len - off < KD_TLS_SEND_CHUNK ? len - off : KD_TLS_SEND_CHUNK;
+        rc = kd_tls_write(conn->tls, (const char *)bytes + off, n, &err);
+        if (rc == KD_OK && (rc = kd_conn_flush_tls(conn)) != KD_OK)
+            kd_err_set(&err, rc, "out of memory for TLS output");
+    }
+    free(bytes);
+    if (rc == KD_EPROTO) /* an answer at accept (BUSY) to a client that has not said hello */
+        KD_DEBUG("conn", "dropping a response to conn=%llu: %s", (unsigned long long)conn->id,
+                 err.message);
+    else if (rc != KD_OK) {
+        KD_INFO("conn", "closing conn=%llu peer=%s: %s", (unsigned long long)conn->id, conn->peer,
+                err.message);
+        kd_conn_close(conn);
+    }
+}
+
+void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
+{
+    if (conn->closing || bytes == NULL) {
+        free(bytes);
+        return;
+    }
+    if (conn->tls != NULL)
+        kd_conn_send_tls(conn, bytes, len);
+    else
+        kd_conn_write(conn, bytes, len);
 }
 
 void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
@@ -302,9 +386,14 @@ static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
         KD_DEBUG("conn", "ignoring notification conn=%llu: %s", (unsigned long long)conn->id,
                  derr.err.message);
     } else {
-        /* Nothing to address an answer to: not msgpack-rpc. */
+        /* Nothing to address an answer to: not msgpack-rpc. A TLS ClientHello begins 0x16 0x03,
+         * which msgpack reads as the integer 22: say what it really is. */
+        const char *why = derr.err.message;
+        if (conn->tls == NULL && conn->first_byte == KD_TLS_RECORD_HANDSHAKE)
+            why = "looks like a TLS handshake on a plaintext port (krylovd serves TLS only with "
+                  "--tls-cert and --tls-key)";
         KD_INFO("conn", "closing conn=%llu peer=%s: %s", (unsigned long long)conn->id, conn->peer,
-                derr.err.message);
+                why);
         kd_conn_close(conn);
     }
 }
@@ -335,7 +424,9 @@ static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
             kd_conn_close(conn);
         }
     }
-    if (!conn->closing && kd_frame_in_message(conn->frame)) {
+    /* A message's clock starts with its first byte (kd_conn_sweep); a TLS handshake counts. */
+    int handshaking = conn->tls != NULL && !kd_tls_established(conn->tls);
+    if (!conn->closing && (handshaking || kd_frame_in_message(conn->frame))) {
         if (conn->message_start_ns == 0)
             conn->message_start_ns = now;
     } else {
@@ -353,12 +444,95 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         kd_conn_close(conn);
         return;
     }
+    if (nread > 0 && conn->first_byte < 0)
+        conn->first_byte = (unsigned char)buf->base[0];
     kd_frame_commit(conn->frame, (size_t)nread);
     uint64_t now = kd_clock_ns();
     if (nread > 0)
         conn->last_activity_ns = now;
     kd_conn_drain(conn, now);
-    (void)buf;
+}
+
+/* The handshake or a record failed: a client that got our ServerHello speaks TLS and gets the
+ * alert; one that did not (plaintext on the TLS port) is just closed. */
+static void kd_conn_tls_failed(kd_conn_t *conn, const kd_err_t *err)
+{
+    int tls_client = conn->first_byte == KD_TLS_RECORD_HANDSHAKE;
+    KD_INFO("conn", "closing conn=%llu peer=%s: %s%s", (unsigned long long)conn->id, conn->peer,
+            err->message, tls_client ? "" : " (not a TLS client: plaintext on the TLS port?)");
+    if (tls_client)
+        kd_conn_flush_tls(conn);
+    kd_conn_close(conn);
+}
+
+static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    kd_conn_t *conn = stream->data;
+    if (nread < 0) {
+        if (nread != UV_EOF)
+            KD_DEBUG("conn", "read error conn=%llu: %s", (unsigned long long)conn->id,
+                     uv_strerror((int)nread));
+        kd_conn_close(conn);
+        return;
+    }
+    if (nread == 0)
+        return;
+    uint64_t now = kd_clock_ns();
+    conn->last_activity_ns = now;
+    if (conn->first_byte < 0) {
+        conn->first_byte = (unsigned char)buf->base[0];
+        /* Every TLS 1.2+ client opens with a handshake record. Anything else would make OpenSSL
+         * wait for bytes that never come (0x94, a msgpack-rpc request, reads as an SSLv2 hello
+         * header announcing kilobytes): refuse it now. */
+        if (conn->first_byte != KD_TLS_RECORD_HANDSHAKE) {
+            kd_err_t err = {0};
+            kd_err_set(&err, KD_EPROTO, "TLS handshake failed: the first byte is 0x%02x, not 0x16",
+                       conn->first_byte);
+            kd_conn_tls_failed(conn, &err);
+            return;
+        }
+    }
+    int was_established = kd_tls_established(conn->tls);
+    if (kd_tls_feed(conn->tls, buf->base, (size_t)nread) != KD_OK) {
+        KD_ERROR("conn", "out of memory for TLS input conn=%llu", (unsigned long long)conn->id);
+        kd_conn_close(conn);
+        return;
+    }
+    /* Everything decrypted goes to the framer; while a held `auth` answer stops the dispatch,
+     * it waits there for kd_conn_resume_reading (at most one read's worth). */
+    while (!conn->closing) {
+        char *space;
+        size_t room, got = 0;
+        if (kd_frame_reserve(conn->frame, sizeof(conn->server->tls_inbuf), &space, &room) !=
+            KD_OK) {
+            KD_ERROR("conn", "out of memory reading conn=%llu", (unsigned long long)conn->id);
+            kd_conn_close(conn);
+            break;
+        }
+        kd_err_t err = {0};
+        kd_tls_status_t st = kd_tls_read(conn->tls, space, room, &got, &err);
+        if (st == KD_TLS_DATA) {
+            kd_frame_commit(conn->frame, got);
+            kd_conn_drain(conn, now);
+            continue;
+        }
+        if (st == KD_TLS_CLOSED) {
+            KD_DEBUG("conn", "TLS close_notify conn=%llu", (unsigned long long)conn->id);
+            kd_conn_close(conn);
+        } else if (st == KD_TLS_FAILED) {
+            kd_conn_tls_failed(conn, &err);
+        }
+        break;
+    }
+    if (!conn->closing && kd_conn_flush_tls(conn) != KD_OK) /* handshake records, alerts */
+        kd_conn_close(conn);
+    if (!was_established && kd_tls_established(conn->tls)) {
+        char desc[192];
+        kd_tls_describe(conn->tls, desc, sizeof(desc));
+        KD_DEBUG("conn", "TLS conn=%llu peer=%s: %s", (unsigned long long)conn->id, conn->peer,
+                 desc);
+    }
+    kd_conn_drain(conn, now); /* no message, but the handshake's clock */
 }
 
 void kd_conn_sweep(kd_server_t *server, uint64_t now)

@@ -4,7 +4,8 @@
  * SIGINT/SIGTERM stop accepting, answer every queued request CANCELLED at once, let the running
  * one finish for up to shutdown_grace_ms and then cancel it (its client gets CANCELLED), flush and
  * close every connection, stop the worker and leave the loop with exit status 0. SIGHUP reopens
- * the log file and rereads the auth file (a bad one is logged and the old table kept).
+ * the log file, rereads the auth file (a bad one is logged and the old table kept) and reloads
+ * the TLS certificate and key.
  *
  * Protected mode, as Redis has it: without an auth file the server is open to whoever reaches
  * it, so it listens only on loopback and Unix sockets unless --no-auth says otherwise.
@@ -15,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/notify.h"
 #include "solver/program_cache.h"
+#include "server/tls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -187,6 +189,11 @@ static void kd_on_signal(uv_signal_t *handle, int signum)
                 KD_INFO("server", "SIGHUP: auth file reloaded users=%zu",
                         kd_auth_count(server->auth));
         }
+        kd_err_t tls_err = {0};
+        if (server->tls != NULL && kd_tls_ctx_reload(server->tls, &tls_err) != KD_OK)
+            KD_ERROR("server", "SIGHUP: keeping the TLS certificate in use: %s", tls_err.message);
+        else if (server->tls != NULL)
+            KD_INFO("server", "SIGHUP: TLS certificate and key reloaded for new connections");
         return;
     }
     KD_INFO("server", "signal %d: shutting down", signum);
@@ -234,7 +241,8 @@ uint64_t kd_server_programs_built_on_request(const kd_server_t *server)
            server->warm_builds.loaded_from_binary;
 }
 
-int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
+static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
+                          kd_err_t *err)
 {
     memset(server, 0, sizeof(*server));
     server->loop = loop;
@@ -271,6 +279,14 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     if (cfg->listen[0] != '\0' &&
         (rc = kd_server_parse_address(cfg->listen, &addr, "--listen", err)) != KD_OK)
         return rc;
+    /* Before the device: a bad certificate file should stop the daemon at once. */
+    if (cfg->tls_cert[0] != '\0' || cfg->tls_key[0] != '\0' || cfg->tls_ca[0] != '\0') {
+        rc = kd_tls_ctx_new(cfg->tls_cert, cfg->tls_key, cfg->tls_ca, &server->tls, err);
+        if (rc != KD_OK)
+            return rc;
+        KD_INFO("server", "TLS on: cert=%s client certificates %s", cfg->tls_cert,
+                cfg->tls_ca[0] != '\0' ? "required" : "not asked for");
+    }
 
     rc = kd_ocl_open(cfg->device, &server->ocl, err);
     if (rc != KD_OK)
@@ -392,6 +408,16 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
     return KD_OK;
 }
 
+int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err)
+{
+    int rc = kd_server_open(server, loop, cfg, err);
+    if (rc != KD_OK) {
+        kd_tls_ctx_free(server->tls);
+        server->tls = NULL;
+    }
+    return rc;
+}
+
 static void kd_server_worker_closed(void *arg)
 {
     kd_server_t *server = arg;
@@ -477,6 +503,8 @@ int kd_server_run(kd_server_t *server)
     server->auth = NULL;
     kd_program_cache_close(server->programs);
     server->programs = NULL;
+    kd_tls_ctx_free(server->tls);
+    server->tls = NULL;
     KD_INFO("server", "stopped");
     return server->exit_code;
 }

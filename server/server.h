@@ -86,6 +86,8 @@ typedef struct kd_server {
     kd_frame_limits_t frame_limits;
     kd_proto_limits_t proto_limits;
     kd_csr_limits_t csr_limits;
+    struct kd_tls_ctx *tls;    /* --tls-cert: the listener speaks TLS; NULL = plaintext */
+    char tls_inbuf[64 * 1024]; /* ciphertext from one read, decrypted before the next (loop) */
 } kd_server_t;
 
 struct kd_conn {
@@ -114,6 +116,8 @@ struct kd_conn {
     kd_user_t user;             /* who it is (role KD_ROLE_NONE until `auth`); no digest kept */
     int auth_failures;          /* failed `auth`s on this connection */
     struct kd_login_hold *hold; /* a failed `auth`'s answer held back (reading stops meanwhile) */
+    struct kd_tls *tls; /* TCP on a TLS listener: this connection's session (freed with conn) */
+    int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
 };
 
 /* Programs compiled or loaded since the start-up warm-up ended: each one a request waited for. */

@@ -34,3 +34,7 @@ add_dependencies(test_e2e_amg krylovd)
 # real matrices, a restart.
 kd_add_test(test_e2e_general SOURCES test_e2e_general.c LIBS krylov kd_protocol LABELS e2e)
 add_dependencies(test_e2e_general krylovd)
+# TLS (issue 15): libkrylov against krylovd with --tls-cert / --tls-ca, certificates made by
+# openssl per run.
+kd_add_test(test_e2e_tls SOURCES test_e2e_tls.c LIBS krylov kd_protocol LABELS e2e)
+add_dependencies(test_e2e_tls krylovd)

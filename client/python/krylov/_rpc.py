@@ -13,6 +13,7 @@ them into arrays with np.frombuffer (no further copy).
 """
 
 import socket
+import ssl
 import struct
 
 import msgpack
@@ -118,11 +119,32 @@ def encode_request(msgid, method, params):
     return chunks
 
 
-class Connection:
-    """One connection to krylovd ("host:port" or "unix:PATH"). Not thread-safe: use one per
-    thread."""
+def tls_context(cafile=None, certfile=None, keyfile=None):
+    """A client-side ssl.SSLContext: the server's certificate is verified against cafile (None:
+    the system's trust store) and must name the host or IP address connected to; certfile/keyfile
+    are the client's own certificate for a server started with --tls-ca. TLS 1.2 at least."""
+    try:
+        ctx = ssl.create_default_context(cafile=cafile)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if certfile is not None:
+            ctx.load_cert_chain(certfile, keyfile)
+        elif keyfile is not None:
+            raise errors.BadRequest("keyfile given without certfile")
+    except (OSError, ssl.SSLError) as e:
+        raise errors.BadRequest(f"cannot set up TLS: {e}") from None
+    return ctx
 
-    def __init__(self, address, timeout=None, connect_timeout=30.0):
+
+class Connection:
+    """One connection to krylovd ("host:port", inside TLS when `tls` (an ssl.SSLContext) is given,
+    or "unix:PATH"). Not thread-safe: use one per thread."""
+
+
+class Connection:
+    """One TCP connection to krylovd, inside TLS when `tls` (an ssl.SSLContext) is given. Not
+    thread-safe: use one per thread."""
+
+    def __init__(self, address, timeout=None, connect_timeout=30.0, tls=None):
         self.address = address
         self.timeout = timeout
         if isinstance(address, str) and address.startswith("unix:"):
@@ -140,6 +162,13 @@ class Connection:
             except OSError as e:
                 raise errors.ConnectionFailed(f"cannot connect to {address}: {e}") from None
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                try:  # the handshake is part of connecting: connect_timeout bounds it
+                    sock = tls.wrap_socket(sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as e:
+                    sock.close()
+                    raise errors.ConnectionFailed(
+                        f"TLS handshake with {address} failed: {e}") from None
         sock.settimeout(timeout)
         self._sock = sock
         # max_buffer_size=0: no limit of the unpacker's own (2**32 - 1), as large as a bin can be

@@ -362,10 +362,16 @@ class Client:
     and $KRYLOV_TOKEN. A wrong pair raises krylov.Unauthenticated. Without a user, a server with
     an auth file answers krylov.Unauthenticated to everything (except on its Unix socket, for a
     uid the auth file maps to a user). self.user and self.role say who the server took you for.
+
+    tls: True for a server started with --tls-cert (None: on when $KRYLOV_TLS is "1" or a file
+    below is given), or an ssl.SSLContext of your own. cafile: the CA that signed the server's
+    certificate (None: the system's trust store); the certificate must name the host or IP address
+    in `address`. certfile, keyfile: this client's certificate and key, for a server started with
+    --tls-ca.
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, user=None,
-                 token=None):
+                 token=None, tls=None, cafile=None, certfile=None, keyfile=None):
         if address is None:
             address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
         if user is None:
@@ -374,7 +380,17 @@ class Client:
             token = os.environ.get("KRYLOV_TOKEN") or None
         if user is not None and token is None:
             raise errors.BadRequest(f"user {user!r} needs a token (token=... or $KRYLOV_TOKEN)")
-        self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout)
+        if tls is None:  # a CA or a certificate means TLS too
+            tls = os.environ.get("KRYLOV_TLS", "") not in ("", "0") or any(
+                f is not None for f in (cafile, certfile, keyfile))
+        if tls is True:
+            tls = _rpc.tls_context(cafile, certfile, keyfile)
+        elif tls is False:
+            if cafile is not None or certfile is not None or keyfile is not None:
+                raise errors.BadRequest("cafile, certfile and keyfile need tls=True")
+            tls = None
+        self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout,
+                                     tls=tls)
         self.user = None
         self.role = None
         if user is not None:
