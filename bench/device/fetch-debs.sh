@@ -7,5 +7,5 @@ mkdir -p .debs
 cd .debs
 apt-get download libuv1 libuv1-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev \
   zlib1g-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers \
-  pkgconf pkgconf-bin libpkgconf3 clinfo libmetis5 libmetis-dev libssl3 libssl-dev
+  pkgconf pkgconf-bin libpkgconf3 clinfo libmetis5 libmetis-dev libssl3 libssl-dev openssl
 ls -l
