@@ -48,6 +48,8 @@ static int kd_cg_passes(const kd_solve_run_t *run)
     return p == 3 ? 3 : p == 1 ? 1 : 2;
 }
 
+#define KD_CG_SMALL_R 16 /* kernels/cg_small.cl's KD_SMALL_R: rows per work-item on chip */
+
 /* Many iterations per launch (kernels/cg_small.cl): two passes with r'Mq (the default), an
  * identity or diagonal M, a format that keeps CSR arrays; by default on a GPU for a small
  * matrix, where the general path's launches and checks cost more than its arithmetic. */
@@ -58,7 +60,7 @@ static int kd_cg_small(const kd_solve_run_t *run)
         kd_format_csr_arrays(run->A) == NULL)
         return 0;
     /* automatic: not where the caller forced the fused SpMV (the general path's) */
-    return small == KD_SOLVE_SMALL_ON ||
+    return small == KD_SOLVE_SMALL_ON || small == KD_SOLVE_SMALL_GLOBAL ||
            (run->params->spmv_fusion != KD_SOLVE_FUSION_ON && kd_ocl_desc(run->ocl)->is_gpu &&
             run->A->rows <= KD_SOLVE_SMALL_ROWS);
 }
@@ -69,8 +71,18 @@ static int kd_cg_iterate_chunk(kd_solve_run_t *run, int64_t first, int64_t count
     const kd_format_csr_t *A = kd_format_csr_arrays(run->A);
     const int ops = kr->diagonal != NULL ? KD_KRYLOV_OP_DIAGONAL : 0;
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, first, ops | KD_KRYLOV_OP_WITH_RQ);
+    /* The local variant while the direction fits local memory (and rows the registers), unless
+     * the caller forces the global one. */
+    const size_t wg = kd_ocl_work_group_size(run->ocl);
+    const size_t vsize = kd_dtype_size(run->kr.dtype);
+    const int local = run->params->small != KD_SOLVE_SMALL_GLOBAL &&
+                      (size_t)run->A->rows <= KD_CG_SMALL_R * wg &&
+                      kd_ocl_desc(run->ocl)->local_mem_bytes >= (KD_CG_SMALL_R + 4) * wg * vsize;
+    if (count > INT32_MAX)
+        return kd_err_set(err, KD_EINTERNAL, "cg: %lld iterations in one launch",
+                          (long long)count);
     return kd_krylov_launch_groups(
-        kr, "cg_small", "kd_cg_small", 1,
+        kr, "cg_small", local ? "kd_cg_small_local" : "kd_cg_small", 1,
         KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(count), KD_ARG_MEM(kr->threshold),
                 KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
                 KD_ARG_MEM(kr->state), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),

@@ -108,8 +108,11 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
         if (x0w != NULL)
             x0w[i] = 0.1 * kd_test_rand_double(-1.0, 1.0);
     }
+    outcome_t global = {0};
     const int failed = run(name, csr64, format, dtype, precond, k, KD_SOLVE_SMALL_ON, maxiter,
                            check_every, bw, x0w, &small) != KD_OK ||
+                       run(name, csr64, format, dtype, precond, k, KD_SOLVE_SMALL_GLOBAL, maxiter,
+                           check_every, bw, x0w, &global) != KD_OK ||
                        run(name, csr64, format, dtype, precond, k, KD_SOLVE_SMALL_OFF, maxiter,
                            check_every, bw, x0w, &general) != KD_OK;
     free(bw);
@@ -124,6 +127,10 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
                 name, kd_dtype_name(dtype), precond ? precond : "none", (long long)c,
                 kd_solve_status_name(small.status[c]), (long long)small.iterations[c],
                 kd_solve_status_name(general.status[c]), (long long)general.iterations[c]);
+        /* the two small variants do the same sums in the same order: the same outcome */
+        CHECK_MSG(small.status[c] == global.status[c] && small.iterations[c] == global.iterations[c],
+                  "%s col %lld: local %lld its, global %lld", name, (long long)c,
+                  (long long)small.iterations[c], (long long)global.iterations[c]);
         CHECK_MSG(small.status[c] == general.status[c], "%s col %lld: %s against %s", name,
                   (long long)c, kd_solve_status_name(small.status[c]),
                   kd_solve_status_name(general.status[c]));
@@ -157,6 +164,9 @@ static void test_agrees_with_the_general_path(void)
         }
         compare("laplacian 60x50 pcg", kd_test_laplacian_2d(60, 50), KD_FMT_CSR_SCALAR, dt[d],
                 "jacobi", 3, -1, 0, 1);
+        /* beyond the local variant's rows (16 per work-item): both runs take the global one */
+        compare("laplacian 90x50", kd_test_laplacian_2d(90, 50), KD_FMT_CSR_SCALAR, dt[d], NULL,
+                1, -1, 0, 0);
         compare("laplacian 40x30", kd_test_laplacian_2d(40, 30), KD_FMT_CSR_VECTOR, dt[d], NULL, 4,
                 -1, 0, 0);
         compare("spd 700", kd_test_spd_matrix(700, 6, 0.5), KD_FMT_CSR_ADAPTIVE, dt[d], "jacobi",
