@@ -72,7 +72,7 @@ typedef struct kd_solve_params {
 #define KD_SOLVE_SMALL_ON 1
 #define KD_SOLVE_SMALL_OFF (-1)
 #define KD_SOLVE_SMALL_GLOBAL 2 /* on, the variant with the vectors in global memory (tests) */
-#define KD_SOLVE_SMALL_ROWS 2048 /* the automatic choice's limit (docs/BENCHMARKS.md) */
+#define KD_SOLVE_SMALL_ROWS 4096 /* the automatic choice's limit (docs/BENCHMARKS.md) */
 #define KD_SOLVE_SMALL_CHECK 128 /* iterations per launch (and check) on that path */
 
 #define KD_SOLVE_RESTART_DEFAULT 30
