@@ -40,6 +40,7 @@ static const kd_role_t kd_method_roles[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_DROP] = KD_ROLE_WRITE,
     [KD_METHOD_MATRIX_PIN] = KD_ROLE_WRITE,
     [KD_METHOD_MATRIX_MULTIPLY] = KD_ROLE_WRITE,
+    [KD_METHOD_MATRIX_SHARE] = KD_ROLE_ADMIN,
 };
 
 kd_role_t kd_auth_method_role(kd_method_t method)

@@ -46,7 +46,9 @@ static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const cha
 static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
 {
     kd_matrix_meta_t meta;
-    if (kd_store_get_meta(conn->server->store, req->u.id.id, &meta) != KD_OK) {
+    const int admin = conn->user.role == KD_ROLE_ADMIN;
+    if (kd_store_get_meta(conn->server->store, req->u.id.id, &meta) != KD_OK ||
+        !kd_meta_visible(&meta, conn->user.name, admin)) {
         char hex[KD_ID_HEX_LEN + 1], msg[96];
         kd_id_to_hex(req->u.id.id, hex);
         snprintf(msg, sizeof(msg), "no matrix %s on this server", hex);
@@ -56,7 +58,7 @@ static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
-    kd_reply_meta(&w, &meta, -1);
+    kd_reply_meta_owned(&w, &meta, conn->user.name, admin && conn->server->auth != NULL);
     kd_send_writer(conn, &w, req->msgid);
 }
 
@@ -68,14 +70,19 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
         kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory listing matrices");
         return;
     }
+    const int admin = conn->user.role == KD_ROLE_ADMIN;
+    size_t shown = 0;
+    for (size_t i = 0; i < count; i++)
+        if (kd_meta_visible(&list[i], conn->user.name, admin))
+            list[shown++] = list[i];
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
     kd_w_map(&w, 1);
     kd_w_str(&w, "matrices");
-    kd_w_array(&w, (uint32_t)count);
-    for (size_t i = 0; i < count; i++)
-        kd_reply_meta(&w, &list[i], -1);
+    kd_w_array(&w, (uint32_t)shown);
+    for (size_t i = 0; i < shown; i++)
+        kd_reply_meta_owned(&w, &list[i], conn->user.name, admin && conn->server->auth != NULL);
     free(list);
     kd_send_writer(conn, &w, req->msgid);
 }
@@ -216,6 +223,8 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     }
     job->req = req;
     job->msgid = req->msgid;
+    snprintf(job->user, sizeof(job->user), "%s", conn->user.name);
+    job->admin = conn->user.role == KD_ROLE_ADMIN;
     job->conn = conn;
     job->submitted_ns = kd_clock_ns();
     if (req->timeout_ms > 0)
@@ -286,6 +295,18 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     case KD_METHOD_JOB_CANCEL:
         kd_answer_cancel(conn, req);
         break;
+    case KD_METHOD_MATRIX_SHARE:
+        /* Who exists is the loop thread's to know (SIGHUP reloads the table here). */
+        if (server->auth == NULL || kd_auth_find(server->auth, req->u.id.user) == NULL) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "%s: no user '%s' in the auth file",
+                     server->auth == NULL ? "matrix.share needs --auth-file" : "matrix.share",
+                     req->u.id.user);
+            kd_answer_error(conn, req->msgid, KD_EBADREQ, msg);
+            break;
+        }
+        kd_submit_job(conn, req);
+        return;
     default:
         kd_submit_job(conn, req); /* takes req; its latency is recorded when it is done */
         return;

@@ -81,6 +81,21 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user, int owners)
+{
+    kd_meta_view(meta, user);
+    kd_reply_meta_extra(w, meta, -1, owners ? 1 : 0);
+    if (!owners)
+        return;
+    kd_w_str(w, "owners");
+    kd_w_array(w, (uint32_t)meta->nowners);
+    for (int i = 0; i < meta->nowners; i++) {
+        kd_w_map(w, 2);
+        kd_w_kv_str(w, "user", meta->owners[i].name);
+        kd_w_kv_bool(w, "pinned", meta->owners[i].pinned);
+    }
+}
+
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);

@@ -104,7 +104,9 @@ class AuthFileTest(unittest.TestCase):
                       format="csr") + sp.eye(n) * 10
         A = (A + A.T).tocsr()
         with self.client("carol") as kd:
-            return A, kd.put(A, name="auth-test")
+            info = kd.put(A, name="auth-test")
+            kd.share(info, "alice")  # a read user holds only what an admin gives it
+            return A, info
 
     def test_requests_before_auth_are_unauthenticated(self):
         with krylov.Client(self.addr, user=None) as kd:
