@@ -13,11 +13,13 @@
 #include "common/log.h"
 #include "common/clock.h"
 #include "protocol/writer.h"
+#include "server/quota.h"
 #include "server/replies.h"
 #include "server/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
 {
@@ -202,6 +204,15 @@ static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
     }
 }
 
+size_t kd_dispatch_user_jobs(const kd_server_t *server, const char *user)
+{
+    size_t n = 0;
+    for (const kd_conn_t *c = server->conns; c != NULL; c = c->next)
+        if (strcmp(c->user.name, user) == 0)
+            n += c->njobs;
+    return n;
+}
+
 static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
@@ -215,6 +226,15 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
         kd_request_free(req);
         return;
     }
+    if (conn->user.quota.max_jobs != 0) {
+        kd_err_t qerr = {0};
+        if (kd_quota_check_jobs(&conn->user.quota, conn->user.name,
+                                kd_dispatch_user_jobs(server, conn->user.name), &qerr) != KD_OK) {
+            kd_answer_error(conn, req->msgid, KD_EQUOTA, qerr.message);
+            kd_request_free(req);
+            return;
+        }
+    }
     kd_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL) {
         kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory queueing the request");
@@ -225,6 +245,7 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     job->msgid = req->msgid;
     snprintf(job->user, sizeof(job->user), "%s", conn->user.name);
     job->admin = conn->user.role == KD_ROLE_ADMIN;
+    job->quota = conn->user.quota;
     job->conn = conn;
     job->submitted_ns = kd_clock_ns();
     if (req->timeout_ms > 0)

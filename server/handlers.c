@@ -16,6 +16,8 @@
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
 #include "server/handlers.h"
+#include "server/quota.h"
+#include "server/state.h"
 #include "server/replies.h"
 #include "server/server.h"
 #include "solver/select.h"
@@ -112,7 +114,7 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
 }
 
-int kd_handlers_admit(kd_server_t *server, const char *user, kd_csr_t *csr,
+int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
                       const kd_matrix_options_t *opt, kd_matrix_meta_t *out, int *created,
                       kd_err_t *err)
 {
@@ -129,11 +131,18 @@ int kd_handlers_admit(kd_server_t *server, const char *user, kd_csr_t *csr,
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
         goto fail;
     }
+    const char *user = job->user;
+    kd_usage_t use;
+    kd_store_usage(server->store, user, &use);
     kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
     if (existing != NULL) {
         /* Held already: by this user, nothing changes (but a pin asked for); by others only, the
          * user gets its own reference and, as far as it can tell, created the matrix. */
         const int owned = kd_meta_owner(&existing->meta, user) >= 0;
+        if (!owned &&
+            (rc = kd_quota_check_matrix(&job->quota, user, &use, existing->meta.device_bytes,
+                                        existing->meta.file_bytes, err)) != KD_OK)
+            goto fail;
         if ((!owned || opt->pin == 1) &&
             (rc = kd_cache_set_pinned(server, existing, user,
                                       opt->pin == 1 || (owned && existing->meta.pinned), err)) !=
@@ -151,6 +160,9 @@ int kd_handlers_admit(kd_server_t *server, const char *user, kd_csr_t *csr,
      * row statistics with select = "heuristic", the only other value the decoder lets through). */
     const char *forced = opt->format[0] != '\0' ? opt->format : server->cfg.default_format;
     kd_id_to_hex(meta->id, meta->hex);
+    /* The count first, before the device does any work; the sizes once they are known. */
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK)
+        goto fail;
     rc = kd_handlers_make_room(server, csr, meta->hex, err);
     if (rc != KD_OK)
         goto fail;
@@ -161,6 +173,13 @@ int kd_handlers_admit(kd_server_t *server, const char *user, kd_csr_t *csr,
     if (rc != KD_OK)
         goto fail;
     kd_handlers_describe(meta, csr, dev, &sel, opt);
+    size_t file_bytes = 0;
+    if (server->state != NULL &&
+        (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
+        goto fail;
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, meta->device_bytes, file_bytes,
+                                    err)) != KD_OK)
+        goto fail;
     meta->nowners = 1;
     snprintf(meta->owners[0].name, sizeof(meta->owners[0].name), "%s", user);
     meta->owners[0].pinned = meta->pinned;
@@ -229,8 +248,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         return rc;
     kd_matrix_meta_t meta;
     int created;
-    rc = kd_handlers_admit(server, job->user, csr, &p->options, &meta, &created,
-                           err); /* takes csr */
+    rc = kd_handlers_admit(server, job, csr, &p->options, &meta, &created, err); /* takes csr */
     if (rc != KD_OK)
         return rc;
     if (created)

@@ -220,7 +220,7 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     kd_operands_free(&ops);
     kd_matrix_meta_t meta;
     int created;
-    if ((rc = kd_handlers_admit(server, job->user, c, &q->options, &meta, &created, err)) != KD_OK)
+    if ((rc = kd_handlers_admit(server, job, c, &q->options, &meta, &created, err)) != KD_OK)
         return rc; /* c taken */
     KD_INFO("store",
             "multiply id=%s rows=%lld cols=%lld nnz=%lld products=%lld transpose_a=%d ms=%.3f "

@@ -265,6 +265,21 @@ int kd_store_set_owner_pin(kd_store_t *store, kd_store_entry_t *entry, const cha
     return now;
 }
 
+void kd_store_usage(kd_store_t *store, const char *user, kd_usage_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count; i++) {
+        const kd_matrix_meta_t *m = &store->entries[i]->meta;
+        if (kd_meta_owner(m, user) < 0)
+            continue;
+        out->matrices++;
+        out->device_bytes += m->device_bytes;
+        out->state_bytes += m->file_bytes;
+    }
+    pthread_mutex_unlock(&store->lock);
+}
+
 void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
 {
     pthread_mutex_lock(&store->lock);

@@ -147,6 +147,17 @@ void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, s
 kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
                                       int resident_only);
 
+/* What one user's references hold (quotas, server.status `users`): a matrix two users hold counts
+ * for both; device_bytes is each matrix's size on the device, resident or not. */
+typedef struct kd_usage {
+    size_t matrices;
+    size_t device_bytes;
+    size_t state_bytes;
+} kd_usage_t;
+
+/* Any thread: user's use. */
+void kd_store_usage(kd_store_t *store, const char *user, kd_usage_t *out);
+
 /* Cache counters (server.status `cache`). */
 typedef enum kd_store_counter {
     KD_STORE_HITS = 0,       /* a request found its matrix resident */

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 
 import krylov
 from kd_daemon import Daemon, make_rng
+from test_ops import sample, scrape
 from test_py_auth import token_new
 
 
@@ -218,6 +219,166 @@ class TenantsTest(unittest.TestCase):
             owners = root.call("matrix.info", {"id": a.id})["owners"]
             self.assertEqual(owners, [{"user": "anonymous", "pinned": False}])
             root.drop(a)
+
+
+class QuotaTest(unittest.TestCase):
+    """The auth file's per-user limits: QUOTA naming the limit and by how much, nothing kept or
+    lost on a refusal, a shared matrix counted for each of its owners."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rng = make_rng()
+        cls.dir = tempfile.mkdtemp(prefix="krylovd-quota-")
+        cls.state = os.path.join(cls.dir, "state")
+        cls.tokens = {}
+        lines = []
+        for name, role, limits in (("mq", "write", "max_matrices=2"),
+                                   ("dq", "write", "max_device_bytes=64K"),
+                                   ("sq", "write", "max_state_bytes=64K"),
+                                   ("jq", "write", "max_jobs=1"),
+                                   ("free", "write", ""),
+                                   ("root", "admin", "")):
+            cls.tokens[name], line = token_new(name, role)
+            lines.append(line + " " + limits)
+        cls.auth_file = os.path.join(cls.dir, "auth")
+        with open(cls.auth_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        port_file = os.path.join(cls.dir, "mport")
+        cls.daemon = Daemon("--auth-file", cls.auth_file, "--state-dir", cls.state,
+                            "--metrics", "127.0.0.1:0", "--metrics-port-file", port_file).start()
+        cls.addr = cls.daemon.address
+        with open(port_file) as f:
+            cls.mport = int(f.read())
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.daemon.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert status == 0, f"krylovd exited with status {status}"
+
+    def client(self, name):
+        return krylov.Client(self.addr, user=name, token=self.tokens[name])
+
+    def small(self, n=8):
+        return (sp.eye(n, format="csr") * float(self.rng.integers(2, 1 << 30))).tocsr()
+
+    def big(self):
+        # about 240 KB of CSR on the device and in its file: over any 64K limit
+        n = 2000
+        A = sp.random(n, n, density=0.005, random_state=int(self.rng.integers(1 << 31)),
+                      format="csr") + sp.eye(n) * n
+        return A.tocsr()
+
+    def files(self):
+        return sorted(os.listdir(os.path.join(self.state, "matrices")))
+
+    def test_max_matrices(self):
+        with self.client("mq") as mq, self.client("free") as free:
+            A, B, C = self.small(), self.small(), self.small()
+            a, b = mq.put(A), mq.put(B)
+            self.assertFalse(mq.put(A).created)  # no new reference: not counted again
+            before = self.files()
+            with self.assertRaises(krylov.Quota) as cm:
+                mq.put(C)
+            self.assertIn("mq: 3 matrices would exceed max_matrices = 2 (by 1)",
+                          cm.exception.message)
+            self.assertEqual(self.files(), before)  # nothing kept
+            # a matrix another user holds is one more for mq too
+            c = free.put(C)
+            with self.assertRaises(krylov.Quota):
+                mq.put(C)
+            self.not_mine(mq, c)
+            with self.assertRaises(krylov.Quota):  # a product is a matrix like any other
+                mq.multiply(a, b)
+            # nothing lost: both still work, and a drop makes room
+            x = np.ones(8)
+            np.testing.assert_allclose(mq.spmv(a, x), A @ x)
+            np.testing.assert_allclose(mq.spmv(b, x), B @ x)
+            mq.drop(b)
+            self.assertTrue(mq.put(C).created)
+            mq.drop(a)
+            mq.drop(c)
+            free.drop(c)
+
+    def not_mine(self, kd, info):
+        with self.assertRaises(krylov.NotFound):
+            kd.info(info)
+
+    def test_max_device_bytes(self):
+        with self.client("dq") as dq:
+            S = self.small()
+            s = dq.put(S)
+            before = self.files()
+            with self.assertRaises(krylov.Quota) as cm:
+                dq.put(self.big())
+            self.assertRegex(cm.exception.message,
+                             r"^dq: \d+ device bytes would exceed max_device_bytes = 65536 "
+                             r"\(by \d+\)$")
+            self.assertEqual(self.files(), before)
+            self.assertEqual([m.id for m in dq.list()], [s.id])
+            np.testing.assert_allclose(dq.spmv(s, np.ones(8)), S @ np.ones(8))
+            dq.drop(s)
+
+    def test_max_state_bytes(self):
+        with self.client("sq") as sq, self.client("free") as free:
+            s = sq.put(self.small())
+            B = self.big()
+            before = self.files()
+            with self.assertRaises(krylov.Quota) as cm:
+                sq.put(B)
+            self.assertRegex(cm.exception.message,
+                             r"^sq: \d+ state bytes would exceed max_state_bytes = 65536")
+            self.assertEqual(self.files(), before)
+            b = free.put(B)  # the same content held by another user is still over sq's limit
+            with self.assertRaises(krylov.Quota):
+                sq.put(B)
+            self.not_mine(sq, b)
+            free.drop(b)
+            sq.drop(s)
+
+    def test_max_jobs(self):
+        n = 4000
+        A = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+        with self.client("jq") as jq, self.client("jq") as jq2:
+            a = jq.put(A)
+            b = np.ones(n)
+            conn = jq._conn
+            # a long solve in flight, then one more request from the same user on another
+            # connection: refused at once
+            slow = conn.send_request("solve", {"id": a.id, "b": b.tobytes(), "method": "cg",
+                                               "rtol": 1e-30, "maxiter": 200000})
+            with self.assertRaises(krylov.Quota) as cm:
+                jq2.spmv(a, b)
+            self.assertIn("jq: 2 requests in flight would exceed max_jobs = 1 (by 1)",
+                          cm.exception.message)
+            conn.call("job.cancel", {"msgid": slow})
+            with self.assertRaises(krylov.Cancelled):
+                conn.wait(slow)
+            np.testing.assert_allclose(jq2.spmv(a, b), A @ b)  # and it is free again
+            jq.drop(a)
+
+    def test_admin_status_reports_use(self):
+        with self.client("mq") as mq, self.client("root") as root:
+            a = mq.put(self.small())
+            users = root.call("server.status")["users"]
+            self.assertEqual(users["mq"]["matrices"], 1)
+            self.assertEqual(users["mq"]["max_matrices"], 2)
+            self.assertGreater(users["mq"]["device_bytes"], 0)
+            self.assertGreater(users["mq"]["state_bytes"], 0)
+            self.assertEqual(users["mq"]["jobs"], 0)
+            self.assertEqual(users["free"]["max_matrices"], 0)  # no limit
+            self.assertNotIn("users", mq.call("server.status"))
+            _, _, text = scrape(self.mport)
+            self.assertEqual(sample(text, "krylovd_user_matrices", 'user="mq"'), 1)
+            self.assertEqual(sample(text, "krylovd_user_device_bytes", 'user="mq"'),
+                             users["mq"]["device_bytes"])
+            self.assertEqual(sample(text, "krylovd_user_state_bytes", 'user="mq"'),
+                             users["mq"]["state_bytes"])
+            self.assertEqual(sample(text, "krylovd_user_jobs_in_flight", 'user="jq"'), 0)
+            self.assertGreaterEqual(sample(text, "krylovd_errors_total", 'code="QUOTA"'), 0)
+            mq.drop(a)
+            users = root.call("server.status")["users"]
+            self.assertEqual((users["mq"]["matrices"], users["mq"]["state_bytes"]), (0, 0))
 
 
 class NoAuthFileTest(unittest.TestCase):
