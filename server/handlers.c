@@ -144,9 +144,7 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
                                         existing->meta.file_bytes, err)) != KD_OK)
             goto fail;
         if ((!owned || opt->pin == 1) &&
-            (rc = kd_cache_set_pinned(server, existing, user,
-                                      opt->pin == 1 || (owned && existing->meta.pinned), err)) !=
-                KD_OK)
+            (rc = kd_cache_set_pinned(server, existing, user, opt->pin == 1, err)) != KD_OK)
             goto fail;
         kd_store_get_meta(server->store, meta->id, out);
         kd_meta_view(out, user);
