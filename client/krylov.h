@@ -44,6 +44,7 @@ enum {
     KRYLOV_ENOTSPD = -14,
     KRYLOV_EUNAUTH = -15,     /* UNAUTHENTICATED: `auth` first (or the user was removed) */
     KRYLOV_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not do this */
+    KRYLOV_EQUOTA = -17,      /* QUOTA: over one of the user's limits; nothing was done */
     KRYLOV_ECONNECTION = -20, /* cannot connect, or the connection broke */
 };
 

@@ -31,6 +31,7 @@ static const struct kd_error_entry kd_errors[] = {
     {KD_ENOTSPD, "NOT_SPD", "matrix is not symmetric positive definite"},
     {KD_EUNAUTH, "UNAUTHENTICATED", "not authenticated"},
     {KD_EFORBIDDEN, "FORBIDDEN", "not allowed for this user's role"},
+    {KD_EQUOTA, "QUOTA", "over the user's quota"},
 };
 
 static const struct kd_error_entry *kd_error_find(int code)

@@ -30,8 +30,9 @@ enum {
     KD_ENOTSPD = -14,     /* NOT_SPD: a method that needs an SPD matrix proved it is not */
     KD_EUNAUTH = -15,     /* UNAUTHENTICATED: no (or no longer a valid) `auth` on this connection */
     KD_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not call this method */
+    KD_EQUOTA = -17,      /* QUOTA: over one of the user's limits in the auth file */
 };
-#define KD_ERROR_COUNT 17
+#define KD_ERROR_COUNT 18
 
 /* A short English description of a code ("matrix not found"). Never NULL. */
 const char *kd_strerror(int code);

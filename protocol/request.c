@@ -49,6 +49,7 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_JOB_CANCEL] = "job.cancel",
     [KD_METHOD_SERVER_STATUS] = "server.status",
     [KD_METHOD_AUTH] = "auth",
+    [KD_METHOD_MATRIX_SHARE] = "matrix.share",
 };
 
 const char *kd_method_name(kd_method_t method)
@@ -97,6 +98,7 @@ enum kd_param {
     KD_P_RESTART,
     KD_P_NCOLS,
     KD_P_TOKEN,
+    KD_P_USER,
     KD_P_COUNT
 };
 
@@ -141,6 +143,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_RESTART] = "restart",
     [KD_P_NCOLS] = "ncols",
     [KD_P_TOKEN] = "token",
+    [KD_P_USER] = "user",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -159,9 +162,8 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
     [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
     [KD_METHOD_MATRIX_MULTIPLY] = KD_BIT(A) | KD_BIT(B) | KD_BIT(TRANSPOSE_A) | KD_MATRIX_OPTIONS,
-    [KD_METHOD_SPMV] =
-        KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) | KD_BIT(BETA) |
-        KD_BIT(NCOLS),
+    [KD_METHOD_SPMV] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) |
+                       KD_BIT(BETA) | KD_BIT(NCOLS),
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
@@ -169,6 +171,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
+    [KD_METHOD_MATRIX_SHARE] = KD_BIT(ID) | KD_BIT(USER),
 };
 
 struct kd_decoder {
@@ -568,8 +571,7 @@ static int kd_decode_spmv(struct kd_decoder *d)
     if (max_cols > 0 && spmv->ncols > max_cols)
         return kd_err_set(d->err, KD_ETOOLARGE, "ncols = %lld is over this server's limit %lld",
                           (long long)spmv->ncols, (long long)max_cols);
-    if (spmv->x.count % spmv->ncols != 0 ||
-        (spmv->y.present && spmv->y.count % spmv->ncols != 0))
+    if (spmv->x.count % spmv->ncols != 0 || (spmv->y.present && spmv->y.count % spmv->ncols != 0))
         return kd_err_set(d->err, KD_EBADREQ,
                           "x has %lld values%s, not a whole number of columns for ncols = %lld",
                           (long long)spmv->x.count, spmv->y.present ? " (or y)" : "",
@@ -660,6 +662,26 @@ static int kd_decode_solve(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* A user name: 1..KD_AUTH_NAME_MAX-1 bytes without NUL (whether the user exists is the server's).
+ */
+static int kd_param_user(struct kd_decoder *d, enum kd_param p, char out[KD_AUTH_NAME_MAX])
+{
+    const msgpack_object *o = d->param[p];
+    const char *s;
+    size_t len;
+    if (o == NULL)
+        return kd_missing(d, p);
+    if (kd_obj_str(o, &s, &len) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be a str, got %s", kd_param_names[p],
+                          kd_obj_type_name(o));
+    if (len == 0 || len >= KD_AUTH_NAME_MAX || memchr(s, '\0', len) != NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "%s must be 1..%d bytes without NUL",
+                          kd_param_names[p], KD_AUTH_NAME_MAX - 1);
+    memcpy(out, s, len);
+    out[len] = '\0';
+    return KD_OK;
+}
+
 /* The name is checked for shape here; whether it and the token are right is the server's. */
 static int kd_decode_auth(struct kd_decoder *d)
 {
@@ -672,8 +694,7 @@ static int kd_decode_auth(struct kd_decoder *d)
     if (token == NULL)
         return kd_missing(d, KD_P_TOKEN);
     if (kd_obj_str(name, &s, &len) != 0)
-        return kd_err_set(d->err, KD_EBADREQ, "name must be a str, got %s",
-                          kd_obj_type_name(name));
+        return kd_err_set(d->err, KD_EBADREQ, "name must be a str, got %s", kd_obj_type_name(name));
     if (len == 0 || len >= sizeof(auth->name) || memchr(s, '\0', len) != NULL)
         return kd_err_set(d->err, KD_EBADREQ, "name must be 1..%zu bytes without NUL",
                           sizeof(auth->name) - 1);
@@ -703,6 +724,10 @@ static int kd_decode_method(struct kd_decoder *d)
         if ((rc = kd_param_id(d, KD_P_ID, req->u.id.id)) != KD_OK)
             return rc;
         return kd_param_bool(d, KD_P_PINNED, 1, &req->u.id.pinned);
+    case KD_METHOD_MATRIX_SHARE:
+        if ((rc = kd_param_id(d, KD_P_ID, req->u.id.id)) != KD_OK)
+            return rc;
+        return kd_param_user(d, KD_P_USER, req->u.id.user);
     case KD_METHOD_MATRIX_MULTIPLY:
         return kd_decode_multiply(d);
     case KD_METHOD_SPMV:

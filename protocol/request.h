@@ -30,6 +30,7 @@ typedef enum kd_method {
     KD_METHOD_JOB_CANCEL,
     KD_METHOD_SERVER_STATUS,
     KD_METHOD_AUTH,
+    KD_METHOD_MATRIX_SHARE,
     KD_METHOD_COUNT
 } kd_method_t;
 
@@ -46,6 +47,7 @@ typedef struct kd_array {
 
 /* A bounded string copied out of the message. */
 #define KD_NAME_MAX 128
+#define KD_AUTH_NAME_MAX 64 /* a user name, with its NUL */
 #define KD_FORMAT_NAME_MAX 32
 #define KD_OPTIONS_MAX 8      /* preconditioner_options entries */
 #define KD_OPTION_NAME_MAX 24 /* ... and their names' bytes, NUL included */
@@ -84,16 +86,17 @@ typedef struct kd_multiply_request {
 
 typedef struct kd_id_request {
     uint8_t id[16];
-    int pinned; /* matrix.pin: 0 or 1 (default 1) */
+    int pinned;                  /* matrix.pin: 0 or 1 (default 1) */
+    char user[KD_AUTH_NAME_MAX]; /* matrix.share: who gets a reference */
 } kd_id_request_t;
 
 typedef struct kd_spmv_request {
     uint8_t id[16];
     kd_dtype_t dtype; /* of x, y in and y out: float64 (default) or float32 */
     kd_array_t x;
-    kd_array_t y; /* optional input y for beta != 0 */
-    double alpha; /* default 1 */
-    double beta;  /* default 0 */
+    kd_array_t y;  /* optional input y for beta != 0 */
+    double alpha;  /* default 1 */
+    double beta;   /* default 0 */
     int64_t ncols; /* columns in x (and y), column-major: Y = alpha A X + beta Y; default 1 */
 } kd_spmv_request_t;
 
@@ -126,7 +129,6 @@ typedef struct kd_solve_request {
 
 /* auth: who the connection is. The token is a secret: the server never logs it and wipes its
  * bytes in the message once checked. */
-#define KD_AUTH_NAME_MAX 64
 #define KD_AUTH_TOKEN_MAX 256
 typedef struct kd_auth_request {
     char name[KD_AUTH_NAME_MAX];
@@ -145,7 +147,7 @@ typedef struct kd_request {
     union {
         kd_put_request_t put;
         kd_multiply_request_t multiply;
-        kd_id_request_t id; /* matrix.info, matrix.drop, matrix.pin */
+        kd_id_request_t id; /* matrix.info, matrix.drop, matrix.pin, matrix.share */
         kd_spmv_request_t spmv;
         kd_solve_request_t solve;
         kd_cancel_request_t cancel;

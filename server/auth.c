@@ -4,11 +4,13 @@
  * file is good, so a typo never locks everyone out.
  */
 #include "server/auth.h"
+#include "server/config.h"
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@ static const kd_role_t kd_method_roles[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_DROP] = KD_ROLE_WRITE,
     [KD_METHOD_MATRIX_PIN] = KD_ROLE_WRITE,
     [KD_METHOD_MATRIX_MULTIPLY] = KD_ROLE_WRITE,
+    [KD_METHOD_MATRIX_SHARE] = KD_ROLE_ADMIN,
 };
 
 kd_role_t kd_auth_method_role(kd_method_t method)
@@ -109,6 +112,11 @@ void kd_auth_free(kd_auth_table_t *table)
 size_t kd_auth_count(const kd_auth_table_t *table)
 {
     return table != NULL ? table->nusers : 0;
+}
+
+const kd_user_t *kd_auth_user(const kd_auth_table_t *table, size_t i)
+{
+    return &table->users[i];
 }
 
 const kd_user_t *kd_auth_find(const kd_auth_table_t *table, const char *name)
@@ -190,14 +198,64 @@ static int kd_parse_uid_line(const char *path, int lineno, char *fields[], int n
     return KD_OK;
 }
 
+#define KD_QUOTA_FIELDS 4
+
+/* One `LIMIT=VALUE` field into quota: a known limit, given once, a count or a size above 0. */
+static int kd_parse_quota(const char *path, int lineno, const char *field, kd_quota_t *quota,
+                          kd_err_t *err)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+        int size; /* a byte size (512M) rather than a count */
+    } limits[KD_QUOTA_FIELDS] = {
+        {"max_matrices", offsetof(kd_quota_t, max_matrices), 0},
+        {"max_device_bytes", offsetof(kd_quota_t, max_device_bytes), 1},
+        {"max_state_bytes", offsetof(kd_quota_t, max_state_bytes), 1},
+        {"max_jobs", offsetof(kd_quota_t, max_jobs), 0},
+    };
+    const char *eq = strchr(field, '=');
+    size_t klen = eq != NULL ? (size_t)(eq - field) : strlen(field);
+    for (int i = 0; i < KD_QUOTA_FIELDS; i++) {
+        if (strlen(limits[i].name) != klen || strncmp(field, limits[i].name, klen) != 0)
+            continue;
+        size_t *slot = (size_t *)((char *)quota + limits[i].offset);
+        if (*slot != 0)
+            return kd_err_set(err, KD_EBADREQ, "%s:%d: %s is given twice", path, lineno,
+                              limits[i].name);
+        size_t v = 0;
+        int bad = eq == NULL;
+        if (!bad && limits[i].size) {
+            bad = kd_config_parse_size(eq + 1, &v) != 0;
+        } else if (!bad) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(eq + 1, &end, 10);
+            bad = !isdigit((unsigned char)eq[1]) || *end != '\0' || errno != 0 || n > SIZE_MAX;
+            v = (size_t)n;
+        }
+        if (bad || v == 0)
+            return kd_err_set(err, KD_EBADREQ, "%s:%d: %.*s needs %s above 0, e.g. %s=%s", path,
+                              lineno, (int)klen, field,
+                              limits[i].size ? "a size (bytes, or with K, M, G, T)" : "a count",
+                              limits[i].name, limits[i].size ? "2G" : "10");
+        *slot = v;
+        return KD_OK;
+    }
+    return kd_err_set(err, KD_EBADREQ,
+                      "%s:%d: '%.40s' is not a limit (max_matrices=N, max_device_bytes=SIZE, "
+                      "max_state_bytes=SIZE, max_jobs=N)",
+                      path, lineno, field);
+}
+
 static int kd_parse_user_line(const kd_auth_table_t *t, const char *path, int lineno,
                               char *fields[], int nfields, kd_user_t *user, kd_err_t *err)
 {
     memset(user, 0, sizeof(*user));
-    if (nfields != 3)
+    if (nfields < 3 || nfields > 3 + KD_QUOTA_FIELDS)
         return kd_err_set(err, KD_EBADREQ,
-                          "%s:%d: expected `NAME ROLE SHA256HEX` or `uid:UID NAME`, got %d "
-                          "field(s)",
+                          "%s:%d: expected `NAME ROLE SHA256HEX [LIMIT=VALUE ...]` or `uid:UID "
+                          "NAME`, got %d field(s)",
                           path, lineno, nfields);
     if (!kd_name_valid(fields[0]))
         return kd_err_set(err, KD_EBADREQ,
@@ -218,6 +276,11 @@ static int kd_parse_user_line(const kd_auth_table_t *t, const char *path, int li
         user->has_token = 1;
     }
     snprintf(user->name, sizeof(user->name), "%s", fields[0]);
+    for (int i = 3; i < nfields; i++) {
+        int rc = kd_parse_quota(path, lineno, fields[i], &user->quota, err);
+        if (rc != KD_OK)
+            return rc;
+    }
     return KD_OK;
 }
 
@@ -279,8 +342,8 @@ int kd_auth_load(const char *path, kd_auth_table_t **out, kd_err_t *err)
         char *hash = strchr(line, '#');
         if (hash != NULL)
             *hash = '\0';
-        char *fields[4];
-        int n = kd_split_fields(line, fields, 3);
+        char *fields[3 + KD_QUOTA_FIELDS + 1];
+        int n = kd_split_fields(line, fields, 3 + KD_QUOTA_FIELDS);
         if (n == 0)
             continue;
         if (strncmp(fields[0], "uid:", 4) == 0) {

@@ -4,7 +4,10 @@
  * sockets, no loop (login.c answers `auth` on a connection; dispatch.c asks kd_auth_allows).
  *
  * The auth file, one entry a line (docs/OPERATIONS.md, "Security"):
- *     NAME ROLE SHA256HEX      a user: ROLE is read, write or admin; the hash is of the token
+ *     NAME ROLE SHA256HEX [LIMIT=VALUE ...]
+ *                              a user: ROLE is read, write or admin; the hash is of the token;
+ *                              limits (kd_quota_t): max_matrices=N max_device_bytes=SIZE
+ *                              max_state_bytes=SIZE max_jobs=N (SIZE as in the config: 512M, 2G)
  *     NAME ROLE -              a user with no token: only a uid line lets it in
  *     uid:UID NAME             a Unix-socket client with this uid is NAME without a token
  *     # comment                blank lines are ignored too
@@ -27,12 +30,23 @@ typedef enum kd_role {
 
 #define KD_AUTH_DIGEST_LEN 32
 
-/* Who a connection is. The tenant part will key ownership on name. */
+/* A user's limits; 0: none. Use is counted over the matrices the user holds a reference to (a
+ * matrix two users hold counts for both), device bytes as each takes on the device when loaded,
+ * so that a user's use does not move with global eviction. */
+typedef struct kd_quota {
+    size_t max_matrices;
+    size_t max_device_bytes;
+    size_t max_state_bytes;
+    size_t max_jobs; /* requests queued or running, over all the user's connections */
+} kd_quota_t;
+
+/* Who a connection is; ownership is keyed on name. */
 typedef struct kd_user {
     char name[KD_AUTH_NAME_MAX];
     kd_role_t role;
     uint8_t digest[KD_AUTH_DIGEST_LEN]; /* SHA-256 of the token */
     int has_token;                      /* 0: a name known only through a uid line */
+    kd_quota_t quota;
 } kd_user_t;
 
 typedef struct kd_auth_table kd_auth_table_t;
@@ -42,6 +56,9 @@ typedef struct kd_auth_table kd_auth_table_t;
 int kd_auth_load(const char *path, kd_auth_table_t **out, kd_err_t *err);
 void kd_auth_free(kd_auth_table_t *table); /* accepts NULL */
 size_t kd_auth_count(const kd_auth_table_t *table);
+
+/* The i-th user of the file (i < kd_auth_count), in the file's order. */
+const kd_user_t *kd_auth_user(const kd_auth_table_t *table, size_t i);
 
 /* The user called name, or NULL. */
 const kd_user_t *kd_auth_find(const kd_auth_table_t *table, const char *name);

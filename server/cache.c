@@ -21,6 +21,7 @@
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/server.h"
+#include "server/owners.h"
 #include "server/state.h"
 
 #include <stdio.h>
@@ -101,6 +102,8 @@ int kd_cache_open(kd_server_t *server, kd_err_t *err)
         return rc;
     if (ctx.failed)
         return kd_err_set(err, KD_ENOMEM, "out of host memory registering stored matrices");
+    if ((rc = kd_owners_load(server, err)) != KD_OK)
+        return rc;
     for (size_t i = 0; i < kd_state_moved_aside(server->state); i++)
         kd_store_count(server->store, KD_STORE_CORRUPT);
     kd_store_totals_t t;
@@ -366,14 +369,22 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     } else {
         entry->host = csr; /* the only copy: nothing else could bring the matrix back */
     }
-    return kd_store_insert(server->store, entry); /* takes entry */
+    rc = kd_store_insert(server->store, entry); /* takes entry */
+    if (rc != KD_OK)
+        return rc;
+    kd_err_t owners = {0};
+    if (kd_owners_save(server, &owners) != KD_OK) /* the matrix itself is safe: keep it */
+        KD_WARN("owners", "%s: after a restart matrix %s belongs to %s", owners.message, meta->hex,
+                KD_ANONYMOUS);
+    return KD_OK;
 fail:
     kd_csr_free(csr);
     kd_store_entry_free(entry);
     return rc;
 }
 
-int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, int pinned, kd_err_t *err)
+int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char *user, int pinned,
+                        kd_err_t *err)
 {
     if (pinned && entry->dev == NULL) {
         kd_store_entry_t *loaded;
@@ -381,23 +392,40 @@ int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, int pinned
         if (rc != KD_OK)
             return rc;
     }
-    if (entry->meta.pinned == pinned)
-        return KD_OK;
-    kd_store_set_pinned(server->store, entry, pinned);
-    if (server->state != NULL && entry->meta.stored) {
+    /* The references as they were, to put back when recording the change fails. */
+    const int was = entry->meta.pinned, nowners = entry->meta.nowners;
+    kd_owner_t before[KD_OWNERS_MAX];
+    memcpy(before, entry->meta.owners, sizeof(before));
+    int now;
+    if (user != NULL) {
+        int rc = kd_store_add_owner(server->store, entry, user, pinned, err);
+        if (rc != KD_OK)
+            return rc;
+        now = entry->meta.pinned;
+    } else {
+        now = kd_store_set_owner_pin(server->store, entry, NULL, pinned);
+    }
+    int rc = KD_OK;
+    if (server->state != NULL && entry->meta.stored && now != was) {
         kd_matrix_meta_t copy;
         kd_store_get_meta(server->store, entry->meta.id, &copy);
-        int rc = kd_state_update_header(server->state, &copy, err);
-        if (rc != KD_OK) {
-            kd_store_set_pinned(server->store, entry, !pinned);
-            return kd_err_prefix(err, "recording the pin of matrix %s", entry->meta.hex);
-        }
+        rc = kd_state_update_header(server->state, &copy, err);
     }
-    KD_INFO("cache", "%s id=%s", pinned ? "pin" : "unpin", entry->meta.hex);
+    if (rc == KD_OK)
+        rc = kd_owners_save(server, err);
+    if (rc != KD_OK) {
+        kd_store_remove_owner(server->store, entry, NULL);
+        for (int i = 0; i < nowners; i++)
+            kd_store_add_owner(server->store, entry, before[i].name, before[i].pinned, err);
+        kd_store_set_pinned(server->store, entry, was);
+        return kd_err_prefix(err, "recording the pin of matrix %s", entry->meta.hex);
+    }
+    KD_INFO("cache", "%s id=%s user=%s pinned=%d", pinned ? "pin" : "unpin", entry->meta.hex,
+            user != NULL ? user : "*", now);
     return KD_OK;
 }
 
-int kd_cache_drop(kd_server_t *server, const uint8_t id[16], kd_err_t *err)
+int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, kd_err_t *err)
 {
     kd_store_entry_t *entry = kd_store_find(server->store, id);
     if (entry == NULL) {
@@ -405,12 +433,39 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], kd_err_t *err)
         kd_id_to_hex(id, hex);
         return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
     }
+    if (user != NULL && entry->meta.nowners > 1 && kd_meta_owner(&entry->meta, user) >= 0) {
+        const int was = entry->meta.pinned, nowners = entry->meta.nowners;
+        kd_owner_t before[KD_OWNERS_MAX];
+        memcpy(before, entry->meta.owners, sizeof(before));
+        kd_store_remove_owner(server->store, entry, user);
+        int rc = KD_OK;
+        if (server->state != NULL && entry->meta.stored && entry->meta.pinned != was) {
+            kd_matrix_meta_t copy;
+            kd_store_get_meta(server->store, id, &copy);
+            rc = kd_state_update_header(server->state, &copy, err);
+        }
+        if (rc == KD_OK)
+            rc = kd_owners_save(server, err);
+        if (rc != KD_OK) {
+            kd_store_remove_owner(server->store, entry, NULL);
+            for (int i = 0; i < nowners; i++)
+                kd_store_add_owner(server->store, entry, before[i].name, before[i].pinned, err);
+            return kd_err_prefix(err, "dropping %s's reference to matrix %s", user,
+                                 entry->meta.hex);
+        }
+        KD_INFO("store", "drop id=%s user=%s (%d references left)", entry->meta.hex, user,
+                entry->meta.nowners);
+        return KD_OK;
+    }
     if (server->state != NULL && entry->meta.stored) {
         int rc = kd_state_remove(server->state, id, err);
         if (rc != KD_OK)
             return rc;
     }
-    KD_INFO("store", "drop id=%s", entry->meta.hex);
+    KD_INFO("store", "drop id=%s user=%s", entry->meta.hex, user != NULL ? user : "*");
     kd_store_entry_free(kd_store_remove(server->store, id));
+    kd_err_t ignored = {0};
+    if (kd_owners_save(server, &ignored) != KD_OK) /* a stale line is ignored at start-up */
+        KD_WARN("owners", "%s", ignored.message);
     return KD_OK;
 }

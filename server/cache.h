@@ -53,12 +53,15 @@ int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *
 int kd_cache_host_csr(struct kd_server *server, const uint8_t id[16], const kd_csr_t **csr,
                       kd_csr_t **owned, kd_err_t *err);
 
-/* Pin (loading the matrix if it is not resident) or unpin, and record it in the state file. */
-int kd_cache_set_pinned(struct kd_server *server, kd_store_entry_t *entry, int pinned,
-                        kd_err_t *err);
+/* Pin (loading the matrix if it is not resident) or unpin user's reference (NULL: every
+ * reference; a user with none gets one), and record it: the state file's header keeps whether
+ * anyone pinned it, STATE_DIR/owners whose pin it is. */
+int kd_cache_set_pinned(struct kd_server *server, kd_store_entry_t *entry, const char *user,
+                        int pinned, kd_err_t *err);
 
-/* Forget a matrix: device copy and state file. KD_ENOTFOUND, KD_EIO. */
-int kd_cache_drop(struct kd_server *server, const uint8_t id[16], kd_err_t *err);
+/* Take user's reference to a matrix away (NULL: everyone's); with the last one the matrix goes,
+ * device copy and state file. KD_ENOTFOUND, KD_EIO. */
+int kd_cache_drop(struct kd_server *server, const uint8_t id[16], const char *user, kd_err_t *err);
 
 /* After the driver refused an allocation: evict every unpinned resident matrix except `keep`
  * (may be NULL). Returns how many were evicted. */

@@ -13,11 +13,13 @@
 #include "common/log.h"
 #include "common/clock.h"
 #include "protocol/writer.h"
+#include "server/quota.h"
 #include "server/replies.h"
 #include "server/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
 {
@@ -46,7 +48,9 @@ static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const cha
 static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
 {
     kd_matrix_meta_t meta;
-    if (kd_store_get_meta(conn->server->store, req->u.id.id, &meta) != KD_OK) {
+    const int admin = conn->user.role == KD_ROLE_ADMIN;
+    if (kd_store_get_meta(conn->server->store, req->u.id.id, &meta) != KD_OK ||
+        !kd_meta_visible(&meta, conn->user.name, admin)) {
         char hex[KD_ID_HEX_LEN + 1], msg[96];
         kd_id_to_hex(req->u.id.id, hex);
         snprintf(msg, sizeof(msg), "no matrix %s on this server", hex);
@@ -56,7 +60,7 @@ static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
-    kd_reply_meta(&w, &meta, -1);
+    kd_reply_meta_owned(&w, &meta, conn->user.name, admin && conn->server->auth != NULL);
     kd_send_writer(conn, &w, req->msgid);
 }
 
@@ -68,14 +72,19 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
         kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory listing matrices");
         return;
     }
+    const int admin = conn->user.role == KD_ROLE_ADMIN;
+    size_t shown = 0;
+    for (size_t i = 0; i < count; i++)
+        if (kd_meta_visible(&list[i], conn->user.name, admin))
+            list[shown++] = list[i];
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
     kd_w_map(&w, 1);
     kd_w_str(&w, "matrices");
-    kd_w_array(&w, (uint32_t)count);
-    for (size_t i = 0; i < count; i++)
-        kd_reply_meta(&w, &list[i], -1);
+    kd_w_array(&w, (uint32_t)shown);
+    for (size_t i = 0; i < shown; i++)
+        kd_reply_meta_owned(&w, &list[i], conn->user.name, admin && conn->server->auth != NULL);
     free(list);
     kd_send_writer(conn, &w, req->msgid);
 }
@@ -195,6 +204,15 @@ static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
     }
 }
 
+size_t kd_dispatch_user_jobs(const kd_server_t *server, const char *user)
+{
+    size_t n = 0;
+    for (const kd_conn_t *c = server->conns; c != NULL; c = c->next)
+        if (strcmp(c->user.name, user) == 0)
+            n += c->njobs;
+    return n;
+}
+
 static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
@@ -208,6 +226,15 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
         kd_request_free(req);
         return;
     }
+    if (conn->user.quota.max_jobs != 0) {
+        kd_err_t qerr = {0};
+        if (kd_quota_check_jobs(&conn->user.quota, conn->user.name,
+                                kd_dispatch_user_jobs(server, conn->user.name), &qerr) != KD_OK) {
+            kd_answer_error(conn, req->msgid, KD_EQUOTA, qerr.message);
+            kd_request_free(req);
+            return;
+        }
+    }
     kd_job_t *job = calloc(1, sizeof(*job));
     if (job == NULL) {
         kd_answer_error(conn, req->msgid, KD_ENOMEM, "out of host memory queueing the request");
@@ -216,6 +243,9 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     }
     job->req = req;
     job->msgid = req->msgid;
+    snprintf(job->user, sizeof(job->user), "%s", conn->user.name);
+    job->admin = conn->user.role == KD_ROLE_ADMIN;
+    job->quota = conn->user.quota;
     job->conn = conn;
     job->submitted_ns = kd_clock_ns();
     if (req->timeout_ms > 0)
@@ -286,6 +316,18 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     case KD_METHOD_JOB_CANCEL:
         kd_answer_cancel(conn, req);
         break;
+    case KD_METHOD_MATRIX_SHARE:
+        /* Who exists is the loop thread's to know (SIGHUP reloads the table here). */
+        if (server->auth == NULL || kd_auth_find(server->auth, req->u.id.user) == NULL) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "%s: no user '%s' in the auth file",
+                     server->auth == NULL ? "matrix.share needs --auth-file" : "matrix.share",
+                     req->u.id.user);
+            kd_answer_error(conn, req->msgid, KD_EBADREQ, msg);
+            break;
+        }
+        kd_submit_job(conn, req);
+        return;
     default:
         kd_submit_job(conn, req); /* takes req; its latency is recorded when it is done */
         return;

@@ -16,6 +16,8 @@
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
 #include "server/handlers.h"
+#include "server/quota.h"
+#include "server/state.h"
 #include "server/replies.h"
 #include "server/server.h"
 #include "solver/select.h"
@@ -112,8 +114,9 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
 }
 
-int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_options_t *opt,
-                      kd_matrix_meta_t *out, int *created, kd_err_t *err)
+int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
+                      const kd_matrix_options_t *opt, kd_matrix_meta_t *out, int *created,
+                      kd_err_t *err)
 {
     kd_matrix_t *dev = NULL;
     int rc;
@@ -128,11 +131,24 @@ int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_option
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
         goto fail;
     }
+    const char *user = job->user;
+    kd_usage_t use;
+    kd_store_usage(server->store, user, &use);
     kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
     if (existing != NULL) {
-        if (opt->pin == 1 && (rc = kd_cache_set_pinned(server, existing, 1, err)) != KD_OK)
+        /* Held already: by this user, nothing changes (but a pin asked for); by others only, the
+         * user gets its own reference and, as far as it can tell, created the matrix. */
+        const int owned = kd_meta_owner(&existing->meta, user) >= 0;
+        if (!owned &&
+            (rc = kd_quota_check_matrix(&job->quota, user, &use, existing->meta.device_bytes,
+                                        existing->meta.file_bytes, err)) != KD_OK)
+            goto fail;
+        if ((!owned || opt->pin == 1) &&
+            (rc = kd_cache_set_pinned(server, existing, user, opt->pin == 1, err)) != KD_OK)
             goto fail;
         kd_store_get_meta(server->store, meta->id, out);
+        kd_meta_view(out, user);
+        *created = !owned;
         free(entry);
         kd_csr_free(csr);
         return KD_OK;
@@ -142,6 +158,9 @@ int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_option
      * row statistics with select = "heuristic", the only other value the decoder lets through). */
     const char *forced = opt->format[0] != '\0' ? opt->format : server->cfg.default_format;
     kd_id_to_hex(meta->id, meta->hex);
+    /* The count first, before the device does any work; the sizes once they are known. */
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK)
+        goto fail;
     rc = kd_handlers_make_room(server, csr, meta->hex, err);
     if (rc != KD_OK)
         goto fail;
@@ -152,12 +171,23 @@ int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_option
     if (rc != KD_OK)
         goto fail;
     kd_handlers_describe(meta, csr, dev, &sel, opt);
+    size_t file_bytes = 0;
+    if (server->state != NULL &&
+        (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
+        goto fail;
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, meta->device_bytes, file_bytes,
+                                    err)) != KD_OK)
+        goto fail;
+    meta->nowners = 1;
+    snprintf(meta->owners[0].name, sizeof(meta->owners[0].name), "%s", user);
+    meta->owners[0].pinned = meta->pinned;
     entry->dev = dev;
     kd_matrix_meta_t copy = *meta;
     rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry and csr */
     if (rc != KD_OK)
         return rc;
     kd_store_get_meta(server->store, copy.id, out);
+    kd_meta_view(out, user);
     *created = 1;
     return KD_OK;
 fail:
@@ -182,7 +212,9 @@ int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *m
              "applied; drop it and put it again to store it that way",
              meta->hex, kd_format_name(meta->format), kd_reorder_name(meta->reorder),
              format ? "format " : "", format ? opt->format : "",
-             format && reorder ? " and the reordering" : reorder ? "reordering" : "",
+             format && reorder ? " and the reordering"
+             : reorder         ? "reordering"
+                               : "",
              format && reorder ? "were" : "was");
     return 1;
 }
@@ -214,7 +246,7 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         return rc;
     kd_matrix_meta_t meta;
     int created;
-    rc = kd_handlers_admit(server, csr, &p->options, &meta, &created, err); /* takes csr */
+    rc = kd_handlers_admit(server, job, csr, &p->options, &meta, &created, err); /* takes csr */
     if (rc != KD_OK)
         return rc;
     if (created)
@@ -235,7 +267,11 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
 
 static int kd_handle_drop(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
-    int rc = kd_cache_drop(server, job->req->u.id.id, err);
+    /* An admin drops its own reference to a matrix it holds, and every reference to one it does
+     * not (the data goes). */
+    kd_store_entry_t *entry = kd_store_find(server->store, job->req->u.id.id);
+    const int owner = entry != NULL && kd_meta_owner(&entry->meta, job->user) >= 0;
+    int rc = kd_cache_drop(server, job->req->u.id.id, owner ? job->user : NULL, err);
     if (rc != KD_OK)
         return rc;
     kd_w_result_begin(w, job->msgid);
@@ -249,13 +285,40 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     kd_store_entry_t *entry = kd_store_lookup(server->store, job->req->u.id.id);
     if (entry == NULL)
         return kd_not_found(err, job->req->u.id.id);
-    int rc = kd_cache_set_pinned(server, entry, job->req->u.id.pinned, err);
+    /* An admin that holds no reference pins or unpins every owner's. */
+    const int owner = kd_meta_owner(&entry->meta, job->user) >= 0;
+    int rc =
+        kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned, err);
     if (rc != KD_OK)
         return rc;
     kd_matrix_meta_t copy;
     kd_store_get_meta(server->store, entry->meta.id, &copy);
+    kd_meta_view(&copy, job->user);
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta(w, &copy, -1);
+    return KD_OK;
+}
+
+/* matrix.share (admin): user gets its own, unpinned reference (kept if it has one). */
+static int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    const kd_id_request_t *q = &job->req->u.id;
+    kd_store_entry_t *entry = kd_store_find(server->store, q->id);
+    if (entry == NULL)
+        return kd_not_found(err, q->id);
+    const int i = kd_meta_owner(&entry->meta, q->user);
+    const int created = i < 0;
+    if (created) {
+        int rc = kd_cache_set_pinned(server, entry, q->user, 0, err);
+        if (rc != KD_OK)
+            return rc;
+        KD_INFO("store", "share id=%s user=%s by=%s", entry->meta.hex, q->user, job->user);
+    }
+    kd_w_result_begin(w, job->msgid);
+    kd_w_map(w, 3);
+    kd_w_kv_str(w, "id", entry->meta.hex);
+    kd_w_kv_str(w, "user", q->user);
+    kd_w_kv_bool(w, "created", created);
     return KD_OK;
 }
 
@@ -568,9 +631,35 @@ done:
     return rc;
 }
 
+/* The matrix a job names, when it names one (matrix.multiply checks its operands itself). */
+static const uint8_t *kd_handlers_target(const kd_job_t *job)
+{
+    switch (job->req->method) {
+    case KD_METHOD_SPMV:
+        return job->req->u.spmv.id;
+    case KD_METHOD_SOLVE:
+        return job->req->u.solve.id;
+    case KD_METHOD_MATRIX_PIN:
+    case KD_METHOD_MATRIX_DROP:
+    case KD_METHOD_MATRIX_SHARE:
+        return job->req->u.id.id;
+    default:
+        return NULL;
+    }
+}
+
 static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     int rc;
+    /* Another user's matrix is not there for this one: the same code and message as an id that
+     * does not exist, before anything else could tell them apart. */
+    const uint8_t *target = kd_handlers_target(job);
+    if (target != NULL) {
+        kd_matrix_meta_t meta;
+        if (kd_store_get_meta(server->store, target, &meta) != KD_OK ||
+            !kd_meta_visible(&meta, job->user, job->admin))
+            return kd_not_found(err, target);
+    }
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
         rc = kd_handle_put(server, job, w, err);
@@ -583,6 +672,9 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
         break;
     case KD_METHOD_MATRIX_MULTIPLY:
         rc = kd_handle_multiply(server, job, w, err);
+        break;
+    case KD_METHOD_MATRIX_SHARE:
+        rc = kd_handle_share(server, job, w, err);
         break;
     case KD_METHOD_SPMV:
         rc = kd_handle_spmv(server, job, w, err);

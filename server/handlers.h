@@ -21,8 +21,12 @@
 int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,
                        char *out, size_t cap);
 
-int kd_handlers_admit(kd_server_t *server, kd_csr_t *csr, const kd_matrix_options_t *opt,
-                      kd_matrix_meta_t *meta, int *created, kd_err_t *err);
+/* Owners: the matrix becomes job->user's (a new reference to content another user holds counts as
+ * created for this user, and *meta is as the user sees it: kd_meta_view). A new reference that
+ * would take the user over a limit of job->quota is KD_EQUOTA, before anything is kept. */
+int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
+                      const kd_matrix_options_t *opt, kd_matrix_meta_t *meta, int *created,
+                      kd_err_t *err);
 
 /* matrix.multiply (multiply.c). */
 int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);

@@ -9,6 +9,7 @@
 #define KD_SERVER_JOB_H
 
 #include "protocol/request.h"
+#include "server/auth.h"
 
 #include <uv.h>
 
@@ -24,6 +25,11 @@ typedef struct kd_job {
     struct kd_conn *conn;                 /* holds a reference (loop thread) */
     kd_request_t *req;                    /* owned */
     uint64_t msgid;
+    /* Who asked, copied at submission (a later `auth` on the connection may change it): the
+     * user, whether it may act on every user's matrices, and its limits (all 0: none). */
+    char user[KD_AUTH_NAME_MAX];
+    int admin;
+    kd_quota_t quota;
     uint64_t submitted_ns;
     uint64_t deadline_ns; /* CLOCK_MONOTONIC, 0 = none */
     atomic_int cancel;    /* 0, or the KD_E* code to stop with (KD_ECANCELLED, KD_ETIMEOUT) */

@@ -268,6 +268,7 @@ int kd_login_check(kd_conn_t *conn, kd_request_t *req)
         return 1;
     }
     conn->user.role = user->role;
+    conn->user.quota = user->quota; /* a reload's new limits apply at once too */
     kd_role_t need = kd_auth_method_role(req->method);
     if (user->role < need) {
         snprintf(message, sizeof(message), "%s needs role %s or higher; user '%s' has role %s",

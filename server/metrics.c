@@ -97,6 +97,38 @@ static void kd_text_metric(kd_text_t *t, const char *name, const char *type, con
     kd_text_add(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
 }
 
+/* Per-user use (with an auth file): a gauge family each, labelled by user. */
+static void kd_metrics_users(kd_text_t *t, kd_server_t *server)
+{
+    static const struct {
+        const char *name, *help;
+    } families[4] = {
+        {"krylovd_user_matrices", "Matrices the user holds a reference to."},
+        {"krylovd_user_device_bytes", "Device bytes of the user's matrices, resident or not."},
+        {"krylovd_user_state_bytes", "State-file bytes of the user's matrices."},
+        {"krylovd_user_jobs_in_flight", "The user's requests queued or running."},
+    };
+    const size_t n = kd_auth_count(server->auth);
+    if (n == 0)
+        return;
+    for (int f = 0; f < 4; f++) {
+        kd_text_add(t, "# HELP %s %s\n# TYPE %s gauge\n", families[f].name, families[f].help,
+                    families[f].name);
+        for (size_t i = 0; i < n; i++) {
+            const kd_user_t *u = kd_auth_user(server->auth, i);
+            kd_usage_t use;
+            kd_store_usage(server->store, u->name, &use);
+            const size_t v = f == 0   ? use.matrices
+                             : f == 1 ? use.device_bytes
+                             : f == 2 ? use.state_bytes
+                                      : kd_dispatch_user_jobs(server, u->name);
+            kd_text_add(t, "%s{user=\"", families[f].name);
+            kd_text_label(t, u->name);
+            kd_text_add(t, "\"} %zu\n", v);
+        }
+    }
+}
+
 char *kd_metrics_render(kd_server_t *server, size_t *len)
 {
     kd_text_t t = {0};
@@ -123,16 +155,17 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                     kd_method_name((kd_method_t)m), (unsigned long long)c->by_method[m]);
     kd_text_add(&t, "# HELP krylovd_errors_total Error responses, by wire error code.\n"
                     "# TYPE krylovd_errors_total counter\n");
-    static const char *codes[] = {"BAD_REQUEST", "NOT_FOUND",   "TOO_LARGE", "DEVICE_MEMORY",
-                                  "DEVICE_ERROR", "BUSY",       "CANCELLED", "TIMEOUT",
-                                  "UNSUPPORTED",  "NOT_SPD",    "INTERNAL",
-                                  "UNAUTHENTICATED", "FORBIDDEN"};
+    static const char *codes[] = {"BAD_REQUEST",  "NOT_FOUND", "TOO_LARGE", "DEVICE_MEMORY",
+                                  "DEVICE_ERROR", "BUSY",      "CANCELLED", "TIMEOUT",
+                                  "UNSUPPORTED",  "NOT_SPD",   "INTERNAL",  "UNAUTHENTICATED",
+                                  "FORBIDDEN",    "QUOTA"};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         uint64_t n = 0;
         for (int e = 1; e < KD_ERROR_COUNT; e++)
             if (strcmp(kd_error_wire_name(-e), codes[i]) == 0)
                 n += c->errors_by_code[e];
-        kd_text_add(&t, "krylovd_errors_total{code=\"%s\"} %llu\n", codes[i], (unsigned long long)n);
+        kd_text_add(&t, "krylovd_errors_total{code=\"%s\"} %llu\n", codes[i],
+                    (unsigned long long)n);
     }
 
     kd_text_add(&t, "# HELP krylovd_request_duration_seconds From decoding a request to handing "
@@ -144,7 +177,8 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
         uint64_t cum = 0;
         for (int i = 0; i < KD_STATS_PROM_BUCKETS; i++) {
             cum += lat->prom[i];
-            kd_text_add(&t, "krylovd_request_duration_seconds_bucket{method=\"%s\",le=\"%g\"} %llu\n",
+            kd_text_add(&t,
+                        "krylovd_request_duration_seconds_bucket{method=\"%s\",le=\"%g\"} %llu\n",
                         name, kd_stats_prom_bounds[i], (unsigned long long)cum);
         }
         kd_text_add(&t,
@@ -155,10 +189,12 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                     (unsigned long long)lat->count);
     }
 
+    kd_metrics_users(&t, server);
+
     kd_text_metric(&t, "krylovd_queue_depth", "gauge", "Requests waiting for the device.",
                    (double)kd_worker_queued(server->worker));
-    kd_text_metric(&t, "krylovd_jobs_in_flight", "gauge", "Requests queued or running on the device.",
-                   (double)server->jobs_in_flight);
+    kd_text_metric(&t, "krylovd_jobs_in_flight", "gauge",
+                   "Requests queued or running on the device.", (double)server->jobs_in_flight);
     kd_text_metric(&t, "krylovd_connections", "gauge", "Clients connected now.",
                    (double)server->nconns);
     kd_text_metric(&t, "krylovd_connections_accepted_total", "counter", "Connections accepted.",
@@ -176,8 +212,8 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_connections_auth_closed_total", "counter",
                    "Connections closed after three failed `auth` requests.",
                    (double)c->connections_auth);
-    kd_text_metric(&t, "krylovd_matrices", "gauge", "Matrices known (resident or in the state dir).",
-                   (double)totals.matrices);
+    kd_text_metric(&t, "krylovd_matrices", "gauge",
+                   "Matrices known (resident or in the state dir).", (double)totals.matrices);
     kd_text_metric(&t, "krylovd_matrices_resident", "gauge", "Matrices in device memory.",
                    (double)totals.resident);
     kd_text_metric(&t, "krylovd_device_memory_used_bytes", "gauge",
@@ -268,12 +304,12 @@ static void kd_mconn_respond(kd_mconn_t *c, const char *status, const char *extr
                              const char *body, size_t body_len, int head_only)
 {
     kd_text_t t = {0};
-    kd_text_add(&t,
-                "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                status,
-                strncmp(status, "200", 3) == 0 ? "text/plain; version=0.0.4; charset=utf-8"
-                                               : "text/plain; charset=utf-8",
-                body_len, extra_headers);
+    kd_text_add(
+        &t, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+        status,
+        strncmp(status, "200", 3) == 0 ? "text/plain; version=0.0.4; charset=utf-8"
+                                       : "text/plain; charset=utf-8",
+        body_len, extra_headers);
     if (!head_only && body_len > 0 && !t.failed) {
         char *grown = realloc(t.buf, t.len + body_len + 1);
         if (grown == NULL) {

@@ -35,10 +35,12 @@ static void kd_operands_free(kd_operands_t *ops)
     memset(ops, 0, sizeof(*ops));
 }
 
-static int kd_multiply_meta(kd_server_t *server, const uint8_t id[16], const char *which,
-                            kd_matrix_meta_t *meta, kd_err_t *err)
+/* An operand the caller may see (another user's is not found, as a missing one). */
+static int kd_multiply_meta(kd_server_t *server, const kd_job_t *job, const uint8_t id[16],
+                            const char *which, kd_matrix_meta_t *meta, kd_err_t *err)
 {
-    if (kd_store_get_meta(server->store, id, meta) == KD_OK)
+    if (kd_store_get_meta(server->store, id, meta) == KD_OK &&
+        kd_meta_visible(meta, job->user, job->admin))
         return KD_OK;
     char hex[KD_ID_HEX_LEN + 1];
     kd_id_to_hex(id, hex);
@@ -47,12 +49,13 @@ static int kd_multiply_meta(kd_server_t *server, const uint8_t id[16], const cha
 
 /* The checks the metadata answers: both ids exist, one dtype, op(A)'s columns are B's rows, C's
  * shape is within the server's limits. */
-static int kd_multiply_check(kd_server_t *server, const kd_multiply_request_t *q, kd_err_t *err)
+static int kd_multiply_check(kd_server_t *server, const kd_job_t *job,
+                             const kd_multiply_request_t *q, kd_err_t *err)
 {
     kd_matrix_meta_t a, b;
     int rc;
-    if ((rc = kd_multiply_meta(server, q->a, "a", &a, err)) != KD_OK ||
-        (rc = kd_multiply_meta(server, q->b, "b", &b, err)) != KD_OK)
+    if ((rc = kd_multiply_meta(server, job, q->a, "a", &a, err)) != KD_OK ||
+        (rc = kd_multiply_meta(server, job, q->b, "b", &b, err)) != KD_OK)
         return rc;
     if (a.dtype != b.dtype)
         return kd_err_set(err, KD_EBADREQ,
@@ -196,7 +199,7 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     kd_csr_t *c = NULL;
     kd_spgemm_stats_t stats = {0};
     size_t free_bytes = 0;
-    int rc = kd_multiply_check(server, q, err);
+    int rc = kd_multiply_check(server, job, q, err);
     if (rc != KD_OK)
         return rc;
     uint64_t t0 = kd_clock_ns();
@@ -217,7 +220,7 @@ int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     kd_operands_free(&ops);
     kd_matrix_meta_t meta;
     int created;
-    if ((rc = kd_handlers_admit(server, c, &q->options, &meta, &created, err)) != KD_OK)
+    if ((rc = kd_handlers_admit(server, job, c, &q->options, &meta, &created, err)) != KD_OK)
         return rc; /* c taken */
     KD_INFO("store",
             "multiply id=%s rows=%lld cols=%lld nnz=%lld products=%lld transpose_a=%d ms=%.3f "

@@ -81,6 +81,48 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user, int owners)
+{
+    kd_meta_view(meta, user);
+    kd_reply_meta_extra(w, meta, -1, owners ? 1 : 0);
+    if (!owners)
+        return;
+    kd_w_str(w, "owners");
+    kd_w_array(w, (uint32_t)meta->nowners);
+    for (int i = 0; i < meta->nowners; i++) {
+        kd_w_map(w, 2);
+        kd_w_kv_str(w, "user", meta->owners[i].name);
+        kd_w_kv_bool(w, "pinned", meta->owners[i].pinned);
+    }
+}
+
+/* {"users": {NAME: {matrices, device_bytes, state_bytes, jobs, and its max_* limits}}}: every
+ * user of the auth file, what its references hold (store.h, kd_usage_t) and its requests in
+ * flight. */
+static void kd_reply_users(kd_writer_t *w, kd_server_t *server)
+{
+    const size_t n = kd_auth_count(server->auth);
+    kd_w_str(w, "users");
+    kd_w_map(w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        const kd_user_t *u = kd_auth_user(server->auth, i);
+        kd_usage_t use;
+        kd_store_usage(server->store, u->name, &use);
+        const kd_quota_t *q = &u->quota;
+        kd_w_str(w, u->name);
+        kd_w_map(w, 9);
+        kd_w_kv_str(w, "role", kd_role_name(u->role));
+        kd_w_kv_int(w, "matrices", (int64_t)use.matrices);
+        kd_w_kv_int(w, "device_bytes", (int64_t)use.device_bytes);
+        kd_w_kv_int(w, "state_bytes", (int64_t)use.state_bytes);
+        kd_w_kv_int(w, "jobs", (int64_t)kd_dispatch_user_jobs(server, u->name));
+        kd_w_kv_int(w, "max_matrices", (int64_t)q->max_matrices); /* 0: no limit */
+        kd_w_kv_int(w, "max_device_bytes", (int64_t)q->max_device_bytes);
+        kd_w_kv_int(w, "max_state_bytes", (int64_t)q->max_state_bytes);
+        kd_w_kv_int(w, "max_jobs", (int64_t)q->max_jobs);
+    }
+}
+
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
@@ -90,8 +132,9 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     size_t paused = 0;
     for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
         paused += conn->read_paused != 0;
+    const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 21 : 3);
+    kd_w_map(w, full ? 21 + (users ? 1 : 0) : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -205,4 +248,6 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         kd_w_kv_double(w, "p99", kd_latency_quantile(lat, 0.99) * 1e3);
         kd_w_kv_double(w, "max", lat->max_s * 1e3);
     }
+    if (users)
+        kd_reply_users(w, server);
 }

@@ -158,6 +158,9 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job);
  * set to code instead, when cancel_running. */
 void kd_dispatch_stop_jobs(kd_server_t *server, kd_conn_t *conn, int code, const char *message,
                            int cancel_running);
+/* Loop thread: requests queued or running for user, over all its connections (max_jobs). */
+size_t kd_dispatch_user_jobs(const kd_server_t *server, const char *user);
+
 void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len);
 
 /* conn.c: close connections that are idle or slow to send a message (the sweep timer). */

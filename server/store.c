@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -178,6 +179,105 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     }
     pthread_mutex_unlock(&store->lock);
     return best;
+}
+
+int kd_meta_owner(const kd_matrix_meta_t *meta, const char *user)
+{
+    for (int i = 0; i < meta->nowners; i++)
+        if (strcmp(meta->owners[i].name, user) == 0)
+            return i;
+    return -1;
+}
+
+int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin)
+{
+    return admin || kd_meta_owner(meta, user) >= 0;
+}
+
+void kd_meta_view(kd_matrix_meta_t *meta, const char *user)
+{
+    int i = kd_meta_owner(meta, user);
+    if (i >= 0)
+        meta->pinned = meta->owners[i].pinned;
+}
+
+/* The entry's pinned flag from its references. The lock is held. */
+static void kd_store_repin(kd_matrix_meta_t *meta)
+{
+    meta->pinned = 0;
+    for (int i = 0; i < meta->nowners; i++)
+        meta->pinned |= meta->owners[i].pinned != 0;
+}
+
+int kd_store_add_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user, int pinned,
+                       kd_err_t *err)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_matrix_meta_t *m = &entry->meta;
+    int i = kd_meta_owner(m, user);
+    if (i < 0 && m->nowners == KD_OWNERS_MAX) {
+        pthread_mutex_unlock(&store->lock);
+        return kd_err_set(err, KD_ETOOLARGE,
+                          "matrix %s already has %d owners, the most one matrix may have", m->hex,
+                          KD_OWNERS_MAX);
+    }
+    if (i < 0) {
+        i = m->nowners++;
+        memset(&m->owners[i], 0, sizeof(m->owners[i]));
+        snprintf(m->owners[i].name, sizeof(m->owners[i].name), "%s", user);
+    }
+    m->owners[i].pinned = pinned != 0;
+    kd_store_repin(m);
+    pthread_mutex_unlock(&store->lock);
+    return KD_OK;
+}
+
+int kd_store_remove_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_matrix_meta_t *m = &entry->meta;
+    if (user == NULL) {
+        m->nowners = 0;
+    } else {
+        int i = kd_meta_owner(m, user);
+        if (i >= 0) {
+            memmove(&m->owners[i], &m->owners[i + 1],
+                    (size_t)(m->nowners - i - 1) * sizeof(m->owners[0]));
+            m->nowners--;
+        }
+    }
+    kd_store_repin(m);
+    int left = m->nowners;
+    pthread_mutex_unlock(&store->lock);
+    return left;
+}
+
+int kd_store_set_owner_pin(kd_store_t *store, kd_store_entry_t *entry, const char *user, int pinned)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_matrix_meta_t *m = &entry->meta;
+    for (int i = 0; i < m->nowners; i++)
+        if (user == NULL || strcmp(m->owners[i].name, user) == 0)
+            m->owners[i].pinned = pinned != 0;
+    kd_store_repin(m);
+    int now = m->pinned;
+    pthread_mutex_unlock(&store->lock);
+    return now;
+}
+
+void kd_store_usage(kd_store_t *store, const char *user, kd_usage_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count; i++) {
+        const kd_matrix_meta_t *m = &store->entries[i]->meta;
+        if (kd_meta_owner(m, user) < 0)
+            continue;
+        out->matrices++;
+        out->device_bytes += m->device_bytes;
+        out->state_bytes += m->file_bytes;
+    }
+    pthread_mutex_unlock(&store->lock);
 }
 
 void kd_store_count(kd_store_t *store, kd_store_counter_t counter)

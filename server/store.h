@@ -15,6 +15,7 @@
 #define KD_SERVER_STORE_H
 
 #include "common/csr.h"
+#include "common/error.h"
 #include "protocol/request.h"
 #include "solver/matrix.h"
 
@@ -29,6 +30,14 @@ typedef struct kd_candidate {
     char dropped[96]; /* why it was not timed, or "" */
 } kd_candidate_t;
 
+/* One user's reference to a matrix (tenants: docs/PROTOCOL.md, "Owners"). A matrix is stored once
+ * however many users put it; each has its own reference and its own pin. */
+#define KD_OWNERS_MAX 32
+typedef struct kd_owner {
+    char name[KD_AUTH_NAME_MAX];
+    int pinned;
+} kd_owner_t;
+
 typedef struct kd_matrix_meta {
     uint8_t id[16];
     char hex[KD_ID_HEX_LEN + 1];
@@ -38,7 +47,9 @@ typedef struct kd_matrix_meta {
     kd_format_t format;
     size_t device_bytes;
     kd_csr_stats_t stats;
-    int pinned;
+    int pinned;  /* some owner pinned it: what eviction and the state header go by */
+    int nowners; /* the references; 0 only while start-up reads the state */
+    kd_owner_t owners[KD_OWNERS_MAX];
     int resident;      /* in device memory now (dev != NULL) */
     int stored;        /* has a file in the state directory */
     size_t file_bytes; /* that file's size */
@@ -90,6 +101,35 @@ void kd_store_entry_free(kd_store_entry_t *entry);
 /* Worker thread: update the pinned flag under the lock. */
 void kd_store_set_pinned(kd_store_t *store, kd_store_entry_t *entry, int pinned);
 
+/* The user every matrix belongs to without an auth file, and the owner of state files from before
+ * owners were recorded. */
+#define KD_ANONYMOUS "anonymous"
+
+/* Index of user's reference in meta->owners, or -1. */
+int kd_meta_owner(const kd_matrix_meta_t *meta, const char *user);
+
+/* Whether user (admin: any matrix) may see meta's matrix. Everything else answers NOT_FOUND with
+ * the same message as for an id that does not exist, so that an id is no oracle. */
+int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin);
+
+/* meta as user sees it: `pinned` is its own reference's pin (an admin that holds no reference
+ * sees whether anyone pinned it). */
+void kd_meta_view(kd_matrix_meta_t *meta, const char *user);
+
+/* Worker thread (or start-up): give user a reference (pinned or not; an existing one only changes
+ * its pin) and set the entry's pinned flag from all references. KD_ETOOLARGE when the matrix
+ * already has KD_OWNERS_MAX references. */
+int kd_store_add_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user, int pinned,
+                       kd_err_t *err);
+
+/* Worker thread: take user's reference away (NULL: every reference); returns how many remain. */
+int kd_store_remove_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user);
+
+/* Worker thread: set the pin of user's reference (NULL: of every reference) and the entry's
+ * pinned flag from all of them; returns that flag. */
+int kd_store_set_owner_pin(kd_store_t *store, kd_store_entry_t *entry, const char *user,
+                           int pinned);
+
 /* Worker thread: make dev (NULL: none) the entry's device copy and return the previous one (the
  * caller frees it). Updates resident, device_bytes (when dev is not NULL) and the totals. */
 kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_matrix_t *dev);
@@ -106,6 +146,17 @@ void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, s
  * when there is none. */
 kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
                                       int resident_only);
+
+/* What one user's references hold (quotas, server.status `users`): a matrix two users hold counts
+ * for both; device_bytes is each matrix's size on the device, resident or not. */
+typedef struct kd_usage {
+    size_t matrices;
+    size_t device_bytes;
+    size_t state_bytes;
+} kd_usage_t;
+
+/* Any thread: user's use. */
+void kd_store_usage(kd_store_t *store, const char *user, kd_usage_t *out);
 
 /* Cache counters (server.status `cache`). */
 typedef enum kd_store_counter {

@@ -7,6 +7,7 @@
  */
 #include "kd_test.h"
 #include "server/auth.h"
+#include "server/quota.h"
 
 #include <openssl/sha.h>
 
@@ -95,7 +96,17 @@ static void test_malformed_lines(void)
         {"a read HASH\nb read gaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
          ":2:", "64 hex digits"},
         {"\n\na read\n", ":3:", "got 2 field"},
-        {"a read HASH x\n", ":1:", "got 4 field"},
+        {"a read HASH x\n", ":1:", "'x' is not a limit"},
+        {"a read HASH max_matrices=1 max_jobs=1 max_device_bytes=1 max_state_bytes=1 x\n",
+         ":1:", "got 8 field"},
+        {"a read HASH max_matrices=0\n", ":1:", "max_matrices needs a count above 0"},
+        {"a read HASH max_matrices=-1\n", ":1:", "max_matrices needs a count above 0"},
+        {"a read HASH max_matrices=3x\n", ":1:", "max_matrices needs a count above 0"},
+        {"a read HASH max_jobs\n", ":1:", "max_jobs needs a count above 0"},
+        {"a read HASH max_device_bytes=lots\n", ":1:", "max_device_bytes needs a size"},
+        {"a read HASH max_state_bytes=1Q\n", ":1:", "max_state_bytes needs a size"},
+        {"a read HASH max_jobs=2 max_jobs=3\n", ":1:", "max_jobs is given twice"},
+        {"a read HASH max_disk=3\n", ":1:", "'max_disk=3' is not a limit"},
         {"a read HASH\na write HASH\n", ":2:", "listed twice"},
         {"a!b read HASH\n", ":1:", "not a user name"},
         {"a read HASH\nuid:abc a\n", ":2:", "uid:UID NAME"},
@@ -131,6 +142,50 @@ static void test_malformed_lines(void)
     CHECK_STR_CONTAINS(err.message, "cannot read auth file");
 }
 
+static void test_quotas(void)
+{
+    char path[300], text[512], h[65];
+    snprintf(path, sizeof(path), "%s/quotas", dir);
+    sha256_hex("x", h, 0);
+    fill_hash(text, sizeof(text),
+              "a write HASH max_matrices=10 max_device_bytes=1G max_state_bytes=2048K "
+              "max_jobs=4\nb write HASH max_jobs=1   # one limit only\nc read HASH\n",
+              h);
+    write_file(path, text);
+    kd_auth_table_t *t = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_auth_load(path, &t, &err) == KD_OK);
+    const kd_user_t *a = kd_auth_find(t, "a"), *b = kd_auth_find(t, "b"), *c = kd_auth_find(t, "c");
+    REQUIRE(a != NULL && b != NULL && c != NULL);
+    CHECK_EQ_INT(a->quota.max_matrices, 10);
+    CHECK_EQ_INT(a->quota.max_device_bytes, (size_t)1 << 30);
+    CHECK_EQ_INT(a->quota.max_state_bytes, 2048 * 1024);
+    CHECK_EQ_INT(a->quota.max_jobs, 4);
+    CHECK_EQ_INT(b->quota.max_jobs, 1);
+    CHECK_EQ_INT(b->quota.max_matrices, 0);
+    CHECK_EQ_INT(c->quota.max_device_bytes, 0);
+
+    /* The checks: each limit named with the use it would reach and by how much. */
+    kd_usage_t use = {.matrices = 10, .device_bytes = 1000, .state_bytes = 50};
+    kd_err_clear(&err);
+    CHECK(kd_quota_check_matrix(&a->quota, "a", &use, 1, 1, &err) == KD_EQUOTA);
+    CHECK_STR_CONTAINS(err.message, "a: 11 matrices would exceed max_matrices = 10 (by 1)");
+    use.matrices = 9;
+    CHECK(kd_quota_check_matrix(&a->quota, "a", &use, 1, 1, &err) == KD_OK);
+    CHECK(kd_quota_check_matrix(&a->quota, "a", &use, ((size_t)1 << 30) - 1000, 0, &err) == KD_OK);
+    CHECK(kd_quota_check_matrix(&a->quota, "a", &use, ((size_t)1 << 30) - 999, 0, &err) ==
+          KD_EQUOTA);
+    CHECK_STR_CONTAINS(err.message, "a: 1073741825 device bytes would exceed max_device_bytes = "
+                                    "1073741824 (by 1)");
+    CHECK(kd_quota_check_matrix(&a->quota, "a", &use, 0, SIZE_MAX, &err) == KD_EQUOTA);
+    CHECK_STR_CONTAINS(err.message, "state bytes would exceed max_state_bytes = 2097152");
+    CHECK(kd_quota_check_matrix(&c->quota, "c", &use, SIZE_MAX, SIZE_MAX, &err) == KD_OK);
+    CHECK(kd_quota_check_jobs(&b->quota, "b", 0, &err) == KD_OK);
+    CHECK(kd_quota_check_jobs(&b->quota, "b", 1, &err) == KD_EQUOTA);
+    CHECK_STR_CONTAINS(err.message, "b: 2 requests in flight would exceed max_jobs = 1 (by 1)");
+    kd_auth_free(t);
+}
+
 static void test_role_table(void)
 {
     /* Written out independently of auth.c: what each role may call (docs/PROTOCOL.md). */
@@ -149,6 +204,7 @@ static void test_role_table(void)
         {"matrix.drop", KD_ROLE_WRITE},
         {"matrix.pin", KD_ROLE_WRITE},
         {"matrix.multiply", KD_ROLE_WRITE},
+        {"matrix.share", KD_ROLE_ADMIN},
     };
     CHECK_EQ_INT(sizeof(want) / sizeof(want[0]), KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++) {
@@ -173,6 +229,7 @@ int main(void)
         return 1;
     RUN(test_load_and_verify);
     RUN(test_malformed_lines);
+    RUN(test_quotas);
     RUN(test_role_table);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -799,6 +799,43 @@ static void test_ids_and_cancel(void)
     BAD(&w, KD_EBADREQ, "msgid must be a non-negative integer, got int");
 }
 
+/* ---- matrix.share ---- */
+
+static void test_share(void)
+{
+    static const char *hex = "00112233445566778899aabbccddeeff";
+    kd_writer_t w;
+    begin(&w, "matrix.share", 2);
+    kd_w_kv_str(&w, "id", hex);
+    kd_w_kv_str(&w, "user", "bob");
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->method == KD_METHOD_MATRIX_SHARE && strcmp(r->u.id.user, "bob") == 0);
+    CHECK(r->u.id.id[0] == 0x00 && r->u.id.id[15] == 0xff);
+    kd_request_free(r);
+    begin(&w, "matrix.share", 1);
+    kd_w_kv_str(&w, "id", hex);
+    BAD(&w, KD_EBADREQ, "missing parameter 'user' for matrix.share");
+    begin(&w, "matrix.share", 2);
+    kd_w_kv_str(&w, "id", hex);
+    kd_w_kv_int(&w, "user", 3);
+    BAD(&w, KD_EBADREQ, "user must be a str, got int");
+    begin(&w, "matrix.share", 2);
+    kd_w_kv_str(&w, "id", hex);
+    kd_w_kv_str(&w, "user", "");
+    BAD(&w, KD_EBADREQ, "user must be 1..63 bytes without NUL");
+    char longname[80];
+    memset(longname, 'a', 64);
+    longname[64] = '\0';
+    begin(&w, "matrix.share", 2);
+    kd_w_kv_str(&w, "id", hex);
+    kd_w_kv_str(&w, "user", longname);
+    BAD(&w, KD_EBADREQ, "user must be 1..63 bytes without NUL");
+    begin(&w, "matrix.share", 1);
+    kd_w_kv_str(&w, "user", "bob");
+    BAD(&w, KD_EBADREQ, "missing parameter 'id' for matrix.share");
+}
+
 /* ---- auth ---- */
 
 static void test_auth(void)
@@ -1491,6 +1528,7 @@ int main(void)
     RUN(test_put_rules);
     RUN(test_put_form_rules);
     RUN(test_ids_and_cancel);
+    RUN(test_share);
     RUN(test_auth);
     RUN(test_multiply);
     RUN(test_spmv);

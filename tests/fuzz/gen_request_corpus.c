@@ -146,6 +146,10 @@ int main(int argc, char **argv)
     begin(&w, 9, "matrix.drop", 1);
     kd_w_kv_str(&w, "id", id);
     save("drop", &w);
+    begin(&w, 18, "matrix.share", 2);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_str(&w, "user", "bob");
+    save("share", &w);
     begin(&w, 10, "job.cancel", 1);
     kd_w_kv_uint(&w, "msgid", 5);
     save("cancel", &w);

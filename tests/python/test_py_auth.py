@@ -104,7 +104,9 @@ class AuthFileTest(unittest.TestCase):
                       format="csr") + sp.eye(n) * 10
         A = (A + A.T).tocsr()
         with self.client("carol") as kd:
-            return A, kd.put(A, name="auth-test")
+            info = kd.put(A, name="auth-test")
+            kd.share(info, "alice")  # a read user holds only what an admin gives it
+            return A, info
 
     def test_requests_before_auth_are_unauthenticated(self):
         with krylov.Client(self.addr, user=None) as kd:
@@ -381,7 +383,8 @@ class StartupTest(unittest.TestCase):
         cases = [
             (f"alice read {good}\nbob writer {good}\n", 2, "role 'writer'"),
             (f"# c\n\nalice read {good[:-1]}\n", 3, "64 hex digits"),
-            (f"alice read {good} extra\n", 1, "got 4 field"),
+            (f"alice read {good} extra\n", 1, "'extra' is not a limit"),
+            (f"alice read {good} max_jobs=0\n", 1, "max_jobs needs a count above 0"),
             (f"alice read {good}\nalice admin {good}\n", 2, "listed twice"),
             (f"alice read {good}\nuid:12x alice\n", 2, "uid:UID NAME"),
             (f"alice read {good}\nuid:1000 nobody\n", 2, "'nobody'"),

@@ -812,6 +812,7 @@ class TestEnvelope(unittest.TestCase):
             "CANCELLED": krylov.Cancelled, "TIMEOUT": krylov.Timeout,
             "UNSUPPORTED": krylov.Unsupported, "NOT_SPD": krylov.NotSPD,
             "UNAUTHENTICATED": krylov.Unauthenticated, "FORBIDDEN": krylov.Forbidden,
+            "QUOTA": krylov.Quota,
             "INTERNAL": krylov.InternalError,
         }
         # the codes docs/PROTOCOL.md lists, read from the document itself

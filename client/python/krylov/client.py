@@ -514,6 +514,12 @@ class Client:
             self._conn.call("matrix.pin", {"id": _matrix_id(matrix), "pinned": bool(pinned)})
         )
 
+    def share(self, matrix, user):
+        """Give user its own reference to a matrix (admin only; docs/PROTOCOL.md, "Owners");
+        returns whether the user had none before."""
+        result = self._conn.call("matrix.share", {"id": _matrix_id(matrix), "user": str(user)})
+        return bool(result.get("created")) if isinstance(result, dict) else False
+
     def status(self):
         """The server's ServerStatus: version, device, matrices, counters."""
         return ServerStatus.from_wire(self._conn.call("server.status"))

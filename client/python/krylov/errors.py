@@ -33,6 +33,7 @@ __all__ = [
     "NotSPD",
     "Unauthenticated",
     "Forbidden",
+    "Quota",
     "InternalError",
     "ConnectionFailed",
     "ProtocolError",
@@ -126,6 +127,13 @@ class Forbidden(KrylovError):
     wire_code = "FORBIDDEN"
 
 
+class Quota(KrylovError):
+    """Over one of the user's limits (matrices, device bytes, state bytes, jobs in flight); the
+    message names the limit and by how much. Nothing was done."""
+
+    wire_code = "QUOTA"
+
+
 class InternalError(KrylovError):
     """Host memory exhausted, a file-system error in the server's state directory, or a bug."""
 
@@ -159,6 +167,7 @@ _BY_CODE = {
         NotSPD,
         Unauthenticated,
         Forbidden,
+        Quota,
         InternalError,
     )
 }
