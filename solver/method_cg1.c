@@ -21,18 +21,6 @@ static kd_multivec_t *kd_cg1_u(kd_solve_run_t *run)
     return run->kr.diagonal != NULL ? &run->work[KD_CG1_U] : &run->r;
 }
 
-static int kd_cg1_zero(kd_solve_run_t *run, kd_multivec_t *v, kd_err_t *err)
-{
-    const double zero = 0.0;
-    const float zero32 = 0.0f;
-    const size_t size = kd_dtype_size(v->dtype);
-    cl_int st =
-        clEnqueueFillBuffer(kd_ocl_queue(run->ocl), v->mem,
-                            v->dtype == KD_DTYPE_F64 ? (const void *)&zero : (const void *)&zero32,
-                            size, 0, (size_t)(v->ld * v->k) * size, 0, NULL, NULL);
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer (cg1 p, s)");
-}
-
 /* u = M^-1 r for every column (columns that did not restart get the u they had, bit for bit). */
 static int kd_cg1_precondition(kd_solve_run_t *run, kd_err_t *err)
 {
@@ -47,8 +35,8 @@ static int kd_cg1_setup(kd_solve_run_t *run, kd_err_t *err)
     run->fused = run->csr != NULL;
     run->kr.fold_snapshots = 1; /* the update leaves r'r as partial sums */
     int rc;
-    if ((rc = kd_cg1_zero(run, &run->work[KD_CG1_P], err)) != KD_OK ||
-        (rc = kd_cg1_zero(run, &run->work[KD_CG1_S], err)) != KD_OK ||
+    if ((rc = kd_multivec_zero(run->ocl, &run->work[KD_CG1_P], err)) != KD_OK ||
+        (rc = kd_multivec_zero(run->ocl, &run->work[KD_CG1_S], err)) != KD_OK ||
         (rc = kd_cg1_precondition(run, err)) != KD_OK)
         return rc;
     return kd_krylov_residual(&run->kr, &run->r, NULL, NULL,

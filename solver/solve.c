@@ -429,16 +429,8 @@ static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_mult
     const int64_t k = ctx->run.k;
     if (from != NULL && kd_solve_direct(ctx))
         return kd_multivec_write(ctx->run.ocl, to, from, err); /* no staging copy */
-    if (from == NULL) {
-        /* x0 = 0: filled on the device, not written on the host and sent */
-        if (to->mem == NULL)
-            return KD_OK;
-        const unsigned char zero = 0; /* 0.0 is all zero bits in both dtypes */
-        cl_int st = clEnqueueFillBuffer(kd_ocl_queue(ctx->run.ocl), to->mem, &zero, 1, 0,
-                                        (size_t)(to->ld * to->k) * kd_dtype_size(to->dtype), 0,
-                                        NULL, NULL);
-        return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer (x0 = 0)");
-    }
+    if (from == NULL) /* x0 = 0: filled on the device, not written on the host and sent */
+        return kd_multivec_zero(ctx->run.ocl, to, err);
     for (int64_t c = 0; c < k; c++) {
         char *dst = (char *)ctx->pack + (size_t)c * ctx->colbytes;
         kd_solve_permute_column(ctx->run.A,

@@ -241,6 +241,17 @@ int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t
     return kd_multivec_transfer(ocl, mv, NULL, dst, err);
 }
 
+int kd_multivec_zero(kd_ocl_t *ocl, kd_multivec_t *mv, kd_err_t *err)
+{
+    if (mv->mem == NULL)
+        return KD_OK;
+    const unsigned char zero = 0; /* 0.0 is all zero bits in both dtypes */
+    cl_int st = clEnqueueFillBuffer(kd_ocl_queue(ocl), mv->mem, &zero, 1, 0,
+                                    (size_t)(mv->ld * mv->k) * kd_dtype_size(mv->dtype), 0, NULL,
+                                    NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueFillBuffer (zeros)");
+}
+
 int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
                      const unsigned char *copy, kd_err_t *err)
 {

@@ -46,6 +46,9 @@ void kd_multivec_release(kd_multivec_t *mv); /* accepts a zeroed or released one
 int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err);
 int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err);
 
+/* Enqueue every column (and the padding between them) = 0. */
+int kd_multivec_zero(kd_ocl_t *ocl, kd_multivec_t *mv, kd_err_t *err);
+
 /* Enqueue dst column j = src column j for every j with copy[j] != 0 (copy NULL: every column). */
 int kd_multivec_copy(kd_ocl_t *ocl, const kd_multivec_t *src, kd_multivec_t *dst,
                      const unsigned char *copy, kd_err_t *err);
