@@ -57,6 +57,51 @@ void kd_cg_small_partials(__global VALUE *res_partials, const int s, const int k
     }
 }
 
+/* A launch's start: r'r and r'z as the pass before left them (G partials of copy a), and the
+ * column's status, its iteration and failing value. */
+void kd_cg_small_start(__local VALUE *scratch, __global const VALUE *res_partials,
+                       __global const long *state, __global const VALUE *scalars, const int a,
+                       const int k, const int c, const int groups, const int pcg, VALUE *rr,
+                       VALUE *rz, long *status, long *at, VALUE *fail)
+{
+    VALUE v[2];
+    kd_krylov_folds(scratch, KD_RES(a, 0), KD_RES(a, 1), 0, 0, 0, groups, v, 2);
+    *rr = v[0];
+    *rz = pcg ? v[1] : v[0];
+    *status = state[((size_t)a * k + c) * 2];
+    *at = state[((size_t)a * k + c) * 2 + 1];
+    *fail = scalars[((size_t)a * k + c) * KD_KRYLOV_SLOTS + KD_KRYLOV_SLOT_FAIL];
+}
+
+/* Iteration `it`'s decision from pass 1's sums t (p'q, r'Mq, q'Mq) as update_merged takes it:
+ * alpha (0 unless running on), *beta, and the outcome recorded in copy b. */
+VALUE kd_cg_small_decide(__global long *state, __global VALUE *scalars, const int b, const int k,
+                         const int c, const VALUE *t, const int running, const VALUE rr,
+                         const VALUE rz, long *status, long *at, VALUE *fail, const VALUE thr,
+                         const long limit, const long it, VALUE *beta)
+{
+    const VALUE pq = running ? t[0] : KD_ZERO;
+    const VALUE alpha = kd_krylov_decide(status, at, fail, rr, rz, pq, thr, limit, it);
+    *beta = KD_ZERO;
+    if (alpha != KD_ZERO) {
+        const VALUE rz_new = rz - (VALUE)2 * alpha * t[1] + alpha * alpha * t[2];
+        *beta = rz_new > KD_ZERO ? rz_new / rz : KD_ZERO;
+    }
+    kd_cg_small_record(state, scalars, b, k, c, *status, *at, pq, alpha, *beta, *fail);
+    return alpha;
+}
+
+/* A column that stopped: the later iterations would only copy its state, so it goes to the other
+ * copy too (pq, alpha and beta 0, as a pass over a column that does not run leaves them). */
+void kd_cg_small_stopped(__global long *state, __global VALUE *scalars,
+                         __global VALUE *res_partials, const int other, const int k, const int c,
+                         const int groups, const long status, const long at, const VALUE fail,
+                         const VALUE rr, const VALUE rz)
+{
+    kd_cg_small_record(state, scalars, other, k, c, status, at, KD_ZERO, KD_ZERO, KD_ZERO, fail);
+    kd_cg_small_partials(res_partials, other, k, c, groups, rr, rz);
+}
+
 __kernel KD_WG_ATTR void kd_cg_small(KD_KRYLOV_LAUNCH, const int count,
                                      __global const VALUE *threshold, __global const long *limits,
                                      __global VALUE *res_partials, __global VALUE *scalars,
@@ -75,12 +120,10 @@ __kernel KD_WG_ATTR void kd_cg_small(KD_KRYLOV_LAUNCH, const int count,
     __global VALUE *dc = d + base, *qc = q + base, *rc = r + base, *xc = x + base;
 
     int a = L.parity;
-    /* r'r and r'z as the pass before left them: G partials. */
-    VALUE v[2];
-    kd_krylov_folds(scratch, KD_RES(a, 0), KD_RES(a, 1), 0, 0, 0, groups, v, 2);
-    VALUE rr = v[0], rz = pcg ? v[1] : v[0];
-    long status = state[((size_t)a * k + c) * 2], at = state[((size_t)a * k + c) * 2 + 1];
-    VALUE fail = scalars[((size_t)a * k + c) * KD_KRYLOV_SLOTS + KD_KRYLOV_SLOT_FAIL];
+    VALUE rr, rz, fail;
+    long status, at;
+    kd_cg_small_start(scratch, res_partials, state, scalars, a, k, c, groups, pcg, &rr, &rz,
+                      &status, &at, &fail);
     const VALUE thr = threshold[c];
     const long limit = limits[c];
     long it = L.iteration;
@@ -100,14 +143,9 @@ __kernel KD_WG_ATTR void kd_cg_small(KD_KRYLOV_LAUNCH, const int count,
             t[2] += qi * mq;
         }
         kd_krylov_group_sums(scratch, t, 3);
-        const VALUE pq = running ? t[0] : KD_ZERO;
-        const VALUE alpha = kd_krylov_decide(&status, &at, &fail, rr, rz, pq, thr, limit, it);
-        VALUE beta = KD_ZERO;
-        if (alpha != KD_ZERO) {
-            const VALUE rz_new = rz - (VALUE)2 * alpha * t[1] + alpha * alpha * t[2];
-            beta = rz_new > KD_ZERO ? rz_new / rz : KD_ZERO;
-        }
-        kd_cg_small_record(state, scalars, b, k, c, status, at, pq, alpha, beta, fail);
+        VALUE beta;
+        const VALUE alpha = kd_cg_small_decide(state, scalars, b, k, c, t, running, rr, rz,
+                                               &status, &at, &fail, thr, limit, it, &beta);
         /* pass 2: the updates and the new r'r, r'z */
         VALUE u[2] = {KD_ZERO, KD_ZERO};
         for (int i = lid; alpha != KD_ZERO && i < n; i += KD_WG_SIZE) {
@@ -129,11 +167,8 @@ __kernel KD_WG_ATTR void kd_cg_small(KD_KRYLOV_LAUNCH, const int count,
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         a = b;
         if (status != KD_KRYLOV_RUNNING) {
-            /* The later iterations would only copy this state: write it to the other copy too
-             * (pq, alpha and beta 0, as a pass over a column that does not run leaves them). */
-            kd_cg_small_record(state, scalars, 1 - a, k, c, status, at, KD_ZERO, KD_ZERO, KD_ZERO,
-                               fail);
-            kd_cg_small_partials(res_partials, 1 - a, k, c, groups, rr, rz);
+            kd_cg_small_stopped(state, scalars, res_partials, 1 - a, k, c, groups, status, at,
+                                fail, rr, rz);
             break;
         }
     }
@@ -183,11 +218,10 @@ __kernel KD_WG_ATTR void kd_cg_small_local(KD_KRYLOV_LAUNCH, const int count,
         }
     }
     int a = L.parity;
-    VALUE v[2];
-    kd_krylov_folds(scratch, KD_RES(a, 0), KD_RES(a, 1), 0, 0, 0, groups, v, 2);
-    VALUE rr = v[0], rz = pcg ? v[1] : v[0];
-    long status = state[((size_t)a * k + c) * 2], at = state[((size_t)a * k + c) * 2 + 1];
-    VALUE fail = scalars[((size_t)a * k + c) * KD_KRYLOV_SLOTS + KD_KRYLOV_SLOT_FAIL];
+    VALUE rr, rz, fail;
+    long status, at;
+    kd_cg_small_start(scratch, res_partials, state, scalars, a, k, c, groups, pcg, &rr, &rz,
+                      &status, &at, &fail);
     const VALUE thr = threshold[c];
     const long limit = limits[c];
     long it = L.iteration;
@@ -211,14 +245,9 @@ __kernel KD_WG_ATTR void kd_cg_small_local(KD_KRYLOV_LAUNCH, const int count,
             }
         }
         kd_krylov_group_sums(scratch, t3, 3);
-        const VALUE pq = running ? t3[0] : KD_ZERO;
-        const VALUE alpha = kd_krylov_decide(&status, &at, &fail, rr, rz, pq, thr, limit, it);
-        VALUE beta = KD_ZERO;
-        if (alpha != KD_ZERO) {
-            const VALUE rz_new = rz - (VALUE)2 * alpha * t3[1] + alpha * alpha * t3[2];
-            beta = rz_new > KD_ZERO ? rz_new / rz : KD_ZERO;
-        }
-        kd_cg_small_record(state, scalars, b, k, c, status, at, pq, alpha, beta, fail);
+        VALUE beta;
+        const VALUE alpha = kd_cg_small_decide(state, scalars, b, k, c, t3, running, rr, rz,
+                                               &status, &at, &fail, thr, limit, it, &beta);
         VALUE u[2] = {KD_ZERO, KD_ZERO};
         /* every gather of dl is done (the sums' barriers): each work-item rewrites its own rows */
 #pragma unroll
@@ -242,9 +271,8 @@ __kernel KD_WG_ATTR void kd_cg_small_local(KD_KRYLOV_LAUNCH, const int count,
         }
         a = b;
         if (status != KD_KRYLOV_RUNNING) {
-            kd_cg_small_record(state, scalars, 1 - a, k, c, status, at, KD_ZERO, KD_ZERO, KD_ZERO,
-                               fail);
-            kd_cg_small_partials(res_partials, 1 - a, k, c, groups, rr, rz);
+            kd_cg_small_stopped(state, scalars, res_partials, 1 - a, k, c, groups, status, at,
+                                fail, rr, rz);
             break;
         }
     }
