@@ -19,6 +19,8 @@
 #include "server/quota.h"
 #include "server/state.h"
 #include "server/replies.h"
+#include "server/spmv.h"
+#include "solver/pool.h"
 #include "server/server.h"
 #include "solver/select.h"
 #include "solver/method.h"
@@ -41,8 +43,7 @@ static int kd_not_found(kd_err_t *err, const uint8_t id[16])
     return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
 }
 
-/* n values of `dtype` in a fresh buffer (at least 1 byte). */
-static void *kd_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
+void *kd_handlers_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
 {
     size_t bytes;
     if (n < 0 || kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes)) {
@@ -68,9 +69,7 @@ static int kd_handlers_make_room(kd_server_t *server, const kd_csr_t *csr, const
                             err);
 }
 
-/* Device bytes for vectors of per_row * rows + per_col * cols values of matrix id's type (0 when
- * there is no such matrix: kd_cache_use reports that). */
-static size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
+size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
                                        int64_t per_col)
 {
     kd_matrix_meta_t meta;
@@ -322,88 +321,6 @@ static int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     return KD_OK;
 }
 
-/* The k columns of an array in the request's dtype into a multivector of the matrix's. */
-static int kd_handlers_write_columns(kd_server_t *server, kd_multivec_t *mv, const kd_array_t *a,
-                                     kd_err_t *err)
-{
-    if (a->dtype == mv->dtype)
-        return kd_multivec_write(server->ocl, mv, a->data, err);
-    const int64_t count = mv->n * mv->k;
-    void *tmp = kd_alloc_values(count, mv->dtype, err);
-    if (tmp == NULL)
-        return err->code;
-    kd_convert_real(tmp, mv->dtype, a->data, a->dtype, (size_t)count);
-    int rc = kd_multivec_write(server->ocl, mv, tmp, err);
-    free(tmp);
-    return rc;
-}
-
-/* y = alpha A x + beta y, or with ncols = k columns Y = alpha A X + beta Y (column-major, one
- * launch where the matrix's format has an SpMM kernel). */
-static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
-{
-    const kd_spmv_request_t *q = &job->req->u.spmv;
-    const int64_t k = q->ncols;
-    kd_store_entry_t *entry;
-    int rc =
-        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
-    if (rc != KD_OK)
-        return rc;
-    const kd_matrix_t *A = entry->dev;
-    int64_t xwant, ywant;
-    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
-        return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
-                          (long long)k, entry->meta.hex);
-    if (q->x.count != xwant)
-        return kd_err_set(err, KD_EBADREQ,
-                          "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
-                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
-                          (long long)A->cols, (long long)k);
-    int use_y = q->beta != 0.0;
-    if (use_y && !q->y.present)
-        return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
-    if (use_y && q->y.count != ywant)
-        return kd_err_set(err, KD_EBADREQ,
-                          "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
-                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
-                          (long long)A->rows, (long long)k);
-
-    uint64_t t0 = kd_clock_ns();
-    kd_multivec_t x = {0}, y = {0};
-    void *dev = NULL, *out = NULL;
-    rc = kd_multivec_alloc(server->ocl, A->cols, k, A->dtype, &x, err);
-    if (rc == KD_OK)
-        rc = kd_multivec_alloc(server->ocl, A->rows, k, A->dtype, &y, err);
-    if (rc == KD_OK && A->cols > 0)
-        rc = kd_handlers_write_columns(server, &x, &q->x, err);
-    if (rc == KD_OK && use_y && A->rows > 0)
-        rc = kd_handlers_write_columns(server, &y, &q->y, err);
-    if (rc == KD_OK)
-        rc = kd_matrix_spmm(server->ocl, A, q->alpha, &x, q->beta, &y, err);
-    /* Read straight into the reply's array when the dtypes agree. */
-    const int convert = q->dtype != A->dtype;
-    if (rc == KD_OK && ((out = kd_alloc_values(ywant, q->dtype, err)) == NULL ||
-                        (convert && (dev = kd_alloc_values(ywant, A->dtype, err)) == NULL)))
-        rc = err->code;
-    if (rc == KD_OK && A->rows > 0)
-        rc = kd_multivec_read(server->ocl, &y, convert ? dev : out, err);
-    if (rc == KD_OK && convert)
-        kd_convert_real(out, q->dtype, dev, A->dtype, (size_t)ywant);
-    kd_multivec_release(&x);
-    kd_multivec_release(&y);
-    if (rc == KD_OK) {
-        kd_w_result_begin(w, job->msgid);
-        kd_w_map(w, 4);
-        kd_w_kv_bin(w, "y", out, (size_t)ywant * kd_dtype_size(q->dtype));
-        kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
-        kd_w_kv_int(w, "ncols", k);
-        kd_w_kv_double(w, "time_ms", kd_ms_since(t0));
-    }
-    free(dev);
-    free(out);
-    return rc;
-}
-
 typedef struct kd_progress_ctx {
     kd_server_t *server;
     kd_job_t *job;
@@ -518,12 +435,16 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     params.progress_ctx = &pc;
     params.cancel = &job->cancel;
     params.deadline_ns = job->deadline_ns;
+    /* spmv requests waiting meanwhile are served at its checks (spmv.c); its matrix stays */
+    params.yield = kd_spmv_yield;
+    params.yield_ctx = server;
+    entry->busy++;
 
     size_t osize = kd_dtype_size(q->dtype);
-    void *b = kd_alloc_values(want, A->dtype, err);
-    void *x0 = q->x0.present ? kd_alloc_values(want, A->dtype, err) : NULL;
-    void *x = kd_alloc_values(want, A->dtype, err);
-    void *xout = kd_alloc_values(want, q->dtype, err);
+    void *b = kd_handlers_alloc_values(want, A->dtype, err);
+    void *x0 = q->x0.present ? kd_handlers_alloc_values(want, A->dtype, err) : NULL;
+    void *x = kd_handlers_alloc_values(want, A->dtype, err);
+    void *xout = kd_handlers_alloc_values(want, q->dtype, err);
     kd_solve_result_t *results = calloc((size_t)nrhs, sizeof(*results));
     if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
         results == NULL) {
@@ -618,6 +539,7 @@ static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     }
     kd_w_kv_double(w, "time_ms", total_ms);
 done:
+    entry->busy--;
     kd_csr_free(owned);
     kd_store_refresh_bytes(server->store, entry); /* a preconditioner set up grew the matrix */
     if (results != NULL)
@@ -648,11 +570,10 @@ static const uint8_t *kd_handlers_target(const kd_job_t *job)
     }
 }
 
-static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+/* Another user's matrix is not there for this one: the same code and message as an id that does
+ * not exist, before anything else could tell them apart. */
+static int kd_handlers_visible(kd_server_t *server, const kd_job_t *job, kd_err_t *err)
 {
-    int rc;
-    /* Another user's matrix is not there for this one: the same code and message as an id that
-     * does not exist, before anything else could tell them apart. */
     const uint8_t *target = kd_handlers_target(job);
     if (target != NULL) {
         kd_matrix_meta_t meta;
@@ -660,6 +581,25 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
             !kd_meta_visible(&meta, job->user, job->admin))
             return kd_not_found(err, target);
     }
+    return KD_OK;
+}
+
+int kd_handlers_precheck(kd_server_t *server, const kd_job_t *job, kd_err_t *err)
+{
+    int stop = atomic_load(&job->cancel);
+    if (stop != 0)
+        return kd_err_set(err, stop, "cancelled before it started");
+    if (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns)
+        return kd_err_set(err, KD_ETIMEOUT, "timeout_ms = %lld passed while the request waited",
+                          (long long)job->req->timeout_ms);
+    return kd_handlers_visible(server, job, err);
+}
+
+static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    int rc = kd_handlers_visible(server, job, err);
+    if (rc != KD_OK)
+        return rc;
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
         rc = kd_handle_put(server, job, w, err);
@@ -702,6 +642,7 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     else if (job->req->method == KD_METHOD_MATRIX_PIN)
         id = job->req->u.id.id;
     kd_store_entry_t *keep = id != NULL ? kd_store_find(server->store, id) : NULL;
+    kd_pool_clear(server->pool); /* pooled vectors first: they are the cheapest to give up */
     size_t evicted = kd_cache_evict_all(server, keep);
     KD_WARN("handlers", "msgid=%llu: the device refused an allocation (%s); evicted %zu matrices%s",
             (unsigned long long)job->msgid, err->message, evicted,
@@ -711,14 +652,36 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     return evicted > 0;
 }
 
+void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
+{
+    kd_writer_t own;
+    if (w == NULL) {
+        kd_writer_init(&own);
+        w = &own;
+    }
+    if (rc == KD_OK && kd_writer_failed(w))
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory encoding the response");
+    if (rc != KD_OK) {
+        if (err->message[0] == '\0')
+            kd_err_set(err, rc, "%s", kd_strerror(rc));
+        kd_writer_destroy(w);
+        kd_writer_init(w);
+        kd_w_error_response(w, job->msgid, rc, err->message);
+        KD_DEBUG("handlers", "msgid=%llu error=%s: %s", (unsigned long long)job->msgid,
+                 kd_error_wire_name(rc), err->message);
+    }
+    job->error_code = rc;
+    job->response = kd_writer_release(w, &job->response_len);
+}
+
 void kd_handlers_run(void *ctx, kd_job_t *job)
 {
     kd_server_t *server = ctx;
     kd_err_t err = {0};
     kd_writer_t w;
     kd_writer_init(&w);
-    int rc;
     int stop = atomic_load(&job->cancel);
+    int rc;
     if (stop != 0) {
         rc = kd_err_set(&err, stop, "cancelled before it started");
     } else if (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns) {
@@ -736,17 +699,5 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
             rc = kd_handlers_dispatch(server, job, &w, &err);
         }
     }
-    if (rc == KD_OK && kd_writer_failed(&w))
-        rc = kd_err_set(&err, KD_ENOMEM, "out of host memory encoding the response");
-    if (rc != KD_OK) {
-        if (err.message[0] == '\0')
-            kd_err_set(&err, rc, "%s", kd_strerror(rc));
-        kd_writer_destroy(&w);
-        kd_writer_init(&w);
-        kd_w_error_response(&w, job->msgid, rc, err.message);
-        KD_DEBUG("handlers", "msgid=%llu error=%s: %s", (unsigned long long)job->msgid,
-                 kd_error_wire_name(rc), err.message);
-    }
-    job->error_code = rc;
-    job->response = kd_writer_release(&w, &job->response_len);
+    kd_handlers_respond(job, rc, &w, &err);
 }

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "solver/pool.h"
 #include "solver/program_cache.h"
 #include "server/tls.h"
 
@@ -317,6 +318,8 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
                                 .done = kd_dispatch_job_done,
                                 .notify = kd_dispatch_job_notify,
                                 .ctx = server};
+    /* NULL (out of memory) only means every request allocates its vectors */
+    server->pool = kd_pool_new(KD_SERVER_POOL_BYTES, KD_SERVER_POOL_ITEM_BYTES);
     rc = kd_worker_start(loop, cfg->queue_depth, &cb, &server->worker);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot start the device worker thread");
@@ -494,6 +497,8 @@ void kd_server_job_finished(kd_server_t *server)
 int kd_server_run(kd_server_t *server)
 {
     uv_run(server->loop, UV_RUN_DEFAULT);
+    kd_pool_free(server->pool);
+    server->pool = NULL;
     kd_store_free(server->store);
     server->store = NULL;
     kd_cache_close(server);

@@ -70,17 +70,10 @@ static void *kd_worker_main(void *arg)
         job->queue_next = NULL;
         w->cb.run(w->cb.ctx, job);
 
-        kd_event_t *ev = calloc(1, sizeof(*ev));
         pthread_mutex_lock(&w->lock);
         w->running = 0;
         pthread_mutex_unlock(&w->lock);
-        if (ev == NULL) {
-            /* Cannot report through an event; abort is better than a lost client forever. */
-            KD_ERROR("worker", "out of memory posting a completion");
-            abort();
-        }
-        ev->job = job;
-        kd_worker_push_event(w, ev);
+        kd_worker_finish(w, job);
     }
     return NULL;
 }
@@ -159,6 +152,45 @@ int kd_worker_submit(kd_worker_t *w, kd_job_t *job)
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     return KD_OK;
+}
+
+size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, kd_job_t **out,
+                      size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    kd_job_t *prev = NULL, *j = w->head;
+    while (j != NULL && n < max) {
+        kd_job_t *next = j->queue_next;
+        if (match(arg, j)) {
+            if (prev != NULL)
+                prev->queue_next = next;
+            else
+                w->head = next;
+            if (w->tail == j)
+                w->tail = prev;
+            w->queued--;
+            j->queue_next = NULL;
+            out[n++] = j;
+        } else {
+            prev = j;
+        }
+        j = next;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+void kd_worker_finish(kd_worker_t *w, kd_job_t *job)
+{
+    kd_event_t *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        /* Cannot report through an event; abort is better than a lost client forever. */
+        KD_ERROR("worker", "out of memory posting a completion");
+        abort();
+    }
+    ev->job = job;
+    kd_worker_push_event(w, ev);
 }
 
 int kd_worker_remove(kd_worker_t *w, kd_job_t *job)

@@ -726,6 +726,8 @@ static int kd_solve_loop(kd_solve_ctx_t *ctx, int *stopped, kd_err_t *err)
         ctx->head ^= 1;
         ctx->pending--;
         ctx->iterate_end_ns = kd_clock_ns();
+        if (ctx->params->yield != NULL) /* the next chunk runs meanwhile */
+            ctx->params->yield(ctx->params->yield_ctx);
     }
 }
 

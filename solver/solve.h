@@ -62,6 +62,10 @@ typedef struct kd_solve_params {
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
                         0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
     int time_phases; /* benchmarks: drain the device between the phases of result.anatomy */
+    void (*yield)(void *ctx); /* may be NULL: called after each check's read-back, when the
+                                 device has the next chunk of iterations queued; the server
+                                 serves short requests there (server/spmv.c) */
+    void *yield_ctx;
     int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
                         arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
                         work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
