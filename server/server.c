@@ -323,6 +323,8 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     rc = kd_worker_start(loop, cfg->queue_depth, &cb, &server->worker);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot start the device worker thread");
+    if (kd_ocl_desc(server->ocl)->is_gpu)
+        kd_worker_set_spin(server->worker, KD_SERVER_WORKER_SPIN_NS);
 
     int uvrc = uv_tcp_init(loop, &server->listener);
     if (uvrc != 0)

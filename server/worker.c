@@ -6,6 +6,7 @@
  */
 #include "server/worker.h"
 #include "common/error.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/job.h"
 
@@ -34,6 +35,8 @@ struct kd_worker {
     kd_worker_callbacks_t cb;
     void (*closed)(void *arg);
     void *closed_arg;
+    atomic_uint_fast64_t spin_ns; /* kd_worker_set_spin (set while the thread runs) */
+    atomic_uint_fast64_t submitted; /* jobs ever submitted: what a spinning worker watches */
 };
 
 static void kd_worker_push_event(kd_worker_t *w, kd_event_t *ev)
@@ -48,11 +51,33 @@ static void kd_worker_push_event(kd_worker_t *w, kd_event_t *ev)
     uv_async_send(&w->async);
 }
 
+/* Before sleeping, watch for a new job for a while: a sleeping thread takes tens of
+ * microseconds to wake, as much as a small request's whole device time on a GPU. */
+static void kd_worker_spin(kd_worker_t *w)
+{
+    const uint64_t spin = atomic_load_explicit(&w->spin_ns, memory_order_relaxed);
+    if (spin == 0)
+        return;
+    const uint_fast64_t seen = atomic_load_explicit(&w->submitted, memory_order_acquire);
+    const uint64_t until = kd_clock_ns() + spin;
+    while (atomic_load_explicit(&w->submitted, memory_order_acquire) == seen &&
+           kd_clock_ns() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 static void *kd_worker_main(void *arg)
 {
     kd_worker_t *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->lock);
+        if (w->head == NULL && !w->stopping) {
+            pthread_mutex_unlock(&w->lock);
+            kd_worker_spin(w);
+            pthread_mutex_lock(&w->lock);
+        }
         while (w->head == NULL && !w->stopping)
             pthread_cond_wait(&w->wake, &w->lock);
         kd_job_t *job = w->head;
@@ -149,6 +174,7 @@ int kd_worker_submit(kd_worker_t *w, kd_job_t *job)
         w->head = job;
     w->tail = job;
     w->queued++;
+    atomic_fetch_add_explicit(&w->submitted, 1, memory_order_release);
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     return KD_OK;
@@ -226,6 +252,11 @@ void kd_worker_notify(kd_worker_t *w, kd_job_t *job, void *bytes, size_t len)
     ev->bytes = bytes;
     ev->len = len;
     kd_worker_push_event(w, ev);
+}
+
+void kd_worker_set_spin(kd_worker_t *w, uint64_t ns)
+{
+    atomic_store(&w->spin_ns, ns);
 }
 
 size_t kd_worker_queued(kd_worker_t *w)

@@ -61,6 +61,12 @@ void kd_worker_finish(kd_worker_t *w, struct kd_job *job);
  * client ahead of its response. */
 void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t len);
 
+/* How long the worker watches for a new job before it sleeps, after each one (0: it sleeps at
+ * once). On a GPU a few tens of microseconds of one core buy back the
+ * wake-up latency of every short request that follows another within that time; with PoCL the
+ * device is the CPU, and a spinning worker would take a core from it. */
+void kd_worker_set_spin(kd_worker_t *w, uint64_t ns);
+
 /* Jobs waiting and running (any thread). */
 size_t kd_worker_queued(kd_worker_t *w);
 int kd_worker_busy(kd_worker_t *w);
