@@ -39,6 +39,9 @@ typedef struct kd_load_client {
     kd_load_report_t counts; /* this client's share (no percentiles) */
     double *latency;         /* requests entries */
     size_t nlatency;
+    int *kinds;         /* each latency's request kind */
+    double *server_ms;  /* spmv answers: the server's own time_ms (the device part) */
+    size_t nserver;
     char problem[512];
 } kd_load_client_t;
 
@@ -209,7 +212,12 @@ static void *kd_load_client_main(void *arg)
             slot->busy = 0;
             in_flight--;
             c->counts.answered++;
+            c->kinds[c->nlatency] = slot->kind;
             c->latency[c->nlatency++] = (double)(kd_clock_ns() - slot->sent_ns) / 1e6;
+            double sms;
+            if (slot->kind == KD_LOAD_SPMV && m.result != NULL &&
+                kd_obj_double(kd_obj_get(m.result, "time_ms"), &sms) == 0)
+                c->server_ms[c->nserver++] = sms;
             if (m.error != NULL) {
                 c->counts.errors++;
                 kd_load_problem(c, "client %d msgid %llu: %s %s", c->index, (unsigned long long)id,
@@ -349,6 +357,8 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
         clients[i].index = i;
         clients[i].rng = (cfg->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1))) | 1;
         clients[i].latency = malloc((size_t)cfg->requests * sizeof(double));
+        clients[i].kinds = malloc((size_t)cfg->requests * sizeof(int));
+        clients[i].server_ms = malloc((size_t)cfg->requests * sizeof(double));
     }
     kd_load_background_t bg = {.cfg = cfg};
     atomic_init(&bg.stop, 0);
@@ -359,6 +369,18 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     /* Its matrix uploaded and its first solve sent: the clients should meet it. */
     for (int i = 0; bg_started && i < 600000 && !atomic_load(&bg.sent); i++)
         kd_rpc_sleep_ms(1);
+    /* The server's worker and loop busy seconds, before and after (status fields). */
+    double busy0 = -1, loop0 = -1;
+    kd_rpc_t st;
+    kd_rpc_msg_t sm;
+    const int st_ok = kd_rpc_connect(&st, cfg->port) == 0;
+    if (st_ok) {
+        if (kd_rpc_status(&st, &sm) == 0) {
+            kd_obj_double(kd_obj_get(sm.result, "worker_busy_s"), &busy0);
+            kd_obj_double(kd_obj_get(sm.result, "loop_busy_s"), &loop0);
+        }
+        kd_rpc_msg_free(&sm);
+    }
     uint64_t t0 = kd_clock_ns();
     int started = 0;
     for (int i = 0; i < cfg->clients; i++)
@@ -366,6 +388,16 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     for (int i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
     rep->seconds = (double)(kd_clock_ns() - t0) / 1e9;
+    double busy1 = -1, loop1 = -1;
+    if (st_ok && busy0 >= 0 && kd_rpc_status(&st, &sm) == 0) {
+        if (kd_obj_double(kd_obj_get(sm.result, "worker_busy_s"), &busy1) == 0)
+            rep->worker_busy = (busy1 - busy0) / rep->seconds;
+        if (loop0 >= 0 && kd_obj_double(kd_obj_get(sm.result, "loop_busy_s"), &loop1) == 0)
+            rep->loop_busy = (loop1 - loop0) / rep->seconds;
+        kd_rpc_msg_free(&sm);
+    }
+    if (st_ok)
+        kd_rpc_close(&st);
     if (bg_started) {
         atomic_store(&bg.stop, 1);
         pthread_join(bg_thread, NULL);
@@ -378,7 +410,10 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     for (int i = 0; i < cfg->clients; i++)
         nlat += clients[i].nlatency;
     double *lat = malloc((nlat ? nlat : 1) * sizeof(double));
-    size_t k = 0;
+    double *by[2] = {malloc((nlat ? nlat : 1) * sizeof(double)),
+                     malloc((nlat ? nlat : 1) * sizeof(double))};
+    double *srv = malloc((nlat ? nlat : 1) * sizeof(double));
+    size_t k = 0, nby[2] = {0, 0}, nsrv = 0;
     for (int i = 0; i < cfg->clients; i++) {
         const kd_load_report_t *c = &clients[i].counts;
         rep->sent += c->sent;
@@ -395,7 +430,14 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
             snprintf(rep->first_problem, sizeof(rep->first_problem), "%s", clients[i].problem);
         memcpy(lat + k, clients[i].latency, clients[i].nlatency * sizeof(double));
         k += clients[i].nlatency;
+        for (size_t j = 0; j < clients[i].nlatency; j++)
+            if (clients[i].kinds[j] < 2)
+                by[clients[i].kinds[j]][nby[clients[i].kinds[j]]++] = clients[i].latency[j];
+        memcpy(srv + nsrv, clients[i].server_ms, clients[i].nserver * sizeof(double));
+        nsrv += clients[i].nserver;
         free(clients[i].latency);
+        free(clients[i].kinds);
+        free(clients[i].server_ms);
     }
     if (started < cfg->clients)
         rep->lost += (uint64_t)(cfg->clients - started) * (uint64_t)cfg->requests;
@@ -404,6 +446,15 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     rep->p90_ms = kd_load_percentile(lat, nlat, 0.90);
     rep->p99_ms = kd_load_percentile(lat, nlat, 0.99);
     rep->max_ms = nlat ? lat[nlat - 1] : 0.0;
+    for (int j = 0; j < 2; j++) {
+        qsort(by[j], nby[j], sizeof(double), kd_load_cmp);
+        rep->kind_p50_ms[j] = kd_load_percentile(by[j], nby[j], 0.50);
+        rep->kind_p99_ms[j] = kd_load_percentile(by[j], nby[j], 0.99);
+        free(by[j]);
+    }
+    qsort(srv, nsrv, sizeof(double), kd_load_cmp);
+    rep->spmv_server_p50_ms = kd_load_percentile(srv, nsrv, 0.50);
+    free(srv);
     rep->requests_per_s = rep->seconds > 0 ? (double)rep->answered / rep->seconds : 0.0;
     free(lat);
     free(threads);
@@ -433,6 +484,14 @@ void kd_load_print(const kd_load_config_t *cfg, const kd_load_report_t *r)
             (unsigned long long)r->errors, (unsigned long long)r->lost,
             (unsigned long long)r->duplicated, (unsigned long long)r->unexpected, r->seconds,
             r->requests_per_s, r->p50_ms, r->p90_ms, r->p99_ms, r->max_ms);
+    if (r->by_kind[0] > 0)
+        fprintf(stderr, "load: spmv p50 %.3f ms p99 %.3f ms (server's own time p50 %.3f ms)\n",
+                r->kind_p50_ms[0], r->kind_p99_ms[0], r->spmv_server_p50_ms);
+    fprintf(stderr, "load: server busy during the run: device worker %.0f%%, loop thread %.0f%%\n",
+            100.0 * r->worker_busy, 100.0 * r->loop_busy);
+    if (r->by_kind[1] > 0)
+        fprintf(stderr, "load: solve p50 %.3f ms p99 %.3f ms\n", r->kind_p50_ms[1],
+                r->kind_p99_ms[1]);
     if (cfg->background != NULL)
         fprintf(stderr,
                 "load: background: CG on %lld rows, %lld iterations a solve: %llu solves during "

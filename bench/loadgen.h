@@ -45,6 +45,10 @@ typedef struct kd_load_report {
     uint64_t by_kind[3]; /* spmv, solve, info sent */
     double seconds, requests_per_s;
     double p50_ms, p90_ms, p99_ms, max_ms;
+    double kind_p50_ms[2], kind_p99_ms[2]; /* spmv, solve */
+    double spmv_server_p50_ms;             /* the server's own time_ms of spmv answers */
+    double worker_busy;                    /* the device worker's busy share of the run */
+    double loop_busy;                      /* the server's loop thread's */
     uint64_t background_solves; /* finished during the run */
     double background_ms;       /* their mean time, client side */
     char first_problem[512];

@@ -27,6 +27,7 @@
 typedef struct kd_conn kd_conn_t;
 
 #define KD_SERVER_WORKER_SPIN_NS 50000u /* on a GPU: kd_worker_set_spin */
+#define KD_SERVER_LOOP_SPIN_NS 100000u  /* on a GPU: the loop polls this long after a wake-up */
 #define KD_SERVER_POOL_BYTES ((size_t)32 << 20)
 #define KD_SERVER_POOL_ITEM_BYTES ((size_t)4 << 20)
 

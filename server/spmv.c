@@ -47,6 +47,7 @@ typedef struct kd_spmv_run {
     double alpha, beta;
     int64_t k;
     kd_multivec_t x, y;
+    char *stage_x, *stage_y; /* pinned host images of x and y (one copy each), or NULL */
     int rc;
     kd_err_t err;
 } kd_spmv_run_t;
@@ -140,10 +141,19 @@ static int kd_spmv_place(kd_spmv_item_t *it, kd_spmv_run_t *runs, int *nruns)
     return *nruns - 1;
 }
 
-/* A request's x (or y) columns into the run's multivector, converted when the dtypes differ. */
-static int kd_spmv_write(kd_server_t *server, kd_multivec_t *mv, const kd_spmv_item_t *it,
-                         const kd_array_t *a, void **conv, kd_err_t *err)
+/* A request's x (or y) columns into the run's multivector, converted when the dtypes differ:
+ * packed into the run's pinned image when it has one (sent later in one copy), else enqueued. */
+static int kd_spmv_write(kd_server_t *server, kd_multivec_t *mv, char *stage,
+                         const kd_spmv_item_t *it, const kd_array_t *a, void **conv, kd_err_t *err)
 {
+    const size_t size = kd_dtype_size(mv->dtype);
+    if (stage != NULL) {
+        for (int64_t c = 0; c < it->k; c++)
+            kd_convert_real(stage + (size_t)((it->col0 + c) * mv->ld) * size, mv->dtype,
+                            (const char *)a->data + (size_t)(c * mv->n) * kd_dtype_size(a->dtype),
+                            a->dtype, (size_t)mv->n);
+        return KD_OK;
+    }
     const void *src = a->data;
     if (a->dtype != mv->dtype) {
         if ((*conv = kd_handlers_alloc_values(a->count, mv->dtype, err)) == NULL)
@@ -154,33 +164,87 @@ static int kd_spmv_write(kd_server_t *server, kd_multivec_t *mv, const kd_spmv_i
     return kd_multivec_write_cols_async(server->ocl, mv, it->col0, it->k, src, err);
 }
 
-/* Enqueue run r: its vectors, the writes of its items' columns, the launch, the reads. */
+static size_t kd_spmv_mv_bytes(const kd_multivec_t *mv)
+{
+    return mv->mem == NULL ? 0 : (size_t)(mv->ld * mv->k) * kd_dtype_size(mv->dtype);
+}
+
+/* Enqueue run r (its vectors are there): the writes of its items' columns, the launch, the
+ * reads. With pinned images, one copy each way for the whole run. */
 static int kd_spmv_enqueue(kd_server_t *server, kd_spmv_run_t *run, int r, kd_spmv_item_t *items,
                            size_t n)
 {
     const kd_matrix_t *A = run->entry->dev;
     kd_err_t *err = &run->err;
-    int rc = kd_pool_get(server->pool, server->ocl, A->cols, run->k, A->dtype, &run->x, err);
-    if (rc == KD_OK)
-        rc = kd_pool_get(server->pool, server->ocl, A->rows, run->k, A->dtype, &run->y, err);
+    int rc = KD_OK;
     for (size_t i = 0; rc == KD_OK && i < n; i++) {
         kd_spmv_item_t *it = &items[i];
         const kd_spmv_request_t *q = &it->job->req->u.spmv;
         if (it->run != r)
             continue;
-        rc = kd_spmv_write(server, &run->x, it, &q->x, &it->xconv, err);
+        rc = kd_spmv_write(server, &run->x, run->stage_x, it, &q->x, &it->xconv, err);
         if (rc == KD_OK && run->beta != 0.0)
-            rc = kd_spmv_write(server, &run->y, it, &q->y, &it->yconv, err);
+            rc = kd_spmv_write(server, &run->y, run->stage_y, it, &q->y, &it->yconv, err);
     }
+    if (rc == KD_OK && run->stage_x != NULL && run->x.mem != NULL)
+        rc = kd_ocl_write_async(server->ocl, run->x.mem, 0, kd_spmv_mv_bytes(&run->x),
+                                run->stage_x, err);
+    if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL && run->beta != 0.0)
+        rc = kd_ocl_write_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y),
+                                run->stage_y, err);
     if (rc == KD_OK)
         rc = kd_matrix_spmm(server->ocl, A, run->alpha, &run->x, run->beta, &run->y, err);
-    for (size_t i = 0; rc == KD_OK && i < n; i++) {
+    if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL)
+        return kd_ocl_read_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y),
+                                 run->stage_y, err);
+    for (size_t i = 0; rc == KD_OK && run->stage_y == NULL && i < n; i++) {
         kd_spmv_item_t *it = &items[i];
         if (it->run == r)
             rc = kd_multivec_read_cols_async(server->ocl, &run->y, it->col0, it->k,
                                              it->dev != NULL ? it->dev : it->out, err);
     }
     return rc;
+}
+
+/* After the wait: a staged run's y columns from its pinned image into its items' answers. */
+static void kd_spmv_unpack(const kd_spmv_run_t *run, int r, kd_spmv_item_t *items, size_t n)
+{
+    const size_t size = kd_dtype_size(run->y.dtype);
+    for (size_t i = 0; run->stage_y != NULL && i < n; i++) {
+        kd_spmv_item_t *it = &items[i];
+        if (it->run != r)
+            continue;
+        for (int64_t c = 0; c < it->k; c++)
+            memcpy((char *)(it->dev != NULL ? it->dev : it->out) + (size_t)(c * run->y.n) * size,
+                   run->stage_y + (size_t)((it->col0 + c) * run->y.ld) * size,
+                   (size_t)run->y.n * size);
+    }
+}
+
+/* Every run's vectors from the pool, and one pinned host area carved into their images. */
+static void kd_spmv_vectors(kd_server_t *server, kd_spmv_run_t *runs, int nruns)
+{
+    size_t total = 0;
+    for (int r = 0; r < nruns; r++) {
+        kd_spmv_run_t *run = &runs[r];
+        const kd_matrix_t *A = run->entry->dev;
+        run->rc = kd_pool_get(server->pool, server->ocl, A->cols, run->k, A->dtype, &run->x,
+                              &run->err);
+        if (run->rc == KD_OK)
+            run->rc = kd_pool_get(server->pool, server->ocl, A->rows, run->k, A->dtype, &run->y,
+                                  &run->err);
+        if (run->rc == KD_OK)
+            total += kd_spmv_mv_bytes(&run->x) + kd_spmv_mv_bytes(&run->y);
+    }
+    char *stage = kd_pool_host(server->pool, server->ocl, total);
+    for (int r = 0; stage != NULL && r < nruns; r++) {
+        if (runs[r].rc != KD_OK)
+            continue;
+        runs[r].stage_x = stage;
+        stage += kd_spmv_mv_bytes(&runs[r].x);
+        runs[r].stage_y = stage;
+        stage += kd_spmv_mv_bytes(&runs[r].y);
+    }
 }
 
 static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
@@ -216,14 +280,18 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
         if (items[i].rc == KD_OK)
             items[i].run = kd_spmv_place(&items[i], runs, &nruns);
     }
+    kd_spmv_vectors(server, runs, nruns);
     for (int r = 0; r < nruns; r++)
-        runs[r].rc = kd_spmv_enqueue(server, &runs[r], r, items, n);
+        if (runs[r].rc == KD_OK)
+            runs[r].rc = kd_spmv_enqueue(server, &runs[r], r, items, n);
     /* One wait for the whole group (also after a failure: reads may be in flight into items). */
     kd_err_t ferr = {0};
     int frc = nruns > 0 ? kd_ocl_finish(server->ocl, &ferr) : KD_OK;
     const double ms = (double)(kd_clock_ns() - t0) / 1e6;
     uint64_t batched = 0;
     for (int r = 0; r < nruns; r++) {
+        if (runs[r].rc == KD_OK && frc == KD_OK)
+            kd_spmv_unpack(&runs[r], r, items, n);
         kd_pool_put(server->pool, &runs[r].x);
         kd_pool_put(server->pool, &runs[r].y);
         for (size_t i = 0; i < n; i++)

@@ -37,6 +37,7 @@ struct kd_worker {
     void *closed_arg;
     atomic_uint_fast64_t spin_ns; /* kd_worker_set_spin (set while the thread runs) */
     atomic_uint_fast64_t submitted; /* jobs ever submitted: what a spinning worker watches */
+    atomic_uint_fast64_t busy_ns;   /* time spent running jobs */
 };
 
 static void kd_worker_push_event(kd_worker_t *w, kd_event_t *ev)
@@ -93,7 +94,9 @@ static void *kd_worker_main(void *arg)
         pthread_mutex_unlock(&w->lock);
 
         job->queue_next = NULL;
+        uint64_t t0 = kd_clock_ns();
         w->cb.run(w->cb.ctx, job);
+        atomic_fetch_add(&w->busy_ns, kd_clock_ns() - t0);
 
         pthread_mutex_lock(&w->lock);
         w->running = 0;
@@ -252,6 +255,11 @@ void kd_worker_notify(kd_worker_t *w, kd_job_t *job, void *bytes, size_t len)
     ev->bytes = bytes;
     ev->len = len;
     kd_worker_push_event(w, ev);
+}
+
+uint64_t kd_worker_busy_ns(kd_worker_t *w)
+{
+    return atomic_load(&w->busy_ns);
 }
 
 void kd_worker_set_spin(kd_worker_t *w, uint64_t ns)

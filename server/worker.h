@@ -67,6 +67,9 @@ void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t le
  * device is the CPU, and a spinning worker would take a core from it. */
 void kd_worker_set_spin(kd_worker_t *w, uint64_t ns);
 
+/* Nanoseconds the worker has spent running jobs (any thread): its utilisation over a period. */
+uint64_t kd_worker_busy_ns(kd_worker_t *w);
+
 /* Jobs waiting and running (any thread). */
 size_t kd_worker_queued(kd_worker_t *w);
 int kd_worker_busy(kd_worker_t *w);

@@ -17,6 +17,10 @@ struct kd_pool {
     kd_pool_slot_t slots[KD_POOL_SLOTS];
     size_t bytes, bytes_max, item_max;
     uint64_t clock, hits, misses;
+    kd_ocl_t *host_ocl; /* the pinned host buffer's device (its queue unmaps it) */
+    cl_mem host_mem;
+    void *host_ptr;
+    size_t host_bytes;
 };
 
 static size_t kd_pool_mv_bytes(const kd_multivec_t *mv)
@@ -41,10 +45,53 @@ static void kd_pool_drop(kd_pool_t *pool, kd_pool_slot_t *slot)
     memset(slot, 0, sizeof(*slot));
 }
 
+static void kd_pool_host_release(kd_pool_t *pool)
+{
+    if (pool->host_ptr != NULL)
+        (void)clEnqueueUnmapMemObject(kd_ocl_queue(pool->host_ocl), pool->host_mem,
+                                      pool->host_ptr, 0, NULL, NULL);
+    if (pool->host_mem != NULL) {
+        (void)clFinish(kd_ocl_queue(pool->host_ocl));
+        clReleaseMemObject(pool->host_mem);
+    }
+    pool->host_mem = NULL;
+    pool->host_ptr = NULL;
+    pool->host_bytes = 0;
+}
+
+void *kd_pool_host(kd_pool_t *pool, kd_ocl_t *ocl, size_t bytes)
+{
+    if (pool == NULL || bytes > KD_POOL_HOST_MAX)
+        return NULL;
+    if (pool->host_ptr != NULL && pool->host_bytes >= bytes && pool->host_ocl == ocl)
+        return pool->host_ptr;
+    kd_pool_host_release(pool);
+    size_t want = 1 << 16;
+    while (want < bytes)
+        want *= 2;
+    cl_int st = CL_SUCCESS;
+    pool->host_ocl = ocl;
+    pool->host_mem = clCreateBuffer(kd_ocl_context(ocl), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                                    want, NULL, &st);
+    if (st == CL_SUCCESS && pool->host_mem != NULL)
+        pool->host_ptr = clEnqueueMapBuffer(kd_ocl_queue(ocl), pool->host_mem, CL_TRUE,
+                                            CL_MAP_READ | CL_MAP_WRITE, 0, want, 0, NULL, NULL,
+                                            &st);
+    if (st != CL_SUCCESS || pool->host_ptr == NULL) {
+        pool->host_ptr = NULL;
+        kd_pool_host_release(pool);
+        return NULL;
+    }
+    pool->host_bytes = want;
+    return pool->host_ptr;
+}
+
 void kd_pool_clear(kd_pool_t *pool)
 {
     if (pool == NULL)
         return;
+    if (pool->host_mem != NULL)
+        kd_pool_host_release(pool);
     for (int i = 0; i < KD_POOL_SLOTS; i++)
         if (pool->slots[i].mv.cols != NULL)
             kd_pool_drop(pool, &pool->slots[i]);

@@ -40,4 +40,15 @@ void kd_pool_counts(const kd_pool_t *pool, uint64_t *hits, uint64_t *misses);
 /* Release everything held (the driver refused an allocation). */
 void kd_pool_clear(kd_pool_t *pool);
 
+/*
+ * Pinned host memory for packing many small transfers into one: at least `bytes`, page-locked
+ * (CL_MEM_ALLOC_HOST_PTR, mapped), so one copy to or from the device is a plain DMA. The pool
+ * keeps one such buffer and grows it on demand up to KD_POOL_HOST_MAX; NULL when bytes is larger,
+ * or the driver refuses (the caller then transfers from its own memory). The memory stays valid
+ * until the next kd_pool_host call, kd_pool_clear or kd_pool_free; the caller must not ask again
+ * while transfers from the returned memory are in flight. pool may be NULL (then NULL).
+ */
+#define KD_POOL_HOST_MAX ((size_t)16 << 20)
+void *kd_pool_host(kd_pool_t *pool, kd_ocl_t *ocl, size_t bytes);
+
 #endif

@@ -16,9 +16,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 if [ -d .baseline ] && [ ! -x .baseline/build-device/bin/krylovd ]; then
   (cd .baseline && kd_device_build) || echo "baseline build failed"
 fi
-serve() { # tree: start its krylovd on the GPU, set $port and $pid
-  local dir; dir=$(mktemp -d)
-  "$1/build-device/bin/krylovd" --listen 127.0.0.1:0 --port-file "$dir/port" --state-dir "$dir/state" \
+serve() { # tree [krylovd options]: start its krylovd on the GPU, set $port and $pid
+  local dir tree=$1; shift; dir=$(mktemp -d)
+  "$tree/build-device/bin/krylovd" "$@" --listen 127.0.0.1:0 --port-file "$dir/port" --state-dir "$dir/state" \
     --device gpu --queue-depth 4096 --max-connections 4096 --max-jobs-per-connection 16 \
     --log-level warn > "$dir/log" 2>&1 &
   pid=$!
@@ -50,7 +50,13 @@ for part in $parts; do
         echo "== $label: python"
         timeout 60 python3 bench/py_roundtrip.py --server "127.0.0.1:$port" --calls 3000
         kill "$pid"; wait "$pid"
-      done; } 2>&1 | tee "$out/load.txt" ;;
+      done
+      # this tree without its loop's and worker's spinning: what the spin buys
+      serve . --spin-us 0
+      load "now, --spin-us 0" --clients 1 --requests 300 --spmv 100 --solve 0 --matrix 0
+      load "now, --spin-us 0" --clients 1 --requests 5000 --spmv 100 --solve 0 --matrix 0
+      load "now, --spin-us 0" --clients 32 --requests 1000 --spmv 100 --solve 0 --matrix 0
+      kill "$pid"; wait "$pid"; } 2>&1 | tee "$out/load.txt" ;;
   tests)
     (cd build-device && KD_TEST_DEVICE=gpu timeout 300 ctest -L 'kernel|e2e' -LE python \
       -E test_solve_history --output-on-failure -j 4 > "$out/ctest-gpu.log" 2>&1

@@ -25,7 +25,7 @@ def main():
     name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"# CuPy {cp.__version__} on {name}: host x -> device, A @ x, y -> host, in-process")
     for spec in a.specs:
-        A = load(spec).tocsr()
+        A = load(spec, np.float64).tocsr()
         Ad = csp.csr_matrix(A)
         rng = np.random.default_rng(1)
         x = rng.standard_normal(A.shape[1])
