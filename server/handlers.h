@@ -44,6 +44,9 @@ int kd_handlers_precheck(kd_server_t *server, const kd_job_t *job, kd_err_t *err
  * response with err's message. Sets job->error_code. */
 void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
 
+/* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
+int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+
 /* matrix.multiply (multiply.c). */
 int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 

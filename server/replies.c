@@ -134,7 +134,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 24 + (users ? 1 : 0) : 3);
+    kd_w_map(w, full ? 25 + (users ? 1 : 0) : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -193,6 +193,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "loaded", (int64_t)ps.loaded_from_binary);
     kd_w_kv_int(w, "binaries_rejected", (int64_t)ps.binaries_rejected);
     kd_w_kv_int(w, "built_on_request", (int64_t)kd_server_programs_built_on_request(server));
+    kd_w_kv_int(w, "solves_batched", (int64_t)atomic_load(&server->solves_batched));
     kd_w_kv_double(w, "worker_busy_s", (double)kd_worker_busy_ns(server->worker) / 1e9);
     /* The loop thread: its life minus its time waiting in the poll (0 when not measured). */
     uint64_t idle = uv_metrics_idle_time(server->loop);

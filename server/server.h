@@ -80,6 +80,8 @@ typedef struct kd_server {
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
+    int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
+    atomic_uint_fast64_t solves_batched; /* solve requests that ran in a batch of several */
     struct {              /* worker writes, the loop's status and metrics read */
         atomic_uint_fast64_t grouped;      /* spmv requests served in a group of several */
         atomic_uint_fast64_t batched;      /* ... sharing their SpMM launch with another */

@@ -45,6 +45,7 @@ for part in $parts; do
         load "$label" --clients 32 --requests 1000 --spmv 100 --solve 0
         load "$label" --clients 32 --requests 500 --window 4 --spmv 100 --solve 0 --matrix 0
         load "$label" --clients 64 --requests 200 --spmv 60 --solve 20
+        load "$label" --clients 32 --requests 100 --spmv 0 --solve 100 --matrix 0
         load "$label" --clients 4 --requests 1000 --spmv 100 --solve 0 --matrix 0 \
           --background-solve 100 --background-maxiter 1000
         echo "== $label: python"

@@ -5,7 +5,10 @@
  * rectangular), a wrong x length, an unknown id — and every request must get exactly its own
  * answer, checked against the CPU reference (outputs poisoned first), or its own error; the
  * server's counters must show that they were grouped and that requests on one matrix shared
- * launches. Then the same mix without a busy worker, and a float32 matrix, with fresh inputs.
+ * launches. Then the same mix without a busy worker, with fresh inputs. And solves: waiting
+ * together on one matrix with the same parameters they run as one solve, yet each answers with
+ * exactly the iteration counts it had alone and a true residual (computed here) within its rtol;
+ * a NaN in one request's b is that request's status only.
  */
 #include "bench/matgen.h"
 #include "common/clock.h"
@@ -157,6 +160,38 @@ static const spec_t mix[] = {
 };
 enum { NMIX = sizeof(mix) / sizeof(mix[0]) };
 
+/* A solve on a 120 x 120 Laplacian that keeps the worker busy, with no check (so no yield)
+ * until it ends, sent on r as msgid 901; returns once it runs. */
+static void start_blocker(kd_rpc_t *r, kd_rpc_t *probe)
+{
+    kd_rpc_msg_t m;
+    kd_csr_t *L = kd_matgen_laplacian_2d(120, 120, KD_DTYPE_F64);
+    char lid[33];
+    REQUIRE(kd_rpc_put(r, 900, L, "L", -1, lid, &m) == 0);
+    kd_rpc_msg_free(&m);
+    double *b = malloc((size_t)L->rows * 8);
+    for (int64_t i = 0; i < L->rows; i++)
+        b[i] = 1.0;
+    kd_writer_t w;
+    kd_rpc_begin(&w, 901, "solve", 5);
+    kd_w_kv_str(&w, "id", lid);
+    kd_w_kv_bin(&w, "b", b, (size_t)L->rows * 8);
+    kd_w_kv_double(&w, "rtol", 0.0);
+    kd_w_kv_int(&w, "maxiter", 400);
+    kd_w_kv_int(&w, "check_every", 400);
+    kd_rpc_send(r, &w);
+    free(b);
+    kd_csr_free(L);
+    for (int i = 0; i < 500; i++) {
+        REQUIRE(kd_rpc_status(probe, &m) == 0);
+        int running = kd_rpc_int(m.result, "jobs_in_flight", NULL, 0) >= 1;
+        kd_rpc_msg_free(&m);
+        if (running)
+            break;
+        kd_rpc_sleep_ms(5);
+    }
+}
+
 /* Send the mix over two connections, pipelined, and check every answer once. */
 static void run_mix(int busy)
 {
@@ -180,35 +215,8 @@ static void run_mix(int busy)
     int64_t grouped0 = kd_rpc_int(m.result, "spmv", "grouped", -1);
     int64_t launches0 = kd_rpc_int(m.result, "spmv", "launches", -1);
     kd_rpc_msg_free(&m);
-    kd_rpc_t *blocker = NULL;
-    if (busy) { /* a solve that keeps the worker busy, with no check (no yield) until it ends */
-        blocker = &c[0];
-        kd_csr_t *L = kd_matgen_laplacian_2d(120, 120, KD_DTYPE_F64);
-        char lid[33];
-        REQUIRE(kd_rpc_put(blocker, 900, L, "L", -1, lid, &m) == 0);
-        kd_rpc_msg_free(&m);
-        double *b = malloc((size_t)L->rows * 8);
-        for (int64_t i = 0; i < L->rows; i++)
-            b[i] = 1.0;
-        kd_writer_t w;
-        kd_rpc_begin(&w, 901, "solve", 5);
-        kd_w_kv_str(&w, "id", lid);
-        kd_w_kv_bin(&w, "b", b, (size_t)L->rows * 8);
-        kd_w_kv_double(&w, "rtol", 0.0);
-        kd_w_kv_int(&w, "maxiter", 400);
-        kd_w_kv_int(&w, "check_every", 400);
-        kd_rpc_send(blocker, &w);
-        free(b);
-        kd_csr_free(L);
-        for (int i = 0; i < 500; i++) {
-            REQUIRE(kd_rpc_status(&probe, &m) == 0);
-            int running = kd_rpc_int(m.result, "jobs_in_flight", NULL, 0) >= 1;
-            kd_rpc_msg_free(&m);
-            if (running)
-                break;
-            kd_rpc_sleep_ms(5);
-        }
-    }
+    if (busy)
+        start_blocker(&c[0], &probe);
     for (int k = 0; k < NMIX; k++) {
         kd_writer_t w;
         write_request(&w, (uint64_t)(100 + k), &p[k]);
@@ -258,6 +266,191 @@ static void run_mix(int busy)
     kd_rpc_close(&probe);
 }
 
+/* ---- solves ------------------------------------------------------------------------------ */
+
+typedef struct solve_spec {
+    int nrhs;
+    int x0, f32, nan;
+    double rtol;
+} solve_spec_t;
+
+static const solve_spec_t solves[] = {
+    {1, 0, 0, 0, 1e-10}, {1, 1, 0, 0, 1e-10}, {2, 0, 0, 0, 1e-10}, {1, 0, 1, 0, 1e-10},
+    {1, 0, 0, 0, 1e-10}, {1, 0, 0, 0, 1e-6},  {3, 1, 0, 0, 1e-10}, {1, 0, 0, 0, 1e-10},
+};
+enum { NSOLVE = sizeof(solves) / sizeof(solves[0]) };
+
+typedef struct solve_case {
+    solve_spec_t s;
+    int nan; /* this run: b holds a NaN (its own status non_finite; the others unaffected) */
+    double *b, *x0;
+    int64_t iters_alone[3];
+} solve_case_t;
+
+static void write_solve(kd_writer_t *w, uint64_t msgid, const solve_case_t *c)
+{
+    const kd_csr_t *A = mats[1];
+    const int64_t n = A->rows * c->s.nrhs;
+    kd_rpc_begin(w, msgid, "solve", (uint32_t)(3 + (c->s.nrhs > 1) + c->s.x0 + c->s.f32));
+    kd_w_kv_str(w, "id", ids[1]);
+    kd_w_kv_double(w, "rtol", c->s.rtol);
+    if (c->s.nrhs > 1)
+        kd_w_kv_int(w, "nrhs", c->s.nrhs);
+    if (c->s.f32) {
+        float *bf = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++)
+            bf[i] = (float)c->b[i];
+        kd_w_kv_bin(w, "b", bf, (size_t)n * 4);
+        kd_w_kv_str(w, "dtype", "float32");
+        free(bf);
+    } else {
+        kd_w_kv_bin(w, "b", c->b, (size_t)n * 8);
+    }
+    if (c->s.x0)
+        kd_w_kv_bin(w, "x0", c->x0, (size_t)n * 8);
+}
+
+/* The answer: converged columns whose true residual meets rtol, the same iteration counts as
+ * the request had alone (record: note them); a NaN in b: status non_finite. */
+static void check_solve(solve_case_t *c, const kd_rpc_msg_t *m, int record)
+{
+    const kd_csr_t *A = mats[1];
+    if (c->nan) { /* its own status, as alone; the batch goes on without it */
+        CHECK_MSG(m->code[0] == '\0', "NaN b: '%s' %s", m->code, m->message);
+        CHECK(m->result != NULL && kd_obj_str_eq(kd_obj_get(m->result, "status"), "non_finite"));
+        return;
+    }
+    CHECK_MSG(m->code[0] == '\0', "%s %s", m->code, m->message);
+    if (m->result == NULL)
+        return;
+    const void *data;
+    size_t len;
+    REQUIRE(kd_obj_bytes(kd_obj_get(m->result, "x"), &data, &len) == 0);
+    const size_t vs = c->s.f32 ? 4 : 8;
+    CHECK_EQ_INT((int64_t)len, A->rows * c->s.nrhs * (int64_t)vs);
+    double x[512], ax[512];
+    for (int j = 0; j < c->s.nrhs && len == (size_t)(A->rows * c->s.nrhs) * vs; j++) {
+        for (int64_t i = 0; i < A->rows; i++)
+            x[i] = c->s.f32 ? (double)((const float *)data)[j * A->rows + i]
+                            : ((const double *)data)[j * A->rows + i];
+        kd_csr_spmv_ref(A, x, 1.0, 0.0, ax);
+        double r2 = 0, b2 = 0;
+        for (int64_t i = 0; i < A->rows; i++) {
+            double bi = c->s.f32 ? (double)(float)c->b[j * A->rows + i] : c->b[j * A->rows + i];
+            r2 += (bi - ax[i]) * (bi - ax[i]);
+            b2 += bi * bi;
+        }
+        double tol = c->s.f32 ? fmax(c->s.rtol, 1e-5) * 10 : c->s.rtol * 1.01;
+        CHECK_MSG(sqrt(r2) <= tol * sqrt(b2), "column %d: ||b - Ax|| / ||b|| = %g", j,
+                  sqrt(r2 / b2));
+        const msgpack_object *it = kd_obj_get(m->result, "iterations");
+        const msgpack_object *st = kd_obj_get(m->result, "status");
+        int64_t iters = -1;
+        if (c->s.nrhs == 1) {
+            (void)kd_obj_int64(it, &iters);
+            CHECK(kd_obj_str_eq(st, "converged"));
+        } else if (it != NULL && it->type == MSGPACK_OBJECT_ARRAY && (int)it->via.array.size > j) {
+            (void)kd_obj_int64(&it->via.array.ptr[j], &iters);
+        }
+        if (record)
+            c->iters_alone[j] = iters;
+        else
+            CHECK_MSG(iters == c->iters_alone[j], "column %d: %lld iterations, alone %lld", j,
+                      (long long)iters, (long long)c->iters_alone[j]);
+    }
+}
+
+static void run_solves(solve_case_t *cases, int busy, int record)
+{
+    kd_rpc_t c[2], probe;
+    REQUIRE(kd_rpc_connect(&c[0], d.port) == 0 && kd_rpc_connect(&c[1], d.port) == 0 &&
+            kd_rpc_connect(&probe, d.port) == 0);
+    if (busy)
+        start_blocker(&c[0], &probe);
+    for (int k = 0; k < NSOLVE; k++) {
+        kd_writer_t w;
+        write_solve(&w, (uint64_t)(200 + k), &cases[k]);
+        kd_rpc_send(&c[k % 2], &w);
+        if (!busy) { /* alone: one at a time */
+            kd_rpc_msg_t m;
+            REQUIRE(kd_rpc_wait(&c[k % 2], (uint64_t)(200 + k), 60000, &m) == KD_RPC_RESPONSE);
+            check_solve(&cases[k], &m, record);
+            kd_rpc_msg_free(&m);
+        }
+    }
+    for (int side = 0; busy && side < 2; side++) {
+        int expect = side == 0 ? 1 : 0;
+        for (int k = side; k < NSOLVE; k += 2)
+            expect++;
+        for (int got = 0; got < expect; got++) {
+            kd_rpc_msg_t m;
+            REQUIRE(kd_rpc_read(&c[side], 60000, &m) == KD_RPC_RESPONSE);
+            if (m.msgid != 901) {
+                int k = (int)m.msgid - 200;
+                REQUIRE(k >= 0 && k < NSOLVE && k % 2 == side);
+                check_solve(&cases[k], &m, 0);
+            }
+            kd_rpc_msg_free(&m);
+        }
+    }
+    kd_rpc_close(&c[0]);
+    kd_rpc_close(&c[1]);
+    kd_rpc_close(&probe);
+}
+
+static int64_t status_batched(void)
+{
+    kd_rpc_t r;
+    kd_rpc_msg_t m;
+    if (kd_rpc_connect(&r, d.port) != 0)
+        return -1;
+    if (kd_rpc_status(&r, &m) != 0) {
+        kd_rpc_close(&r);
+        return -1;
+    }
+    int64_t v = kd_rpc_int(m.result, "solves_batched", NULL, -1);
+    kd_rpc_msg_free(&m);
+    kd_rpc_close(&r);
+    return v;
+}
+
+/* Solves waiting together on one matrix with the same parameters run as one; each answers as it
+ * did alone (same iteration counts, its own residual), whatever joined it; one with a NaN in b
+ * gets its own status (non_finite) and the others their answers. */
+static void test_solves_batched(void)
+{
+    const kd_csr_t *A = mats[1];
+    solve_case_t cases[NSOLVE];
+    for (int k = 0; k < NSOLVE; k++) {
+        cases[k].s = solves[k];
+        cases[k].nan = 0;
+        int64_t n = A->rows * solves[k].nrhs;
+        cases[k].b = malloc((size_t)n * 8);
+        cases[k].x0 = malloc((size_t)n * 8);
+        for (int64_t i = 0; i < n; i++) {
+            cases[k].b[i] = kd_test_rand_double(-1, 1);
+            cases[k].x0[i] = kd_test_rand_double(-0.1, 0.1);
+        }
+    }
+    run_solves(cases, 0, 1); /* alone: the reference iteration counts */
+    int64_t before = status_batched();
+    run_solves(cases, 1, 0);
+    int64_t batched = status_batched() - before;
+    /* all but the rtol 1e-6 one share their parameters */
+    CHECK_MSG(batched >= NSOLVE - 1, "%lld of %d solves ran in a batch", (long long)batched,
+              NSOLVE);
+    cases[4].nan = 1;
+    cases[4].b[7] = NAN;
+    before = status_batched();
+    run_solves(cases, 1, 0);
+    CHECK_MSG(status_batched() - before >= NSOLVE - 1, "with a NaN b: %lld batched",
+              (long long)(status_batched() - before));
+    for (int k = 0; k < NSOLVE; k++) {
+        free(cases[k].b);
+        free(cases[k].x0);
+    }
+}
+
 static void test_grouped_behind_a_solve(void)
 {
     run_mix(1);
@@ -292,6 +485,7 @@ int main(void)
     RUN(test_grouped_behind_a_solve);
     RUN(test_mix_idle);
     RUN(test_grouped_behind_a_solve);
+    RUN(test_solves_batched);
     CHECK_EQ_INT(kd_daemon_stop(&d), 0);
     kd_csr_free(R);
     kd_csr_free(P);
