@@ -104,6 +104,19 @@ static void write_request(kd_writer_t *w, uint64_t msgid, const pending_t *p)
         kd_w_kv_double(w, "beta", s->beta);
 }
 
+/* Element i of a msgpack bin (not aligned) of float32 or float64 values. */
+static double bin_value(const void *data, int f32, int64_t i)
+{
+    if (f32) {
+        float f;
+        memcpy(&f, (const char *)data + (size_t)i * 4, 4);
+        return (double)f;
+    }
+    double v;
+    memcpy(&v, (const char *)data + (size_t)i * 8, 8);
+    return v;
+}
+
 /* The answer to p: its error, or y against the reference. */
 static void check_answer(const pending_t *p, const kd_rpc_msg_t *m)
 {
@@ -130,7 +143,7 @@ static void check_answer(const pending_t *p, const kd_rpc_msg_t *m)
     for (int64_t i = 0; i < ny; i++) /* poisoned, then filled from the answer */
         got[i] = NAN;
     for (int64_t i = 0; len == (size_t)ny * (s->f32 ? 4 : 8) && i < ny; i++)
-        got[i] = s->f32 ? (double)((const float *)data)[i] : ((const double *)data)[i];
+        got[i] = bin_value(data, s->f32, i);
     double worst = 0;
     for (int c = 0; c < s->ncols; c++) {
         double xin[256], yin[512];
@@ -331,8 +344,7 @@ static void check_solve(solve_case_t *c, const kd_rpc_msg_t *m, int record)
     double x[512], ax[512];
     for (int j = 0; j < c->s.nrhs && len == (size_t)(A->rows * c->s.nrhs) * vs; j++) {
         for (int64_t i = 0; i < A->rows; i++)
-            x[i] = c->s.f32 ? (double)((const float *)data)[j * A->rows + i]
-                            : ((const double *)data)[j * A->rows + i];
+            x[i] = bin_value(data, c->s.f32, j * A->rows + i);
         kd_csr_spmv_ref(A, x, 1.0, 0.0, ax);
         double r2 = 0, b2 = 0;
         for (int64_t i = 0; i < A->rows; i++) {
