@@ -24,14 +24,15 @@
 /* What the whole matrix's scan said (solver/matrix.h's kd_matrix_scan_t, the fields a
  * distributed solve checks; rows and columns global, -1 when none). */
 typedef struct kd_dist_summary {
-    int64_t non_finite_row, non_finite_col;
+    int64_t non_finite_row, non_finite_col, non_finite_count;
     double non_finite_value;
     int64_t bad_diagonal_row;
     double bad_diagonal_value;
     int64_t negative_diagonal_row;
     double negative_diagonal_value;
     int64_t asymmetric_row, asymmetric_col;
-    int32_t symmetric, looks_spd;
+    double asymmetric_value, asymmetric_mirror;
+    int32_t asymmetric_mirror_stored, symmetric, looks_spd, reserved;
 } kd_dist_summary_t;
 
 /* A summary that says nothing is wrong and nothing is known about symmetry. */
