@@ -19,6 +19,7 @@
 #include "dist/comm_mpi.h"
 #include "solver/matrix.h"
 #include "solver/select.h"
+#include "solver/solve.h"
 
 /* Where a distributed SpMV's host time went (accumulated over calls; ns). */
 typedef struct kd_dist_spmv_time {
@@ -74,5 +75,18 @@ int kd_dist_spmm(kd_dist_matrix_t *m, double alpha, const kd_multivec_t *X, doub
 int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *read,
                        kd_err_t *err);
 int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t *err);
+
+/*
+ * Solve A X = B spread over the ranks (solver/solve.h's kd_solve on each rank's rows, with the
+ * exchange and the sums of kd_solve_spread_t): b, x0 (NULL: zero) and x are nrhs columns of this
+ * rank's `rows` entries (column j at j * rows). Results as kd_solve's, the same on every rank.
+ * The columns the host answers (b = 0, NaN/Inf in b or x0, a matrix holding NaN/Inf) are
+ * answered on every rank alike from the whole vectors' scans. Checks against the whole matrix
+ * (the block's summary): symmetry for methods that need it, Jacobi's diagonal, with the whole
+ * matrix's row numbers. Methods cg and sd (kd_method_ops_t.spreads), preconditioners none and
+ * jacobi. Cancel, deadline and progress as kd_solve's; every rank stops at the same check.
+ */
+int kd_dist_solve(kd_dist_matrix_t *m, int64_t nrhs, const void *b, const void *x0, void *x,
+                  const kd_solve_params_t *params, kd_solve_result_t *results, kd_err_t *err);
 
 #endif

@@ -25,3 +25,7 @@ if(KD_MPI)
   kd_add_mpi_test(test_dist_spmv SOURCES test_dist_spmv.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
                   LIBS kd_dist kd_protocol PkgConfig::ZLIB TIMEOUT 300)
 endif()
+if(KD_MPI)
+  kd_add_mpi_test(test_dist_solve SOURCES test_dist_solve.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+                  LIBS kd_dist kd_protocol PkgConfig::ZLIB TIMEOUT 400)
+endif()
