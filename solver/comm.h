@@ -30,9 +30,11 @@ struct kd_comm {
      * last reduction (KD_ECANCELLED before KD_ETIMEOUT): the same on every rank. */
     int stop_wanted, stop_agreed;
     /* Accounting, for benchmarks: reductions combined, and the host time spent in them: all of
-     * it (device reads and writes, the sums) and the part inside sum (the network). */
+     * it, the part reading the partials, and the part inside sum (the network). */
     int64_t reductions;
-    uint64_t reduce_ns, sum_ns;
+    uint64_t reduce_ns, read_ns, sum_ns; /* read: waiting for the device and reading the
+                                            partials (the device's work before the reduction
+                                            ends inside it) */
 };
 
 #endif

@@ -109,6 +109,7 @@ int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
     const size_t v = kd_dtype_size(t), G = kr->groups, k = (size_t)kr->k;
     size_t offsets[KD_KRYLOV_PENDING_MAX], alpha_at = 0;
     int rc = kd_krylov_combine_read(kr, offsets, &alpha_at, err);
+    kr->comm->read_ns += kd_clock_ns() - start;
     size_t nsums = 2; /* the stop flags */
     for (int i = 0; i < kr->npending; i++)
         nsums += (size_t)kr->pending[i].sums * k;
