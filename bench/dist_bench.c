@@ -54,10 +54,10 @@ static void say(const char *fmt, ...)
 static int parse(int argc, char **argv, dist_bench_args_t *a)
 {
     *a = (dist_bench_args_t){"lap3d:59", "auto", NULL, KD_DTYPE_F64, 50, 200};
-    for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (v == NULL)
-            return -1;
+    if (argc % 2 == 0) /* options come in pairs */
+        return -1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *v = argv[i + 1];
         if (strcmp(argv[i], "--matrix") == 0)
             a->matrix = v;
         else if (strcmp(argv[i], "--device") == 0)
@@ -72,7 +72,6 @@ static int parse(int argc, char **argv, dist_bench_args_t *a)
             a->iterations = atoi(v);
         else
             return -1;
-        i++;
     }
     return a->spmv > 0 && a->iterations > 0 ? 0 : -1;
 }

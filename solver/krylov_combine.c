@@ -105,6 +105,13 @@ int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
                           "krylov: %s: a method's own pass left partial sums that cannot be "
                           "combined across ranks",
                           what);
+    if (kr->comm->size == 1) { /* nothing to combine: the kernels fold as on one process */
+        if (kr->comm->stop_wanted != 0 && kr->comm->stop_agreed != KD_ECANCELLED)
+            kr->comm->stop_agreed = kr->comm->stop_wanted;
+        kr->npending = 0;
+        kr->comm->reductions++;
+        return KD_OK;
+    }
     const kd_dtype_t t = kr->dtype;
     const size_t v = kd_dtype_size(t), G = kr->groups, k = (size_t)kr->k;
     size_t offsets[KD_KRYLOV_PENDING_MAX], alpha_at = 0;
