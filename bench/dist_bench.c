@@ -10,9 +10,9 @@
  * (--device local: the local rank's index among the node's devices, wrapping round, so ranks
  * share a GPU when there are more ranks than GPUs). The SpMV is timed call by call, each call
  * drained (a CG iteration waits at its reductions anyway); CG runs a fixed number of iterations
- * (rtol 0; only on a matrix that looks SPD). Times are the slowest rank's (each rank's share of the parts is printed too). With
- * one rank the single-process SpMV and kd_solve on the whole matrix are measured beside them:
- * what the distributed path costs before any exchange.
+ * (rtol 0; only on a matrix that looks SPD). Times are the slowest rank's (each rank's share of the
+ * parts is printed too). With one rank the single-process SpMV and kd_solve on the whole matrix are
+ * measured beside them: what the distributed path costs before any exchange.
  */
 #include "bench/matgen.h"
 #include "common/clock.h"
@@ -222,8 +222,7 @@ static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t *e
 }
 
 /* One rank: the plain single-process SpMV and solve on the whole matrix, for comparison. */
-static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_t *a,
-                        kd_err_t *err)
+static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_t *a, kd_err_t *err)
 {
     kd_matrix_t *M = NULL;
     kd_select_result_t sel;
@@ -245,8 +244,8 @@ static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_
             rc = kd_ocl_finish(ocl, err);
     }
     if (rc == KD_OK)
-        say("single process: spmv %.1f us per call (%s)", (double)(kd_clock_ns() - t0) / 1e3 / a->spmv,
-            kd_format_name(M->format));
+        say("single process: spmv %.1f us per call (%s)",
+            (double)(kd_clock_ns() - t0) / 1e3 / a->spmv, kd_format_name(M->format));
     kd_solve_params_t params;
     kd_solve_params_default(&params);
     params.rtol = 0.0;

@@ -121,8 +121,7 @@ static void kd_dist_recv_ranges(const kd_dist_partition_t *p, const kd_dist_bloc
  * ghosts and the ranks whose ghosts it owns, merged ascending; it sends q the x entries of q's
  * ghosts it owns (local rows), and receives from q the ghost range q owns.
  */
-static int kd_dist_split_plans(const kd_dist_partition_t *p, kd_dist_block_t *blocks,
-                               kd_err_t *err)
+static int kd_dist_split_plans(const kd_dist_partition_t *p, kd_dist_block_t *blocks, kd_err_t *err)
 {
     const int ranks = p->ranks;
     int rc = KD_OK;
@@ -182,8 +181,8 @@ static int kd_dist_split_plans(const kd_dist_partition_t *p, kd_dist_block_t *bl
                 continue;
             b->neighbour[m] = q;
             b->send_start[m] = sent;
-            b->recv_start[m] = recv ? rlo[r][s_recv] : (s_recv < nseg[r] ? rlo[r][s_recv]
-                                                                           : (int32_t)b->ghosts);
+            b->recv_start[m] =
+                recv ? rlo[r][s_recv] : (s_recv < nseg[r] ? rlo[r][s_recv] : (int32_t)b->ghosts);
             if (seg >= 0)
                 for (int32_t g = rlo[q][seg]; g < rhi[q][seg]; g++)
                     b->send_index[sent++] = (int32_t)(blocks[q].ghost_col[g] - base);

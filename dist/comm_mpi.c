@@ -30,12 +30,11 @@ static int kd_dist_comm_sum(kd_comm_t *comm, double *values, int64_t count, kd_e
     if (comm->size == 1 || count == 0)
         return KD_OK;
     if (count > INT32_MAX / comm->size)
-        return kd_err_set(err, KD_ETOOLARGE, "a sum of %lld values over %d ranks",
-                          (long long)count, comm->size);
+        return kd_err_set(err, KD_ETOOLARGE, "a sum of %lld values over %d ranks", (long long)count,
+                          comm->size);
     double *all = malloc((size_t)count * (size_t)comm->size * sizeof(double));
     if (all == NULL)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for a sum over %d ranks",
-                          comm->size);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a sum over %d ranks", comm->size);
     int st = MPI_Allgather(values, (int)count, MPI_DOUBLE, all, (int)count, MPI_DOUBLE,
                            kd_dist_comm_mpi(comm));
     if (st == MPI_SUCCESS)

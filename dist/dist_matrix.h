@@ -24,8 +24,8 @@
 /* Where a distributed SpMV's host time went (accumulated over calls; ns). */
 typedef struct kd_dist_spmv_time {
     int64_t calls;
-    uint64_t total_ns;    /* the whole call, as the host saw it */
-    uint64_t gather_ns;   /* gather kernel and the send entries' read, until they were on the host */
+    uint64_t total_ns;  /* the whole call, as the host saw it */
+    uint64_t gather_ns; /* gather kernel and the send entries' read, until they were on the host */
     uint64_t exchange_ns; /* MPI: posting the messages and waiting for them (the diagonal
                              block multiplies meanwhile on the device) */
     uint64_t ghost_ns;    /* the ghosts' write (which waits for the diagonal multiply to end) and
@@ -33,13 +33,13 @@ typedef struct kd_dist_spmv_time {
 } kd_dist_spmv_time_t;
 
 typedef struct kd_dist_matrix {
-    kd_dist_block_t block; /* owned */
-    kd_comm_t *comm;       /* not owned */
-    kd_ocl_t *ocl;         /* not owned */
-    int64_t rows;          /* this rank's rows */
-    int64_t device_rows;   /* its vectors' length: rows, or 1 (see above) */
-    kd_matrix_t *diag;     /* device_rows x device_rows */
-    kd_matrix_t *offd;     /* rows x ghosts, csr_scalar; NULL without ghosts */
+    kd_dist_block_t block;       /* owned */
+    kd_comm_t *comm;             /* not owned */
+    kd_ocl_t *ocl;               /* not owned */
+    int64_t rows;                /* this rank's rows */
+    int64_t device_rows;         /* its vectors' length: rows, or 1 (see above) */
+    kd_matrix_t *diag;           /* device_rows x device_rows */
+    kd_matrix_t *offd;           /* rows x ghosts, csr_scalar; NULL without ghosts */
     kd_select_result_t selected; /* the diagonal block's format choice */
     cl_mem send_index;           /* the send list (int32), NULL without sends */
     /* exchange buffers for k columns (grown on demand) */
@@ -72,8 +72,7 @@ int kd_dist_spmm(kd_dist_matrix_t *m, double alpha, const kd_multivec_t *X, doub
 /* The halo exchange in its two halves (dist/halo.c): start gathers the send entries of X's k
  * columns on the device and reads them (enqueued; the caller enqueues the diagonal multiply
  * next); finish posts the messages, waits, and writes the ghosts (k columns) to m->ghosts. */
-int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *read,
-                       kd_err_t *err);
+int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *read, kd_err_t *err);
 int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t *err);
 
 /*

@@ -72,12 +72,12 @@ static int kd_dist_scan_columns(kd_dist_matrix_t *m, int64_t nrhs, const void *b
                                     : kd_dist_scan((const char *)x0 + (size_t)j * colbytes, t,
                                                    m->rows, lo, &sink, &sink);
     }
-    if ((rc = kd_dist_mpi_status(MPI_Allreduce(mine, cols->bad, (int)(2 * nrhs), MPI_INT64_T,
-                                               MPI_MIN, mpi),
-                                 "MPI_Allreduce (first NaN/Inf)", err)) != KD_OK ||
-        (rc = kd_dist_mpi_status(MPI_Allreduce(local_max, vmax, (int)nrhs, MPI_DOUBLE, MPI_MAX,
-                                               mpi),
-                                 "MPI_Allreduce (largest entry)", err)) != KD_OK ||
+    if ((rc = kd_dist_mpi_status(
+             MPI_Allreduce(mine, cols->bad, (int)(2 * nrhs), MPI_INT64_T, MPI_MIN, mpi),
+             "MPI_Allreduce (first NaN/Inf)", err)) != KD_OK ||
+        (rc =
+             kd_dist_mpi_status(MPI_Allreduce(local_max, vmax, (int)nrhs, MPI_DOUBLE, MPI_MAX, mpi),
+                                "MPI_Allreduce (largest entry)", err)) != KD_OK ||
         (rc = m->comm->sum(m->comm, ss, nrhs, err)) != KD_OK)
         goto out;
     /* The value of each first NaN/Inf, from the rank that holds it. */
@@ -103,8 +103,8 @@ static int kd_dist_scan_columns(kd_dist_matrix_t *m, int64_t nrhs, const void *b
         ss[j] = 0.0;
         if (!ok && cols->bad[j] == INT64_MAX)
             for (int64_t i = 0; i < m->rows; i++) {
-                const double s = kd_load_real((const char *)b + (size_t)j * colbytes, t,
-                                              (size_t)i) / vmax[j];
+                const double s =
+                    kd_load_real((const char *)b + (size_t)j * colbytes, t, (size_t)i) / vmax[j];
                 ss[j] += s * s;
             }
     }
@@ -136,8 +136,8 @@ static int kd_dist_check(const kd_dist_matrix_t *m, const kd_solve_params_t *p, 
     if (rc == KD_OK && p->precond->check != NULL)
         rc = p->precond->check(&whole, kd_method_needs_symmetry(p->method), err);
     const kd_dist_summary_t *s = &m->block.summary;
-    if (rc == KD_OK && (p->precond->forms & KD_PRECOND_DIAGONAL) != 0 &&
-        s->bad_diagonal_row >= 0 && s->non_finite_row < 0)
+    if (rc == KD_OK && (p->precond->forms & KD_PRECOND_DIAGONAL) != 0 && s->bad_diagonal_row >= 0 &&
+        s->non_finite_row < 0)
         rc = kd_err_set(err, KD_EBADREQ,
                         "%s: the diagonal entry of row %lld is %g (%s): Jacobi preconditioning "
                         "divides by every diagonal entry",
@@ -234,8 +234,7 @@ static int kd_dist_solve_columns(kd_dist_matrix_t *m, const int64_t *which, int6
                    colbytes);
         norms[c] = cols->norm[which[c]];
     }
-    kd_solve_spread_t spread = {m->comm, m->block.rows, m->block.nnz, norms, kd_dist_solve_spmm,
-                                m};
+    kd_solve_spread_t spread = {m->comm, m->block.rows, m->block.nnz, norms, kd_dist_solve_spmm, m};
     kd_dist_progress_t progress = {params->progress, params->progress_ctx, which};
     kd_solve_params_t p = *params;
     p.spread = &spread;

@@ -72,8 +72,7 @@ int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *re
     const size_t items = ((size_t)sends + wg - 1) / wg * wg;
     rc = kd_ocl_run(m->ocl, kernel, "kd_halo_gather", kd_ocl_range_2d(items, (size_t)X->k, wg, 1),
                     KD_ARGS(KD_ARG_INT(sends), KD_ARG_INT(X->k), KD_ARG_LONG(X->ld),
-                            KD_ARG_MEM(m->send_index), KD_ARG_MEM(X->mem),
-                            KD_ARG_MEM(m->send_dev)),
+                            KD_ARG_MEM(m->send_index), KD_ARG_MEM(X->mem), KD_ARG_MEM(m->send_dev)),
                     NULL, err);
     if (rc != KD_OK)
         return rc;
@@ -128,7 +127,8 @@ int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t 
 {
     assert(m != NULL);
     if (k != m->k_cap) /* halo_start failed to make room: nothing was sent */
-        return kd_err_set(err, KD_EINTERNAL, "halo: buffers for %lld columns missing", (long long)k);
+        return kd_err_set(err, KD_EINTERNAL, "halo: buffers for %lld columns missing",
+                          (long long)k);
     int rc = kd_dist_halo_messages(m, k, read, err);
     if (read != NULL)
         clReleaseEvent(read);

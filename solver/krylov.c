@@ -331,8 +331,7 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
 static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
 {
     if (kr->comm != NULL) { /* which columns the residual partials will be new for */
-        if (kr->mask_host == NULL &&
-            (kr->mask_host = calloc((size_t)kr->k, sizeof(int))) == NULL)
+        if (kr->mask_host == NULL && (kr->mask_host = calloc((size_t)kr->k, sizeof(int))) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld masks",
                               (long long)kr->k);
         memcpy(kr->mask_host, mask, (size_t)kr->k * sizeof(int));

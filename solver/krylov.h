@@ -82,8 +82,8 @@ typedef struct kd_krylov {
     int pending_unknown; /* a method's own pass ran (kd_krylov_launch): its partials are unknown */
     int *mask_host;
     int mask_all, mask_given;
-    void *combine_host;  /* host copy of partials being combined */
-    size_t combine_cap;  /* its bytes */
+    void *combine_host; /* host copy of partials being combined */
+    size_t combine_cap; /* its bytes */
 } kd_krylov_t;
 
 /* One column's device state after an iteration. */

@@ -59,8 +59,7 @@ static int kd_krylov_combine_room(kd_krylov_t *kr, size_t values, kd_err_t *err)
 }
 
 /* Read every pending entry's partials (and the alphas) into the host buffer; waits. */
-static int kd_krylov_combine_read(kd_krylov_t *kr, size_t *offsets, size_t *alpha_at,
-                                  kd_err_t *err)
+static int kd_krylov_combine_read(kd_krylov_t *kr, size_t *offsets, size_t *alpha_at, kd_err_t *err)
 {
     const size_t v = kd_dtype_size(kr->dtype);
     const size_t slots = (size_t)kr->k * KD_KRYLOV_SLOTS;

@@ -229,8 +229,9 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
         return rc;
     if (p->spread != NULL && ctx->run.precond->diagonal == NULL &&
         ctx->run.precond->ops->apply != NULL)
-        return kd_err_set(err, KD_EBADREQ, "preconditioner %s is an operator here: it does not "
-                                           "run on a matrix spread over ranks",
+        return kd_err_set(err, KD_EBADREQ,
+                          "preconditioner %s is an operator here: it does not "
+                          "run on a matrix spread over ranks",
                           p->precond->name);
     ctx->colbytes = (size_t)A->rows * kd_dtype_size(A->dtype);
     const int64_t rows = p->spread != NULL ? p->spread->rows : A->rows;
@@ -495,9 +496,8 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
     kd_solve_mark(ctx, &ctx->anatomy.host_ms);
     if (run->k == 0)
         return KD_OK;
-    ctx->check_every = ctx->params->check_every > 0
-                           ? ctx->params->check_every
-                           : kd_solve_params_check_every(ctx);
+    ctx->check_every =
+        ctx->params->check_every > 0 ? ctx->params->check_every : kd_solve_params_check_every(ctx);
     int rc = kd_solve_alloc(ctx, err);
     kd_solve_mark(ctx, &ctx->anatomy.alloc_ms);
     if (rc != KD_OK)

@@ -51,8 +51,8 @@ enum kd_dist_test_shape {
 
 static inline const char *kd_dist_test_shape_name(int shape)
 {
-    static const char *names[] = {"random", "empty_rows", "dense_cross", "tail_heavy", "empty",
-                                  "spd"};
+    static const char *names[] = {"random",     "empty_rows", "dense_cross",
+                                  "tail_heavy", "empty",      "spd"};
     return names[shape];
 }
 
@@ -61,7 +61,8 @@ static inline kd_csr_t *kd_dist_test_shape(int shape, int64_t n, uint64_t seed)
 {
     uint64_t s = seed * 2654435761u + (uint64_t)shape * 97u + (uint64_t)n + 1u;
     const int64_t cap = 12 * n + 4 * n + 16;
-    int64_t *row = malloc((size_t)cap * sizeof(int64_t)), *col = malloc((size_t)cap * sizeof(int64_t));
+    int64_t *row = malloc((size_t)cap * sizeof(int64_t)),
+            *col = malloc((size_t)cap * sizeof(int64_t));
     double *val = malloc((size_t)cap * sizeof(double));
     if (row == NULL || col == NULL || val == NULL)
         exit(2);

@@ -121,9 +121,8 @@ static void check_pack(const kd_dist_block_t *b)
     CHECK_EQ_INT(kd_dist_block_unpack(bad, bytes, &c, &err), KD_EBADREQ);
     if (b->offd->nnz > 0) { /* an off-diagonal index past the ghosts: counted from the end */
         const int32_t nb = b->neighbours, sends = b->send_start[nb];
-        const size_t tail = (size_t)b->offd->nnz * kd_dtype_size(b->dtype) +
-                            (size_t)b->ghosts * 4 + (size_t)nb * 4 + (size_t)(nb + 1) * 8 +
-                            (size_t)sends * 4;
+        const size_t tail = (size_t)b->offd->nnz * kd_dtype_size(b->dtype) + (size_t)b->ghosts * 4 +
+                            (size_t)nb * 4 + (size_t)(nb + 1) * 8 + (size_t)sends * 4;
         const size_t at = bytes - tail - (size_t)b->offd->nnz * 4;
         int32_t first, huge = (int32_t)b->ghosts;
         memcpy(&first, (unsigned char *)buf + at, 4);
@@ -216,8 +215,8 @@ static void test_refusals(void)
     kd_csr_t *R = NULL;
     int64_t row[1] = {0}, col[1] = {1};
     double val[1] = {1.0};
-    REQUIRE(kd_csr_from_coo_arrays(2, 3, 1, row, col, KD_DTYPE_I64, val, KD_DTYPE_F64,
-                                   KD_DTYPE_F64, NULL, &R, &err) == KD_OK);
+    REQUIRE(kd_csr_from_coo_arrays(2, 3, 1, row, col, KD_DTYPE_I64, val, KD_DTYPE_F64, KD_DTYPE_F64,
+                                   NULL, &R, &err) == KD_OK);
     REQUIRE(kd_dist_partition_rows(R, 2, &p, &err) == KD_OK);
     kd_dist_block_t blocks[2];
     CHECK_EQ_INT(kd_dist_split(R, &p, NULL, blocks, &err), KD_EBADREQ);

@@ -46,8 +46,7 @@ static int rank(void)
 }
 
 /* This rank's rows of column-major whole (n rows, k columns) as dtype, `rows` a column. */
-static void *local_rows(const kd_dist_matrix_t *m, const double *whole, int64_t k,
-                        kd_dtype_t dtype)
+static void *local_rows(const kd_dist_matrix_t *m, const double *whole, int64_t k, kd_dtype_t dtype)
 {
     const int64_t lo = m->block.row_start[m->block.rank], n = m->block.rows;
     void *out = malloc((size_t)(m->rows * k) * 8 + 8);
@@ -78,7 +77,8 @@ static int reference(const kd_csr_t *A, kd_dtype_t dtype, int64_t nrhs, const do
         kd_solve_result_t *res = calloc((size_t)nrhs, sizeof(*res));
         rc = kd_csr_convert(A, dtype, &conv, &err);
         if (rc == KD_OK)
-            rc = kd_select_upload(kd_dist_test_ocl, conv, NULL, KD_SELECT_HEURISTIC, &M, &sel, &err);
+            rc =
+                kd_select_upload(kd_dist_test_ocl, conv, NULL, KD_SELECT_HEURISTIC, &M, &sel, &err);
         if (rc == KD_OK)
             rc = kd_solve(kd_dist_test_ocl, M, nrhs, bb, x0 != NULL ? xx0 : NULL, x, params, res,
                           &err);
@@ -175,13 +175,12 @@ static void compare(const kd_csr_t *A, kd_dtype_t dtype, const char *method, con
         /* (not float32 on 494_bus: there the device's float32 b - A x is rounding noise of
          * ||A|| ||x|| eps, and the true residual below is the measure) */
         const int noise = iter_slack > 0.0 && dtype == KD_DTYPE_F32;
-        if (got[j].iterations == ref[j].iterations && ref[j].status == KD_SOLVE_CONVERGED &&
-            !noise)
+        if (got[j].iterations == ref[j].iterations && ref[j].status == KD_SOLVE_CONVERGED && !noise)
             CHECK_MSG(fabs(got[j].residual - ref[j].residual) <=
                           (dtype == KD_DTYPE_F64 ? 1e-4 : 0.2) * ref[j].residual +
                               amplified * ref[j].b_norm,
-                      "%s col %lld: ||r|| %.17g, single %.17g", what, (long long)j,
-                      got[j].residual, ref[j].residual);
+                      "%s col %lld: ||r|| %.17g, single %.17g", what, (long long)j, got[j].residual,
+                      ref[j].residual);
     }
     check_same_everywhere(got, nrhs, what);
     last_restarts[0] = got[0].restarts;

@@ -166,9 +166,9 @@ static void test_refusals(void)
     kd_dist_block_t *blocks = calloc((size_t)ranks, sizeof(*blocks));
     REQUIRE(blocks != NULL && kd_dist_split(A, &p, NULL, blocks, &err) == KD_OK);
     kd_dist_matrix_t *m = NULL;
-    int rc = kd_dist_matrix_create(kd_dist_test_ocl, &kd_dist_test_comm,
-                                   &blocks[kd_dist_test_comm.rank], NULL, KD_SELECT_HEURISTIC, &m,
-                                   &err);
+    int rc =
+        kd_dist_matrix_create(kd_dist_test_ocl, &kd_dist_test_comm, &blocks[kd_dist_test_comm.rank],
+                              NULL, KD_SELECT_HEURISTIC, &m, &err);
     CHECK_EQ_INT(rc, KD_EBADREQ);
     CHECK_STR_CONTAINS(err.message, "rank 0: block 0 of");
     CHECK(m == NULL);
