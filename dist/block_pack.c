@@ -123,9 +123,10 @@ static int kd_dist_block_header_ok(const kd_dist_block_header_t *h)
            (h->dtype == KD_DTYPE_F64 || h->dtype == KD_DTYPE_F32) && h->rows >= 0 &&
            h->rows == h->cols && h->rows <= KD_CSR_INDEX_MAX && h->nnz >= 0 &&
            h->nnz <= KD_CSR_INDEX_MAX && h->local_rows >= 0 && h->local_rows <= h->rows &&
-           h->diag_nnz >= 0 && h->offd_nnz >= 0 && h->diag_nnz + h->offd_nnz <= h->nnz &&
-           h->ghosts >= 0 && h->ghosts <= h->cols - h->local_rows && h->neighbours >= 0 &&
-           h->neighbours < h->ranks && h->sends >= 0 && h->sends <= h->local_rows * h->ranks;
+           h->diag_nnz >= 0 && h->offd_nnz >= 0 && h->diag_nnz <= h->nnz &&
+           h->offd_nnz <= h->nnz - h->diag_nnz && h->ghosts >= 0 &&
+           h->ghosts <= h->cols - h->local_rows && h->neighbours >= 0 && h->neighbours < h->ranks &&
+           h->sends >= 0 && h->sends <= h->local_rows * h->ranks;
 }
 
 /* The arrays' contents against the header. */
@@ -168,6 +169,16 @@ int kd_dist_block_unpack(const void *buf, size_t bytes, kd_dist_block_t *b, kd_e
     memcpy(&h, buf, sizeof(h));
     if (!kd_dist_block_header_ok(&h))
         return kd_err_set(err, KD_EBADREQ, "block: a damaged header (magic, version or sizes)");
+    /* The arrays' length from the header, before anything is allocated: a damaged size must not
+     * make this allocate gigabytes. */
+    const size_t v = kd_dtype_size((kd_dtype_t)h.dtype);
+    const int64_t n1 = h.local_rows + 1, nb1 = (int64_t)h.neighbours + 1;
+    const int64_t words = ((int64_t)h.ranks + 1) * 2 + n1 * 2 + h.diag_nnz + h.offd_nnz + h.ghosts +
+                          h.neighbours + nb1 * 2 + h.sends; /* 4-byte words */
+    const size_t need = sizeof(h) + (size_t)words * 4 + (size_t)(h.diag_nnz + h.offd_nnz) * v;
+    if (need != bytes)
+        return kd_err_set(err, KD_EBADREQ, "block: %zu bytes where its header says %zu", bytes,
+                          need);
     int rc;
     if ((rc = kd_csr_alloc(h.local_rows, h.local_rows, h.diag_nnz, (kd_dtype_t)h.dtype, &b->diag,
                            err)) != KD_OK ||
