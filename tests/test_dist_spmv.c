@@ -5,8 +5,9 @@
  * first), k = 1 and 3 columns, float64 and float32, the selection's format and forced ones.
  * Shapes that break naive code: empty rows, one dense row and column, a heavy last row, no
  * nonzeros at all, 1 x 1, more ranks than rows (ranks without rows, ranks without nonzeros),
- * and real matrices (494_bus, dwt_878). Also: only some columns asked for, and the halo
- * exchange's timing counters move.
+ * and real matrices (494_bus, dwt_878). Also: only some columns asked for, a block for another
+ * job size or a nonsquare matrix refused on every rank, and device memory refused on one rank
+ * failing on all with that rank's message.
  */
 #include "kd_dist_mpi_test.h"
 #include "kd_test_mtx.h"
@@ -189,6 +190,34 @@ static void test_refusals(void)
     kd_csr_free(A);
 }
 
+/* Device memory refused on the last rank only: every rank fails with that rank's message and
+ * keeps nothing (a second device handle, so the lowered limit dies with it). */
+static void test_one_rank_out_of_memory(void)
+{
+    kd_err_t err = {0};
+    kd_ocl_t *ocl = NULL;
+    const char *sel = getenv("KD_TEST_DEVICE");
+    REQUIRE(kd_ocl_open(sel != NULL ? sel : "auto", &ocl, &err) == KD_OK);
+    const int last = kd_dist_test_comm.size - 1;
+    if (kd_dist_test_comm.rank == last)
+        kd_ocl_test_set_max_alloc(ocl, 256);
+    kd_csr_t *A = kd_dist_test_shape(KD_DIST_SHAPE_RANDOM, 600, 2);
+    kd_dist_block_t block;
+    kd_dist_matrix_t *m = NULL;
+    REQUIRE(kd_dist_scatter_blocks(&kd_dist_test_comm, 0, kd_dist_test_comm.rank == 0 ? A : NULL,
+                                   &block, &err) == KD_OK);
+    int rc = kd_dist_matrix_create(ocl, &kd_dist_test_comm, &block, "csr_scalar",
+                                   KD_SELECT_HEURISTIC, &m, &err);
+    CHECK_EQ_INT(rc, KD_EDEVMEM);
+    char who[32];
+    snprintf(who, sizeof(who), "rank %d: ", last);
+    CHECK_STR_CONTAINS(err.message, who);
+    CHECK(m == NULL);
+    CHECK(block.diag == NULL); /* ownership passed, also on failure */
+    kd_csr_free(A);
+    kd_ocl_close(ocl);
+}
+
 int main(int argc, char **argv)
 {
     if (kd_dist_test_init(&argc, &argv) != 0)
@@ -197,5 +226,6 @@ int main(int argc, char **argv)
     RUN(test_forced_formats);
     RUN(test_real_matrices);
     RUN(test_refusals);
+    RUN(test_one_rank_out_of_memory);
     return kd_dist_test_finish();
 }
