@@ -99,6 +99,7 @@ enum kd_param {
     KD_P_NCOLS,
     KD_P_TOKEN,
     KD_P_USER,
+    KD_P_DISTRIBUTE,
     KD_P_COUNT
 };
 
@@ -144,6 +145,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_NCOLS] = "ncols",
     [KD_P_TOKEN] = "token",
     [KD_P_USER] = "user",
+    [KD_P_DISTRIBUTE] = "distribute",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -156,7 +158,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
 static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
-                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS,
+                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS | KD_BIT(DISTRIBUTE),
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
@@ -464,6 +466,23 @@ static int kd_decode_matrix_options(struct kd_decoder *d, kd_matrix_options_t *o
     return KD_OK;
 }
 
+/* matrix.put's distribute: true, false or "auto" (absent). */
+static int kd_param_distribute(struct kd_decoder *d, int *out)
+{
+    const msgpack_object *o = d->param[KD_P_DISTRIBUTE];
+    *out = KD_DISTRIBUTE_AUTO;
+    int yes;
+    if (o != NULL && kd_obj_bool(o, &yes) == 0) {
+        *out = yes ? KD_DISTRIBUTE_YES : KD_DISTRIBUTE_NO;
+        return KD_OK;
+    }
+    static const char *const autos[] = {"auto", NULL};
+    int ignored;
+    if (o != NULL && kd_param_choice(d, KD_P_DISTRIBUTE, autos, 0, &ignored) != KD_OK)
+        return kd_err_set(d->err, KD_EBADREQ, "distribute must be true, false or \"auto\"");
+    return KD_OK;
+}
+
 static int kd_decode_put(struct kd_decoder *d)
 {
     kd_put_request_t *put = &d->req->u.put;
@@ -478,7 +497,8 @@ static int kd_decode_put(struct kd_decoder *d)
                           csr + coo + mtx == 0 ? "none" : "more than one");
     if ((rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
                              &put->dtype)) != KD_OK ||
-        (rc = kd_decode_matrix_options(d, &put->options)) != KD_OK)
+        (rc = kd_decode_matrix_options(d, &put->options)) != KD_OK ||
+        (rc = kd_param_distribute(d, &put->options.distribute)) != KD_OK)
         return rc;
 
     if (mtx) {

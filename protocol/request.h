@@ -61,7 +61,12 @@ typedef struct kd_matrix_options {
     char select[KD_FORMAT_NAME_MAX]; /* selection mode ("measure" | "heuristic"), "" */
     kd_reorder_t reorder;            /* KD_REORDER_AUTO when absent */
     int pin;                         /* pin on upload (-1 absent, 0, 1) */
+    int distribute; /* matrix.put under mpirun: KD_DISTRIBUTE_AUTO (absent), _YES or _NO */
 } kd_matrix_options_t;
+
+#define KD_DISTRIBUTE_AUTO 0
+#define KD_DISTRIBUTE_YES 1
+#define KD_DISTRIBUTE_NO 2
 
 typedef struct kd_put_request {
     kd_put_kind_t kind;

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "server/server.h"
 #include "server/owners.h"
+#include "server/spread.h"
 #include "server/state.h"
 #include "solver/pool.h"
 
@@ -266,6 +267,29 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     return KD_OK;
 }
 
+/* A matrix put spread, first used after the whole job restarted: its file read on rank 0 and
+ * spread over the ranks again (the other ranks keep nothing on disk). */
+static int kd_cache_respread(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
+{
+    kd_store_count(server->store, KD_STORE_MISSES);
+    if (server->state == NULL || !entry->meta.stored)
+        return kd_err_set(err, KD_EINTERNAL, "matrix %s is neither spread nor stored",
+                          entry->meta.hex);
+    const uint64_t t0 = kd_clock_ns();
+    kd_csr_t *csr = NULL;
+    int rc = kd_cache_load(server, entry, &csr, err);
+    if (rc != KD_OK)
+        return rc;
+    rc = kd_spread_again(server, entry, csr, err);
+    kd_csr_free(csr);
+    if (rc != KD_OK)
+        return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
+    kd_store_count(server->store, KD_STORE_RELOADS);
+    KD_INFO("cache", "reload id=%s spread over %d ranks ms=%.1f", entry->meta.hex,
+            kd_spread_ranks(server), (double)(kd_clock_ns() - t0) / 1e6);
+    return KD_OK;
+}
+
 static int kd_cache_not_found(const uint8_t id[16], kd_err_t *err)
 {
     char hex[KD_ID_HEX_LEN + 1];
@@ -281,10 +305,13 @@ int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_sto
     if (entry == NULL)
         return kd_cache_not_found(id, err);
     int rc;
-    if (entry->dev != NULL) {
+    if (entry->dev != NULL || entry->dist != NULL) {
         kd_store_count(server->store, KD_STORE_HITS);
+    } else if (entry->meta.distributed && kd_spread_ranks(server) > 1) {
+        if ((rc = kd_cache_respread(server, entry, err)) != KD_OK)
+            return rc;
     } else if ((rc = kd_cache_reload(server, entry, extra, err)) != KD_OK) {
-        return rc;
+        return rc; /* (a matrix put spread, on a job of one rank now: whole, as any other) */
     }
     char what[96];
     snprintf(what, sizeof(what), "the vectors of this request on matrix %s", entry->meta.hex);
@@ -356,7 +383,9 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     kd_matrix_meta_t *meta = &entry->meta;
     char what[96];
     snprintf(what, sizeof(what), "matrix %s (%s)", meta->hex, kd_format_name(meta->format));
-    size_t actual = entry->dev != NULL ? entry->dev->device_bytes : 0;
+    size_t actual = entry->dev != NULL    ? entry->dev->device_bytes
+                    : entry->dist != NULL ? meta->device_bytes /* rank 0's part */
+                                          : 0;
     int rc = kd_cache_reserve(server, actual, NULL, what, err);
     if (rc != KD_OK)
         goto fail;
@@ -385,6 +414,7 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     return KD_OK;
 fail:
     kd_csr_free(csr);
+    kd_spread_discard(server, entry); /* the other ranks' parts too */
     kd_store_entry_free(entry);
     return rc;
 }
@@ -392,7 +422,7 @@ fail:
 int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char *user, int pinned,
                         kd_err_t *err)
 {
-    if (pinned && entry->dev == NULL) {
+    if (pinned && entry->dev == NULL && entry->dist == NULL) {
         kd_store_entry_t *loaded;
         int rc = kd_cache_use(server, entry->meta.id, 0, &loaded, err);
         if (rc != KD_OK)
@@ -469,6 +499,8 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
             return rc;
     }
     KD_INFO("store", "drop id=%s user=%s", entry->meta.hex, user != NULL ? user : "*");
+    if (entry->dist != NULL)
+        kd_spread_forget(server, id);
     kd_store_entry_free(kd_store_remove(server->store, id));
     kd_err_t ignored = {0};
     if (kd_owners_save(server, &ignored) != KD_OK) /* a stale line is ignored at start-up */

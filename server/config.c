@@ -28,6 +28,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_cols = INT32_MAX;
     cfg->max_nnz = INT32_MAX;
     cfg->max_nrhs = 64;
+    cfg->distribute_nnz = KD_CONFIG_DISTRIBUTE_NNZ;
     cfg->max_pending_write = (size_t)64 << 20;
     cfg->idle_timeout_ms = 600000;
     cfg->message_timeout_ms = 120000;
@@ -136,6 +137,8 @@ void kd_config_print_usage(const char *argv0)
         "  --queue-depth N            requests waiting per device before BUSY (default 256)\n"
         "  --max-rows N, --max-cols N, --max-nnz N   matrix size limits\n"
         "  --max-nrhs N               right-hand sides per solve (default 64)\n"
+        "  --distribute-nnz N         under mpirun: matrix.put spreads a matrix with more\n"
+        "                             nonzeros over the ranks (default 50000000)\n"
         "  --max-pending-write SIZE   unread response bytes per client before pausing it "
         "(default 64M)\n"
         "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
@@ -219,6 +222,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("max-cols", max_cols, 1, INT32_MAX)
     KD_INT_OPT("max-nnz", max_nnz, 1, INT32_MAX)
     KD_INT_OPT("max-nrhs", max_nrhs, 1, 4096)
+    KD_INT_OPT("distribute-nnz", distribute_nnz, 1, INT64_MAX)
     KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)

@@ -20,6 +20,7 @@
 #include "server/state.h"
 #include "server/replies.h"
 #include "server/spmv.h"
+#include "server/spread.h"
 #include "solver/pool.h"
 #include "server/server.h"
 #include "solver/select.h"
@@ -155,16 +156,25 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
     /* The count first, before the device does any work; the sizes once they are known. */
     if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK)
         goto fail;
-    rc = kd_handlers_make_room(server, csr, meta->hex, err);
-    if (rc != KD_OK)
-        goto fail;
     kd_select_mode_t mode = KD_SELECT_MEASURE;
     (void)kd_select_mode_parse(opt->select, &mode);
-    kd_select_result_t sel;
-    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &dev, &sel, err);
-    if (rc != KD_OK)
+    int spread;
+    if ((rc = kd_spread_wanted(server, csr, opt, &spread, err)) != KD_OK)
         goto fail;
-    kd_handlers_describe(meta, csr, dev, &sel, opt);
+    if (spread) { /* over the ranks; kd_cache_admit checks rank 0's part against the budget */
+        if ((rc = kd_spread_upload(server, entry, csr, forced, mode, opt, err)) != KD_OK)
+            goto fail;
+    } else {
+        rc = kd_handlers_make_room(server, csr, meta->hex, err);
+        if (rc != KD_OK)
+            goto fail;
+        kd_select_result_t sel;
+        rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &dev, &sel,
+                                        err);
+        if (rc != KD_OK)
+            goto fail;
+        kd_handlers_describe(meta, csr, dev, &sel, opt);
+    }
     size_t file_bytes = 0;
     if (server->state != NULL &&
         (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
@@ -186,6 +196,8 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
     return KD_OK;
 fail:
     kd_matrix_free(dev);
+    if (entry != NULL)
+        kd_spread_discard(server, entry);
     free(entry);
     kd_csr_free(csr);
     return rc;

@@ -8,6 +8,7 @@
 
 #include "protocol/writer.h"
 #include "server/server.h"
+#include "solver/solve.h"
 
 /*
  * Keep csr (canonical) as a matrix of the server, as matrix.put does: its content id; when that
@@ -46,6 +47,12 @@ void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
 
 /* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+
+/* solve_job.c: the answer to a solve request, its results[0..nrhs) and x (xout, in the
+ * request's dtype); t0 when the worker started on it. spread.c answers the same way. */
+void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                        const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                        double total_ms);
 
 /* matrix.multiply (multiply.c). */
 int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);

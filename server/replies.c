@@ -44,6 +44,30 @@ static void kd_reply_detail(kd_writer_t *w, const kd_format_detail_t *detail)
         kd_w_kv_int(w, detail->items[i].name, detail->items[i].value);
 }
 
+static void kd_reply_ints(kd_writer_t *w, const char *key, const int64_t *v, int n)
+{
+    kd_w_str(w, key);
+    kd_w_array(w, (uint32_t)n);
+    for (int i = 0; i < n; i++)
+        kd_w_int(w, v[i]);
+}
+
+/* How the matrix is spread over an MPI job's ranks (server/spread.c): `distributed` (put so),
+ * `ranks` (1: whole on rank 0), and per rank when spread. */
+static void kd_reply_spread(kd_writer_t *w, const kd_matrix_meta_t *meta, int spread)
+{
+    kd_w_kv_bool(w, "distributed", meta->distributed);
+    kd_w_kv_int(w, "ranks", meta->ranks > 1 ? meta->ranks : 1);
+    if (!spread)
+        return;
+    kd_reply_ints(w, "rows_per_rank", meta->rank_rows, meta->ranks);
+    kd_reply_ints(w, "nnz_per_rank", meta->rank_nnz, meta->ranks);
+    kd_w_str(w, "halo");
+    kd_w_map(w, 2);
+    kd_reply_ints(w, "ghosts", meta->rank_ghosts, meta->ranks);
+    kd_reply_ints(w, "sends", meta->rank_sends, meta->ranks);
+}
+
 void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 {
     kd_reply_meta_extra(w, meta, created, 0);
@@ -51,7 +75,8 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 
 void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra)
 {
-    kd_w_map(w, 18 + (created >= 0 ? 1 : 0) + extra);
+    const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
+    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows);
@@ -77,6 +102,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_map(w, 2);
     kd_w_kv_int(w, "before", meta->bandwidth_before);
     kd_w_kv_int(w, "after", meta->bandwidth_after);
+    kd_reply_spread(w, meta, spread);
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

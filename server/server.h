@@ -68,6 +68,8 @@ typedef struct kd_server {
     uv_timer_t grace_timer;
     uv_timer_t sweep_timer; /* idle and slow-message connections */
     kd_ocl_t *ocl;
+    struct kd_dist_node *dist; /* under mpirun with several ranks: this rank 0's command channel
+                                  (dist/follow.h; worker thread only), else NULL */
     kd_worker_t *worker;
     kd_store_t *store;
     kd_state_t *state;                  /* NULL without --state-dir */

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "server/handlers.h"
 #include "server/spmv.h"
+#include "server/spread.h"
 #include "solver/method.h"
 #include "solver/precond.h"
 #include "solver/solve.h"
@@ -168,14 +169,14 @@ typedef struct kd_solve_part {
 static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_entry_t *entry,
                                   kd_err_t *err)
 {
-    const kd_matrix_t *A = entry->dev;
+    const int64_t rows = entry->meta.rows; /* entry->dev is NULL for a spread matrix */
     int64_t want;
-    if (kd_mul_overflow_i64(A->rows, q->nrhs, &want) || q->b.count != want)
+    if (kd_mul_overflow_i64(rows, q->nrhs, &want) || q->b.count != want)
         return kd_err_set(err, KD_EBADREQ,
                           "b has %lld values but %lld right-hand side(s) of matrix %s need %lld x "
                           "%lld",
                           (long long)q->b.count, (long long)q->nrhs, entry->meta.hex,
-                          (long long)A->rows, (long long)q->nrhs);
+                          (long long)rows, (long long)q->nrhs);
     if (q->x0.present && q->x0.count != want)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
                           (long long)q->x0.count, (long long)want);
@@ -183,9 +184,9 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
 }
 
 /* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results. */
-static void kd_solve_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
-                           const kd_solve_result_t *results, const void *xout, uint64_t t0,
-                           double total_ms)
+void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                        const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                        double total_ms)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
@@ -388,7 +389,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         if (prc == KD_OK) {
             kd_convert_real(xout, pq->dtype, (char *)x + (size_t)(p->col0 * rows) * asize,
                             A->dtype, (size_t)pq->b.count);
-            kd_solve_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms);
+            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms);
         }
         free(xout);
         if (i == 0) {
@@ -425,12 +426,14 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
                           &entry, err);
     if (rc != KD_OK)
         return rc;
-    const kd_matrix_t *A = entry->dev;
-    if (A->rows != A->cols)
+    if (entry->meta.rows != entry->meta.cols)
         return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
-                          entry->meta.hex, (long long)A->rows, (long long)A->cols);
+                          entry->meta.hex, (long long)entry->meta.rows,
+                          (long long)entry->meta.cols);
     if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK)
         return rc;
+    if (entry->dist != NULL) /* spread over ranks: alone, through them (never batched) */
+        return kd_spread_solve(server, entry, job, w, err);
     if (server->solve_alone == 0 && kd_solve_batchable(job)) {
         kd_solve_take_t take = {
             .q = q, .columns = q->nrhs, .max_columns = (int64_t)server->cfg.max_nrhs};

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "server/handlers.h"
 #include "server/spmv.h"
+#include "server/spread.h"
 #include "solver/pool.h"
 
 #include <stdlib.h>
@@ -34,6 +35,8 @@ typedef struct kd_spmv_item {
     kd_store_entry_t *entry; /* resolved and busy, or NULL */
     int64_t k, col0;         /* its columns, and where they start in its run */
     int run;                 /* index into the runs, -1 before it has one */
+    int spread;              /* its matrix is spread over ranks: answered alone, in resolve */
+    int64_t rows;            /* the matrix's rows */
     void *xconv, *yconv;     /* x, y converted to the matrix's dtype (alive until the wait) */
     void *out;               /* y in the request's dtype: the answer */
     void *dev;               /* y in the matrix's dtype, when that differs */
@@ -92,26 +95,34 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
         it->budget = server->budget_refused;
         return rc;
     }
-    const kd_matrix_t *A = entry->dev;
+    /* the shape from the metadata: a spread matrix has no entry->dev */
+    const int64_t arows = entry->meta.rows, acols = entry->meta.cols;
+    const kd_dtype_t adtype = entry->meta.dtype;
     int64_t xwant, ywant;
-    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
+    if (kd_mul_overflow_i64(acols, k, &xwant) || kd_mul_overflow_i64(arows, k, &ywant))
         return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
                           (long long)k, entry->meta.hex);
     if (q->x.count != xwant)
         return kd_err_set(err, KD_EBADREQ,
                           "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
-                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
-                          (long long)A->cols, (long long)k);
+                          (long long)q->x.count, entry->meta.hex, (long long)acols,
+                          (long long)acols, (long long)k);
     if (q->beta != 0.0 && !q->y.present)
         return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
     if (q->beta != 0.0 && q->y.count != ywant)
         return kd_err_set(err, KD_EBADREQ,
                           "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
-                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
-                          (long long)A->rows, (long long)k);
-    const int convert = q->dtype != A->dtype;
+                          (long long)q->y.count, entry->meta.hex, (long long)arows,
+                          (long long)arows, (long long)k);
+    it->rows = arows;
+    if (entry->dev == NULL && entry->dist != NULL) { /* spread over ranks: alone, through them */
+        it->spread = 1;
+        it->k = k;
+        return kd_spread_spmv(server, entry, q, &it->out, err);
+    }
+    const int convert = q->dtype != adtype;
     if ((it->out = kd_handlers_alloc_values(ywant, q->dtype, err)) == NULL ||
-        (convert && (it->dev = kd_handlers_alloc_values(ywant, A->dtype, err)) == NULL))
+        (convert && (it->dev = kd_handlers_alloc_values(ywant, adtype, err)) == NULL))
         return err->code;
     it->entry = entry;
     it->k = k;
@@ -250,7 +261,7 @@ static void kd_spmv_vectors(kd_server_t *server, kd_spmv_run_t *runs, int nruns)
 static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
 {
     const kd_spmv_request_t *q = &it->job->req->u.spmv;
-    const int64_t count = it->entry->dev->rows * it->k;
+    const int64_t count = it->rows * it->k;
     if (it->dev != NULL)
         kd_convert_real(it->out, q->dtype, it->dev, it->entry->dev->dtype, (size_t)count);
     kd_w_result_begin(w, it->job->msgid);
@@ -277,7 +288,7 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
     for (size_t i = 0; i < n; i++) {
         items[i].run = -1;
         items[i].rc = kd_spmv_resolve(server, &items[i], i >= checked);
-        if (items[i].rc == KD_OK)
+        if (items[i].rc == KD_OK && !items[i].spread)
             items[i].run = kd_spmv_place(&items[i], runs, &nruns);
     }
     kd_spmv_vectors(server, runs, nruns);

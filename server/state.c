@@ -61,6 +61,7 @@ enum {
 #define KD_FLAG_PINNED 1u
 #define KD_FLAG_SYMMETRIC 2u
 #define KD_FLAG_SYMMETRY_KNOWN 4u /* files from before the symmetry scan lack it */
+#define KD_FLAG_DISTRIBUTED 8u    /* put spread over an MPI job's ranks (server/spread.c) */
 
 _Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_DETAIL,
                "state header too small for the candidates");
@@ -255,7 +256,8 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
     kd_put_u32(h + KD_H_FORMAT, (uint32_t)m->format);
     kd_put_u32(h + KD_H_FLAGS, (m->pinned ? KD_FLAG_PINNED : 0u) |
                                    (m->symmetric >= 0 ? KD_FLAG_SYMMETRY_KNOWN : 0u) |
-                                   (m->symmetric > 0 ? KD_FLAG_SYMMETRIC : 0u));
+                                   (m->symmetric > 0 ? KD_FLAG_SYMMETRIC : 0u) |
+                                   (m->distributed ? KD_FLAG_DISTRIBUTED : 0u));
     kd_put_u64(h + KD_H_PAYLOAD_BYTES, payload_bytes);
     kd_put_u64(h + KD_H_PAYLOAD_SUM, sum);
     kd_put_u64(h + KD_H_DEVICE_BYTES, (uint64_t)m->device_bytes);
@@ -330,6 +332,7 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
     const uint32_t flags = kd_get_u32(h + KD_H_FLAGS);
     m->pinned = (flags & KD_FLAG_PINNED) != 0;
     m->symmetric = (flags & KD_FLAG_SYMMETRY_KNOWN) == 0 ? -1 : (flags & KD_FLAG_SYMMETRIC) != 0;
+    m->distributed = (flags & KD_FLAG_DISTRIBUTED) != 0;
     *payload_bytes = kd_get_u64(h + KD_H_PAYLOAD_BYTES);
     *sum = kd_get_u64(h + KD_H_PAYLOAD_SUM);
     size_t expect;

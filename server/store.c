@@ -7,6 +7,9 @@
 #include "server/store.h"
 #include "common/clock.h"
 #include "common/error.h"
+#ifdef KD_MPI
+#include "dist/dist_matrix.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +41,9 @@ void kd_store_entry_free(kd_store_entry_t *entry)
     if (entry == NULL)
         return;
     kd_matrix_free(entry->dev);
+#ifdef KD_MPI
+    kd_dist_matrix_free(entry->dist); /* rank 0's part; the other ranks' go with DROP or STOP */
+#endif
     kd_csr_free(entry->host);
     free(entry);
 }
@@ -104,7 +110,7 @@ int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
     entry->meta.created_ns = now;
     if (entry->meta.last_used_ns == 0)
         entry->meta.last_used_ns = now;
-    entry->meta.resident = entry->dev != NULL;
+    entry->meta.resident = entry->dev != NULL || entry->dist != NULL;
     if (entry->dev != NULL)
         entry->meta.device_bytes = entry->dev->device_bytes;
     store->entries[store->count++] = entry;
@@ -147,6 +153,26 @@ kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_
     return old;
 }
 
+void kd_store_set_spread(kd_store_t *store, kd_store_entry_t *entry, struct kd_dist_matrix *dist,
+                         const kd_matrix_meta_t *from)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_matrix_meta_t *m = &entry->meta;
+    entry->dist = dist;
+    m->resident = 1;
+    m->format = from->format;
+    m->detail = from->detail;
+    m->device_bytes = from->device_bytes;
+    m->symmetric = from->symmetric;
+    m->distributed = from->distributed;
+    m->ranks = from->ranks;
+    memcpy(m->rank_rows, from->rank_rows, sizeof(m->rank_rows));
+    memcpy(m->rank_nnz, from->rank_nnz, sizeof(m->rank_nnz));
+    memcpy(m->rank_ghosts, from->rank_ghosts, sizeof(m->rank_ghosts));
+    memcpy(m->rank_sends, from->rank_sends, sizeof(m->rank_sends));
+    pthread_mutex_unlock(&store->lock);
+}
+
 void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry)
 {
     pthread_mutex_lock(&store->lock);
@@ -170,7 +196,9 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     kd_store_entry_t *best = NULL;
     for (size_t i = 0; i < store->count; i++) {
         kd_store_entry_t *e = store->entries[i];
-        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0)
+        /* a spread matrix stays: bringing it back is a collective re-spread */
+        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0 ||
+            e->meta.distributed)
             continue;
         if (resident_only && e->dev == NULL)
             continue;

@@ -38,6 +38,8 @@ typedef struct kd_owner {
     int pinned;
 } kd_owner_t;
 
+#define KD_META_RANKS_MAX 64
+
 typedef struct kd_matrix_meta {
     uint8_t id[16];
     char hex[KD_ID_HEX_LEN + 1];
@@ -65,12 +67,21 @@ typedef struct kd_matrix_meta {
     /* The upload's scan: a_ij == a_ji exactly (kd_matrix_scan_t.symmetric); -1: not known (a
      * state file from before it, until the matrix is loaded again) */
     int symmetric;
+    /* Spread over the ranks of an MPI job (server/spread.c): distributed from matrix.put on
+     * (kept in the state file's header), ranks > 0 once rank 0 spread it in this process; then
+     * per rank (the first KD_META_RANKS_MAX) its rows, nonzeros, ghosts received and entries
+     * sent per SpMV. Not spread: all 0. */
+    int distributed, ranks;
+    int64_t rank_rows[KD_META_RANKS_MAX], rank_nnz[KD_META_RANKS_MAX];
+    int64_t rank_ghosts[KD_META_RANKS_MAX], rank_sends[KD_META_RANKS_MAX];
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {
     kd_matrix_meta_t meta;
     kd_matrix_t *dev; /* worker thread only; NULL when not resident */
     kd_csr_t *host;   /* worker thread only: the canonical CSR, kept without a state directory */
+    struct kd_dist_matrix *dist; /* worker thread only: rank 0's part of a spread matrix (then
+                                    dev is NULL), or NULL; never evicted (server/spread.c) */
     int busy;         /* worker thread only: jobs using it across a yield or in a group (spmv.c);
                          never evicted or removed while > 0 */
 } kd_store_entry_t;
@@ -135,6 +146,12 @@ int kd_store_set_owner_pin(kd_store_t *store, kd_store_entry_t *entry, const cha
 /* Worker thread: make dev (NULL: none) the entry's device copy and return the previous one (the
  * caller frees it). Updates resident, device_bytes (when dev is not NULL) and the totals. */
 kd_matrix_t *kd_store_set_device(kd_store_t *store, kd_store_entry_t *entry, kd_matrix_t *dev);
+
+/* Worker thread: make dist (rank 0's part of a spread matrix) the entry's, with from's spread
+ * fields (format, its detail, device bytes, symmetry, ranks and their sizes); it counts as
+ * resident. */
+void kd_store_set_spread(kd_store_t *store, kd_store_entry_t *entry, struct kd_dist_matrix *dist,
+                         const kd_matrix_meta_t *from);
 
 /* Worker thread: the entry's device_bytes (and the totals) from its device matrix again, after
  * something kept with it (a preconditioner) changed its size. */
