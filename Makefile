@@ -36,7 +36,7 @@ test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKD_SANITIZE=address,undefined $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	  ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' $(CTEST_FLAGS)
+	  ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' -LE mpi $(CTEST_FLAGS)
 
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DKD_FUZZ=ON -DKD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)

@@ -26,3 +26,25 @@ foreach(module test_py_client test_py_scipy test_py_multiply test_py_amg test_py
     REQUIRED_FILES "${kd_bin}/krylovd;${kd_bin}/krylov;${kd_bin}/example_c_client"
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/client/python:${CMAKE_CURRENT_SOURCE_DIR}/python;KD_BIN_DIR=${kd_bin};KD_SOURCE_DIR=${PROJECT_SOURCE_DIR};KD_TEST_MATRICES=${KD_TEST_MATRICES};PYTHONDONTWRITEBYTECODE=1")
 endforeach()
+
+# krylovd under mpirun (tests/python/test_py_mpi.py): the same module with 1 rank (the plain
+# krylovd, no mpirun), and with 2 and 3 ranks under mpirun (--oversubscribe: CI has 2 cores).
+# Label mpi: `make test-asan` leaves those out (-LE mpi), as it does the dist tests: Open MPI's
+# own allocations at exit are not ours to chase under LeakSanitizer.
+foreach(np 1 2 3)
+  if(np GREATER 1 AND NOT KD_MPI)
+    continue()
+  endif()
+  set(labels "e2e;python")
+  if(np GREATER 1)
+    set(labels "e2e;python;mpi")
+  endif()
+  add_test(NAME test_py_mpi_np${np} COMMAND ${KD_PYTHON} -m unittest -v test_py_mpi
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
+  set_tests_properties(test_py_mpi_np${np} PROPERTIES
+    LABELS "${labels}"
+    TIMEOUT 180
+    PROCESSORS ${np}
+    REQUIRED_FILES "${kd_bin}/krylovd"
+    ENVIRONMENT "PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python;KD_BIN_DIR=${kd_bin};KD_SOURCE_DIR=${PROJECT_SOURCE_DIR};KD_TEST_MATRICES=${KD_TEST_MATRICES};PYTHONDONTWRITEBYTECODE=1;KD_MPI_RANKS=${np};KD_MPIEXEC=${MPIEXEC_EXECUTABLE}")
+endforeach()
