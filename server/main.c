@@ -8,6 +8,7 @@
  */
 #include "common/log.h"
 #include "server/config.h"
+#include "server/notify.h"
 #include "server/server.h"
 #include "solver/ocl.h"
 
@@ -148,6 +149,7 @@ int main(int argc, char **argv)
             MPI_Finalize();
             return 1;
         }
+        kd_notify_claim_main();
     }
 #endif
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #ifdef KD_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
@@ -37,9 +38,19 @@ int kd_notify_listen_fd(char *message, size_t cap)
     return fd;
 }
 
+static int kd_notify_main;
+
+void kd_notify_claim_main(void)
+{
+    kd_notify_main = 1;
+}
+
 void kd_notify_ready(const char *status)
 {
-    sd_notifyf(0, "READY=1\nSTATUS=%s", status);
+    if (kd_notify_main)
+        sd_notifyf(0, "READY=1\nMAINPID=%lu\nSTATUS=%s", (unsigned long)getpid(), status);
+    else
+        sd_notifyf(0, "READY=1\nSTATUS=%s", status);
 }
 
 void kd_notify_stopping(const char *status)
@@ -81,6 +92,10 @@ int kd_notify_listen_fd(char *message, size_t cap)
     (void)message;
     (void)cap;
     return -1;
+}
+
+void kd_notify_claim_main(void)
+{
 }
 
 void kd_notify_ready(const char *status)

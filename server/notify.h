@@ -18,6 +18,11 @@ int kd_notify_available(void);
 int kd_notify_listen_fd(char *message, size_t cap);
 
 void kd_notify_ready(const char *status);
+
+/* Under mpirun, the serving rank is not the unit's main process (mpirun is): READY=1 then also
+ * says MAINPID=<this process>, so that systemd's stop signal (KillMode=mixed) reaches the rank
+ * that shuts the job down in order (deploy/krylovd-mpi.service). Call before the server starts. */
+void kd_notify_claim_main(void);
 void kd_notify_stopping(const char *status);
 
 /* Start pinging the watchdog from `loop` when the unit asks for it (WatchdogSec=). The timer is

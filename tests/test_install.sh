@@ -36,6 +36,19 @@ cp "$dest/${unitdir#/}/krylovd.socket" "$check/"
 out=$(systemd-analyze verify --man=no "$check/krylovd.socket" "$check/krylovd.service" 2>&1) \
   || fail "systemd-analyze verify: $out"
 [ -z "$out" ] || fail "systemd-analyze verify printed: $out"
+# The variant under mpirun (deploy/krylovd-mpi.service.in): the same paths, rank 0 as the main
+# process (NotifyAccess=all, KillMode=mixed), and it verifies as cleanly.
+munit=$dest/${unitdir#/}/krylovd-mpi.service
+[ -e "$munit" ] || fail "missing krylovd-mpi.service"
+grep -q '^ExecStart=/usr/bin/mpirun -np ${KD_RANKS} --bind-to none /usr/sbin/krylovd --config /etc/krylovd/krylovd.conf --state-dir /var/lib/krylovd$' "$munit" \
+  || fail "krylovd-mpi ExecStart: $(grep ExecStart "$munit")"
+grep -q '^KillMode=mixed$' "$munit" || fail "krylovd-mpi KillMode=mixed"
+sed "s|/usr/sbin/krylovd|$dest/usr/sbin/krylovd|" "$munit" > "$check/krylovd-mpi.service"
+if [ -x /usr/bin/mpirun ]; then
+  out=$(systemd-analyze verify --man=no "$check/krylovd-mpi.service" 2>&1) \
+    || fail "systemd-analyze verify krylovd-mpi: $out"
+  [ -z "$out" ] || fail "systemd-analyze verify krylovd-mpi printed: $out"
+fi
 # A broken unit is noticed (the check can fail).
 echo 'Bogus=1' >> "$check/krylovd.service"
 out=$(systemd-analyze verify --man=no "$check/krylovd.service" 2>&1 || true)
