@@ -432,8 +432,10 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
                           (long long)entry->meta.cols);
     if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK)
         return rc;
-    if (entry->dist != NULL) /* spread over ranks: alone, through them (never batched) */
-        return kd_spread_solve(server, entry, job, w, err);
+    if (entry->dist != NULL) { /* spread over ranks: alone, through them (never batched) */
+        kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
+        return kd_spread_solve(server, entry, job, kd_on_progress, &pc, w, err);
+    }
     if (server->solve_alone == 0 && kd_solve_batchable(job)) {
         kd_solve_take_t take = {
             .q = q, .columns = q->nrhs, .max_columns = (int64_t)server->cfg.max_nrhs};

@@ -193,8 +193,8 @@ static int kd_spread_method(const kd_solve_request_t *q, kd_solve_params_t *para
     return KD_OK;
 }
 
-int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job, kd_writer_t *w,
-                    kd_err_t *err)
+int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     kd_solve_params_t params;
@@ -226,6 +226,8 @@ int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
         .restart = q->restart,
         .history = q->history,
         .cancel = &job->cancel,
+        .progress = progress,
+        .progress_ctx = ctx,
     };
     if (job->deadline_ns != 0) { /* each rank counts the time left on its own clock */
         const uint64_t now = kd_clock_ns();
@@ -285,10 +287,10 @@ int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_r
     return kd_err_set(err, KD_EINTERNAL, "a spread matrix in a build without MPI");
 }
 
-int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job, kd_writer_t *w,
-                    kd_err_t *err)
+int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err)
 {
-    (void)server, (void)entry, (void)job, (void)w;
+    (void)server, (void)entry, (void)job, (void)progress, (void)ctx, (void)w;
     return kd_err_set(err, KD_EINTERNAL, "a spread matrix in a build without MPI");
 }
 

@@ -16,6 +16,7 @@
 #include "protocol/writer.h"
 #include "server/server.h"
 #include "solver/select.h"
+#include "solver/solve.h"
 
 /* The job's ranks: 1 for a single process. */
 int kd_spread_ranks(const kd_server_t *server);
@@ -52,8 +53,9 @@ int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_r
                    void **out, kd_err_t *err);
 
 /* solve on a spread matrix (lengths checked): cg, pcg (jacobi) and sd; anything else is
- * KD_EBADREQ naming what runs spread. Answers through w as a solve on one process does. */
-int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job, kd_writer_t *w,
-                    kd_err_t *err);
+ * KD_EBADREQ naming what runs spread. progress (with ctx) is called on this rank at the checks,
+ * as on one process. Answers through w as a solve on one process does. */
+int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err);
 
 #endif

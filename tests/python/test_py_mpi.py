@@ -260,6 +260,15 @@ class TestMpi(unittest.TestCase):
             got = self.check_solve(a, put["id"], method, k, x0=x0,
                                    rtol=1e-4 if method == "sd" else 1e-8)
             self.assertEqual(got["method"], "cg" if method == "pcg" else method)
+        # progress notifications come from the serving rank as on one process
+        self.c.notifications.clear()
+        _, res = self.c.solve(put["id"], np.ones(a.shape[0]), method="cg", progress=True,
+                              check_every=5, history=True)
+        self.assertEqual(res["status"], "converged")
+        self.assertGreater(len(res["history"]), 1)
+        progress = [m for m in self.c.notifications if m[1] == "solve.progress"]
+        self.assertGreater(len(progress), 0)
+        self.assertEqual(set(progress[0][2][0]), {"msgid", "rhs", "iteration", "residual"})
 
     def test_float32_matrix(self):
         a = laplace2d(12)
