@@ -15,8 +15,10 @@ inputs and with SciPy.
   problem, and the job keeps serving; drop forgets the matrix on every rank and a put brings it
   back;
 - timeout_ms and job.cancel stop a long spread solve, after which the job serves again;
+- solve.progress notifications and history come back as on one process;
 - the whole job stopped with SIGTERM to its serving rank exits 0, and started again on the same
-  state directory serves the spread matrix with the same id and the same answers.
+  state directory serves the spread matrix with the same id and the same answers; after kill -9
+  of one rank the job ends (nothing wrong is answered) and, started again, serves it again.
 """
 
 import os
@@ -105,6 +107,20 @@ class Job:
             except (OSError, IndexError, ValueError):
                 continue
         raise RuntimeError("no rank 0 among mpirun's children")
+
+    def follower_pid(self):
+        """A rank other than 0."""
+        serving = self.serving_pid()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == serving:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                        return int(pid)
+            except (OSError, IndexError, ValueError):
+                continue
+        raise RuntimeError("no follower among mpirun's children")
 
     def stop(self):
         """SIGTERM to the serving rank (it stops the others): the job's exit status."""
@@ -404,6 +420,22 @@ class TestMpi(unittest.TestCase):
         xs, res = self.c.solve(mid, b, method="cg")
         self.assertEqual(res["status"], "converged")
         self.assertLess(np.linalg.norm(b - a @ xs) / np.linalg.norm(b), 1e-7)
+        if RANKS == 1:
+            return
+        # kill -9 of one rank: MPI ends the whole job; nothing wrong is answered meanwhile, and
+        # the job started again serves the matrix as before
+        os.kill(self.job.follower_pid(), signal.SIGKILL)
+        try:
+            late = spmv(self.c, mid, x, 1)
+            self.assertLess(np.abs(late - before).max(), 1e-12)  # if it was answered at all
+        except (RpcError, RuntimeError, OSError):
+            pass
+        self.assertNotEqual(self.job.proc.wait(timeout=60), 0)
+        self.job.proc = None
+        self.c.close()
+        type(self).job = Job(self.dir).start()
+        type(self).c = Client(self.job.port)
+        self.assertLess(np.abs(spmv(self.c, mid, x, 1) - before).max(), 1e-12)
 
 
 if __name__ == "__main__":
