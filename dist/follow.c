@@ -76,8 +76,8 @@ static void kd_dist_forget(kd_dist_node_t *node, const uint8_t id[16])
 }
 
 /* A follower's matrix for the command, or KD_ENOTFOUND (rank 0 passes its own). */
-static int kd_dist_matrix_for(kd_dist_node_t *node, const kd_dist_cmd_t *cmd,
-                              kd_dist_matrix_t **m, kd_err_t *err)
+static int kd_dist_matrix_for(kd_dist_node_t *node, const kd_dist_cmd_t *cmd, kd_dist_matrix_t **m,
+                              kd_err_t *err)
 {
     if (kd_dist_is_root(node))
         return *m != NULL ? KD_OK : kd_err_set(err, KD_EINTERNAL, "no matrix passed");
@@ -126,9 +126,8 @@ static int kd_dist_op_put(kd_dist_node_t *node, const kd_dist_cmd_t *cmd, const 
     int rc = kd_dist_scatter_blocks(&node->comm, 0, A, &block, err);
     if (rc != KD_OK)
         return rc;
-    rc = kd_dist_matrix_create(node->ocl, &node->comm, &block,
-                               cmd->has_format ? cmd->format : NULL, (kd_select_mode_t)cmd->mode,
-                               &m, err);
+    rc = kd_dist_matrix_create(node->ocl, &node->comm, &block, cmd->has_format ? cmd->format : NULL,
+                               (kd_select_mode_t)cmd->mode, &m, err);
     if (rc != KD_OK)
         return rc;
     kd_dist_rank_info_t mine = {
@@ -319,8 +318,8 @@ static int kd_dist_op_solve(kd_dist_node_t *node, const kd_dist_cmd_t *cmd, kd_d
         results = own = calloc((size_t)nrhs, sizeof(*own));
     /* one spare value a column: a rank without rows still has a valid pointer */
     void *bl = kd_dist_host(rows + 1, nrhs, m->block.dtype, err);
-    void *x0l = cmd->has_x0 && bl != NULL ? kd_dist_host(rows + 1, nrhs, m->block.dtype, err)
-                                          : NULL;
+    void *x0l =
+        cmd->has_x0 && bl != NULL ? kd_dist_host(rows + 1, nrhs, m->block.dtype, err) : NULL;
     void *xl = bl != NULL ? kd_dist_host(rows + 1, nrhs, m->block.dtype, err) : NULL;
     rc = results == NULL || bl == NULL || xl == NULL || (cmd->has_x0 && x0l == NULL)
              ? (err->code != KD_OK ? err->code : KD_ENOMEM)
@@ -372,9 +371,9 @@ static int kd_dist_name(char *dst, const char *src, const char *what, kd_err_t *
     return KD_OK;
 }
 
-int kd_dist_solve_cmd(kd_dist_node_t *node, const uint8_t id[16], kd_dist_matrix_t *m,
-                      int64_t nrhs, const void *b, const void *x0, void *x,
-                      const kd_dist_solve_args_t *args, kd_solve_result_t *results, kd_err_t *err)
+int kd_dist_solve_cmd(kd_dist_node_t *node, const uint8_t id[16], kd_dist_matrix_t *m, int64_t nrhs,
+                      const void *b, const void *x0, void *x, const kd_dist_solve_args_t *args,
+                      kd_solve_result_t *results, kd_err_t *err)
 {
     kd_dist_cmd_t cmd;
     memset(&cmd, 0, sizeof(cmd));

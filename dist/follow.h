@@ -22,7 +22,7 @@
 typedef struct kd_dist_node {
     MPI_Comm mpi; /* a duplicate of MPI_COMM_WORLD, owned */
     kd_comm_t comm;
-    kd_ocl_t *ocl;            /* not owned */
+    kd_ocl_t *ocl;             /* not owned */
     struct kd_dist_held *held; /* followers: id -> matrix */
     int nheld, cap;
 } kd_dist_node_t;
@@ -76,9 +76,9 @@ typedef struct kd_dist_solve_args {
 
 /* Solve A X = B (nrhs columns of the whole vectors, A's dtype; x0 NULL: 0) spread over every
  * rank; results (nrhs, each freed by the caller) as kd_dist_solve's. */
-int kd_dist_solve_cmd(kd_dist_node_t *node, const uint8_t id[16], kd_dist_matrix_t *m,
-                      int64_t nrhs, const void *b, const void *x0, void *x,
-                      const kd_dist_solve_args_t *args, kd_solve_result_t *results, kd_err_t *err);
+int kd_dist_solve_cmd(kd_dist_node_t *node, const uint8_t id[16], kd_dist_matrix_t *m, int64_t nrhs,
+                      const void *b, const void *x0, void *x, const kd_dist_solve_args_t *args,
+                      kd_solve_result_t *results, kd_err_t *err);
 
 /* Forget matrix id on every other rank (one that does not hold it does nothing). */
 void kd_dist_drop(kd_dist_node_t *node, const uint8_t id[16]);

@@ -43,8 +43,8 @@ typedef struct kd_config {
     size_t max_connection_jobs; /* requests one connection may have queued or running */
     size_t queue_depth;         /* jobs waiting per device before BUSY */
     int64_t max_rows, max_cols, max_nnz, max_nrhs;
-    int64_t distribute_nnz; /* under mpirun: matrix.put's distribute = "auto" spreads a matrix
-                               with more nonzeros than this over the ranks */
+    int64_t distribute_nnz;     /* under mpirun: matrix.put's distribute = "auto" spreads a matrix
+                                   with more nonzeros than this over the ranks */
     size_t max_pending_write;   /* response bytes a client has not read before we stop reading it */
     int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
     int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */

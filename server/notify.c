@@ -94,9 +94,7 @@ int kd_notify_listen_fd(char *message, size_t cap)
     return -1;
 }
 
-void kd_notify_claim_main(void)
-{
-}
+void kd_notify_claim_main(void) {}
 
 void kd_notify_ready(const char *status)
 {

@@ -27,8 +27,8 @@ int kd_spread_ranks(const kd_server_t *server)
     return 1;
 }
 
-int kd_spread_wanted(const kd_server_t *server, const kd_csr_t *csr,
-                     const kd_matrix_options_t *opt, int *spread, kd_err_t *err)
+int kd_spread_wanted(const kd_server_t *server, const kd_csr_t *csr, const kd_matrix_options_t *opt,
+                     int *spread, kd_err_t *err)
 {
     *spread = 0;
     if (opt->distribute == KD_DISTRIBUTE_NO)
@@ -153,8 +153,8 @@ int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_r
         kd_convert_real(x, dt, q->x.data, q->x.dtype, (size_t)count);
         if (q->beta != 0.0)
             kd_convert_real(y, dt, q->y.data, q->y.dtype, (size_t)count);
-        rc = kd_dist_spmv(server->dist, entry->meta.id, entry->dist, q->ncols, q->alpha, x,
-                          q->beta, y, err);
+        rc = kd_dist_spmv(server->dist, entry->meta.id, entry->dist, q->ncols, q->alpha, x, q->beta,
+                          y, err);
     }
     if (rc == KD_OK && (*out = kd_handlers_alloc_values(count, q->dtype, err)) == NULL)
         rc = err->code;
@@ -166,15 +166,13 @@ int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_r
 }
 
 /* The method and preconditioner of a spread solve, refused with what does run spread. */
-static int kd_spread_method(const kd_solve_request_t *q, kd_solve_params_t *params,
-                            kd_err_t *err)
+static int kd_spread_method(const kd_solve_request_t *q, kd_solve_params_t *params, kd_err_t *err)
 {
     if (strcmp(q->method, KD_METHOD_AUTO) == 0)
         return kd_err_set(err, KD_EBADREQ,
                           "method auto does not run on a matrix spread over ranks: name cg, pcg "
                           "(cg with jacobi) or sd");
-    int rc = kd_method_choose(q->method, q->preconditioner, &params->method, &params->precond,
-                              err);
+    int rc = kd_method_choose(q->method, q->preconditioner, &params->method, &params->precond, err);
     if (rc != KD_OK)
         return rc;
     if (!params->method->spreads)

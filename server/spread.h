@@ -25,8 +25,8 @@ int kd_spread_ranks(const kd_server_t *server);
  * --distribute-nnz, on a job of several ranks. distribute = true of a matrix that is not square
  * is KD_EBADREQ (a spread matrix is cut into row blocks with its columns numbered alike); on a
  * single process it is accepted and not spread (the reply says ranks: 1). */
-int kd_spread_wanted(const kd_server_t *server, const kd_csr_t *csr,
-                     const kd_matrix_options_t *opt, int *spread, kd_err_t *err);
+int kd_spread_wanted(const kd_server_t *server, const kd_csr_t *csr, const kd_matrix_options_t *opt,
+                     int *spread, kd_err_t *err);
 
 /* Spread csr (canonical; entry->meta.id set) over the ranks as entry's matrix: entry->dist, and
  * meta's name, shape, format (rank 0's block's), device bytes (rank 0's), symmetry and spread.

@@ -197,8 +197,7 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     for (size_t i = 0; i < store->count; i++) {
         kd_store_entry_t *e = store->entries[i];
         /* a spread matrix stays: bringing it back is a collective re-spread */
-        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0 ||
-            e->meta.distributed)
+        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0 || e->meta.distributed)
             continue;
         if (resident_only && e->dev == NULL)
             continue;
