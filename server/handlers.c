@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
+#include "server/batch.h"
 #include "server/handlers.h"
 #include "server/quota.h"
 #include "server/state.h"
@@ -660,6 +661,8 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
             !kd_meta_visible(&meta, job->user, job->admin))
             return kd_not_found(err, target);
     }
+    if (kd_handlers_batch_claims(server, job))
+        return kd_handlers_batch_run(server, job, w, err); /* server/batch.c */
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
         rc = kd_handle_put(server, job, w, err);

@@ -235,3 +235,62 @@ void kd_batch_result_free(kd_batch_result_t *result)
     result->history = NULL;
     result->history_len = 0;
 }
+
+/* The first place where block s of csr differs from block 0 (-1: none). */
+static int64_t kd_batch_block_differs(const kd_csr_t *csr, int64_t k, int64_t rows, int64_t cols,
+                                      int64_t nnz, int64_t s)
+{
+    for (int64_t i = 0; i <= rows; i++)
+        if (csr->indptr[s * rows + i] - s * nnz != csr->indptr[i])
+            return i;
+    for (int64_t j = 0; j < nnz; j++)
+        if (csr->indices[s * nnz + j] - s * cols != csr->indices[j])
+            return rows + j;
+    (void)k;
+    return -1;
+}
+
+int kd_batch_from_block_diagonal(kd_ocl_t *ocl, const kd_csr_t *csr, int64_t k, kd_matrix_t **out,
+                                 kd_err_t *err)
+{
+    assert(ocl != NULL && csr != NULL && out != NULL);
+    *out = NULL;
+    if (k < 1 || csr->rows % k != 0 || csr->cols % k != 0 || csr->nnz % k != 0)
+        return kd_err_set(err, KD_EBADREQ,
+                          "a %lld x %lld matrix of %lld entries is not %lld equal diagonal blocks",
+                          (long long)csr->rows, (long long)csr->cols, (long long)csr->nnz,
+                          (long long)k);
+    const int64_t rows = csr->rows / k, cols = csr->cols / k, nnz = csr->nnz / k;
+    for (int64_t s = 1; s < k; s++) {
+        const int64_t at = kd_batch_block_differs(csr, k, rows, cols, nnz, s);
+        if (at >= 0)
+            return kd_err_set(err, KD_EBADREQ,
+                              "system %lld does not have system 0's sparsity pattern (%s %lld)",
+                              (long long)s, at <= rows ? "row" : "entry",
+                              (long long)(at <= rows ? at : at - rows - 1));
+    }
+    kd_csr_t pattern = {rows, cols, nnz, csr->dtype, csr->indptr, csr->indices, NULL};
+    kd_batch_t *batch = NULL;
+    int rc = kd_batch_upload(ocl, &pattern, csr->values, k, &batch, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_matrix_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        kd_batch_free(batch);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory");
+    }
+    m->rows = csr->rows;
+    m->cols = csr->cols;
+    m->nnz = csr->nnz;
+    m->dtype = csr->dtype;
+    m->format = KD_FMT_CSR_SCALAR;
+    m->device_bytes = batch->device_bytes;
+    m->scan.non_finite_row = m->scan.non_finite_col = -1;
+    m->scan.bad_diagonal_row = m->scan.negative_diagonal_row = -1;
+    m->scan.asymmetric_row = m->scan.asymmetric_col = -1;
+    for (int64_t s = 0; s < k; s++)
+        m->scan.non_finite_count += batch->non_finite_entry[s] >= 0;
+    m->batch = batch;
+    *out = m;
+    return KD_OK;
+}

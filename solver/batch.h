@@ -11,6 +11,7 @@
 #define KD_SOLVER_BATCH_H
 
 #include "common/csr.h"
+#include "solver/matrix.h"
 #include "solver/ocl.h"
 #include "solver/solve.h"
 
@@ -47,6 +48,28 @@ size_t kd_batch_plan_bytes(int64_t count, int64_t rows, int64_t cols, int64_t nn
 int kd_batch_upload(kd_ocl_t *ocl, const kd_csr_t *pattern, const void *values, int64_t count,
                     kd_batch_t **out, kd_err_t *err);
 void kd_batch_free(kd_batch_t *batch); /* accepts NULL */
+
+/*
+ * The server's view of a batch: its canonical host form is the block-diagonal matrix of the k
+ * systems (k rows x rows, k cols x cols, k x nnz entries, system s's values in entries
+ * s nnz .. (s + 1) nnz - 1), which is what is hashed, persisted and reloaded.
+ *
+ * kd_batch_from_block_diagonal checks that csr is k equal blocks on the diagonal (the same
+ * pattern in each; KD_EBADREQ naming the first difference otherwise), uploads the batch and
+ * wraps it in a kd_matrix_t (ops NULL, format csr_scalar nominally, the block diagonal's shape,
+ * device_bytes the batch's) that owns it: kd_matrix_free frees both. k >= 1.
+ */
+int kd_batch_from_block_diagonal(kd_ocl_t *ocl, const kd_csr_t *csr, int64_t k, kd_matrix_t **out,
+                                 kd_err_t *err);
+
+/* A batch's id: the block diagonal's content hash, changed by k so a batch never shares an id
+ * with the plain block-diagonal matrix (nor with a batch of another size). */
+static inline void kd_batch_id_mix(uint8_t id[16], int64_t k)
+{
+    id[15] ^= 0xB7;
+    for (int i = 0; i < 8; i++)
+        id[i] ^= (uint8_t)((uint64_t)k >> (8 * i));
+}
 
 /* y_s = A_s x_s for every system: x holds count x cols values, y count x rows (host arrays of
  * the batch's dtype). Blocking. */
