@@ -238,6 +238,46 @@ class BatchTest(unittest.TestCase):
         self.expect_bad("BAD_REQUEST", "batched matrix", "matrix.multiply", a=mid, b=plain)
 
 
+class ClientBatchTest(unittest.TestCase):
+    """The Python client's put_batch and solve on a batch (client/python/krylov/batch.py)."""
+
+    def test_put_batch_and_solve(self):
+        import krylov
+
+        mats = perturbed(laplacian(10), 9)
+        B = rng.uniform(-1, 1, (9, 100))
+        with krylov.Client(daemon.address) as kd:
+            info = kd.put_batch(mats, name="sweep")
+            self.assertEqual((info.batch, info.rows, info.nnz), (9, 100, mats[0].nnz))
+            # the same batch as a pattern and a (k, nnz) values array: the same id
+            again = kd.put_batch(mats[0], np.stack([m.data for m in mats]))
+            self.assertEqual(again.id, info.id)
+            res = kd.solve(info, B, rtol=1e-10, preconditioner="jacobi", history=True)
+            self.assertIsInstance(res, krylov.BatchSolveResult)
+            self.assertTrue(res.converged)
+            self.assertEqual(res.x.shape, (9, 100))
+            for s in range(9):
+                A = mats[s]
+                self.assertLessEqual(relres(A, res.x[s], B[s]), 1.5e-10)
+                M = sp.diags(1.0 / A.diagonal())
+                _, info_s, count = scipy_count(spla.cg, A, B[s], 1e-10, M)
+                self.assertLessEqual(abs(int(res.iterations[s]) - count), 1 + count // 10)
+                self.assertEqual(len(res.history[s]), res.iterations[s] + 1)
+            self.assertIn("converged", res.summary())
+            # per-system arrays, bicgstab, float32
+            res = kd.solve_batch(info.id, B, method="bicgstab", rtol=[1e-6] * 8 + [1e-1],
+                                 maxiter=200, dtype="float32")
+            self.assertTrue(res.converged)
+            self.assertLess(res.iterations[8], res.iterations[0])
+            self.assertLessEqual(relres(mats[8], res.x[8], B[8]), 1e-1)
+            with self.assertRaises(ValueError):
+                kd.put_batch([mats[0], laplacian(10)[:, ::-1].tocsr()])
+            with self.assertRaises(ValueError):
+                kd.solve_batch(info, B, rtol=[1e-8, 1e-8])
+            with self.assertRaises(krylov.BadRequest):
+                kd.solve_batch(info, B, method="gmres")
+
+
 class BatchStateTest(unittest.TestCase):
     """Eviction under a device budget for about one batch, and a restart on the same state."""
 
