@@ -90,12 +90,13 @@ static double *kd_bb_values(const kd_csr_t *p, int64_t k)
                     dpos = j;
                     continue;
                 }
-                const double h = kd_bb_hash((uint64_t)s, (uint64_t)(c < i ? c : i),
-                                            (uint64_t)(c < i ? i : c));
+                const double h =
+                    kd_bb_hash((uint64_t)s, (uint64_t)(c < i ? c : i), (uint64_t)(c < i ? i : c));
                 v[s * p->nnz + j] = -(0.2 + h);
                 sum += 0.2 + h;
             }
-            v[s * p->nnz + dpos] = 1.001 * sum + 0.001 + 0.009 * kd_bb_hash((uint64_t)s, (uint64_t)i, 9);
+            v[s * p->nnz + dpos] =
+                1.001 * sum + 0.001 + 0.009 * kd_bb_hash((uint64_t)s, (uint64_t)i, 9);
         }
     return v;
 }

@@ -28,7 +28,8 @@ VALUE KD_BATCH_FN(kd_batch_row)(const int i, __global const int *indptr,
  * CG / Jacobi-PCG on one system, the two-pass iteration of kernels/cg_small.cl step for step
  * (p'q, r'Mq, q'Mq; kd_krylov_decide; beta from the recurrence; then r, x, p and the new r'r,
  * r'z in one pass), so a system's iteration count matches the single-system path's to
- * rounding. first: r = b - A x and p = z first. Runs at most `count` iterations.
+ * rounding. first (the start, or the host's restart after a convergence b - A x did not
+ * confirm): r = b - A x and p = z first. Runs at most `count` iterations.
  */
 void KD_BATCH_FN(kd_batch_cg_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VALUE *p,
                                   KD_VS VALUE *q, __global const VALUE *b,
@@ -57,8 +58,8 @@ void KD_BATCH_FN(kd_batch_cg_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VALUE *p
         kd_krylov_group_sums(scratch, u, 2);
         rr = u[0];
         rz = pcg ? u[1] : u[0];
-        if (hist != 0 && lid == 0 && hcap > 0)
-            hist[0] = rr;
+        if (hist != 0 && lid == 0 && it < hcap)
+            hist[it] = rr; /* at a restart the true residual replaces the recurrence's */
     }
     for (int s = 0; s < count && status == KD_KRYLOV_RUNNING; s++) {
         VALUE t[3] = {KD_ZERO, KD_ZERO, KD_ZERO};
@@ -114,7 +115,8 @@ void KD_BATCH_FN(kd_batch_cg_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VALUE *p
  * p = r + beta (p - omega v), v = A M^-1 p, alpha = rho / r0hat'v, s = r - alpha v (small: x +=
  * alpha M^-1 p, converged at the half step), t = A M^-1 s, omega = t's / t't,
  * x += alpha M^-1 p + omega M^-1 s, r = s - omega t. s overwrites r. M^-1 = diag(dinv) is applied
- * inside the SpMV's gather and the update, never stored.
+ * inside the SpMV's gather and the update, never stored. first (the start, or the host's
+ * restart after a convergence b - A x did not confirm): r = b - A x, r0hat = r, p = r.
  */
 void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VALUE *rh,
                                         KD_VS VALUE *p, KD_VS VALUE *v, KD_VS VALUE *t,
@@ -143,12 +145,12 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
         }
         kd_krylov_group_sums(scratch, u, 1);
         rr = rho = r0 = u[0];
-        if (hist != 0 && lid == 0 && hcap > 0)
-            hist[0] = rr;
+        if (hist != 0 && lid == 0 && it < hcap)
+            hist[it] = rr; /* at a restart the true residual replaces the recurrence's */
     }
     for (int s = 0; s < count && status == KD_KRYLOV_RUNNING; s++) {
         const long iter = it + 1;
-        const int fresh = it == 0;
+        const int fresh = first && s == 0; /* the start, or a restart from the true residual */
         VALUE beta = KD_ZERO;
         if (!isfinite(rr) || !isfinite(rho)) {
             status = KD_KRYLOV_NON_FINITE_RESIDUAL;

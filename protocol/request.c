@@ -488,8 +488,7 @@ static int kd_decode_put_batch(struct kd_decoder *d, kd_dtype_t index_dtype,
                           "(indices) need batch x nnz",
                           (long long)put->values.count, (long long)k, (long long)nnz);
     if ((rc = kd_csr_check_shape(put->rows, put->cols, nnz, limits, d->err)) != KD_OK ||
-        (rc = kd_check_counts(d, KD_P_INDPTR, &put->indptr, put->rows + 1, "rows + 1 =")) !=
-            KD_OK)
+        (rc = kd_check_counts(d, KD_P_INDPTR, &put->indptr, put->rows + 1, "rows + 1 =")) != KD_OK)
         return rc;
     int64_t rows, cols;
     if (kd_mul_overflow_i64(put->rows, k, &rows) || kd_mul_overflow_i64(put->cols, k, &cols))
@@ -694,10 +693,8 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_required_array(d, KD_P_B, solve->dtype, &solve->b)) != KD_OK ||
         (rc = kd_param_array(d, KD_P_X0, solve->dtype, &solve->x0)) != KD_OK ||
         (rc = kd_param_str(d, KD_P_METHOD, solve->method, sizeof(solve->method))) != KD_OK ||
-        (rc = kd_param_per_system(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol, &solve->rtols)) !=
-            KD_OK ||
-        (rc = kd_param_per_system(d, KD_P_ATOL, 0.0, 0.0, &solve->atol, &solve->atols)) !=
-            KD_OK ||
+        (rc = kd_param_per_system(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol, &solve->rtols)) != KD_OK ||
+        (rc = kd_param_per_system(d, KD_P_ATOL, 0.0, 0.0, &solve->atol, &solve->atols)) != KD_OK ||
         (rc = kd_param_per_system(d, KD_P_MAXITER, 0, -1, NULL, &solve->maxiters)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_NRHS, 1, 1, &solve->nrhs)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_CHECK_EVERY, 0, 0, &solve->check_every)) != KD_OK ||

@@ -77,7 +77,8 @@ static int kd_batch_block_diagonal(struct kd_server *server, const kd_put_reques
         free(indices);
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a batch of %lld", (long long)k);
     }
-    const int wide_ptr = p->indptr.dtype == KD_DTYPE_I64, wide_idx = p->indices.dtype == KD_DTYPE_I64;
+    const int wide_ptr = p->indptr.dtype == KD_DTYPE_I64,
+              wide_idx = p->indices.dtype == KD_DTYPE_I64;
     for (int64_t s = 0; s < k; s++) {
         for (int64_t i = 0; i < rows; i++)
             indptr[s * rows + i] = s * nnz + (wide_ptr ? kd_load_i64(p->indptr.data, (size_t)i)
@@ -203,7 +204,8 @@ static int kd_batch_put(struct kd_server *server, kd_job_t *job, kd_writer_t *w,
     if ((rc = kd_batch_admit(server, job, csr, p, &meta, &created, err)) != KD_OK)
         return rc;
     if (created)
-        KD_INFO("store", "put batch id=%s systems=%lld rows=%lld nnz=%lld dtype=%s device_bytes=%zu",
+        KD_INFO("store",
+                "put batch id=%s systems=%lld rows=%lld nnz=%lld dtype=%s device_bytes=%zu",
                 meta.hex, (long long)meta.batch, (long long)(meta.rows / meta.batch),
                 (long long)(meta.nnz / meta.batch), kd_dtype_name(meta.dtype), meta.device_bytes);
     kd_w_result_begin(w, job->msgid);
@@ -234,8 +236,7 @@ static void *kd_batch_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
 }
 
 /* y_s = alpha A_s x_s + beta y_s for every system. */
-static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_t *w,
-                             kd_err_t *err)
+static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_spmv_request_t *q = &job->req->u.spmv;
     kd_store_entry_t *entry;
@@ -251,13 +252,11 @@ static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_
     if (q->x.count != xn)
         return kd_err_set(err, KD_EBADREQ,
                           "x has %lld values but batch %s needs %lld systems x %lld columns",
-                          (long long)q->x.count, entry->meta.hex, (long long)k,
-                          (long long)B->cols);
+                          (long long)q->x.count, entry->meta.hex, (long long)k, (long long)B->cols);
     if (q->beta != 0.0 && q->y.count != yn)
         return kd_err_set(err, KD_EBADREQ,
                           "y has %lld values but batch %s needs %lld systems x %lld rows",
-                          (long long)q->y.count, entry->meta.hex, (long long)k,
-                          (long long)B->rows);
+                          (long long)q->y.count, entry->meta.hex, (long long)k, (long long)B->rows);
     const uint64_t t0 = kd_clock_ns();
     void *x = kd_batch_values(xn, B->dtype, err), *y = kd_batch_values(yn, B->dtype, err);
     void *out = kd_batch_values(yn, q->dtype, err);
@@ -301,8 +300,7 @@ static int kd_batch_per_system(const kd_array_t *a, double scalar, int64_t k, co
 }
 
 /* The method and preconditioner a batched solve takes: cg or bicgstab, jacobi or none. */
-static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t *prm,
-                                 kd_err_t *err)
+static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t *prm, kd_err_t *err)
 {
     const char *method = q->method[0] != '\0' ? q->method : "cg";
     if (kd_batch_method_parse(method, &prm->method) != 0)
@@ -342,8 +340,7 @@ static void kd_batch_solve_reply(kd_writer_t *w, const kd_job_t *job, const kd_b
     kd_w_kv_str(w, "preconditioner", prm->jacobi ? "jacobi" : "none");
     kd_w_kv_int(w, "batch", k);
     kd_w_kv_int(w, "converged", converged);
-    const char *keys[] = {"status", "iterations", "residual_norm", "relative_residual",
-                          "message"};
+    const char *keys[] = {"status", "iterations", "residual_norm", "relative_residual", "message"};
     for (int f = 0; f < 5; f++) {
         kd_w_str(w, keys[f]);
         kd_w_array(w, (uint32_t)k);
@@ -394,7 +391,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     const kd_batch_t *B = entry->dev->batch;
     const int64_t k = B->count, n = k * B->rows;
     if (q->b.count != n)
-        return kd_err_set(err, KD_EBADREQ, "b has %lld values but batch %s needs %lld systems x %lld rows",
+        return kd_err_set(err, KD_EBADREQ,
+                          "b has %lld values but batch %s needs %lld systems x %lld rows",
                           (long long)q->b.count, entry->meta.hex, (long long)k, (long long)B->rows);
     if (q->x0.present && q->x0.count != n)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
@@ -407,8 +405,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     void *b = kd_batch_values(n, B->dtype, err), *x = kd_batch_values(n, B->dtype, err);
     void *x0 = q->x0.present ? kd_batch_values(n, B->dtype, err) : NULL;
     void *xout = kd_batch_values(n, q->dtype, err);
-    if (rtol == NULL || atol == NULL || maxiter == NULL || res == NULL ||
-        b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL)) {
+    if (rtol == NULL || atol == NULL || maxiter == NULL || res == NULL || b == NULL || x == NULL ||
+        xout == NULL || (q->x0.present && x0 == NULL)) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for a batch of %lld", (long long)k);
         goto done;
     }

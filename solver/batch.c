@@ -16,8 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-size_t kd_batch_plan_bytes(int64_t count, int64_t rows, int64_t cols, int64_t nnz,
-                           kd_dtype_t dtype)
+size_t kd_batch_plan_bytes(int64_t count, int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype)
 {
     (void)cols;
     if (count < 0 || rows < 0 || nnz < 0)
@@ -64,8 +63,8 @@ static void kd_batch_scan(kd_batch_t *batch, const kd_csr_t *p, const int64_t *d
     if (dinv == NULL)
         return;
     for (int64_t i = 0; i < p->rows; i++) {
-        const double a = diag_pos[i] < 0 ? 0.0
-                                         : kd_load_real(values, p->dtype, base + (size_t)diag_pos[i]);
+        const double a =
+            diag_pos[i] < 0 ? 0.0 : kd_load_real(values, p->dtype, base + (size_t)diag_pos[i]);
         const int usable = a != 0.0 && isfinite(a);
         if (!usable && batch->bad_diagonal_row[s] < 0)
             batch->bad_diagonal_row[s] = i;
@@ -195,13 +194,12 @@ int kd_batch_spmv(kd_ocl_t *ocl, const kd_batch_t *batch, const void *x, void *y
     if (rc == KD_OK)
         rc = kd_ocl_buffer_create(ocl, CL_MEM_WRITE_ONLY, ybytes, NULL, "batch spmv y", &yd, err);
     if (rc == KD_OK)
-        rc = kd_ocl_run(ocl, kernel, "kd_batch_spmv",
-                        kd_ocl_range_1d(wg * (size_t)batch->count, wg),
-                        KD_ARGS(KD_ARG_INT(batch->rows), KD_ARG_INT(batch->cols),
-                                KD_ARG_INT(batch->nnz), KD_ARG_MEM(batch->indptr),
-                                KD_ARG_MEM(batch->indices), KD_ARG_MEM(batch->values),
-                                KD_ARG_MEM(xd), KD_ARG_MEM(yd)),
-                        NULL, err);
+        rc = kd_ocl_run(
+            ocl, kernel, "kd_batch_spmv", kd_ocl_range_1d(wg * (size_t)batch->count, wg),
+            KD_ARGS(KD_ARG_INT(batch->rows), KD_ARG_INT(batch->cols), KD_ARG_INT(batch->nnz),
+                    KD_ARG_MEM(batch->indptr), KD_ARG_MEM(batch->indices),
+                    KD_ARG_MEM(batch->values), KD_ARG_MEM(xd), KD_ARG_MEM(yd)),
+            NULL, err);
     if (rc == KD_OK)
         rc = kd_ocl_read(ocl, yd, 0, ybytes, y, err);
     if (xd != NULL)

@@ -96,6 +96,9 @@ typedef struct kd_batch_params {
 } kd_batch_params_t;
 
 #define KD_BATCH_CHUNK 512
+/* Rounds of restarts from the true residual (a recurrence that claimed convergence b - A x did
+ * not confirm) before such a system is reported as max_iterations. */
+#define KD_BATCH_RESTARTS 4
 /* record_history holds count x (max maxiter + 1) values on the device: at most this many. */
 #define KD_BATCH_HISTORY_MAX ((int64_t)1 << 24)
 
@@ -107,14 +110,16 @@ typedef struct kd_batch_result {
     double b_norm;
     double *history; /* malloc'd with record_history: ||r|| by the recurrence at 0..iterations */
     int64_t history_len;
+    int64_t restarts;  /* times the recurrence's convergence was not confirmed by b - A x and
+                          the system went on from the true residual */
     char message[160]; /* breakdown / non_finite: what and where */
 } kd_batch_result_t;
 
 /* What a batched solve did as a whole. */
 typedef struct kd_batch_report {
-    int local;       /* the vectors lived in local memory */
+    int local;        /* the vectors lived in local memory */
     int64_t launches; /* solve launches (chunks) */
-    double time_ms;  /* the whole call, transfers included */
+    double time_ms;   /* the whole call, transfers included */
 } kd_batch_report_t;
 
 /*

@@ -24,14 +24,14 @@
 /* The device buffers of one solve. */
 typedef struct kd_batch_run {
     cl_mem b, x, work, threshold, limits, state, scalars, hist, norms;
-    int64_t hcap;   /* history values per system (0: none) */
+    int64_t hcap;    /* history values per system (0: none) */
     int64_t vectors; /* work vectors per system */
 } kd_batch_run_t;
 
 static void kd_batch_run_release(kd_batch_run_t *r)
 {
-    cl_mem mems[] = {r->b,      r->x,       r->work, r->threshold, r->limits,
-                     r->state,  r->scalars, r->hist, r->norms};
+    cl_mem mems[] = {r->b,     r->x,       r->work, r->threshold, r->limits,
+                     r->state, r->scalars, r->hist, r->norms};
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++)
         if (mems[i] != NULL)
             clReleaseMemObject(mems[i]);
@@ -73,9 +73,8 @@ static int kd_batch_scan_vector(const void *p, kd_dtype_t dtype, size_t at, int6
 }
 
 /* System s answered on the host, or set running: its status, threshold and start x (in x). */
-static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_t s,
-                         const void *b, const void *x0, void *x, double *threshold,
-                         kd_batch_result_t *res)
+static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_t s, const void *b,
+                         const void *x0, void *x, double *threshold, kd_batch_result_t *res)
 {
     const size_t at = (size_t)(s * A->rows), vsize = kd_dtype_size(A->dtype);
     double bb, xx = 0.0;
@@ -89,7 +88,10 @@ static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_
     if (A->non_finite_entry[s] >= 0 || bad_b || bad_x) {
         res->status = KD_SOLVE_NON_FINITE;
         snprintf(res->message, sizeof(res->message), "system %lld: a NaN or Inf in its %s",
-                 (long long)s, A->non_finite_entry[s] >= 0 ? "matrix" : bad_b ? "b" : "x0");
+                 (long long)s,
+                 A->non_finite_entry[s] >= 0 ? "matrix"
+                 : bad_b                     ? "b"
+                                             : "x0");
         return 0;
     }
     if (p->jacobi && A->bad_diagonal_row[s] >= 0) {
@@ -101,9 +103,8 @@ static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_
     }
     if (p->jacobi && p->method == KD_BATCH_CG && A->negative_diagonal_row[s] >= 0) {
         res->status = KD_SOLVE_BREAKDOWN;
-        snprintf(res->message, sizeof(res->message),
-                 "system %lld: not SPD, a_ii < 0 at row %lld", (long long)s,
-                 (long long)A->negative_diagonal_row[s]);
+        snprintf(res->message, sizeof(res->message), "system %lld: not SPD, a_ii < 0 at row %lld",
+                 (long long)s, (long long)A->negative_diagonal_row[s]);
         return 0;
     }
     if (bb == 0.0) {
@@ -117,8 +118,8 @@ static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_
 }
 
 /* A device buffer of `bytes` filled from src (or left as it is when src is NULL). */
-static int kd_batch_put(kd_ocl_t *ocl, size_t bytes, const void *src, const char *what,
-                        cl_mem *out, kd_err_t *err)
+static int kd_batch_put(kd_ocl_t *ocl, size_t bytes, const void *src, const char *what, cl_mem *out,
+                        kd_err_t *err)
 {
     int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, what, out, err);
     if (rc == KD_OK && src != NULL)
@@ -155,8 +156,8 @@ static int kd_batch_setup(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_par
     if ((rc = kd_batch_put(ocl, vec, b, "batch b", &r->b, err)) != KD_OK ||
         (rc = kd_batch_put(ocl, vec, xstart, "batch x", &r->x, err)) != KD_OK ||
         (rc = kd_batch_put(ocl, work, NULL, "batch work vectors", &r->work, err)) != KD_OK ||
-        (rc = kd_batch_put(ocl, (size_t)k * vsize, thr, "batch thresholds", &r->threshold,
-                           err)) != KD_OK ||
+        (rc = kd_batch_put(ocl, (size_t)k * vsize, thr, "batch thresholds", &r->threshold, err)) !=
+            KD_OK ||
         (rc = kd_batch_put(ocl, (size_t)k * sizeof(cl_long), lim, "batch limits", &r->limits,
                            err)) != KD_OK ||
         (rc = kd_batch_put(ocl, (size_t)k * 2 * sizeof(cl_long), st, "batch state", &r->state,
@@ -194,14 +195,25 @@ static int kd_batch_iterate(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
     const size_t lm = (size_t)(r->vectors + 1) * (size_t)n * vsize;
     for (int64_t done = 0, first = 1; rc == KD_OK; done += chunk, first = 0) {
         const int count = (int)(chunk < limit - done + 1 ? chunk : limit - done + 1);
-        const kd_ocl_arg_t args[] = {
-            KD_ARG_INT(n),           KD_ARG_INT(A->nnz),          KD_ARG_INT(first),
-            KD_ARG_INT(count),       KD_ARG_INT(p->jacobi),       KD_ARG_MEM(A->indptr),
-            KD_ARG_MEM(A->indices),  KD_ARG_MEM(A->values),       KD_ARG_MEM(A->inv_diagonal),
-            KD_ARG_MEM(r->b),        KD_ARG_MEM(r->threshold),    KD_ARG_MEM(r->limits),
-            KD_ARG_MEM(r->state),    KD_ARG_MEM(r->scalars),      KD_ARG_MEM(r->hist),
-            KD_ARG_INT(r->hcap),     KD_ARG_MEM(r->x),            KD_ARG_MEM(r->work),
-            {lm, NULL}};
+        const kd_ocl_arg_t args[] = {KD_ARG_INT(n),
+                                     KD_ARG_INT(A->nnz),
+                                     KD_ARG_INT(first),
+                                     KD_ARG_INT(count),
+                                     KD_ARG_INT(p->jacobi),
+                                     KD_ARG_MEM(A->indptr),
+                                     KD_ARG_MEM(A->indices),
+                                     KD_ARG_MEM(A->values),
+                                     KD_ARG_MEM(A->inv_diagonal),
+                                     KD_ARG_MEM(r->b),
+                                     KD_ARG_MEM(r->threshold),
+                                     KD_ARG_MEM(r->limits),
+                                     KD_ARG_MEM(r->state),
+                                     KD_ARG_MEM(r->scalars),
+                                     KD_ARG_MEM(r->hist),
+                                     KD_ARG_INT(r->hcap),
+                                     KD_ARG_MEM(r->x),
+                                     KD_ARG_MEM(r->work),
+                                     {lm, NULL}};
         const size_t nargs = sizeof(args) / sizeof(args[0]) - (local ? 0 : 1);
         rc = kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(wg * (size_t)k, wg), args, nargs, NULL,
                         err);
@@ -237,30 +249,46 @@ static kd_solve_status_t kd_batch_status(cl_long status)
     }
 }
 
-/* The iterating systems' results from the device: x, status, iterations, true residual,
- * history. */
-static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_params_t *p,
-                            kd_batch_run_t *r, const int *running, const cl_long *st, void *x,
-                            kd_batch_result_t *results, kd_err_t *err)
+/* truth[s] = ||b_s - A_s x_s||^2 of every system, computed on the device. */
+static int kd_batch_true_residuals(kd_ocl_t *ocl, const kd_batch_t *A, kd_batch_run_t *r,
+                                   double *truth, kd_err_t *err)
 {
-    const int64_t k = A->count, n = A->rows;
+    const int64_t k = A->count;
     const size_t wg = kd_ocl_work_group_size(ocl), vsize = kd_dtype_size(A->dtype);
     char options[64];
     snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", wg);
     cl_kernel kernel;
-    void *norms = kd_malloc_array((size_t)k, vsize), *sc = kd_malloc_array((size_t)k * KD_BATCH_SLOTS, vsize);
-    void *hist = r->hcap > 0 ? kd_malloc_array((size_t)(k * r->hcap), vsize) : NULL;
-    int rc = norms == NULL || sc == NULL || (r->hcap > 0 && hist == NULL)
-                 ? kd_err_set(err, KD_ENOMEM, "out of host memory")
-                 : kd_ocl_kernel(ocl, "batch", A->dtype, options, "kd_batch_residual", &kernel, err);
+    void *norms = kd_malloc_array((size_t)k, vsize);
+    int rc = norms == NULL ? kd_err_set(err, KD_ENOMEM, "out of host memory")
+                           : kd_ocl_kernel(ocl, "batch", A->dtype, options, "kd_batch_residual",
+                                           &kernel, err);
     if (rc == KD_OK)
         rc = kd_ocl_run(ocl, kernel, "kd_batch_residual", kd_ocl_range_1d(wg * (size_t)k, wg),
-                        KD_ARGS(KD_ARG_INT(n), KD_ARG_INT(A->nnz), KD_ARG_MEM(A->indptr),
+                        KD_ARGS(KD_ARG_INT(A->rows), KD_ARG_INT(A->nnz), KD_ARG_MEM(A->indptr),
                                 KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values), KD_ARG_MEM(r->b),
                                 KD_ARG_MEM(r->x), KD_ARG_MEM(r->norms)),
                         NULL, err);
     if (rc == KD_OK)
         rc = kd_ocl_read(ocl, r->norms, 0, (size_t)k * vsize, norms, err);
+    for (int64_t s = 0; rc == KD_OK && s < k; s++)
+        truth[s] = kd_load_real(norms, A->dtype, (size_t)s);
+    free(norms);
+    return rc;
+}
+
+/* The iterating systems' results from the device: x, status, iterations, true residual,
+ * history. */
+static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_params_t *p,
+                            kd_batch_run_t *r, const int *running, const cl_long *st,
+                            const double *truth, void *x, kd_batch_result_t *results, kd_err_t *err)
+{
+    const int64_t k = A->count, n = A->rows;
+    const size_t vsize = kd_dtype_size(A->dtype);
+    void *sc = kd_malloc_array((size_t)k * KD_BATCH_SLOTS, vsize);
+    void *hist = r->hcap > 0 ? kd_malloc_array((size_t)(k * r->hcap), vsize) : NULL;
+    int rc = sc == NULL || (r->hcap > 0 && hist == NULL)
+                 ? kd_err_set(err, KD_ENOMEM, "out of host memory")
+                 : KD_OK;
     if (rc == KD_OK)
         rc = kd_ocl_read(ocl, r->scalars, 0, (size_t)k * KD_BATCH_SLOTS * vsize, sc, err);
     if (rc == KD_OK)
@@ -273,12 +301,14 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
             continue;
         res->status = kd_batch_status(st[2 * s]);
         res->iterations = st[2 * s + 1];
-        res->residual_norm = sqrt(kd_load_real(norms, A->dtype, (size_t)s));
+        res->residual_norm = sqrt(truth[s]);
         res->relative_residual = res->b_norm > 0.0 ? res->residual_norm / res->b_norm : 0.0;
-        const double fail = kd_load_real(sc, A->dtype, (size_t)(s * KD_BATCH_SLOTS + KD_BATCH_FAIL));
+        const double fail =
+            kd_load_real(sc, A->dtype, (size_t)(s * KD_BATCH_SLOTS + KD_BATCH_FAIL));
         if (res->status == KD_SOLVE_BREAKDOWN || res->status == KD_SOLVE_NON_FINITE)
-            snprintf(res->message, sizeof(res->message), "system %lld: %s at iteration %lld (%s, value %g)",
-                     (long long)s, kd_solve_status_name(res->status), (long long)res->iterations,
+            snprintf(res->message, sizeof(res->message),
+                     "system %lld: %s at iteration %lld (%s, value %g)", (long long)s,
+                     kd_solve_status_name(res->status), (long long)res->iterations,
                      p->method == KD_BATCH_CG ? "p'Ap" : "a bicgstab denominator", fail);
         if (hist != NULL) {
             const int64_t len = res->iterations + 1 < r->hcap ? res->iterations + 1 : r->hcap;
@@ -292,10 +322,52 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
             res->history_len = len;
         }
     }
-    free(norms);
     free(sc);
     free(hist);
     return rc;
+}
+
+/*
+ * Iterate, then confirm every claimed convergence with the true residual b - A x: a system whose
+ * recurrence drifted (float32, ill-conditioned systems) goes on from the true residual (the
+ * kernel's start, its iteration count kept) for up to KD_BATCH_RESTARTS rounds, after which it
+ * is reported as max_iterations. truth: the final ||b_s - A_s x_s||^2.
+ */
+static int kd_batch_confirm(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_params_t *p,
+                            kd_batch_run_t *r, int local, int64_t limit, const double *threshold,
+                            const int *running, cl_long *st, double *truth,
+                            kd_batch_result_t *results, kd_batch_report_t *report, kd_err_t *err)
+{
+    const int64_t k = A->count;
+    for (int round = 0;; round++) {
+        int rc = kd_batch_iterate(ocl, A, p, r, local, limit, st, report, err);
+        if (rc == KD_OK)
+            rc = kd_batch_true_residuals(ocl, A, r, truth, err);
+        if (rc != KD_OK)
+            return rc;
+        int again = 0;
+        for (int64_t s = 0; s < k; s++) {
+            if (!running[s] || st[2 * s] != KD_KRYLOV_CONVERGED || truth[s] <= threshold[s])
+                continue;
+            if (round < KD_BATCH_RESTARTS && st[2 * s + 1] < p->maxiter[s]) {
+                st[2 * s] = KD_KRYLOV_RUNNING;
+                results[s].restarts++;
+                again = 1;
+            } else {
+                st[2 * s] = KD_KRYLOV_STOPPED;
+                snprintf(results[s].message, sizeof(results[s].message),
+                         "system %lld: the recurrence converged but ||b - A x|| = %g stayed above "
+                         "the tolerance %g after %lld restarts",
+                         (long long)s, sqrt(truth[s]), sqrt(threshold[s]),
+                         (long long)results[s].restarts);
+            }
+        }
+        if (!again)
+            return KD_OK;
+        if ((rc = kd_ocl_write(ocl, r->state, 0, (size_t)k * 2 * sizeof(cl_long), st, err)) !=
+            KD_OK)
+            return rc;
+    }
 }
 
 /* 1 when the system's vectors (x and the work vectors) and the sums' scratch fit local memory. */
@@ -328,7 +400,8 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
     double *threshold = kd_malloc_array((size_t)k, sizeof(double));
     int *running = kd_malloc_array((size_t)k, sizeof(int));
     cl_long *st = kd_malloc_array((size_t)k * 2, sizeof(cl_long));
-    if (threshold == NULL || running == NULL || st == NULL) {
+    double *truth = kd_malloc_array((size_t)k, sizeof(double));
+    if (threshold == NULL || running == NULL || st == NULL || truth == NULL) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld systems", (long long)k);
         goto done;
     }
@@ -353,16 +426,17 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
     }
     report->local = !params->force_global && kd_batch_fits_local(ocl, A, r.vectors);
     if ((rc = kd_batch_setup(ocl, A, params, b, x, threshold, running, &r, err)) != KD_OK ||
-        (rc = kd_batch_iterate(ocl, A, params, &r, report->local, limit, st, report, err)) !=
-            KD_OK)
+        (rc = kd_batch_confirm(ocl, A, params, &r, report->local, limit, threshold, running, st,
+                               truth, results, report, err)) != KD_OK)
         goto done;
     /* x holds the host-answered systems' values: the device's x was uploaded from it */
-    rc = kd_batch_collect(ocl, A, params, &r, running, st, x, results, err);
+    rc = kd_batch_collect(ocl, A, params, &r, running, st, truth, x, results, err);
 done:
     kd_batch_run_release(&r);
     free(threshold);
     free(running);
     free(st);
+    free(truth);
     report->time_ms = (double)(kd_clock_ns() - t0) / 1e6;
     return rc;
 }

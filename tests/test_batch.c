@@ -60,7 +60,8 @@ static double *make_values(const kd_csr_t *p, int64_t k, int symmetric, double d
                 sum += fabs(vs[j]);
             }
             if (dpos >= 0)
-                vs[dpos] = dominance * sum + 0.01 + 0.49 * hash01(seed + (uint64_t)s, (uint64_t)i, 7);
+                vs[dpos] =
+                    dominance * sum + 0.01 + 0.49 * hash01(seed + (uint64_t)s, (uint64_t)i, 7);
         }
     }
     return v;
@@ -124,14 +125,17 @@ static void test_spmv_shape(const char *name, kd_csr_t *p, int64_t k, kd_dtype_t
             for (int64_t j = p->indptr[i]; j < p->indptr[i + 1]; j++) {
                 const double a = dtype == KD_DTYPE_F32 ? (double)(float)values[s * p->nnz + j]
                                                        : values[s * p->nnz + j];
-                const double xv = dtype == KD_DTYPE_F32 ? (double)(float)xw[s * p->cols + p->indices[j]]
-                                                        : xw[s * p->cols + p->indices[j]];
+                const double xv = dtype == KD_DTYPE_F32
+                                      ? (double)(float)xw[s * p->cols + p->indices[j]]
+                                      : xw[s * p->cols + p->indices[j]];
                 ref += a * xv;
                 mag += fabs(a * xv);
             }
             const double got = kd_load_real(y, dtype, (size_t)(s * p->rows + i));
             const double eps = dtype == KD_DTYPE_F32 ? 1e-6 : 1e-15;
-            const double e = fabs(got - ref) / (mag * eps * 4 * (double)(p->indptr[i + 1] - p->indptr[i] + 1) + 1e-300);
+            const double e =
+                fabs(got - ref) /
+                (mag * eps * 4 * (double)(p->indptr[i + 1] - p->indptr[i] + 1) + 1e-300);
             if (!(e <= 1.0) && worst <= 1.0)
                 CHECK_MSG(0, "%s k=%lld %s: system %lld row %lld: %g, reference %g", name,
                           (long long)k, kd_dtype_name(dtype), (long long)s, (long long)i, got, ref);
@@ -183,8 +187,8 @@ static void outcome_free(outcome_t *o, int64_t k)
 }
 
 static int solve_batch(kd_batch_t *b, const double *bw, kd_batch_method_t method, int jacobi,
-                       double rtol, int64_t maxiter, int force_global, int64_t chunk,
-                       int history, outcome_t *out)
+                       double rtol, int64_t maxiter, int force_global, int64_t chunk, int history,
+                       outcome_t *out)
 {
     const int64_t k = b->count, n = b->rows;
     const size_t vs = kd_dtype_size(b->dtype);
@@ -279,7 +283,7 @@ static void compare_single(const char *name, const kd_csr_t *p, const double *va
                       kd_solve_status_name(res.status), (long long)res.iterations);
             spread = llabs(d) > spread ? llabs(d) : spread;
             const double truth = host_relres(p, values, s, o.x + s * n, bw + s * n, dtype);
-            const double slack = dtype == KD_DTYPE_F64 ? 1.5 : 50.0;
+            const double slack = dtype == KD_DTYPE_F64 ? 1.000001 : 50.0;
             CHECK_MSG(br->status != KD_SOLVE_CONVERGED || truth <= slack * rtol,
                       "%s system %lld: true residual %g over %g", name, (long long)s, truth, rtol);
             CHECK_MSG(dtype == KD_DTYPE_F32 ||
@@ -351,12 +355,11 @@ static void test_isolation(kd_dtype_t dtype, kd_batch_method_t method)
                         CHECK_MSG(ob.x[s * n + i] == 0.0, "b = 0: x[%lld] = %g", (long long)i,
                                   ob.x[s * n + i]);
                 } else if (s != 4) {
-                    CHECK_MSG(r->status == KD_SOLVE_CONVERGED &&
-                                  r->iterations == oc.res[s].iterations &&
-                                  memcmp(ob.x + s * n, oc.x + s * n, (size_t)n * sizeof(double)) == 0,
-                              "system %lld changed by its neighbours: %lld vs %lld iterations",
-                              (long long)s, (long long)r->iterations,
-                              (long long)oc.res[s].iterations);
+                    CHECK_MSG(
+                        r->status == KD_SOLVE_CONVERGED && r->iterations == oc.res[s].iterations &&
+                            memcmp(ob.x + s * n, oc.x + s * n, (size_t)n * sizeof(double)) == 0,
+                        "system %lld changed by its neighbours: %lld vs %lld iterations",
+                        (long long)s, (long long)r->iterations, (long long)oc.res[s].iterations);
                 }
             }
         }
@@ -385,15 +388,16 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
     outcome_t ol = {0}, og = {0}, oh = {0};
     if (b != NULL && solve_batch(b, bw, method, 1, rtol, 1000, 0, 0, 1, &ol) == KD_OK &&
         solve_batch(b, bw, method, 1, rtol, 1000, 1, 5, 0, &og) == KD_OK) {
-        CHECK_MSG(!og.report.local && og.report.launches > 2, "global variant: local %d, %lld launches",
-                  og.report.local, (long long)og.report.launches);
+        CHECK_MSG(!og.report.local && og.report.launches > 2,
+                  "global variant: local %d, %lld launches", og.report.local,
+                  (long long)og.report.launches);
         for (int64_t s = 0; s < k; s++) {
             CHECK_MSG(ol.res[s].status == KD_SOLVE_CONVERGED &&
                           ol.res[s].iterations == og.res[s].iterations &&
                           memcmp(ol.x + s * n, og.x + s * n, (size_t)n * sizeof(double)) == 0,
                       "%s system %lld: local %lld iterations, global in chunks of 5 %lld",
-                      kd_batch_method_name(method), (long long)s,
-                      (long long)ol.res[s].iterations, (long long)og.res[s].iterations);
+                      kd_batch_method_name(method), (long long)s, (long long)ol.res[s].iterations,
+                      (long long)og.res[s].iterations);
             const kd_batch_result_t *r = &ol.res[s];
             CHECK_MSG(r->history_len == r->iterations + 1 && r->history != NULL,
                       "history of %lld for %lld iterations", (long long)r->history_len,
@@ -429,7 +433,8 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
                   "system 3 with rtol 1e-2: %lld iterations (%lld at %g), residual %g",
                   (long long)res[3].iterations, (long long)ol.res[3].iterations, rtol,
                   res[3].relative_residual);
-        CHECK_MSG(res[0].iterations == ol.res[0].iterations, "system 0 moved by the others' limits");
+        CHECK_MSG(res[0].iterations == ol.res[0].iterations,
+                  "system 0 moved by the others' limits");
         free(bv);
         free(x);
     }
@@ -458,7 +463,8 @@ static void test_refusals(void)
     kd_batch_params_t prm = {KD_BATCH_CG, 0, rt, at, mi, 0, 0, 0};
     kd_batch_result_t res[2];
     float bv[24] = {1}, x[24];
-    CHECK_MSG(b != NULL && kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_EBADREQ &&
+    CHECK_MSG(b != NULL &&
+                  kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_EBADREQ &&
                   strstr(err.message, "square") != NULL,
               "non-square: %s", err.message);
     kd_batch_free(b);
@@ -466,17 +472,67 @@ static void test_refusals(void)
     p = kd_test_laplacian_2d(3, 3);
     double *v = make_values(p, 2, 1, 1.0, 5);
     b = upload(p, v, 2, KD_DTYPE_F32);
-    CHECK_MSG(b != NULL && kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_EBADREQ &&
+    CHECK_MSG(b != NULL &&
+                  kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_EBADREQ &&
                   strstr(err.message, "rtol[1]") != NULL,
               "bad rtol: %s", err.message);
     rt[1] = 1e-6;
     mi[0] = mi[1] = (int64_t)1 << 30;
     prm.record_history = 1;
-    CHECK_MSG(b != NULL && kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_ETOOLARGE,
+    CHECK_MSG(b != NULL &&
+                  kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err) == KD_ETOOLARGE,
               "history too large: %s", err.message);
     kd_batch_free(b);
     free(v);
     kd_csr_free(p);
+}
+
+/*
+ * 494_bus's own values (condition number about 2.4e6) in float32 to a tolerance near what float32
+ * can confirm: the recurrence claims convergence before b - A x agrees, and the system goes on
+ * from the true residual. Every system ends converged with a true residual below the tolerance,
+ * or max_iterations with the reason; as many restarts as the single-system path makes.
+ */
+static void test_confirmation(void)
+{
+    kd_csr_t *bus = kd_test_load_mtx("494_bus.mtx", 0.0);
+    const int64_t k = 4, n = bus->rows;
+    double *values = malloc((size_t)(k * bus->nnz) * sizeof(double));
+    for (int64_t s = 0; s < k; s++)
+        for (int64_t j = 0; j < bus->nnz; j++)
+            values[s * bus->nnz + j] = ((const double *)bus->values)[j] * (1.0 + 0.25 * (double)s);
+    double *bw = malloc((size_t)(k * n) * sizeof(double));
+    for (int64_t i = 0; i < k * n; i++)
+        bw[i] = kd_test_rand_double(-1.0, 1.0);
+    const double rtol = 2e-6;
+    kd_batch_t *b = upload(bus, values, k, KD_DTYPE_F32);
+    outcome_t o = {0};
+    if (b != NULL && solve_batch(b, bw, KD_BATCH_CG, 0, rtol, 5000, 0, 0, 0, &o) == KD_OK) {
+        int64_t restarts = 0;
+        for (int64_t s = 0; s < k; s++) {
+            const kd_batch_result_t *r = &o.res[s];
+            restarts += r->restarts;
+            const double truth = host_relres(bus, values, s, o.x + s * n, bw + s * n,
+                                             KD_DTYPE_F32);
+            CHECK_MSG(r->status == KD_SOLVE_MAX_ITERATIONS ? r->message[0] != '\0'
+                                                           : r->status == KD_SOLVE_CONVERGED,
+                      "494_bus float32 system %lld: %s (%s)", (long long)s,
+                      kd_solve_status_name(r->status), r->message);
+            CHECK_MSG(r->status != KD_SOLVE_CONVERGED || r->relative_residual <= rtol * 1.0001,
+                      "system %lld converged with b - A x at %g (host %g) over %g", (long long)s,
+                      r->relative_residual, truth, rtol);
+        }
+        fprintf(stderr, "494_bus float32 rtol %g: %lld restarts over %lld systems, system 0 %s in "
+                        "%lld\n",
+                rtol, (long long)restarts,
+                (long long)k, kd_solve_status_name(o.res[0].status),
+                (long long)o.res[0].iterations);
+    }
+    outcome_free(&o, k);
+    kd_batch_free(b);
+    free(values);
+    free(bw);
+    kd_csr_free(bus);
 }
 
 int main(void)
@@ -488,6 +544,7 @@ int main(void)
     kd_dtype_t dtypes[2];
     const int nd = kd_test_dtypes(ocl, dtypes);
     test_refusals();
+    test_confirmation();
     for (int d = 0; d < nd; d++) {
         const kd_dtype_t dt = dtypes[d];
         test_spmv(dt);
