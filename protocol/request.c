@@ -487,6 +487,13 @@ static int kd_decode_put_batch(struct kd_decoder *d, kd_dtype_t index_dtype,
                           "values has %lld entries but batch = %lld systems of %lld nonzeros "
                           "(indices) need batch x nnz",
                           (long long)put->values.count, (long long)k, (long long)nnz);
+    /* The server expands the pattern to the whole batch (k x (rows + 1) row pointers): bounded
+     * by the values the message carries only while a system stores an entry per row. */
+    if (nnz < put->rows)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "batch: the pattern has %lld nonzeros for %lld rows; a batched system "
+                          "stores at least one entry per row on average (nnz >= rows)",
+                          (long long)nnz, (long long)put->rows);
     if ((rc = kd_csr_check_shape(put->rows, put->cols, nnz, limits, d->err)) != KD_OK ||
         (rc = kd_check_counts(d, KD_P_INDPTR, &put->indptr, put->rows + 1, "rows + 1 =")) != KD_OK)
         return rc;

@@ -488,15 +488,16 @@ static void test_refusals(void)
 }
 
 /*
- * 494_bus's own values (condition number about 2.4e6) in float32 to a tolerance near what float32
- * can confirm: the recurrence claims convergence before b - A x agrees, and the system goes on
- * from the true residual. Every system ends converged with a true residual below the tolerance,
- * or max_iterations with the reason; as many restarts as the single-system path makes.
+ * 494_bus's own values (condition number about 2.4e6) in float32, rtol 1e-3 (about what float32
+ * can confirm there): the CG recurrence drifts and claims convergence before b - A x agrees, and
+ * such a system goes on from the true residual. Asserts that restarts happened, that every
+ * system ends converged with b - A x (the device's, and the host's within float32's 20%) below
+ * the tolerance, or max_iterations (with the reason when the restarts ran out).
  */
 static void test_confirmation(void)
 {
     kd_csr_t *bus = kd_test_load_mtx("494_bus.mtx", 0.0);
-    const int64_t k = 4, n = bus->rows;
+    const int64_t k = 4, n = bus->rows, maxiter = 5000;
     double *values = malloc((size_t)(k * bus->nnz) * sizeof(double));
     for (int64_t s = 0; s < k; s++)
         for (int64_t j = 0; j < bus->nnz; j++)
@@ -504,29 +505,30 @@ static void test_confirmation(void)
     double *bw = malloc((size_t)(k * n) * sizeof(double));
     for (int64_t i = 0; i < k * n; i++)
         bw[i] = kd_test_rand_double(-1.0, 1.0);
-    const double rtol = 2e-6;
+    const double rtol = 1e-3;
     kd_batch_t *b = upload(bus, values, k, KD_DTYPE_F32);
     outcome_t o = {0};
-    if (b != NULL && solve_batch(b, bw, KD_BATCH_CG, 0, rtol, 5000, 0, 0, 0, &o) == KD_OK) {
-        int64_t restarts = 0;
+    if (b != NULL && solve_batch(b, bw, KD_BATCH_CG, 0, rtol, maxiter, 0, 0, 0, &o) == KD_OK) {
+        int64_t restarts = 0, converged = 0;
         for (int64_t s = 0; s < k; s++) {
             const kd_batch_result_t *r = &o.res[s];
             restarts += r->restarts;
-            const double truth = host_relres(bus, values, s, o.x + s * n, bw + s * n,
-                                             KD_DTYPE_F32);
-            CHECK_MSG(r->status == KD_SOLVE_MAX_ITERATIONS ? r->message[0] != '\0'
-                                                           : r->status == KD_SOLVE_CONVERGED,
-                      "494_bus float32 system %lld: %s (%s)", (long long)s,
-                      kd_solve_status_name(r->status), r->message);
-            CHECK_MSG(r->status != KD_SOLVE_CONVERGED || r->relative_residual <= rtol * 1.0001,
-                      "system %lld converged with b - A x at %g (host %g) over %g", (long long)s,
-                      r->relative_residual, truth, rtol);
+            converged += r->status == KD_SOLVE_CONVERGED;
+            const double truth = host_relres(bus, values, s, o.x + s * n, bw + s * n, KD_DTYPE_F32);
+            if (r->status == KD_SOLVE_CONVERGED)
+                CHECK_MSG(r->relative_residual <= rtol && truth <= 1.2 * rtol,
+                          "system %lld converged with b - A x at %g (host %g) over %g",
+                          (long long)s, r->relative_residual, truth, rtol);
+            else
+                CHECK_MSG(r->status == KD_SOLVE_MAX_ITERATIONS &&
+                              (r->iterations == maxiter || r->message[0] != '\0'),
+                          "494_bus float32 system %lld: %s in %lld (%s)", (long long)s,
+                          kd_solve_status_name(r->status), (long long)r->iterations, r->message);
         }
-        fprintf(stderr, "494_bus float32 rtol %g: %lld restarts over %lld systems, system 0 %s in "
-                        "%lld\n",
-                rtol, (long long)restarts,
-                (long long)k, kd_solve_status_name(o.res[0].status),
-                (long long)o.res[0].iterations);
+        CHECK_MSG(restarts > 0 && converged > 0, "%lld restarts, %lld converged",
+                  (long long)restarts, (long long)converged);
+        fprintf(stderr, "494_bus float32 rtol %g: %lld restarts, %lld of %lld converged\n", rtol,
+                (long long)restarts, (long long)converged, (long long)k);
     }
     outcome_free(&o, k);
     kd_batch_free(b);

@@ -1551,6 +1551,8 @@ static void test_batch(void)
     BAD(&w, KD_ETOOLARGE, "batch = 400 systems together");
     put_batch(&w, (int64_t)1 << 62, 3, 0);
     BAD(&w, KD_EBADREQ, "values has 0 entries");
+    put_batch(&w, 2, 5, 8); /* 4 nonzeros for 5 rows (indptr is short too, but this comes first) */
+    BAD(&w, KD_EBADREQ, "at least one entry per row on average (nnz >= rows)");
     begin(&w, "solve", 5);
     kd_w_kv_str(&w, "id", ID_HEX);
     kd_w_kv_bin(&w, "b", csr_values, sizeof(csr_values));
