@@ -11,7 +11,8 @@
  * local memory (sized by the host: the vectors times n) at the start and back at the end, so the
  * iterations' gathers and updates never leave the chip; the plain variants work on the global
  * copies, for systems too large for local memory. Both run the same code
- * (kernels/batch_methods.cl, included once for each home).
+ * (kernels/batch_methods.cl, included once for each home). GMRES's kernels take its basis size
+ * m and its small per-system arrays (aux) after the shared arguments.
  */
 #include "krylov_lib.cl"
 #include "batch_abi.h"
@@ -154,4 +155,32 @@ __kernel KD_WG_ATTR void kd_batch_bicgstab_local(KD_BATCH_SOLVE_ARGS, __local VA
                                 limits[s], st, sc, hs, hcap, scratch);
     kd_batch_copy(xs, lm, 1, n, 0);
     kd_batch_copy(w, lm + n, 4, n, 0);
+}
+
+/* aux: per system KD_BATCH_GMRES_AUX(m) values (batch_abi.h); work: (m + 2) n values, V then w. */
+__kernel KD_WG_ATTR void kd_batch_gmres(KD_BATCH_SOLVE_ARGS, const int m, __global VALUE *aux)
+{
+    KD_BATCH_SYSTEM;
+    (void)first;
+    __global VALUE *w = work + s * (size_t)(m + 2) * n;
+    kd_batch_gmres_run_global(x + s * (size_t)n, w, w + (size_t)(m + 1) * n, bs, indptr, indices,
+                              vs, ds, pre, n, m, count, threshold[s], limits[s], st, sc, hs, hcap,
+                              aux + s * (size_t)KD_BATCH_GMRES_AUX(m), scratch);
+}
+
+/* lm: (m + 3) n values: x, V, w. No state crosses launches but x (each cycle starts over). */
+__kernel KD_WG_ATTR void kd_batch_gmres_local(KD_BATCH_SOLVE_ARGS, const int m,
+                                              __global VALUE *aux, __local VALUE *lm)
+{
+    KD_BATCH_SYSTEM;
+    (void)first;
+    (void)work;
+    __global VALUE *xs = x + s * (size_t)n;
+    if (st[0] != KD_KRYLOV_RUNNING)
+        return;
+    kd_batch_copy(xs, lm, 1, n, 1);
+    kd_batch_gmres_run_local(lm, lm + n, lm + (size_t)(m + 2) * n, bs, indptr, indices, vs, ds,
+                             pre, n, m, count, threshold[s], limits[s], st, sc, hs, hcap,
+                             aux + s * (size_t)KD_BATCH_GMRES_AUX(m), scratch);
+    kd_batch_copy(xs, lm, 1, n, 0);
 }

@@ -23,7 +23,10 @@ enum kd_batch_slot {
 
 /* Work vectors per system (the global memory each system owns, and what the local variant keeps
  * on chip besides x). */
-#define KD_BATCH_CG_VECTORS 3       /* r, p, q */
-#define KD_BATCH_BICGSTAB_VECTORS 5 /* r (s), r0hat, p, v, t */
+#define KD_BATCH_CG_VECTORS 3               /* r, p, q */
+#define KD_BATCH_BICGSTAB_VECTORS 5         /* r (s), r0hat, p, v, t */
+#define KD_BATCH_GMRES_VECTORS(m) ((m) + 2) /* V (m + 1 vectors), w */
+/* GMRES(m)'s small arrays per system: H (m + 1) x m, cs and sn (m), g (m + 1), y (m). */
+#define KD_BATCH_GMRES_AUX(m) (((m) + 1) * (m) + 3 * (m) + 1 + (m))
 
 #endif

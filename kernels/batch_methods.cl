@@ -291,3 +291,170 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
         sc[KD_BATCH_FAIL] = fail;
     }
 }
+
+/*
+ * Restarted GMRES(m) on one system, right-preconditioned (the residual it minimises is the true
+ * b - A x), as solver/method_gmres.c counts: one inner step one iteration. Modified Gram-Schmidt,
+ * one work-group sum per basis vector; the Hessenberg column, its Givens rotations and the small
+ * triangular solve are work-item 0's, kept in aux (global: H (m + 1) x m, then cs, sn, g, y),
+ * the quantities every work-item needs passed through the sums' scratch. V holds m + 1 vectors
+ * of n, w one more. A launch only starts a cycle while fewer than `count` iterations ran in it,
+ * so no cycle spans two launches: each starts from r = b - A x. x is updated at every cycle's
+ * end (converged, stopped or the basis full).
+ */
+void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE *w,
+                                     __global const VALUE *b, __global const int *indptr,
+                                     __global const int *indices, __global const VALUE *values,
+                                     __global const VALUE *dinv, const int pre, const int n,
+                                     const int m, const int count, const VALUE thr,
+                                     const long limit, __global long *st, __global VALUE *sc,
+                                     __global VALUE *hist, const int hcap, __global VALUE *aux,
+                                     __local VALUE *scratch)
+{
+    const int lid = (int)get_local_id(0);
+    long status = st[0], it = st[1], at = st[1];
+    const long it0 = it;
+    VALUE rr = sc[KD_BATCH_RR], fail = sc[KD_BATCH_FAIL];
+    __global VALUE *H = aux, *cs = aux + (size_t)(m + 1) * m, *sn = cs + m, *g = sn + m;
+    __global VALUE *y = g + m + 1;
+    while (status == KD_KRYLOV_RUNNING && it - it0 < count) {
+        VALUE u[1] = {KD_ZERO};
+        for (int i = lid; i < n; i += KD_WG_SIZE) {
+            const VALUE ri = b[i] - KD_BATCH_FN(kd_batch_row)(i, indptr, indices, values, dinv,
+                                                              0, x);
+            V[i] = ri;
+            u[0] += ri * ri;
+        }
+        kd_krylov_group_sums(scratch, u, 1);
+        rr = u[0];
+        if (hist != 0 && lid == 0 && it < hcap)
+            hist[it] = rr; /* a cycle starts from the true residual */
+        if (!isfinite(rr)) {
+            status = KD_KRYLOV_NON_FINITE_RESIDUAL;
+            at = it;
+            fail = rr;
+            break;
+        } else if (rr <= thr) {
+            status = KD_KRYLOV_CONVERGED;
+            at = it;
+            break;
+        } else if (it >= limit) {
+            status = KD_KRYLOV_STOPPED;
+            at = it;
+            break;
+        }
+        const VALUE beta = sqrt(rr);
+        for (int i = lid; i < n; i += KD_WG_SIZE)
+            V[i] /= beta;
+        if (lid == 0) {
+            g[0] = beta;
+            for (int i = 1; i <= m; i++)
+                g[i] = KD_ZERO;
+        }
+        KD_BATCH_PUBLISH;
+        int j = 0;
+        for (; j < m && status == KD_KRYLOV_RUNNING; j++) {
+            if (it + 1 > limit) {
+                status = KD_KRYLOV_STOPPED;
+                at = it;
+                break;
+            }
+            KD_VS VALUE *vj = V + (size_t)j * n;
+            for (int i = lid; i < n; i += KD_WG_SIZE)
+                w[i] = KD_BATCH_FN(kd_batch_row)(i, indptr, indices, values, dinv, pre, vj);
+            for (int l = 0; l <= j; l++) {
+                KD_VS VALUE *vl = V + (size_t)l * n;
+                VALUE h[1] = {KD_ZERO};
+                for (int i = lid; i < n; i += KD_WG_SIZE)
+                    h[0] += w[i] * vl[i];
+                kd_krylov_group_sums(scratch, h, 1);
+                for (int i = lid; i < n; i += KD_WG_SIZE)
+                    w[i] -= h[0] * vl[i];
+                if (lid == 0)
+                    H[(size_t)l * m + j] = h[0];
+            }
+            VALUE ww[1] = {KD_ZERO};
+            for (int i = lid; i < n; i += KD_WG_SIZE)
+                ww[0] += w[i] * w[i];
+            kd_krylov_group_sums(scratch, ww, 1);
+            const VALUE hn = sqrt(ww[0]);
+            if (!isfinite(hn)) {
+                status = KD_KRYLOV_NON_FINITE_PQ;
+                at = it + 1;
+                fail = hn;
+                break;
+            }
+            KD_VS VALUE *vn = V + (size_t)(j + 1) * n;
+            for (int i = lid; i < n; i += KD_WG_SIZE)
+                vn[i] = hn > KD_ZERO ? w[i] / hn : KD_ZERO;
+            if (lid == 0) {
+                /* the previous rotations on column j, then the one that zeroes H[j+1][j] */
+                for (int l = 0; l < j; l++) {
+                    const VALUE a = H[(size_t)l * m + j], c = H[(size_t)(l + 1) * m + j];
+                    H[(size_t)l * m + j] = cs[l] * a + sn[l] * c;
+                    H[(size_t)(l + 1) * m + j] = -sn[l] * a + cs[l] * c;
+                }
+                const VALUE a = H[(size_t)j * m + j];
+                const VALUE r = sqrt(a * a + hn * hn);
+                cs[j] = r > KD_ZERO ? a / r : (VALUE)1;
+                sn[j] = r > KD_ZERO ? hn / r : KD_ZERO;
+                H[(size_t)j * m + j] = r;
+                g[j + 1] = -sn[j] * g[j];
+                g[j] = cs[j] * g[j];
+                /* a slot the one- and two-value sums leave alone: slower work-items may still
+                 * be reading ||w||^2 from scratch[0] */
+                scratch[2 * KD_WG_SIZE] = g[j + 1] * g[j + 1];
+                scratch[2 * KD_WG_SIZE + 1] = r;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+            const VALUE res = scratch[2 * KD_WG_SIZE], diag = scratch[2 * KD_WG_SIZE + 1];
+            barrier(CLK_LOCAL_MEM_FENCE); /* scratch is the next sum's */
+            if (diag == KD_ZERO) { /* A M^-1 v_j = 0: the least-squares system is singular */
+                status = KD_KRYLOV_BREAKDOWN;
+                at = it + 1;
+                fail = diag;
+                break;
+            }
+            it++;
+            rr = res;
+            if (hist != 0 && lid == 0 && it < hcap)
+                hist[it] = res;
+            if (!isfinite(res)) {
+                status = KD_KRYLOV_NON_FINITE_RESIDUAL;
+                at = it;
+                fail = res;
+            } else if (res <= thr || hn == KD_ZERO) {
+                status = KD_KRYLOV_CONVERGED; /* b - A x confirms it on the host */
+                at = it;
+            }
+        }
+        /* j: the columns this cycle built (a stop at the limit built none at step j) */
+        const int done = status == KD_KRYLOV_RUNNING || status == KD_KRYLOV_CONVERGED ||
+                                 status == KD_KRYLOV_STOPPED
+                             ? j
+                             : 0;
+        /* x += M^-1 V y, y the back substitution of the first `done` columns */
+        if (lid == 0)
+            for (int l = done - 1; l >= 0; l--) {
+                VALUE s = g[l];
+                for (int c = l + 1; c < done; c++)
+                    s -= H[(size_t)l * m + c] * y[c];
+                y[l] = s / H[(size_t)l * m + l];
+            }
+        barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
+        for (int i = lid; i < n; i += KD_WG_SIZE) {
+            VALUE s = KD_ZERO;
+            for (int l = 0; l < done; l++)
+                s += V[(size_t)l * n + i] * y[l];
+            x[i] += pre ? dinv[i] * s : s;
+        }
+        KD_BATCH_PUBLISH;
+    }
+    KD_BATCH_PUBLISH;
+    if (lid == 0) {
+        st[0] = status;
+        st[1] = status == KD_KRYLOV_RUNNING ? it : at;
+        sc[KD_BATCH_RR] = rr;
+        sc[KD_BATCH_FAIL] = fail;
+    }
+}

@@ -299,13 +299,14 @@ static int kd_batch_per_system(const kd_array_t *a, double scalar, int64_t k, co
     return KD_OK;
 }
 
-/* The method and preconditioner a batched solve takes: cg or bicgstab, jacobi or none. */
+/* The method and preconditioner a batched solve takes: cg, bicgstab or gmres, jacobi or none. */
 static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t *prm, kd_err_t *err)
 {
     const char *method = q->method[0] != '\0' ? q->method : "cg";
     if (kd_batch_method_parse(method, &prm->method) != 0)
         return kd_err_set(err, KD_EBADREQ,
-                          "method %s does not run on a batch; batched solves take cg or bicgstab",
+                          "method %s does not run on a batch; batched solves take cg, bicgstab "
+                          "or gmres",
                           method);
     const char *pre = q->preconditioner;
     if (pre[0] != '\0' && strcmp(pre, "none") != 0 && strcmp(pre, "jacobi") != 0)
@@ -314,6 +315,7 @@ static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t 
                           "or none",
                           pre);
     prm->jacobi = strcmp(pre, "jacobi") == 0;
+    prm->restart = q->restart; /* gmres's m; the decoder held it to 0..KD_RESTART_MAX */
     if (q->noptions > 0)
         return kd_err_set(err, KD_EBADREQ, "preconditioner_options: none apply to a batch");
     if (q->nrhs != 1)

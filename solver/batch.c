@@ -215,6 +215,8 @@ int kd_batch_method_parse(const char *name, kd_batch_method_t *out)
         *out = KD_BATCH_CG;
     else if (strcmp(name, "bicgstab") == 0)
         *out = KD_BATCH_BICGSTAB;
+    else if (strcmp(name, "gmres") == 0)
+        *out = KD_BATCH_GMRES;
     else
         return -1;
     return 0;
@@ -222,7 +224,7 @@ int kd_batch_method_parse(const char *name, kd_batch_method_t *out)
 
 const char *kd_batch_method_name(kd_batch_method_t method)
 {
-    return method == KD_BATCH_BICGSTAB ? "bicgstab" : "cg";
+    return method == KD_BATCH_BICGSTAB ? "bicgstab" : method == KD_BATCH_GMRES ? "gmres" : "cg";
 }
 
 void kd_batch_result_free(kd_batch_result_t *result)

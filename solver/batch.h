@@ -78,9 +78,10 @@ int kd_batch_spmv(kd_ocl_t *ocl, const kd_batch_t *batch, const void *x, void *y
 typedef enum kd_batch_method {
     KD_BATCH_CG = 0,
     KD_BATCH_BICGSTAB,
+    KD_BATCH_GMRES, /* restarted GMRES(m), m = params.restart */
 } kd_batch_method_t;
 
-/* "cg", "bicgstab"; -1 from the parse for any other name. */
+/* "cg", "bicgstab", "gmres"; -1 from the parse for any other name. */
 int kd_batch_method_parse(const char *name, kd_batch_method_t *out);
 const char *kd_batch_method_name(kd_batch_method_t method);
 
@@ -93,6 +94,7 @@ typedef struct kd_batch_params {
     int record_history;     /* results[s].history: r'r's norm after every iteration */
     int64_t chunk;          /* iterations per launch; 0 = KD_BATCH_CHUNK */
     int force_global;       /* tests: the vectors in global memory even where local fits */
+    int64_t restart;        /* gmres: m, 1..KD_SOLVE_RESTART_MAX; 0 = KD_SOLVE_RESTART_DEFAULT */
 } kd_batch_params_t;
 
 #define KD_BATCH_CHUNK 512

@@ -24,6 +24,8 @@
 /* The device buffers of one solve. */
 typedef struct kd_batch_run {
     cl_mem b, x, work, threshold, limits, state, scalars, hist, norms;
+    cl_mem aux;      /* gmres: KD_BATCH_GMRES_AUX(m) values per system */
+    int64_t m;       /* gmres: the basis size */
     int64_t hcap;    /* history values per system (0: none) */
     int64_t vectors; /* work vectors per system */
 } kd_batch_run_t;
@@ -31,7 +33,7 @@ typedef struct kd_batch_run {
 static void kd_batch_run_release(kd_batch_run_t *r)
 {
     cl_mem mems[] = {r->b,     r->x,       r->work, r->threshold, r->limits,
-                     r->state, r->scalars, r->hist, r->norms};
+                     r->state, r->scalars, r->hist, r->norms,     r->aux};
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++)
         if (mems[i] != NULL)
             clReleaseMemObject(mems[i]);
@@ -42,8 +44,11 @@ static int kd_batch_check(const kd_batch_t *A, const kd_batch_params_t *p, kd_er
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "solve needs square systems, the batch's are %lldx%lld",
                           (long long)A->rows, (long long)A->cols);
-    if (p->method != KD_BATCH_CG && p->method != KD_BATCH_BICGSTAB)
+    if (p->method != KD_BATCH_CG && p->method != KD_BATCH_BICGSTAB && p->method != KD_BATCH_GMRES)
         return kd_err_set(err, KD_EBADREQ, "batched solve: unknown method %d", (int)p->method);
+    if (p->restart < 0 || p->restart > KD_SOLVE_RESTART_MAX)
+        return kd_err_set(err, KD_EBADREQ, "restart = %lld: 1..%d (0: the default, %d)",
+                          (long long)p->restart, KD_SOLVE_RESTART_MAX, KD_SOLVE_RESTART_DEFAULT);
     for (int64_t s = 0; s < A->count; s++) {
         if (!(p->rtol[s] >= 0.0) || !isfinite(p->rtol[s]))
             return kd_err_set(err, KD_EBADREQ, "rtol[%lld] = %g must be a finite number >= 0",
@@ -169,6 +174,9 @@ static int kd_batch_setup(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_par
     if (r->hcap > 0)
         rc = kd_batch_put(ocl, (size_t)(k * r->hcap) * vsize, NULL, "batch histories", &r->hist,
                           err);
+    if (rc == KD_OK && p->method == KD_BATCH_GMRES)
+        rc = kd_batch_put(ocl, (size_t)(k * KD_BATCH_GMRES_AUX(r->m)) * vsize, NULL,
+                          "batch gmres scalars", &r->aux, err);
 done:
     free(thr);
     free(lim);
@@ -184,37 +192,32 @@ static int kd_batch_iterate(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
 {
     const int64_t k = A->count, n = A->rows;
     const size_t wg = kd_ocl_work_group_size(ocl), vsize = kd_dtype_size(A->dtype);
-    const int cg = p->method == KD_BATCH_CG;
     char options[64];
     snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", wg);
     char name[48];
-    snprintf(name, sizeof(name), "kd_batch_%s%s", cg ? "cg" : "bicgstab", local ? "_local" : "");
+    snprintf(name, sizeof(name), "kd_batch_%s%s", kd_batch_method_name(p->method),
+             local ? "_local" : "");
     cl_kernel kernel;
     int rc = kd_ocl_kernel(ocl, "batch", A->dtype, options, name, &kernel, err);
     const int64_t chunk = p->chunk > 0 ? p->chunk : KD_BATCH_CHUNK;
     const size_t lm = (size_t)(r->vectors + 1) * (size_t)n * vsize;
     for (int64_t done = 0, first = 1; rc == KD_OK; done += chunk, first = 0) {
         const int count = (int)(chunk < limit - done + 1 ? chunk : limit - done + 1);
-        const kd_ocl_arg_t args[] = {KD_ARG_INT(n),
-                                     KD_ARG_INT(A->nnz),
-                                     KD_ARG_INT(first),
-                                     KD_ARG_INT(count),
-                                     KD_ARG_INT(p->jacobi),
-                                     KD_ARG_MEM(A->indptr),
-                                     KD_ARG_MEM(A->indices),
-                                     KD_ARG_MEM(A->values),
-                                     KD_ARG_MEM(A->inv_diagonal),
-                                     KD_ARG_MEM(r->b),
-                                     KD_ARG_MEM(r->threshold),
-                                     KD_ARG_MEM(r->limits),
-                                     KD_ARG_MEM(r->state),
-                                     KD_ARG_MEM(r->scalars),
-                                     KD_ARG_MEM(r->hist),
-                                     KD_ARG_INT(r->hcap),
-                                     KD_ARG_MEM(r->x),
-                                     KD_ARG_MEM(r->work),
-                                     {lm, NULL}};
-        const size_t nargs = sizeof(args) / sizeof(args[0]) - (local ? 0 : 1);
+        kd_ocl_arg_t args[21] = {
+            KD_ARG_INT(n),          KD_ARG_INT(A->nnz),       KD_ARG_INT(first),
+            KD_ARG_INT(count),      KD_ARG_INT(p->jacobi),    KD_ARG_MEM(A->indptr),
+            KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values),    KD_ARG_MEM(A->inv_diagonal),
+            KD_ARG_MEM(r->b),       KD_ARG_MEM(r->threshold), KD_ARG_MEM(r->limits),
+            KD_ARG_MEM(r->state),   KD_ARG_MEM(r->scalars),   KD_ARG_MEM(r->hist),
+            KD_ARG_INT(r->hcap),    KD_ARG_MEM(r->x),         KD_ARG_MEM(r->work)};
+        size_t nargs = 18;
+        const cl_int m = (cl_int)r->m;
+        if (p->method == KD_BATCH_GMRES) { /* its basis size and small arrays */
+            args[nargs++] = (kd_ocl_arg_t){sizeof(m), &m};
+            args[nargs++] = kd_ocl_arg_mem_at(&r->aux);
+        }
+        if (local) /* the system's vectors in local memory: its size, no value */
+            args[nargs++] = (kd_ocl_arg_t){lm, NULL};
         rc = kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(wg * (size_t)k, wg), args, nargs, NULL,
                         err);
         if (rc == KD_OK)
@@ -309,7 +312,10 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
             snprintf(res->message, sizeof(res->message),
                      "system %lld: %s at iteration %lld (%s, value %g)", (long long)s,
                      kd_solve_status_name(res->status), (long long)res->iterations,
-                     p->method == KD_BATCH_CG ? "p'Ap" : "a bicgstab denominator", fail);
+                     p->method == KD_BATCH_CG         ? "p'Ap"
+                     : p->method == KD_BATCH_BICGSTAB ? "a bicgstab denominator"
+                                                      : "a gmres norm",
+                     fail);
         if (hist != NULL) {
             const int64_t len = res->iterations + 1 < r->hcap ? res->iterations + 1 : r->hcap;
             res->history = kd_malloc_array((size_t)len, sizeof(double));
@@ -396,7 +402,10 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
         return rc;
     kd_batch_run_t r;
     memset(&r, 0, sizeof(r));
-    r.vectors = params->method == KD_BATCH_CG ? KD_BATCH_CG_VECTORS : KD_BATCH_BICGSTAB_VECTORS;
+    r.m = params->restart > 0 ? params->restart : KD_SOLVE_RESTART_DEFAULT;
+    r.vectors = params->method == KD_BATCH_CG         ? KD_BATCH_CG_VECTORS
+                : params->method == KD_BATCH_BICGSTAB ? KD_BATCH_BICGSTAB_VECTORS
+                                                      : KD_BATCH_GMRES_VECTORS(r.m);
     double *threshold = kd_malloc_array((size_t)k, sizeof(double));
     int *running = kd_malloc_array((size_t)k, sizeof(int));
     cl_long *st = kd_malloc_array((size_t)k * 2, sizeof(cl_long));

@@ -201,7 +201,7 @@ static int solve_batch(kd_batch_t *b, const double *bw, kd_batch_method_t method
         rt[s] = rtol;
         mi[s] = maxiter;
     }
-    kd_batch_params_t prm = {method, jacobi, rt, at, mi, history, chunk, force_global};
+    kd_batch_params_t prm = {method, jacobi, rt, at, mi, history, chunk, force_global, 0};
     out->res = calloc((size_t)k, sizeof(kd_batch_result_t));
     out->x = malloc((size_t)(k * n) * sizeof(double) + 8);
     void *x = malloc((size_t)(k * n) * vs + 8);
@@ -275,7 +275,10 @@ static void compare_single(const char *name, const kd_csr_t *p, const double *va
         if (rc == KD_OK) {
             const kd_batch_result_t *br = &o.res[s];
             const int64_t d = br->iterations - res.iterations;
-            const int64_t allowed = dtype == KD_DTYPE_F64 ? 1 : 1 + res.iterations / 20;
+            /* gmres: modified Gram-Schmidt here, classical with reorthogonalisation alone */
+            const int64_t allowed = method == KD_BATCH_GMRES ? 1 + res.iterations / 10
+                                    : dtype == KD_DTYPE_F64  ? 1
+                                                             : 1 + res.iterations / 20;
             CHECK_MSG(br->status == res.status && llabs(d) <= allowed,
                       "%s %s %s k=%lld system %lld: batch %s in %lld, alone %s in %lld", name,
                       kd_batch_method_name(method), kd_dtype_name(dtype), (long long)k,
@@ -339,7 +342,7 @@ static void test_isolation(kd_dtype_t dtype, kd_batch_method_t method)
                               kd_solve_status_name(r->status));
                 } else if (s == 3) {
                     CHECK_MSG(r->status == KD_SOLVE_BREAKDOWN ||
-                                  (method == KD_BATCH_BICGSTAB && r->status == KD_SOLVE_NON_FINITE),
+                                  (method != KD_BATCH_CG && r->status == KD_SOLVE_NON_FINITE),
                               "%s %s bad system 3: %s (%s)", kd_batch_method_name(method),
                               jacobi ? "jacobi" : "none", kd_solve_status_name(r->status),
                               r->message);
@@ -388,7 +391,8 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
     outcome_t ol = {0}, og = {0}, oh = {0};
     if (b != NULL && solve_batch(b, bw, method, 1, rtol, 1000, 0, 0, 1, &ol) == KD_OK &&
         solve_batch(b, bw, method, 1, rtol, 1000, 1, 5, 0, &og) == KD_OK) {
-        CHECK_MSG(!og.report.local && og.report.launches > 2,
+        /* (a gmres launch always finishes a cycle it started) */
+        CHECK_MSG(!og.report.local && (og.report.launches > 2 || method == KD_BATCH_GMRES),
                   "global variant: local %d, %lld launches", og.report.local,
                   (long long)og.report.launches);
         for (int64_t s = 0; s < k; s++) {
@@ -420,7 +424,7 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
         void *bv = malloc((size_t)(k * n) * vs), *x = malloc((size_t)(k * n) * vs);
         for (int64_t i = 0; i < k * n; i++)
             kd_store_real(bv, dtype, (size_t)i, bw[i]);
-        kd_batch_params_t prm = {method, 1, rt, at, mi, 0, 0, 0};
+        kd_batch_params_t prm = {method, 1, rt, at, mi, 0, 0, 0, 0};
         kd_batch_result_t res[5];
         kd_err_t err = {0};
         int rc = kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err);
@@ -460,7 +464,7 @@ static void test_refusals(void)
     b = upload(p, vals, 2, KD_DTYPE_F32);
     double rt[2] = {1e-6, -1.0}, at[2] = {0, 0};
     int64_t mi[2] = {10, 10};
-    kd_batch_params_t prm = {KD_BATCH_CG, 0, rt, at, mi, 0, 0, 0};
+    kd_batch_params_t prm = {KD_BATCH_CG, 0, rt, at, mi, 0, 0, 0, 0};
     kd_batch_result_t res[2];
     float bv[24] = {1}, x[24];
     CHECK_MSG(b != NULL &&
@@ -558,6 +562,7 @@ int main(void)
             double *nonsym = make_values(gen, ks[i], 0, 1.1, 200 + (uint64_t)i);
             compare_single("spd400", gen, sym, ks[i], dt, KD_BATCH_CG, i != 1);
             compare_single("nonsym400", gen, nonsym, ks[i], dt, KD_BATCH_BICGSTAB, i != 0);
+            compare_single("nonsym400", gen, nonsym, ks[i], dt, KD_BATCH_GMRES, i == 1);
             free(sym);
             free(nonsym);
         }
@@ -565,13 +570,16 @@ int main(void)
         compare_single("494_bus pattern", bus, bus_values, 7, dt, KD_BATCH_CG, 1);
         compare_single("494_bus pattern", bus, bus_values, 7, dt, KD_BATCH_CG, 0);
         compare_single("494_bus pattern", bus, bus_values, 7, dt, KD_BATCH_BICGSTAB, 1);
+        compare_single("494_bus pattern", bus, bus_values, 7, dt, KD_BATCH_GMRES, 0);
         free(bus_values);
         kd_csr_free(gen);
         kd_csr_free(bus);
         test_isolation(dt, KD_BATCH_CG);
         test_isolation(dt, KD_BATCH_BICGSTAB);
+        test_isolation(dt, KD_BATCH_GMRES);
         test_variants(dt, KD_BATCH_CG);
         test_variants(dt, KD_BATCH_BICGSTAB);
+        test_variants(dt, KD_BATCH_GMRES);
     }
     kd_ocl_close(ocl);
     return kd_test_finish();

@@ -97,6 +97,19 @@ def scipy_count(fn, A, b, rtol, M=None):
     return x, info, count[0]
 
 
+def scipy_gmres_count(A, b, rtol, restart=30):
+    """SciPy's gmres(restart) with one callback an inner iteration (pr_norm)."""
+    count = [0]
+
+    def cb(_):
+        count[0] += 1
+
+    kw = {"rtol": rtol} if "rtol" in inspect.signature(spla.gmres).parameters else {"tol": rtol}
+    x, info = spla.gmres(A, b, restart=restart, atol=0.0, maxiter=20 * A.shape[0] // restart,
+                         callback=cb, callback_type="pr_norm", **kw)
+    return x, info, count[0]
+
+
 def relres(A, x, b):
     return np.linalg.norm(b - A @ x) / np.linalg.norm(b)
 
@@ -150,11 +163,15 @@ class BatchTest(unittest.TestCase):
             self.assertLessEqual(truth, (1.000001 if dtype == "float64" else 30) * rtol,
                                  f"{name} system {s}")
             M = sp.diags(1.0 / A.diagonal()) if pre == "jacobi" else None
-            fn = spla.cg if method == "cg" else spla.bicgstab
-            _, info, count = scipy_count(fn, A, B[s], rtol, M)
+            if method == "gmres":
+                _, info, count = scipy_gmres_count(A, B[s], rtol)
+            else:
+                fn = spla.cg if method == "cg" else spla.bicgstab
+                _, info, count = scipy_count(fn, A, B[s], rtol, M)
             self.assertEqual(info, 0)
             diff = abs(res["iterations"][s] - count)
             # SciPy's plain cg is the same algorithm: within 1; with M, or bicgstab, within 10% + 1
+            # (gmres: modified Gram-Schmidt here, Householder / classical in SciPy: within 10% + 1)
             allowed = 1 if (method == "cg" and pre == "none") else 1 + count // 10
             self.assertLessEqual(diff, allowed, f"{name} system {s}: krylovd "
                                  f"{res['iterations'][s]}, SciPy {count}")
@@ -170,6 +187,7 @@ class BatchTest(unittest.TestCase):
         self.check_solves("laplacian", perturbed(lap, 7), "cg", "jacobi")
         self.check_solves("laplacian nonsym", perturbed(lap, 7, False, 1.1), "bicgstab", "none")
         self.check_solves("laplacian nonsym", perturbed(lap, 7, False, 1.1), "bicgstab", "jacobi")
+        self.check_solves("laplacian nonsym", perturbed(lap, 7, False, 1.1), "gmres", "none")
         bus = scipy.io.mmread(matrix_path("494_bus.mtx")).tocsr()
         self.check_solves("494_bus pattern", perturbed(bus, 7), "cg", "none")
         self.check_solves("494_bus pattern float32", perturbed(bus, 3), "cg", "jacobi",
@@ -227,7 +245,8 @@ class BatchTest(unittest.TestCase):
                         cols=2, row=[0], col=[0], values=[1.0, 2.0])
         mid = put_batch(self.client, perturbed(laplacian(4), 3))["id"]
         B = np.ones((3, 16)).astype("<f8").tobytes()
-        self.expect_bad("BAD_REQUEST", "cg or bicgstab", "solve", id=mid, b=B, method="minres")
+        self.expect_bad("BAD_REQUEST", "cg, bicgstab or gmres", "solve", id=mid, b=B,
+                        method="minres")
         self.expect_bad("BAD_REQUEST", "jacobi or none", "solve", id=mid, b=B,
                         preconditioner="ilu0")
         self.expect_bad("BAD_REQUEST", "3 systems", "solve", id=mid, b=B, rtol=[1e-8, 1e-8])
@@ -271,13 +290,17 @@ class ClientBatchTest(unittest.TestCase):
                                  maxiter=200, dtype="float32")
             self.assertTrue(res.converged)
             self.assertLess(res.iterations[8], res.iterations[0])
+            res = kd.solve(info, B, method="gmres", restart=5, rtol=1e-9)
+            self.assertTrue(res.converged)
+            for s in range(9):
+                self.assertLessEqual(relres(mats[s], res.x[s], B[s]), 1.000001e-9)
             self.assertLessEqual(relres(mats[8], res.x[8], B[8]), 1e-1)
             with self.assertRaises(ValueError):
                 kd.put_batch([mats[0], laplacian(10)[:, ::-1].tocsr()])
             with self.assertRaises(ValueError):
                 kd.solve_batch(info, B, rtol=[1e-8, 1e-8])
             with self.assertRaises(krylov.BadRequest):
-                kd.solve_batch(info, B, method="gmres")
+                kd.solve_batch(info, B, method="minres")
 
 
 class BatchStateTest(unittest.TestCase):

@@ -493,10 +493,12 @@ class Client:
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 
     def solve_batch(self, matrix, B, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
-                    preconditioner=None, history=False, dtype=None, timeout_ms=None):
+                    preconditioner=None, history=False, dtype=None, timeout_ms=None,
+                    restart=None):
         """Solve every system of a batch (put_batch's MatrixInfo or id): B is (k, n), row s
-        system s's right-hand side; rtol, atol and maxiter a number or k of them. method "cg"
-        or "bicgstab", preconditioner None / "none" or "jacobi". Returns a BatchSolveResult."""
+        system s's right-hand side; rtol, atol and maxiter a number or k of them. method "cg",
+        "bicgstab" or "gmres" (restart: its m, default 30), preconditioner None / "none" or
+        "jacobi". Returns a BatchSolveResult."""
         b_arr = np.asarray(B)
         if b_arr.ndim != 2:
             raise ValueError(f"B must be (systems, rows), not of shape {b_arr.shape}")
@@ -516,7 +518,8 @@ class Client:
             params["history"] = True
         _optional(params, maxiter=None if maxiter is None else _batch.per_system(maxiter, k,
                                                                                  "maxiter", int),
-                  preconditioner=preconditioner, timeout_ms=timeout_ms)
+                  preconditioner=preconditioner, timeout_ms=timeout_ms,
+                  restart=None if restart is None else int(restart))
         result = self._conn.call("solve", params)
         return _batch.result_from_wire(result, k, n, _VALUE_DTYPES[dtype_name])
 
@@ -652,7 +655,8 @@ class Client:
         if isinstance(matrix, MatrixInfo) and matrix.batch > 0:
             return self.solve_batch(matrix, b, method=method, rtol=rtol, atol=atol,
                                     maxiter=maxiter, x0=x0, preconditioner=preconditioner,
-                                    history=history, dtype=dtype, timeout_ms=timeout_ms)
+                                    history=history, dtype=dtype, timeout_ms=timeout_ms,
+                                    restart=restart)
         b_arr = np.asarray(b)
         _check_real(b_arr, "b")
         dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
