@@ -21,7 +21,12 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: krylov-load [--clients N] [--requests M] [--window W] [--spmv PCT]\n"
-            "                   [--solve PCT] [--seed S] [--port P]\n"
+            "                   [--solve PCT] [--seed S] [--port P] [--matrix I]\n"
+            "                   [--background-solve N] [--background-maxiter K]\n"
+            "  --matrix I: every request on matrix I only (0: 2-D Laplacian 32 x 32, 1024 rows;\n"
+            "  1: 3-D 10^3; 2: 2-D 64 x 16); default: each request picks one of the three.\n"
+            "  --background-solve N: meanwhile a CG solve on a 3-D Laplacian N^3 runs all the\n"
+            "  time on a connection of its own (K iterations a solve, 2000 by default).\n"
             "  Without --port, starts build/bin/krylovd on 127.0.0.1 (KD_TEST_DEVICE picks the\n"
             "  device) with a temporary state directory and stops it afterwards.\n");
 }
@@ -37,6 +42,9 @@ int main(int argc, char **argv)
     cfg.solve_percent = 20;
     cfg.seed = 12345;
     cfg.answer_timeout_ms = 120000;
+    cfg.background_maxiter = 2000;
+    int only = -1;
+    long background_n = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc) {
@@ -58,6 +66,12 @@ int main(int argc, char **argv)
             cfg.seed = (uint64_t)v;
         else if (strcmp(a, "--port") == 0)
             cfg.port = (int)v;
+        else if (strcmp(a, "--matrix") == 0 && v >= 0 && v < 3)
+            only = (int)v;
+        else if (strcmp(a, "--background-solve") == 0 && v > 0 && v <= 400)
+            background_n = v;
+        else if (strcmp(a, "--background-maxiter") == 0 && v > 0)
+            cfg.background_maxiter = v;
         else {
             usage();
             return 2;
@@ -66,9 +80,11 @@ int main(int argc, char **argv)
     kd_csr_t *m[3] = {kd_matgen_laplacian_2d(32, 32, KD_DTYPE_F64),
                       kd_matgen_laplacian_3d(10, KD_DTYPE_F64),
                       kd_matgen_laplacian_2d(64, 16, KD_DTYPE_F64)};
-    cfg.nmatrices = 3;
-    for (int i = 0; i < 3; i++)
-        cfg.matrices[i] = m[i];
+    cfg.nmatrices = only >= 0 ? 1 : 3;
+    for (int i = 0; i < cfg.nmatrices; i++)
+        cfg.matrices[i] = m[only >= 0 ? only : i];
+    kd_csr_t *bg = background_n > 0 ? kd_matgen_laplacian_3d(background_n, KD_DTYPE_F64) : NULL;
+    cfg.background = bg;
     kd_daemon_t d;
     memset(&d, 0, sizeof(d));
     if (cfg.port == 0) {
@@ -91,6 +107,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "krylov-load: krylovd did not exit cleanly\n");
     for (int i = 0; i < 3; i++)
         kd_csr_free(m[i]);
+    kd_csr_free(bg);
     if (rc != 0)
         return 1;
     int bad = rep.wrong || rep.errors || rep.lost || rep.duplicated || rep.unexpected ||

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #define KD_LOAD_VECTORS 4
 
@@ -38,6 +39,9 @@ typedef struct kd_load_client {
     kd_load_report_t counts; /* this client's share (no percentiles) */
     double *latency;         /* requests entries */
     size_t nlatency;
+    int *kinds;         /* each latency's request kind */
+    double *server_ms;  /* spmv answers: the server's own time_ms (the device part) */
+    size_t nserver;
     char problem[512];
 } kd_load_client_t;
 
@@ -208,7 +212,12 @@ static void *kd_load_client_main(void *arg)
             slot->busy = 0;
             in_flight--;
             c->counts.answered++;
+            c->kinds[c->nlatency] = slot->kind;
             c->latency[c->nlatency++] = (double)(kd_clock_ns() - slot->sent_ns) / 1e6;
+            double sms;
+            if (slot->kind == KD_LOAD_SPMV && m.result != NULL &&
+                kd_obj_double(kd_obj_get(m.result, "time_ms"), &sms) == 0)
+                c->server_ms[c->nserver++] = sms;
             if (m.error != NULL) {
                 c->counts.errors++;
                 kd_load_problem(c, "client %d msgid %llu: %s %s", c->index, (unsigned long long)id,
@@ -237,6 +246,70 @@ static void *kd_load_client_main(void *arg)
     }
     kd_rpc_msg_free(&m);
     free(slots);
+    kd_rpc_close(&r);
+    return NULL;
+}
+
+typedef struct kd_load_background {
+    const kd_load_config_t *cfg;
+    atomic_int stop;
+    atomic_int sent; /* the first solve was sent (or the thread gave up) */
+    uint64_t solves;
+    double ms;
+    char problem[256];
+} kd_load_background_t;
+
+/* Solve the background matrix again and again until told to stop (each solve's answer is
+ * awaited: the stop waits for the one running to end). */
+static void *kd_load_background_main(void *arg)
+{
+    kd_load_background_t *bg = arg;
+    const kd_csr_t *A = bg->cfg->background;
+    kd_rpc_t r;
+    char id[33];
+    kd_rpc_msg_t m;
+    if (kd_rpc_connect(&r, bg->cfg->port) != 0) {
+        snprintf(bg->problem, sizeof(bg->problem), "background: cannot connect");
+        atomic_store(&bg->sent, 1);
+        return NULL;
+    }
+    if (kd_rpc_put(&r, 1, A, "load-background", -1, id, &m) != 0) {
+        snprintf(bg->problem, sizeof(bg->problem), "background put: %.40s %.180s", m.code, m.message);
+        kd_rpc_msg_free(&m);
+        kd_rpc_close(&r);
+        atomic_store(&bg->sent, 1);
+        return NULL;
+    }
+    kd_rpc_msg_free(&m);
+    double *b = malloc((size_t)A->rows * sizeof(double));
+    for (int64_t i = 0; i < A->rows; i++)
+        b[i] = 1.0;
+    for (uint64_t msgid = 2; !atomic_load(&bg->stop); msgid++) {
+        kd_writer_t w;
+        kd_rpc_begin(&w, msgid, "solve", 4);
+        kd_w_kv_str(&w, "id", id);
+        kd_w_kv_bin(&w, "b", b, (size_t)A->rows * 8);
+        kd_w_kv_double(&w, "rtol", 0.0);
+        kd_w_kv_int(&w, "maxiter", bg->cfg->background_maxiter);
+        uint64_t t0 = kd_clock_ns();
+        if (kd_rpc_send(&r, &w) != 0) {
+            snprintf(bg->problem, sizeof(bg->problem), "background: the connection broke");
+            break;
+        }
+        atomic_store(&bg->sent, 1);
+        int kind = kd_rpc_wait(&r, msgid, 600000, &m);
+        if (kind != KD_RPC_RESPONSE || m.error != NULL) {
+            snprintf(bg->problem, sizeof(bg->problem), "background solve: %.40s %.180s", m.code,
+                     m.message);
+            kd_rpc_msg_free(&m);
+            break;
+        }
+        kd_rpc_msg_free(&m);
+        bg->ms += (double)(kd_clock_ns() - t0) / 1e6;
+        bg->solves++;
+    }
+    atomic_store(&bg->sent, 1);
+    free(b);
     kd_rpc_close(&r);
     return NULL;
 }
@@ -284,6 +357,29 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
         clients[i].index = i;
         clients[i].rng = (cfg->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(i + 1))) | 1;
         clients[i].latency = malloc((size_t)cfg->requests * sizeof(double));
+        clients[i].kinds = malloc((size_t)cfg->requests * sizeof(int));
+        clients[i].server_ms = malloc((size_t)cfg->requests * sizeof(double));
+    }
+    kd_load_background_t bg = {.cfg = cfg};
+    atomic_init(&bg.stop, 0);
+    atomic_init(&bg.sent, 0);
+    pthread_t bg_thread;
+    int bg_started = cfg->background != NULL &&
+                     pthread_create(&bg_thread, NULL, kd_load_background_main, &bg) == 0;
+    /* Its matrix uploaded and its first solve sent: the clients should meet it. */
+    for (int i = 0; bg_started && i < 600000 && !atomic_load(&bg.sent); i++)
+        kd_rpc_sleep_ms(1);
+    /* The server's worker and loop busy seconds, before and after (status fields). */
+    double busy0 = -1, loop0 = -1;
+    kd_rpc_t st;
+    kd_rpc_msg_t sm;
+    const int st_ok = kd_rpc_connect(&st, cfg->port) == 0;
+    if (st_ok) {
+        if (kd_rpc_status(&st, &sm) == 0) {
+            kd_obj_double(kd_obj_get(sm.result, "worker_busy_s"), &busy0);
+            kd_obj_double(kd_obj_get(sm.result, "loop_busy_s"), &loop0);
+        }
+        kd_rpc_msg_free(&sm);
     }
     uint64_t t0 = kd_clock_ns();
     int started = 0;
@@ -292,11 +388,32 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     for (int i = 0; i < started; i++)
         pthread_join(threads[i], NULL);
     rep->seconds = (double)(kd_clock_ns() - t0) / 1e9;
+    double busy1 = -1, loop1 = -1;
+    if (st_ok && busy0 >= 0 && kd_rpc_status(&st, &sm) == 0) {
+        if (kd_obj_double(kd_obj_get(sm.result, "worker_busy_s"), &busy1) == 0)
+            rep->worker_busy = (busy1 - busy0) / rep->seconds;
+        if (loop0 >= 0 && kd_obj_double(kd_obj_get(sm.result, "loop_busy_s"), &loop1) == 0)
+            rep->loop_busy = (loop1 - loop0) / rep->seconds;
+        kd_rpc_msg_free(&sm);
+    }
+    if (st_ok)
+        kd_rpc_close(&st);
+    if (bg_started) {
+        atomic_store(&bg.stop, 1);
+        pthread_join(bg_thread, NULL);
+        rep->background_solves = bg.solves;
+        rep->background_ms = bg.solves > 0 ? bg.ms / (double)bg.solves : 0.0;
+        if (bg.problem[0] != '\0')
+            snprintf(rep->first_problem, sizeof(rep->first_problem), "%s", bg.problem);
+    }
     size_t nlat = 0;
     for (int i = 0; i < cfg->clients; i++)
         nlat += clients[i].nlatency;
     double *lat = malloc((nlat ? nlat : 1) * sizeof(double));
-    size_t k = 0;
+    double *by[2] = {malloc((nlat ? nlat : 1) * sizeof(double)),
+                     malloc((nlat ? nlat : 1) * sizeof(double))};
+    double *srv = malloc((nlat ? nlat : 1) * sizeof(double));
+    size_t k = 0, nby[2] = {0, 0}, nsrv = 0;
     for (int i = 0; i < cfg->clients; i++) {
         const kd_load_report_t *c = &clients[i].counts;
         rep->sent += c->sent;
@@ -313,7 +430,14 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
             snprintf(rep->first_problem, sizeof(rep->first_problem), "%s", clients[i].problem);
         memcpy(lat + k, clients[i].latency, clients[i].nlatency * sizeof(double));
         k += clients[i].nlatency;
+        for (size_t j = 0; j < clients[i].nlatency; j++)
+            if (clients[i].kinds[j] < 2)
+                by[clients[i].kinds[j]][nby[clients[i].kinds[j]]++] = clients[i].latency[j];
+        memcpy(srv + nsrv, clients[i].server_ms, clients[i].nserver * sizeof(double));
+        nsrv += clients[i].nserver;
         free(clients[i].latency);
+        free(clients[i].kinds);
+        free(clients[i].server_ms);
     }
     if (started < cfg->clients)
         rep->lost += (uint64_t)(cfg->clients - started) * (uint64_t)cfg->requests;
@@ -322,6 +446,15 @@ int kd_load_run(const kd_load_config_t *cfg, kd_load_report_t *rep)
     rep->p90_ms = kd_load_percentile(lat, nlat, 0.90);
     rep->p99_ms = kd_load_percentile(lat, nlat, 0.99);
     rep->max_ms = nlat ? lat[nlat - 1] : 0.0;
+    for (int j = 0; j < 2; j++) {
+        qsort(by[j], nby[j], sizeof(double), kd_load_cmp);
+        rep->kind_p50_ms[j] = kd_load_percentile(by[j], nby[j], 0.50);
+        rep->kind_p99_ms[j] = kd_load_percentile(by[j], nby[j], 0.99);
+        free(by[j]);
+    }
+    qsort(srv, nsrv, sizeof(double), kd_load_cmp);
+    rep->spmv_server_p50_ms = kd_load_percentile(srv, nsrv, 0.50);
+    free(srv);
     rep->requests_per_s = rep->seconds > 0 ? (double)rep->answered / rep->seconds : 0.0;
     free(lat);
     free(threads);
@@ -341,8 +474,8 @@ void kd_load_print(const kd_load_config_t *cfg, const kd_load_report_t *r)
             "load: %d clients x %d requests, window %d, mix spmv %d%% / solve %d%% / info %d%%\n"
             "load: sent %llu (spmv %llu, solve %llu, info %llu), answered %llu, correct %llu\n"
             "load: wrong %llu, errors %llu, lost %llu, duplicated %llu, unexpected %llu\n"
-            "load: %.2f s, %.0f requests/s, latency p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, "
-            "max %.2f ms\n",
+            "load: %.2f s, %.0f requests/s, latency p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, "
+            "max %.3f ms\n",
             cfg->clients, cfg->requests, cfg->window, cfg->spmv_percent, cfg->solve_percent,
             100 - cfg->spmv_percent - cfg->solve_percent, (unsigned long long)r->sent,
             (unsigned long long)r->by_kind[0], (unsigned long long)r->by_kind[1],
@@ -351,6 +484,20 @@ void kd_load_print(const kd_load_config_t *cfg, const kd_load_report_t *r)
             (unsigned long long)r->errors, (unsigned long long)r->lost,
             (unsigned long long)r->duplicated, (unsigned long long)r->unexpected, r->seconds,
             r->requests_per_s, r->p50_ms, r->p90_ms, r->p99_ms, r->max_ms);
+    if (r->by_kind[0] > 0)
+        fprintf(stderr, "load: spmv p50 %.3f ms p99 %.3f ms (server's own time p50 %.3f ms)\n",
+                r->kind_p50_ms[0], r->kind_p99_ms[0], r->spmv_server_p50_ms);
+    fprintf(stderr, "load: server busy during the run: device worker %.0f%%, loop thread %.0f%%\n",
+            100.0 * r->worker_busy, 100.0 * r->loop_busy);
+    if (r->by_kind[1] > 0)
+        fprintf(stderr, "load: solve p50 %.3f ms p99 %.3f ms\n", r->kind_p50_ms[1],
+                r->kind_p99_ms[1]);
+    if (cfg->background != NULL)
+        fprintf(stderr,
+                "load: background: CG on %lld rows, %lld iterations a solve: %llu solves during "
+                "the run, %.1f ms each\n",
+                (long long)cfg->background->rows, (long long)cfg->background_maxiter,
+                (unsigned long long)r->background_solves, r->background_ms);
     if (r->first_problem[0] != '\0')
         fprintf(stderr, "load: first problem: %s\n", r->first_problem);
 }

@@ -28,6 +28,11 @@ typedef struct kd_load_config {
     char ids[KD_LOAD_MAX_MATRICES][33];             /* their ids on the server */
     uint64_t seed;
     int answer_timeout_ms; /* give up on an answer after this long (counted lost) */
+    /* A long solve running the whole time on a connection of its own (NULL: none): CG on this
+     * matrix, background_maxiter iterations (rtol 0), started again as soon as it ends, so
+     * that the clients' latencies say what a long solve costs short requests. */
+    const kd_csr_t *background;
+    int64_t background_maxiter;
 } kd_load_config_t;
 
 typedef struct kd_load_report {
@@ -40,6 +45,12 @@ typedef struct kd_load_report {
     uint64_t by_kind[3]; /* spmv, solve, info sent */
     double seconds, requests_per_s;
     double p50_ms, p90_ms, p99_ms, max_ms;
+    double kind_p50_ms[2], kind_p99_ms[2]; /* spmv, solve */
+    double spmv_server_p50_ms;             /* the server's own time_ms of spmv answers */
+    double worker_busy;                    /* the device worker's busy share of the run */
+    double loop_busy;                      /* the server's loop thread's */
+    uint64_t background_solves; /* finished during the run */
+    double background_ms;       /* their mean time, client side */
     char first_problem[512];
 } kd_load_report_t;
 

@@ -27,6 +27,9 @@ packages=(
   python3-pip python3-venv python3-setuptools python3-wheel gnuplot-nox
   # tests: unit verification (systemd-analyze)
   systemd
+  # one matrix over several devices and hosts: krylovd ranks under mpirun (optional at build: CMake
+  # finds MPI, -DKD_MPI=OFF builds without it)
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

@@ -24,6 +24,7 @@
 #include "server/server.h"
 #include "server/owners.h"
 #include "server/state.h"
+#include "solver/pool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,11 @@ static int kd_cache_reserve_budget(kd_server_t *server, size_t bytes, const kd_s
     size_t budget = server->device_budget;
     kd_store_totals_t t;
     kd_store_totals(server->store, &t);
+    /* The pool's vectors count too; they are given up before any matrix is. */
+    size_t used_with_pool = t.device_bytes + kd_pool_bytes(server->pool);
+    if (used_with_pool <= budget && bytes <= budget - used_with_pool)
+        return KD_OK;
+    kd_pool_clear(server->pool);
     if (t.device_bytes <= budget && bytes <= budget - t.device_bytes)
         return KD_OK;
     if (bytes > budget)

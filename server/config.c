@@ -22,6 +22,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_array_elements = (size_t)1 << 20;
     cfg->max_connections = 1024;
     cfg->max_connection_jobs = 64;
+    cfg->spin_us = -1;
     cfg->queue_depth = 256;
     cfg->max_rows = INT32_MAX - 1;
     cfg->max_cols = INT32_MAX;
@@ -147,6 +148,8 @@ void kd_config_print_usage(const char *argv0)
         "                             all; none: on first use, for tests that restart often;\n"
         "                             LIST: only these programs, e.g. krylov,csr_scalar,blas)\n"
         "  --warm-threads N           threads building them (default 0: one per CPU, at most 8)\n"
+        "  --spin-us N                the loop and the device worker poll N us before sleeping\n"
+        "                             (default -1: 100 / 50 on a GPU, 0 on a CPU device)\n"
         "  --tls-cert FILE, --tls-key FILE  serve TLS (1.2+) with this PEM certificate and key\n"
         "  --tls-ca FILE              require client certificates signed by this PEM CA\n"
         "  --version, --help\n",
@@ -220,6 +223,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
     KD_INT_OPT("warm-threads", warm_threads, 0, 8)
+    KD_INT_OPT("spin-us", spin_us, -1, 10000)
 #undef KD_STR_OPT
 #undef KD_SIZE_OPT
 #undef KD_INT_OPT

@@ -51,6 +51,8 @@ typedef struct kd_config {
                               0: none */
     char warm_only[256];   /* --warm-programs NAME,NAME: only these kernels/ programs; "" = all */
     int warm_threads;      /* threads building programs at start-up; 0 = one per CPU, at most 8 */
+    int spin_us;           /* loop and worker poll this long before sleeping; -1 = automatic
+                              (on a GPU: KD_SERVER_LOOP_SPIN_NS / KD_SERVER_WORKER_SPIN_NS) */
     char tls_cert[KD_PATH_MAX]; /* PEM certificate chain: the listener speaks TLS; "" = plaintext */
     char tls_key[KD_PATH_MAX];  /* PEM private key of tls_cert */
     char tls_ca[KD_PATH_MAX];   /* PEM CA: clients must present a certificate it signed; "" = no */

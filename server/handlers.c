@@ -20,6 +20,8 @@
 #include "server/quota.h"
 #include "server/state.h"
 #include "server/replies.h"
+#include "server/spmv.h"
+#include "solver/pool.h"
 #include "server/server.h"
 #include "solver/select.h"
 #include "solver/method.h"
@@ -30,11 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double kd_ms_since(uint64_t t0)
-{
-    return (double)(kd_clock_ns() - t0) / 1e6;
-}
-
 static int kd_not_found(kd_err_t *err, const uint8_t id[16])
 {
     char hex[KD_ID_HEX_LEN + 1];
@@ -42,8 +39,7 @@ static int kd_not_found(kd_err_t *err, const uint8_t id[16])
     return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
 }
 
-/* n values of `dtype` in a fresh buffer (at least 1 byte). */
-static void *kd_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
+void *kd_handlers_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err)
 {
     size_t bytes;
     if (n < 0 || kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes)) {
@@ -69,9 +65,7 @@ static int kd_handlers_make_room(kd_server_t *server, const kd_csr_t *csr, const
                             err);
 }
 
-/* Device bytes for vectors of per_row * rows + per_col * cols values of matrix id's type (0 when
- * there is no such matrix: kd_cache_use reports that). */
-static size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
+size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
                                        int64_t per_col)
 {
     kd_matrix_meta_t meta;
@@ -323,315 +317,6 @@ static int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     return KD_OK;
 }
 
-/* The k columns of an array in the request's dtype into a multivector of the matrix's. */
-static int kd_handlers_write_columns(kd_server_t *server, kd_multivec_t *mv, const kd_array_t *a,
-                                     kd_err_t *err)
-{
-    if (a->dtype == mv->dtype)
-        return kd_multivec_write(server->ocl, mv, a->data, err);
-    const int64_t count = mv->n * mv->k;
-    void *tmp = kd_alloc_values(count, mv->dtype, err);
-    if (tmp == NULL)
-        return err->code;
-    kd_convert_real(tmp, mv->dtype, a->data, a->dtype, (size_t)count);
-    int rc = kd_multivec_write(server->ocl, mv, tmp, err);
-    free(tmp);
-    return rc;
-}
-
-/* y = alpha A x + beta y, or with ncols = k columns Y = alpha A X + beta Y (column-major, one
- * launch where the matrix's format has an SpMM kernel). */
-static int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
-{
-    const kd_spmv_request_t *q = &job->req->u.spmv;
-    const int64_t k = q->ncols;
-    kd_store_entry_t *entry;
-    int rc =
-        kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
-    if (rc != KD_OK)
-        return rc;
-    const kd_matrix_t *A = entry->dev;
-    int64_t xwant, ywant;
-    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
-        return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
-                          (long long)k, entry->meta.hex);
-    if (q->x.count != xwant)
-        return kd_err_set(err, KD_EBADREQ,
-                          "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
-                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
-                          (long long)A->cols, (long long)k);
-    int use_y = q->beta != 0.0;
-    if (use_y && !q->y.present)
-        return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
-    if (use_y && q->y.count != ywant)
-        return kd_err_set(err, KD_EBADREQ,
-                          "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
-                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
-                          (long long)A->rows, (long long)k);
-
-    uint64_t t0 = kd_clock_ns();
-    kd_multivec_t x = {0}, y = {0};
-    void *dev = NULL, *out = NULL;
-    rc = kd_multivec_alloc(server->ocl, A->cols, k, A->dtype, &x, err);
-    if (rc == KD_OK)
-        rc = kd_multivec_alloc(server->ocl, A->rows, k, A->dtype, &y, err);
-    if (rc == KD_OK && A->cols > 0)
-        rc = kd_handlers_write_columns(server, &x, &q->x, err);
-    if (rc == KD_OK && use_y && A->rows > 0)
-        rc = kd_handlers_write_columns(server, &y, &q->y, err);
-    if (rc == KD_OK)
-        rc = kd_matrix_spmm(server->ocl, A, q->alpha, &x, q->beta, &y, err);
-    /* Read straight into the reply's array when the dtypes agree. */
-    const int convert = q->dtype != A->dtype;
-    if (rc == KD_OK && ((out = kd_alloc_values(ywant, q->dtype, err)) == NULL ||
-                        (convert && (dev = kd_alloc_values(ywant, A->dtype, err)) == NULL)))
-        rc = err->code;
-    if (rc == KD_OK && A->rows > 0)
-        rc = kd_multivec_read(server->ocl, &y, convert ? dev : out, err);
-    if (rc == KD_OK && convert)
-        kd_convert_real(out, q->dtype, dev, A->dtype, (size_t)ywant);
-    kd_multivec_release(&x);
-    kd_multivec_release(&y);
-    if (rc == KD_OK) {
-        kd_w_result_begin(w, job->msgid);
-        kd_w_map(w, 4);
-        kd_w_kv_bin(w, "y", out, (size_t)ywant * kd_dtype_size(q->dtype));
-        kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
-        kd_w_kv_int(w, "ncols", k);
-        kd_w_kv_double(w, "time_ms", kd_ms_since(t0));
-    }
-    free(dev);
-    free(out);
-    return rc;
-}
-
-typedef struct kd_progress_ctx {
-    kd_server_t *server;
-    kd_job_t *job;
-    int enabled;
-    uint64_t last_ns;
-} kd_progress_ctx_t;
-
-/* At most four solve.progress notifications a second per solve; with several right-hand sides
- * the solver reports the one furthest from its tolerance at each check. */
-static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double residual)
-{
-    kd_progress_ctx_t *pc = ctx;
-    if (!pc->enabled)
-        return 0;
-    uint64_t now = kd_clock_ns();
-    if (pc->last_ns != 0 && now - pc->last_ns < 250000000u)
-        return 0;
-    pc->last_ns = now;
-    kd_writer_t w;
-    kd_writer_init(&w);
-    kd_w_notification_begin(&w, "solve.progress");
-    kd_w_array(&w, 1);
-    kd_w_map(&w, 4);
-    kd_w_kv_int(&w, "msgid", (int64_t)pc->job->msgid);
-    kd_w_kv_int(&w, "rhs", rhs);
-    kd_w_kv_int(&w, "iteration", iteration);
-    kd_w_kv_double(&w, "residual", residual);
-    size_t len;
-    void *bytes = kd_writer_release(&w, &len);
-    if (bytes != NULL)
-        kd_worker_notify(pc->server->worker, pc->job, bytes, len);
-    return 0;
-}
-
-/* The request's preconditioner options into opt (checked against the preconditioner's names);
- * for one that is not set up on the matrix yet, room in the device budget for its setup and,
- * when its setup needs it, the matrix's host CSR (*owned: a copy read from the state file, for
- * the caller to free after the solve). */
-static int kd_handlers_precond(kd_server_t *server, kd_store_entry_t *entry,
-                               const kd_solve_request_t *q, kd_solve_params_t *params,
-                               kd_precond_options_t *opt, kd_csr_t **owned, kd_err_t *err)
-{
-    memset(opt, 0, sizeof(*opt));
-    for (int i = 0; i < q->noptions && i < KD_PRECOND_OPTIONS_MAX; i++) {
-        snprintf(opt->items[i].name, sizeof(opt->items[i].name), "%s", q->options[i].name);
-        opt->items[i].value = q->options[i].value;
-        opt->count++;
-    }
-    params->precond_options = opt->count > 0 ? opt : NULL;
-    int rc = kd_precond_check_options(params->precond, params->precond_options, err);
-    if (rc != KD_OK || kd_precond_ready(entry->dev, params->precond, params->precond_options))
-        return rc;
-    if (params->precond->plan_bytes != NULL) {
-        char what[96];
-        snprintf(what, sizeof(what), "preconditioner %s of matrix %s", params->precond->name,
-                 entry->meta.hex);
-        rc = kd_cache_reserve(server, params->precond->plan_bytes(entry->dev), entry, what, err);
-        if (rc != KD_OK)
-            return rc;
-    }
-    if (!params->precond->needs_csr)
-        return KD_OK;
-    const kd_csr_t *csr = NULL;
-    if ((rc = kd_cache_host_csr(server, entry->meta.id, &csr, owned, err)) != KD_OK)
-        return rc;
-    params->csr = csr;
-    return KD_OK;
-}
-
-_Static_assert(KD_RESTART_MAX == KD_SOLVE_RESTART_MAX, "the wire's restart limit is the solver's");
-
-static int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
-{
-    const kd_solve_request_t *q = &job->req->u.solve;
-    kd_store_entry_t *entry;
-    int rc = kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, 6 + q->nrhs, 0),
-                          &entry, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_matrix_t *A = entry->dev;
-    if (A->rows != A->cols)
-        return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
-                          entry->meta.hex, (long long)A->rows, (long long)A->cols);
-    int64_t n = A->rows, nrhs = q->nrhs;
-    int64_t want;
-    if (kd_mul_overflow_i64(n, nrhs, &want) || q->b.count != want)
-        return kd_err_set(err, KD_EBADREQ,
-                          "b has %lld values but %lld right-hand side(s) of matrix %s need %lld x "
-                          "%lld",
-                          (long long)q->b.count, (long long)nrhs, entry->meta.hex, (long long)n,
-                          (long long)nrhs);
-    if (q->x0.present && q->x0.count != want)
-        return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
-                          (long long)q->x0.count, (long long)want);
-
-    kd_solve_params_t params;
-    kd_solve_params_default(&params);
-    kd_precond_options_t opt;
-    kd_csr_t *owned = NULL;
-    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method, &params.precond,
-                                   err)) != KD_OK ||
-        (rc = kd_handlers_precond(server, entry, q, &params, &opt, &owned, err)) != KD_OK)
-        return rc;
-    params.rtol = q->rtol;
-    params.atol = q->atol;
-    params.maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_AUTO;
-    params.check_every = q->check_every;
-    params.restart = q->restart;
-    params.record_history = q->history;
-    kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
-    params.progress = kd_on_progress;
-    params.progress_ctx = &pc;
-    params.cancel = &job->cancel;
-    params.deadline_ns = job->deadline_ns;
-
-    size_t osize = kd_dtype_size(q->dtype);
-    void *b = kd_alloc_values(want, A->dtype, err);
-    void *x0 = q->x0.present ? kd_alloc_values(want, A->dtype, err) : NULL;
-    void *x = kd_alloc_values(want, A->dtype, err);
-    void *xout = kd_alloc_values(want, q->dtype, err);
-    kd_solve_result_t *results = calloc((size_t)nrhs, sizeof(*results));
-    if (b == NULL || x == NULL || xout == NULL || (q->x0.present && x0 == NULL) ||
-        results == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors", (long long)n,
-                        (long long)nrhs);
-        goto done;
-    }
-    uint64_t t0 = kd_clock_ns();
-    /* All right-hand sides in one solve: they share the device's launches. */
-    kd_convert_real(b, A->dtype, q->b.data, q->b.dtype, (size_t)want);
-    if (x0 != NULL)
-        kd_convert_real(x0, A->dtype, q->x0.data, q->x0.dtype, (size_t)want);
-    rc = strcmp(q->method, KD_METHOD_AUTO) == 0
-             ? kd_solve_auto(server->ocl, A, nrhs, b, x0, x, &params, results, err)
-             : kd_solve(server->ocl, A, nrhs, b, x0, x, &params, results, err);
-    if (rc != KD_OK)
-        goto done;
-    kd_convert_real(xout, q->dtype, x, A->dtype, (size_t)want);
-    double total_ms = kd_ms_since(t0);
-
-    int any_history = q->history;
-    kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 11 + (any_history ? 1 : 0));
-    /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
-    const kd_solve_anatomy_t *an = &results[0].anatomy;
-    kd_w_str(w, "anatomy");
-    kd_w_map(w, 11);
-    kd_w_kv_double(w, "queue_ms", (double)(t0 - job->submitted_ns) / 1e6);
-    kd_w_kv_double(w, "setup_ms", an->setup_ms);
-    kd_w_kv_double(w, "host_ms", an->host_ms);
-    kd_w_kv_double(w, "alloc_ms", an->alloc_ms);
-    kd_w_kv_double(w, "upload_ms", an->upload_ms);
-    kd_w_kv_double(w, "start_ms", an->start_ms);
-    kd_w_kv_double(w, "iterate_ms", an->iterate_ms);
-    kd_w_kv_int(w, "checks", an->checks);
-    kd_w_kv_double(w, "final_ms", an->final_ms);
-    kd_w_kv_double(w, "download_ms", an->download_ms);
-    kd_w_kv_double(w, "solve_ms", results[0].time_ms);
-    kd_w_kv_bin(w, "x", xout, (size_t)want * osize);
-    kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
-    kd_w_kv_str(w, "method", params.method->name); /* what "auto" or an alias came to */
-    kd_w_kv_str(w, "preconditioner", params.precond->name);
-    if (nrhs == 1) {
-        const kd_solve_result_t *r = &results[0];
-        kd_w_kv_str(w, "status", kd_solve_status_name(r->status));
-        kd_w_kv_int(w, "iterations", r->iterations);
-        kd_w_kv_double(w, "residual_norm", r->residual_norm);
-        kd_w_kv_double(w, "relative_residual", r->relative_residual);
-        kd_w_kv_str(w, "message", r->message);
-        if (any_history) {
-            kd_w_str(w, "history");
-            kd_w_array(w, (uint32_t)r->history_len);
-            for (int64_t i = 0; i < r->history_len; i++)
-                kd_w_double(w, r->history[i]);
-        }
-    } else {
-        const char *keys[] = {"status", "iterations", "residual_norm", "relative_residual",
-                              "message"};
-        for (int f = 0; f < 5; f++) {
-            kd_w_str(w, keys[f]);
-            kd_w_array(w, (uint32_t)nrhs);
-            for (int64_t k = 0; k < nrhs; k++) {
-                const kd_solve_result_t *r = &results[k];
-                switch (f) {
-                case 0:
-                    kd_w_str(w, kd_solve_status_name(r->status));
-                    break;
-                case 1:
-                    kd_w_int(w, r->iterations);
-                    break;
-                case 2:
-                    kd_w_double(w, r->residual_norm);
-                    break;
-                case 3:
-                    kd_w_double(w, r->relative_residual);
-                    break;
-                default:
-                    kd_w_str(w, r->message);
-                    break;
-                }
-            }
-        }
-        if (any_history) {
-            kd_w_str(w, "history");
-            kd_w_array(w, (uint32_t)nrhs);
-            for (int64_t k = 0; k < nrhs; k++) {
-                kd_w_array(w, (uint32_t)results[k].history_len);
-                for (int64_t i = 0; i < results[k].history_len; i++)
-                    kd_w_double(w, results[k].history[i]);
-            }
-        }
-    }
-    kd_w_kv_double(w, "time_ms", total_ms);
-done:
-    kd_csr_free(owned);
-    kd_store_refresh_bytes(server->store, entry); /* a preconditioner set up grew the matrix */
-    if (results != NULL)
-        for (int64_t k = 0; k < nrhs; k++)
-            kd_solve_result_free(&results[k]);
-    free(results);
-    free(b);
-    free(x0);
-    free(x);
-    free(xout);
-    return rc;
-}
-
 /* The matrix a job names, when it names one (matrix.multiply checks its operands itself). */
 static const uint8_t *kd_handlers_target(const kd_job_t *job)
 {
@@ -649,11 +334,10 @@ static const uint8_t *kd_handlers_target(const kd_job_t *job)
     }
 }
 
-static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+/* Another user's matrix is not there for this one: the same code and message as an id that does
+ * not exist, before anything else could tell them apart. */
+static int kd_handlers_visible(kd_server_t *server, const kd_job_t *job, kd_err_t *err)
 {
-    int rc;
-    /* Another user's matrix is not there for this one: the same code and message as an id that
-     * does not exist, before anything else could tell them apart. */
     const uint8_t *target = kd_handlers_target(job);
     if (target != NULL) {
         kd_matrix_meta_t meta;
@@ -661,6 +345,25 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
             !kd_meta_visible(&meta, job->user, job->admin))
             return kd_not_found(err, target);
     }
+    return KD_OK;
+}
+
+int kd_handlers_precheck(kd_server_t *server, const kd_job_t *job, kd_err_t *err)
+{
+    int stop = atomic_load(&job->cancel);
+    if (stop != 0)
+        return kd_err_set(err, stop, "cancelled before it started");
+    if (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns)
+        return kd_err_set(err, KD_ETIMEOUT, "timeout_ms = %lld passed while the request waited",
+                          (long long)job->req->timeout_ms);
+    return kd_handlers_visible(server, job, err);
+}
+
+static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    int rc = kd_handlers_visible(server, job, err);
+    if (rc != KD_OK)
+        return rc;
     if (kd_handlers_batch_claims(server, job))
         return kd_handlers_batch_run(server, job, w, err); /* server/batch.c */
     switch (job->req->method) {
@@ -705,6 +408,7 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     else if (job->req->method == KD_METHOD_MATRIX_PIN)
         id = job->req->u.id.id;
     kd_store_entry_t *keep = id != NULL ? kd_store_find(server->store, id) : NULL;
+    kd_pool_clear(server->pool); /* pooled vectors first: they are the cheapest to give up */
     size_t evicted = kd_cache_evict_all(server, keep);
     KD_WARN("handlers", "msgid=%llu: the device refused an allocation (%s); evicted %zu matrices%s",
             (unsigned long long)job->msgid, err->message, evicted,
@@ -714,14 +418,36 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     return evicted > 0;
 }
 
+void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
+{
+    kd_writer_t own;
+    if (w == NULL) {
+        kd_writer_init(&own);
+        w = &own;
+    }
+    if (rc == KD_OK && kd_writer_failed(w))
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory encoding the response");
+    if (rc != KD_OK) {
+        if (err->message[0] == '\0')
+            kd_err_set(err, rc, "%s", kd_strerror(rc));
+        kd_writer_destroy(w);
+        kd_writer_init(w);
+        kd_w_error_response(w, job->msgid, rc, err->message);
+        KD_DEBUG("handlers", "msgid=%llu error=%s: %s", (unsigned long long)job->msgid,
+                 kd_error_wire_name(rc), err->message);
+    }
+    job->error_code = rc;
+    job->response = kd_writer_release(w, &job->response_len);
+}
+
 void kd_handlers_run(void *ctx, kd_job_t *job)
 {
     kd_server_t *server = ctx;
     kd_err_t err = {0};
     kd_writer_t w;
     kd_writer_init(&w);
-    int rc;
     int stop = atomic_load(&job->cancel);
+    int rc;
     if (stop != 0) {
         rc = kd_err_set(&err, stop, "cancelled before it started");
     } else if (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns) {
@@ -739,17 +465,5 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
             rc = kd_handlers_dispatch(server, job, &w, &err);
         }
     }
-    if (rc == KD_OK && kd_writer_failed(&w))
-        rc = kd_err_set(&err, KD_ENOMEM, "out of host memory encoding the response");
-    if (rc != KD_OK) {
-        if (err.message[0] == '\0')
-            kd_err_set(&err, rc, "%s", kd_strerror(rc));
-        kd_writer_destroy(&w);
-        kd_writer_init(&w);
-        kd_w_error_response(&w, job->msgid, rc, err.message);
-        KD_DEBUG("handlers", "msgid=%llu error=%s: %s", (unsigned long long)job->msgid,
-                 kd_error_wire_name(rc), err.message);
-    }
-    job->error_code = rc;
-    job->response = kd_writer_release(&w, &job->response_len);
+    kd_handlers_respond(job, rc, &w, &err);
 }

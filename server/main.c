@@ -53,6 +53,8 @@ int main(int argc, char **argv)
     }
 
     kd_server_t server;
+    /* The loop's idle time, for server.status's loop_busy_s (where a busy service's time goes) */
+    (void)uv_loop_configure(uv_default_loop(), UV_METRICS_IDLE_TIME);
     if (kd_server_init(&server, uv_default_loop(), &cfg, &err) != KD_OK) {
         KD_ERROR("server", "%s", err.message);
         return 1;

@@ -243,6 +243,18 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
         kd_text_metric(&t, cache[i].name, "counter", cache[i].help,
                        (double)totals.counters[cache[i].counter]);
+    kd_text_metric(&t, "krylovd_spmv_grouped_total", "counter",
+                   "spmv requests served in a group of several (one device wait for all).",
+                   (double)atomic_load(&server->spmv_stats.grouped));
+    kd_text_metric(&t, "krylovd_spmv_batched_total", "counter",
+                   "spmv requests that shared their SpMM launch with another request.",
+                   (double)atomic_load(&server->spmv_stats.batched));
+    kd_text_metric(&t, "krylovd_spmv_launches_total", "counter",
+                   "SpMM launches of the spmv path.",
+                   (double)atomic_load(&server->spmv_stats.launches));
+    kd_text_metric(&t, "krylovd_spmv_beside_solve_total", "counter",
+                   "spmv requests served at a running solve's check, on the express queue.",
+                   (double)atomic_load(&server->spmv_stats.beside_solve));
     kd_ocl_program_stats_t ps;
     kd_ocl_program_stats(server->ocl, &ps);
     kd_text_metric(&t, "krylovd_programs_built_on_request_total", "counter",

@@ -138,7 +138,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 21 + (users ? 1 : 0) : 3);
+    kd_w_map(w, full ? 25 + (users ? 1 : 0) : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -197,6 +197,18 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "loaded", (int64_t)ps.loaded_from_binary);
     kd_w_kv_int(w, "binaries_rejected", (int64_t)ps.binaries_rejected);
     kd_w_kv_int(w, "built_on_request", (int64_t)kd_server_programs_built_on_request(server));
+    kd_w_kv_int(w, "solves_batched", (int64_t)atomic_load(&server->solves_batched));
+    kd_w_kv_double(w, "worker_busy_s", (double)kd_worker_busy_ns(server->worker) / 1e9);
+    /* The loop thread: its life minus its time waiting in the poll (0 when not measured). */
+    uint64_t idle = uv_metrics_idle_time(server->loop);
+    double life = (double)(kd_clock_ns() - server->start_ns) / 1e9;
+    kd_w_kv_double(w, "loop_busy_s", idle > 0 ? life - (double)idle / 1e9 : 0.0);
+    kd_w_str(w, "spmv");
+    kd_w_map(w, 4);
+    kd_w_kv_int(w, "grouped", (int64_t)atomic_load(&server->spmv_stats.grouped));
+    kd_w_kv_int(w, "batched", (int64_t)atomic_load(&server->spmv_stats.batched));
+    kd_w_kv_int(w, "launches", (int64_t)atomic_load(&server->spmv_stats.launches));
+    kd_w_kv_int(w, "beside_solve", (int64_t)atomic_load(&server->spmv_stats.beside_solve));
     kd_w_str(w, "connection_stats");
     kd_w_map(w, 8);
     kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "solver/pool.h"
 #include "solver/program_cache.h"
 #include "server/tls.h"
 
@@ -317,9 +318,15 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
                                 .done = kd_dispatch_job_done,
                                 .notify = kd_dispatch_job_notify,
                                 .ctx = server};
+    /* NULL (out of memory) only means every request allocates its vectors */
+    server->pool = kd_pool_new(KD_SERVER_POOL_BYTES, KD_SERVER_POOL_ITEM_BYTES);
     rc = kd_worker_start(loop, cfg->queue_depth, &cb, &server->worker);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot start the device worker thread");
+    if (cfg->spin_us >= 0)
+        kd_worker_set_spin(server->worker, (uint64_t)cfg->spin_us * 1000u);
+    else if (kd_ocl_desc(server->ocl)->is_gpu)
+        kd_worker_set_spin(server->worker, KD_SERVER_WORKER_SPIN_NS);
 
     int uvrc = uv_tcp_init(loop, &server->listener);
     if (uvrc != 0)
@@ -491,9 +498,37 @@ void kd_server_job_finished(kd_server_t *server)
         kd_server_finish(server);
 }
 
+/*
+ * The loop. On a GPU, after each wake-up it keeps polling without sleeping for
+ * KD_SERVER_LOOP_SPIN_NS: a short request's answer comes back from the worker, and the same
+ * client's next request arrives, within that time, and a thread woken from the poll's sleep
+ * takes tens of microseconds to run again (docs/BENCHMARKS.md, "Many clients"). Idle, it sleeps.
+ */
+static void kd_server_loop(kd_server_t *server)
+{
+    const int spin_us = server->cfg.spin_us;
+    const uint64_t spin = spin_us >= 0                       ? (uint64_t)spin_us * 1000u
+                          : kd_ocl_desc(server->ocl)->is_gpu ? KD_SERVER_LOOP_SPIN_NS
+                                                             : 0;
+    if (spin == 0) {
+        uv_run(server->loop, UV_RUN_DEFAULT);
+        return;
+    }
+    while (uv_run(server->loop, UV_RUN_ONCE) != 0) {
+        const uint64_t until = kd_clock_ns() + spin;
+        int alive = 1;
+        while (alive && kd_clock_ns() < until)
+            alive = uv_run(server->loop, UV_RUN_NOWAIT) != 0;
+        if (!alive)
+            break;
+    }
+}
+
 int kd_server_run(kd_server_t *server)
 {
-    uv_run(server->loop, UV_RUN_DEFAULT);
+    kd_server_loop(server);
+    kd_pool_free(server->pool);
+    server->pool = NULL;
     kd_store_free(server->store);
     server->store = NULL;
     kd_cache_close(server);

@@ -18,12 +18,18 @@
 #include "server/state.h"
 #include "server/store.h"
 #include "server/worker.h"
+#include <stdatomic.h>
 #include "solver/ocl.h"
 #include "solver/programs.h"
 
 #include <uv.h>
 
 typedef struct kd_conn kd_conn_t;
+
+#define KD_SERVER_WORKER_SPIN_NS 50000u /* on a GPU: kd_worker_set_spin */
+#define KD_SERVER_LOOP_SPIN_NS 100000u  /* on a GPU: the loop polls this long after a wake-up */
+#define KD_SERVER_POOL_BYTES ((size_t)32 << 20)
+#define KD_SERVER_POOL_ITEM_BYTES ((size_t)4 << 20)
 
 typedef struct kd_server_counters {
     uint64_t requests;
@@ -71,6 +77,17 @@ typedef struct kd_server {
                                            request's */
     size_t device_budget;               /* bytes of device memory matrices and vectors may use */
     int budget_refused; /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
+                             most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
+    int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
+    int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
+    atomic_uint_fast64_t solves_batched; /* solve requests that ran in a batch of several */
+    struct {              /* worker writes, the loop's status and metrics read */
+        atomic_uint_fast64_t grouped;      /* spmv requests served in a group of several */
+        atomic_uint_fast64_t batched;      /* ... sharing their SpMM launch with another */
+        atomic_uint_fast64_t launches;     /* SpMM launches of the spmv path */
+        atomic_uint_fast64_t beside_solve; /* spmv requests served at a solve's check */
+    } spmv_stats;
     kd_conn_t *conns;   /* doubly linked list of open connections */
     size_t nconns;
     uint64_t next_conn_id;

@@ -170,7 +170,7 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     kd_store_entry_t *best = NULL;
     for (size_t i = 0; i < store->count; i++) {
         kd_store_entry_t *e = store->entries[i];
-        if (e == except || e->meta.pinned || !e->meta.stored)
+        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0)
             continue;
         if (resident_only && e->dev == NULL)
             continue;

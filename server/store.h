@@ -74,6 +74,8 @@ typedef struct kd_store_entry {
     kd_matrix_meta_t meta;
     kd_matrix_t *dev; /* worker thread only; NULL when not resident */
     kd_csr_t *host;   /* worker thread only: the canonical CSR, kept without a state directory */
+    int busy;         /* worker thread only: jobs using it across a yield or in a group (spmv.c);
+                         never evicted or removed while > 0 */
 } kd_store_entry_t;
 
 typedef struct kd_store kd_store_t;

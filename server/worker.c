@@ -6,6 +6,7 @@
  */
 #include "server/worker.h"
 #include "common/error.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "server/job.h"
 
@@ -34,6 +35,9 @@ struct kd_worker {
     kd_worker_callbacks_t cb;
     void (*closed)(void *arg);
     void *closed_arg;
+    atomic_uint_fast64_t spin_ns; /* kd_worker_set_spin (set while the thread runs) */
+    atomic_uint_fast64_t submitted; /* jobs ever submitted: what a spinning worker watches */
+    atomic_uint_fast64_t busy_ns;   /* time spent running jobs */
 };
 
 static void kd_worker_push_event(kd_worker_t *w, kd_event_t *ev)
@@ -48,11 +52,33 @@ static void kd_worker_push_event(kd_worker_t *w, kd_event_t *ev)
     uv_async_send(&w->async);
 }
 
+/* Before sleeping, watch for a new job for a while: a sleeping thread takes tens of
+ * microseconds to wake, as much as a small request's whole device time on a GPU. */
+static void kd_worker_spin(kd_worker_t *w)
+{
+    const uint64_t spin = atomic_load_explicit(&w->spin_ns, memory_order_relaxed);
+    if (spin == 0)
+        return;
+    const uint_fast64_t seen = atomic_load_explicit(&w->submitted, memory_order_acquire);
+    const uint64_t until = kd_clock_ns() + spin;
+    while (atomic_load_explicit(&w->submitted, memory_order_acquire) == seen &&
+           kd_clock_ns() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 static void *kd_worker_main(void *arg)
 {
     kd_worker_t *w = arg;
     for (;;) {
         pthread_mutex_lock(&w->lock);
+        if (w->head == NULL && !w->stopping) {
+            pthread_mutex_unlock(&w->lock);
+            kd_worker_spin(w);
+            pthread_mutex_lock(&w->lock);
+        }
         while (w->head == NULL && !w->stopping)
             pthread_cond_wait(&w->wake, &w->lock);
         kd_job_t *job = w->head;
@@ -68,19 +94,14 @@ static void *kd_worker_main(void *arg)
         pthread_mutex_unlock(&w->lock);
 
         job->queue_next = NULL;
+        uint64_t t0 = kd_clock_ns();
         w->cb.run(w->cb.ctx, job);
+        atomic_fetch_add(&w->busy_ns, kd_clock_ns() - t0);
 
-        kd_event_t *ev = calloc(1, sizeof(*ev));
         pthread_mutex_lock(&w->lock);
         w->running = 0;
         pthread_mutex_unlock(&w->lock);
-        if (ev == NULL) {
-            /* Cannot report through an event; abort is better than a lost client forever. */
-            KD_ERROR("worker", "out of memory posting a completion");
-            abort();
-        }
-        ev->job = job;
-        kd_worker_push_event(w, ev);
+        kd_worker_finish(w, job);
     }
     return NULL;
 }
@@ -156,9 +177,49 @@ int kd_worker_submit(kd_worker_t *w, kd_job_t *job)
         w->head = job;
     w->tail = job;
     w->queued++;
+    atomic_fetch_add_explicit(&w->submitted, 1, memory_order_release);
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     return KD_OK;
+}
+
+size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, kd_job_t **out,
+                      size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    kd_job_t *prev = NULL, *j = w->head;
+    while (j != NULL && n < max) {
+        kd_job_t *next = j->queue_next;
+        if (match(arg, j)) {
+            if (prev != NULL)
+                prev->queue_next = next;
+            else
+                w->head = next;
+            if (w->tail == j)
+                w->tail = prev;
+            w->queued--;
+            j->queue_next = NULL;
+            out[n++] = j;
+        } else {
+            prev = j;
+        }
+        j = next;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+void kd_worker_finish(kd_worker_t *w, kd_job_t *job)
+{
+    kd_event_t *ev = calloc(1, sizeof(*ev));
+    if (ev == NULL) {
+        /* Cannot report through an event; abort is better than a lost client forever. */
+        KD_ERROR("worker", "out of memory posting a completion");
+        abort();
+    }
+    ev->job = job;
+    kd_worker_push_event(w, ev);
 }
 
 int kd_worker_remove(kd_worker_t *w, kd_job_t *job)
@@ -194,6 +255,16 @@ void kd_worker_notify(kd_worker_t *w, kd_job_t *job, void *bytes, size_t len)
     ev->bytes = bytes;
     ev->len = len;
     kd_worker_push_event(w, ev);
+}
+
+uint64_t kd_worker_busy_ns(kd_worker_t *w)
+{
+    return atomic_load(&w->busy_ns);
+}
+
+void kd_worker_set_spin(kd_worker_t *w, uint64_t ns)
+{
+    atomic_store(&w->spin_ns, ns);
 }
 
 size_t kd_worker_queued(kd_worker_t *w)

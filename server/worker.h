@@ -44,9 +44,31 @@ int kd_worker_submit(kd_worker_t *w, struct kd_job *job);
  * or finished. */
 int kd_worker_remove(kd_worker_t *w, struct kd_job *job);
 
+/* From the worker thread, during run: take up to max queued jobs for which match(arg, job) is
+ * true out of the queue, in queue order, into out (match runs under the queue's lock: it may
+ * read the job's request, nothing else). Each taken job is then the caller's to run and to hand
+ * back through kd_worker_finish; the loop can no longer remove it. Returns how many. Dynamic
+ * batching (server/spmv.c) and serving short requests inside a long one use it. */
+typedef int (*kd_worker_match_fn)(void *arg, const struct kd_job *job);
+size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, struct kd_job **out,
+                      size_t max);
+
+/* From the worker thread: post a job taken with kd_worker_take, its response set, to the loop
+ * (the job run through kd_worker_run_fn is posted by the worker itself). */
+void kd_worker_finish(kd_worker_t *w, struct kd_job *job);
+
 /* From the worker thread, during run: send bytes (malloc'd, ownership passes) to the job's
  * client ahead of its response. */
 void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t len);
+
+/* How long the worker watches for a new job before it sleeps, after each one (0: it sleeps at
+ * once). On a GPU a few tens of microseconds of one core buy back the
+ * wake-up latency of every short request that follows another within that time; with PoCL the
+ * device is the CPU, and a spinning worker would take a core from it. */
+void kd_worker_set_spin(kd_worker_t *w, uint64_t ns);
+
+/* Nanoseconds the worker has spent running jobs (any thread): its utilisation over a period. */
+uint64_t kd_worker_busy_ns(kd_worker_t *w);
 
 /* Jobs waiting and running (any thread). */
 size_t kd_worker_queued(kd_worker_t *w);

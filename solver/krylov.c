@@ -62,11 +62,24 @@ static int kd_krylov_run(kd_krylov_t *kr, const char *program, const char *name,
     kd_krylov_run((kr), "krylov", (name), (groups),                                                \
                   KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(block), __VA_ARGS__), NULL, (err))
 
+/* A pass left partial sums for kd_krylov_reduce (recorded only when spread over ranks). */
+static void kd_krylov_left(kd_krylov_t *kr, int res, int set, int sums, int fresh, int parity)
+{
+    if (kr->comm == NULL)
+        return;
+    if (kr->npending == KD_KRYLOV_PENDING_MAX) {
+        kr->pending_unknown = 1;
+        return;
+    }
+    kr->pending[kr->npending++] = (kd_krylov_pending_t){res, set, sums, fresh, parity};
+}
+
 int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
                      const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
 {
     assert(kr != NULL && program != NULL && name != NULL && nargs > 0);
     assert(nargs > 9 && args[0].size == sizeof(cl_long));
+    kr->pending_unknown |= kr->comm != NULL;
     return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
 }
 
@@ -75,6 +88,7 @@ int kd_krylov_launch_groups(kd_krylov_t *kr, const char *program, const char *na
 {
     assert(kr != NULL && program != NULL && name != NULL && groups > 0);
     assert(nargs > 9 && args[0].size == sizeof(cl_long));
+    kr->pending_unknown |= kr->comm != NULL;
     return kd_krylov_run(kr, program, name, groups, args, nargs, NULL, err);
 }
 
@@ -209,6 +223,8 @@ void kd_krylov_release(kd_krylov_t *kr)
         (void)clFinish(kr->read_queue);
         clReleaseCommandQueue(kr->read_queue);
     }
+    free(kr->mask_host);
+    free(kr->combine_host);
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
             clReleaseMemObject(*bufs[i]);
@@ -262,9 +278,8 @@ kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration
 int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err)
 {
     assert(kr != NULL && what != NULL);
-    (void)err;
     kr->reductions++;
-    return KD_OK;
+    return kr->comm != NULL ? kd_krylov_combine(kr, what, err) : KD_OK;
 }
 
 int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t *q,
@@ -274,6 +289,7 @@ int kd_krylov_dots(kd_krylov_t *kr, const kd_multivec_t *p, const kd_multivec_t 
     if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), 0);
+    kd_krylov_left(kr, 0, 0, 1, KD_KRYLOV_FRESH_ALL, 0);
     return KD_KRYLOV_RUN(kr, "kd_krylov_dots", kr->groups, L, err, KD_ARG_MEM(kr->state),
                          KD_ARG_MEM(p->mem), KD_ARG_MEM(q->mem), KD_ARG_MEM(kr->dot_partials));
 }
@@ -285,6 +301,8 @@ int kd_krylov_update_residual(kd_krylov_t *kr, const kd_multivec_t *q, kd_multiv
     if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, ops);
+    const int b = kd_krylov_parity(iteration); /* the copy and the set it writes */
+    kd_krylov_left(kr, 1, b, KD_KRYLOV_RES_SUMS, KD_KRYLOV_FRESH_ALPHA, b);
     return KD_KRYLOV_RUN(
         kr, "kd_krylov_update_residual", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
         KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->scalars),
@@ -312,6 +330,12 @@ int kd_krylov_update_direction(kd_krylov_t *kr, const kd_multivec_t *r, kd_multi
 
 static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
 {
+    if (kr->comm != NULL) { /* which columns the residual partials will be new for */
+        if (kr->mask_host == NULL && (kr->mask_host = calloc((size_t)kr->k, sizeof(int))) == NULL)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld masks",
+                              (long long)kr->k);
+        memcpy(kr->mask_host, mask, (size_t)kr->k * sizeof(int));
+    }
     cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->mask, CL_TRUE, 0,
                                      (size_t)kr->k * sizeof(cl_int), mask, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (column masks)");
@@ -329,6 +353,9 @@ static int kd_krylov_residual_sums(kd_krylov_t *kr, const kd_multivec_t *r, int 
     L.mask_all = mask_all;
     cl_mem mask = use_mask ? kr->mask : NULL;
     cl_mem diagonal = kd_krylov_z_source(kr, ops);
+    kr->mask_given = use_mask;
+    kr->mask_all = mask_all;
+    kd_krylov_left(kr, 1, set, KD_KRYLOV_RES_SUMS, KD_KRYLOV_FRESH_MASK, 0);
     int rc = KD_KRYLOV_RUN(kr, "kd_krylov_residual_partials", kr->groups, L, err, KD_ARG_MEM(mask),
                            KD_ARG_MEM(r->mem), KD_ARG_MEM(diagonal),
                            KD_ARG_MEM(d != NULL ? d->mem : NULL), KD_ARG_MEM(kr->res_partials));
@@ -368,6 +395,10 @@ int kd_krylov_operator_sums(kd_krylov_t *kr, const kd_multivec_t *r, int64_t ite
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, 0);
     L.set = kd_krylov_parity(iteration); /* where update_residual left r'r */
     L.mask_all = KD_KRYLOV_MASK_PARTIALS;
+    /* it rewrites the r'r update_residual left: that record gives way to this one */
+    if (kr->npending > 0 && kr->pending[kr->npending - 1].res == 1)
+        kr->npending--;
+    kd_krylov_left(kr, 1, L.set, KD_KRYLOV_RES_SUMS, KD_KRYLOV_FRESH_ALL, 0);
     return KD_KRYLOV_RUN(kr, "kd_krylov_residual_partials", kr->groups, L, err,
                          KD_ARG_MEM((cl_mem)NULL), KD_ARG_MEM(r->mem), KD_ARG_MEM(kr->operator_z),
                          KD_ARG_MEM((cl_mem)NULL), KD_ARG_MEM(kr->res_partials));
@@ -534,6 +565,7 @@ int kd_krylov_dots3(kd_krylov_t *kr, const kd_format_csr_t *A, const kd_multivec
         return rc;
     kd_krylov_launch_t L = kd_krylov_block(kr, iteration, kd_krylov_parity(iteration - 1), ops);
     cl_mem diagonal = (ops & KD_KRYLOV_OP_DIAGONAL) != 0 ? kr->diagonal : NULL;
+    kd_krylov_left(kr, 0, 0, KD_KRYLOV_DOTS, KD_KRYLOV_FRESH_ALL, 0);
     if (A == NULL)
         return KD_KRYLOV_RUN(kr, "kd_krylov_dots3", kr->groups, L, err, KD_ARG_MEM(kr->state),
                              KD_ARG_MEM(p->mem), KD_ARG_MEM(q->mem), KD_ARG_MEM(r->mem),
@@ -552,6 +584,8 @@ int kd_krylov_update_merged(kd_krylov_t *kr, const kd_multivec_t *q, kd_multivec
     if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, iteration, ops);
+    const int b = kd_krylov_parity(iteration);
+    kd_krylov_left(kr, 1, b, KD_KRYLOV_RES_SUMS, KD_KRYLOV_FRESH_ALPHA, b);
     return KD_KRYLOV_RUN(
         kr, "kd_krylov_update_merged", kr->groups, L, err, KD_ARG_MEM(kr->threshold),
         KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials),

@@ -24,9 +24,30 @@
 #define KD_SOLVER_KRYLOV_H
 
 #include "kernels/krylov_abi.h"
+#include "solver/comm.h"
 #include "solver/format.h"
 #include "solver/ocl.h"
 #include "solver/vector.h"
+
+/* Partial sums a pass left for kd_krylov_reduce, recorded only in a solve spread over ranks
+ * (kr->comm set), so that the reduction combines exactly what is new: a column's partials are
+ * new when the pass wrote them (its `fresh` rule), and left alone otherwise (a frozen column's
+ * are carried over, already combined). */
+enum kd_krylov_fresh {
+    KD_KRYLOV_FRESH_ALL = 0,   /* every column wrote its partials (dots, dots3) */
+    KD_KRYLOV_FRESH_MASK = 1,  /* the columns with KD_KRYLOV_MASK_PARTIALS (residual partials) */
+    KD_KRYLOV_FRESH_ALPHA = 2, /* the columns whose alpha of copy `parity` is not 0 (updates) */
+};
+
+typedef struct kd_krylov_pending {
+    int res;    /* 0: dot_partials, 1: res_partials */
+    int set;    /* res_partials' set */
+    int sums;   /* the sums j = 0 .. sums - 1 of that buffer (and set) */
+    int fresh;  /* enum kd_krylov_fresh */
+    int parity; /* FRESH_ALPHA: the scalars' copy holding this iteration's alpha */
+} kd_krylov_pending_t;
+
+#define KD_KRYLOV_PENDING_MAX 4
 
 typedef struct kd_krylov {
     kd_ocl_t *ocl;
@@ -52,6 +73,17 @@ typedef struct kd_krylov {
     cl_command_queue read_queue; /* snapshots cross the bus here, beside the iterations */
     cl_mem norms;                /* k VALUEs */
     char options[160];
+    /* Spread over ranks (solver/comm.h; set by the solve after kd_krylov_init, not owned), else
+     * NULL. Then the passes record their partial sums here for kd_krylov_reduce, with the
+     * mask the residual kernels last had (mask_host: k ints, or mask_all for every column). */
+    kd_comm_t *comm;
+    kd_krylov_pending_t pending[KD_KRYLOV_PENDING_MAX];
+    int npending;
+    int pending_unknown; /* a method's own pass ran (kd_krylov_launch): its partials are unknown */
+    int *mask_host;
+    int mask_all, mask_given;
+    void *combine_host; /* host copy of partials being combined */
+    size_t combine_cap; /* its bytes */
 } kd_krylov_t;
 
 /* One column's device state after an iteration. */
@@ -86,8 +118,15 @@ void kd_krylov_release(kd_krylov_t *kr); /* accepts a zeroed or released one */
  * stands for every partial sum left since the previous call. In one process the consumer folds
  * the partials itself and this only counts; spread over several ranks it is where their partial
  * sums are combined, so a method's reductions per iteration are its synchronisations.
+ * Spread (kr->comm): each new column's partials are read, folded on the host (in group order),
+ * summed over the ranks (comm->sum, rank order), and written back as [total, 0, ..., 0], so the
+ * consumer's unchanged fold gives the total on every rank, bit for bit the same; it waits for
+ * the device. Only krylov.c's own passes record what they leave: after a method's own launch
+ * it is KD_EINTERNAL (such a method does not spread; kd_method_ops_t.spreads).
  */
 int kd_krylov_reduce(kd_krylov_t *kr, const char *what, kd_err_t *err);
+/* The spread half of kd_krylov_reduce (solver/krylov_combine.c). */
+int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err);
 
 /*
  * The passes, each one launch over every column. `ops` adds kd_krylov_op bits to what the pass

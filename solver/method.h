@@ -38,6 +38,8 @@ typedef struct kd_method_ops {
     int work_vectors;       /* device vectors per column besides b, x, r and q */
     int reductions;         /* kd_krylov_reduce calls per iteration */
     int spmvs;              /* matrix-vector products per iteration (0 reads as 1) */
+    int spreads;            /* it runs on a matrix spread over ranks: every partial sum it leaves
+                               is one of krylov.c's passes' (kd_krylov_combine knows them) */
     /* The byte floor of one iteration of one column, in n-vector reads and writes beyond its
      * SpMVs' own (each reads its input and writes its output once), with the identity
      * preconditioner and every pass fused that can be: what bench/ prices an iteration at. The

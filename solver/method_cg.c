@@ -197,6 +197,7 @@ const kd_method_ops_t kd_method_cg = {
     .work_vectors = 1,
     .reductions = 2,
     .spmvs = 1,
+    .spreads = 1,
     .floor_vectors = kd_cg_floor,
     .setup = kd_cg_setup,
     .iterate = kd_cg_iterate,

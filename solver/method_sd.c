@@ -67,6 +67,7 @@ const kd_method_ops_t kd_method_sd = {
     .work_vectors = 0,
     .reductions = 2,
     .spmvs = 1,
+    .spreads = 1,
     .floor_vectors = kd_sd_floor,
     .setup = kd_sd_setup,
     .iterate = kd_sd_iterate,

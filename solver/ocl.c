@@ -49,7 +49,9 @@ struct kd_ocl_program_entry {
 struct kd_ocl {
     kd_ocl_device_desc_t desc;
     cl_context context;
-    cl_command_queue queue;
+    cl_command_queue queue;     /* where everything is enqueued: main_queue or express_queue */
+    cl_command_queue main_queue;
+    cl_command_queue express_queue; /* kd_ocl_express: created on first use, NULL until then */
     size_t work_group_size;
     int real_fp64; /* what the device reports; desc.has_fp64 may be lowered by tests */
     struct kd_ocl_program_entry *programs;
@@ -489,6 +491,7 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
         rc = kd_ocl_fail(err, st, "clCreateCommandQueue");
         goto fail;
     }
+    ocl->main_queue = ocl->queue;
     size_t wg = 1;
     while (wg * 2 <= KD_OCL_WG_MAX && wg * 2 <= ocl->desc.max_work_group)
         wg *= 2;
@@ -526,6 +529,11 @@ void kd_ocl_close(kd_ocl_t *ocl)
 {
     if (ocl == NULL)
         return;
+    if (ocl->express_queue != NULL) {
+        (void)clFinish(ocl->express_queue);
+        clReleaseCommandQueue(ocl->express_queue);
+    }
+    ocl->queue = ocl->main_queue;
     if (ocl->queue != NULL)
         (void)clFinish(ocl->queue); /* best effort: nothing to report to at close */
     if (ocl->timing_first != NULL)
@@ -1468,6 +1476,39 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
                ? KD_OK
                : kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer (staged)"
                                             : "clEnqueueReadBuffer (staged)");
+}
+
+int kd_ocl_write_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                       kd_err_t *err)
+{
+    cl_int st = clEnqueueWriteBuffer(ocl->queue, mem, CL_FALSE, offset, bytes, src, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+}
+
+int kd_ocl_read_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst,
+                      kd_err_t *err)
+{
+    cl_int st = clEnqueueReadBuffer(ocl->queue, mem, CL_FALSE, offset, bytes, dst, 0, NULL, NULL);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer");
+}
+
+int kd_ocl_express(kd_ocl_t *ocl, int on, kd_err_t *err)
+{
+    if (!on) {
+        ocl->queue = ocl->main_queue;
+        return KD_OK;
+    }
+    if (ocl->express_queue == NULL) {
+        cl_int st = CL_SUCCESS;
+        ocl->express_queue = clCreateCommandQueue(ocl->context, ocl->desc.device_id,
+                                                  CL_QUEUE_PROFILING_ENABLE, &st);
+        if (ocl->express_queue == NULL || st != CL_SUCCESS) {
+            ocl->express_queue = NULL;
+            return kd_ocl_fail(err, st, "clCreateCommandQueue (express)");
+        }
+    }
+    ocl->queue = ocl->express_queue;
+    return KD_OK;
 }
 
 int kd_ocl_write(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,

@@ -169,6 +169,23 @@ int kd_ocl_write(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const v
 int kd_ocl_read(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst, kd_err_t *err);
 void kd_ocl_set_staging(kd_ocl_t *ocl, int on);
 
+/* The same copies without waiting (never staged): src must stay unchanged, and dst unread, until
+ * a later blocking call on the queue (kd_ocl_finish, a blocking read) returns. */
+int kd_ocl_write_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                       kd_err_t *err);
+int kd_ocl_read_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst,
+                      kd_err_t *err);
+
+/*
+ * A second in-order queue on the same device, for short requests served while a long solve has
+ * work queued (server/spmv.c): on, everything enqueued through ocl goes to the express queue (made
+ * on first use) and is not ordered after the main queue's work; off, back to the main queue. The
+ * caller must make sure that what the express work reads is complete on the main queue (the solve
+ * calls its yield hook only after a check's read-back returned, which in an in-order queue means
+ * every earlier command finished) and that the two queues never write the same buffer.
+ */
+int kd_ocl_express(kd_ocl_t *ocl, int on, kd_err_t *err);
+
 /* The device's copy bandwidth in bytes per second (bytes read + written by clEnqueueCopyBuffer
  * between two buffers of up to 256 MiB, best of 3 after a warm-up), measured on first use and
  * cached; 0 when it cannot be measured. Format selection uses it as the roofline. */

@@ -26,6 +26,7 @@
  */
 #include "solver/solve.h"
 #include "common/clock.h"
+#include "solver/comm.h"
 #include "solver/format.h"
 #include "solver/method.h"
 
@@ -119,6 +120,9 @@ static void kd_solve_mark(kd_solve_ctx_t *ctx, double *slot)
 
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err)
 {
+    const kd_solve_spread_t *spread = run->params->spread;
+    if (spread != NULL)
+        return spread->spmm(spread->ctx, run->ocl, 1.0, p, 0.0, q, run->active, err);
     int64_t active = 0;
     for (int64_t c = 0; c < run->k; c++)
         active += run->active[c] != 0;
@@ -138,6 +142,9 @@ static int kd_solve_residual(kd_solve_run_t *run, kd_multivec_t *t, const unsign
                              kd_err_t *err)
 {
     int rc = kd_multivec_copy(run->ocl, &run->b, t, which, err);
+    const kd_solve_spread_t *spread = run->params->spread;
+    if (rc == KD_OK && spread != NULL)
+        return spread->spmm(spread->ctx, run->ocl, -1.0, &run->x, 1.0, t, which, err);
     if (rc == KD_OK && which == NULL && run->k > 1)
         return kd_matrix_spmm_inner(run->ocl, run->A, -1.0, &run->x, 1.0, t, err);
     for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
@@ -148,6 +155,25 @@ static int kd_solve_residual(kd_solve_run_t *run, kd_multivec_t *t, const unsign
 }
 
 /* ---- setup ----------------------------------------------------------------------------------- */
+
+/* What a solve spread over ranks can run (kd_solve_spread_t). */
+static int kd_solve_check_spread(const kd_solve_params_t *p, kd_err_t *err)
+{
+    const kd_solve_spread_t *s = p->spread;
+    if (s->comm == NULL || s->spmm == NULL || s->b_norms == NULL)
+        return kd_err_set(err, KD_EINTERNAL, "a spread solve without its comm, SpMV or norms");
+    if (!p->method->spreads)
+        return kd_err_set(err, KD_EBADREQ,
+                          "method %s does not run on a matrix spread over ranks (cg, pcg and sd "
+                          "do)",
+                          p->method->name);
+    if ((p->precond->forms & (KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL)) == 0)
+        return kd_err_set(err, KD_EBADREQ,
+                          "preconditioner %s does not run on a matrix spread over ranks (none "
+                          "and jacobi do)",
+                          p->precond->name);
+    return KD_OK;
+}
 
 static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_solve_params_t *p,
                                  kd_err_t *err)
@@ -185,7 +211,7 @@ static int kd_solve_check_params(const kd_matrix_t *A, int64_t nrhs, const kd_so
     if ((p->method->precond_forms & p->precond->forms) == 0)
         return kd_err_set(err, KD_EBADREQ, "method %s takes no preconditioner %s", p->method->name,
                           p->precond->name);
-    return KD_OK;
+    return p->spread != NULL ? kd_solve_check_spread(p, err) : KD_OK;
 }
 
 static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd_err_t *err)
@@ -201,9 +227,18 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
     if ((rc = kd_precond_get(ocl, A, p->precond, p->precond_options, p->csr, &ctx->run.precond,
                              err)) != KD_OK)
         return rc;
+    if (p->spread != NULL && ctx->run.precond->diagonal == NULL &&
+        ctx->run.precond->ops->apply != NULL)
+        return kd_err_set(err, KD_EBADREQ,
+                          "preconditioner %s is an operator here: it does not "
+                          "run on a matrix spread over ranks",
+                          p->precond->name);
     ctx->colbytes = (size_t)A->rows * kd_dtype_size(A->dtype);
+    const int64_t rows = p->spread != NULL ? p->spread->rows : A->rows;
     ctx->maxiter =
-        p->maxiter == KD_SOLVE_MAXITER_AUTO ? KD_SOLVE_MAXITER_PER_ROW * A->rows : p->maxiter;
+        p->maxiter == KD_SOLVE_MAXITER_AUTO ? KD_SOLVE_MAXITER_PER_ROW * rows : p->maxiter;
+    if (p->spread != NULL)
+        p->spread->comm->stop_wanted = p->spread->comm->stop_agreed = 0;
     if ((ctx->cols = calloc((size_t)ctx->nrhs, sizeof(*ctx->cols))) == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld right-hand sides",
                           (long long)ctx->nrhs);
@@ -328,16 +363,26 @@ static int kd_solve_answer_on_host(const kd_matrix_t *A, const void *b, const vo
  * every 8 or 16. With an operator preconditioner (AMG: an iteration is a whole V-cycle, even for
  * a frozen column) every iteration is checked: at most two iterations are wasted.
  */
-static int64_t kd_solve_auto_check_every(const kd_matrix_t *A, int64_t k, const kd_precond_t *P)
+static int64_t kd_solve_auto_check_every(int64_t rows, int64_t nnz, int64_t k,
+                                         const kd_precond_t *P)
 {
     if (P->diagonal == NULL && P->ops->apply != NULL)
         return 1;
-    double work = ((double)A->nnz + 10.0 * (double)A->rows) * (double)k;
+    double work = ((double)nnz + 10.0 * (double)rows) * (double)k;
     if (work >= 1048576.0)
         return 4;
     if (work >= 65536.0)
         return 8;
     return 16;
+}
+
+/* The automatic check interval, from the whole matrix's size (the same on every rank). */
+static int64_t kd_solve_params_check_every(const kd_solve_ctx_t *ctx)
+{
+    const kd_solve_spread_t *s = ctx->params->spread;
+    const kd_matrix_t *A = ctx->run.A;
+    return kd_solve_auto_check_every(s != NULL ? s->rows : A->rows, s != NULL ? s->nnz : A->nnz,
+                                     ctx->run.k, ctx->run.precond);
 }
 
 /* The columns the host cannot answer become device columns 0..k-1. */
@@ -350,8 +395,10 @@ static void kd_solve_pick_columns(kd_solve_ctx_t *ctx, const void *b, const void
         void *xj = (char *)x + (size_t)j * ctx->colbytes;
         int64_t cap = 0;
         ctx->results[j].maxiter = ctx->maxiter;
-        if (kd_solve_answer_on_host(A, bj, x0j, xj, ctx->params->record_history, &ctx->results[j],
-                                    &cap))
+        if (ctx->params->spread != NULL) /* the caller answered what the host can, alike */
+            ctx->results[j].b_norm = ctx->params->spread->b_norms[j];
+        else if (kd_solve_answer_on_host(A, bj, x0j, xj, ctx->params->record_history,
+                                         &ctx->results[j], &cap))
             continue;
         kd_solve_column_t *col = &ctx->cols[ctx->run.k++];
         col->rhs = j;
@@ -396,6 +443,8 @@ static int kd_solve_alloc(kd_solve_ctx_t *ctx, kd_err_t *err)
                             thresholds, ctx->maxiter, run->precond->diagonal,
                             ctx->params->kernel_options, &run->kr, err);
     free(thresholds);
+    if (rc == KD_OK && ctx->params->spread != NULL)
+        run->kr.comm = ctx->params->spread->comm;
     return rc;
 }
 
@@ -447,9 +496,8 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
     kd_solve_mark(ctx, &ctx->anatomy.host_ms);
     if (run->k == 0)
         return KD_OK;
-    ctx->check_every = ctx->params->check_every > 0
-                           ? ctx->params->check_every
-                           : kd_solve_auto_check_every(run->A, run->k, run->precond);
+    ctx->check_every =
+        ctx->params->check_every > 0 ? ctx->params->check_every : kd_solve_params_check_every(ctx);
     int rc = kd_solve_alloc(ctx, err);
     kd_solve_mark(ctx, &ctx->anatomy.alloc_ms);
     if (rc != KD_OK)
@@ -624,6 +672,27 @@ static int kd_solve_report(kd_solve_ctx_t *ctx, int64_t *worst, kd_err_t *err)
     return running;
 }
 
+/* Spread over ranks: this rank's reason to stop rides on the next reduction, and the ranks stop
+ * on what they agreed as of the last one, all at the same check. */
+static int kd_solve_stop_agreed(kd_solve_ctx_t *ctx, int64_t worst, int progress_stop,
+                                kd_err_t *err)
+{
+    const kd_solve_params_t *p = ctx->params;
+    kd_comm_t *comm = p->spread->comm;
+    if (progress_stop || (p->cancel != NULL && atomic_load(p->cancel) != 0))
+        comm->stop_wanted = KD_ECANCELLED;
+    else if (p->deadline_ns != 0 && kd_clock_ns() >= p->deadline_ns && comm->stop_wanted == 0)
+        comm->stop_wanted = KD_ETIMEOUT;
+    if (comm->stop_agreed == KD_ECANCELLED)
+        return kd_err_set(err, KD_ECANCELLED, "solve cancelled at iteration %lld",
+                          (long long)ctx->enq);
+    if (comm->stop_agreed == KD_ETIMEOUT)
+        return kd_err_set(err, KD_ETIMEOUT,
+                          "solve passed its deadline at iteration %lld (||r|| = %g)",
+                          (long long)ctx->enq, worst >= 0 ? ctx->norms[worst] : NAN);
+    return KD_OK;
+}
+
 /* A stop the host decides at a check while columns run: the progress callback (which also sees
  * the last check, when none runs), the cancel flag, the deadline. Returns KD_OK to go on, else
  * the code, with err set. */
@@ -638,6 +707,8 @@ static int kd_solve_stop_reason(kd_solve_ctx_t *ctx, int64_t worst, int running,
     }
     if (running == 0)
         return KD_OK;
+    if (p->spread != NULL)
+        return kd_solve_stop_agreed(ctx, worst, progress_stop, err);
     if (progress_stop)
         return kd_err_set(err, KD_ECANCELLED,
                           "solve cancelled by its progress callback at iteration %lld",
@@ -726,6 +797,8 @@ static int kd_solve_loop(kd_solve_ctx_t *ctx, int *stopped, kd_err_t *err)
         ctx->head ^= 1;
         ctx->pending--;
         ctx->iterate_end_ns = kd_clock_ns();
+        if (ctx->params->yield != NULL) /* the next chunk runs meanwhile */
+            ctx->params->yield(ctx->params->yield_ctx);
     }
 }
 
@@ -813,6 +886,13 @@ int kd_solve(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, const v
     const uint64_t start_ns = kd_clock_ns();
     kd_solve_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
+    kd_solve_params_t spread_params;
+    if (params->spread != NULL) { /* the halo exchange sits between the SpMV and the passes */
+        spread_params = *params;
+        spread_params.spmv_fusion = KD_SOLVE_FUSION_OFF;
+        spread_params.small = KD_SOLVE_SMALL_OFF;
+        params = &spread_params;
+    }
     ctx.params = params;
     ctx.results = results;
     ctx.nrhs = nrhs;

@@ -13,6 +13,7 @@
 
 struct kd_method_ops;
 struct kd_precond_ops;
+struct kd_comm;
 
 typedef enum kd_solve_status {
     KD_SOLVE_CONVERGED = 0,
@@ -30,6 +31,30 @@ const char *kd_solve_status_name(kd_solve_status_t status);
  * the solve (it then ends with KD_ECANCELLED). */
 typedef int (*kd_solve_progress_fn)(void *ctx, int64_t rhs, int64_t iteration,
                                     double residual_norm);
+
+/*
+ * A matrix spread over ranks (dist/ fills this; docs/ARCHITECTURE.md, "Distributed matrices"):
+ * kd_solve's A is this rank's diagonal block, its b, x0 and x this rank's rows, and every rank
+ * calls kd_solve together. The driver is the single-process one; what differs goes through here:
+ * the SpMV (the halo exchange and both blocks), the reductions (comm), the whole matrix's size
+ * for the defaults that depend on it, and ||b||, which only the whole b has. Only methods whose
+ * reductions are all krylov.c's passes (kd_method_ops_t.spreads) and preconditioners of
+ * identity or diagonal form (Jacobi's 1/a_ii is local to a row) run spread; the SpMV is never
+ * fused and the small-system path never taken.
+ */
+typedef struct kd_solve_spread {
+    struct kd_comm *comm;
+    int64_t rows, nnz;     /* the whole matrix's */
+    const double *b_norms; /* nrhs: the whole ||b_j||, each finite and > 0: the caller answers
+                              the columns with b = 0 or NaN/Inf in b or x0 itself, on every
+                              rank alike */
+    /* y = alpha A x + beta y on this rank's rows, for the columns with which[c] (NULL: all):
+     * x and y are k columns of this rank's rows. Collective: every rank calls it with the same
+     * columns. */
+    int (*spmm)(void *ctx, kd_ocl_t *ocl, double alpha, const kd_multivec_t *x, double beta,
+                kd_multivec_t *y, const unsigned char *which, kd_err_t *err);
+    void *ctx;
+} kd_solve_spread_t;
 
 typedef struct kd_solve_params {
     const struct kd_method_ops *method;   /* a row of kd_method_table */
@@ -62,11 +87,16 @@ typedef struct kd_solve_params {
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
                         0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
     int time_phases; /* benchmarks: drain the device between the phases of result.anatomy */
+    void (*yield)(void *ctx); /* may be NULL: called after each check's read-back, when the
+                                 device has the next chunk of iterations queued; the server
+                                 serves short requests there (server/spmv.c) */
+    void *yield_ctx;
     int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
                         arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
                         work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
                         never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
                         unless spmv_fusion is KD_SOLVE_FUSION_ON */
+    const kd_solve_spread_t *spread; /* NULL: A is the whole matrix (see kd_solve_spread_t) */
 } kd_solve_params_t;
 
 #define KD_SOLVE_SMALL_ON 1

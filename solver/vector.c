@@ -207,19 +207,24 @@ static size_t kd_multivec_offset(const kd_multivec_t *mv, int64_t j)
     return (size_t)j * (size_t)mv->ld * kd_dtype_size(mv->dtype);
 }
 
-/* Blocking copies of the k columns between mv and k packed host columns: from src to the device
- * when src is not NULL, else from the device to dst. */
-static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, const void *src, void *dst,
-                                kd_err_t *err)
+/* Copies of columns j0 .. j0 + cols - 1 between mv and cols packed host columns: from src to the
+ * device when src is not NULL, else from the device to dst; blocking, or only enqueued. */
+static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, int64_t j0, int64_t cols,
+                                const void *src, void *dst, int blocking, kd_err_t *err)
 {
     if (mv->mem == NULL)
         return KD_OK;
     const int write = src != NULL;
     size_t bytes = (size_t)mv->n * kd_dtype_size(mv->dtype);
-    for (int64_t j = 0; j < mv->k; j++) {
-        size_t at = kd_multivec_offset(mv, j), host = (size_t)j * bytes;
-        int rc = write ? kd_ocl_write(ocl, mv->mem, at, bytes, (const char *)src + host, err)
+    for (int64_t j = j0; j < j0 + cols; j++) {
+        size_t at = kd_multivec_offset(mv, j), host = (size_t)(j - j0) * bytes;
+        int rc;
+        if (blocking)
+            rc = write ? kd_ocl_write(ocl, mv->mem, at, bytes, (const char *)src + host, err)
                        : kd_ocl_read(ocl, mv->mem, at, bytes, (char *)dst + host, err);
+        else
+            rc = write ? kd_ocl_write_async(ocl, mv->mem, at, bytes, (const char *)src + host, err)
+                       : kd_ocl_read_async(ocl, mv->mem, at, bytes, (char *)dst + host, err);
         if (rc != KD_OK) {
             (void)clFinish(kd_ocl_queue(ocl));
             return kd_err_prefix(err, "%s column %lld of a device multivector",
@@ -232,13 +237,27 @@ static int kd_multivec_transfer(kd_ocl_t *ocl, const kd_multivec_t *mv, const vo
 int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err)
 {
     assert(ocl != NULL && mv != NULL && (src != NULL || mv->mem == NULL));
-    return kd_multivec_transfer(ocl, mv, src, NULL, err);
+    return kd_multivec_transfer(ocl, mv, 0, mv->k, src, NULL, 1, err);
+}
+
+int kd_multivec_write_cols_async(kd_ocl_t *ocl, kd_multivec_t *mv, int64_t j0, int64_t cols,
+                                 const void *src, kd_err_t *err)
+{
+    assert(ocl != NULL && mv != NULL && j0 >= 0 && cols >= 0 && j0 + cols <= mv->k);
+    return kd_multivec_transfer(ocl, mv, j0, cols, src, NULL, 0, err);
+}
+
+int kd_multivec_read_cols_async(kd_ocl_t *ocl, const kd_multivec_t *mv, int64_t j0, int64_t cols,
+                                void *dst, kd_err_t *err)
+{
+    assert(ocl != NULL && mv != NULL && j0 >= 0 && cols >= 0 && j0 + cols <= mv->k);
+    return kd_multivec_transfer(ocl, mv, j0, cols, NULL, dst, 0, err);
 }
 
 int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err)
 {
     assert(ocl != NULL && mv != NULL && (dst != NULL || mv->mem == NULL));
-    return kd_multivec_transfer(ocl, mv, NULL, dst, err);
+    return kd_multivec_transfer(ocl, mv, 0, mv->k, NULL, dst, 1, err);
 }
 
 int kd_multivec_zero(kd_ocl_t *ocl, kd_multivec_t *mv, kd_err_t *err)

@@ -45,6 +45,12 @@ void kd_multivec_release(kd_multivec_t *mv); /* accepts a zeroed or released one
  * multivector's dtype (src may be unaligned). */
 int kd_multivec_write(kd_ocl_t *ocl, kd_multivec_t *mv, const void *src, kd_err_t *err);
 int kd_multivec_read(kd_ocl_t *ocl, const kd_multivec_t *mv, void *dst, kd_err_t *err);
+/* Columns j0 .. j0 + cols - 1 from/to cols packed host columns, only enqueued
+ * (kd_ocl_write_async's rules for src and dst): one request's columns in a batch's multivector. */
+int kd_multivec_write_cols_async(kd_ocl_t *ocl, kd_multivec_t *mv, int64_t j0, int64_t cols,
+                                 const void *src, kd_err_t *err);
+int kd_multivec_read_cols_async(kd_ocl_t *ocl, const kd_multivec_t *mv, int64_t j0, int64_t cols,
+                                void *dst, kd_err_t *err);
 
 /* Enqueue every column (and the padding between them) = 0. */
 int kd_multivec_zero(kd_ocl_t *ocl, kd_multivec_t *mv, kd_err_t *err);

@@ -9,6 +9,11 @@ foreach(t test_e2e_restart test_e2e_cache test_e2e_jobs test_e2e_hostile)
   kd_add_test(${t} SOURCES ${t}.c LIBS krylov kd_protocol kd_bench LABELS e2e)
   add_dependencies(${t} krylovd)
 endforeach()
+# Waiting spmv requests served as one group, same-matrix ones as one SpMM launch, and waiting
+# solves on one matrix as one multi-column solve (issue 16, item 5).
+kd_add_test(test_e2e_batching SOURCES test_e2e_batching.c LIBS krylov kd_protocol kd_bench
+            LABELS e2e)
+add_dependencies(test_e2e_batching krylovd)
 kd_add_test(test_e2e_load SOURCES test_e2e_load.c LIBS kd_loadgen kd_bench LABELS e2e)
 add_dependencies(test_e2e_load krylovd)
 # Solves through the server judged against SciPy (tests/python; a real krylovd driven over a

@@ -25,3 +25,16 @@ endforeach()
 
 add_executable(gen_request_corpus ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/gen_request_corpus.c)
 target_link_libraries(gen_request_corpus PRIVATE kd_protocol)
+
+# A spread matrix's block as persisted and sent between ranks (dist/block_pack.c).
+add_executable(fuzz_dist_block ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_dist_block.c)
+target_link_libraries(fuzz_dist_block PRIVATE kd_dist_plan)
+target_link_options(fuzz_dist_block PRIVATE -fsanitize=fuzzer)
+add_dependencies(fuzz_all fuzz_dist_block)
+set(work ${CMAKE_CURRENT_BINARY_DIR}/fuzz-corpus/dist_block)
+file(MAKE_DIRECTORY ${work})
+add_test(NAME fuzz_dist_block
+         COMMAND fuzz_dist_block -max_total_time=${KD_FUZZ_SECONDS} -timeout=10 -rss_limit_mb=2048
+                 -print_final_stats=1 ${work} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus/dist_block)
+math(EXPR limit "${KD_FUZZ_SECONDS} + 120")
+set_tests_properties(fuzz_dist_block PROPERTIES LABELS fuzz TIMEOUT ${limit})

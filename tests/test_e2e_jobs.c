@@ -6,7 +6,8 @@
  * device is free again; a full queue and a client over its in-flight limit get BUSY at once; and
  * SIGTERM answers what is queued CANCELLED at once, lets the running solve finish within the grace
  * period (or cancels it when the grace runs out) and exits 0. Every request is answered exactly
- * once. A "blocker" is a CG solve with rtol = 0 that would run for hours.
+ * once; spmv requests are served beside a running solve instead of waiting for it. A "blocker"
+ * is a CG solve with rtol = 0 that would run for hours.
  */
 #include "bench/matgen.h"
 #include "common/clock.h"
@@ -43,6 +44,19 @@ static void send_spmv(kd_rpc_t *r, uint64_t msgid, int64_t timeout_ms)
 {
     kd_writer_t w;
     kd_rpc_write_spmv(&w, msgid, sid, sx, S->cols, timeout_ms);
+    kd_rpc_send(r, &w);
+}
+
+/* A request that waits in the queue behind a running solve: a solve (spmv requests are served
+ * beside a running solve, at its checks). */
+static void send_queued(kd_rpc_t *r, uint64_t msgid, int64_t timeout_ms)
+{
+    kd_writer_t w;
+    kd_rpc_begin(&w, msgid, "solve", 2 + (timeout_ms > 0));
+    kd_w_kv_str(&w, "id", sid);
+    kd_w_kv_bin(&w, "b", sx, (size_t)S->rows * 8);
+    if (timeout_ms > 0)
+        kd_w_kv_int(&w, "timeout_ms", timeout_ms);
     kd_rpc_send(r, &w);
 }
 
@@ -143,7 +157,7 @@ static void test_cancel_queued(void)
             kd_rpc_connect(&probe, d.port) == 0);
     send_blocker(&a, 1);
     wait_running(&probe, 1);
-    send_spmv(&b, 5, 0);
+    send_queued(&b, 5, 0);
     wait_running(&probe, 2);
     double t0 = kd_clock_ms();
     send_cancel(&b, 6, 5);
@@ -175,7 +189,7 @@ static void test_timeout_while_queued(void)
     send_blocker(&a, 1);
     wait_running(&probe, 1);
     double t0 = kd_clock_ms();
-    send_spmv(&b, 7, 300);
+    send_queued(&b, 7, 300);
     kd_rpc_msg_t m;
     REQUIRE(kd_rpc_read(&b, 20000, &m) == KD_RPC_RESPONSE);
     uint64_t took = (uint64_t)(kd_clock_ms() - t0);
@@ -239,6 +253,59 @@ static void test_disconnect_cancels_its_jobs(void)
     kd_rpc_close(&probe);
 }
 
+/* spmv requests sent while a solve runs are answered while it still runs (served at its checks,
+ * on the express queue), each with its own right answer; the solve goes on. */
+static void test_spmv_beside_solve(void)
+{
+    int64_t before = status_int("spmv", "beside_solve");
+    kd_rpc_t a, b, probe;
+    REQUIRE(kd_rpc_connect(&a, d.port) == 0 && kd_rpc_connect(&b, d.port) == 0 &&
+            kd_rpc_connect(&probe, d.port) == 0);
+    send_blocker(&a, 1);
+    wait_running(&probe, 1);
+    enum { N = 3 }; /* the queue holds 3 */
+    double *x = malloc((size_t)N * (size_t)S->cols * 8), *y = malloc((size_t)S->rows * 8),
+           *want = malloc((size_t)S->rows * 8);
+    REQUIRE(x != NULL && y != NULL && want != NULL);
+    for (int64_t i = 0; i < N * S->cols; i++)
+        x[i] = kd_test_rand_double(-1, 1);
+    for (int k = 0; k < N; k++) { /* pipelined: several wait together, served as one group */
+        kd_writer_t w;
+        kd_rpc_write_spmv(&w, 30 + (uint64_t)k, sid, x + (size_t)k * (size_t)S->cols, S->cols, 0);
+        kd_rpc_send(&b, &w);
+    }
+    for (int k = 0; k < N; k++) {
+        kd_rpc_msg_t m;
+        REQUIRE(kd_rpc_read(&b, 20000, &m) == KD_RPC_RESPONSE);
+        CHECK_MSG(m.code[0] == '\0', "%s %s", m.code, m.message);
+        int j = (int)m.msgid - 30;
+        REQUIRE(j >= 0 && j < N);
+        for (int64_t i = 0; i < S->rows; i++)
+            y[i] = NAN;
+        CHECK(kd_rpc_vector(m.result, "y", y, S->rows) == 0);
+        kd_csr_spmv_ref(S, x + (size_t)j * (size_t)S->cols, 1.0, 0.0, want);
+        double worst = 0;
+        for (int64_t i = 0; i < S->rows; i++)
+            worst = fmax(worst, fabs(y[i] - want[i]));
+        CHECK_MSG(worst <= 1e-12, "spmv %d: max error %g", j, worst);
+        kd_rpc_msg_free(&m);
+    }
+    kd_rpc_msg_t m;
+    CHECK_EQ_INT(kd_rpc_read(&a, 0, &m), KD_RPC_TIMEOUT); /* the solve still runs */
+    kd_rpc_msg_free(&m);
+    CHECK_EQ_INT(status_int("spmv", "beside_solve"), before + N);
+    send_cancel(&a, 2, 1);
+    expect_response(&a, 2, "", 10000);
+    expect_response(&a, 1, "CANCELLED", 30000);
+    free(x);
+    free(y);
+    free(want);
+    kd_rpc_close(&a);
+    kd_rpc_close(&b);
+    kd_rpc_close(&probe);
+    wait_idle();
+}
+
 static void test_busy(void)
 {
     /* --queue-depth 3 --max-jobs-per-connection 4 */
@@ -248,11 +315,11 @@ static void test_busy(void)
     send_blocker(&a, 1);
     wait_running(&probe, 1);
     for (uint64_t id = 10; id < 13; id++)
-        send_spmv(&a, id, 0); /* three queued: the queue is full */
+        send_queued(&a, id, 0); /* three queued: the queue is full */
     wait_running(&probe, 4);
-    send_spmv(&a, 13, 0); /* a fifth in flight for this connection */
+    send_queued(&a, 13, 0); /* a fifth in flight for this connection */
     expect_response(&a, 13, "BUSY", 10000);
-    send_spmv(&b, 20, 0); /* the queue is full */
+    send_queued(&b, 20, 0); /* the queue is full */
     kd_rpc_msg_t m;
     REQUIRE(kd_rpc_read(&b, 10000, &m) == KD_RPC_RESPONSE);
     CHECK_EQ_INT(m.msgid, 20);
@@ -304,7 +371,7 @@ static void test_sigterm_cancels_after_grace(void)
         kd_rpc_msg_free(&m);
         kd_rpc_sleep_ms(20);
     }
-    send_spmv(&b, 2, 0);
+    send_queued(&b, 2, 0);
     kd_rpc_sleep_ms(200);
     double t0 = kd_clock_ms();
     kill(d2.pid, SIGTERM);
@@ -404,6 +471,7 @@ int main(void)
     RUN(test_timeout_while_queued);
     RUN(test_timeout_while_running);
     RUN(test_disconnect_cancels_its_jobs);
+    RUN(test_spmv_beside_solve);
     RUN(test_busy);
     RUN(test_sigterm_cancels_after_grace);
     RUN(test_sigterm_lets_running_finish);

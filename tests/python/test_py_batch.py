@@ -147,6 +147,39 @@ class BatchTest(unittest.TestCase):
             want = 2.0 * (mats[s] @ X[s]) - 0.5 * Y0[s]
             self.assertLess(np.max(np.abs(Y[s] - want)), 1e-12 * (1 + np.max(np.abs(want))))
 
+    def test_pipelined_spmv_beside_plain_matrices(self):
+        """spmv requests waiting together are served as a group (server/spmv.c); one on a batch
+        among them is answered on its own, right."""
+        import msgpack
+
+        mats = perturbed(laplacian(5), 4)
+        bid = put_batch(self.client, mats)["id"]
+        plain = sp.csr_matrix(mats[0] * 2.0)
+        pid = self.client.put_csr(plain)["id"]
+        X = rng.uniform(-1, 1, (4, 25))
+        x0 = rng.uniform(-1, 1, 25)
+        reqs, want = [], {}
+        for i in range(12):
+            msgid = 1000 + i
+            if i % 3 == 1:
+                reqs.append([0, msgid, "spmv", [{"id": bid, "x": X.astype("<f8").tobytes()}]])
+                want[msgid] = np.concatenate([mats[s] @ X[s] for s in range(4)])
+            else:
+                reqs.append([0, msgid, "spmv", [{"id": pid, "x": x0.astype("<f8").tobytes()}]])
+                want[msgid] = plain @ x0
+        c = self.client
+        c.sock.sendall(b"".join(msgpack.packb(r, use_bin_type=True) for r in reqs))
+        got = {}
+        while len(got) < len(reqs):
+            for msg in c.unpacker:
+                if msg[0] == 1:
+                    self.assertIsNone(msg[2], msg[2])
+                    got[msg[1]] = np.frombuffer(msg[3]["y"], "<f8")
+            if len(got) < len(reqs):
+                c.unpacker.feed(c.sock.recv(1 << 20))
+        for msgid, y in got.items():
+            self.assertLess(np.max(np.abs(y - want[msgid])), 1e-12 * (1 + np.max(np.abs(y))))
+
     def check_solves(self, name, mats, method, pre, rtol=1e-9, dtype="float64"):
         k, n = len(mats), mats[0].shape[0]
         mid = put_batch(self.client, mats, dtype=dtype)["id"]

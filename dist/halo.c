@@ -1,0 +1,151 @@
+/*
+ * The halo exchange of a distributed SpMV (dist_matrix.h). The send entries of all k columns
+ * are gathered on the device into one buffer (kernels/halo.cl: each neighbour's share is
+ * contiguous) and read to the host without blocking; the caller enqueues the diagonal block's
+ * multiply behind that read, so the device multiplies while the host waits for the read, posts
+ * the messages and waits for the neighbours'. The ghosts arrive entry-major (all k columns of a
+ * ghost together, as they were sent) and are turned column-major for the ghost multivector.
+ */
+#include "dist/dist_matrix.h"
+#include "common/checked.h"
+#include "common/clock.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KD_DIST_HALO_TAG 0x4b44 /* every message of an exchange: ordered per pair by MPI */
+
+/* Buffers for k columns (k changes only between solves: reallocate then). */
+static int kd_dist_halo_room(kd_dist_matrix_t *m, int64_t k, kd_err_t *err)
+{
+    if (k == m->k_cap)
+        return KD_OK;
+    const kd_dist_block_t *b = &m->block;
+    const size_t v = kd_dtype_size(b->dtype);
+    const size_t sends = (size_t)b->send_start[b->neighbours], ghosts = (size_t)b->ghosts;
+    size_t send_bytes, ghost_bytes;
+    if (kd_mul3_overflow(sends, (size_t)k, v, &send_bytes) ||
+        kd_mul3_overflow(ghosts, (size_t)k, v, &ghost_bytes))
+        return kd_err_set(err, KD_ETOOLARGE, "halo of %lld columns does not fit", (long long)k);
+    if (m->send_dev != NULL)
+        clReleaseMemObject(m->send_dev);
+    m->send_dev = NULL;
+    free(m->send_host);
+    free(m->recv_host);
+    free(m->ghost_host);
+    m->send_host = m->recv_host = m->ghost_host = NULL;
+    kd_multivec_release(&m->ghosts);
+    m->k_cap = 0;
+    int rc = KD_OK;
+    if (sends > 0)
+        rc = kd_ocl_buffer_create(m->ocl, CL_MEM_READ_WRITE, send_bytes, NULL, "halo send buffer",
+                                  &m->send_dev, err);
+    if (rc == KD_OK && ghosts > 0)
+        rc = kd_multivec_alloc(m->ocl, (int64_t)ghosts, k, b->dtype, &m->ghosts, err);
+    if (rc != KD_OK)
+        return rc;
+    m->send_host = malloc(send_bytes + 1);
+    m->recv_host = malloc(ghost_bytes + 1);
+    m->ghost_host = malloc(ghost_bytes + 1);
+    if (m->send_host == NULL || m->recv_host == NULL || m->ghost_host == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the halo buffers");
+    m->k_cap = k;
+    return KD_OK;
+}
+
+int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *read, kd_err_t *err)
+{
+    assert(m != NULL && X != NULL && read != NULL);
+    *read = NULL;
+    const uint64_t t0 = kd_clock_ns();
+    int rc = kd_dist_halo_room(m, X->k, err);
+    const kd_dist_block_t *b = &m->block;
+    const int32_t sends = b->send_start[b->neighbours];
+    if (rc != KD_OK || sends == 0)
+        return rc;
+    cl_kernel kernel;
+    if ((rc = kd_ocl_kernel(m->ocl, "halo", b->dtype, NULL, "kd_halo_gather", &kernel, err)) !=
+        KD_OK)
+        return rc;
+    const size_t wg = kd_ocl_work_group_size(m->ocl);
+    const size_t items = ((size_t)sends + wg - 1) / wg * wg;
+    rc = kd_ocl_run(m->ocl, kernel, "kd_halo_gather", kd_ocl_range_2d(items, (size_t)X->k, wg, 1),
+                    KD_ARGS(KD_ARG_INT(sends), KD_ARG_INT(X->k), KD_ARG_LONG(X->ld),
+                            KD_ARG_MEM(m->send_index), KD_ARG_MEM(X->mem), KD_ARG_MEM(m->send_dev)),
+                    NULL, err);
+    if (rc != KD_OK)
+        return rc;
+    const size_t bytes = (size_t)sends * (size_t)X->k * kd_dtype_size(b->dtype);
+    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(m->ocl), m->send_dev, CL_FALSE, 0, bytes,
+                                    m->send_host, 0, NULL, read);
+    if (st == CL_SUCCESS)
+        st = clFlush(kd_ocl_queue(m->ocl));
+    m->time.gather_ns += kd_clock_ns() - t0;
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading the halo's send entries");
+}
+
+/* Post every receive and send of the exchange and wait for all of them. */
+static int kd_dist_halo_messages(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t *err)
+{
+    const kd_dist_block_t *b = &m->block;
+    const size_t v = kd_dtype_size(b->dtype);
+    const MPI_Datatype type = b->dtype == KD_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    const MPI_Comm mpi = kd_dist_comm_mpi(m->comm);
+    const uint64_t t0 = kd_clock_ns();
+    MPI_Request *req = malloc(2 * (size_t)b->neighbours * sizeof(MPI_Request) + 1);
+    if (req == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %d messages", b->neighbours);
+    int n = 0, st = MPI_SUCCESS;
+    for (int32_t i = 0; st == MPI_SUCCESS && i < b->neighbours; i++) {
+        const int64_t count = (int64_t)(b->recv_start[i + 1] - b->recv_start[i]) * k;
+        if (count > 0)
+            st = MPI_Irecv((char *)m->recv_host + (size_t)b->recv_start[i] * (size_t)k * v,
+                           (int)count, type, b->neighbour[i], KD_DIST_HALO_TAG, mpi, &req[n++]);
+    }
+    cl_int cst = read != NULL ? clWaitForEvents(1, &read) : CL_SUCCESS;
+    const uint64_t t1 = kd_clock_ns();
+    m->time.gather_ns += t1 - t0; /* until the send entries were on the host */
+    for (int32_t i = 0; st == MPI_SUCCESS && cst == CL_SUCCESS && i < b->neighbours; i++) {
+        const int64_t count = (int64_t)(b->send_start[i + 1] - b->send_start[i]) * k;
+        if (count > 0)
+            st = MPI_Isend((char *)m->send_host + (size_t)b->send_start[i] * (size_t)k * v,
+                           (int)count, type, b->neighbour[i], KD_DIST_HALO_TAG, mpi, &req[n++]);
+    }
+    /* Even after a failure: nothing may still write into the buffers once we return. */
+    const int wst = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    free(req);
+    m->time.exchange_ns += kd_clock_ns() - t1;
+    if (cst != CL_SUCCESS)
+        return kd_ocl_fail(err, cst, "waiting for the halo's send entries");
+    if (st != MPI_SUCCESS || wst != MPI_SUCCESS)
+        return kd_err_set(err, KD_EINTERNAL, "the halo exchange's messages failed");
+    return KD_OK;
+}
+
+int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t *err)
+{
+    assert(m != NULL);
+    if (k != m->k_cap) /* halo_start failed to make room: nothing was sent */
+        return kd_err_set(err, KD_EINTERNAL, "halo: buffers for %lld columns missing",
+                          (long long)k);
+    int rc = kd_dist_halo_messages(m, k, read, err);
+    if (read != NULL)
+        clReleaseEvent(read);
+    const int64_t ghosts = m->block.ghosts;
+    if (rc != KD_OK || ghosts == 0)
+        return rc;
+    const uint64_t t1 = kd_clock_ns();
+    const void *column_major = m->recv_host;
+    if (k > 1) { /* entry-major as sent -> column-major */
+        const size_t v = kd_dtype_size(m->block.dtype);
+        for (int64_t g = 0; g < ghosts; g++)
+            for (int64_t c = 0; c < k; c++)
+                memcpy((char *)m->ghost_host + ((size_t)c * (size_t)ghosts + (size_t)g) * v,
+                       (const char *)m->recv_host + ((size_t)g * (size_t)k + (size_t)c) * v, v);
+        column_major = m->ghost_host;
+    }
+    rc = kd_multivec_write(m->ocl, &m->ghosts, column_major, err);
+    m->time.ghost_ns += kd_clock_ns() - t1;
+    return rc;
+}

@@ -1,0 +1,401 @@
+/*
+ * spmv requests on the device worker: one at a time costs a device synchronisation, two buffer
+ * creations and their releases each, which on a GPU is most of a small request's time. So:
+ *
+ * - Groups. When the worker picks up an spmv, the spmv requests already waiting behind it come
+ *   along (kd_worker_take; at most KD_SPMV_GROUP_MAX of them, KD_SPMV_GROUP_BYTES of vectors).
+ *   Every transfer and launch of the group is enqueued without waiting and the group waits on the
+ *   device once.
+ * - Batches. Within a group, requests on the same matrix with the same alpha and beta = 0 become
+ *   one run: their columns side by side in one multivector, one SpMM launch for all of them (the
+ *   matrix is read once), as inference servers batch concurrent requests.
+ * - Vectors come from the worker's pool (solver/pool.h) instead of the driver.
+ * - Served beside a long solve. A solve calls kd_spmv_yield after each check's read-back: the
+ *   spmv requests waiting then run as a group on the device's express queue, concurrently with
+ *   the solve's queued iterations, so none waits for the solve to end (docs/ARCHITECTURE.md).
+ *
+ * Every request of a group is checked on its own (its owner, its lengths, its cancel flag and
+ * deadline) and gets its own answer; one that fails does not fail the others. The matrices a
+ * group uses are marked busy while it runs, so that making room for one request's matrix cannot
+ * evict another's from under it.
+ */
+#include "common/checked.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "server/handlers.h"
+#include "server/spmv.h"
+#include "solver/pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kd_spmv_item {
+    kd_job_t *job;
+    kd_store_entry_t *entry; /* resolved and busy, or NULL */
+    int64_t k, col0;         /* its columns, and where they start in its run */
+    int run;                 /* index into the runs, -1 before it has one */
+    void *xconv, *yconv;     /* x, y converted to the matrix's dtype (alive until the wait) */
+    void *out;               /* y in the request's dtype: the answer */
+    void *dev;               /* y in the matrix's dtype, when that differs */
+    int rc;
+    int budget; /* rc is a KD_EDEVMEM of the budget, not the driver's */
+    kd_err_t err;
+} kd_spmv_item_t;
+
+typedef struct kd_spmv_run {
+    kd_store_entry_t *entry;
+    double alpha, beta;
+    int64_t k;
+    kd_multivec_t x, y;
+    char *stage_x, *stage_y; /* pinned host images of x and y (one copy each), or NULL */
+    int rc;
+    kd_err_t err;
+} kd_spmv_run_t;
+
+typedef struct kd_spmv_take {
+    size_t bytes;
+} kd_spmv_take_t;
+
+/* Host bytes of a request's vectors: what a group may hold at once. */
+static size_t kd_spmv_request_bytes(const kd_spmv_request_t *q)
+{
+    size_t x = (size_t)q->x.count, y = q->y.present ? (size_t)q->y.count : x;
+    return (x + 2 * y) * 8;
+}
+
+static int kd_spmv_match(void *arg, const kd_job_t *job)
+{
+    kd_spmv_take_t *take = arg;
+    if (job->req->method != KD_METHOD_SPMV)
+        return 0;
+    size_t bytes = kd_spmv_request_bytes(&job->req->u.spmv);
+    if (take->bytes + bytes > KD_SPMV_GROUP_BYTES)
+        return 0;
+    take->bytes += bytes;
+    return 1;
+}
+
+/* The request's checks that need its matrix: owner, shape, lengths. The entry comes back busy. */
+static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_owner)
+{
+    kd_job_t *job = it->job;
+    const kd_spmv_request_t *q = &job->req->u.spmv;
+    kd_err_t *err = &it->err;
+    int rc = check_owner ? kd_handlers_precheck(server, job, err) : KD_OK;
+    if (rc != KD_OK)
+        return rc;
+    const int64_t k = q->ncols;
+    kd_store_entry_t *entry;
+    server->budget_refused = 0;
+    rc = kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
+    if (rc != KD_OK) {
+        it->budget = server->budget_refused;
+        return rc;
+    }
+    const kd_matrix_t *A = entry->dev;
+    /* A batch's spmv is server/batch.c's: left unanswered here, kd_spmv_post runs it alone. */
+    if (A->batch != NULL)
+        return KD_EDEVMEM;
+    int64_t xwant, ywant;
+    if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
+        return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
+                          (long long)k, entry->meta.hex);
+    if (q->x.count != xwant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "x has %lld entries but matrix %s has %lld columns (x: %lld x %lld)",
+                          (long long)q->x.count, entry->meta.hex, (long long)A->cols,
+                          (long long)A->cols, (long long)k);
+    if (q->beta != 0.0 && !q->y.present)
+        return kd_err_set(err, KD_EBADREQ, "beta = %g needs y (y = alpha*A*x + beta*y)", q->beta);
+    if (q->beta != 0.0 && q->y.count != ywant)
+        return kd_err_set(err, KD_EBADREQ,
+                          "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
+                          (long long)q->y.count, entry->meta.hex, (long long)A->rows,
+                          (long long)A->rows, (long long)k);
+    const int convert = q->dtype != A->dtype;
+    if ((it->out = kd_handlers_alloc_values(ywant, q->dtype, err)) == NULL ||
+        (convert && (it->dev = kd_handlers_alloc_values(ywant, A->dtype, err)) == NULL))
+        return err->code;
+    it->entry = entry;
+    it->k = k;
+    entry->busy++;
+    return KD_OK;
+}
+
+/* Which run the item joins: one on its matrix with its alpha when both have beta = 0 and the
+ * columns fit, else a new one. Returns the run's index. */
+static int kd_spmv_place(kd_spmv_item_t *it, kd_spmv_run_t *runs, int *nruns)
+{
+    const kd_spmv_request_t *q = &it->job->req->u.spmv;
+    for (int r = 0; q->beta == 0.0 && r < *nruns; r++)
+        if (runs[r].entry == it->entry && runs[r].beta == 0.0 && runs[r].alpha == q->alpha &&
+            runs[r].k + it->k <= KD_SPMV_BATCH_COLUMNS) {
+            it->col0 = runs[r].k;
+            runs[r].k += it->k;
+            return r;
+        }
+    kd_spmv_run_t *run = &runs[(*nruns)++];
+    memset(run, 0, sizeof(*run));
+    run->entry = it->entry;
+    run->alpha = q->alpha;
+    run->beta = q->beta;
+    run->k = it->k;
+    it->col0 = 0;
+    return *nruns - 1;
+}
+
+/* A request's x (or y) columns into the run's multivector, converted when the dtypes differ:
+ * packed into the run's pinned image when it has one (sent later in one copy), else enqueued. */
+static int kd_spmv_write(kd_server_t *server, kd_multivec_t *mv, char *stage,
+                         const kd_spmv_item_t *it, const kd_array_t *a, void **conv, kd_err_t *err)
+{
+    const size_t size = kd_dtype_size(mv->dtype);
+    if (stage != NULL) {
+        for (int64_t c = 0; c < it->k; c++)
+            kd_convert_real(stage + (size_t)((it->col0 + c) * mv->ld) * size, mv->dtype,
+                            (const char *)a->data + (size_t)(c * mv->n) * kd_dtype_size(a->dtype),
+                            a->dtype, (size_t)mv->n);
+        return KD_OK;
+    }
+    const void *src = a->data;
+    if (a->dtype != mv->dtype) {
+        if ((*conv = kd_handlers_alloc_values(a->count, mv->dtype, err)) == NULL)
+            return err->code;
+        kd_convert_real(*conv, mv->dtype, a->data, a->dtype, (size_t)a->count);
+        src = *conv;
+    }
+    return kd_multivec_write_cols_async(server->ocl, mv, it->col0, it->k, src, err);
+}
+
+static size_t kd_spmv_mv_bytes(const kd_multivec_t *mv)
+{
+    return mv->mem == NULL ? 0 : (size_t)(mv->ld * mv->k) * kd_dtype_size(mv->dtype);
+}
+
+/* Enqueue run r (its vectors are there): the writes of its items' columns, the launch, the
+ * reads. With pinned images, one copy each way for the whole run. */
+static int kd_spmv_enqueue(kd_server_t *server, kd_spmv_run_t *run, int r, kd_spmv_item_t *items,
+                           size_t n)
+{
+    const kd_matrix_t *A = run->entry->dev;
+    kd_err_t *err = &run->err;
+    int rc = KD_OK;
+    for (size_t i = 0; rc == KD_OK && i < n; i++) {
+        kd_spmv_item_t *it = &items[i];
+        const kd_spmv_request_t *q = &it->job->req->u.spmv;
+        if (it->run != r)
+            continue;
+        rc = kd_spmv_write(server, &run->x, run->stage_x, it, &q->x, &it->xconv, err);
+        if (rc == KD_OK && run->beta != 0.0)
+            rc = kd_spmv_write(server, &run->y, run->stage_y, it, &q->y, &it->yconv, err);
+    }
+    if (rc == KD_OK && run->stage_x != NULL && run->x.mem != NULL)
+        rc = kd_ocl_write_async(server->ocl, run->x.mem, 0, kd_spmv_mv_bytes(&run->x),
+                                run->stage_x, err);
+    if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL && run->beta != 0.0)
+        rc = kd_ocl_write_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y),
+                                run->stage_y, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_spmm(server->ocl, A, run->alpha, &run->x, run->beta, &run->y, err);
+    if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL)
+        return kd_ocl_read_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y),
+                                 run->stage_y, err);
+    for (size_t i = 0; rc == KD_OK && run->stage_y == NULL && i < n; i++) {
+        kd_spmv_item_t *it = &items[i];
+        if (it->run == r)
+            rc = kd_multivec_read_cols_async(server->ocl, &run->y, it->col0, it->k,
+                                             it->dev != NULL ? it->dev : it->out, err);
+    }
+    return rc;
+}
+
+/* After the wait: a staged run's y columns from its pinned image into its items' answers. */
+static void kd_spmv_unpack(const kd_spmv_run_t *run, int r, kd_spmv_item_t *items, size_t n)
+{
+    const size_t size = kd_dtype_size(run->y.dtype);
+    for (size_t i = 0; run->stage_y != NULL && i < n; i++) {
+        kd_spmv_item_t *it = &items[i];
+        if (it->run != r)
+            continue;
+        for (int64_t c = 0; c < it->k; c++)
+            memcpy((char *)(it->dev != NULL ? it->dev : it->out) + (size_t)(c * run->y.n) * size,
+                   run->stage_y + (size_t)((it->col0 + c) * run->y.ld) * size,
+                   (size_t)run->y.n * size);
+    }
+}
+
+/* Every run's vectors from the pool, and one pinned host area carved into their images. */
+static void kd_spmv_vectors(kd_server_t *server, kd_spmv_run_t *runs, int nruns)
+{
+    size_t total = 0;
+    for (int r = 0; r < nruns; r++) {
+        kd_spmv_run_t *run = &runs[r];
+        const kd_matrix_t *A = run->entry->dev;
+        run->rc = kd_pool_get(server->pool, server->ocl, A->cols, run->k, A->dtype, &run->x,
+                              &run->err);
+        if (run->rc == KD_OK)
+            run->rc = kd_pool_get(server->pool, server->ocl, A->rows, run->k, A->dtype, &run->y,
+                                  &run->err);
+        if (run->rc == KD_OK)
+            total += kd_spmv_mv_bytes(&run->x) + kd_spmv_mv_bytes(&run->y);
+    }
+    char *stage = kd_pool_host(server->pool, server->ocl, total);
+    for (int r = 0; stage != NULL && r < nruns; r++) {
+        if (runs[r].rc != KD_OK)
+            continue;
+        runs[r].stage_x = stage;
+        stage += kd_spmv_mv_bytes(&runs[r].x);
+        runs[r].stage_y = stage;
+        stage += kd_spmv_mv_bytes(&runs[r].y);
+    }
+}
+
+static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
+{
+    const kd_spmv_request_t *q = &it->job->req->u.spmv;
+    const int64_t count = it->entry->dev->rows * it->k;
+    if (it->dev != NULL)
+        kd_convert_real(it->out, q->dtype, it->dev, it->entry->dev->dtype, (size_t)count);
+    kd_w_result_begin(w, it->job->msgid);
+    kd_w_map(w, 4);
+    kd_w_kv_bin(w, "y", it->out, (size_t)count * kd_dtype_size(q->dtype));
+    kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
+    kd_w_kv_int(w, "ncols", it->k);
+    kd_w_kv_double(w, "time_ms", ms);
+}
+
+/*
+ * Serve items[0..n) as one group. Items from `checked` on are checked here for their owner,
+ * cancel flag and deadline (the worker checked the one it runs). With w, items[0] answers
+ * through w and the return value (it is the request the worker runs); every other item gets its
+ * response in its job, except one the driver refused memory for: its response stays NULL, for
+ * kd_spmv_post to run it again alone.
+ */
+static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, size_t checked,
+                         kd_writer_t *w, kd_err_t *err)
+{
+    uint64_t t0 = kd_clock_ns();
+    kd_spmv_run_t runs[KD_SPMV_GROUP_MAX];
+    int nruns = 0;
+    for (size_t i = 0; i < n; i++) {
+        items[i].run = -1;
+        items[i].rc = kd_spmv_resolve(server, &items[i], i >= checked);
+        if (items[i].rc == KD_OK)
+            items[i].run = kd_spmv_place(&items[i], runs, &nruns);
+    }
+    kd_spmv_vectors(server, runs, nruns);
+    for (int r = 0; r < nruns; r++)
+        if (runs[r].rc == KD_OK)
+            runs[r].rc = kd_spmv_enqueue(server, &runs[r], r, items, n);
+    /* One wait for the whole group (also after a failure: reads may be in flight into items). */
+    kd_err_t ferr = {0};
+    int frc = nruns > 0 ? kd_ocl_finish(server->ocl, &ferr) : KD_OK;
+    const double ms = (double)(kd_clock_ns() - t0) / 1e6;
+    uint64_t batched = 0;
+    for (int r = 0; r < nruns; r++) {
+        if (runs[r].rc == KD_OK && frc == KD_OK)
+            kd_spmv_unpack(&runs[r], r, items, n);
+        kd_pool_put(server->pool, &runs[r].x);
+        kd_pool_put(server->pool, &runs[r].y);
+        for (size_t i = 0; i < n; i++)
+            if (items[i].run == r) {
+                if (runs[r].rc != KD_OK) {
+                    items[i].rc = runs[r].rc;
+                    items[i].err = runs[r].err;
+                } else if (frc != KD_OK) {
+                    items[i].rc = frc;
+                    items[i].err = ferr;
+                }
+                batched += runs[r].k > items[i].k;
+            }
+    }
+    atomic_fetch_add(&server->spmv_stats.grouped, n > 1 ? (uint64_t)n : 0);
+    atomic_fetch_add(&server->spmv_stats.batched, batched);
+    atomic_fetch_add(&server->spmv_stats.launches, (uint64_t)nruns);
+    int rc = KD_OK;
+    for (size_t i = 0; i < n; i++) {
+        kd_spmv_item_t *it = &items[i];
+        if (i == 0 && w != NULL) {
+            if ((rc = it->rc) == KD_OK)
+                kd_spmv_encode(it, w, ms);
+            else
+                *err = it->err;
+        } else if (it->rc == KD_OK) {
+            kd_writer_t iw;
+            kd_writer_init(&iw);
+            kd_spmv_encode(it, &iw, ms);
+            kd_handlers_respond(it->job, KD_OK, &iw, &it->err);
+        } else if (!(it->rc == KD_EDEVMEM && !it->budget)) {
+            kd_handlers_respond(it->job, it->rc, NULL, &it->err);
+        }
+        if (it->entry != NULL)
+            it->entry->busy--;
+        free(it->xconv);
+        free(it->yconv);
+        free(it->dev);
+        free(it->out);
+    }
+    return rc;
+}
+
+/* Post items[from..n)'s answers; one the driver refused memory for runs again on its own
+ * (through the worker's evict-and-retry) first. */
+static void kd_spmv_post(kd_server_t *server, kd_spmv_item_t *items, size_t from, size_t n)
+{
+    for (size_t i = from; i < n; i++) {
+        kd_job_t *job = items[i].job;
+        if (job->response == NULL) {
+            server->spmv_alone++;
+            kd_handlers_run(server, job);
+            server->spmv_alone--;
+        }
+        kd_worker_finish(server->worker, job);
+    }
+}
+
+static size_t kd_spmv_items(kd_spmv_item_t *items, kd_job_t **jobs, size_t n)
+{
+    memset(items, 0, n * sizeof(*items));
+    for (size_t i = 0; i < n; i++)
+        items[i].job = jobs[i];
+    return n;
+}
+
+int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    kd_job_t *jobs[KD_SPMV_GROUP_MAX];
+    kd_spmv_item_t items[KD_SPMV_GROUP_MAX];
+    jobs[0] = job;
+    size_t n = 1;
+    if (server->spmv_alone == 0) {
+        kd_spmv_take_t take = {.bytes = kd_spmv_request_bytes(&job->req->u.spmv)};
+        n += kd_worker_take(server->worker, kd_spmv_match, &take, jobs + 1, KD_SPMV_GROUP_MAX - 1);
+    }
+    kd_spmv_items(items, jobs, n);
+    int rc = kd_spmv_group(server, items, n, 1, w, err);
+    kd_spmv_post(server, items, 1, n);
+    return rc;
+}
+
+void kd_spmv_yield(void *ctx)
+{
+    kd_server_t *server = ctx;
+    if (server->spmv_alone != 0)
+        return;
+    kd_job_t *jobs[KD_SPMV_GROUP_MAX];
+    kd_spmv_item_t items[KD_SPMV_GROUP_MAX];
+    kd_spmv_take_t take = {0};
+    size_t n = kd_worker_take(server->worker, kd_spmv_match, &take, jobs, KD_SPMV_GROUP_MAX);
+    if (n == 0)
+        return;
+    kd_err_t xerr = {0};
+    if (kd_ocl_express(server->ocl, 1, &xerr) != KD_OK) /* then behind the solve: slower, right */
+        KD_WARN("spmv", "no express queue: %s", xerr.message);
+    server->spmv_alone++; /* nothing below takes more jobs or yields again */
+    kd_spmv_items(items, jobs, n);
+    kd_spmv_group(server, items, n, 0, NULL, NULL);
+    kd_spmv_post(server, items, 0, n);
+    server->spmv_alone--;
+    kd_ocl_express(server->ocl, 0, &xerr);
+    atomic_fetch_add(&server->spmv_stats.beside_solve, (uint64_t)n);
+}
