@@ -388,7 +388,11 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     if (rc != KD_OK)
         return rc;
     kd_store_entry_t *entry;
-    if ((rc = kd_batch_use(server, q->id, 2 + KD_BATCH_BICGSTAB_VECTORS, &entry, err)) != KD_OK)
+    /* b, x and the method's work vectors beside the batch */
+    const int64_t m = prm.restart > 0 ? prm.restart : KD_SOLVE_RESTART_DEFAULT;
+    const int64_t vectors =
+        2 + (prm.method == KD_BATCH_GMRES ? KD_BATCH_GMRES_VECTORS(m) : KD_BATCH_BICGSTAB_VECTORS);
+    if ((rc = kd_batch_use(server, q->id, vectors, &entry, err)) != KD_OK)
         return rc;
     const kd_batch_t *B = entry->dev->batch;
     const int64_t k = B->count, n = k * B->rows;
