@@ -65,14 +65,13 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         if (p->batch < 0 || (p->batch > 0 && p->kind != KD_PUT_CSR))
             abort();
         int64_t all_rows, all_cols;
-        if (p->batch > 0 && (__builtin_mul_overflow(p->rows, k, &all_rows) ||
-                             __builtin_mul_overflow(p->cols, k, &all_cols) ||
-                             all_rows > lim->max_rows || all_cols > lim->max_cols ||
-                             p->indices.count < p->rows))
+        if (p->batch > 0 &&
+            (__builtin_mul_overflow(p->rows, k, &all_rows) ||
+             __builtin_mul_overflow(p->cols, k, &all_cols) || all_rows > lim->max_rows ||
+             all_cols > lim->max_cols || p->indices.count < p->rows))
             abort();
-        if (p->kind == KD_PUT_CSR &&
-            (p->indptr.count != p->rows + 1 || p->values.count % k != 0 ||
-             p->indices.count != p->values.count / k))
+        if (p->kind == KD_PUT_CSR && (p->indptr.count != p->rows + 1 || p->values.count % k != 0 ||
+                                      p->indices.count != p->values.count / k))
             abort();
         if (p->kind == KD_PUT_COO &&
             (p->row.count != p->col.count || p->row.count != p->values.count))
