@@ -93,6 +93,9 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
         return rc;
     }
     const kd_matrix_t *A = entry->dev;
+    /* A batch's spmv is server/batch.c's: left unanswered here, kd_spmv_post runs it alone. */
+    if (A->batch != NULL)
+        return KD_EDEVMEM;
     int64_t xwant, ywant;
     if (kd_mul_overflow_i64(A->cols, k, &xwant) || kd_mul_overflow_i64(A->rows, k, &ywant))
         return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",

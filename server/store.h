@@ -65,6 +65,9 @@ typedef struct kd_matrix_meta {
     /* The upload's scan: a_ij == a_ji exactly (kd_matrix_scan_t.symmetric); -1: not known (a
      * state file from before it, until the matrix is loaded again) */
     int symmetric;
+    /* 0: one matrix; k >= 1: a batch of k systems (solver/batch.h), rows, cols and nnz being the
+     * block diagonal's totals */
+    int64_t batch;
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {
