@@ -21,9 +21,9 @@ void kd_dist_matrix_free(kd_dist_matrix_t *m)
         clReleaseMemObject(m->send_index);
     if (m->send_dev != NULL)
         clReleaseMemObject(m->send_dev);
-    free(m->send_host);
-    free(m->recv_host);
-    free(m->ghost_host);
+    kd_dist_host_free(m->ocl, m->send_host, m->send_pin);
+    kd_dist_host_free(m->ocl, m->recv_host, m->recv_pin);
+    kd_dist_host_free(m->ocl, m->ghost_host, m->ghost_pin);
     kd_multivec_release(&m->ghosts);
     kd_dist_block_free(&m->block);
     free(m);

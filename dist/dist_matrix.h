@@ -45,7 +45,10 @@ typedef struct kd_dist_matrix {
     /* exchange buffers for k columns (grown on demand) */
     int64_t k_cap;
     cl_mem send_dev;
+    /* host sides of the exchange: page-locked (CL_MEM_ALLOC_HOST_PTR, mapped; *_pin) so the
+     * reads and writes are plain DMA, or malloc'd when the device refuses (*_pin NULL) */
     void *send_host, *recv_host, *ghost_host;
+    cl_mem send_pin, recv_pin, ghost_pin;
     kd_multivec_t ghosts;
     kd_dist_spmv_time_t time;
 } kd_dist_matrix_t;
@@ -74,6 +77,9 @@ int kd_dist_spmm(kd_dist_matrix_t *m, double alpha, const kd_multivec_t *X, doub
  * next); finish posts the messages, waits, and writes the ghosts (k columns) to m->ghosts. */
 int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *read, kd_err_t *err);
 int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t *err);
+
+/* Release a halo host buffer made by halo.c (page-locked or malloc'd; p may be NULL). */
+void kd_dist_host_free(kd_ocl_t *ocl, void *p, cl_mem pin);
 
 /*
  * Solve A X = B spread over the ranks (solver/solve.h's kd_solve on each rank's rows, with the

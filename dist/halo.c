@@ -16,6 +16,37 @@
 
 #define KD_DIST_HALO_TAG 0x4b44 /* every message of an exchange: ordered per pair by MPI */
 
+/* bytes of page-locked host memory (mapped), or malloc'd memory when the device refuses: from
+ * pageable memory NVIDIA's OpenCL copies at 3-6 GB/s, from page-locked at the bus's speed, and
+ * the halo's copies are on every SpMV's critical path (docs/BENCHMARKS.md, issue 17). */
+static void *kd_dist_host_alloc(kd_ocl_t *ocl, size_t bytes, cl_mem *pin)
+{
+    cl_int st = CL_SUCCESS;
+    *pin = clCreateBuffer(kd_ocl_context(ocl), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
+                          bytes + 1, NULL, &st);
+    void *p = NULL;
+    if (st == CL_SUCCESS && *pin != NULL)
+        p = clEnqueueMapBuffer(kd_ocl_queue(ocl), *pin, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
+                               bytes + 1, 0, NULL, NULL, &st);
+    if (st == CL_SUCCESS && p != NULL)
+        return p;
+    if (*pin != NULL)
+        clReleaseMemObject(*pin);
+    *pin = NULL;
+    return malloc(bytes + 1);
+}
+
+void kd_dist_host_free(kd_ocl_t *ocl, void *p, cl_mem pin)
+{
+    if (pin == NULL) {
+        free(p);
+        return;
+    }
+    (void)clEnqueueUnmapMemObject(kd_ocl_queue(ocl), pin, p, 0, NULL, NULL);
+    (void)clFinish(kd_ocl_queue(ocl));
+    clReleaseMemObject(pin);
+}
+
 /* Buffers for k columns (k changes only between solves: reallocate then). */
 static int kd_dist_halo_room(kd_dist_matrix_t *m, int64_t k, kd_err_t *err)
 {
@@ -31,10 +62,11 @@ static int kd_dist_halo_room(kd_dist_matrix_t *m, int64_t k, kd_err_t *err)
     if (m->send_dev != NULL)
         clReleaseMemObject(m->send_dev);
     m->send_dev = NULL;
-    free(m->send_host);
-    free(m->recv_host);
-    free(m->ghost_host);
+    kd_dist_host_free(m->ocl, m->send_host, m->send_pin);
+    kd_dist_host_free(m->ocl, m->recv_host, m->recv_pin);
+    kd_dist_host_free(m->ocl, m->ghost_host, m->ghost_pin);
     m->send_host = m->recv_host = m->ghost_host = NULL;
+    m->send_pin = m->recv_pin = m->ghost_pin = NULL;
     kd_multivec_release(&m->ghosts);
     m->k_cap = 0;
     int rc = KD_OK;
@@ -45,9 +77,9 @@ static int kd_dist_halo_room(kd_dist_matrix_t *m, int64_t k, kd_err_t *err)
         rc = kd_multivec_alloc(m->ocl, (int64_t)ghosts, k, b->dtype, &m->ghosts, err);
     if (rc != KD_OK)
         return rc;
-    m->send_host = malloc(send_bytes + 1);
-    m->recv_host = malloc(ghost_bytes + 1);
-    m->ghost_host = malloc(ghost_bytes + 1);
+    m->send_host = kd_dist_host_alloc(m->ocl, send_bytes, &m->send_pin);
+    m->recv_host = kd_dist_host_alloc(m->ocl, ghost_bytes, &m->recv_pin);
+    m->ghost_host = kd_dist_host_alloc(m->ocl, ghost_bytes, &m->ghost_pin);
     if (m->send_host == NULL || m->recv_host == NULL || m->ghost_host == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for the halo buffers");
     m->k_cap = k;

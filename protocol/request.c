@@ -22,7 +22,7 @@
 #include <string.h>
 
 /* Arrays converted from plain msgpack arrays: at most three per method (CSR / COO uploads). */
-#define KD_OWNED_ARRAYS 4
+#define KD_OWNED_ARRAYS 8
 
 struct kd_request_owned {
     void *buf;
@@ -100,6 +100,7 @@ enum kd_param {
     KD_P_TOKEN,
     KD_P_USER,
     KD_P_DISTRIBUTE,
+    KD_P_BATCH,
     KD_P_COUNT
 };
 
@@ -146,6 +147,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_TOKEN] = "token",
     [KD_P_USER] = "user",
     [KD_P_DISTRIBUTE] = "distribute",
+    [KD_P_BATCH] = "batch",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -158,7 +160,8 @@ static const char *const kd_param_names[KD_P_COUNT] = {
 static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
-                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS | KD_BIT(DISTRIBUTE),
+                             KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS | KD_BIT(BATCH) |
+                             KD_BIT(DISTRIBUTE),
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
@@ -483,6 +486,47 @@ static int kd_param_distribute(struct kd_decoder *d, int *out)
     return KD_OK;
 }
 
+/*
+ * matrix.put with batch = k: k systems of rows x cols sharing the pattern in indptr and indices,
+ * values holding k x nnz entries. Every count is checked here, without multiplying untrusted
+ * sizes unchecked: the whole batch (k rows x rows, k x nnz values) is held to the same limits as
+ * one matrix of that size.
+ */
+static int kd_decode_put_batch(struct kd_decoder *d, kd_dtype_t index_dtype,
+                               const kd_csr_limits_t *limits)
+{
+    kd_put_request_t *put = &d->req->u.put;
+    int rc;
+    put->kind = KD_PUT_CSR;
+    if ((rc = kd_param_required_array(d, KD_P_INDPTR, index_dtype, &put->indptr)) != KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_INDICES, index_dtype, &put->indices)) != KD_OK)
+        return rc;
+    const int64_t k = put->batch, nnz = put->indices.count;
+    if (put->values.count / k != nnz || put->values.count % k != 0)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "values has %lld entries but batch = %lld systems of %lld nonzeros "
+                          "(indices) need batch x nnz",
+                          (long long)put->values.count, (long long)k, (long long)nnz);
+    /* The server expands the pattern to the whole batch (k x (rows + 1) row pointers): bounded
+     * by the values the message carries only while a system stores an entry per row. */
+    if (nnz < put->rows)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "batch: the pattern has %lld nonzeros for %lld rows; a batched system "
+                          "stores at least one entry per row on average (nnz >= rows)",
+                          (long long)nnz, (long long)put->rows);
+    if ((rc = kd_csr_check_shape(put->rows, put->cols, nnz, limits, d->err)) != KD_OK ||
+        (rc = kd_check_counts(d, KD_P_INDPTR, &put->indptr, put->rows + 1, "rows + 1 =")) != KD_OK)
+        return rc;
+    int64_t rows, cols;
+    if (kd_mul_overflow_i64(put->rows, k, &rows) || kd_mul_overflow_i64(put->cols, k, &cols))
+        return kd_err_set(d->err, KD_ETOOLARGE, "batch = %lld systems of %lld x %lld overflow",
+                          (long long)k, (long long)put->rows, (long long)put->cols);
+    /* values.count = k x nnz is a count the message holds, so it cannot overflow */
+    if ((rc = kd_csr_check_shape(rows, cols, put->values.count, limits, d->err)) != KD_OK)
+        return kd_err_prefix(d->err, "batch = %lld systems together", (long long)k);
+    return KD_OK;
+}
+
 static int kd_decode_put(struct kd_decoder *d)
 {
     kd_put_request_t *put = &d->req->u.put;
@@ -501,6 +545,15 @@ static int kd_decode_put(struct kd_decoder *d)
         (rc = kd_param_distribute(d, &put->options.distribute)) != KD_OK)
         return rc;
 
+    if ((rc = kd_param_int(d, KD_P_BATCH, 1, 0, &put->batch)) != KD_OK)
+        return rc;
+    if (put->batch > 0 && !csr)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "batch takes the shared pattern as indptr and indices (CSR)");
+    if (put->batch > 0 && put->options.distribute == KD_DISTRIBUTE_YES)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "distribute = true does not apply to a batch (each system is small; "
+                          "a batch stays on the serving rank)");
     if (mtx) {
         static const enum kd_param unused[] = {KD_P_ROWS, KD_P_COLS, KD_P_INDICES, KD_P_VALUES,
                                                KD_P_INDEX_DTYPE};
@@ -532,6 +585,8 @@ static int kd_decode_put(struct kd_decoder *d)
 
     kd_csr_limits_t limits = {d->limits->max_rows, d->limits->max_cols, d->limits->max_nnz};
     int64_t nnz = put->values.count;
+    if (put->batch > 0)
+        return kd_decode_put_batch(d, index_dtype, &limits);
     if (csr) {
         put->kind = KD_PUT_CSR;
         if ((rc = kd_param_required_array(d, KD_P_INDPTR, index_dtype, &put->indptr)) != KD_OK ||
@@ -641,6 +696,25 @@ static int kd_param_options(struct kd_decoder *d, enum kd_param p, kd_solve_requ
     return KD_OK;
 }
 
+/* rtol, atol (out: a number) or maxiter (out NULL: an integer) as one value, or as an array
+ * of them for a batched matrix's systems (float64; int64 for maxiter), into *arr. */
+static int kd_param_per_system(struct kd_decoder *d, enum kd_param p, double min, double def,
+                               double *out, kd_array_t *arr)
+{
+    const msgpack_object *o = d->param[p];
+    memset(arr, 0, sizeof(*arr));
+    if (o != NULL && (o->type == MSGPACK_OBJECT_ARRAY || o->type == MSGPACK_OBJECT_BIN)) {
+        if (out != NULL)
+            *out = def;
+        else
+            d->req->u.solve.maxiter = (int64_t)def;
+        return kd_param_array(d, p, out != NULL ? KD_DTYPE_F64 : KD_DTYPE_I64, arr);
+    }
+    if (out != NULL)
+        return kd_param_double(d, p, min, def, out);
+    return kd_param_int(d, p, (int64_t)min, (int64_t)def, &d->req->u.solve.maxiter);
+}
+
 static int kd_decode_solve(struct kd_decoder *d)
 {
     kd_solve_request_t *solve = &d->req->u.solve;
@@ -651,9 +725,9 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_required_array(d, KD_P_B, solve->dtype, &solve->b)) != KD_OK ||
         (rc = kd_param_array(d, KD_P_X0, solve->dtype, &solve->x0)) != KD_OK ||
         (rc = kd_param_str(d, KD_P_METHOD, solve->method, sizeof(solve->method))) != KD_OK ||
-        (rc = kd_param_double(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol)) != KD_OK ||
-        (rc = kd_param_double(d, KD_P_ATOL, 0.0, 0.0, &solve->atol)) != KD_OK ||
-        (rc = kd_param_int(d, KD_P_MAXITER, 0, -1, &solve->maxiter)) != KD_OK ||
+        (rc = kd_param_per_system(d, KD_P_RTOL, 0.0, 1e-8, &solve->rtol, &solve->rtols)) != KD_OK ||
+        (rc = kd_param_per_system(d, KD_P_ATOL, 0.0, 0.0, &solve->atol, &solve->atols)) != KD_OK ||
+        (rc = kd_param_per_system(d, KD_P_MAXITER, 0, -1, NULL, &solve->maxiters)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_NRHS, 1, 1, &solve->nrhs)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_CHECK_EVERY, 0, 0, &solve->check_every)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_HISTORY, 0, &solve->history)) != KD_OK ||

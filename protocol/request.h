@@ -80,6 +80,7 @@ typedef struct kd_put_request {
     const char *mtx;    /* MTX: Matrix Market text (not NUL-terminated) */
     size_t mtx_len;
     kd_matrix_options_t options;
+    int64_t batch; /* 0: one matrix; k >= 1: k systems of the CSR pattern, values k x nnz */
 } kd_put_request_t;
 
 /* matrix.multiply: C = op(A) B, op(A) = A or A^T; C is kept as a new matrix. */
@@ -130,6 +131,9 @@ typedef struct kd_solve_request {
         double value;
     } options[KD_OPTIONS_MAX];
     int64_t restart; /* GMRES(m)'s m, 0..KD_RESTART_MAX; 0 (default): the server's */
+    /* rtol, atol and maxiter given as arrays (one per system of a batched matrix; the server
+     * checks their length) instead of numbers: float64, float64, int64 */
+    kd_array_t rtols, atols, maxiters;
 } kd_solve_request_t;
 
 /* auth: who the connection is. The token is a secret: the server never logs it and wipes its

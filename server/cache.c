@@ -17,6 +17,7 @@
  * canonical CSR in host memory instead, where host-side work (matrix.multiply) finds it.
  */
 #include "server/cache.h"
+#include "solver/batch.h"
 #include "common/clock.h"
 #include "common/checked.h"
 #include "common/log.h"
@@ -255,7 +256,10 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
         reorder = KD_REORDER_NONE;
     }
     kd_matrix_t *dev = NULL;
-    rc = kd_matrix_upload_reordered(server->ocl, csr, format, reorder, &dev, err);
+    if (entry->meta.batch > 0)
+        rc = kd_batch_from_block_diagonal(server->ocl, csr, entry->meta.batch, &dev, err);
+    else
+        rc = kd_matrix_upload_reordered(server->ocl, csr, format, reorder, &dev, err);
     kd_csr_free(csr);
     if (rc != KD_OK)
         return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
+#include "server/batch.h"
 #include "server/handlers.h"
 #include "server/quota.h"
 #include "server/state.h"
@@ -375,6 +376,8 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
     int rc = kd_handlers_visible(server, job, err);
     if (rc != KD_OK)
         return rc;
+    if (kd_handlers_batch_claims(server, job))
+        return kd_handlers_batch_run(server, job, w, err); /* server/batch.c */
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
         rc = kd_handle_put(server, job, w, err);

@@ -76,12 +76,17 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
 void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra)
 {
     const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
-    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + extra);
+    /* a batch shows one system's shape and how many systems it holds */
+    const int64_t k = meta->batch > 0 ? meta->batch : 1;
+    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) +
+                    extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
-    kd_w_kv_int(w, "rows", meta->rows);
-    kd_w_kv_int(w, "cols", meta->cols);
-    kd_w_kv_int(w, "nnz", meta->nnz);
+    kd_w_kv_int(w, "rows", meta->rows / k);
+    kd_w_kv_int(w, "cols", meta->cols / k);
+    kd_w_kv_int(w, "nnz", meta->nnz / k);
+    if (meta->batch > 0)
+        kd_w_kv_int(w, "batch", meta->batch);
     kd_w_kv_str(w, "dtype", kd_dtype_name(meta->dtype));
     kd_w_kv_str(w, "format", kd_format_name(meta->format));
     kd_w_kv_int(w, "device_bytes", (int64_t)meta->device_bytes);

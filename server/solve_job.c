@@ -127,7 +127,8 @@ static int kd_solve_batchable(const kd_job_t *job)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     return job->deadline_ns == 0 && !q->history && !q->progress &&
-           strcmp(q->method, KD_METHOD_AUTO) != 0;
+           strcmp(q->method, KD_METHOD_AUTO) != 0 && !q->rtols.present && !q->atols.present &&
+           !q->maxiters.present; /* per-system arrays are a batched matrix's (server/batch.c) */
 }
 
 static int kd_solve_same(const kd_solve_request_t *a, const kd_solve_request_t *b)

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KD_SPMV_ALONE 1 /* kd_spmv_resolve: not for a group; kd_spmv_post runs it alone */
+
 typedef struct kd_spmv_item {
     kd_job_t *job;
     kd_store_entry_t *entry; /* resolved and busy, or NULL */
@@ -98,6 +100,9 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
     /* the shape from the metadata: a spread matrix has no entry->dev */
     const int64_t arows = entry->meta.rows, acols = entry->meta.cols;
     const kd_dtype_t adtype = entry->meta.dtype;
+    /* A batch's spmv is server/batch.c's: left unanswered here, kd_spmv_post runs it alone. */
+    if (entry->dev != NULL && entry->dev->batch != NULL)
+        return KD_SPMV_ALONE;
     int64_t xwant, ywant;
     if (kd_mul_overflow_i64(acols, k, &xwant) || kd_mul_overflow_i64(arows, k, &ywant))
         return kd_err_set(err, KD_ETOOLARGE, "ncols = %lld columns of matrix %s do not fit",
@@ -326,6 +331,8 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
         if (i == 0 && w != NULL) {
             if ((rc = it->rc) == KD_OK)
                 kd_spmv_encode(it, w, ms);
+            else if (rc == KD_SPMV_ALONE) /* cannot happen: dispatch gives batches to batch.c */
+                rc = kd_err_set(err, KD_EINTERNAL, "spmv on a batch reached the group path");
             else
                 *err = it->err;
         } else if (it->rc == KD_OK) {
@@ -333,7 +340,7 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
             kd_writer_init(&iw);
             kd_spmv_encode(it, &iw, ms);
             kd_handlers_respond(it->job, KD_OK, &iw, &it->err);
-        } else if (!(it->rc == KD_EDEVMEM && !it->budget)) {
+        } else if (it->rc != KD_SPMV_ALONE && !(it->rc == KD_EDEVMEM && !it->budget)) {
             kd_handlers_respond(it->job, it->rc, NULL, &it->err);
         }
         if (it->entry != NULL)

@@ -12,6 +12,7 @@
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/config.h"
+#include "solver/batch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,6 +49,8 @@ enum {
     KD_H_NCANDIDATES = 280,
     KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
     KD_H_CANDIDATE_BYTES = 112,
+    /* u64 systems of a batched matrix (zero in files from before batches: one matrix) */
+    KD_H_BATCH = 1520,
     KD_H_DETAIL = 1536, /* u32 count, u32 0, then KD_FORMAT_DETAIL_MAX x {char name[24], u64} */
     KD_H_DETAIL_ITEM_BYTES = 32,
     /* Reordering (u32 kind, u32 0, u64 bandwidth before, u64 after, char reason[88]): zero in
@@ -63,8 +66,9 @@ enum {
 #define KD_FLAG_SYMMETRY_KNOWN 4u /* files from before the symmetry scan lack it */
 #define KD_FLAG_DISTRIBUTED 8u    /* put spread over an MPI job's ranks (server/spread.c) */
 
-_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_DETAIL,
-               "state header too small for the candidates");
+_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_BATCH &&
+                   KD_H_BATCH + 8 <= KD_H_DETAIL,
+               "state header too small for the candidates and the batch");
 _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_CHECKSUM,
                "state header too small for the format detail");
 _Static_assert(KD_FORMAT_DETAIL_NAME == 24, "format detail name size changed");
@@ -290,6 +294,7 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
                strnlen(m->detail.items[i].name, KD_FORMAT_DETAIL_NAME - 1));
         kd_put_u64(d + KD_FORMAT_DETAIL_NAME, (uint64_t)m->detail.items[i].value);
     }
+    kd_put_u64(h + KD_H_BATCH, (uint64_t)m->batch);
     kd_put_u32(h + KD_H_REORDER, (uint32_t)m->reorder);
     kd_put_u64(h + KD_H_REORDER + 8, (uint64_t)m->bandwidth_before);
     kd_put_u64(h + KD_H_REORDER + 16, (uint64_t)m->bandwidth_after);
@@ -340,6 +345,12 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
         return kd_err_set(err, KD_EIO, "payload size %llu does not match the shape",
                           (unsigned long long)*payload_bytes);
     m->device_bytes = (size_t)kd_get_u64(h + KD_H_DEVICE_BYTES);
+    const uint64_t batch = kd_get_u64(h + KD_H_BATCH);
+    if (batch > (uint64_t)(m->rows > 0 ? m->rows : 1) ||
+        (batch > 0 && m->rows % (int64_t)batch != 0))
+        return kd_err_set(err, KD_EIO, "batch of %llu systems does not divide %lld rows",
+                          (unsigned long long)batch, (long long)m->rows);
+    m->batch = (int64_t)batch;
     const uint8_t *st = h + KD_H_STATS;
     m->stats.min_row = (int64_t)kd_get_u64(st);
     m->stats.max_row = (int64_t)kd_get_u64(st + 8);
@@ -604,6 +615,14 @@ static int kd_state_check_csr(const kd_csr_t *m)
     return 0;
 }
 
+/* The id of content hash h: a batch's is changed by its size (solver/batch.h). */
+static const uint8_t *kd_state_content_id(uint8_t h[16], int64_t batch)
+{
+    if (batch > 0)
+        kd_batch_id_mix(h, batch);
+    return h;
+}
+
 /* Read the payload of an open, header-checked file into a new CSR and check it against the header
  * and the id. KD_OK; KD_EIO with *corrupt for a failed check; KD_EIO / KD_ENOMEM otherwise. */
 static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum,
@@ -633,7 +652,7 @@ static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum
         rc = kd_err_set(err, KD_EIO, "the stored arrays are not a canonical CSR matrix");
     } else if (kd_csr_hash(csr, check) != KD_OK) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    } else if (memcmp(check, id, 16) != 0) {
+    } else if (memcmp(kd_state_content_id(check, m->batch), id, 16) != 0) {
         *corrupt = 1;
         rc = kd_err_set(err, KD_EIO, "content hash does not match the id");
     }

@@ -4,6 +4,7 @@
  * format can rely on. The formats themselves live in solver/format_<name>.c.
  */
 #include "solver/matrix.h"
+#include "solver/batch.h"
 #include "common/clock.h"
 #include "common/checked.h"
 #include "solver/format.h"
@@ -340,6 +341,7 @@ void kd_matrix_free(kd_matrix_t *m)
     kd_matrix_order_release(m);
     if (m->ops != NULL)
         m->ops->release(m);
+    kd_batch_free(m->batch);
     free(m->inv_diagonal);
     free(m);
 }

@@ -101,6 +101,9 @@ typedef struct kd_matrix {
      * with it; kd_precond_get adds to the list. */
     struct kd_precond *preconds;
     kd_matrix_order_t order;
+    /* A batched matrix (solver/batch.h), owned: ops is NULL and rows, cols, nnz are the block
+     * diagonal's totals (kd_batch_matrix_wrap); NULL for every other matrix. */
+    struct kd_batch *batch;
 } kd_matrix_t;
 
 /* The device memory, in bytes, that `format` would take for csr on this device, computed on the

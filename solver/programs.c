@@ -85,8 +85,9 @@ static void kd_programs_list_solver(kd_programs_builder_t *b, kd_dtype_t dtype)
     const size_t wg = kd_ocl_work_group_size(b->ocl);
     char base[64], options[KD_PROGRAM_OPTIONS_MAX];
     snprintf(base, sizeof(base), "-DKD_WG_SIZE=%zu", wg);
-    static const char *const with_wg[] = {"krylov", "cg1",  "cg_small", "bicgstab", "minres",
-                                          "gmres",  "blas", "ilu",      "permute",  "amg"};
+    static const char *const with_wg[] = {"krylov",  "cg1",   "cg_small", "bicgstab",
+                                          "minres",  "gmres", "blas",     "ilu",
+                                          "permute", "amg",   "batch"};
     for (size_t i = 0; i < sizeof(with_wg) / sizeof(with_wg[0]); i++)
         kd_programs_add(b, with_wg[i], dtype, base);
     kd_programs_add(b, "chebyshev", dtype, "");

@@ -46,3 +46,7 @@ kd_add_test(test_preconds SOURCES test_preconds.c LIBS kd_solver kd_bench LABELS
 # rejected and rebuilt, pruning, and the warm-up's list against the launch paths' options.
 kd_add_test(test_program_cache SOURCES test_program_cache.c LIBS kd_solver LABELS kernel
             TIMEOUT 240)
+# Batched matrices and solves: batched SpMV against the CPU, batched cg / bicgstab against the
+# single-system path per system, one bad system among good ones, the global variant, limits.
+kd_add_test(test_batch SOURCES test_batch.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)

@@ -1515,6 +1515,67 @@ static void test_corrupted_requests(void)
     free(good);
 }
 
+/* matrix.put with batch: values k x nnz, the whole batch held to the limits; per-system arrays
+ * for solve's rtol, atol and maxiter. */
+static void put_batch(kd_writer_t *w, int64_t batch, int64_t rows, size_t nvalues)
+{
+    double *v = calloc(nvalues + 1, sizeof(double));
+    REQUIRE(v != NULL);
+    begin(w, "matrix.put", 6);
+    kd_w_kv_int(w, "batch", batch);
+    kd_w_kv_int(w, "rows", rows);
+    kd_w_kv_int(w, "cols", 3);
+    kd_w_kv_bin(w, "indptr", csr_indptr, sizeof(csr_indptr));
+    kd_w_kv_bin(w, "indices", csr_indices, sizeof(csr_indices));
+    kd_w_kv_bin(w, "values", v, nvalues * sizeof(double));
+    free(v);
+}
+
+static void test_batch(void)
+{
+    kd_writer_t w;
+    put_batch(&w, 2, 3, 8);
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->u.put.batch == 2 && r->u.put.values.count == 8 && r->u.put.indices.count == 4);
+    kd_request_free(r);
+    put_batch(&w, 2, 3, 7);
+    BAD(&w, KD_EBADREQ, "values has 7 entries but batch = 2 systems of 4 nonzeros");
+    put_batch(&w, 0, 3, 4);
+    BAD(&w, KD_EBADREQ, "batch must be >= 1, got 0");
+    begin(&w, "matrix.put", 2);
+    kd_w_kv_int(&w, "batch", 2);
+    kd_w_kv_str(&w, "mtx", "%%MatrixMarket matrix coordinate real general\n1 1 1\n1 1 2\n");
+    BAD(&w, KD_EBADREQ, "batch takes the shared pattern as indptr and indices");
+    put_batch(&w, 400, 3, 1600); /* 1,200 rows in all, over the limit of 1,000 */
+    BAD(&w, KD_ETOOLARGE, "batch = 400 systems together");
+    put_batch(&w, (int64_t)1 << 62, 3, 0);
+    BAD(&w, KD_EBADREQ, "values has 0 entries");
+    put_batch(&w, 2, 5, 8); /* 4 nonzeros for 5 rows (indptr is short too, but this comes first) */
+    BAD(&w, KD_EBADREQ, "at least one entry per row on average (nnz >= rows)");
+    begin(&w, "solve", 5);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "b", csr_values, sizeof(csr_values));
+    kv_doubles(&w, "rtol", (const double[]){1e-6, 1e-7}, 2);
+    kv_doubles(&w, "atol", (const double[]){0.0, 1e-9}, 2);
+    kv_ints(&w, "maxiter", (const int64_t[]){5, 6}, 2);
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    const kd_solve_request_t *q = &r->u.solve;
+    CHECK(q->rtols.present && q->rtols.count == 2 && q->rtols.dtype == KD_DTYPE_F64);
+    CHECK(kd_load_real(q->rtols.data, KD_DTYPE_F64, 1) == 1e-7);
+    CHECK(q->atols.present && kd_load_real(q->atols.data, KD_DTYPE_F64, 1) == 1e-9);
+    CHECK(q->maxiters.present && q->maxiters.dtype == KD_DTYPE_I64 &&
+          kd_load_i64(q->maxiters.data, 1) == 6);
+    CHECK(q->rtol == 1e-8 && q->maxiter == -1); /* the scalars keep their defaults */
+    kd_request_free(r);
+    begin(&w, "solve", 3);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "b", csr_values, sizeof(csr_values));
+    kd_w_kv_str(&w, "rtol", "tight");
+    BAD(&w, KD_EBADREQ, "rtol must be a number, got str");
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -1536,5 +1597,6 @@ int main(void)
     RUN(test_solve_rules);
     RUN(test_stream_round_trip);
     RUN(test_corrupted_requests);
+    RUN(test_batch);
     return kd_test_finish();
 }

@@ -59,8 +59,19 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
             if (p->values.count > lim->max_nnz)
                 abort();
         }
-        if (p->kind == KD_PUT_CSR &&
-            (p->indptr.count != p->rows + 1 || p->indices.count != p->values.count))
+        /* a batch of k systems: the pattern's nnz entries, k x nnz values, the whole batch
+         * within the limits, and a stored entry per row (its expansion is bounded) */
+        const int64_t k = p->batch > 0 ? p->batch : 1;
+        if (p->batch < 0 || (p->batch > 0 && p->kind != KD_PUT_CSR))
+            abort();
+        int64_t all_rows, all_cols;
+        if (p->batch > 0 &&
+            (__builtin_mul_overflow(p->rows, k, &all_rows) ||
+             __builtin_mul_overflow(p->cols, k, &all_cols) || all_rows > lim->max_rows ||
+             all_cols > lim->max_cols || p->indices.count < p->rows))
+            abort();
+        if (p->kind == KD_PUT_CSR && (p->indptr.count != p->rows + 1 || p->values.count % k != 0 ||
+                                      p->indices.count != p->values.count / k))
             abort();
         if (p->kind == KD_PUT_COO &&
             (p->row.count != p->col.count || p->row.count != p->values.count))
@@ -85,6 +96,9 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
     case KD_METHOD_SOLVE:
         touch(&req->u.solve.b);
         touch(&req->u.solve.x0);
+        touch(&req->u.solve.rtols);
+        touch(&req->u.solve.atols);
+        touch(&req->u.solve.maxiters);
         if (req->u.solve.nrhs < 1 || req->u.solve.nrhs > lim->max_nrhs)
             abort();
         if (req->u.solve.restart < 0 || req->u.solve.restart > KD_RESTART_MAX ||

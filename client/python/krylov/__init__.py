@@ -12,7 +12,15 @@ Errors from the server raise KrylovError subclasses (NotFound, BadRequest, ...);
 krylov.errors. krylov.scipy.ResidentOperator wraps a resident matrix as a SciPy LinearOperator.
 """
 
-from .client import DEFAULT_ADDRESS, Client, MatrixInfo, Progress, ServerStatus, SolveResult
+from .client import (
+    DEFAULT_ADDRESS,
+    BatchSolveResult,
+    Client,
+    MatrixInfo,
+    Progress,
+    ServerStatus,
+    SolveResult,
+)
 from .errors import (
     BadRequest,
     Busy,
@@ -36,6 +44,7 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchSolveResult",
     "Client",
     "MatrixInfo",
     "SolveResult",

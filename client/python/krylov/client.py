@@ -22,10 +22,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _rpc, errors
+from . import _rpc, batch as _batch, errors
+from .batch import BatchSolveResult
 from .content_id import csr_content_id
 
-__all__ = ["Client", "MatrixInfo", "SolveResult", "ServerStatus", "Progress", "DEFAULT_ADDRESS"]
+__all__ = ["Client", "MatrixInfo", "SolveResult", "BatchSolveResult", "ServerStatus", "Progress",
+           "DEFAULT_ADDRESS"]
 
 DEFAULT_ADDRESS = "127.0.0.1:7373"
 
@@ -69,6 +71,8 @@ class MatrixInfo:
     # put / multiply of a matrix already held in another format or ordering: the server says it
     # kept the stored one (the options were not applied); "" otherwise
     notice: str = ""
+    # a batch (put_batch): how many systems of shape rows x cols it holds; 0 for one matrix
+    batch: int = 0
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -100,6 +104,7 @@ class MatrixInfo:
             spgemm=dict(d["spgemm"]) if isinstance(d.get("spgemm"), dict) else None,
             symmetric=None if d.get("symmetric") is None else bool(d["symmetric"]),
             notice=d.get("notice") or "",
+            batch=int(d.get("batch", 0)),
             raw=d,
         )
 
@@ -467,6 +472,57 @@ class Client:
                   timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 
+    def put_batch(self, matrices, values=None, *, name=None, dtype=None, pin=None,
+                  timeout_ms=None):
+        """Upload k small systems that share one sparsity pattern as one batch; returns its
+        MatrixInfo (info.batch = k, rows / cols / nnz one system's). matrices: a list of scipy
+        sparse matrices with the same pattern, or one pattern matrix with values a (k, nnz)
+        array in its CSR entry order. solve(info, B) then solves them all at once."""
+        indptr, indices, shape, vals = _batch.pattern_and_values(matrices, values)
+        _check_real(vals, "the values")
+        value_dtype = _dtype_name(dtype, _default_value_dtype(vals))
+        indptr, indices = np.asarray(indptr), np.asarray(indices)
+        wire_index, index_name = _index_dtype(indptr, indices)
+        params = {"rows": int(shape[0]), "cols": int(shape[1]), "batch": int(vals.shape[0]),
+                  "dtype": value_dtype, "index_dtype": index_name,
+                  "indptr": _index_bin(indptr, wire_index),
+                  "indices": _index_bin(indices, wire_index),
+                  "values": _values_bin(np.ascontiguousarray(vals).ravel(), value_dtype)}
+        _optional(params, name=name, pin=None if pin is None else bool(pin),
+                  timeout_ms=timeout_ms)
+        return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+
+    def solve_batch(self, matrix, B, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
+                    preconditioner=None, history=False, dtype=None, timeout_ms=None,
+                    restart=None):
+        """Solve every system of a batch (put_batch's MatrixInfo or id): B is (k, n), row s
+        system s's right-hand side; rtol, atol and maxiter a number or k of them. method "cg",
+        "bicgstab" or "gmres" (restart: its m, default 30), preconditioner None / "none" or
+        "jacobi". Returns a BatchSolveResult."""
+        b_arr = np.asarray(B)
+        if b_arr.ndim != 2:
+            raise ValueError(f"B must be (systems, rows), not of shape {b_arr.shape}")
+        _check_real(b_arr, "B")
+        k, n = b_arr.shape
+        dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
+        params = {"id": _matrix_id(matrix), "b": _values_bin(b_arr.ravel(), dtype_name),
+                  "dtype": dtype_name, "method": method,
+                  "rtol": _batch.per_system(rtol, k, "rtol", float),
+                  "atol": _batch.per_system(atol, k, "atol", float)}
+        if x0 is not None:
+            x0_arr = np.asarray(x0)
+            if x0_arr.shape != b_arr.shape:
+                raise ValueError(f"x0 has shape {x0_arr.shape} but B has shape {b_arr.shape}")
+            params["x0"] = _values_bin(x0_arr.ravel(), dtype_name)
+        if history:
+            params["history"] = True
+        _optional(params, maxiter=None if maxiter is None else _batch.per_system(maxiter, k,
+                                                                                 "maxiter", int),
+                  preconditioner=preconditioner, timeout_ms=timeout_ms,
+                  restart=None if restart is None else int(restart))
+        result = self._conn.call("solve", params)
+        return _batch.result_from_wire(result, k, n, _VALUE_DTYPES[dtype_name])
+
     def multiply(self, a, b, *, transpose_a=False, name=None, format=None, pin=None, select=None,
                  reorder=None, timeout_ms=None):
         """C = a @ b (a.T @ b with transpose_a) on the server's device, kept there as a new matrix;
@@ -596,6 +652,11 @@ class Client:
             if rtol != 1e-8 and rtol != tol:
                 raise ValueError(f"solve got both tol={tol} and rtol={rtol}: give one")
             rtol = tol
+        if isinstance(matrix, MatrixInfo) and matrix.batch > 0:
+            return self.solve_batch(matrix, b, method=method, rtol=rtol, atol=atol,
+                                    maxiter=maxiter, x0=x0, preconditioner=preconditioner,
+                                    history=history, dtype=dtype, timeout_ms=timeout_ms,
+                                    restart=restart)
         b_arr = np.asarray(b)
         _check_real(b_arr, "b")
         dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
