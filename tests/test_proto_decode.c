@@ -1576,6 +1576,73 @@ static void test_batch(void)
     BAD(&w, KD_EBADREQ, "rtol must be a number, got str");
 }
 
+/* matrix.put's distribute: absent is auto, true and false, "auto"; anything else, and true with
+ * a batch, is BAD_REQUEST naming it; matrix.multiply does not take it. */
+static void put_distribute(kd_writer_t *w, int kind, int64_t batch)
+{
+    begin(w, "matrix.put", batch > 0 ? 7 : 6);
+    kd_w_kv_int(w, "rows", 3);
+    kd_w_kv_int(w, "cols", 3);
+    kd_w_kv_bin(w, "indptr", csr_indptr, sizeof(csr_indptr));
+    kd_w_kv_bin(w, "indices", csr_indices, sizeof(csr_indices));
+    if (batch > 0) {
+        double v[8] = {0};
+        kd_w_kv_bin(w, "values", v, sizeof(v));
+        kd_w_kv_int(w, "batch", batch);
+    } else {
+        kd_w_kv_bin(w, "values", csr_values, sizeof(csr_values));
+    }
+    if (kind == 0)
+        kd_w_kv_bool(w, "distribute", 0);
+    else if (kind == 1)
+        kd_w_kv_bool(w, "distribute", 1);
+    else if (kind == 2)
+        kd_w_kv_str(w, "distribute", "auto");
+    else if (kind == 3)
+        kd_w_kv_str(w, "distribute", "always");
+    else
+        kd_w_kv_int(w, "distribute", 1);
+}
+
+static void test_distribute(void)
+{
+    static const int want[3] = {KD_DISTRIBUTE_NO, KD_DISTRIBUTE_YES, KD_DISTRIBUTE_AUTO};
+    kd_writer_t w;
+    for (int kind = 0; kind < 3; kind++) {
+        put_distribute(&w, kind, 0);
+        kd_request_t *r = GOOD(&w);
+        REQUIRE(r != NULL);
+        CHECK_EQ_INT(r->u.put.options.distribute, want[kind]);
+        kd_request_free(r);
+    }
+    begin(&w, "matrix.put", 5);
+    kd_w_kv_int(&w, "rows", 3);
+    kd_w_kv_int(&w, "cols", 3);
+    kd_w_kv_bin(&w, "indptr", csr_indptr, sizeof(csr_indptr));
+    kd_w_kv_bin(&w, "indices", csr_indices, sizeof(csr_indices));
+    kd_w_kv_bin(&w, "values", csr_values, sizeof(csr_values));
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK_EQ_INT(r->u.put.options.distribute, KD_DISTRIBUTE_AUTO);
+    kd_request_free(r);
+    put_distribute(&w, 3, 0);
+    BAD(&w, KD_EBADREQ, "distribute must be true, false or \"auto\"");
+    put_distribute(&w, 4, 0);
+    BAD(&w, KD_EBADREQ, "distribute must be true, false or \"auto\"");
+    put_distribute(&w, 1, 2);
+    BAD(&w, KD_EBADREQ, "distribute = true does not apply to a batch");
+    put_distribute(&w, 2, 2); /* auto with a batch: accepted (a batch is never spread) */
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->u.put.batch == 2);
+    kd_request_free(r);
+    begin(&w, "matrix.multiply", 3);
+    kd_w_kv_str(&w, "a", ID_HEX);
+    kd_w_kv_str(&w, "b", ID_HEX);
+    kd_w_kv_bool(&w, "distribute", 1);
+    BAD(&w, KD_EBADREQ, "distribute");
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -1598,5 +1665,6 @@ int main(void)
     RUN(test_stream_round_trip);
     RUN(test_corrupted_requests);
     RUN(test_batch);
+    RUN(test_distribute);
     return kd_test_finish();
 }
