@@ -72,10 +72,13 @@ size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64
     kd_matrix_meta_t meta;
     if (kd_store_get_meta(server->store, id, &meta) != KD_OK)
         return 0;
+    /* a spread matrix's device vectors here hold rank 0's rows (its columns too: it is square) */
+    const int64_t rows = meta.ranks > 1 ? meta.rank_rows[0] : meta.rows;
+    const int64_t cols = meta.ranks > 1 ? meta.rank_rows[0] : meta.cols;
     int64_t a, b, n;
     size_t bytes;
-    if (kd_mul_overflow_i64(per_row, meta.rows, &a) ||
-        kd_mul_overflow_i64(per_col, meta.cols, &b) || kd_add_overflow_i64(a, b, &n) || n < 0 ||
+    if (kd_mul_overflow_i64(per_row, rows, &a) || kd_mul_overflow_i64(per_col, cols, &b) ||
+        kd_add_overflow_i64(a, b, &n) || n < 0 ||
         kd_mul_overflow((size_t)n, kd_dtype_size(meta.dtype), &bytes))
         return SIZE_MAX;
     return bytes;

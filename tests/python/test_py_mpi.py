@@ -5,7 +5,8 @@ inputs and with SciPy.
 - matrix.put distribute=true of 494_bus, of a generated matrix with empty rows and one dense row
   and column, and of a 2-D Laplacian: matrix.info says how it is spread (ranks, rows and nonzeros
   per rank summing to the matrix's, halo sizes), a plain put or distribute=false stays whole, and
-  "auto" spreads what has more nonzeros than --distribute-nnz;
+  "auto" spreads what has more nonzeros than --distribute-nnz; a matrix over rank 0's device budget
+  whole (DEVICE_MEMORY) is put spread, its part counted;
 - spmv with 1 and 3 columns, alpha and beta, float64 and float32 requests: the single process's y
   to rounding, and A @ x;
 - solve with cg, pcg and sd, one and three right-hand sides, x0: the same statuses and iteration
@@ -41,6 +42,7 @@ from kd_rpc import Client, RpcError
 RANKS = int(os.environ.get("KD_MPI_RANKS", "2"))
 MPIEXEC = os.environ.get("KD_MPIEXEC", "mpirun")
 AUTO_NNZ = 3000  # --distribute-nnz of the job under test
+BUDGET = 3 << 20  # --device-memory of the job: rank 0's budget
 
 
 def mpi_env():
@@ -69,7 +71,8 @@ class Job:
                 "--port-file", port_file, "--state-dir", os.path.join(self.state_dir, "state"),
                 "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
                 "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
-                "--warm-programs", "none", "--distribute-nnz", str(AUTO_NNZ)]
+                "--warm-programs", "none", "--distribute-nnz", str(AUTO_NNZ),
+                "--device-memory", str(BUDGET)]
         if RANKS > 1:
             argv = [MPIEXEC, "-np", str(RANKS), "--oversubscribe"] + argv
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=mpi_env())
@@ -401,6 +404,21 @@ class TestMpi(unittest.TestCase):
         self.assertEqual(answers[1][2]["code"], "CANCELLED")
         x = self.rng.standard_normal(n)
         self.assertLess(np.abs(spmv(self.c, mid, x, 1) - a @ x).max(), 1e-12)
+
+    def test_zy_fits_the_job_not_one_rank(self):
+        """A matrix over rank 0's device budget whole, under it spread (its part and vectors)."""
+        if RANKS == 1:
+            return
+        a = laplace2d(250)  # 62,500 rows, 311,500 nonzeros: about 4 MB of CSR
+        with self.assertRaises(RpcError) as e:
+            self.c.put_csr(a, distribute=False)
+        self.assertEqual(e.exception.code, "DEVICE_MEMORY")
+        put = self.c.put_csr(a, distribute=True, select="heuristic")
+        self.check_spread(put, a)
+        self.assertLess(put["device_bytes"], BUDGET)
+        x = self.rng.standard_normal(a.shape[0])
+        self.assertLess(np.abs(spmv(self.c, put["id"], x, 1) - a @ x).max(), 1e-12)
+        self.c.call("matrix.drop", id=put["id"])  # spread matrices are never evicted
 
     def test_zz_restart(self):  # last: it restarts the job
         a = laplace2d(15)
