@@ -11,7 +11,7 @@ inputs and with SciPy.
   to rounding, and A @ x;
 - solve with cg, pcg and sd, one and three right-hand sides, x0: the same statuses and iteration
   counts as the single process (within 10% on 494_bus, whose counts move with the order of the
-  sums), the true residual ||b - A x|| / ||b|| on the host;
+  sums), the true residual ||b - A x|| / ||b|| on the host, and SciPy's CG count within 10%;
 - bad input (x of the wrong length, a method that does not run spread) is BAD_REQUEST naming the
   problem, and the job keeps serving; drop forgets the matrix on every rank and a put brings it
   back;
@@ -35,6 +35,7 @@ import msgpack
 import numpy as np
 import scipy.io
 import scipy.sparse as sp
+import scipy.sparse.linalg as sla
 
 from kd_daemon import BIN_DIR, Daemon, make_rng, matrix_path
 from kd_rpc import Client, RpcError
@@ -169,6 +170,20 @@ def arrow_spd(n, rng):
     return a.tocsr()
 
 
+def scipy_cg_iterations(a, b, rtol):
+    """SciPy's CG iteration count to ||r|| <= rtol ||b|| (its keyword was tol before 1.12)."""
+    count = [0]
+
+    def step(_):
+        count[0] += 1
+
+    try:
+        sla.cg(a, b, rtol=rtol, atol=0.0, maxiter=100000, callback=step)
+    except TypeError:
+        sla.cg(a, b, tol=rtol, atol=0.0, maxiter=100000, callback=step)
+    return count[0]
+
+
 def spmv(c, mid, x, k, dtype="float64", **kw):
     wire = "<f8" if dtype == "float64" else "<f4"
     params = dict(id=mid, x=np.asarray(x, wire).tobytes(order="F"), dtype=dtype, **kw)
@@ -279,6 +294,11 @@ class TestMpi(unittest.TestCase):
             got = self.check_solve(a, put["id"], method, k, x0=x0,
                                    rtol=1e-4 if method == "sd" else 1e-8)
             self.assertEqual(got["method"], "cg" if method == "pcg" else method)
+        # SciPy's CG on the same system: the same iteration count within 10%
+        b = self.rng.standard_normal(a.shape[0])
+        _, res = self.c.solve(put["id"], b, method="cg", rtol=1e-8)
+        want = scipy_cg_iterations(a, b, 1e-8)
+        self.assertLessEqual(abs(res["iterations"] - want), max(1, want // 10), (res, want))
         # progress notifications come from the serving rank as on one process
         self.c.notifications.clear()
         _, res = self.c.solve(put["id"], np.ones(a.shape[0]), method="cg", progress=True,
