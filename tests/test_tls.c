@@ -143,7 +143,12 @@ static void test_not_tls(kd_tls_ctx_t *ctx)
     unsigned char junk[64] = {0x16, 0x03, 0x01, 0x00, 0x3b};
     for (size_t i = 5; i < sizeof(junk); i++)
         junk[i] = (unsigned char)kd_test_rand_u64();
-    junk[5] = 0x01; /* ClientHello, with a nonsense body */
+    /* ClientHello whose declared length is the rest of the record (so the peer does not wait for
+     * more), with a random body and a session id length over 32 (so it can never parse) */
+    junk[5] = 0x01;
+    junk[6] = 0x00, junk[7] = 0x00, junk[8] = 0x37;
+    junk[9] = 0x03, junk[10] = 0x03;
+    junk[43] = 0xff;
     REQUIRE(kd_tls_feed(t, junk, sizeof(junk)) == KD_OK);
     unsigned char buf[256];
     size_t got = 0;
