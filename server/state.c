@@ -9,6 +9,7 @@
  * file that fails is moved to corrupt/ rather than deleted, so a person can look at it.
  */
 #include "server/state.h"
+#include "common/le.h"
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/config.h"
@@ -87,49 +88,6 @@ struct kd_state {
 };
 
 /* ---- little-endian fields ----------------------------------------------------------------- */
-
-static void kd_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void kd_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void kd_put_f64(uint8_t *p, double v)
-{
-    uint64_t bits;
-    memcpy(&bits, &v, 8);
-    kd_put_u64(p, bits);
-}
-
-static uint32_t kd_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t kd_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static double kd_get_f64(const uint8_t *p)
-{
-    uint64_t bits = kd_get_u64(p);
-    double v;
-    memcpy(&v, &bits, 8);
-    return v;
-}
 
 /* ---- paths and directories ---------------------------------------------------------------- */
 

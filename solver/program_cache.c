@@ -9,6 +9,7 @@
  * bad binary costs nothing to rebuild, so nothing is moved aside.
  */
 #include "solver/program_cache.h"
+#include "common/le.h"
 #include "common/log.h"
 
 #include <dirent.h>
@@ -49,34 +50,6 @@ struct kd_program_cache {
     uint8_t (*used)[16]; /* keys loaded or stored since open */
     size_t nused, capused;
 };
-
-static void kd_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void kd_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t kd_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t kd_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static void kd_key_hex(const uint8_t key[16], char hex[33])
 {
