@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "server/cache.h"
+#include "server/handlers.h"
 #include "server/quota.h"
 #include "server/replies.h"
 #include "server/server.h"
@@ -115,81 +116,40 @@ static void kd_batch_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr, const
     meta->batch = k;
 }
 
-/* kd_handlers_admit for a batch (takes csr). */
-static int kd_batch_admit(struct kd_server *server, const kd_job_t *job, kd_csr_t *csr,
-                          const kd_put_request_t *p, kd_matrix_meta_t *out, int *created,
-                          kd_err_t *err)
+/* kd_handlers_keep's device step for a batch: a kd_batch_t, with room for it in the budget. */
+static int kd_batch_keep_upload(struct kd_server *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                           void *arg, kd_err_t *err)
 {
-    kd_matrix_t *dev = NULL;
-    int rc;
-    *created = 0;
-    kd_store_entry_t *entry = calloc(1, sizeof(*entry));
-    if (entry == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory");
-        goto fail;
-    }
+    const kd_put_request_t *p = arg;
     kd_matrix_meta_t *meta = &entry->meta;
-    if (kd_csr_hash(csr, meta->id) != KD_OK) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the batch");
-        goto fail;
-    }
-    kd_batch_id_mix(meta->id, p->batch);
-    kd_id_to_hex(meta->id, meta->hex);
-    const char *user = job->user;
-    kd_usage_t use;
-    kd_store_usage(server->store, user, &use);
-    kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
-    if (existing != NULL) {
-        const int owned = kd_meta_owner(&existing->meta, user) >= 0;
-        if (!owned &&
-            (rc = kd_quota_check_matrix(&job->quota, user, &use, existing->meta.device_bytes,
-                                        existing->meta.file_bytes, err)) != KD_OK)
-            goto fail;
-        if ((!owned || p->options.pin == 1) &&
-            (rc = kd_cache_set_pinned(server, existing, user, p->options.pin == 1, err)) != KD_OK)
-            goto fail;
-        kd_store_get_meta(server->store, meta->id, out);
-        kd_meta_view(out, user);
-        *created = !owned;
-        free(entry);
-        kd_csr_free(csr);
-        return KD_OK;
-    }
     char what[160];
     snprintf(what, sizeof(what), "batch %s (%lld systems of %lld x %lld, %s)", meta->hex,
              (long long)p->batch, (long long)(csr->rows / p->batch),
              (long long)(csr->cols / p->batch), kd_dtype_name(csr->dtype));
     const size_t need = kd_batch_plan_bytes(p->batch, csr->rows / p->batch, csr->cols / p->batch,
                                             csr->nnz / p->batch, csr->dtype);
-    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK ||
-        (rc = kd_cache_reserve(server, need, NULL, what, err)) != KD_OK ||
-        (rc = kd_batch_from_block_diagonal(server->ocl, csr, p->batch, &dev, err)) != KD_OK)
-        goto fail;
-    kd_batch_describe(meta, csr, dev, &p->options, p->batch);
-    size_t file_bytes = 0;
-    if (server->state != NULL &&
-        (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
-        goto fail;
-    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, meta->device_bytes, file_bytes,
-                                    err)) != KD_OK)
-        goto fail;
-    meta->nowners = 1;
-    snprintf(meta->owners[0].name, sizeof(meta->owners[0].name), "%s", user);
-    meta->owners[0].pinned = meta->pinned;
-    entry->dev = dev;
-    kd_matrix_meta_t copy = *meta;
-    rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry and csr */
-    if (rc != KD_OK)
+    int rc;
+    if ((rc = kd_cache_reserve(server, need, NULL, what, err)) != KD_OK ||
+        (rc = kd_batch_from_block_diagonal(server->ocl, csr, p->batch, &entry->dev, err)) !=
+            KD_OK)
         return rc;
-    kd_store_get_meta(server->store, copy.id, out);
-    kd_meta_view(out, user);
-    *created = 1;
+    kd_batch_describe(meta, csr, entry->dev, &p->options, p->batch);
     return KD_OK;
-fail:
-    kd_matrix_free(dev);
-    free(entry);
-    kd_csr_free(csr);
-    return rc;
+}
+
+/* kd_handlers_admit for a batch (takes csr): its id is the block diagonal's, mixed with k. */
+static int kd_batch_admit(struct kd_server *server, const kd_job_t *job, kd_csr_t *csr,
+                          const kd_put_request_t *p, kd_matrix_meta_t *out, int *created,
+                          kd_err_t *err)
+{
+    uint8_t id[16];
+    if (kd_csr_hash(csr, id) != KD_OK) {
+        kd_csr_free(csr);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the batch");
+    }
+    kd_batch_id_mix(id, p->batch);
+    return kd_handlers_keep(server, job, csr, id, p->options.pin, kd_batch_keep_upload, (void *)p, out,
+                            created, err);
 }
 
 static int kd_batch_put(struct kd_server *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)

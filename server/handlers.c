@@ -113,11 +113,10 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
 }
 
-int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
-                      const kd_matrix_options_t *opt, kd_matrix_meta_t *out, int *created,
-                      kd_err_t *err)
+int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
+                     const uint8_t id[16], int pin, kd_handlers_upload_fn upload, void *arg,
+                     kd_matrix_meta_t *out, int *created, kd_err_t *err)
 {
-    kd_matrix_t *dev = NULL;
     int rc;
     *created = 0;
     kd_store_entry_t *entry = calloc(1, sizeof(*entry));
@@ -126,10 +125,7 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
         goto fail;
     }
     kd_matrix_meta_t *meta = &entry->meta;
-    if (kd_csr_hash(csr, meta->id) != KD_OK) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-        goto fail;
-    }
+    memcpy(meta->id, id, sizeof(meta->id));
     const char *user = job->user;
     kd_usage_t use;
     kd_store_usage(server->store, user, &use);
@@ -142,8 +138,8 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
             (rc = kd_quota_check_matrix(&job->quota, user, &use, existing->meta.device_bytes,
                                         existing->meta.file_bytes, err)) != KD_OK)
             goto fail;
-        if ((!owned || opt->pin == 1) &&
-            (rc = kd_cache_set_pinned(server, existing, user, opt->pin == 1, err)) != KD_OK)
+        if ((!owned || pin == 1) &&
+            (rc = kd_cache_set_pinned(server, existing, user, pin == 1, err)) != KD_OK)
             goto fail;
         kd_store_get_meta(server->store, meta->id, out);
         kd_meta_view(out, user);
@@ -152,33 +148,11 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
         kd_csr_free(csr);
         return KD_OK;
     }
-
-    /* A forced format is built as named; otherwise the formats are measured (or chosen from the
-     * row statistics with select = "heuristic", the only other value the decoder lets through). */
-    const char *forced = opt->format[0] != '\0' ? opt->format : server->cfg.default_format;
     kd_id_to_hex(meta->id, meta->hex);
     /* The count first, before the device does any work; the sizes once they are known. */
-    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK)
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK ||
+        (rc = upload(server, entry, csr, arg, err)) != KD_OK)
         goto fail;
-    kd_select_mode_t mode = KD_SELECT_MEASURE;
-    (void)kd_select_mode_parse(opt->select, &mode);
-    int spread;
-    if ((rc = kd_spread_wanted(server, csr, opt, &spread, err)) != KD_OK)
-        goto fail;
-    if (spread) { /* over the ranks; kd_cache_admit checks rank 0's part against the budget */
-        if ((rc = kd_spread_upload(server, entry, csr, forced, mode, opt, err)) != KD_OK)
-            goto fail;
-    } else {
-        rc = kd_handlers_make_room(server, csr, meta->hex, err);
-        if (rc != KD_OK)
-            goto fail;
-        kd_select_result_t sel;
-        rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &dev, &sel,
-                                        err);
-        if (rc != KD_OK)
-            goto fail;
-        kd_handlers_describe(meta, csr, dev, &sel, opt);
-    }
     size_t file_bytes = 0;
     if (server->state != NULL &&
         (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
@@ -189,7 +163,6 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
     meta->nowners = 1;
     snprintf(meta->owners[0].name, sizeof(meta->owners[0].name), "%s", user);
     meta->owners[0].pinned = meta->pinned;
-    entry->dev = dev;
     kd_matrix_meta_t copy = *meta;
     rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry and csr */
     if (rc != KD_OK)
@@ -199,12 +172,53 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
     *created = 1;
     return KD_OK;
 fail:
-    kd_matrix_free(dev);
-    if (entry != NULL)
+    if (entry != NULL) {
+        kd_matrix_free(entry->dev);
         kd_spread_discard(server, entry);
+    }
     free(entry);
     kd_csr_free(csr);
     return rc;
+}
+
+/* kd_handlers_admit's upload: spread over the ranks, or in the format the selection picks (or
+ * opt->format forces, or the server's default). */
+static int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                              void *arg, kd_err_t *err)
+{
+    const kd_matrix_options_t *opt = arg;
+    /* A forced format is built as named; otherwise the formats are measured (or chosen from the
+     * row statistics with select = "heuristic", the only other value the decoder lets through). */
+    const char *forced = opt->format[0] != '\0' ? opt->format : server->cfg.default_format;
+    kd_select_mode_t mode = KD_SELECT_MEASURE;
+    (void)kd_select_mode_parse(opt->select, &mode);
+    int spread;
+    int rc = kd_spread_wanted(server, csr, opt, &spread, err);
+    if (rc != KD_OK)
+        return rc;
+    if (spread) /* over the ranks; kd_cache_admit checks rank 0's part against the budget */
+        return kd_spread_upload(server, entry, csr, forced, mode, opt, err);
+    if ((rc = kd_handlers_make_room(server, csr, entry->meta.hex, err)) != KD_OK)
+        return rc;
+    kd_select_result_t sel;
+    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &entry->dev,
+                                    &sel, err);
+    if (rc == KD_OK)
+        kd_handlers_describe(&entry->meta, csr, entry->dev, &sel, opt);
+    return rc;
+}
+
+int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
+                      const kd_matrix_options_t *opt, kd_matrix_meta_t *out, int *created,
+                      kd_err_t *err)
+{
+    uint8_t id[16];
+    if (kd_csr_hash(csr, id) != KD_OK) {
+        kd_csr_free(csr);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+    }
+    return kd_handlers_keep(server, job, csr, id, opt->pin, kd_handlers_upload, (void *)opt, out,
+                            created, err);
 }
 
 int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,

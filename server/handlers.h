@@ -22,6 +22,20 @@
 int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *meta, int created,
                        char *out, size_t cap);
 
+/* kd_handlers_keep's device step for a new matrix: put csr on the device into entry (entry->dev,
+ * or entry->dist for one spread over ranks) and describe it in entry->meta (rows, nnz, dtype,
+ * format, device_bytes, pinned, ...), with room made in the device budget first. On failure it
+ * may leave what it made in entry: the caller frees it. */
+typedef int (*kd_handlers_upload_fn)(kd_server_t *server, kd_store_entry_t *entry,
+                                     const kd_csr_t *csr, void *arg, kd_err_t *err);
+
+/* What every way a matrix becomes the server's shares (matrix.put, matrix.multiply, a batch):
+ * content id `id` already held: the user's reference to it (pinned when pin == 1); else quotas,
+ * upload(...), the state file (kd_cache_admit). Takes csr. *meta and *created as below. */
+int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
+                     const uint8_t id[16], int pin, kd_handlers_upload_fn upload, void *arg,
+                     kd_matrix_meta_t *meta, int *created, kd_err_t *err);
+
 /* Owners: the matrix becomes job->user's (a new reference to content another user holds counts as
  * created for this user, and *meta is as the user sees it: kd_meta_view). A new reference that
  * would take the user over a limit of job->quota is KD_EQUOTA, before anything is kept. */
