@@ -117,8 +117,8 @@ static void kd_batch_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr, const
 }
 
 /* kd_handlers_keep's device step for a batch: a kd_batch_t, with room for it in the budget. */
-static int kd_batch_keep_upload(struct kd_server *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                           void *arg, kd_err_t *err)
+static int kd_batch_keep_upload(struct kd_server *server, kd_store_entry_t *entry,
+                                const kd_csr_t *csr, void *arg, kd_err_t *err)
 {
     const kd_put_request_t *p = arg;
     kd_matrix_meta_t *meta = &entry->meta;
@@ -130,8 +130,7 @@ static int kd_batch_keep_upload(struct kd_server *server, kd_store_entry_t *entr
                                             csr->nnz / p->batch, csr->dtype);
     int rc;
     if ((rc = kd_cache_reserve(server, need, NULL, what, err)) != KD_OK ||
-        (rc = kd_batch_from_block_diagonal(server->ocl, csr, p->batch, &entry->dev, err)) !=
-            KD_OK)
+        (rc = kd_batch_from_block_diagonal(server->ocl, csr, p->batch, &entry->dev, err)) != KD_OK)
         return rc;
     kd_batch_describe(meta, csr, entry->dev, &p->options, p->batch);
     return KD_OK;
@@ -148,8 +147,8 @@ static int kd_batch_admit(struct kd_server *server, const kd_job_t *job, kd_csr_
         return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the batch");
     }
     kd_batch_id_mix(id, p->batch);
-    return kd_handlers_keep(server, job, csr, id, p->options.pin, kd_batch_keep_upload, (void *)p, out,
-                            created, err);
+    return kd_handlers_keep(server, job, csr, id, p->options.pin, kd_batch_keep_upload, (void *)p,
+                            out, created, err);
 }
 
 static int kd_batch_put(struct kd_server *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)

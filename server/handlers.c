@@ -67,7 +67,7 @@ static int kd_handlers_make_room(kd_server_t *server, const kd_csr_t *csr, const
 }
 
 size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
-                                       int64_t per_col)
+                                int64_t per_col)
 {
     kd_matrix_meta_t meta;
     if (kd_store_get_meta(server->store, id, &meta) != KD_OK)
@@ -113,9 +113,9 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
 }
 
-int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
-                     const uint8_t id[16], int pin, kd_handlers_upload_fn upload, void *arg,
-                     kd_matrix_meta_t *out, int *created, kd_err_t *err)
+int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, const uint8_t id[16],
+                     int pin, kd_handlers_upload_fn upload, void *arg, kd_matrix_meta_t *out,
+                     int *created, kd_err_t *err)
 {
     int rc;
     *created = 0;
@@ -201,8 +201,8 @@ static int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, cons
     if ((rc = kd_handlers_make_room(server, csr, entry->meta.hex, err)) != KD_OK)
         return rc;
     kd_select_result_t sel;
-    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &entry->dev,
-                                    &sel, err);
+    rc = kd_select_upload_reordered(server->ocl, csr, forced, mode, opt->reorder, &entry->dev, &sel,
+                                    err);
     if (rc == KD_OK)
         kd_handlers_describe(&entry->meta, csr, entry->dev, &sel, opt);
     return rc;

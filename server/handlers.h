@@ -32,9 +32,9 @@ typedef int (*kd_handlers_upload_fn)(kd_server_t *server, kd_store_entry_t *entr
 /* What every way a matrix becomes the server's shares (matrix.put, matrix.multiply, a batch):
  * content id `id` already held: the user's reference to it (pinned when pin == 1); else quotas,
  * upload(...), the state file (kd_cache_admit). Takes csr. *meta and *created as below. */
-int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
-                     const uint8_t id[16], int pin, kd_handlers_upload_fn upload, void *arg,
-                     kd_matrix_meta_t *meta, int *created, kd_err_t *err);
+int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, const uint8_t id[16],
+                     int pin, kd_handlers_upload_fn upload, void *arg, kd_matrix_meta_t *meta,
+                     int *created, kd_err_t *err);
 
 /* Owners: the matrix becomes job->user's (a new reference to content another user holds counts as
  * created for this user, and *meta is as the user sees it: kd_meta_view). A new reference that
