@@ -32,11 +32,12 @@ static double kd_batch_ms_since(uint64_t t0)
     return (double)(kd_clock_ns() - t0) / 1e6;
 }
 
-/* The batch size of matrix id (0: a plain matrix or none). */
+/* The batch size of matrix id (0: a plain matrix or none). Asked for every request the worker
+ * runs: the entry is read in place (the worker writes entries), not copied. */
 static int64_t kd_batch_of(struct kd_server *server, const uint8_t id[16])
 {
-    kd_matrix_meta_t meta;
-    return kd_store_get_meta(server->store, id, &meta) == KD_OK ? meta.batch : 0;
+    const kd_store_entry_t *e = kd_store_find(server->store, id);
+    return e != NULL ? e->meta.batch : 0;
 }
 
 int kd_handlers_batch_claims(struct kd_server *server, const kd_job_t *job)
@@ -176,11 +177,12 @@ static int kd_batch_put(struct kd_server *server, kd_job_t *job, kd_writer_t *w,
 static int kd_batch_use(struct kd_server *server, const uint8_t id[16], int64_t vectors,
                         kd_store_entry_t **entry, kd_err_t *err)
 {
-    kd_matrix_meta_t meta;
+    const kd_store_entry_t *e = kd_store_find(server->store, id);
     size_t bytes = 0;
-    if (kd_store_get_meta(server->store, id, &meta) == KD_OK &&
-        kd_mul3_overflow((size_t)vectors, (size_t)(meta.rows > meta.cols ? meta.rows : meta.cols),
-                         kd_dtype_size(meta.dtype), &bytes))
+    if (e != NULL &&
+        kd_mul3_overflow((size_t)vectors,
+                         (size_t)(e->meta.rows > e->meta.cols ? e->meta.rows : e->meta.cols),
+                         kd_dtype_size(e->meta.dtype), &bytes))
         bytes = SIZE_MAX;
     return kd_cache_use(server, id, bytes, entry, err);
 }
