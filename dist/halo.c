@@ -16,35 +16,20 @@
 
 #define KD_DIST_HALO_TAG 0x4b44 /* every message of an exchange: ordered per pair by MPI */
 
-/* bytes of page-locked host memory (mapped), or malloc'd memory when the device refuses: from
- * pageable memory NVIDIA's OpenCL copies at 3-6 GB/s, from page-locked at the bus's speed, and
- * the halo's copies are on every SpMV's critical path (docs/BENCHMARKS.md, issue 17). */
+/* bytes of page-locked host memory, or malloc'd memory when the device refuses (*pin NULL): the
+ * halo's copies are on every SpMV's critical path (docs/BENCHMARKS.md, issue 17). */
 static void *kd_dist_host_alloc(kd_ocl_t *ocl, size_t bytes, cl_mem *pin)
 {
-    cl_int st = CL_SUCCESS;
-    *pin = clCreateBuffer(kd_ocl_context(ocl), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                          bytes + 1, NULL, &st);
-    void *p = NULL;
-    if (st == CL_SUCCESS && *pin != NULL)
-        p = clEnqueueMapBuffer(kd_ocl_queue(ocl), *pin, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0,
-                               bytes + 1, 0, NULL, NULL, &st);
-    if (st == CL_SUCCESS && p != NULL)
-        return p;
-    if (*pin != NULL)
-        clReleaseMemObject(*pin);
-    *pin = NULL;
-    return malloc(bytes + 1);
+    void *p = kd_ocl_host_alloc(ocl, bytes + 1, pin, NULL);
+    return p != NULL ? p : malloc(bytes + 1);
 }
 
 void kd_dist_host_free(kd_ocl_t *ocl, void *p, cl_mem pin)
 {
-    if (pin == NULL) {
+    if (pin == NULL)
         free(p);
-        return;
-    }
-    (void)clEnqueueUnmapMemObject(kd_ocl_queue(ocl), pin, p, 0, NULL, NULL);
-    (void)clFinish(kd_ocl_queue(ocl));
-    clReleaseMemObject(pin);
+    else
+        kd_ocl_host_free(ocl, p, pin);
 }
 
 /* Buffers for k columns (k changes only between solves: reallocate then). */

@@ -49,7 +49,7 @@ struct kd_ocl_program_entry {
 struct kd_ocl {
     kd_ocl_device_desc_t desc;
     cl_context context;
-    cl_command_queue queue;     /* where everything is enqueued: main_queue or express_queue */
+    cl_command_queue queue; /* where everything is enqueued: main_queue or express_queue */
     cl_command_queue main_queue;
     cl_command_queue express_queue; /* kd_ocl_express: created on first use, NULL until then */
     size_t work_group_size;
@@ -57,11 +57,11 @@ struct kd_ocl {
     struct kd_ocl_program_entry *programs;
     size_t program_count;
     size_t program_cap;
-    double copy_bandwidth; /* bytes/s, 0 until measured */
-    int timing;            /* kd_ocl_timing_begin: launches record events */
-    cl_event timing_first; /* the first recorded launch, or NULL */
-    cl_event timing_last;  /* the last recorded launch, or NULL */
-    uint64_t launches;     /* kernels enqueued since the device was opened */
+    double copy_bandwidth;      /* bytes/s, 0 until measured */
+    int timing;                 /* kd_ocl_timing_begin: launches record events */
+    cl_event timing_first;      /* the first recorded launch, or NULL */
+    cl_event timing_last;       /* the last recorded launch, or NULL */
+    uint64_t launches;          /* kernels enqueued since the device was opened */
     struct kd_ocl_kprof *kprof; /* kd_ocl_kernel_profile_begin: every launch's event, by name */
     int staging;                /* kd_ocl_write/read go through the pinned staging buffer */
     cl_mem staging_mem;         /* CL_MEM_ALLOC_HOST_PTR, 2 x KD_OCL_STAGING_CHUNK, mapped */
@@ -544,11 +544,7 @@ void kd_ocl_close(kd_ocl_t *ocl)
         kd_ocl_kprof_fold(ocl->kprof);
         free(ocl->kprof);
     }
-    if (ocl->staging_ptr != NULL)
-        (void)clEnqueueUnmapMemObject(ocl->queue, ocl->staging_mem, ocl->staging_ptr, 0, NULL,
-                                      NULL);
-    if (ocl->staging_mem != NULL)
-        clReleaseMemObject(ocl->staging_mem);
+    kd_ocl_host_free(ocl, ocl->staging_ptr, ocl->staging_mem);
     for (size_t i = 0; i < ocl->program_count; i++)
         kd_ocl_program_entry_release(&ocl->programs[i]);
     free(ocl->programs);
@@ -645,8 +641,8 @@ static void kd_ocl_kprof_fold(struct kd_ocl_kprof *kp)
         cl_ulong t0 = 0, t1 = 0;
         cl_int st = clWaitForEvents(1, &kp->events[i]);
         if (st == CL_SUCCESS)
-            st = clGetEventProfilingInfo(kp->events[i], CL_PROFILING_COMMAND_START, sizeof(t0),
-                                         &t0, NULL);
+            st = clGetEventProfilingInfo(kp->events[i], CL_PROFILING_COMMAND_START, sizeof(t0), &t0,
+                                         NULL);
         if (st == CL_SUCCESS)
             st = clGetEventProfilingInfo(kp->events[i], CL_PROFILING_COMMAND_END, sizeof(t1), &t1,
                                          NULL);
@@ -1385,25 +1381,44 @@ void kd_ocl_set_staging(kd_ocl_t *ocl, int on)
     ocl->staging = on;
 }
 
+void *kd_ocl_host_alloc(kd_ocl_t *ocl, size_t bytes, cl_mem *mem, cl_int *status)
+{
+    cl_int st = CL_SUCCESS;
+    void *p = NULL;
+    *mem =
+        clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &st);
+    if (st == CL_SUCCESS && *mem != NULL)
+        p = clEnqueueMapBuffer(ocl->queue, *mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
+                               NULL, NULL, &st);
+    if (st == CL_SUCCESS && p != NULL)
+        return p;
+    if (*mem != NULL)
+        clReleaseMemObject(*mem);
+    *mem = NULL;
+    if (status != NULL)
+        *status = st != CL_SUCCESS ? st : CL_OUT_OF_HOST_MEMORY;
+    return NULL;
+}
+
+void kd_ocl_host_free(kd_ocl_t *ocl, void *p, cl_mem mem)
+{
+    if (mem == NULL)
+        return;
+    (void)clEnqueueUnmapMemObject(ocl->queue, mem, p, 0, NULL, NULL);
+    (void)clFinish(ocl->queue);
+    clReleaseMemObject(mem);
+}
+
 /* The mapped staging buffer, made on first use; NULL (and staging off) when the device refuses. */
 static char *kd_ocl_staging_buffer(kd_ocl_t *ocl)
 {
     if (ocl->staging_ptr != NULL || !ocl->staging)
         return ocl->staging_ptr;
-    cl_int st;
-    ocl->staging_mem = clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                                      2 * KD_OCL_STAGING_CHUNK, NULL, &st);
-    if (st == CL_SUCCESS)
-        ocl->staging_ptr = clEnqueueMapBuffer(ocl->queue, ocl->staging_mem, CL_TRUE,
-                                              CL_MAP_READ | CL_MAP_WRITE, 0,
-                                              2 * KD_OCL_STAGING_CHUNK, 0, NULL, NULL, &st);
-    if (st != CL_SUCCESS || ocl->staging_ptr == NULL) {
+    cl_int st = CL_SUCCESS;
+    ocl->staging_ptr = kd_ocl_host_alloc(ocl, 2 * KD_OCL_STAGING_CHUNK, &ocl->staging_mem, &st);
+    if (ocl->staging_ptr == NULL) {
         KD_WARN("ocl", "no pinned staging buffer (%s): transfers from pageable memory",
                 kd_ocl_error_name(st));
-        if (ocl->staging_mem != NULL)
-            clReleaseMemObject(ocl->staging_mem);
-        ocl->staging_mem = NULL;
-        ocl->staging_ptr = NULL;
         ocl->staging = 0;
     }
     return ocl->staging_ptr;
@@ -1415,17 +1430,16 @@ static char *kd_ocl_staging_buffer(kd_ocl_t *ocl)
  * OpenCL moved 8 MB at 3.6-6.5 GB/s on the H200; staged it was no faster there, so it is off by
  * default (kd_ocl_set_staging).
  */
-static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes,
-                           const void *src, void *dst, kd_err_t *err)
+static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                           void *dst, kd_err_t *err)
 {
     const int write = src != NULL;
     char *stage = bytes >= ((size_t)1 << 20) ? kd_ocl_staging_buffer(ocl) : NULL;
     cl_int st = CL_SUCCESS;
     if (stage == NULL) {
-        st = write ? clEnqueueWriteBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL,
-                                          NULL)
-                   : clEnqueueReadBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, dst, 0, NULL,
-                                         NULL);
+        st = write
+                 ? clEnqueueWriteBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, NULL)
+                 : clEnqueueReadBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, dst, 0, NULL, NULL);
         return st == CL_SUCCESS
                    ? KD_OK
                    : kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
@@ -1472,10 +1486,10 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
             st = st == CL_SUCCESS ? w : st;
             clReleaseEvent(ev[h]);
         }
-    return st == CL_SUCCESS
-               ? KD_OK
-               : kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer (staged)"
-                                            : "clEnqueueReadBuffer (staged)");
+    return st == CL_SUCCESS ? KD_OK
+                            : kd_ocl_fail(err, st,
+                                          write ? "clEnqueueWriteBuffer (staged)"
+                                                : "clEnqueueReadBuffer (staged)");
 }
 
 int kd_ocl_write_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
@@ -1500,8 +1514,8 @@ int kd_ocl_express(kd_ocl_t *ocl, int on, kd_err_t *err)
     }
     if (ocl->express_queue == NULL) {
         cl_int st = CL_SUCCESS;
-        ocl->express_queue = clCreateCommandQueue(ocl->context, ocl->desc.device_id,
-                                                  CL_QUEUE_PROFILING_ENABLE, &st);
+        ocl->express_queue =
+            clCreateCommandQueue(ocl->context, ocl->desc.device_id, CL_QUEUE_PROFILING_ENABLE, &st);
         if (ocl->express_queue == NULL || st != CL_SUCCESS) {
             ocl->express_queue = NULL;
             return kd_ocl_fail(err, st, "clCreateCommandQueue (express)");

@@ -47,13 +47,8 @@ static void kd_pool_drop(kd_pool_t *pool, kd_pool_slot_t *slot)
 
 static void kd_pool_host_release(kd_pool_t *pool)
 {
-    if (pool->host_ptr != NULL)
-        (void)clEnqueueUnmapMemObject(kd_ocl_queue(pool->host_ocl), pool->host_mem,
-                                      pool->host_ptr, 0, NULL, NULL);
-    if (pool->host_mem != NULL) {
-        (void)clFinish(kd_ocl_queue(pool->host_ocl));
-        clReleaseMemObject(pool->host_mem);
-    }
+    if (pool->host_mem != NULL)
+        kd_ocl_host_free(pool->host_ocl, pool->host_ptr, pool->host_mem);
     pool->host_mem = NULL;
     pool->host_ptr = NULL;
     pool->host_bytes = 0;
@@ -69,20 +64,9 @@ void *kd_pool_host(kd_pool_t *pool, kd_ocl_t *ocl, size_t bytes)
     size_t want = 1 << 16;
     while (want < bytes)
         want *= 2;
-    cl_int st = CL_SUCCESS;
     pool->host_ocl = ocl;
-    pool->host_mem = clCreateBuffer(kd_ocl_context(ocl), CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                                    want, NULL, &st);
-    if (st == CL_SUCCESS && pool->host_mem != NULL)
-        pool->host_ptr = clEnqueueMapBuffer(kd_ocl_queue(ocl), pool->host_mem, CL_TRUE,
-                                            CL_MAP_READ | CL_MAP_WRITE, 0, want, 0, NULL, NULL,
-                                            &st);
-    if (st != CL_SUCCESS || pool->host_ptr == NULL) {
-        pool->host_ptr = NULL;
-        kd_pool_host_release(pool);
-        return NULL;
-    }
-    pool->host_bytes = want;
+    pool->host_ptr = kd_ocl_host_alloc(ocl, want, &pool->host_mem, NULL);
+    pool->host_bytes = pool->host_ptr != NULL ? want : 0;
     return pool->host_ptr;
 }
 
