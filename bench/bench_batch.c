@@ -26,17 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A value in [0, 1) from three integers. */
-static double kd_bb_hash(uint64_t a, uint64_t b, uint64_t c)
-{
-    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
-                 (c + 0x1234567ull) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    z *= 0xD6E8FEB86645D265ull;
-    z ^= z >> 29;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-
 /* The pattern P kron I2 + I kron [[0,1],[1,0]] of p (p's values ignored; float64). */
 static kd_csr_t *kd_bb_two_per_bus(const kd_csr_t *p)
 {
@@ -90,13 +79,13 @@ static double *kd_bb_values(const kd_csr_t *p, int64_t k)
                     dpos = j;
                     continue;
                 }
-                const double h =
-                    kd_bb_hash((uint64_t)s, (uint64_t)(c < i ? c : i), (uint64_t)(c < i ? i : c));
+                const double h = kd_matgen_hash01((uint64_t)s, (uint64_t)(c < i ? c : i),
+                                                  (uint64_t)(c < i ? i : c));
                 v[s * p->nnz + j] = -(0.2 + h);
                 sum += 0.2 + h;
             }
             v[s * p->nnz + dpos] =
-                1.001 * sum + 0.001 + 0.009 * kd_bb_hash((uint64_t)s, (uint64_t)i, 9);
+                1.001 * sum + 0.001 + 0.009 * kd_matgen_hash01((uint64_t)s, (uint64_t)i, 9);
         }
     return v;
 }
@@ -273,7 +262,7 @@ int kd_bench_batch_main(int argc, char **argv)
         return 1;
     }
     for (int64_t i = 0; i < k * n; i++)
-        b[i] = 1.0 + 0.5 * kd_bb_hash(77, (uint64_t)(i / n), (uint64_t)(i % n));
+        b[i] = 1.0 + 0.5 * kd_matgen_hash01(77, (uint64_t)(i / n), (uint64_t)(i % n));
     if (o.export_path != NULL && kd_bb_export(o.export_path, p, k, values, b) != 0)
         return 1;
     kd_ocl_t *ocl = NULL;

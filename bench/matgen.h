@@ -61,4 +61,16 @@ kd_csr_t *kd_matgen_elasticity_3d(int64_t g, kd_dtype_t dtype);
  * NULL with a message on stderr on failure. */
 kd_csr_t *kd_matgen_by_name(const char *spec, kd_dtype_t dtype);
 
+/* A value in [0, 1) from three integers, the same for the same three every time (values that
+ * tests and benchmarks regenerate by position: a system's, a row's, a column's). */
+static inline double kd_matgen_hash01(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
+                 (c + 0x1234567ull) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    z *= 0xD6E8FEB86645D265ull;
+    z ^= z >> 29;
+    return (double)(z >> 11) / 9007199254740992.0;
+}
+
 #endif

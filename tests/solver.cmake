@@ -16,7 +16,7 @@ kd_add_test(test_symmetry SOURCES test_symmetry.c LIBS kd_solver LABELS kernel T
 # matrices, columns alone, schedules, x0, singular systems, breakdowns.
 kd_add_test(test_bicgstab_minres SOURCES test_bicgstab_minres.c
             ${PROJECT_SOURCE_DIR}/client/mtx_file.c
-            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
 # cg / pcg's small-system path (many iterations per launch) against the general path.
 kd_add_test(test_cg_small SOURCES test_cg_small.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
@@ -48,5 +48,5 @@ kd_add_test(test_program_cache SOURCES test_program_cache.c LIBS kd_solver LABEL
             TIMEOUT 240)
 # Batched matrices and solves: batched SpMV against the CPU, batched cg / bicgstab against the
 # single-system path per system, one bad system among good ones, the global variant, limits.
-kd_add_test(test_batch SOURCES test_batch.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
-            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+kd_add_test(test_batch SOURCES test_batch.c
+            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)

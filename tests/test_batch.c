@@ -14,6 +14,7 @@
  *    the local one; per-system rtol and maxiter (a system stopped by its limit exactly); the
  *    residual history; refusals (batch 0, non-square solve, bad rtol, history too large).
  */
+#include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
 #include "solver/batch.h"
@@ -22,17 +23,6 @@
 #include <math.h>
 
 static kd_ocl_t *ocl;
-
-/* A value in [0, 1) from three integers (the same for (s, i, j) every time). */
-static double hash01(uint64_t a, uint64_t b, uint64_t c)
-{
-    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
-                 (c + 0x1234567ull) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    z *= 0xD6E8FEB86645D265ull;
-    z ^= z >> 29;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
 
 /*
  * k value sets on pattern p (square): off-diagonals a_ij = f * sign, f in [0.2, 1.2) (the same
@@ -55,13 +45,13 @@ static double *make_values(const kd_csr_t *p, int64_t k, int symmetric, double d
                     continue;
                 }
                 const int64_t lo = symmetric && c < i ? c : i, hi = symmetric && c < i ? i : c;
-                const double h = hash01(seed + (uint64_t)s, (uint64_t)lo, (uint64_t)hi);
+                const double h = kd_matgen_hash01(seed + (uint64_t)s, (uint64_t)lo, (uint64_t)hi);
                 vs[j] = -(0.2 + h);
                 sum += fabs(vs[j]);
             }
             if (dpos >= 0)
-                vs[dpos] =
-                    dominance * sum + 0.01 + 0.49 * hash01(seed + (uint64_t)s, (uint64_t)i, 7);
+                vs[dpos] = dominance * sum + 0.01 +
+                           0.49 * kd_matgen_hash01(seed + (uint64_t)s, (uint64_t)i, 7);
         }
     }
     return v;
