@@ -423,6 +423,40 @@ fail:
     return rc;
 }
 
+/* The references of entry as they were before a change, to put back when recording it fails. */
+typedef struct kd_cache_refs {
+    int pinned, nowners;
+    kd_owner_t owners[KD_OWNERS_MAX];
+} kd_cache_refs_t;
+
+static void kd_cache_refs_save(const kd_store_entry_t *entry, kd_cache_refs_t *refs)
+{
+    refs->pinned = entry->meta.pinned;
+    refs->nowners = entry->meta.nowners;
+    memcpy(refs->owners, entry->meta.owners, sizeof(refs->owners));
+}
+
+/* Record a change of entry's references (state file header when its pin changed, then
+ * STATE_DIR/owners); when that fails, put the references back as refs says. */
+static int kd_cache_refs_record(kd_server_t *server, kd_store_entry_t *entry,
+                                const kd_cache_refs_t *refs, kd_err_t *err)
+{
+    int rc = KD_OK;
+    if (server->state != NULL && entry->meta.stored && entry->meta.pinned != refs->pinned)
+        rc = kd_state_update_header(server->state, &entry->meta, err); /* worker: in place */
+    if (rc == KD_OK)
+        rc = kd_owners_save(server, err);
+    if (rc != KD_OK) {
+        kd_err_t ignored = {0};
+        kd_store_remove_owner(server->store, entry, NULL);
+        for (int i = 0; i < refs->nowners; i++)
+            kd_store_add_owner(server->store, entry, refs->owners[i].name, refs->owners[i].pinned,
+                               &ignored);
+        kd_store_set_pinned(server->store, entry, refs->pinned);
+    }
+    return rc;
+}
+
 int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char *user, int pinned,
                         kd_err_t *err)
 {
@@ -432,10 +466,8 @@ int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char
         if (rc != KD_OK)
             return rc;
     }
-    /* The references as they were, to put back when recording the change fails. */
-    const int was = entry->meta.pinned, nowners = entry->meta.nowners;
-    kd_owner_t before[KD_OWNERS_MAX];
-    memcpy(before, entry->meta.owners, sizeof(before));
+    kd_cache_refs_t refs;
+    kd_cache_refs_save(entry, &refs);
     int now;
     if (user != NULL) {
         int rc = kd_store_add_owner(server->store, entry, user, pinned, err);
@@ -445,21 +477,8 @@ int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char
     } else {
         now = kd_store_set_owner_pin(server->store, entry, NULL, pinned);
     }
-    int rc = KD_OK;
-    if (server->state != NULL && entry->meta.stored && now != was) {
-        kd_matrix_meta_t copy;
-        kd_store_get_meta(server->store, entry->meta.id, &copy);
-        rc = kd_state_update_header(server->state, &copy, err);
-    }
-    if (rc == KD_OK)
-        rc = kd_owners_save(server, err);
-    if (rc != KD_OK) {
-        kd_store_remove_owner(server->store, entry, NULL);
-        for (int i = 0; i < nowners; i++)
-            kd_store_add_owner(server->store, entry, before[i].name, before[i].pinned, err);
-        kd_store_set_pinned(server->store, entry, was);
+    if (kd_cache_refs_record(server, entry, &refs, err) != KD_OK)
         return kd_err_prefix(err, "recording the pin of matrix %s", entry->meta.hex);
-    }
     KD_INFO("cache", "%s id=%s user=%s pinned=%d", pinned ? "pin" : "unpin", entry->meta.hex,
             user != NULL ? user : "*", now);
     return KD_OK;
@@ -474,25 +493,12 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
         return kd_err_set(err, KD_ENOTFOUND, "no matrix %s on this server", hex);
     }
     if (user != NULL && entry->meta.nowners > 1 && kd_meta_owner(&entry->meta, user) >= 0) {
-        const int was = entry->meta.pinned, nowners = entry->meta.nowners;
-        kd_owner_t before[KD_OWNERS_MAX];
-        memcpy(before, entry->meta.owners, sizeof(before));
+        kd_cache_refs_t refs;
+        kd_cache_refs_save(entry, &refs);
         kd_store_remove_owner(server->store, entry, user);
-        int rc = KD_OK;
-        if (server->state != NULL && entry->meta.stored && entry->meta.pinned != was) {
-            kd_matrix_meta_t copy;
-            kd_store_get_meta(server->store, id, &copy);
-            rc = kd_state_update_header(server->state, &copy, err);
-        }
-        if (rc == KD_OK)
-            rc = kd_owners_save(server, err);
-        if (rc != KD_OK) {
-            kd_store_remove_owner(server->store, entry, NULL);
-            for (int i = 0; i < nowners; i++)
-                kd_store_add_owner(server->store, entry, before[i].name, before[i].pinned, err);
+        if (kd_cache_refs_record(server, entry, &refs, err) != KD_OK)
             return kd_err_prefix(err, "dropping %s's reference to matrix %s", user,
                                  entry->meta.hex);
-        }
         KD_INFO("store", "drop id=%s user=%s (%d references left)", entry->meta.hex, user,
                 entry->meta.nowners);
         return KD_OK;
