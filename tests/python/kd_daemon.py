@@ -37,18 +37,27 @@ def make_rng():
 
 
 class Daemon:
-    """krylovd on 127.0.0.1 with a kernel-chosen port; `with Daemon() as d: d.address`."""
+    """krylovd on 127.0.0.1 with a kernel-chosen port; `with Daemon() as d: d.address`.
 
-    def __init__(self, *extra_args):
+    launcher: argv words before krylovd's (mpirun and its options); env: the environment it runs
+    in; directory: where its port file and state directory live, kept across stop and start (a
+    restart serves what it stored); without one, a fresh directory removed at stop."""
+
+    def __init__(self, *extra_args, launcher=None, env=None, directory=None):
         self.extra_args = list(extra_args)
+        self.launcher = list(launcher or [])
+        self.env = env
+        self.keep_dir = directory
         self.proc = None
         self.dir = None
         self.address = None
         self.port = None
 
     def start(self):
-        self.dir = tempfile.mkdtemp(prefix="krylovd-pytest-")
+        self.dir = self.keep_dir or tempfile.mkdtemp(prefix="krylovd-pytest-")
         port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):  # a restart: wait for the new one
+            os.unlink(port_file)
         argv = [
             os.path.join(BIN_DIR, "krylovd"),
             "--listen", "127.0.0.1:0",
@@ -60,7 +69,7 @@ class Daemon:
             # the test asks otherwise (a later option wins).
             "--warm-programs", "none",
         ] + self.extra_args
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.launcher + argv, stdin=subprocess.DEVNULL, env=self.env)
         deadline = time.monotonic() + 120  # PoCL may compile kernels at start
         while time.monotonic() < deadline:
             try:
@@ -78,21 +87,25 @@ class Daemon:
         self.stop()
         raise RuntimeError("krylovd did not write its port within 120 s")
 
+    def stop_pid(self):
+        """The process SIGTERM goes to (a launcher may have to pass it to another)."""
+        return self.proc.pid
+
     def stop(self):
         """SIGTERM and wait; returns the exit status."""
         status = None
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
+                os.kill(self.stop_pid(), signal.SIGTERM)
             try:
                 status = self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 status = self.proc.wait()
             self.proc = None
-        if self.dir is not None:
+        if self.dir is not None and self.keep_dir is None:
             shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+        self.dir = None
         return status
 
     def __enter__(self):

@@ -25,7 +25,6 @@ inputs and with SciPy.
 import os
 import signal
 import socket
-import subprocess
 import tempfile
 import shutil
 import time
@@ -37,7 +36,7 @@ import scipy.io
 import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
-from kd_daemon import BIN_DIR, Daemon, make_rng, matrix_path
+from kd_daemon import Daemon, make_rng, matrix_path
 from kd_rpc import Client, RpcError
 
 RANKS = int(os.environ.get("KD_MPI_RANKS", "2"))
@@ -55,42 +54,14 @@ def mpi_env():
     return env
 
 
-class Job:
+class Job(Daemon):
     """krylovd on KD_MPI_RANKS ranks (mpirun), or alone for 1, on a state directory that
-    survives a restart."""
+    survives a restart; stop() sends SIGTERM to the serving rank (it stops the others)."""
 
     def __init__(self, state_dir):
-        self.state_dir = state_dir
-        self.proc = None
-        self.port = None
-
-    def start(self):
-        port_file = os.path.join(self.state_dir, "port")
-        if os.path.exists(port_file):
-            os.unlink(port_file)
-        argv = [os.path.join(BIN_DIR, "krylovd"), "--listen", "127.0.0.1:0",
-                "--port-file", port_file, "--state-dir", os.path.join(self.state_dir, "state"),
-                "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
-                "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
-                "--warm-programs", "none", "--distribute-nnz", str(AUTO_NNZ),
-                "--device-memory", str(BUDGET)]
-        if RANKS > 1:
-            argv = [MPIEXEC, "-np", str(RANKS), "--oversubscribe"] + argv
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=mpi_env())
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with open(port_file) as f:
-                    text = f.read().strip()
-                if text and int(text) > 0:
-                    self.port = int(text)
-                    return self
-            except (FileNotFoundError, ValueError):
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the job exited during start-up ({self.proc.returncode})")
-            time.sleep(0.05)
-        raise RuntimeError("the job did not write its port")
+        launcher = [MPIEXEC, "-np", str(RANKS), "--oversubscribe"] if RANKS > 1 else None
+        super().__init__("--distribute-nnz", str(AUTO_NNZ), "--device-memory", str(BUDGET),
+                         launcher=launcher, env=mpi_env(), directory=state_dir)
 
     def serving_pid(self):
         """Rank 0's process: mpirun's child whose environment says rank 0."""
@@ -126,19 +97,8 @@ class Job:
                 continue
         raise RuntimeError("no follower among mpirun's children")
 
-    def stop(self):
-        """SIGTERM to the serving rank (it stops the others): the job's exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            os.kill(self.serving_pid(), signal.SIGTERM)
-        try:
-            status = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
-        self.proc = None
-        return status
+    def stop_pid(self):
+        return self.serving_pid()
 
 
 def laplace2d(m):
