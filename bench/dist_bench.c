@@ -5,12 +5,15 @@
  *
  *   mpirun -np 2 krylov-dist-bench [--matrix lap3d:59|powerlaw:ROWS] [--dtype f64|f32]
  *          [--device SEL|local] [--spmv 50] [--iterations 200] [--format NAME]
+ *          [--methods cg,cg1]
  *
  * Rank 0 makes the matrix and spreads it (kd_dist_scatter_blocks); every rank opens its device
  * (--device local: the local rank's index among the node's devices, wrapping round, so ranks
  * share a GPU when there are more ranks than GPUs). The SpMV is timed call by call, each call
- * drained (a CG iteration waits at its reductions anyway); CG runs a fixed number of iterations
- * (rtol 0; only on a matrix that looks SPD). Times are the slowest rank's (each rank's share of the
+ * drained (a CG iteration waits at its reductions anyway), and the diagonal block's multiply
+ * alone beside it: what the halo adds to a call, against the host time it takes, is how much of
+ * it the diagonal multiply hides. Each of --methods (cg, cg1, pcg, sd; default cg,cg1) runs a
+ * fixed number of iterations (rtol 0; only on a matrix that looks SPD). Times are the slowest rank's (each rank's share of the
  * parts is printed too). With one rank the single-process SpMV and kd_solve on the whole matrix are
  * measured beside them: what the distributed path costs before any exchange.
  */
@@ -27,7 +30,7 @@
 #include <string.h>
 
 typedef struct dist_bench_args {
-    const char *matrix, *device, *format;
+    const char *matrix, *device, *format, *methods;
     kd_dtype_t dtype;
     int spmv, iterations;
 } dist_bench_args_t;
@@ -53,7 +56,7 @@ static void say(const char *fmt, ...)
 
 static int parse(int argc, char **argv, dist_bench_args_t *a)
 {
-    *a = (dist_bench_args_t){"lap3d:59", "auto", NULL, KD_DTYPE_F64, 50, 200};
+    *a = (dist_bench_args_t){"lap3d:59", "auto", NULL, "cg,cg1", KD_DTYPE_F64, 50, 200};
     if (argc % 2 == 0) /* options come in pairs */
         return -1;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -64,6 +67,8 @@ static int parse(int argc, char **argv, dist_bench_args_t *a)
             a->device = v;
         else if (strcmp(argv[i], "--format") == 0)
             a->format = v;
+        else if (strcmp(argv[i], "--methods") == 0)
+            a->methods = v;
         else if (strcmp(argv[i], "--dtype") == 0)
             a->dtype = strcmp(v, "f32") == 0 ? KD_DTYPE_F32 : KD_DTYPE_F64;
         else if (strcmp(argv[i], "--spmv") == 0)
@@ -158,11 +163,32 @@ static int bench_spmv(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t 
             rc = kd_ocl_finish(m->ocl, err);
     }
     const double per = (double)(kd_clock_ns() - t0) / 1e3 / a->spmv;
+    kd_dist_spmv_time_t spent = m->time;
+    /* the diagonal block alone, the same way: what the call would cost without a halo */
+    MPI_Barrier(MPI_COMM_WORLD);
+    const uint64_t t1 = kd_clock_ns();
+    for (int i = 0; rc == KD_OK && i < a->spmv; i++) {
+        rc = kd_matrix_spmv(m->ocl, m->diag, 1.0, &X.cols[0], 0.0, &Y.cols[0], err);
+        if (rc == KD_OK)
+            rc = kd_ocl_finish(m->ocl, err);
+    }
+    const double diag = (double)(kd_clock_ns() - t1) / 1e3 / a->spmv;
+    m->time = spent;
     int size = m->comm->size;
     double *all = malloc((size_t)size * sizeof(double));
     const double n = (double)a->spmv;
     say("spmv: %.1f us per call (slowest rank; each drained)\n", slowest(per, all));
     print_ranks("per call us", all, size, 1.0);
+    slowest(diag, all);
+    print_ranks("diagonal block alone us", all, size, 1.0);
+    const double halo_host =
+        (double)(spent.gather_ns + spent.exchange_ns + spent.ghost_ns) / 1e3 / n;
+    slowest(halo_host, all);
+    print_ranks("halo host time us", all, size, 1.0);
+    slowest(per - diag, all);
+    print_ranks("halo adds us", all, size, 1.0);
+    slowest(m->block.neighbours > 0 ? 100.0 * (1.0 - (per - diag) / halo_host) : 0.0, all);
+    print_ranks("halo hidden %", all, size, 1.0);
     slowest((double)m->time.gather_ns / 1e3 / n, all);
     print_ranks("gather+read us", all, size, 1.0);
     slowest((double)m->time.exchange_ns / 1e3 / n, all);
@@ -175,10 +201,13 @@ static int bench_spmv(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t 
     return rc;
 }
 
-static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t *err)
+static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, const char *method,
+                    kd_err_t *err)
 {
     kd_solve_params_t params;
     kd_solve_params_default(&params);
+    if (kd_method_choose(method, NULL, &params.method, &params.precond, err) != KD_OK)
+        return err->code;
     params.rtol = 0.0;
     params.maxiter = a->iterations;
     void *b = malloc((size_t)m->rows * 8 + 8), *x = malloc((size_t)m->rows * 8 + 8);
@@ -200,8 +229,8 @@ static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t *e
     const double it = (double)res.iterations;
     int size = m->comm->size;
     double *all = malloc((size_t)size * sizeof(double));
-    say("cg: %lld iterations, %.1f us per iteration (slowest rank)\n", (long long)res.iterations,
-        slowest(res.iterate_ms * 1e3 / it, all));
+    say("%s: %lld iterations, %.1f us per iteration (slowest rank)\n", method,
+        (long long)res.iterations, slowest(res.iterate_ms * 1e3 / it, all));
     print_ranks("per iteration us", all, size, 1.0);
     slowest((double)m->time.total_ns / 1e3 / it, all);
     print_ranks("spmv us", all, size, 1.0);
@@ -222,7 +251,8 @@ static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t *e
 }
 
 /* One rank: the plain single-process SpMV and solve on the whole matrix, for comparison. */
-static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_t *a, kd_err_t *err)
+static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_t *a,
+                        const char *const *methods, int nmethods, kd_err_t *err)
 {
     kd_matrix_t *M = NULL;
     kd_select_result_t sel;
@@ -246,20 +276,27 @@ static int bench_single(kd_ocl_t *ocl, const kd_csr_t *A, const dist_bench_args_
     if (rc == KD_OK)
         say("single process: spmv %.1f us per call (%s)",
             (double)(kd_clock_ns() - t0) / 1e3 / a->spmv, kd_format_name(M->format));
-    kd_solve_params_t params;
-    kd_solve_params_default(&params);
-    params.rtol = 0.0;
-    params.maxiter = a->iterations;
     void *b = malloc((size_t)A->rows * 8), *xs = malloc((size_t)A->rows * 8);
     for (int64_t i = 0; i < A->rows; i++)
         kd_store_real(b, a->dtype, (size_t)i, 1.0);
-    kd_solve_result_t res;
-    for (int pass = 0; rc == KD_OK && pass < 2; pass++) { /* the first warms up */
-        rc = kd_solve(ocl, M, 1, b, NULL, xs, &params, &res, err);
-        if (rc == KD_OK && pass == 1)
-            say(", cg %.1f us per iteration\n", res.iterate_ms * 1e3 / (double)res.iterations);
-        kd_solve_result_free(&res);
+    for (int j = 0; rc == KD_OK && j < nmethods && A->rows == A->cols; j++) {
+        kd_solve_params_t params;
+        kd_solve_params_default(&params);
+        params.rtol = 0.0;
+        params.maxiter = a->iterations;
+        if ((rc = kd_method_choose(methods[j], NULL, &params.method, &params.precond, err)) !=
+            KD_OK)
+            break;
+        kd_solve_result_t res;
+        for (int pass = 0; rc == KD_OK && pass < 2; pass++) { /* the first warms up */
+            rc = kd_solve(ocl, M, 1, b, NULL, xs, &params, &res, err);
+            if (rc == KD_OK && pass == 1)
+                say(", %s %.1f us per iteration", methods[j],
+                    res.iterate_ms * 1e3 / (double)res.iterations);
+            kd_solve_result_free(&res);
+        }
     }
+    say("\n");
     free(b);
     free(xs);
     kd_vec_release(&x);
@@ -279,7 +316,8 @@ int main(int argc, char **argv)
     int rc = KD_OK;
     if (parse(argc, argv, &a) != 0) {
         say("usage: mpirun -np N krylov-dist-bench [--matrix lap3d:N|powerlaw:ROWS] "
-            "[--dtype f64|f32] [--device SEL|local] [--spmv N] [--iterations N] [--format F]\n");
+            "[--dtype f64|f32] [--device SEL|local] [--spmv N] [--iterations N] [--format F] "
+            "[--methods cg,cg1]\n");
         MPI_Finalize();
         return 2;
     }
@@ -317,12 +355,22 @@ int main(int argc, char **argv)
         free(all);
         rc = bench_spmv(m, &a, &err);
     }
-    if (rc == KD_OK && m->block.summary.looks_spd)
-        rc = bench_cg(m, &a, &err);
-    else if (rc == KD_OK)
+    /* --methods: a comma-separated list (the methods' own names are short) */
+    char list[128];
+    const char *methods[8];
+    int nmethods = 0;
+    snprintf(list, sizeof(list), "%s", a.methods);
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL && nmethods < 8;
+         t = strtok_r(NULL, ",", &save))
+        methods[nmethods++] = t;
+    if (rc == KD_OK && !m->block.summary.looks_spd) {
         say("cg: skipped (the matrix does not look SPD)\n");
+        nmethods = 0;
+    }
+    for (int j = 0; rc == KD_OK && j < nmethods; j++)
+        rc = bench_cg(m, &a, methods[j], &err);
     if (rc == KD_OK && comm.size == 1)
-        rc = bench_single(ocl, A, &a, &err);
+        rc = bench_single(ocl, A, &a, methods, nmethods, &err);
     rc = kd_dist_agree(&comm, rc, &err);
     if (rc != KD_OK)
         say("krylov-dist-bench: %s\n", err.message);

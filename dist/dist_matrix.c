@@ -1,7 +1,7 @@
 /*
  * A rank's block on its device (dist_matrix.h): the diagonal block through the format selection,
- * the off-diagonal block as csr_scalar (mostly empty rows: one work-item each costs little), the
- * send list; every rank agrees on the outcome before any keeps its part.
+ * the off-diagonal block as CSR over its non-empty rows (kd_dist_offd_t), the send list, the
+ * halo's copy queue; every rank agrees on the outcome before any keeps its part.
  */
 #include "dist/dist_matrix.h"
 
@@ -13,10 +13,19 @@ void kd_dist_matrix_free(kd_dist_matrix_t *m)
 {
     if (m == NULL)
         return;
-    if (m->ocl != NULL)
-        (void)clFinish(kd_ocl_queue(m->ocl)); /* no read may still target a host buffer */
+    if (m->ocl != NULL) /* no read may still target a host buffer */
+        (void)clFinish(kd_ocl_queue(m->ocl));
+    if (m->copy != NULL) {
+        (void)clFinish(m->copy);
+        clReleaseCommandQueue(m->copy);
+    }
+    if (m->ghost_write != NULL)
+        clReleaseEvent(m->ghost_write);
     kd_matrix_free(m->diag);
-    kd_matrix_free(m->offd);
+    cl_mem offd[] = {m->offd.row, m->offd.ptr, m->offd.indices, m->offd.values};
+    for (size_t i = 0; i < sizeof(offd) / sizeof(offd[0]); i++)
+        if (offd[i] != NULL)
+            clReleaseMemObject(offd[i]);
     if (m->send_index != NULL)
         clReleaseMemObject(m->send_index);
     if (m->send_dev != NULL)
@@ -50,13 +59,70 @@ static int kd_dist_matrix_upload_diag(kd_dist_matrix_t *m, const char *format,
     return rc;
 }
 
+/* One read-only device array of count entries of size bytes each, from host (none when empty). */
+static int kd_dist_array(kd_dist_matrix_t *m, const void *host, size_t count, size_t size,
+                         const char *what, cl_mem *out, kd_err_t *err)
+{
+    *out = NULL;
+    if (count == 0)
+        return KD_OK;
+    m->offd.device_bytes += count * size;
+    return kd_ocl_buffer_create(m->ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, count * size,
+                                (void *)host, what, out, err);
+}
+
+/* The off-diagonal block without its empty rows (kd_dist_offd_t). */
+static int kd_dist_matrix_upload_offd(kd_dist_matrix_t *m, kd_err_t *err)
+{
+    const kd_csr_t *o = m->block.offd;
+    if (o == NULL || o->nnz == 0)
+        return KD_OK;
+    int32_t n = 0;
+    for (int64_t i = 0; i < o->rows; i++)
+        n += o->indptr[i + 1] > o->indptr[i];
+    int32_t *row = malloc((size_t)n * sizeof(int32_t) + 1);
+    int32_t *ptr = malloc(((size_t)n + 1) * sizeof(int32_t));
+    int rc = KD_OK;
+    if (row == NULL || ptr == NULL)
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %d off-diagonal rows", n);
+    else {
+        int32_t r = 0;
+        for (int64_t i = 0; i < o->rows; i++)
+            if (o->indptr[i + 1] > o->indptr[i]) {
+                row[r] = (int32_t)i;
+                ptr[r++] = o->indptr[i];
+            }
+        ptr[n] = o->indptr[o->rows];
+        m->offd.rows = n;
+        const size_t nnz = (size_t)o->nnz;
+        if ((rc = kd_dist_array(m, row, (size_t)n, sizeof(int32_t), "off-diagonal rows",
+                                &m->offd.row, err)) == KD_OK &&
+            (rc = kd_dist_array(m, ptr, (size_t)n + 1, sizeof(int32_t), "off-diagonal row pointers",
+                                &m->offd.ptr, err)) == KD_OK &&
+            (rc = kd_dist_array(m, o->indices, nnz, sizeof(int32_t), "off-diagonal indices",
+                                &m->offd.indices, err)) == KD_OK)
+            rc = kd_dist_array(m, o->values, nnz, kd_dtype_size(o->dtype), "off-diagonal values",
+                               &m->offd.values, err);
+    }
+    free(row);
+    free(ptr);
+    return rc;
+}
+
 static int kd_dist_matrix_upload(kd_dist_matrix_t *m, const char *format, kd_select_mode_t mode,
                                  kd_err_t *err)
 {
     const kd_dist_block_t *b = &m->block;
     int rc = kd_dist_matrix_upload_diag(m, format, mode, err);
     if (rc == KD_OK && b->ghosts > 0)
-        rc = kd_matrix_upload(m->ocl, b->offd, KD_FMT_CSR_SCALAR, &m->offd, err);
+        rc = kd_dist_matrix_upload_offd(m, err);
+    if (rc == KD_OK && b->neighbours > 0) {
+        cl_int st;
+        m->copy = clCreateCommandQueue(kd_ocl_context(m->ocl), kd_ocl_desc(m->ocl)->device_id, 0,
+                                       &st);
+        if (st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "clCreateCommandQueue (the halo's copies)");
+    }
     const int32_t sends = b->send_start[b->neighbours];
     if (rc == KD_OK && sends > 0)
         rc = kd_ocl_buffer_create(m->ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,

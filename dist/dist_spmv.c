@@ -1,10 +1,11 @@
 /*
  * Distributed SpMV (dist_matrix.h): Y = alpha A X + beta Y on this rank's rows as
  *
- *   gather X's send entries, read them (enqueued)     halo_start
- *   Y = alpha A_diag X + beta Y (enqueued behind it)  runs on the device while ...
+ *   gather X's send entries; read them (copy queue)   halo_start
+ *   Y = alpha A_diag X + beta Y (main queue)          runs on the device while ...
  *   post receives, wait for the read, send, wait      ... the host exchanges (halo_finish)
- *   write the ghosts (waits for the diagonal multiply), Y += alpha A_offd ghosts
+ *   write the ghosts (copy queue, still beside the diagonal multiply)
+ *   Y += alpha A_offd ghosts (main queue, after the write's event), non-empty rows only
  *
  * The columns: one SpMM launch when every column is asked for, or (beta = 0, the solver's
  * SpMV) when at least half are and the format has one; else one SpMV per asked-for column, as
@@ -35,6 +36,52 @@ static int kd_dist_multiply(kd_dist_matrix_t *m, const kd_matrix_t *A, double al
     return rc;
 }
 
+/* Y[:, c0 .. c0 + k - 1] += alpha A_offd G (kernels/halo.cl), after the ghosts' write. */
+static int kd_dist_offd(kd_dist_matrix_t *m, double alpha, int64_t c0, int64_t k,
+                        kd_multivec_t *Y, kd_err_t *err)
+{
+    cl_kernel kernel;
+    const kd_dist_offd_t *o = &m->offd;
+    int rc = kd_ocl_kernel(m->ocl, "halo", m->block.dtype, NULL, "kd_halo_offd", &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    const size_t wg = kd_ocl_work_group_size(m->ocl);
+    const size_t items = ((size_t)o->rows + wg - 1) / wg * wg;
+    return kd_ocl_run(m->ocl, kernel, "kd_halo_offd", kd_ocl_range_2d(items, (size_t)k, wg, 1),
+                      KD_ARGS(KD_ARG_INT(o->rows), KD_ARG_INT(c0), KD_ARG_INT(k),
+                              KD_ARG_MEM(o->row), KD_ARG_MEM(o->ptr), KD_ARG_MEM(o->indices),
+                              KD_ARG_MEM(o->values), KD_ARG_MEM(m->ghosts.mem),
+                              KD_ARG_LONG(m->ghosts.ld), KD_ARG_MEM(Y->mem), KD_ARG_LONG(Y->ld),
+                              KD_ARG_VALUE(m->block.dtype, alpha)),
+                      NULL, err);
+}
+
+/* The off-diagonal block's share for the asked-for columns, one launch per run of them. */
+static int kd_dist_offd_columns(kd_dist_matrix_t *m, double alpha, kd_multivec_t *Y,
+                                const unsigned char *which, kd_err_t *err)
+{
+    if (m->offd.rows == 0)
+        return KD_OK;
+    cl_int st = m->ghost_write != NULL ? clEnqueueBarrierWithWaitList(kd_ocl_queue(m->ocl), 1,
+                                                                      &m->ghost_write, NULL)
+                                       : CL_SUCCESS;
+    if (st != CL_SUCCESS)
+        return kd_ocl_fail(err, st, "ordering the off-diagonal multiply after the ghosts");
+    int rc = KD_OK;
+    for (int64_t c = 0; rc == KD_OK && c < Y->k;) {
+        if (which != NULL && !which[c]) {
+            c++;
+            continue;
+        }
+        int64_t end = c + 1;
+        while (end < Y->k && (which == NULL || which[end]))
+            end++;
+        rc = kd_dist_offd(m, alpha, c, end - c, Y, err);
+        c = end;
+    }
+    return rc;
+}
+
 int kd_dist_spmm(kd_dist_matrix_t *m, double alpha, const kd_multivec_t *X, double beta,
                  kd_multivec_t *Y, const unsigned char *which, kd_err_t *err)
 {
@@ -57,9 +104,9 @@ int kd_dist_spmm(kd_dist_matrix_t *m, double alpha, const kd_multivec_t *X, doub
     int hrc = kd_dist_halo_finish(m, X->k, read, rc == KD_OK ? err : NULL);
     if (rc == KD_OK)
         rc = hrc;
-    if (rc == KD_OK && m->offd != NULL) {
+    if (rc == KD_OK) {
         const uint64_t t1 = kd_clock_ns();
-        rc = kd_dist_multiply(m, m->offd, alpha, &m->ghosts, 1.0, Y, which, err);
+        rc = kd_dist_offd_columns(m, alpha, Y, which, err);
         m->time.ghost_ns += kd_clock_ns() - t1;
     }
     m->time.calls++;

@@ -137,7 +137,7 @@ static int kd_dist_op_put(kd_dist_node_t *node, const kd_dist_cmd_t *cmd, const 
         .ghosts = m->block.ghosts,
         .sends = m->block.neighbours > 0 ? m->block.send_start[m->block.neighbours] : 0,
         .device_bytes = (int64_t)((m->diag != NULL ? m->diag->device_bytes : 0) +
-                                  (m->offd != NULL ? m->offd->device_bytes : 0))};
+                                  m->offd.device_bytes)};
     if (MPI_Gather(&mine, (int)sizeof(mine), MPI_BYTE, info, (int)sizeof(mine), MPI_BYTE, 0,
                    node->mpi) != MPI_SUCCESS)
         rc = kd_err_set(err, KD_EINTERNAL, "MPI_Gather of the spread's sizes failed");

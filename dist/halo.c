@@ -1,10 +1,12 @@
 /*
  * The halo exchange of a distributed SpMV (dist_matrix.h). The send entries of all k columns
  * are gathered on the device into one buffer (kernels/halo.cl: each neighbour's share is
- * contiguous) and read to the host without blocking; the caller enqueues the diagonal block's
- * multiply behind that read, so the device multiplies while the host waits for the read, posts
- * the messages and waits for the neighbours'. The ghosts arrive entry-major (all k columns of a
- * ghost together, as they were sent) and are turned column-major for the ghost multivector.
+ * contiguous) and read to the host on the halo's own copy queue, so that the diagonal block's
+ * multiply, enqueued next on the main queue, starts without waiting for the read: the device
+ * multiplies while the host waits for the read, posts the messages and waits for the neighbours'.
+ * The ghosts arrive entry-major (all k columns of a ghost together, as they were sent), are turned
+ * column-major for the ghost multivector and written on the copy queue too, beside the diagonal
+ * multiply; the off-diagonal multiply waits for that write through its event.
  */
 #include "dist/dist_matrix.h"
 #include "common/checked.h"
@@ -37,6 +39,8 @@ static int kd_dist_halo_room(kd_dist_matrix_t *m, int64_t k, kd_err_t *err)
 {
     if (k == m->k_cap)
         return KD_OK;
+    if (m->copy != NULL) /* no copy may still use the buffers freed below */
+        (void)clFinish(m->copy);
     const kd_dist_block_t *b = &m->block;
     const size_t v = kd_dtype_size(b->dtype);
     const size_t sends = (size_t)b->send_start[b->neighbours], ghosts = (size_t)b->ghosts;
@@ -87,17 +91,21 @@ int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *re
         return rc;
     const size_t wg = kd_ocl_work_group_size(m->ocl);
     const size_t items = ((size_t)sends + wg - 1) / wg * wg;
+    cl_event gathered = NULL;
     rc = kd_ocl_run(m->ocl, kernel, "kd_halo_gather", kd_ocl_range_2d(items, (size_t)X->k, wg, 1),
                     KD_ARGS(KD_ARG_INT(sends), KD_ARG_INT(X->k), KD_ARG_LONG(X->ld),
                             KD_ARG_MEM(m->send_index), KD_ARG_MEM(X->mem), KD_ARG_MEM(m->send_dev)),
-                    NULL, err);
+                    &gathered, err);
     if (rc != KD_OK)
         return rc;
     const size_t bytes = (size_t)sends * (size_t)X->k * kd_dtype_size(b->dtype);
-    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(m->ocl), m->send_dev, CL_FALSE, 0, bytes,
-                                    m->send_host, 0, NULL, read);
+    cl_int st = clFlush(kd_ocl_queue(m->ocl));
     if (st == CL_SUCCESS)
-        st = clFlush(kd_ocl_queue(m->ocl));
+        st = clEnqueueReadBuffer(m->copy, m->send_dev, CL_FALSE, 0, bytes, m->send_host, 1,
+                                 &gathered, read);
+    if (st == CL_SUCCESS)
+        st = clFlush(m->copy);
+    clReleaseEvent(gathered);
     m->time.gather_ns += kd_clock_ns() - t0;
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading the halo's send entries");
 }
@@ -110,6 +118,12 @@ static int kd_dist_halo_messages(kd_dist_matrix_t *m, int64_t k, cl_event read, 
     const MPI_Datatype type = b->dtype == KD_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT;
     const MPI_Comm mpi = kd_dist_comm_mpi(m->comm);
     const uint64_t t0 = kd_clock_ns();
+    cl_int prev = CL_SUCCESS; /* the last exchange's ghosts must have left recv/ghost_host */
+    if (m->ghost_write != NULL) {
+        prev = clWaitForEvents(1, &m->ghost_write);
+        clReleaseEvent(m->ghost_write);
+        m->ghost_write = NULL;
+    }
     MPI_Request *req = malloc(2 * (size_t)b->neighbours * sizeof(MPI_Request) + 1);
     if (req == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %d messages", b->neighbours);
@@ -121,6 +135,7 @@ static int kd_dist_halo_messages(kd_dist_matrix_t *m, int64_t k, cl_event read, 
                            (int)count, type, b->neighbour[i], KD_DIST_HALO_TAG, mpi, &req[n++]);
     }
     cl_int cst = read != NULL ? clWaitForEvents(1, &read) : CL_SUCCESS;
+    cst = cst == CL_SUCCESS ? prev : cst;
     const uint64_t t1 = kd_clock_ns();
     m->time.gather_ns += t1 - t0; /* until the send entries were on the host */
     for (int32_t i = 0; st == MPI_SUCCESS && cst == CL_SUCCESS && i < b->neighbours; i++) {
@@ -154,15 +169,24 @@ int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t 
         return rc;
     const uint64_t t1 = kd_clock_ns();
     const void *column_major = m->recv_host;
+    const size_t v = kd_dtype_size(m->block.dtype);
     if (k > 1) { /* entry-major as sent -> column-major */
-        const size_t v = kd_dtype_size(m->block.dtype);
         for (int64_t g = 0; g < ghosts; g++)
             for (int64_t c = 0; c < k; c++)
                 memcpy((char *)m->ghost_host + ((size_t)c * (size_t)ghosts + (size_t)g) * v,
                        (const char *)m->recv_host + ((size_t)g * (size_t)k + (size_t)c) * v, v);
         column_major = m->ghost_host;
     }
-    rc = kd_multivec_write(m->ocl, &m->ghosts, column_major, err);
+    /* column by column (the multivector's columns are padded to ld); the last write's event
+     * stands for all of them on the in-order copy queue */
+    cl_int st = CL_SUCCESS;
+    for (int64_t c = 0; st == CL_SUCCESS && c < k; c++)
+        st = clEnqueueWriteBuffer(m->copy, m->ghosts.mem, CL_FALSE,
+                                  (size_t)c * (size_t)m->ghosts.ld * v, (size_t)ghosts * v,
+                                  (const char *)column_major + (size_t)c * (size_t)ghosts * v, 0,
+                                  NULL, c == k - 1 ? &m->ghost_write : NULL);
+    if (st == CL_SUCCESS)
+        st = clFlush(m->copy);
     m->time.ghost_ns += kd_clock_ns() - t1;
-    return rc;
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "writing the ghosts");
 }

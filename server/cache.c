@@ -27,6 +27,7 @@
 #include "server/state.h"
 #include "solver/pool.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,6 +318,10 @@ int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_sto
     } else if ((rc = kd_cache_reload(server, entry, extra, err)) != KD_OK) {
         return rc; /* (a matrix put spread, on a job of one rank now: whole, as any other) */
     }
+    /* spread: this rank holds its rows' share of every vector (the caller counted them all) */
+    if (entry->dist != NULL && entry->meta.rows > 0 && entry->meta.rank_rows[0] < entry->meta.rows)
+        extra = (size_t)ceil((double)extra * (double)entry->meta.rank_rows[0] /
+                             (double)entry->meta.rows);
     char what[96];
     snprintf(what, sizeof(what), "the vectors of this request on matrix %s", entry->meta.hex);
     rc = kd_cache_reserve(server, extra, entry, what, err);

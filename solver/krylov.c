@@ -83,6 +83,16 @@ int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
     return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
 }
 
+int kd_krylov_launch_update(kd_krylov_t *kr, const char *program, const char *name,
+                            int64_t iteration, const kd_ocl_arg_t *args, size_t nargs,
+                            kd_err_t *err)
+{
+    assert(kr != NULL && program != NULL && name != NULL && nargs > 9);
+    const int b = kd_krylov_parity(iteration);
+    kd_krylov_left(kr, 1, b, KD_KRYLOV_RES_SUMS, KD_KRYLOV_FRESH_ALPHA, b);
+    return kd_krylov_run(kr, program, name, kr->groups, args, nargs, NULL, err);
+}
+
 int kd_krylov_launch_groups(kd_krylov_t *kr, const char *program, const char *name, size_t groups,
                             const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
 {
@@ -224,6 +234,8 @@ void kd_krylov_release(kd_krylov_t *kr)
         clReleaseCommandQueue(kr->read_queue);
     }
     free(kr->mask_host);
+    if (kr->combine_host != NULL && kr->ocl != NULL) /* a combine's write may still read it */
+        (void)clFinish(kd_ocl_queue(kr->ocl));
     free(kr->combine_host);
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (*bufs[i] != NULL)
@@ -458,6 +470,14 @@ int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_
     const size_t bytes = (size_t)kr->k * sizeof(kd_krylov_snapshot_row_t);
     if (snap->done != NULL)
         return kd_err_set(err, KD_EINTERNAL, "krylov: a snapshot read is still pending");
+    /* Spread over ranks, a method whose last pass left partial sums for its next iteration's
+     * reduction (cg1's r'r) would have each rank's snapshot fold its own share: combine them
+     * now, so every rank reads the same norms (the next reduction then has less to do). */
+    if (kr->comm != NULL && kr->npending > 0) {
+        int rc = kd_krylov_reduce(kr, "the partial sums a check reads", err);
+        if (rc != KD_OK)
+            return rc;
+    }
     kd_krylov_launch_t L =
         kd_krylov_block(kr, iteration, kd_krylov_parity(iteration),
                         kd_krylov_ops(kr, kr->fold_snapshots ? KD_KRYLOV_OP_FOLD : 0));

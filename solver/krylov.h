@@ -181,6 +181,13 @@ kd_krylov_launch_t kd_krylov_pass_block(const kd_krylov_t *kr, int64_t iteration
         KD_ARG_INT((L).mask_all)
 int kd_krylov_launch(kd_krylov_t *kr, const char *program, const char *name,
                      const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
+/* The same for a method's own update pass that decides like kd_krylov_update_residual: it
+ * writes copy parity(iteration) of the scalars (alpha 0 for a column that did not move) and leaves
+ * the new r'r and r'z as partial sums in res_partials' set parity(iteration), a column that did
+ * not move carrying its old ones over. Known partials: it may run on a matrix spread over ranks. */
+int kd_krylov_launch_update(kd_krylov_t *kr, const char *program, const char *name,
+                            int64_t iteration, const kd_ocl_arg_t *args, size_t nargs,
+                            kd_err_t *err);
 /* The same over `groups` work-groups per column (a pass whose work is not the vectors' length:
  * folding partial sums); L.groups still says how many partials a column has. */
 int kd_krylov_launch_groups(kd_krylov_t *kr, const char *program, const char *name, size_t groups,

@@ -50,6 +50,9 @@ static int kd_krylov_combine_room(kd_krylov_t *kr, size_t values, kd_err_t *err)
         return kd_err_set(err, KD_ETOOLARGE, "krylov: %zu partial sums", values);
     if (bytes <= kr->combine_cap)
         return KD_OK;
+    cl_int st = clFinish(kd_ocl_queue(kr->ocl)); /* the last combine's writes read the old one */
+    if (st != CL_SUCCESS)
+        return kd_ocl_fail(err, st, "waiting for the last combined sums");
     void *grown = realloc(kr->combine_host, bytes);
     if (grown == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %zu partial sums", values);
@@ -165,10 +168,14 @@ int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
             size_t count;
             const size_t at = kd_krylov_pending_at(kr, &kr->pending[i], &count);
             cl_mem buf = kr->pending[i].res ? kr->res_partials : kr->dot_partials;
-            /* blocking: the host buffer is rewritten by the next reduction */
-            st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), buf, CL_TRUE, at * v, count * v,
+            /* not waited for: the next combine reads into the host buffer and rewrites it only
+             * after its clFinish, which on the in-order queue comes after these writes (and
+             * a larger buffer or the release waits for them first) */
+            st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), buf, CL_FALSE, at * v, count * v,
                                       host + offsets[i] * v, 0, NULL, NULL);
         }
+        if (st == CL_SUCCESS)
+            st = clFlush(kd_ocl_queue(kr->ocl));
         if (st != CL_SUCCESS)
             rc = kd_ocl_fail(err, st, "writing combined sums back");
     }

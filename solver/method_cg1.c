@@ -57,8 +57,8 @@ static int kd_cg1_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     if (rc != KD_OK)
         return rc;
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, it, 0);
-    return kd_krylov_launch(
-        kr, "cg1", "kd_cg1_update",
+    return kd_krylov_launch_update(
+        kr, "cg1", "kd_cg1_update", it,
         KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
                 KD_ARG_MEM(kr->dot_partials), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
                 KD_ARG_MEM(kr->state), KD_ARG_MEM(w->mem), KD_ARG_MEM(run->r.mem),
@@ -89,6 +89,7 @@ const kd_method_ops_t kd_method_cg1 = {
     .work_vectors = 3,
     .reductions = 1,
     .spmvs = 1,
+    .spreads = 1,
     .floor_vectors = kd_cg1_floor,
     .setup = kd_cg1_setup,
     .iterate = kd_cg1_iterate,

@@ -164,8 +164,8 @@ static int kd_solve_check_spread(const kd_solve_params_t *p, kd_err_t *err)
         return kd_err_set(err, KD_EINTERNAL, "a spread solve without its comm, SpMV or norms");
     if (!p->method->spreads)
         return kd_err_set(err, KD_EBADREQ,
-                          "method %s does not run on a matrix spread over ranks (cg, pcg and sd "
-                          "do)",
+                          "method %s does not run on a matrix spread over ranks (cg, pcg, cg1 "
+                          "and sd do)",
                           p->method->name);
     if ((p->precond->forms & (KD_PRECOND_IDENTITY | KD_PRECOND_DIAGONAL)) == 0)
         return kd_err_set(err, KD_EBADREQ,

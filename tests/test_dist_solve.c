@@ -246,8 +246,8 @@ static void test_generated(void)
     for (int d = 0; d < ndt; d++) {
         const char *dt = kd_dtype_name(dtypes[d]);
         char what[96];
-        const char *methods[][2] = {{"cg", NULL}, {"pcg", NULL}, {"sd", NULL}};
-        for (size_t i = 0; i < 3; i++) {
+        const char *methods[][2] = {{"cg", NULL}, {"pcg", NULL}, {"sd", NULL}, {"cg1", NULL}};
+        for (size_t i = 0; i < 4; i++) {
             snprintf(what, sizeof(what), "spd %s %s k=1", methods[i][0], dt);
             compare(spd, dtypes[d], methods[i][0], methods[i][1], 1, 0, 0.0, what);
         }
@@ -255,6 +255,10 @@ static void test_generated(void)
         compare(spd, dtypes[d], "pcg", NULL, 3, 1, 0.0, what);
         snprintf(what, sizeof(what), "laplacian cg %s k=3 x0", dt);
         compare(lap, dtypes[d], "cg", NULL, 3, 1, dtypes[d] == KD_DTYPE_F32 ? 0.03 : 0.0, what);
+        /* cg1's one reduction carries the next iteration's r'r: a check combines it first */
+        snprintf(what, sizeof(what), "laplacian cg1 jacobi %s k=3 x0", dt);
+        compare(lap, dtypes[d], "cg1", "jacobi", 3, 1, dtypes[d] == KD_DTYPE_F32 ? 0.03 : 0.0,
+                what);
         snprintf(what, sizeof(what), "laplacian pcg %s k=1", dt);
         compare(lap, dtypes[d], "cg", "jacobi", 1, 0, dtypes[d] == KD_DTYPE_F32 ? 0.03 : 0.0, what);
     }
@@ -268,6 +272,7 @@ static void test_494_bus(void)
     kd_csr_t *A = kd_test_load_mtx("494_bus.mtx", 0.0);
     compare(A, KD_DTYPE_F64, "cg", NULL, 1, 0, 0.03, "494_bus cg float64");
     compare(A, KD_DTYPE_F64, "pcg", NULL, 3, 1, 0.03, "494_bus pcg float64 k=3 x0");
+    compare(A, KD_DTYPE_F64, "cg1", "jacobi", 2, 1, 0.03, "494_bus cg1 jacobi float64 k=2 x0");
     /* float32 to rtol 1e-6: confirmations fail and columns restart while others run (the
      * restarts' residual recomputations combine only the restarted columns' sums) */
     compare(A, KD_DTYPE_F32, "pcg", NULL, 3, 1, 0.05, "494_bus pcg float32 k=3 x0 (restarts)");
@@ -287,6 +292,8 @@ static void test_tiny(void)
         compare(A, KD_DTYPE_F64, "cg", NULL, 2, 1, 0.0, what);
         snprintf(what, sizeof(what), "spd n=%lld pcg", (long long)n);
         compare(A, KD_DTYPE_F64, "pcg", NULL, 1, 0, 0.0, what);
+        snprintf(what, sizeof(what), "spd n=%lld cg1", (long long)n);
+        compare(A, KD_DTYPE_F64, "cg1", NULL, 1, 1, 0.0, what);
         kd_csr_free(A);
     }
 }

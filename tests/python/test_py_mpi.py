@@ -250,7 +250,7 @@ class TestMpi(unittest.TestCase):
         put = self.put_both(a)
         self.check_spread(put, a)
         for method, k, x0 in (("cg", 1, False), ("cg", 3, True), ("pcg", 1, True),
-                              ("pcg", 3, False), ("sd", 1, False)):
+                              ("pcg", 3, False), ("sd", 1, False), ("cg1", 3, True)):
             got = self.check_solve(a, put["id"], method, k, x0=x0,
                                    rtol=1e-4 if method == "sd" else 1e-8)
             self.assertEqual(got["method"], "cg" if method == "pcg" else method)
@@ -398,6 +398,11 @@ class TestMpi(unittest.TestCase):
         self.assertLess(put["device_bytes"], BUDGET)
         x = self.rng.standard_normal(a.shape[0])
         self.assertLess(np.abs(spmv(self.c, put["id"], x, 1) - a @ x).max(), 1e-12)
+        # and solved: the budget holds this rank's share of the vectors, not the whole ones
+        b = self.rng.standard_normal(a.shape[0])
+        xs, res = self.c.solve(put["id"], b, method="cg1", rtol=1e-8)
+        self.assertEqual(res["status"], "converged", res)
+        self.assertLess(np.linalg.norm(b - a @ xs), 1.01e-8 * np.linalg.norm(b))
         self.c.call("matrix.drop", id=put["id"])  # spread matrices are never evicted
 
     def test_zz_restart(self):  # last: it restarts the job

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 19 on a host with several GPUs (run THERE with .debs and .baseline carried; one rank per
+# GPU, Open MPI over shared memory, no NCCL, NVLink multicast left alone):
+#   strong scaling  lap3d 250^3 (109M nonzeros) and a power-law matrix, 1 vs 2 GPUs, SpMV and
+#                   CG / cg1 per iteration; the tree before this change (.baseline) beside it
+#   weak scaling    lap3d 200^3 on one GPU, 252^3 (twice the rows) on two
+#   over budget     a matrix over --device-memory on one rank, served spread on two (krylovd
+#                   under mpirun, the `krylov` CLI as client)
+# Output under $OUT (default /tmp/kd-issue19). KD_I19_QUICK=1: small matrices (a dry run).
+set -uo pipefail
+source bench/device/setup.sh
+export OPAL_PREFIX=${OPAL_PREFIX:-$KD_PREFIX/usr}
+out=${OUT:-/tmp/kd-issue19}
+mkdir -p "$out"
+ompi=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi
+mpirun=$OPAL_PREFIX/bin/mpirun.openmpi
+[ -x "$mpirun" ] || mpirun=$(command -v mpirun) || { echo "issue19.sh: no mpirun" >&2; exit 1; }
+mpiflags=(-DKD_MPI=ON -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$ompi/include"
+  -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ompi/lib/libmpi.so")
+kd_device_build "${mpiflags[@]}" || exit 1
+if [ -d .baseline ]; then
+  (cd .baseline && kd_device_build "${mpiflags[@]}") || echo "issue19.sh: baseline build failed"
+fi
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
+nvidia-smi topo -m > "$out/topo.txt" 2>&1
+run() { # run NP LOG BIN ARGS...
+  local np=$1 log=$2; shift 2
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" -x OPAL_PREFIX \
+    -x LD_LIBRARY_PATH -x OCL_ICD_VENDORS -x PATH --mca btl self,vader "$@" > "$log" 2>&1
+  echo "== $(basename "$log" .txt)"
+  grep -vE "^info" "$log" | grep -E "ranks=|spmv:|cg1?:|single|alone|halo|reductions|MPI|gather|ghosts\+|krylov-dist-bench:" | head -40
+}
+big=250 weak1=200 weak2=252 pl=4000000 it=200
+if [ "${KD_I19_QUICK:-0}" = 1 ]; then big=60 weak1=50 weak2=63 pl=200000 it=50; fi
+for np in 1 2; do
+  run $np "$out/strong-lap3d$big-np$np.txt" build-device/bin/krylov-dist-bench --device local \
+    --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
+  [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
+    run $np "$out/baseline-lap3d$big-np$np.txt" .baseline/build-device/bin/krylov-dist-bench \
+      --device local --matrix lap3d:$big --iterations $it --spmv 100
+  run $np "$out/strong-powerlaw$pl-np$np.txt" build-device/bin/krylov-dist-bench --device local \
+    --matrix powerlaw:$pl --spmv 100
+done
+run 1 "$out/weak-lap3d$weak1-np1.txt" build-device/bin/krylov-dist-bench --device local \
+  --matrix lap3d:$weak1 --iterations $it --spmv 100 --methods cg,cg1
+run 2 "$out/weak-lap3d$weak2-np2.txt" build-device/bin/krylov-dist-bench --device local \
+  --matrix lap3d:$weak2 --iterations $it --spmv 100 --methods cg,cg1
+
+# Over budget: lap3d 100^3 (1M rows, 6.9M nonzeros, about 85 MB on the device) against a 64 MB
+# --device-memory: refused on one rank, spread over two and solved.
+n=${KD_I19_BUDGET_N:-100}
+[ "${KD_I19_QUICK:-0}" = 1 ] && n=40
+python3 bench/device/lap3d_mtx.py "$n" > /tmp/lap3d.mtx
+for np in 1 2; do
+  st=$(mktemp -d) port=$((7400 + np))
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np $np -x OPAL_PREFIX \
+    -x LD_LIBRARY_PATH -x OCL_ICD_VENDORS -x PATH --mca btl self,vader \
+    build-device/bin/krylovd --listen 127.0.0.1:$port --state-dir "$st" --device gpu \
+    --device-memory 64M --distribute-nnz 1000000 > "$out/budget-np$np-server.txt" 2>&1 &
+  job=$!
+  for i in $(seq 600); do build-device/bin/krylov --server 127.0.0.1:$port status >/dev/null 2>&1 && break; sleep 0.2; done
+  {
+    echo "== $np rank(s), --device-memory 64M, lap3d $n^3"
+    cli="build-device/bin/krylov --server 127.0.0.1:$port"
+    id=$($cli put /tmp/lap3d.mtx 2>&1 | tail -1)
+    echo "put: $id"
+    $cli info "$id" 2>&1 | head -30
+    $cli solve "$id" --rhs ones --method cg1 --rtol 1e-8 2>&1 | tail -8
+    $cli solve "$id" --rhs ones --method cg --rtol 1e-8 2>&1 | tail -8
+    $cli status 2>&1 | grep -iE "device|memory|ranks" | head -8
+  } > "$out/budget-np$np.txt" 2>&1
+  cat "$out/budget-np$np.txt"
+  kill $job; wait $job 2>/dev/null
+  rm -rf "$st"
+done
