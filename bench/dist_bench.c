@@ -201,6 +201,36 @@ static int bench_spmv(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t 
     return rc;
 }
 
+/* The floor of one reduction: a one-entry kernel, its value read, summed over the ranks, written
+ * back (not waited for), the next kernel behind it; per round trip, the slowest rank's. */
+static int bench_roundtrip(kd_dist_matrix_t *m, kd_err_t *err)
+{
+    kd_vec_t v;
+    memset(&v, 0, sizeof(v));
+    int rc = kd_vec_alloc(m->ocl, 1, KD_DTYPE_F64, &v, err);
+    double value = 0.0;
+    const int rounds = 200;
+    uint64_t t0 = 0;
+    for (int i = 0; rc == KD_OK && i < rounds + 10; i++) {
+        if (i == 10) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = kd_clock_ns();
+        }
+        if ((rc = kd_vec_fill(m->ocl, &v, 1.0, err)) == KD_OK &&
+            (rc = kd_ocl_read(m->ocl, v.mem, 0, 8, &value, err)) == KD_OK &&
+            (rc = m->comm->sum(m->comm, &value, 1, err)) == KD_OK)
+            rc = kd_ocl_write_async(m->ocl, v.mem, 0, 8, &value, err);
+    }
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(m->ocl, err);
+    const double per = (double)(kd_clock_ns() - t0) / 1e3 / rounds;
+    double *all = malloc((size_t)m->comm->size * sizeof(double));
+    say("reduction round trip (kernel, read, sum over ranks, write): %.1f us\n", slowest(per, all));
+    free(all);
+    kd_vec_release(&v);
+    return rc;
+}
+
 static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, const char *method,
                     kd_err_t *err)
 {
@@ -244,6 +274,26 @@ static int bench_cg(kd_dist_matrix_t *m, const dist_bench_args_t *a, const char 
     print_ranks("of which MPI us", all, size, 1.0);
     say("  reductions per iteration %.2f\n", (double)m->comm->reductions / it);
     kd_solve_result_free(&res);
+    /* the same solve with every kernel's device time recorded: the device's busy time an
+     * iteration, against which the wall time above shows how long the device waited */
+    kd_ocl_kernel_time_t times[KD_OCL_KERNEL_TIMES_MAX];
+    size_t ntimes = 0;
+    kd_ocl_kernel_profile_begin(m->ocl);
+    int prc = kd_dist_solve(m, 1, b, NULL, x, &params, &res, err);
+    if (kd_ocl_kernel_profile_end(m->ocl, times, KD_OCL_KERNEL_TIMES_MAX, &ntimes, err) == KD_OK &&
+        prc == KD_OK) {
+        double busy = 0.0;
+        for (size_t i = 0; i < ntimes; i++)
+            busy += times[i].ms;
+        slowest(busy * 1e3 / (double)res.iterations, all);
+        print_ranks("kernels' device time us", all, size, 1.0);
+        for (size_t i = 0; i < ntimes; i++)
+            if (times[i].ms * 1e3 / (double)res.iterations >= 2.0)
+                say("    rank 0 %-34s %8.1f us an iteration, %lld launches\n", times[i].name,
+                    times[i].ms * 1e3 / (double)res.iterations, (long long)times[i].launches);
+    }
+    if (prc == KD_OK)
+        kd_solve_result_free(&res);
     free(all);
     free(b);
     free(x);
@@ -367,6 +417,8 @@ int main(int argc, char **argv)
         say("cg: skipped (the matrix does not look SPD)\n");
         nmethods = 0;
     }
+    if (rc == KD_OK)
+        rc = bench_roundtrip(m, &err);
     for (int j = 0; rc == KD_OK && j < nmethods; j++)
         rc = bench_cg(m, &a, methods[j], &err);
     if (rc == KD_OK && comm.size == 1)

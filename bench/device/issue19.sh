@@ -23,27 +23,35 @@ if [ -d .baseline ]; then
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 nvidia-smi topo -m > "$out/topo.txt" 2>&1
-run() { # run NP LOG BIN ARGS...
-  local np=$1 log=$2; shift 2
+run() { # run NP NAME BIN ARGS...: every run's whole output into $out/runs.txt (few files
+  # come back from the device), a summary on stdout
+  local np=$1 name=$2 log=/tmp/kd-i19-run.txt; shift 2
   "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" -x OPAL_PREFIX \
     -x LD_LIBRARY_PATH -x OCL_ICD_VENDORS -x PATH --mca btl self,vader "$@" > "$log" 2>&1
-  echo "== $(basename "$log" .txt)"
-  grep -vE "^info" "$log" | grep -E "ranks=|spmv:|cg1?:|single|alone|halo|reductions|MPI|gather|ghosts\+|krylov-dist-bench:" | head -40
+  { echo "== $name"; grep -v "^info" "$log"; } >> "$out/runs.txt"
+  echo "== $name"
+  grep -vE "^info" "$log" | grep -E "ranks=|spmv:|cg1?:|single|alone|halo|round trip|reductions|device time|MPI|gather|ghosts\+|krylov-dist-bench:" | head -40
 }
 big=250 weak1=200 weak2=252 pl=4000000 it=200
 if [ "${KD_I19_QUICK:-0}" = 1 ]; then big=60 weak1=50 weak2=63 pl=200000 it=50; fi
 for np in 1 2; do
-  run $np "$out/strong-lap3d$big-np$np.txt" build-device/bin/krylov-dist-bench --device local \
+  run $np strong-lap3d$big-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
   [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
-    run $np "$out/baseline-lap3d$big-np$np.txt" .baseline/build-device/bin/krylov-dist-bench \
+    run $np baseline-lap3d$big-np$np .baseline/build-device/bin/krylov-dist-bench \
       --device local --matrix lap3d:$big --iterations $it --spmv 100
-  run $np "$out/strong-powerlaw$pl-np$np.txt" build-device/bin/krylov-dist-bench --device local \
+  [ $np = 2 ] && KD_DIST_OFFD_BARRIER=1 run $np strong-lap3d$big-np$np-barrier \
+    build-device/bin/krylov-dist-bench --device local \
+    --matrix lap3d:$big --iterations $it --spmv 100 --methods cg
+  run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix powerlaw:$pl --spmv 100
 done
-run 1 "$out/weak-lap3d$weak1-np1.txt" build-device/bin/krylov-dist-bench --device local \
+# the power-law halo (most of x) through Open MPI's single-copy shared memory (CMA), if allowed
+OMPI_MCA_btl_vader_single_copy_mechanism=cma run 2 strong-powerlaw$pl-np2-cma \
+  build-device/bin/krylov-dist-bench --device local --matrix powerlaw:$pl --spmv 100
+run 1 weak-lap3d$weak1-np1 build-device/bin/krylov-dist-bench --device local \
   --matrix lap3d:$weak1 --iterations $it --spmv 100 --methods cg,cg1
-run 2 "$out/weak-lap3d$weak2-np2.txt" build-device/bin/krylov-dist-bench --device local \
+run 2 weak-lap3d$weak2-np2 build-device/bin/krylov-dist-bench --device local \
   --matrix lap3d:$weak2 --iterations $it --spmv 100 --methods cg,cg1
 
 # Over budget: lap3d 100^3 (1M rows, 6.9M nonzeros, about 85 MB on the device) against a 64 MB
@@ -56,7 +64,7 @@ for np in 1 2; do
   "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np $np -x OPAL_PREFIX \
     -x LD_LIBRARY_PATH -x OCL_ICD_VENDORS -x PATH --mca btl self,vader \
     build-device/bin/krylovd --listen 127.0.0.1:$port --state-dir "$st" --device gpu \
-    --device-memory 64M --distribute-nnz 1000000 > "$out/budget-np$np-server.txt" 2>&1 &
+    --device-memory 64M --distribute-nnz 1000000 > "/tmp/kd-i19-server-np$np.txt" 2>&1 &
   job=$!
   for i in $(seq 600); do build-device/bin/krylov --server 127.0.0.1:$port status >/dev/null 2>&1 && break; sleep 0.2; done
   {
@@ -68,8 +76,9 @@ for np in 1 2; do
     $cli solve "$id" --rhs ones --method cg1 --rtol 1e-8 2>&1 | tail -8
     $cli solve "$id" --rhs ones --method cg --rtol 1e-8 2>&1 | tail -8
     $cli status 2>&1 | grep -iE "device|memory|ranks" | head -8
-  } > "$out/budget-np$np.txt" 2>&1
-  cat "$out/budget-np$np.txt"
+  } > "/tmp/kd-i19-budget.txt" 2>&1
+  cat /tmp/kd-i19-budget.txt | tee -a "$out/budget.txt"
+  grep -E "spread|dist" "/tmp/kd-i19-server-np$np.txt" >> "$out/budget.txt"
   kill $job; wait $job 2>/dev/null
   rm -rf "$st"
 done
