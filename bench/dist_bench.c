@@ -201,33 +201,75 @@ static int bench_spmv(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t 
     return rc;
 }
 
-/* The floor of one reduction: a one-entry kernel, its value read, summed over the ranks, written
- * back (not waited for), the next kernel behind it; per round trip, the slowest rank's. */
-static int bench_roundtrip(kd_dist_matrix_t *m, kd_err_t *err)
+/* One round of a reduction behind `work` (NULL: a one-entry kernel; else that many diagonal
+ * multiplies): the work, one value read back (waited for by polling for up to spin_ns, then
+ * blocking: kd_ocl_wait_event), summed over the ranks, written back without waiting. */
+static int roundtrip_once(kd_dist_matrix_t *m, kd_vec_t *v, kd_vec_t *x, kd_vec_t *y,
+                          uint64_t spin_ns, kd_err_t *err)
 {
-    kd_vec_t v;
-    memset(&v, 0, sizeof(v));
-    int rc = kd_vec_alloc(m->ocl, 1, KD_DTYPE_F64, &v, err);
     double value = 0.0;
-    const int rounds = 200;
-    uint64_t t0 = 0;
-    for (int i = 0; rc == KD_OK && i < rounds + 10; i++) {
-        if (i == 10) {
-            MPI_Barrier(MPI_COMM_WORLD);
-            t0 = kd_clock_ns();
-        }
-        if ((rc = kd_vec_fill(m->ocl, &v, 1.0, err)) == KD_OK &&
-            (rc = kd_ocl_read(m->ocl, v.mem, 0, 8, &value, err)) == KD_OK &&
-            (rc = m->comm->sum(m->comm, &value, 1, err)) == KD_OK)
-            rc = kd_ocl_write_async(m->ocl, v.mem, 0, 8, &value, err);
-    }
+    int rc = x != NULL ? kd_matrix_spmv(m->ocl, m->diag, 1.0, x, 0.0, y, err)
+                       : kd_vec_fill(m->ocl, v, 1.0, err);
+    cl_event ev = NULL;
+    cl_int st = rc == KD_OK ? clEnqueueReadBuffer(kd_ocl_queue(m->ocl), x != NULL ? y->mem : v->mem,
+                                                  CL_FALSE, 0, 8, &value, 0, NULL, &ev)
+                            : CL_SUCCESS;
+    if (rc == KD_OK && st == CL_SUCCESS)
+        st = clFlush(kd_ocl_queue(m->ocl));
+    if (rc == KD_OK && st != CL_SUCCESS)
+        rc = kd_ocl_fail(err, st, "read");
     if (rc == KD_OK)
-        rc = kd_ocl_finish(m->ocl, err);
-    const double per = (double)(kd_clock_ns() - t0) / 1e3 / rounds;
+        rc = kd_ocl_wait_event(m->ocl, ev, spin_ns, "read", err);
+    if (ev != NULL)
+        clReleaseEvent(ev);
+    if (rc == KD_OK && (rc = m->comm->sum(m->comm, &value, 1, err)) == KD_OK)
+        rc = kd_ocl_write_async(m->ocl, v->mem, 0, 8, &value, err);
+    return rc;
+}
+
+/* Reductions' round trips, the slowest rank's per round: behind a one-entry kernel (the floor)
+ * and behind the diagonal multiply, waited for by blocking and by polling. */
+static int bench_roundtrip(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t *err)
+{
+    kd_vec_t v, x, y;
+    memset(&v, 0, sizeof(v));
+    memset(&x, 0, sizeof(x));
+    memset(&y, 0, sizeof(y));
+    int rc = kd_vec_alloc(m->ocl, 1, a->dtype, &v, err);
+    if (rc == KD_OK && (rc = kd_vec_alloc(m->ocl, m->device_rows, a->dtype, &x, err)) == KD_OK &&
+        (rc = kd_vec_alloc(m->ocl, m->device_rows, a->dtype, &y, err)) == KD_OK)
+        rc = kd_vec_fill(m->ocl, &x, 1.0, err);
+    const struct {
+        const char *name;
+        int behind_spmv;
+        uint64_t spin_ns;
+    } kinds[] = {{"after a tiny kernel, blocking wait", 0, 0},
+                 {"after a tiny kernel, polling", 0, 20000000},
+                 {"after the diagonal multiply, blocking wait", 1, 0},
+                 {"after the diagonal multiply, polling", 1, 20000000}};
     double *all = malloc((size_t)m->comm->size * sizeof(double));
-    say("reduction round trip (kernel, read, sum over ranks, write): %.1f us\n", slowest(per, all));
+    const int rounds = 100;
+    for (size_t k = 0; rc == KD_OK && k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        uint64_t t0 = 0;
+        for (int i = 0; rc == KD_OK && i < rounds + 10; i++) {
+            if (i == 10) {
+                if ((rc = kd_ocl_finish(m->ocl, err)) != KD_OK)
+                    break;
+                MPI_Barrier(MPI_COMM_WORLD);
+                t0 = kd_clock_ns();
+            }
+            rc = roundtrip_once(m, &v, kinds[k].behind_spmv ? &x : NULL, &y, kinds[k].spin_ns,
+                                err);
+        }
+        if (rc == KD_OK)
+            rc = kd_ocl_finish(m->ocl, err);
+        const double per = (double)(kd_clock_ns() - t0) / 1e3 / rounds;
+        say("reduction round trip %-44s %8.1f us\n", kinds[k].name, slowest(per, all));
+    }
     free(all);
     kd_vec_release(&v);
+    kd_vec_release(&x);
+    kd_vec_release(&y);
     return rc;
 }
 
@@ -418,7 +460,7 @@ int main(int argc, char **argv)
         nmethods = 0;
     }
     if (rc == KD_OK)
-        rc = bench_roundtrip(m, &err);
+        rc = bench_roundtrip(m, &a, &err);
     for (int j = 0; rc == KD_OK && j < nmethods; j++)
         rc = bench_cg(m, &a, methods[j], &err);
     if (rc == KD_OK && comm.size == 1)

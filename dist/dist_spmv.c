@@ -5,7 +5,7 @@
  *   Y = alpha A_diag X + beta Y (main queue)          runs on the device while ...
  *   post receives, wait for the read, send, wait      ... the host exchanges (halo_finish)
  *   write the ghosts (copy queue, still beside the diagonal multiply)
- *   Y += alpha A_offd ghosts (main queue, once the write ended), non-empty rows only
+ *   Y += alpha A_offd ghosts (main queue, behind a barrier on the write), non-empty rows only
  *
  * The columns: one SpMM launch when every column is asked for, or (beta = 0, the solver's
  * SpMV) when at least half are and the format has one; else one SpMV per asked-for column, as
@@ -16,7 +16,6 @@
 #include "common/clock.h"
 
 #include <assert.h>
-#include <stdlib.h>
 
 /* Y = alpha A X + beta Y for the asked-for columns, by SpMM or column by column. */
 static int kd_dist_multiply(kd_dist_matrix_t *m, const kd_matrix_t *A, double alpha,
@@ -63,19 +62,12 @@ static int kd_dist_offd_columns(kd_dist_matrix_t *m, double alpha, kd_multivec_t
 {
     if (m->offd.rows == 0)
         return KD_OK;
-    /* The host waits for the ghosts' write (it ends while the diagonal block still multiplies)
-     * and then enqueues the multiply behind it: no dependency between the queues for the
-     * driver to resolve after the diagonal multiply ends. */
-    if (m->ghost_write != NULL && getenv("KD_DIST_OFFD_BARRIER") != NULL) { /* TEMP: A/B */
+    /* Ordered after the ghosts' write by a barrier on the main queue: on two H200s 12 us a call
+     * faster than the host waiting for the write and then enqueueing (docs/BENCHMARKS.md). */
+    if (m->ghost_write != NULL) {
         cl_int st = clEnqueueBarrierWithWaitList(kd_ocl_queue(m->ocl), 1, &m->ghost_write, NULL);
         if (st != CL_SUCCESS)
-            return kd_ocl_fail(err, st, "barrier");
-    } else if (m->ghost_write != NULL) {
-        cl_int st = clWaitForEvents(1, &m->ghost_write);
-        clReleaseEvent(m->ghost_write);
-        m->ghost_write = NULL;
-        if (st != CL_SUCCESS)
-            return kd_ocl_fail(err, st, "waiting for the ghosts' write");
+            return kd_ocl_fail(err, st, "ordering the off-diagonal multiply after the ghosts");
     }
     int rc = KD_OK;
     for (int64_t c = 0; rc == KD_OK && c < Y->k;) {

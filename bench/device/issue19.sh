@@ -7,6 +7,7 @@
 #   over budget     a matrix over --device-memory on one rank, served spread on two (krylovd
 #                   under mpirun, the `krylov` CLI as client)
 # Output under $OUT (default /tmp/kd-issue19). KD_I19_QUICK=1: small matrices (a dry run).
+# KD_I19_PARTS: which parts (default "strong baseline powerlaw weak budget").
 set -uo pipefail
 source bench/device/setup.sh
 export OPAL_PREFIX=${OPAL_PREFIX:-$KD_PREFIX/usr}
@@ -32,30 +33,34 @@ run() { # run NP NAME BIN ARGS...: every run's whole output into $out/runs.txt (
   echo "== $name"
   grep -vE "^info" "$log" | grep -E "ranks=|spmv:|cg1?:|single|alone|halo|round trip|reductions|device time|MPI|gather|ghosts\+|krylov-dist-bench:" | head -40
 }
+parts=" ${KD_I19_PARTS:-strong baseline powerlaw weak budget} "
+has() { [[ $parts == *" $1 "* ]]; }
 big=250 weak1=200 weak2=252 pl=4000000 it=200
 if [ "${KD_I19_QUICK:-0}" = 1 ]; then big=60 weak1=50 weak2=63 pl=200000 it=50; fi
 for np in 1 2; do
-  run $np strong-lap3d$big-np$np build-device/bin/krylov-dist-bench --device local \
+  has strong && run $np strong-lap3d$big-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
-  [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
+  has baseline && [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
     run $np baseline-lap3d$big-np$np .baseline/build-device/bin/krylov-dist-bench \
       --device local --matrix lap3d:$big --iterations $it --spmv 100
-  [ $np = 2 ] && KD_DIST_OFFD_BARRIER=1 run $np strong-lap3d$big-np$np-barrier \
+  # the reductions waited for by blocking at once (KD_DIST_SPIN_US=0) against polling
+  has strong && [ $np = 2 ] && KD_DIST_SPIN_US=0 run $np strong-lap3d$big-np$np-blocking \
     build-device/bin/krylov-dist-bench --device local \
-    --matrix lap3d:$big --iterations $it --spmv 100 --methods cg
-  run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
+    --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
+  has powerlaw && run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix powerlaw:$pl --spmv 100
 done
 # the power-law halo (most of x) through Open MPI's single-copy shared memory (CMA), if allowed
-OMPI_MCA_btl_vader_single_copy_mechanism=cma run 2 strong-powerlaw$pl-np2-cma \
+has powerlaw && OMPI_MCA_btl_vader_single_copy_mechanism=cma run 2 strong-powerlaw$pl-np2-cma \
   build-device/bin/krylov-dist-bench --device local --matrix powerlaw:$pl --spmv 100
-run 1 weak-lap3d$weak1-np1 build-device/bin/krylov-dist-bench --device local \
+has weak && run 1 weak-lap3d$weak1-np1 build-device/bin/krylov-dist-bench --device local \
   --matrix lap3d:$weak1 --iterations $it --spmv 100 --methods cg,cg1
-run 2 weak-lap3d$weak2-np2 build-device/bin/krylov-dist-bench --device local \
+has weak && run 2 weak-lap3d$weak2-np2 build-device/bin/krylov-dist-bench --device local \
   --matrix lap3d:$weak2 --iterations $it --spmv 100 --methods cg,cg1
 
 # Over budget: lap3d 100^3 (1M rows, 6.9M nonzeros, about 85 MB on the device) against a 64 MB
 # --device-memory: refused on one rank, spread over two and solved.
+has budget || exit 0
 n=${KD_I19_BUDGET_N:-100}
 [ "${KD_I19_QUICK:-0}" = 1 ] && n=40
 python3 bench/device/lap3d_mtx.py "$n" > /tmp/lap3d.mtx
