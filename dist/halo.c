@@ -134,12 +134,7 @@ static int kd_dist_halo_messages(kd_dist_matrix_t *m, int64_t k, cl_event read, 
             st = MPI_Irecv((char *)m->recv_host + (size_t)b->recv_start[i] * (size_t)k * v,
                            (int)count, type, b->neighbour[i], KD_DIST_HALO_TAG, mpi, &req[n++]);
     }
-    kd_err_t wait_err = {0}; /* the read ends soon after the gather: poll for it (ocl.h) */
-    cl_int cst = read != NULL && kd_ocl_wait_event(m->ocl, read, 1000 * 1000,
-                                                  "waiting for the halo's send entries",
-                                                  &wait_err) != KD_OK
-                     ? CL_INVALID_EVENT
-                     : CL_SUCCESS;
+    cl_int cst = read != NULL ? clWaitForEvents(1, &read) : CL_SUCCESS;
     cst = cst == CL_SUCCESS ? prev : cst;
     const uint64_t t1 = kd_clock_ns();
     m->time.gather_ns += t1 - t0; /* until the send entries were on the host */

@@ -61,20 +61,6 @@ static int kd_krylov_combine_room(kd_krylov_t *kr, size_t values, kd_err_t *err)
     return KD_OK;
 }
 
-/* How long the host polls for the partial sums before a blocking wait: the device idles until
- * they are combined, and NVIDIA's blocking waits wake late (docs/BENCHMARKS.md, issue 19).
- * KD_DIST_SPIN_US overrides it (0: block at once) for measurements. */
-static uint64_t kd_krylov_combine_spin_ns(void)
-{
-    static int64_t spin = -1;
-    if (spin < 0) {
-        const char *env = getenv("KD_DIST_SPIN_US");
-        spin = env != NULL ? (int64_t)strtoll(env, NULL, 10) * 1000 : 20 * 1000 * 1000;
-        spin = spin < 0 ? 0 : spin;
-    }
-    return (uint64_t)spin;
-}
-
 /* Read every pending entry's partials (and the alphas) into the host buffer; waits. */
 static int kd_krylov_combine_read(kd_krylov_t *kr, size_t *offsets, size_t *alpha_at, kd_err_t *err)
 {
@@ -107,21 +93,11 @@ static int kd_krylov_combine_read(kd_krylov_t *kr, size_t *offsets, size_t *alph
     if (st == CL_SUCCESS && alpha_parity >= 0)
         st = clEnqueueReadBuffer(q, kr->scalars, CL_FALSE, (size_t)alpha_parity * slots * v,
                                  slots * v, host + total * v, 0, NULL, NULL);
-    cl_event done = NULL; /* every read above (and all before them: the queue is in order) */
-    if (st == CL_SUCCESS)
-        st = clEnqueueMarkerWithWaitList(q, 0, NULL, &done);
-    if (st == CL_SUCCESS)
-        st = clFlush(q);
-    if (st != CL_SUCCESS) {
-        if (done != NULL)
-            clReleaseEvent(done);
-        (void)clFinish(q); /* nothing may still write into the host buffer */
-        return kd_ocl_fail(err, st, "reading partial sums to combine");
-    }
-    rc = kd_ocl_wait_event(kr->ocl, done, kd_krylov_combine_spin_ns(),
-                           "waiting for the partial sums to combine", err);
-    clReleaseEvent(done);
-    return rc;
+    if (st == CL_SUCCESS) /* the device then idles until the sums return: each such wait costs
+                           * about 85 us beyond the work before it on NVIDIA's OpenCL, polling
+                           * the event instead measured no faster (docs/BENCHMARKS.md, issue 19) */
+        st = clFinish(q);
+    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading partial sums to combine");
 }
 
 int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)

@@ -581,27 +581,6 @@ int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err)
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clFinish");
 }
 
-int kd_ocl_wait_event(kd_ocl_t *ocl, cl_event event, uint64_t spin_ns, const char *what,
-                      kd_err_t *err)
-{
-    if (ocl->desc.is_gpu && spin_ns > 0) {
-        const uint64_t until = kd_clock_ns() + spin_ns;
-        do {
-            cl_int status = CL_QUEUED;
-            cl_int st = clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof(status),
-                                       &status, NULL);
-            if (st != CL_SUCCESS)
-                return kd_ocl_fail(err, st, what);
-            if (status < 0) /* the command failed: its error code */
-                return kd_ocl_fail(err, status, what);
-            if (status == CL_COMPLETE)
-                return KD_OK;
-        } while (kd_clock_ns() < until);
-    }
-    cl_int st = clWaitForEvents(1, &event);
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, what);
-}
-
 void kd_ocl_test_set_fp64(kd_ocl_t *ocl, int has_fp64)
 {
     ocl->desc.has_fp64 = has_fp64 && ocl->real_fp64;

@@ -101,16 +101,6 @@ int kd_ocl_fail(kd_err_t *err, cl_int status, const char *what);
 /* Wait for the queue to drain. */
 int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err);
 
-/*
- * Wait for `event` (its command flushed) where the host is on the critical path of a device that
- * then idles (a solve spread over ranks waits for its partial sums at every reduction): on a GPU
- * by polling its status for up to `spin_ns` before blocking, since a blocking wait can sleep past
- * the command's end (measured on NVIDIA's OpenCL: docs/BENCHMARKS.md, issue 19); elsewhere (a CPU
- * device, whose compute threads the spinning would take) by blocking at once. `what` names the
- * wait in the error. The caller keeps and releases event.
- */
-int kd_ocl_wait_event(kd_ocl_t *ocl, cl_event event, uint64_t spin_ns, const char *what,
-                      kd_err_t *err);
 
 /* KD_OK when the device computes in `dtype`: KD_EUNSUPPORTED for float64 on a device without
  * cl_khr_fp64, KD_EINTERNAL for a type that is not float32/float64. */

@@ -43,10 +43,6 @@ for np in 1 2; do
   has baseline && [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
     run $np baseline-lap3d$big-np$np .baseline/build-device/bin/krylov-dist-bench \
       --device local --matrix lap3d:$big --iterations $it --spmv 100
-  # the reductions waited for by blocking at once (KD_DIST_SPIN_US=0) against polling
-  has strong && [ $np = 2 ] && KD_DIST_SPIN_US=0 run $np strong-lap3d$big-np$np-blocking \
-    build-device/bin/krylov-dist-bench --device local \
-    --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
   has powerlaw && run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix powerlaw:$pl --spmv 100
 done
