@@ -10,17 +10,11 @@
 # KD_I19_PARTS: which parts (default "strong baseline powerlaw weak budget").
 set -uo pipefail
 source bench/device/setup.sh
-export OPAL_PREFIX=${OPAL_PREFIX:-$KD_PREFIX/usr}
 out=${OUT:-/tmp/kd-issue19}
 mkdir -p "$out"
-ompi=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi
-mpirun=$OPAL_PREFIX/bin/mpirun.openmpi
-[ -x "$mpirun" ] || mpirun=$(command -v mpirun) || { echo "issue19.sh: no mpirun" >&2; exit 1; }
-mpiflags=(-DKD_MPI=ON -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$ompi/include"
-  -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ompi/lib/libmpi.so")
-kd_device_build "${mpiflags[@]}" || exit 1
+kd_mpi_setup && kd_device_build "${KD_MPI_FLAGS[@]}" || exit 1
 if [ -d .baseline ]; then
-  (cd .baseline && kd_device_build "${mpiflags[@]}") || echo "issue19.sh: baseline build failed"
+  (cd .baseline && kd_device_build "${KD_MPI_FLAGS[@]}") || echo "issue19.sh: baseline build failed"
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 nvidia-smi topo -m > "$out/topo.txt" 2>&1

@@ -11,15 +11,9 @@
 #   OPAL_PREFIX        Open MPI's relocated prefix (default: the carried .debs' $KD_PREFIX/usr)
 set -uo pipefail
 source bench/device/setup.sh
-export OPAL_PREFIX=${OPAL_PREFIX:-$KD_PREFIX/usr}
 out=${OUT:-/tmp/kd-mpi}
 mkdir -p "$out"
-ompi=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi
-mpirun=$OPAL_PREFIX/bin/mpirun.openmpi
-[ -x "$mpirun" ] || mpirun=$(command -v mpirun) || { echo "mpi.sh: no mpirun" >&2; exit 1; }
-# No compiler wrapper: Debian's mpicc is an alternatives link that dpkg -x does not make.
-kd_device_build -DKD_MPI=ON -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$ompi/include" \
-  -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ompi/lib/libmpi.so" || exit 1
+kd_mpi_setup && kd_device_build "${KD_MPI_FLAGS[@]}" || exit 1
 grep -q "MPI ranks ON" build-device.log || { echo "mpi.sh: built without MPI" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$out/gpus.txt" 2>&1
 for matrix in ${KD_DIST_MATRICES:-lap3d:150 powerlaw:2000000}; do

@@ -31,3 +31,15 @@ kd_device_build() {
     "$@" > build-device.log 2>&1 && cmake --build build-device -j 16 >> build-device.log 2>&1 \
     || { tail -40 build-device.log; return 1; }
 }
+
+# Open MPI from the carried .debs (relocated: OPAL_PREFIX): sets mpirun and KD_MPI_FLAGS, the
+# CMake options of a build with MPI (no compiler wrapper: Debian's mpicc is an alternatives link
+# that dpkg -x does not make). Then: kd_device_build "${KD_MPI_FLAGS[@]}".
+kd_mpi_setup() {
+  export OPAL_PREFIX=${OPAL_PREFIX:-$KD_PREFIX/usr}
+  local ompi=$OPAL_PREFIX/lib/x86_64-linux-gnu/openmpi
+  mpirun=$OPAL_PREFIX/bin/mpirun.openmpi
+  [ -x "$mpirun" ] || mpirun=$(command -v mpirun) || { echo "no mpirun" >&2; return 1; }
+  KD_MPI_FLAGS=(-DKD_MPI=ON -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$ompi/include"
+    -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ompi/lib/libmpi.so")
+}
