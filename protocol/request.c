@@ -101,6 +101,8 @@ enum kd_param {
     KD_P_USER,
     KD_P_DISTRIBUTE,
     KD_P_BATCH,
+    KD_P_LIKE,
+    KD_P_PATTERN,
     KD_P_COUNT
 };
 
@@ -148,6 +150,8 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_USER] = "user",
     [KD_P_DISTRIBUTE] = "distribute",
     [KD_P_BATCH] = "batch",
+    [KD_P_LIKE] = "like",
+    [KD_P_PATTERN] = "pattern",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -161,7 +165,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
                              KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS | KD_BIT(BATCH) |
-                             KD_BIT(DISTRIBUTE),
+                             KD_BIT(DISTRIBUTE) | KD_BIT(LIKE) | KD_BIT(PATTERN),
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
@@ -527,13 +531,58 @@ static int kd_decode_put_batch(struct kd_decoder *d, kd_dtype_t index_dtype,
     return KD_OK;
 }
 
+/*
+ * matrix.put with like = id: new values on that matrix's pattern (values alone, in its canonical
+ * entry order), kept as it is kept: its format, reordering and spread are not chosen again, so
+ * the options that choose them are refused, as is anything that describes a pattern. The count
+ * is checked against the like matrix by the handler, which knows it.
+ */
+static int kd_decode_put_like(struct kd_decoder *d)
+{
+    kd_put_request_t *put = &d->req->u.put;
+    static const enum kd_param pattern[] = {KD_P_ROWS,  KD_P_COLS, KD_P_INDPTR,
+                                            KD_P_INDICES, KD_P_ROW, KD_P_COL,
+                                            KD_P_MTX,   KD_P_INDEX_DTYPE, KD_P_BATCH};
+    static const enum kd_param chosen[] = {KD_P_FORMAT, KD_P_SELECT, KD_P_REORDER,
+                                           KD_P_DISTRIBUTE};
+    int rc;
+    for (size_t i = 0; i < sizeof(pattern) / sizeof(pattern[0]); i++)
+        if ((rc = kd_forbid(d, pattern[i], "with like (the pattern is the like matrix's: send "
+                                           "values alone)")) != KD_OK)
+            return rc;
+    for (size_t i = 0; i < sizeof(chosen) / sizeof(chosen[0]); i++)
+        if ((rc = kd_forbid(d, chosen[i], "with like (the new values are kept as the like matrix "
+                                          "is: its format, reordering and spread)")) != KD_OK)
+            return rc;
+    put->kind = KD_PUT_LIKE;
+    put->dtype_given = d->param[KD_P_DTYPE] != NULL;
+    if ((rc = kd_param_id(d, KD_P_LIKE, put->like)) != KD_OK ||
+        (rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64,
+                             &put->dtype)) != KD_OK ||
+        (rc = kd_decode_matrix_options(d, &put->options)) != KD_OK ||
+        (rc = kd_param_required_array(d, KD_P_VALUES, put->dtype, &put->values)) != KD_OK)
+        return rc;
+    put->has_pattern = d->param[KD_P_PATTERN] != NULL;
+    if (put->has_pattern && (rc = kd_param_id(d, KD_P_PATTERN, put->pattern)) != KD_OK)
+        return kd_err_prefix(d->err, "pattern (the canonical pattern's hash, docs/PROTOCOL.md)");
+    kd_csr_limits_t limits = {d->limits->max_rows, d->limits->max_cols, d->limits->max_nnz};
+    if (put->values.count > limits.max_nnz)
+        return kd_err_set(d->err, KD_ETOOLARGE, "values has %lld entries; the limit is %lld",
+                          (long long)put->values.count, (long long)limits.max_nnz);
+    return KD_OK;
+}
+
 static int kd_decode_put(struct kd_decoder *d)
 {
     kd_put_request_t *put = &d->req->u.put;
+    if (d->param[KD_P_LIKE] != NULL)
+        return kd_decode_put_like(d);
     int csr = d->param[KD_P_INDPTR] != NULL;
     int coo = d->param[KD_P_ROW] != NULL || d->param[KD_P_COL] != NULL;
     int mtx = d->param[KD_P_MTX] != NULL;
-    int rc;
+    int rc = kd_forbid(d, KD_P_PATTERN, "without like (it names the like matrix's pattern)");
+    if (rc != KD_OK)
+        return rc;
     if (csr + coo + mtx != 1)
         return kd_err_set(d->err, KD_EBADREQ,
                           "matrix.put takes exactly one of indptr (CSR), row and col (COO) or mtx "

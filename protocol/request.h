@@ -52,7 +52,12 @@ typedef struct kd_array {
 #define KD_OPTIONS_MAX 8      /* preconditioner_options entries */
 #define KD_OPTION_NAME_MAX 24 /* ... and their names' bytes, NUL included */
 
-typedef enum kd_put_kind { KD_PUT_CSR = 0, KD_PUT_COO = 1, KD_PUT_MTX = 2 } kd_put_kind_t;
+typedef enum kd_put_kind {
+    KD_PUT_CSR = 0,
+    KD_PUT_COO = 1,
+    KD_PUT_MTX = 2,
+    KD_PUT_LIKE = 3, /* new values on a held matrix's pattern */
+} kd_put_kind_t;
 
 /* How a new matrix is kept (matrix.put, matrix.multiply): all optional. */
 typedef struct kd_matrix_options {
@@ -81,6 +86,12 @@ typedef struct kd_put_request {
     size_t mtx_len;
     kd_matrix_options_t options;
     int64_t batch; /* 0: one matrix; k >= 1: k systems of the CSR pattern, values k x nnz */
+    /* KD_PUT_LIKE: the held matrix whose pattern the values fill (in its canonical entry order),
+     * the pattern hash the client computed (has_pattern), and whether dtype was sent */
+    uint8_t like[16];
+    uint8_t pattern[16];
+    int has_pattern;
+    int dtype_given;
 } kd_put_request_t;
 
 /* matrix.multiply: C = op(A) B, op(A) = A or A^T; C is kept as a new matrix. */

@@ -251,6 +251,8 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     const kd_put_request_t *p = &job->req->u.put;
     kd_csr_t *csr = NULL;
     int rc;
+    if (p->kind == KD_PUT_LIKE)
+        return kd_handle_put_like(server, job, w, err);
     switch (p->kind) {
     case KD_PUT_CSR:
         rc = kd_csr_from_csr_arrays(p->rows, p->cols, p->indices.count, p->indptr.data,

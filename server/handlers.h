@@ -43,6 +43,9 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
                       const kd_matrix_options_t *opt, kd_matrix_meta_t *meta, int *created,
                       kd_err_t *err);
 
+/* matrix.put with like (server/like.c): new values on a held matrix's pattern. */
+int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+
 /* n values of `dtype` in a fresh buffer (at least 1 byte); KD_ETOOLARGE / KD_ENOMEM in err. */
 void *kd_handlers_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err);
 

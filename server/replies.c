@@ -78,7 +78,8 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
     /* a batch shows one system's shape and how many systems it holds */
     const int64_t k = meta->batch > 0 ? meta->batch : 1;
-    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) + extra);
+    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) +
+                    (meta->has_pattern ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows / k);
@@ -107,6 +108,11 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_kv_int(w, "before", meta->bandwidth_before);
     kd_w_kv_int(w, "after", meta->bandwidth_after);
     kd_reply_spread(w, meta, spread);
+    if (meta->has_pattern) {
+        char hex[KD_ID_HEX_LEN + 1];
+        kd_id_to_hex(meta->pattern, hex);
+        kd_w_kv_str(w, "pattern", hex);
+    }
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

@@ -77,6 +77,10 @@ typedef struct kd_matrix_meta {
     int distributed, ranks;
     int64_t rank_rows[KD_META_RANKS_MAX], rank_nnz[KD_META_RANKS_MAX];
     int64_t rank_ghosts[KD_META_RANKS_MAX], rank_sends[KD_META_RANKS_MAX];
+    /* The canonical pattern's hash (server/pattern.h), once something needed it: a put with
+     * like names it; not kept in the state file (recomputed from the matrix when asked for). */
+    int has_pattern;
+    uint8_t pattern[16];
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {

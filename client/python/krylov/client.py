@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _rpc, batch as _batch, errors
 from .batch import BatchSolveResult
-from .content_id import csr_content_id
+from .content_id import csr_content_id, pattern_hash
 
 __all__ = ["Client", "MatrixInfo", "SolveResult", "BatchSolveResult", "ServerStatus", "Progress",
            "DEFAULT_ADDRESS"]
@@ -73,6 +73,8 @@ class MatrixInfo:
     notice: str = ""
     # a batch (put_batch): how many systems of shape rows x cols it holds; 0 for one matrix
     batch: int = 0
+    # the canonical pattern's hash, where the server knows it (put(..., like=) always says it)
+    pattern: str = ""
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -105,6 +107,7 @@ class MatrixInfo:
             symmetric=None if d.get("symmetric") is None else bool(d["symmetric"]),
             notice=d.get("notice") or "",
             batch=int(d.get("batch", 0)),
+            pattern=d.get("pattern") or "",
             raw=d,
         )
 
@@ -441,7 +444,7 @@ class Client:
     # matrices
 
     def put(self, A, *, name=None, format=None, dtype=None, pin=None, select=None,
-            reorder=None, timeout_ms=None):
+            reorder=None, like=None, timeout_ms=None):
         """Upload a matrix; returns its MatrixInfo (info.id names it from now on).
 
         A: a scipy.sparse matrix or array (COO is sent as COO, anything else as CSR), a dense 2-D
@@ -456,7 +459,18 @@ class Client:
         inside the matrix (vectors stay in your order; info.reorder and info.bandwidth say what
         was done). Uploading the same matrix again is cheap and returns the same id
         (info.created is then False).
+
+        like: a MatrixInfo or id of a matrix the server holds whose sparsity pattern A has (a
+        time step, a Newton step): only A's values are sent (8 bytes a nonzero in float64), in
+        the canonical order of that pattern, and the new matrix is kept as the like matrix is
+        (format, reordering; format, select and reorder are not taken with like). A's pattern is
+        checked here first against its hash (the server checks it again): a different pattern
+        raises ValueError without sending anything when info.pattern is known, BadRequest
+        otherwise. The result is a new matrix with its own id; the like matrix is unchanged.
         """
+        if like is not None:
+            return self._put_like(A, like, name=name, dtype=dtype, pin=pin, format=format,
+                                  select=select, reorder=reorder, timeout_ms=timeout_ms)
         params, default_name, local = _matrix_params(A, dtype)
         if local is not None and all(v is None for v in (name, format, pin, select, reorder)):
             # Ask before sending: the same matrix again costs a hash and a round trip.
@@ -469,6 +483,44 @@ class Client:
                     pass
         _optional(params, name=name if name is not None else default_name, format=format,
                   pin=None if pin is None else bool(pin), select=select, reorder=reorder,
+                  timeout_ms=timeout_ms)
+        return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+
+    def update(self, old, A, **kwargs):
+        """put(A, like=old): new values on old's pattern (see put)."""
+        return self.put(A, like=old, **kwargs)
+
+    def _put_like(self, A, like, *, name, dtype, pin, format, select, reorder, timeout_ms):
+        if any(v is not None for v in (format, select, reorder)):
+            raise errors.BadRequest("put(like=...) keeps the like matrix's format and reordering: "
+                                    "format, select and reorder do not apply")
+        like_id = like.id if isinstance(like, MatrixInfo) else str(like)
+        if not (hasattr(A, "tocsr") and hasattr(A, "shape")):
+            raise TypeError(f"put(like=...) takes a scipy.sparse matrix, not {type(A).__name__}")
+        csr = A.tocsr(copy=True)
+        csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
+        rows, cols = (int(n) for n in csr.shape)
+        data = np.asarray(csr.data)
+        _check_real(data, "the matrix")
+        pattern = pattern_hash(rows, cols, csr.indptr, csr.indices)
+        if isinstance(like, MatrixInfo):
+            if (rows, cols, int(csr.nnz)) != (like.rows, like.cols, like.nnz) or (
+                    like.pattern and like.pattern != pattern):
+                raise ValueError(
+                    f"A ({rows} x {cols}, {csr.nnz} stored entries, pattern {pattern}) does not "
+                    f"have the pattern of matrix {like.id} ({like.rows} x {like.cols}, {like.nnz} "
+                    f"stored entries{', pattern ' + like.pattern if like.pattern else ''}): put "
+                    "it whole")
+        params = {"like": like_id, "pattern": pattern}
+        # the like matrix's dtype where known (the server refuses another), else float64 values
+        # that the server converts
+        value_dtype = like.dtype if isinstance(like, MatrixInfo) and like.dtype else None
+        if dtype is not None:
+            value_dtype = _dtype_name(dtype, "float64")
+        if value_dtype is not None:
+            params["dtype"] = value_dtype
+        params["values"] = _values_bin(data, value_dtype or "float64")
+        _optional(params, name=name, pin=None if pin is None else bool(pin),
                   timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 

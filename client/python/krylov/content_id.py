@@ -10,6 +10,7 @@ python3-xxhash); without it, or for arrays that are not canonical CSR, content_i
 put() uploads as before, which is always correct: the server answers with its own id.
 """
 
+import hashlib
 import struct
 
 import numpy as np
@@ -64,3 +65,15 @@ def csr_content_id(rows, cols, indptr, indices, values, dtype_name, canonical=No
     h.update(np.ascontiguousarray(indices, dtype="<i4").data)
     h.update(np.ascontiguousarray(values, dtype=_VALUE[dtype_name]).data)
     return h.hexdigest()
+
+
+def pattern_hash(rows, cols, indptr, indices):
+    """The server's pattern hash of canonical CSR arrays (docs/PROTOCOL.md, "New values on a held
+    pattern"): the first 16 bytes of SHA-256 over b"krylovd-pattern1", rows, cols and nnz
+    (int64) and the int32 indptr and indices, all little-endian; 32 hex digits."""
+    indices = np.asarray(indices)
+    h = hashlib.sha256()
+    h.update(b"krylovd-pattern1" + struct.pack("<qqq", int(rows), int(cols), int(indices.shape[0])))
+    h.update(np.ascontiguousarray(indptr, dtype="<i4").data)
+    h.update(np.ascontiguousarray(indices, dtype="<i4").data)
+    return h.hexdigest()[:32]

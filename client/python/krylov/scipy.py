@@ -50,6 +50,15 @@ class ResidentOperator(LinearOperator):
             symmetric = (A - A.T).count_nonzero() == 0
         return cls(client, client.put(A, **put_options), symmetric=symmetric)
 
+    def update(self, A, **put_options):
+        """New values with this operator's pattern (Client.put(A, like=...)): from now on the
+        operator is the new matrix (the old one stays on the server until dropped or evicted).
+        Returns the new MatrixInfo."""
+        info = self.client.put(A, like=self.info, **put_options)
+        self.info = info
+        self.id = info.id
+        return info
+
     def _matvec(self, x):
         x = np.asarray(x).reshape(-1)
         return self.client.spmv(self.id, x, dtype=self._wire_dtype)

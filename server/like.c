@@ -1,0 +1,138 @@
+/*
+ * matrix.put with like (docs/PROTOCOL.md, "New values on a held pattern"): new values on the
+ * pattern of a matrix the user can see. The values arrive alone, in the like matrix's canonical
+ * entry order; the server puts them into a copy of its canonical pattern, so the result is the
+ * matrix a full put of the same content makes (the same id: content ids do not depend on how a
+ * matrix arrived), and keeps it as the like matrix is kept: its format, its reordering, spread
+ * or not, none of it chosen again. Matrices stay immutable: the like matrix is not touched, and
+ * a solve running on it finishes on its values.
+ *
+ * Not yet (issue 22): the device and the state directory hold the new matrix's index arrays
+ * again rather than sharing the like matrix's, and the format is built from the CSR rather than
+ * by scattering the values into its slots.
+ */
+#include "server/handlers.h"
+#include "common/log.h"
+#include "server/pattern.h"
+#include "server/replies.h"
+
+#include <string.h>
+
+/* The like matrix's pattern hash, computed once from its canonical CSR and kept in its entry. */
+static int kd_like_pattern(kd_server_t *server, const uint8_t id[16], const kd_csr_t *csr,
+                           uint8_t out[16], kd_err_t *err)
+{
+    kd_store_entry_t *entry = kd_store_find(server->store, id);
+    if (entry != NULL && entry->meta.has_pattern) {
+        memcpy(out, entry->meta.pattern, 16);
+        return KD_OK;
+    }
+    if (kd_pattern_hash(csr, out) != KD_OK)
+        return kd_err_set(err, KD_EINTERNAL, "hashing the like matrix's pattern failed");
+    if (entry != NULL) {
+        memcpy(entry->meta.pattern, out, 16);
+        entry->meta.has_pattern = 1;
+    }
+    return KD_OK;
+}
+
+/* What the request may ask of this like matrix, before any copy is made. */
+static int kd_like_check(const kd_put_request_t *p, const kd_matrix_meta_t *like, kd_err_t *err)
+{
+    if (like->batch > 0)
+        return kd_err_set(err, KD_EUNSUPPORTED,
+                          "like: matrix %s is a batch of %lld systems; new values for a batch "
+                          "are a full matrix.put with batch",
+                          like->hex, (long long)like->batch);
+    if (p->dtype_given && p->dtype != like->dtype)
+        return kd_err_set(err, KD_EBADREQ,
+                          "like: matrix %s is %s; the new values are kept as %s too (send them "
+                          "in %s, or without dtype)",
+                          like->hex, kd_dtype_name(like->dtype), kd_dtype_name(like->dtype),
+                          kd_dtype_name(like->dtype));
+    if (p->values.count != like->nnz)
+        return kd_err_set(err, KD_EBADREQ,
+                          "like: matrix %s has %lld stored entries (its canonical pattern: "
+                          "docs/PROTOCOL.md), so values must hold %lld; got %lld",
+                          like->hex, (long long)like->nnz, (long long)like->nnz,
+                          (long long)p->values.count);
+    return KD_OK;
+}
+
+/* The like matrix's pattern with the request's values, in its dtype. */
+static int kd_like_matrix(const kd_csr_t *pattern, const kd_array_t *values, kd_csr_t **out,
+                          kd_err_t *err)
+{
+    int rc = kd_csr_alloc(pattern->rows, pattern->cols, pattern->nnz, pattern->dtype, out, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_csr_t *c = *out;
+    memcpy(c->indptr, pattern->indptr, ((size_t)pattern->rows + 1) * sizeof(int32_t));
+    if (pattern->nnz > 0)
+        memcpy(c->indices, pattern->indices, (size_t)pattern->nnz * sizeof(int32_t));
+    if (values->dtype == c->dtype && pattern->nnz > 0)
+        memcpy(c->values, values->data, (size_t)pattern->nnz * kd_dtype_size(c->dtype));
+    else
+        for (int64_t i = 0; i < pattern->nnz; i++)
+            kd_store_real(c->values, c->dtype, (size_t)i,
+                          kd_load_real(values->data, values->dtype, (size_t)i));
+    return KD_OK;
+}
+
+int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
+{
+    const kd_put_request_t *p = &job->req->u.put;
+    kd_matrix_meta_t like;
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(p->like, hex);
+    if (kd_store_get_meta(server->store, p->like, &like) != KD_OK ||
+        !kd_meta_visible(&like, job->user, job->admin))
+        return kd_err_set(err, KD_ENOTFOUND, "like: no matrix %s on this server", hex);
+    int rc = kd_like_check(p, &like, err);
+    if (rc != KD_OK)
+        return rc;
+    const kd_csr_t *pattern = NULL;
+    kd_csr_t *owned = NULL, *csr = NULL;
+    uint8_t hash[16];
+    if ((rc = kd_cache_host_csr(server, p->like, &pattern, &owned, err)) != KD_OK ||
+        (rc = kd_like_pattern(server, p->like, pattern, hash, err)) != KD_OK)
+        goto out;
+    if (p->has_pattern && memcmp(p->pattern, hash, 16) != 0) {
+        char given[KD_ID_HEX_LEN + 1], held[KD_ID_HEX_LEN + 1];
+        kd_id_to_hex(p->pattern, given);
+        kd_id_to_hex(hash, held);
+        rc = kd_err_set(err, KD_EBADREQ,
+                        "like: the values' pattern %s is not matrix %s's (%s): they would fill "
+                        "another matrix's entries; put the matrix whole",
+                        given, hex, held);
+        goto out;
+    }
+    if ((rc = kd_like_matrix(pattern, &p->values, &csr, err)) != KD_OK)
+        goto out;
+    /* kept as the like matrix is: nothing is chosen again */
+    kd_matrix_options_t opt = p->options;
+    snprintf(opt.format, sizeof(opt.format), "%s", kd_format_name(like.format));
+    opt.select[0] = '\0';
+    opt.reorder = like.reorder;
+    opt.distribute = like.distributed ? KD_DISTRIBUTE_YES : KD_DISTRIBUTE_NO;
+    kd_matrix_meta_t meta;
+    int created;
+    rc = kd_handlers_admit(server, job, csr, &opt, &meta, &created, err); /* takes csr */
+    if (rc != KD_OK)
+        goto out;
+    kd_store_entry_t *entry = kd_store_find(server->store, meta.id);
+    if (entry != NULL) {
+        memcpy(entry->meta.pattern, hash, 16);
+        entry->meta.has_pattern = 1;
+    }
+    memcpy(meta.pattern, hash, 16);
+    meta.has_pattern = 1;
+    KD_INFO("store", "put id=%s like=%s nnz=%lld format=%s created=%d", meta.hex, hex,
+            (long long)meta.nnz, kd_format_name(meta.format), created);
+    kd_w_result_begin(w, job->msgid);
+    kd_reply_meta_extra(w, &meta, created, 1);
+    kd_w_kv_str(w, "like", hex);
+out:
+    kd_csr_free(owned);
+    return rc;
+}

@@ -1,0 +1,164 @@
+"""New values on a held pattern end to end (docs/PROTOCOL.md, "New values on a held pattern"):
+a real krylovd on loopback, the Python client and raw msgpack requests.
+
+- put(A2, like=A1) sends the values alone and makes the matrix a full put of A2 makes: the same
+  id (a full put afterwards finds it, created False), the same pattern hash (computed here with
+  hashlib and by the server), spmv and a CG solve on it against SciPy (true residual on the host);
+- it is kept as the like matrix is: a format forced on A1 stays on A2 where the selection would
+  choose another, and A1's reordering;
+- A1 is unchanged (its spmv still A1's) and a float32 like matrix keeps float32;
+- ResidentOperator.update and Client.update;
+- refusals, each with the server serving on: an unknown like id (NOT_FOUND), a wrong number of
+  values (BAD_REQUEST naming the expected count), like with indices / mtx / format (BAD_REQUEST),
+  a pattern hash that is not A1's (BAD_REQUEST), pattern without like, a float32 dtype for a
+  float64 like matrix; the client refuses another pattern locally before sending.
+"""
+
+import unittest
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import krylov
+import kd_rpc
+from kd_daemon import shared_daemon
+from krylov.content_id import pattern_hash
+from krylov.scipy import ResidentOperator
+
+daemon = None
+rng = None
+setUpModule, tearDownModule = shared_daemon(globals())
+
+
+def heat(n, dt):
+    """I + dt L on an n x n grid (2-D Laplacian L): SPD, its values change with dt."""
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
+    lap = sp.kron(sp.identity(n), t) + sp.kron(t, sp.identity(n))
+    a = sp.csr_matrix(sp.identity(n * n) + dt * lap)
+    a.sum_duplicates()
+    return a
+
+
+def with_values(a, values):
+    b = a.copy()
+    b.data = np.asarray(values, dtype=a.dtype)
+    return b
+
+
+class LikeTest(unittest.TestCase):
+    def setUp(self):
+        self.kd = krylov.Client(daemon.address)
+        self.raw = kd_rpc.Client(daemon.port)
+
+    def tearDown(self):
+        self.kd.close()
+        self.raw.close()
+
+    def spmv_ok(self, mid, a, dtype="float64", tol=1e-12):
+        x = rng.standard_normal(a.shape[1])
+        y = self.kd.spmv(mid, x, dtype=dtype)
+        self.assertLess(np.abs(y - a @ x).max(), tol * max(1.0, np.abs(a @ x).max()))
+
+    def test_same_matrix_as_a_full_put(self):
+        a1, a2 = heat(30, 0.1), heat(30, 0.37)
+        i1 = self.kd.put(a1)
+        i2 = self.kd.put(a2, like=i1)
+        self.assertTrue(i2.created)
+        self.assertNotEqual(i1.id, i2.id)
+        want = pattern_hash(a2.shape[0], a2.shape[1], a2.indptr, a2.indices)
+        self.assertEqual(i2.pattern, want)
+        self.assertEqual(i2.raw.get("like"), i1.id)
+        self.assertEqual((i2.rows, i2.cols, i2.nnz, i2.dtype), (900, 900, a2.nnz, "float64"))
+        # the same content put whole is the same matrix
+        full = self.raw.call("matrix.put", rows=900, cols=900, indptr=a2.indptr.tolist(),
+                             indices=a2.indices.tolist(), values=a2.data.tolist(),
+                             name="whole")
+        self.assertEqual(full["id"], i2.id)
+        self.assertFalse(full["created"])
+        self.spmv_ok(i2.id, a2)
+        self.spmv_ok(i1.id, a1)  # the like matrix is unchanged
+        b = rng.standard_normal(900)
+        res = self.kd.solve(i2.id, b, method="cg", rtol=1e-10)
+        x = res.x
+        self.assertEqual(res.status, "converged")
+        self.assertLess(np.linalg.norm(b - a2 @ x), 1.01e-10 * np.linalg.norm(b))
+        xs = spla.spsolve(sp.csc_matrix(a2), b)
+        self.assertLess(np.linalg.norm(x - xs), 1e-7 * np.linalg.norm(xs))
+
+    def test_kept_as_the_like_matrix(self):
+        a1 = heat(24, 0.2)
+        i1 = self.kd.put(a1, format="ell", reorder="rcm", name="step0")
+        self.assertEqual(i1.format, "ell")
+        a2 = with_values(a1, a1.data * (1.0 + 0.1 * rng.random(a1.nnz)))
+        a2 = (a2 + a2.T) * 0.5  # still SPD-ish and the same pattern
+        a2 = sp.csr_matrix(a2)
+        a2.sum_duplicates()
+        i2 = self.kd.put(a2, like=i1, name="step1")
+        self.assertEqual(i2.format, "ell")
+        self.assertEqual(i2.reorder, i1.reorder)
+        self.assertEqual(i2.name, "step1")
+        self.spmv_ok(i2.id, a2)
+
+    def test_float32_like(self):
+        a1 = heat(16, 0.5)
+        i1 = self.kd.put(a1, dtype="float32")
+        a2 = heat(16, 0.9)
+        i2 = self.kd.put(a2, like=i1)
+        self.assertEqual(i2.dtype, "float32")
+        self.spmv_ok(i2.id, a2.astype(np.float32), dtype="float32", tol=1e-5)
+        # values sent as float64 under a bare id: converted to the like matrix's float32
+        i3 = self.kd.put(heat(16, 1.3), like=i1.id)
+        self.assertEqual(i3.dtype, "float32")
+        self.spmv_ok(i3.id, heat(16, 1.3).astype(np.float32), dtype="float32", tol=1e-5)
+
+    def test_resident_operator_update(self):
+        a1 = heat(20, 0.1)
+        op = ResidentOperator.upload(self.kd, a1)
+        first = op.id
+        a2 = heat(20, 0.3)
+        info = op.update(a2)
+        self.assertNotEqual(info.id, first)
+        x = rng.standard_normal(400)
+        self.assertLess(np.abs(op @ x - a2 @ x).max(), 1e-12)
+        info3 = self.kd.update(info, heat(20, 0.5))
+        self.spmv_ok(info3.id, heat(20, 0.5))
+
+    def test_refusals(self):
+        a1 = heat(10, 0.1)
+        i1 = self.kd.put(a1)
+        n = a1.nnz
+        cases = [
+            ({"like": "0" * 32, "values": [1.0] * n}, "NOT_FOUND", "no matrix"),
+            ({"like": i1.id, "values": [1.0] * (n - 1)}, "BAD_REQUEST", str(n)),
+            ({"like": i1.id, "values": [1.0] * n, "indices": [0] * n}, "BAD_REQUEST", "like"),
+            ({"like": i1.id, "values": [1.0] * n, "mtx": "x"}, "BAD_REQUEST", "like"),
+            ({"like": i1.id, "values": [1.0] * n, "format": "ell"}, "BAD_REQUEST", "format"),
+            ({"like": i1.id, "values": [1.0] * n, "pattern": "1" * 32}, "BAD_REQUEST",
+             "pattern"),
+            ({"like": i1.id, "values": [1.0] * n, "dtype": "float32"}, "BAD_REQUEST", "float64"),
+            ({"like": "xyz", "values": [1.0] * n}, "BAD_REQUEST", "hex"),
+            ({"rows": 2, "cols": 2, "indptr": [0, 1, 2], "indices": [0, 1], "values": [1.0, 1.0],
+              "pattern": "1" * 32}, "BAD_REQUEST", "pattern"),
+        ]
+        for params, code, says in cases:
+            with self.subTest(params=sorted(params)):
+                with self.assertRaises(kd_rpc.RpcError) as e:
+                    self.raw.call("matrix.put", **params)
+                self.assertEqual(e.exception.code, code, e.exception)
+                self.assertIn(says, str(e.exception))
+                self.spmv_ok(i1.id, a1)  # and the server serves on
+        # the client checks the pattern itself before sending
+        other = sp.csr_matrix(sp.random(100, 100, density=0.05, random_state=1) + sp.identity(100))
+        with self.assertRaises(ValueError):
+            self.kd.put(other, like=i1)
+        # the same shape and count but another pattern: the server's hash check refuses it
+        shifted = a1.copy()
+        shifted.indices = shifted.indices.copy()
+        shifted.indices[shifted.indptr[1] - 1] += 1  # row 0's last column one further right
+        with self.assertRaises(krylov.errors.BadRequest):
+            self.kd.put(shifted, like=i1.id)
+
+
+if __name__ == "__main__":
+    unittest.main()
