@@ -57,7 +57,9 @@ static void kd_fault_read(void)
     }
 }
 
-/* Bytes of the regular files in dir and, depth times more, in its subdirectories. */
+/* Bytes of the regular files in dir and, depth times more, in its subdirectories, but for the
+ * program cache's (solver/program_cache.c writes there itself, and how much depends on which
+ * programs a run happens to build). */
 static long long kd_fault_usage(const char *dir, int depth)
 {
     DIR *d = opendir(dir);
@@ -75,7 +77,7 @@ static long long kd_fault_usage(const char *dir, int depth)
             continue;
         if (S_ISREG(st.st_mode))
             total += st.st_size;
-        else if (S_ISDIR(st.st_mode) && depth > 0)
+        else if (S_ISDIR(st.st_mode) && depth > 0 && strcmp(de->d_name, "programs") != 0)
             total += kd_fault_usage(path, depth - 1);
     }
     closedir(d);

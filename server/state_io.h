@@ -8,9 +8,9 @@
  *   count:FILE        append "<n> <op> <path>" to FILE for each call: how many a sequence makes
  *   crash:K           SIGKILL the process at the K-th call (1-based); a write first writes half its
  *                     bytes, so the file is torn as a crash mid-write would leave it
- *   capacity:BYTES:DIR  a write that would take the files under DIR (two levels) past BYTES writes
- *                     what fits and fails with ENOSPC, like a full file system; deleting files
- *                     makes room again
+ *   capacity:BYTES:DIR  a write that would take the files under DIR (two levels, programs/ not
+ *                     counted) past BYTES writes what fits and fails with ENOSPC, like a full
+ *                     file system; deleting files makes room again
  * The calls are counted in the order the worker makes them (one thread changes the state).
  */
 #ifndef KD_SERVER_STATE_IO_H

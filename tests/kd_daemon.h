@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 typedef struct kd_daemon {
+    const char *binary; /* in KD_BIN_DIR; NULL: krylovd */
     pid_t pid;
     int port;
     char address[64];
@@ -38,7 +39,9 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     const char *device = getenv("KD_TEST_DEVICE");
     const char *argv[64];
     int argc = 0;
-    argv[argc++] = KD_BIN_DIR "/krylovd";
+    char binary[512];
+    snprintf(binary, sizeof(binary), "%s/%s", KD_BIN_DIR, d->binary != NULL ? d->binary : "krylovd");
+    argv[argc++] = binary;
     argv[argc++] = "--listen";
     argv[argc++] = "127.0.0.1:0";
     argv[argc++] = "--port-file";
