@@ -68,7 +68,7 @@ int kd_owners_save(kd_server_t *server, kd_err_t *err)
         return kd_owners_fail(err, saved, "create", tmp);
     }
     const char *call = NULL;
-    if (kd_state_io_write(fd, text, len) != 0)
+    if (kd_state_io_write(fd, &(struct iovec){text, len}, 1) != 0)
         call = "write";
     else if (kd_state_io_fsync(fd) != 0)
         call = "fsync";

@@ -419,13 +419,16 @@ static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
     if (fd < 0)
         return kd_state_fail(err, errno, doing, "create", tmp);
     const char *call = "write";
-    int bad = kd_state_io_write(fd, header, KD_STATE_HEADER_BYTES) != 0;
-    if (!bad && csr != NULL) {
-        bad = kd_state_io_write(fd, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)) != 0 ||
-              kd_state_io_write(fd, csr->indices, (size_t)csr->nnz * sizeof(int32_t)) != 0 ||
-              kd_state_io_write(fd, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)) !=
-                  0;
-    } else if (!bad && src_fd >= 0) {
+    struct iovec parts[4] = {{(void *)header, KD_STATE_HEADER_BYTES}};
+    int nparts = 1;
+    if (csr != NULL) {
+        parts[1] = (struct iovec){csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)};
+        parts[2] = (struct iovec){csr->indices, (size_t)csr->nnz * sizeof(int32_t)};
+        parts[3] = (struct iovec){csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)};
+        nparts = 4;
+    }
+    int bad = kd_state_io_write(fd, parts, nparts) != 0;
+    if (!bad && csr == NULL && src_fd >= 0) {
         char buf[1 << 16];
         uint64_t off = KD_STATE_HEADER_BYTES, left = payload_bytes;
         while (!bad && left > 0) {
@@ -437,7 +440,7 @@ static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
                 bad = 1;
                 break;
             }
-            bad = kd_state_io_write(fd, buf, n) != 0;
+            bad = kd_state_io_write(fd, &(struct iovec){buf, n}, 1) != 0;
             off += n;
             left -= n;
         }

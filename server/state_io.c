@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 
 #ifdef KD_TEST_HOOKS
 #include <dirent.h>
@@ -85,7 +86,8 @@ static long long kd_fault_usage(const char *dir, int depth)
 }
 
 /* Count the call; die at the chosen one. A write to die at first writes half of its bytes. */
-static void kd_fault_point(const char *op, const char *path, int fd, const void *data, size_t len)
+static void kd_fault_point(const char *op, const char *path, int fd, const struct iovec *iov,
+                           int iovcnt)
 {
     if (!kd_fault.read)
         kd_fault_read();
@@ -94,9 +96,15 @@ static void kd_fault_point(const char *op, const char *path, int fd, const void 
         dprintf(kd_fault.count_fd, "%lld %s %s\n", n, op, path != NULL ? path : "-");
     if (kd_fault.mode != KD_FAULT_CRASH || n != kd_fault.crash_at)
         return;
-    if (data != NULL && len > 1) {
-        ssize_t w = write(fd, data, len / 2);
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    size_t half = total / 2;
+    for (int i = 0; i < iovcnt && half > 0; i++) {
+        size_t len = iov[i].iov_len < half ? iov[i].iov_len : half;
+        ssize_t w = write(fd, iov[i].iov_base, len);
         (void)w;
+        half -= len;
     }
     raise(SIGKILL);
 }
@@ -112,7 +120,7 @@ static size_t kd_fault_room(size_t len)
     return (unsigned long long)left < len ? (size_t)left : len;
 }
 #else
-#define kd_fault_point(op, path, fd, data, len) ((void)0)
+#define kd_fault_point(op, path, fd, iov, iovcnt) ((void)0)
 #define kd_fault_room(len) (len)
 #endif
 
@@ -122,10 +130,9 @@ int kd_state_io_create(const char *path)
     return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
 }
 
-int kd_state_io_write(int fd, const void *data, size_t len)
+/* All of len bytes (EINTR and short writes retried): 0, or -1 with errno. */
+static int kd_state_io_write_one(int fd, const char *p, size_t len)
 {
-    kd_fault_point("write", NULL, fd, data, len);
-    const char *p = data;
     while (len > 0) {
         size_t chunk = kd_fault_room(len > ((size_t)1 << 30) ? (size_t)1 << 30 : len);
         if (chunk == 0) {
@@ -141,6 +148,15 @@ int kd_state_io_write(int fd, const void *data, size_t len)
         p += n;
         len -= (size_t)n;
     }
+    return 0;
+}
+
+int kd_state_io_write(int fd, const struct iovec *iov, int iovcnt)
+{
+    kd_fault_point("write", NULL, fd, iov, iovcnt);
+    for (int i = 0; i < iovcnt; i++)
+        if (kd_state_io_write_one(fd, iov[i].iov_base, iov[i].iov_len) != 0)
+            return -1;
     return 0;
 }
 

@@ -18,13 +18,15 @@
 
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 /* A new file for writing (O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode 0640): fd, or -1 with
  * errno. */
 int kd_state_io_create(const char *path);
 
-/* All of len bytes (EINTR retried): 0, or -1 with errno. */
-int kd_state_io_write(int fd, const void *data, size_t len);
+/* All the bytes of iov[0 .. iovcnt - 1], in order (EINTR and short writes retried): 0, or -1
+ * with errno. One call however many pieces: a file's pieces are one write to the fault hook. */
+int kd_state_io_write(int fd, const struct iovec *iov, int iovcnt);
 
 int kd_state_io_fsync(int fd);
 

@@ -69,7 +69,7 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
         perror("execv krylovd");
         _exit(127);
     }
-    for (int i = 0; i < 1200; i++) { /* PoCL may compile kernels at start: allow 120 s */
+    for (int i = 0; i < 12000; i++) { /* PoCL may compile kernels at start: allow 120 s */
         FILE *f = fopen(port_file, "r");
         if (f != NULL) {
             int ok = fscanf(f, "%d", &d->port) == 1;
@@ -85,7 +85,7 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
             d->pid = 0;
             return -1;
         }
-        struct timespec ts = {0, 100000000};
+        struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
     kill(d->pid, SIGKILL);
