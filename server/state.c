@@ -668,6 +668,11 @@ int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_er
         KD_ERROR("state", "loading matrix %s path=%s: %s", hex, path, why.message);
         if (rc == KD_ENOMEM)
             return kd_err_set(err, rc, "loading matrix %s: out of host memory", hex);
+        if (rc == KD_ENOTFOUND)
+            return kd_err_set(err, rc,
+                              "loading matrix %s: its stored copy is gone from the server; upload "
+                              "it again",
+                              hex);
         return kd_err_set(err, rc,
                           "loading matrix %s: its stored copy cannot be read (a file-system "
                           "error; the server's log has the details)",
