@@ -5,9 +5,10 @@
  *
  * Durability: write the temporary file, fsync it, rename it over the final name, fsync the
  * directory. Every call that changes the directory goes through server/state_io.c (where a test
- * build can fail or kill the process at any one of them). A reader trusts nothing: the header checksum, the file size against the shape, the
- * payload checksum, the content hash against the id and the CSR structure are all checked, and a
- * file that fails is moved to corrupt/ rather than deleted, so a person can look at it.
+ * build can fail or kill the process at any one of them). A reader trusts nothing: the header
+ * checksum, the file size against the shape, the payload checksum, the content hash against the id
+ * and the CSR structure are all checked, and a file that fails is moved to corrupt/ rather than
+ * deleted, so a person can look at it.
  *
  * Messages: those of the calls a request makes (write, update, load, remove) reach the remote
  * client, so they name the matrix and what failed but never a path or an errno text; the log line

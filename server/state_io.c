@@ -24,10 +24,10 @@ enum { KD_FAULT_NONE, KD_FAULT_COUNT, KD_FAULT_CRASH, KD_FAULT_CAPACITY };
 static struct {
     int read; /* KD_TEST_FAULT parsed */
     int mode;
-    long long crash_at;  /* crash: the call to die at */
-    long long capacity;  /* capacity: bytes */
-    char dir[512];       /* capacity: the tree it covers */
-    int count_fd;        /* count: the file calls are listed in */
+    long long crash_at; /* crash: the call to die at */
+    long long capacity; /* capacity: bytes */
+    char dir[512];      /* capacity: the tree it covers */
+    int count_fd;       /* count: the file calls are listed in */
     long long calls;
 } kd_fault = {.count_fd = -1};
 
@@ -52,8 +52,10 @@ static void kd_fault_read(void)
         }
     }
     if (kd_fault.mode == KD_FAULT_NONE) {
-        fprintf(stderr, "krylovd_faults: KD_TEST_FAULT=%s is not count:FILE, crash:K or "
-                        "capacity:BYTES:DIR\n", spec);
+        fprintf(stderr,
+                "krylovd_faults: KD_TEST_FAULT=%s is not count:FILE, crash:K or "
+                "capacity:BYTES:DIR\n",
+                spec);
         _exit(2);
     }
 }

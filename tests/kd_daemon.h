@@ -40,7 +40,8 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     const char *argv[64];
     int argc = 0;
     char binary[512];
-    snprintf(binary, sizeof(binary), "%s/%s", KD_BIN_DIR, d->binary != NULL ? d->binary : "krylovd");
+    snprintf(binary, sizeof(binary), "%s/%s", KD_BIN_DIR,
+             d->binary != NULL ? d->binary : "krylovd");
     argv[argc++] = binary;
     argv[argc++] = "--listen";
     argv[argc++] = "127.0.0.1:0";

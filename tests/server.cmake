@@ -9,7 +9,8 @@ kd_add_test(test_tls SOURCES test_tls.c LIBS kd_server LABELS unit)
 # krylovd_faults: the daemon with the state layer's fault hook compiled in (server/state_io.h,
 # KD_TEST_HOOKS; KD_TEST_FAULT picks the fault). A test build only: never installed, and krylovd
 # itself has no hook. Its state_io.o comes before libkd_server.a, so the archive's is not linked.
-add_executable(krylovd_faults ${PROJECT_SOURCE_DIR}/server/main.c ${PROJECT_SOURCE_DIR}/server/state_io.c)
+add_executable(krylovd_faults ${PROJECT_SOURCE_DIR}/server/main.c
+                              ${PROJECT_SOURCE_DIR}/server/state_io.c)
 target_compile_definitions(krylovd_faults PRIVATE KD_TEST_HOOKS=1)
 target_link_libraries(krylovd_faults PRIVATE kd_server)
 # A full state disk (issue 21): STORAGE_FULL on a small tmpfs (when one can be mounted) and on the

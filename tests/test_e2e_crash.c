@@ -27,7 +27,7 @@ typedef struct step {
 } step_t;
 
 static const step_t steps[] = {
-    {S_PUT, M_A, 0}, {S_PUT, M_B, 1},  {S_PIN, M_A, 1},  {S_PUT, M_D, 0},
+    {S_PUT, M_A, 0},  {S_PUT, M_B, 1},   {S_PIN, M_A, 1}, {S_PUT, M_D, 0},
     {S_DROP, M_B, 0}, {S_UNPIN, M_A, 0}, {S_PUT, M_C, 0}, {S_DROP, M_D, 0},
 };
 #define NSTEPS ((int)(sizeof(steps) / sizeof(steps[0])))

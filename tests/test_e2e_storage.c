@@ -214,8 +214,10 @@ static void test_full_tmpfs(void)
     char opts[64];
     snprintf(opts, sizeof(opts), "size=%d,mode=0700", KD_CAPACITY);
     if (mount("tmpfs", d.state_dir, "tmpfs", 0, opts) != 0) {
-        fprintf(stderr, "   NOT RUN on a real file system: cannot mount a tmpfs: %s (the hook's "
-                        "variant still runs)\n", strerror(errno));
+        fprintf(stderr,
+                "   NOT RUN on a real file system: cannot mount a tmpfs: %s (the hook's "
+                "variant still runs)\n",
+                strerror(errno));
         kd_daemon_cleanup(&d);
         return;
     }
