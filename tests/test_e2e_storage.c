@@ -5,6 +5,7 @@
  * every matrix stored before is still listed and served right (spmv against the CPU reference); a
  * pin, which rewrites a file, is refused the same way and leaves the pin as it was. Once space is
  * freed (a drop), the same put works, and after a restart every stored matrix is still there.
+ * server.status counts the refusal under STORAGE_FULL, not INTERNAL.
  *
  * Two file systems, the same checks: a real small one (a tmpfs mounted on the state directory in
  * a private mount namespace: root, or a user namespace where the kernel allows one), and the
@@ -110,6 +111,11 @@ static void run_full_disk(kd_daemon_t *d, const char *label)
     snprintf(path, sizeof(path), "%s/matrices/%s.kdm", d->state_dir, ids[full]);
     CHECK(stat(path, &st) != 0);
     check_served(&r, 0, stored);
+    kd_rpc_msg_t status;
+    REQUIRE(kd_rpc_status(&r, &status) == 0);
+    CHECK(kd_rpc_int(status.result, "errors_by_code", "STORAGE_FULL", 0) == 1);
+    CHECK(kd_rpc_int(status.result, "errors_by_code", "INTERNAL", 0) == 0);
+    kd_rpc_msg_free(&status);
 
     /* a pin rewrites the file: refused the same way (on this full disk), the pin unchanged */
     kd_rpc_msg_t m;
