@@ -45,6 +45,7 @@ enum {
     KRYLOV_EUNAUTH = -15,     /* UNAUTHENTICATED: `auth` first (or the user was removed) */
     KRYLOV_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not do this */
     KRYLOV_EQUOTA = -17,      /* QUOTA: over one of the user's limits; nothing was done */
+    KRYLOV_ESTORAGE = -18,    /* STORAGE_FULL: the server's disk is full; nothing was stored */
     KRYLOV_ECONNECTION = -20, /* cannot connect, or the connection broke */
 };
 

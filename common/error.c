@@ -32,6 +32,7 @@ static const struct kd_error_entry kd_errors[] = {
     {KD_EUNAUTH, "UNAUTHENTICATED", "not authenticated"},
     {KD_EFORBIDDEN, "FORBIDDEN", "not allowed for this user's role"},
     {KD_EQUOTA, "QUOTA", "over the user's quota"},
+    {KD_ESTORAGE, "STORAGE_FULL", "the server's storage is full"},
 };
 
 static const struct kd_error_entry *kd_error_find(int code)

@@ -31,8 +31,10 @@ enum {
     KD_EUNAUTH = -15,     /* UNAUTHENTICATED: no (or no longer a valid) `auth` on this connection */
     KD_EFORBIDDEN = -16,  /* FORBIDDEN: the user's role may not call this method */
     KD_EQUOTA = -17,      /* QUOTA: over one of the user's limits in the auth file */
+    KD_ESTORAGE = -18,    /* STORAGE_FULL: the state directory's file system is full (ENOSPC,
+                             EDQUOT); nothing was stored, nothing stored before was touched */
 };
-#define KD_ERROR_COUNT 18
+#define KD_ERROR_COUNT 19
 
 /* A short English description of a code ("matrix not found"). Never NULL. */
 const char *kd_strerror(int code);

@@ -354,37 +354,55 @@ int kd_cache_host_csr(kd_server_t *server, const uint8_t id[16], const kd_csr_t 
 
 /* ---- disk --------------------------------------------------------------------------------- */
 
-static int kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes, const char *hex,
-                                   kd_err_t *err)
+/* Whether a new file of file_bytes can fit under --state-max-bytes once the matrices that may be
+ * forgotten are: KD_ETOOLARGE when pinned files (or ones in use) leave no room. Forgets
+ * nothing. */
+static int kd_cache_disk_fits(kd_server_t *server, size_t file_bytes, const char *hex,
+                              kd_err_t *err)
 {
     size_t limit = server->cfg.state_max_bytes;
     if (limit == 0)
         return KD_OK;
     kd_store_totals_t t;
     kd_store_totals(server->store, &t);
-    if (t.file_bytes <= limit && file_bytes <= limit - t.file_bytes)
-        return KD_OK;
     if (t.pinned_file_bytes > limit || file_bytes > limit - t.pinned_file_bytes)
         return kd_err_set(err, KD_ETOOLARGE,
                           "matrix %s needs %zu bytes in the state directory; the limit is %zu "
                           "bytes (--state-max-bytes), %zu of them held by pinned matrices",
                           hex, file_bytes, limit, t.pinned_file_bytes);
+    size_t kept = t.file_bytes - kd_store_evictable_file_bytes(server->store); /* in use, too */
+    if (kept > limit || file_bytes > limit - kept)
+        return kd_err_set(err, KD_ETOOLARGE, "state directory full: nothing left to remove");
+    return KD_OK;
+}
+
+/* Forget least recently used unpinned matrices until the files, with a new one of file_bytes
+ * (written already, not yet in the store), are under --state-max-bytes. Called after the new
+ * file is written, so that a write refused by a full disk forgets nothing; a file that cannot be
+ * removed is logged and the limit is left exceeded until the next put. */
+static void kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes)
+{
+    size_t limit = server->cfg.state_max_bytes;
+    if (limit == 0)
+        return;
+    kd_store_totals_t t;
+    kd_store_totals(server->store, &t);
     size_t used = t.file_bytes;
     while (used > limit || file_bytes > limit - used) {
         kd_store_entry_t *victim = kd_store_lru_victim(server->store, NULL, 0);
         if (victim == NULL)
-            return kd_err_set(err, KD_ETOOLARGE, "state directory full: nothing left to remove");
+            return; /* not after kd_cache_disk_fits said yes: the worker changed nothing since */
         kd_err_t rerr = {0};
-        int rc = kd_state_remove(server->state, victim->meta.id, &rerr);
-        if (rc != KD_OK)
-            return kd_err_set(err, rc, "making room in the state directory: %s", rerr.message);
+        if (kd_state_remove(server->state, victim->meta.id, &rerr) != KD_OK) {
+            KD_WARN("cache", "making room in the state directory: %s", rerr.message);
+            return;
+        }
         used -= victim->meta.file_bytes;
         KD_INFO("cache", "forget id=%s file_bytes=%zu reason=\"--state-max-bytes\"",
                 victim->meta.hex, victim->meta.file_bytes);
         kd_store_count(server->store, KD_STORE_DISK_EVICTIONS);
         kd_store_entry_free(kd_store_remove(server->store, victim->meta.id));
     }
-    return KD_OK;
 }
 
 int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err)
@@ -402,11 +420,12 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         size_t file_bytes;
         rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err);
         if (rc == KD_OK)
-            rc = kd_cache_make_disk_room(server, file_bytes, meta->hex, err);
+            rc = kd_cache_disk_fits(server, file_bytes, meta->hex, err);
         if (rc == KD_OK)
             rc = kd_state_write(server->state, meta, csr, &file_bytes, err);
         if (rc != KD_OK)
             goto fail;
+        kd_cache_make_disk_room(server, file_bytes);
         meta->stored = 1;
         meta->file_bytes = file_bytes;
         kd_csr_free(csr);

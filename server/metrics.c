@@ -158,7 +158,7 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     static const char *codes[] = {"BAD_REQUEST",  "NOT_FOUND", "TOO_LARGE", "DEVICE_MEMORY",
                                   "DEVICE_ERROR", "BUSY",      "CANCELLED", "TIMEOUT",
                                   "UNSUPPORTED",  "NOT_SPD",   "INTERNAL",  "UNAUTHENTICATED",
-                                  "FORBIDDEN",    "QUOTA"};
+                                  "FORBIDDEN",    "QUOTA",     "STORAGE_FULL"};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         uint64_t n = 0;
         for (int e = 1; e < KD_ERROR_COUNT; e++)

@@ -5,6 +5,7 @@
 #include "server/owners.h"
 #include "common/log.h"
 #include "server/server.h"
+#include "server/state_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,20 @@ static void kd_owners_path(const kd_server_t *server, char *buf, size_t cap, int
     snprintf(buf, cap, "%s/%s", kd_state_dir(server->state), tmp ? ".owners.tmp" : "owners");
 }
 
+/* Log a failed call with its path and errno; the message a remote client may read (a pin or a
+ * drop that failed to record) names neither. A full file system is KD_ESTORAGE. */
+static int kd_owners_fail(kd_err_t *err, int saved, const char *call, const char *path)
+{
+    KD_ERROR("owners", "saving the owners: %s path=%s: %s", call, path, strerror(saved));
+    if (saved == ENOSPC || saved == EDQUOT)
+        return kd_err_set(err, KD_ESTORAGE,
+                          "recording who holds which matrix: the server's storage is full; "
+                          "nothing was changed: try again once space is freed");
+    return kd_err_set(err, KD_EIO,
+                      "recording who holds which matrix: a file-system error in the server's "
+                      "state directory (the server's log has the details)");
+}
+
 int kd_owners_save(kd_server_t *server, kd_err_t *err)
 {
     if (server->state == NULL)
@@ -26,41 +41,54 @@ int kd_owners_save(kd_server_t *server, kd_err_t *err)
     size_t count;
     if (kd_store_list(server->store, &list, &count) != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory listing owners");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    if (mem == NULL) {
+        free(list);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory listing owners");
+    }
+    fprintf(mem, "# krylovd owners: <id> <user> <pinned>\n");
+    for (size_t i = 0; i < count; i++)
+        for (int o = 0; o < list[i].nowners; o++)
+            fprintf(mem, "%s %s %d\n", list[i].hex, list[i].owners[o].name,
+                    list[i].owners[o].pinned != 0);
+    free(list);
+    if (fclose(mem) != 0) {
+        free(text);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory listing owners");
+    }
     char path[KD_PATH_MAX + 16], tmp[KD_PATH_MAX + 16];
     kd_owners_path(server, path, sizeof(path), 0);
     kd_owners_path(server, tmp, sizeof(tmp), 1);
-    FILE *f = fopen(tmp, "we");
-    if (f == NULL) {
-        free(list);
-        return kd_err_set(err, KD_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    int fd = kd_state_io_create(tmp);
+    if (fd < 0) {
+        int saved = errno;
+        free(text);
+        return kd_owners_fail(err, saved, "create", tmp);
     }
-    fprintf(f, "# krylovd owners: <id> <user> <pinned>\n");
-    for (size_t i = 0; i < count; i++)
-        for (int o = 0; o < list[i].nowners; o++)
-            fprintf(f, "%s %s %d\n", list[i].hex, list[i].owners[o].name,
-                    list[i].owners[o].pinned != 0);
-    free(list);
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    const char *call = NULL;
+    if (kd_state_io_write(fd, &(struct iovec){text, len}, 1) != 0)
+        call = "write";
+    else if (kd_state_io_fsync(fd) != 0)
+        call = "fsync";
     int saved = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
+    free(text);
+    if (close(fd) != 0 && call == NULL) {
+        call = "close";
         saved = errno;
     }
-    if (bad || rename(tmp, path) != 0) {
-        if (!bad)
-            saved = errno;
-        unlink(tmp);
-        return kd_err_set(err, KD_EIO, "cannot write %s: %s", path, strerror(saved));
-    }
-    int dfd = open(kd_state_dir(server->state), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
+    if (call == NULL && kd_state_io_rename(tmp, path) != 0) {
+        call = "rename";
         saved = errno;
-        if (dfd >= 0)
-            close(dfd);
-        return kd_err_set(err, KD_EIO, "cannot fsync %s: %s", kd_state_dir(server->state),
-                          strerror(saved));
     }
-    close(dfd);
+    if (call != NULL) {
+        kd_state_io_unlink(tmp);
+        return kd_owners_fail(err, saved, call, tmp);
+    }
+    if (kd_state_io_fsync_dir(kd_state_dir(server->state)) != 0) /* the new list is in place */
+        KD_WARN("owners", "fsync of the directory path=%s: %s", kd_state_dir(server->state),
+                strerror(errno));
     return KD_OK;
 }
 
@@ -87,8 +115,11 @@ int kd_owners_load(kd_server_t *server, kd_err_t *err)
 {
     if (server->state == NULL)
         return KD_OK;
-    char path[KD_PATH_MAX + 16];
+    char path[KD_PATH_MAX + 16], tmp[KD_PATH_MAX + 16];
     kd_owners_path(server, path, sizeof(path), 0);
+    kd_owners_path(server, tmp, sizeof(tmp), 1);
+    if (kd_state_io_unlink(tmp) == 0) /* a rewrite a crash interrupted: the old list stands */
+        KD_WARN("owners", "removed an interrupted write path=%s", tmp);
     FILE *f = fopen(path, "re");
     if (f == NULL && errno != ENOENT)
         return kd_err_set(err, KD_EIO, "cannot read %s: %s", path, strerror(errno));

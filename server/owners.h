@@ -15,11 +15,13 @@
 
 struct kd_server;
 
-/* Rewrite STATE_DIR/owners from the store (nothing without a state directory). KD_EIO. */
+/* Rewrite STATE_DIR/owners from the store (nothing without a state directory). KD_ESTORAGE when
+ * the file system is full, KD_EIO; the message names no path (the log has it). */
 int kd_owners_save(struct kd_server *server, kd_err_t *err);
 
 /* Give every registered matrix its references from STATE_DIR/owners (a missing file is an old
- * state directory, not an error); a malformed line is logged and skipped. KD_EIO, KD_ENOMEM. */
+ * state directory, not an error); a malformed line is logged and skipped, and the temporary file
+ * of a rewrite a crash interrupted is removed. KD_EIO, KD_ENOMEM. */
 int kd_owners_load(struct kd_server *server, kd_err_t *err);
 
 #endif

@@ -4,15 +4,22 @@
  * compiler; docs/OPERATIONS.md has the table.
  *
  * Durability: write the temporary file, fsync it, rename it over the final name, fsync the
- * directory. A reader trusts nothing: the header checksum, the file size against the shape, the
- * payload checksum, the content hash against the id and the CSR structure are all checked, and a
- * file that fails is moved to corrupt/ rather than deleted, so a person can look at it.
+ * directory. Every call that changes the directory goes through server/state_io.c (where a test
+ * build can fail or kill the process at any one of them). A reader trusts nothing: the header
+ * checksum, the file size against the shape, the payload checksum, the content hash against the id
+ * and the CSR structure are all checked, and a file that fails is moved to corrupt/ rather than
+ * deleted, so a person can look at it.
+ *
+ * Messages: those of the calls a request makes (write, update, load, remove) reach the remote
+ * client, so they name the matrix and what failed but never a path or an errno text; the log line
+ * written beside each has those. A full file system (ENOSPC, EDQUOT) is KD_ESTORAGE.
  */
 #include "server/state.h"
 #include "common/le.h"
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/config.h"
+#include "server/state_io.h"
 #include "solver/batch.h"
 
 #include <dirent.h>
@@ -115,19 +122,10 @@ size_t kd_state_moved_aside(const kd_state_t *state)
     return state->moved_aside;
 }
 
-static int kd_fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
+/* Start-up and moving aside only: the message names the path (it goes to the operator). */
 static int kd_mkdir(const char *path, kd_err_t *err)
 {
-    if (mkdir(path, 0750) != 0 && errno != EEXIST)
+    if (kd_state_io_mkdir(path, 0750) != 0 && errno != EEXIST)
         return kd_err_set(err, KD_EIO, "cannot create %s: %s", path, strerror(errno));
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -357,23 +355,6 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
 
 /* ---- I/O helpers -------------------------------------------------------------------------- */
 
-static int kd_write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        size_t chunk = len > ((size_t)1 << 30) ? (size_t)1 << 30 : len;
-        ssize_t n = write(fd, p, chunk);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* 0, or -1 with errno (0 for a short file). */
 static int kd_pread_all(int fd, void *data, size_t len, uint64_t offset)
 {
@@ -405,20 +386,50 @@ static uint64_t kd_payload_checksum(const kd_csr_t *csr)
     return XXH3_64bits_withSeed(csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype), sum);
 }
 
-/* Write header + the given payload pieces to tmp, fsync, rename to path, fsync the directory. */
+/* A failed call's code: a full file system (or a full quota) is STORAGE_FULL. */
+static int kd_state_errno_code(int e)
+{
+    return e == ENOSPC || e == EDQUOT ? KD_ESTORAGE : KD_EIO;
+}
+
+/* Log a failed call with its path and errno, and set err to what a remote client may read:
+ * `doing` (e.g. "storing matrix <hex>") and what failed, without a path or the errno text. */
+static int kd_state_fail(kd_err_t *err, int saved_errno, const char *doing, const char *call,
+                         const char *path)
+{
+    int code = kd_state_errno_code(saved_errno);
+    KD_ERROR("state", "%s: %s path=%s: %s", doing, call, path, strerror(saved_errno));
+    if (code == KD_ESTORAGE)
+        return kd_err_set(err, code,
+                          "%s: the server's storage is full; nothing was changed and the matrices "
+                          "stored before are untouched: try again once space is freed",
+                          doing);
+    return kd_err_set(err, code,
+                      "%s: a file-system error in the server's state directory (the server's log "
+                      "has the details)",
+                      doing);
+}
+
+/* Write header + the given payload pieces to tmp, fsync, rename to path, fsync the directory.
+ * Nothing is left behind on failure: not tmp, and for a new file (!replace) not path either. */
 static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
                            const uint8_t *header, int src_fd, const kd_csr_t *csr,
-                           uint64_t payload_bytes, kd_err_t *err)
+                           uint64_t payload_bytes, int replace, const char *doing, kd_err_t *err)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    int fd = kd_state_io_create(tmp);
     if (fd < 0)
-        return kd_err_set(err, KD_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    int bad = kd_write_all(fd, header, KD_STATE_HEADER_BYTES) != 0;
-    if (!bad && csr != NULL) {
-        bad = kd_write_all(fd, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)) != 0 ||
-              kd_write_all(fd, csr->indices, (size_t)csr->nnz * sizeof(int32_t)) != 0 ||
-              kd_write_all(fd, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)) != 0;
-    } else if (!bad && src_fd >= 0) {
+        return kd_state_fail(err, errno, doing, "create", tmp);
+    const char *call = "write";
+    struct iovec parts[4] = {{(void *)header, KD_STATE_HEADER_BYTES}};
+    int nparts = 1;
+    if (csr != NULL) {
+        parts[1] = (struct iovec){csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)};
+        parts[2] = (struct iovec){csr->indices, (size_t)csr->nnz * sizeof(int32_t)};
+        parts[3] = (struct iovec){csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)};
+        nparts = 4;
+    }
+    int bad = kd_state_io_write(fd, parts, nparts) != 0;
+    if (!bad && csr == NULL && src_fd >= 0) {
         char buf[1 << 16];
         uint64_t off = KD_STATE_HEADER_BYTES, left = payload_bytes;
         while (!bad && left > 0) {
@@ -426,32 +437,44 @@ static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
             if (kd_pread_all(src_fd, buf, n, off) != 0) {
                 if (errno == 0)
                     errno = EIO;
+                call = "read the old file";
                 bad = 1;
                 break;
             }
-            bad = kd_write_all(fd, buf, n) != 0;
+            bad = kd_state_io_write(fd, &(struct iovec){buf, n}, 1) != 0;
             off += n;
             left -= n;
         }
     }
-    if (!bad)
-        bad = fsync(fd) != 0;
+    if (!bad && kd_state_io_fsync(fd) != 0) {
+        call = "fsync";
+        bad = 1;
+    }
     int saved = errno;
     if (close(fd) != 0 && !bad) {
+        call = "close";
         bad = 1;
         saved = errno;
     }
     if (bad) {
-        unlink(tmp);
-        return kd_err_set(err, KD_EIO, "cannot write %s: %s", tmp, strerror(saved));
+        kd_state_io_unlink(tmp);
+        return kd_state_fail(err, saved, doing, call, tmp);
     }
-    if (rename(tmp, path) != 0) {
+    if (kd_state_io_rename(tmp, path) != 0) {
         saved = errno;
-        unlink(tmp);
-        return kd_err_set(err, KD_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(saved));
+        kd_state_io_unlink(tmp);
+        return kd_state_fail(err, saved, doing, "rename", path);
     }
-    if (kd_fsync_dir(state->matrices) != 0)
-        return kd_err_set(err, KD_EIO, "cannot fsync %s: %s", state->matrices, strerror(errno));
+    if (kd_state_io_fsync_dir(state->matrices) != 0) {
+        saved = errno;
+        if (replace) { /* the new file is in place and is what memory holds: keep it */
+            KD_WARN("state", "%s: fsync of the directory path=%s: %s", doing, state->matrices,
+                    strerror(saved));
+            return KD_OK;
+        }
+        kd_state_io_unlink(path); /* the put fails, so the matrix must not come back later */
+        return kd_state_fail(err, saved, doing, "fsync of the directory", state->matrices);
+    }
     return KD_OK;
 }
 
@@ -466,7 +489,9 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
     char path[KD_PATH_MAX + 64], tmp[KD_PATH_MAX + 64];
     kd_state_path(state, meta->id, path, sizeof(path));
     kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
-    int rc = kd_state_commit(state, tmp, path, header, -1, csr, payload, err);
+    char doing[96];
+    snprintf(doing, sizeof(doing), "storing matrix %s", meta->hex);
+    int rc = kd_state_commit(state, tmp, path, header, -1, csr, payload, 0, doing, err);
     if (rc == KD_OK)
         *file_bytes = payload + KD_STATE_HEADER_BYTES;
     return rc;
@@ -545,13 +570,13 @@ static void kd_state_move_aside(kd_state_t *state, const char *path, const char 
         if (stat(dest, &st) != 0 || n >= 1000)
             break;
     }
-    if (rename(path, dest) != 0) {
+    if (kd_state_io_rename(path, dest) != 0) {
         KD_ERROR("state", "corrupt file %s (%s) left in place: rename: %s", path, why,
                  strerror(errno));
         return;
     }
-    kd_fsync_dir(state->matrices);
-    kd_fsync_dir(state->corrupt);
+    kd_state_io_fsync_dir(state->matrices);
+    kd_state_io_fsync_dir(state->corrupt);
     state->moved_aside++;
     KD_ERROR("state", "corrupt matrix file moved aside path=%s to=%s reason=\"%s\"", path, dest,
              why);
@@ -640,13 +665,25 @@ int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_er
     }
     if (rc == KD_OK)
         return KD_OK;
-    if (!corrupt)
-        return kd_err_set(err, rc, "loading matrix %s from %s: %s", hex, path, why.message);
+    if (!corrupt) {
+        KD_ERROR("state", "loading matrix %s path=%s: %s", hex, path, why.message);
+        if (rc == KD_ENOMEM)
+            return kd_err_set(err, rc, "loading matrix %s: out of host memory", hex);
+        if (rc == KD_ENOTFOUND)
+            return kd_err_set(err, rc,
+                              "loading matrix %s: its stored copy is gone from the server; upload "
+                              "it again",
+                              hex);
+        return kd_err_set(err, rc,
+                          "loading matrix %s: its stored copy cannot be read (a file-system "
+                          "error; the server's log has the details)",
+                          hex);
+    }
     kd_state_move_aside(state, path, name, why.message);
     return kd_err_set(err, KD_ENOTFOUND,
-                      "the stored copy of matrix %s failed its check (%s) and was moved to %s; "
+                      "the stored copy of matrix %s failed its check (%s) and was moved aside; "
                       "upload it again",
-                      hex, why.message, state->corrupt);
+                      hex, why.message);
 }
 
 int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_err_t *err)
@@ -654,22 +691,32 @@ int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_e
     char path[KD_PATH_MAX + 64], tmp[KD_PATH_MAX + 64];
     kd_state_path(state, meta->id, path, sizeof(path));
     kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
+    char doing[96];
+    snprintf(doing, sizeof(doing), "updating the stored header of matrix %s", meta->hex);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kd_err_set(err, errno == ENOENT ? KD_ENOTFOUND : KD_EIO, "cannot open %s: %s", path,
-                          strerror(errno));
+    if (fd < 0) {
+        if (errno == ENOENT) {
+            KD_ERROR("state", "%s: no file path=%s", doing, path);
+            return kd_err_set(err, KD_ENOTFOUND, "%s: the server has no stored copy of it", doing);
+        }
+        return kd_state_fail(err, errno, doing, "open", path);
+    }
     uint8_t old[KD_STATE_HEADER_BYTES], header[KD_STATE_HEADER_BYTES];
     kd_matrix_meta_t disk;
     uint64_t payload, sum;
     kd_err_t derr = {0};
     if (kd_pread_all(fd, old, sizeof(old), 0) != 0 ||
         kd_header_decode(old, &disk, &payload, &sum, &derr) != KD_OK) {
+        KD_ERROR("state", "%s: the header does not read back path=%s: %s", doing, path,
+                 derr.message[0] ? derr.message : strerror(errno));
         close(fd);
-        return kd_err_set(err, KD_EIO, "cannot update %s: the header does not read back (%s)", path,
-                          derr.message[0] ? derr.message : strerror(errno));
+        return kd_err_set(err, KD_EIO,
+                          "%s: its stored header does not read back (the server's log has the "
+                          "details)",
+                          doing);
     }
     kd_header_encode(meta, payload, sum, kd_get_u64(old + KD_H_CREATED), header);
-    int rc = kd_state_commit(state, tmp, path, header, fd, NULL, payload, err);
+    int rc = kd_state_commit(state, tmp, path, header, fd, NULL, payload, 1, doing, err);
     close(fd);
     return rc;
 }
@@ -678,9 +725,14 @@ int kd_state_remove(kd_state_t *state, const uint8_t id[16], kd_err_t *err)
 {
     char path[KD_PATH_MAX + 64];
     kd_state_path(state, id, path, sizeof(path));
-    if (unlink(path) != 0 && errno != ENOENT)
-        return kd_err_set(err, KD_EIO, "cannot remove %s: %s", path, strerror(errno));
-    kd_fsync_dir(state->matrices);
+    if (kd_state_io_unlink(path) != 0 && errno != ENOENT) {
+        int saved = errno;
+        char hex[KD_ID_HEX_LEN + 1], doing[96];
+        kd_id_to_hex(id, hex);
+        snprintf(doing, sizeof(doing), "removing the stored copy of matrix %s", hex);
+        return kd_state_fail(err, saved, doing, "unlink", path);
+    }
+    kd_state_io_fsync_dir(state->matrices);
     return KD_OK;
 }
 
@@ -710,7 +762,7 @@ int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_sc
         snprintf(path, sizeof(path), "%s/%s", state->matrices, name);
         size_t len = strlen(name);
         if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
-            if (unlink(path) == 0) {
+            if (kd_state_io_unlink(path) == 0) {
                 totals->temporary++;
                 KD_WARN("state", "removed an interrupted write path=%s", path);
             }

@@ -43,12 +43,18 @@ size_t kd_state_moved_aside(const kd_state_t *state);
 int kd_state_file_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out, kd_err_t *err);
 
 /* Write meta's header and csr's arrays as the matrix's file (atomically, durably). meta->id must
- * be csr's content id. *file_bytes gets the file's size. KD_EIO with the path and errno text. */
+ * be csr's content id. *file_bytes gets the file's size. KD_ESTORAGE when the file system is full
+ * (ENOSPC, EDQUOT), KD_EIO otherwise; either way no file is left (neither the temporary one nor
+ * the final one) and other matrices' files are untouched.
+ *
+ * The messages of kd_state_write, _update_header, _load and _remove may reach a remote client:
+ * they name the matrix, never a path or an errno text (the log line written with them does). */
 int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr_t *csr,
                    size_t *file_bytes, kd_err_t *err);
 
 /* Rewrite the header of id's file with meta's (changed) pinned flag and name, atomically: a copy
- * with the new header replaces the file. KD_ENOTFOUND when there is no file, KD_EIO. */
+ * with the new header replaces the file. KD_ENOTFOUND when there is no file, KD_ESTORAGE, KD_EIO;
+ * on failure the old file stands. */
 int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_err_t *err);
 
 /* Read id's matrix back: header and payload checksums, the content hash against the id and the

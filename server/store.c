@@ -189,6 +189,13 @@ void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, s
     pthread_mutex_unlock(&store->lock);
 }
 
+/* Whether e may be forgotten or evicted (kd_store_lru_victim). The lock is held. */
+static int kd_store_evictable(const kd_store_entry_t *e)
+{
+    /* a spread matrix stays: bringing it back is a collective re-spread */
+    return !e->meta.pinned && e->meta.stored && e->busy == 0 && !e->meta.distributed;
+}
+
 kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
                                       int resident_only)
 {
@@ -196,8 +203,7 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     kd_store_entry_t *best = NULL;
     for (size_t i = 0; i < store->count; i++) {
         kd_store_entry_t *e = store->entries[i];
-        /* a spread matrix stays: bringing it back is a collective re-spread */
-        if (e == except || e->meta.pinned || !e->meta.stored || e->busy > 0 || e->meta.distributed)
+        if (e == except || !kd_store_evictable(e))
             continue;
         if (resident_only && e->dev == NULL)
             continue;
@@ -206,6 +212,17 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     }
     pthread_mutex_unlock(&store->lock);
     return best;
+}
+
+size_t kd_store_evictable_file_bytes(kd_store_t *store)
+{
+    pthread_mutex_lock(&store->lock);
+    size_t total = 0;
+    for (size_t i = 0; i < store->count; i++)
+        if (kd_store_evictable(store->entries[i]))
+            total += store->entries[i]->meta.file_bytes;
+    pthread_mutex_unlock(&store->lock);
+    return total;
 }
 
 int kd_meta_owner(const kd_matrix_meta_t *meta, const char *user)

@@ -173,6 +173,10 @@ void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, s
 kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t *except,
                                       int resident_only);
 
+/* Worker thread: the state files' bytes kd_store_lru_victim(store, NULL, 0) could free, all
+ * victims taken. */
+size_t kd_store_evictable_file_bytes(kd_store_t *store);
+
 /* What one user's references hold (quotas, server.status `users`): a matrix two users hold counts
  * for both; device_bytes is each matrix's size on the device, resident or not. */
 typedef struct kd_usage {

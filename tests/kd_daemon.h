@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 typedef struct kd_daemon {
+    const char *binary; /* in KD_BIN_DIR; NULL: krylovd */
     pid_t pid;
     int port;
     char address[64];
@@ -38,7 +39,10 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     const char *device = getenv("KD_TEST_DEVICE");
     const char *argv[64];
     int argc = 0;
-    argv[argc++] = KD_BIN_DIR "/krylovd";
+    char binary[512];
+    snprintf(binary, sizeof(binary), "%s/%s", KD_BIN_DIR,
+             d->binary != NULL ? d->binary : "krylovd");
+    argv[argc++] = binary;
     argv[argc++] = "--listen";
     argv[argc++] = "127.0.0.1:0";
     argv[argc++] = "--port-file";
@@ -66,7 +70,7 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
         perror("execv krylovd");
         _exit(127);
     }
-    for (int i = 0; i < 1200; i++) { /* PoCL may compile kernels at start: allow 120 s */
+    for (int i = 0; i < 12000; i++) { /* PoCL may compile kernels at start: allow 120 s */
         FILE *f = fopen(port_file, "r");
         if (f != NULL) {
             int ok = fscanf(f, "%d", &d->port) == 1;
@@ -82,7 +86,7 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
             d->pid = 0;
             return -1;
         }
-        struct timespec ts = {0, 100000000};
+        struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
     kill(d->pid, SIGKILL);

@@ -5,3 +5,20 @@ kd_add_test(test_config SOURCES test_config.c LIBS kd_server LABELS unit)
 kd_add_test(test_auth SOURCES test_auth.c LIBS kd_server LABELS unit)
 # server/tls.c against an OpenSSL client over memory BIOs (issue 15).
 kd_add_test(test_tls SOURCES test_tls.c LIBS kd_server LABELS unit)
+
+# krylovd_faults: the daemon with the state layer's fault hook compiled in (server/state_io.h,
+# KD_TEST_HOOKS; KD_TEST_FAULT picks the fault). A test build only: never installed, and krylovd
+# itself has no hook. Its state_io.o comes before libkd_server.a, so the archive's is not linked.
+add_executable(krylovd_faults ${PROJECT_SOURCE_DIR}/server/main.c
+                              ${PROJECT_SOURCE_DIR}/server/state_io.c)
+target_compile_definitions(krylovd_faults PRIVATE KD_TEST_HOOKS=1)
+target_link_libraries(krylovd_faults PRIVATE kd_server)
+# A full state disk (issue 21): STORAGE_FULL on a small tmpfs (when one can be mounted) and on the
+# hook's pretend file system; crash sweep: the daemon killed at every write, fsync, rename, unlink
+# and mkdir of a put / pin / drop sequence, then restarted on the same directory.
+kd_add_test(test_e2e_storage SOURCES test_e2e_storage.c LIBS krylov kd_protocol kd_bench LABELS e2e)
+add_dependencies(test_e2e_storage krylovd krylovd_faults)
+# About 80 kills, each a daemon start and a restart: under a minute on PoCL, more under ASan.
+kd_add_test(test_e2e_crash SOURCES test_e2e_crash.c LIBS krylov kd_protocol kd_bench LABELS e2e
+            TIMEOUT 900)
+add_dependencies(test_e2e_crash krylovd_faults)

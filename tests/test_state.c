@@ -4,7 +4,9 @@
  * flipped header byte, a truncated file, a file grown by a byte, a wrong magic, a file under
  * another id's name — is detected, and a damaged file is moved to corrupt/ rather than loaded;
  * the scan at start-up reads headers only, removes leftovers of interrupted writes, ignores
- * foreign files; a header update keeps the payload; a second opener is refused by the lock.
+ * foreign files; a header update keeps the payload; a second opener is refused by the lock; a
+ * write, load, update or removal that fails says which matrix and what, never a path (such
+ * messages reach remote clients), and a failed write leaves no file behind.
  */
 #include "common/csr.h"
 #include "kd_test.h"
@@ -288,7 +290,9 @@ static void test_damage_is_detected(void)
                 CHECK_MSG(rc == KD_ENOTFOUND, "%s: load returned %d", cases[i].what, rc);
                 CHECK(loaded == NULL);
                 CHECK_STR_CONTAINS(err.message, cases[i].reason);
-                CHECK_STR_CONTAINS(err.message, "moved to");
+                CHECK_STR_CONTAINS(err.message, "moved aside");
+                CHECK_MSG(strstr(err.message, dir) == NULL, "a client would see a path: %s",
+                          err.message);
             }
             struct stat sb;
             CHECK_MSG(stat(path, &sb) != 0, "%s: the damaged file is still in matrices/",
@@ -350,6 +354,63 @@ static void test_scan_headers(void)
     kd_state_close(st);
 }
 
+/* The message of a failed state call, which a remote client may read, names no path. */
+static void check_no_path(const kd_err_t *err)
+{
+    CHECK_MSG(strstr(err->message, dir) == NULL && strstr(err->message, "/matrices") == NULL,
+              "a client would see a path: %s", err->message);
+}
+
+/* Failures made without a full disk or root: a directory where a file must go. */
+static void test_failures_name_no_path(void)
+{
+    kd_state_t *st = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_state_open(dir, &st, &err) == KD_OK);
+    kd_csr_t *m = random_matrix(40, 40, 2, KD_DTYPE_F64);
+    kd_matrix_meta_t meta;
+    meta_of(m, "blocked", &meta);
+    char path[512], tmp[512];
+    kd_state_path(st, meta.id, path, sizeof(path));
+    snprintf(tmp, sizeof(tmp), "%s/matrices/.%s.tmp", dir, meta.hex);
+
+    /* the temporary name is taken by a directory: the write fails and leaves no file */
+    REQUIRE(mkdir(tmp, 0700) == 0);
+    size_t bytes = 0;
+    int rc = kd_state_write(st, &meta, m, &bytes, &err);
+    CHECK_EQ_INT(rc, KD_EIO);
+    CHECK_STR_CONTAINS(err.message, meta.hex);
+    check_no_path(&err);
+    struct stat sb;
+    CHECK(stat(path, &sb) != 0);
+    REQUIRE(rmdir(tmp) == 0);
+
+    /* no file for a header update: NOT_FOUND */
+    kd_err_clear(&err);
+    CHECK_EQ_INT(kd_state_update_header(st, &meta, &err), KD_ENOTFOUND);
+    check_no_path(&err);
+
+    /* the matrix's name is a directory: it cannot be read (KD_EIO, not corrupt), nor removed */
+    REQUIRE(mkdir(path, 0700) == 0);
+    kd_csr_t *loaded = NULL;
+    kd_err_clear(&err);
+    CHECK_EQ_INT(kd_state_load(st, meta.id, &loaded, &err), KD_EIO);
+    CHECK(loaded == NULL);
+    CHECK_STR_CONTAINS(err.message, meta.hex);
+    check_no_path(&err);
+    kd_err_clear(&err);
+    CHECK_EQ_INT(kd_state_remove(st, meta.id, &err), KD_EIO);
+    check_no_path(&err);
+    REQUIRE(rmdir(path) == 0);
+
+    /* and once the way is clear the same write works */
+    CHECK_EQ_INT(kd_state_write(st, &meta, m, &bytes, &err), KD_OK);
+    CHECK(stat(path, &sb) == 0 && (size_t)sb.st_size == bytes);
+    kd_state_remove(st, meta.id, &err);
+    kd_csr_free(m);
+    kd_state_close(st);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -359,6 +420,7 @@ int main(void)
     RUN(test_write_read_back);
     RUN(test_damage_is_detected);
     RUN(test_scan_headers);
+    RUN(test_failures_name_no_path);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)

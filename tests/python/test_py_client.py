@@ -812,7 +812,7 @@ class TestEnvelope(unittest.TestCase):
             "CANCELLED": krylov.Cancelled, "TIMEOUT": krylov.Timeout,
             "UNSUPPORTED": krylov.Unsupported, "NOT_SPD": krylov.NotSPD,
             "UNAUTHENTICATED": krylov.Unauthenticated, "FORBIDDEN": krylov.Forbidden,
-            "QUOTA": krylov.Quota,
+            "QUOTA": krylov.Quota, "STORAGE_FULL": krylov.StorageFull,
             "INTERNAL": krylov.InternalError,
         }
         # the codes docs/PROTOCOL.md lists, read from the document itself

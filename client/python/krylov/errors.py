@@ -34,6 +34,7 @@ __all__ = [
     "Unauthenticated",
     "Forbidden",
     "Quota",
+    "StorageFull",
     "InternalError",
     "ConnectionFailed",
     "ProtocolError",
@@ -134,6 +135,13 @@ class Quota(KrylovError):
     wire_code = "QUOTA"
 
 
+class StorageFull(KrylovError):
+    """The server's disk (its state directory) is full: the matrix was not stored, and nothing
+    stored before was touched. Try again once the operator has freed space."""
+
+    wire_code = "STORAGE_FULL"
+
+
 class InternalError(KrylovError):
     """Host memory exhausted, a file-system error in the server's state directory, or a bug."""
 
@@ -168,6 +176,7 @@ _BY_CODE = {
         Unauthenticated,
         Forbidden,
         Quota,
+        StorageFull,
         InternalError,
     )
 }
