@@ -25,6 +25,14 @@
  * from 0 (d_c = x_c = c_r D_c^-1 b_c), which reads only the row's own values.
  * kd_amg_csr_prolong: x += P x_c.
  *
+ * kd_amg_product: C = A B on C's pattern, known beforehand (a refresh: the setup's SpGEMM made it,
+ * solver/precond_amg.c), one work-item per row of C: the row is zeroed, then each product
+ * a_ik b_kj is added at column j, found by bisection in the row (columns ascending). The products
+ * come in kd_spgemm's order (k ascending along A's row, each (i, j) once per k) and FP_CONTRACT
+ * is off in both, so an entry is the same sum kd_spgemm's numeric phase forms. No hashing, no
+ * counting, no sorting: that was the symbolic phase's, and the pattern's columns are already
+ * sorted.
+ *
  * kd_amg_tail: the V-cycle of the last few small levels, from the first one's b to its x, in ONE
  * work-group of KD_WG_SIZE work-items, as the list of steps solver/amg_tail.c made at setup
  * (kernels/amg_abi.h): pre-smoothing, residual and restriction level by level down, the coarsest
@@ -58,6 +66,36 @@ __kernel void kd_amg_chebyshev(const int n, const int from_zero, const int first
     const VALUE di = first ? step : c_d * d[i] + step;
     d[i] = di;
     x[i] = from_zero ? di : x[i] + di;
+}
+
+__kernel void kd_amg_product(const int rows, __global const int *a_ptr,
+                             __global const int *a_idx, __global const VALUE *a_val,
+                             __global const int *b_ptr, __global const int *b_idx,
+                             __global const VALUE *b_val, __global const int *c_ptr,
+                             __global const int *c_idx, __global VALUE *c_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    const int c0 = c_ptr[i], c1 = c_ptr[i + 1];
+    for (int p = c0; p < c1; p++)
+        c_val[p] = (VALUE)0;
+    for (int ka = a_ptr[i]; ka < a_ptr[i + 1]; ka++) {
+        const int k = a_idx[ka];
+        const VALUE a = a_val[ka];
+        for (int kb = b_ptr[k]; kb < b_ptr[k + 1]; kb++) {
+            const int j = b_idx[kb];
+            int lo = c0, hi = c1 - 1;
+            while (lo < hi) {
+                const int mid = lo + (hi - lo) / 2;
+                if (c_idx[mid] < j)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            c_val[lo] += a * b_val[kb];
+        }
+    }
 }
 
 __kernel void kd_amg_residual(const int n, __global const VALUE *b, __global VALUE *q)

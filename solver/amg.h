@@ -43,6 +43,7 @@ typedef struct kd_amg_stats {
     double setup_ms;  /* wall time of the whole setup */
     double spgemm_ms; /* of it: the Galerkin products (transfers included) */
     double host_ms;   /* of it: aggregation, prolongators, transposes on the host */
+    int refreshed;    /* a refresh built it (new values on a held hierarchy's pattern) */
 } kd_amg_stats_t;
 
 /* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU

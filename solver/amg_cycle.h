@@ -10,6 +10,7 @@
 
 #include "solver/amg.h"
 #include "solver/matrix.h"
+#include "solver/spgemm.h"
 #include "solver/vector.h"
 
 #define KD_AMG_STEPS_MAX 32 /* Chebyshev steps on one level: 4 x degree on a smoothed coarsest */
@@ -24,6 +25,13 @@ typedef struct kd_amg_level {
     double lambda;       /* estimated lambda_max(D^-1 A) */
     int64_t n, nnz;
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */
+    /* What a refresh (new values on this pattern) reuses, on every level but the coarsest: the
+     * aggregates (host, n entries; -1 for a row in none) and the Galerkin products' patterns on
+     * the device, A P's and the coarse level's (values NULL), each shared by the hierarchies
+     * refreshed from this one (retained). */
+    int32_t *agg;
+    int64_t naggs;
+    kd_csr_device_t ap, coarse;
 } kd_amg_level_t;
 
 typedef struct kd_amg_tail {
@@ -44,6 +52,7 @@ typedef struct kd_amg {
     int gpu_lanes; /* lanes per row as on a GPU (kd_amg_lanes) */
     kd_amg_tail_t tail;
     double setup_ms, spgemm_ms, host_ms;
+    int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
 } kd_amg_t;
 
 /* Launch a kernel of kernels/amg.cl over `global` work-items in groups of `local`, built with
