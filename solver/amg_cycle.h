@@ -31,6 +31,7 @@ typedef struct kd_amg_level {
      * refreshed from this one (retained). */
     int32_t *agg;
     int64_t naggs;
+    int32_t *tmap; /* host, P's nnz: entry t of R is entry tmap[t] of P */
     kd_csr_device_t ap, coarse;
 } kd_amg_level_t;
 
@@ -94,5 +95,36 @@ void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released o
 int kd_amg_lanes(const kd_amg_t *amg, double mean);
 
 extern int kd_amg_test_gpu_lanes; /* kd_amg_test_set_gpu_lanes */
+
+/* ---- setup's pieces that a refresh (solver/amg_refresh.c) shares ---------------------------- */
+
+/* Level l's 1/a_ii (inv_diagonal: host, n values of the dtype) onto the device, its vectors and
+ * lambda (L->A, L->n and L->nnz set). */
+int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal,
+                       kd_err_t *err);
+/* The coarsest level from its host CSR: its dense inverse on the device (n <= 600), or nothing. */
+int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err);
+/* n host values of dtype into a new read-only device buffer. */
+int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                         const char *what, cl_mem *out, kd_err_t *err);
+/* n rounded up to whole work-groups. */
+size_t kd_amg_global(const kd_amg_t *amg, int64_t n);
+/* m's CSR arrays as a device CSR (retained) when m is csr_scalar, else host's uploaded. */
+int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
+                   kd_err_t *err);
+/* dev's pattern (retained) into *keep, values NULL. */
+void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep);
+/* A device CSR on pattern's arrays (retained) with a new values buffer of its own. */
+int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
+                      kd_err_t *err);
+/* C = A B on C's known pattern, the numeric phase alone (kernels/amg.cl kd_amg_product). */
+int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
+                   kd_csr_device_t *C, kd_err_t *err);
+
+/* The fused hierarchy's refresh (solver/amg_refresh.c): amg, with old's options, levels,
+ * aggregates and patterns, for A (fine: its host CSR in the stored order), every value computed
+ * on the device. */
+int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *fine, kd_err_t *err);
 
 #endif

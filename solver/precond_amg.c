@@ -89,8 +89,8 @@ static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
 }
 
 /* A host vector of n values of dtype into a new device buffer. */
-static int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
-                                const char *what, cl_mem *out, kd_err_t *err)
+int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                         const char *what, cl_mem *out, kd_err_t *err)
 {
     size_t bytes;
     if (kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes))
@@ -114,7 +114,7 @@ int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, siz
     return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, local), args, nargs, NULL, err);
 }
 
-static size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
+size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
 {
     return ((size_t)n + amg->wg - 1) / amg->wg * amg->wg;
 }
@@ -329,6 +329,20 @@ static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_amg_t *amg, const kd_csr_
     return kd_matrix_upload(ocl, csr, f, out, err);
 }
 
+int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    int rc = kd_amg_upload_values(ocl, inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
+                                  &L->inv_diagonal, err);
+    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
+    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
+    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_amg_estimate(ocl, amg, L, inv_diagonal, err);
+    return rc;
+}
+
 /* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
 static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
                              const kd_csr_t *csr, kd_err_t *err)
@@ -352,23 +366,15 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           "amg: level %d: the diagonal entry of row %lld is negative: the matrix "
                           "is not symmetric positive definite",
                           l, (long long)L->A->scan.negative_diagonal_row);
-    rc = kd_amg_upload_values(ocl, L->A->inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
-                              &L->inv_diagonal, err);
-    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
-    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
-    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
-        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
-    if (rc == KD_OK)
-        rc = kd_amg_estimate(ocl, amg, L, L->A->inv_diagonal, err);
-    return rc;
+    return kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
 }
 
 /* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
 /* m's CSR arrays as an SpGEMM operand: the device arrays of a csr_scalar matrix (the fused
  * levels', P's and R's), retained so kd_csr_device_release leaves m's alone; otherwise host's
  * uploaded (level 0 in another format). */
-static int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host,
-                          kd_csr_device_t *out, kd_err_t *err)
+int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
+                   kd_err_t *err)
 {
     const kd_format_csr_t *arrays = m != NULL ? kd_format_csr_scalar_arrays(m) : NULL;
     if (arrays == NULL)
@@ -388,7 +394,7 @@ static int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *h
 }
 
 /* dev's pattern (row pointers and columns, retained) into *keep, values NULL. */
-static void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
+void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
 {
     *keep = *dev;
     keep->values = NULL;
@@ -441,8 +447,8 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
 }
 
 /* C = A B on C's pattern (kernels/amg.cl's kd_amg_product). */
-static int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A,
-                          const kd_csr_device_t *B, kd_csr_device_t *C, kd_err_t *err)
+int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
+                   kd_csr_device_t *C, kd_err_t *err)
 {
     if (C->nnz == 0) /* else A and B have entries: C's pattern is their symbolic product */
         return KD_OK;
@@ -456,8 +462,8 @@ static int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A
 }
 
 /* A device CSR on a kept pattern (retained) with values of its own, allocated. */
-static int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
-                             kd_err_t *err)
+int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
+                      kd_err_t *err)
 {
     *out = *pattern;
     out->values = NULL;
@@ -518,7 +524,7 @@ static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd
 }
 
 /* The coarsest level's dense inverse on the device (or nothing: it is smoothed instead). */
-static int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
+int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
 {
     const int64_t n = csr->rows;
     amg->coarse_n = n;
@@ -591,6 +597,28 @@ static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, co
     return KD_OK;
 }
 
+/* tmap[t] = the entry of P that entry t of R = P^T is (kd_csr_transpose fills R's rows in
+ * ascending P row, so the same walk finds each): what a refresh gathers R's values with. */
+static int kd_amg_transpose_map(const kd_csr_t *P, const kd_csr_t *R, int32_t **tmap, kd_err_t *err)
+{
+    free(*tmap);
+    *tmap = kd_malloc_array((size_t)P->nnz + 1, sizeof(int32_t));
+    int32_t *fill = kd_malloc_array((size_t)R->rows + 1, sizeof(int32_t));
+    int rc = *tmap != NULL && fill != NULL ? KD_OK
+                                           : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc == KD_OK)
+        memcpy(fill, R->indptr, (size_t)R->rows * sizeof(int32_t));
+    for (int64_t i = 0; rc == KD_OK && i < P->rows; i++)
+        for (int32_t k = P->indptr[i]; k < P->indptr[i + 1]; k++) {
+            const int32_t t = fill[P->indices[k]]++;
+            if (R->indices[t] != i)
+                rc = kd_err_set(err, KD_EINTERNAL, "amg: R is not P's transpose");
+            (*tmap)[t] = k;
+        }
+    free(fill);
+    return rc;
+}
+
 /* The hierarchy on fine; with old (a refresh: fine has old's pattern), old's levels, aggregates
  * and Galerkin patterns, only the values recomputed. */
 static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_csr_t *fine,
@@ -622,6 +650,8 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
                                 4.0 / (3.0 * amg->level[l].lambda), &P, err);
         if (rc == KD_OK)
             rc = kd_csr_transpose(P, &R, err);
+        if (rc == KD_OK)
+            rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
         amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
         if (rc == KD_OK && old != NULL)
             rc =
@@ -712,7 +742,9 @@ static int kd_amg_make(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
     if (old != NULL && (old->dtype != amg->dtype || old->level[0].n != A->rows))
         rc = kd_err_set(err, KD_EINTERNAL, "amg: refreshed from another matrix's hierarchy");
     amg->refreshed = old != NULL;
-    if (rc == KD_OK)
+    if (rc == KD_OK && old != NULL && amg->opt.fused)
+        rc = kd_amg_refresh_device(ocl, amg, old, A, fine, err);
+    else if (rc == KD_OK)
         rc = kd_amg_build(ocl, amg, A, fine, old, err);
     kd_csr_free(permuted);
     if (rc == KD_OK && amg->opt.fused)
@@ -768,6 +800,7 @@ static void kd_amg_release(kd_precond_t *P)
     for (int l = 0; l < amg->levels; l++) {
         kd_amg_level_t *L = &amg->level[l];
         free(L->agg);
+        free(L->tmap);
         kd_csr_device_release(&L->ap);
         kd_csr_device_release(&L->coarse);
         if (l > 0)
