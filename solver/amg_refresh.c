@@ -27,8 +27,8 @@
 /*
  * A csr_scalar matrix around device CSR arrays (each retained; values NULL only when nnz is 0):
  * what kd_matrix_upload makes of a host CSR, the arrays being the format's own (format.h:
- * csr_scalar's impl is a kd_format_csr_t), without the host: a scan that found nothing and no
- * host inverse diagonal (a refresh computes the levels' on the device).
+ * csr_scalar's impl is a kd_format_csr_t), without the host: a scan that found nothing, and the
+ * host inverse diagonal left for the caller (a coarse level's, from its device diagonal).
  */
 static int kd_amg_csr_matrix(const kd_csr_device_t *dev, kd_matrix_t **out, kd_err_t *err)
 {
@@ -245,7 +245,9 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
             rc = kd_err_set(err, KD_EINTERNAL, "amg: level %d refreshed on another pattern", l);
         if (rc == KD_OK)
             rc = kd_amg_level_setup(ocl, amg, l, l == 0 ? A->inv_diagonal : inv, err);
-        free(inv);
+        if (l > 0)
+            L->A->inv_diagonal = inv; /* the matrix's, as an upload's scan leaves it (the tail
+                                       * packs it) */
         if (rc != KD_OK)
             break;
         if (l == old->levels - 1) { /* the coarsest: its dense inverse from its host copy */
