@@ -286,6 +286,8 @@ static const pc_case_t refreshable[] = {
     {&kd_precond_ic0, "sweeps", 0, 1},       {&kd_precond_amg, NULL, 0, 1},
     {&kd_precond_amg, "fused", 0, 1},        {&kd_precond_amg, "threshold", 0.08, 0},
     {&kd_precond_amg, "tail_rows", 4096, 1}, {&kd_precond_amg, "block_size", 2, 1},
+    {&kd_precond_block_jacobi, NULL, 0, 1},  {&kd_precond_block_jacobi, "block_size", 3, 1},
+    {&kd_precond_chebyshev, NULL, 0, 1},
 };
 
 static void test_laplacian(void)
@@ -314,6 +316,33 @@ static void test_real(void)
     kd_csr_free(c3);
 }
 
+/* Dense diagonal blocks of 1, 2, 3, 1, 2, 3, ... rows (a_ii = 4, -0.5 beside it in the block):
+ * the structure finds blocks of varying size (block_jacobi's variable kernel and maps). */
+static kd_csr_t *variable_blocks(int64_t blocks)
+{
+    kd_test_coo_t c = {0};
+    int64_t row = 0;
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t m = 1 + b % 3;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++)
+                kd_test_coo_add(&c, row + i, row + j, i == j ? 4.0 : -0.5);
+        row += m;
+    }
+    c.rows = c.cols = row;
+    return kd_test_coo_finish(&c);
+}
+
+static void test_variable_blocks(void)
+{
+    kd_csr_t *c1 = variable_blocks(300), *c2 = congruent(c1), *c3 = congruent(c1);
+    const pc_case_t pc = {&kd_precond_block_jacobi, NULL, 0, 1};
+    refresh_case("blocks_1_2_3", c1, c2, c3, KD_DTYPE_F64, &pc);
+    kd_csr_free(c1);
+    kd_csr_free(c2);
+    kd_csr_free(c3);
+}
+
 /* A reordered matrix (RCM: the permutation is the pattern's, so A1's and A2's agree) refreshes
  * in its stored order as a fresh setup does. */
 static void test_reordered(void)
@@ -323,7 +352,8 @@ static void test_reordered(void)
     kd_csr_t *c2 = congruent(c1);
     const pc_case_t cases[] = {{&kd_precond_amg, NULL, 0, 1},
                                {&kd_precond_ic0, NULL, 0, 1},
-                               {&kd_precond_ilu0, "sweeps", 0, 1}};
+                               {&kd_precond_ilu0, "sweeps", 0, 1},
+                               {&kd_precond_block_jacobi, "block_size", 3, 1}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         kd_precond_options_t o = options_of(&cases[i]);
         const kd_precond_options_t *opt = o.count > 0 ? &o : NULL;
@@ -379,9 +409,9 @@ static kd_csr_t *moved_entries(const kd_csr_t *c)
 }
 
 /* Refused: another pattern (same nnz, or another nnz), another dtype; built fresh (and said
- * so): a preconditioner without refresh, ilu0 whose matching the values decide, a `like`
- * holding none; jacobi made without a host CSR (its pattern unrecorded) is refreshed all the
- * same: it reads no pattern. */
+ * so): a preconditioner without refresh (jacobi's ops with refresh NULL), ilu0 whose matching
+ * the values decide, a `like` holding none; jacobi made without a host CSR (its pattern unrecorded)
+ * is refreshed all the same: it reads no pattern. */
 static void test_refusals_and_fallbacks(void)
 {
     kd_err_t err = {0};
@@ -415,14 +445,14 @@ static void test_refusals_and_fallbacks(void)
         kd_matrix_free(F);
     }
     /* built fresh */
+    kd_precond_ops_t plain = kd_precond_jacobi; /* a preconditioner without refresh */
+    plain.refresh = NULL;
     struct {
         const kd_precond_ops_t *ops;
         const char *option;
         double value;
         int with_csr;
-    } fresh[] = {{&kd_precond_chebyshev, NULL, 0, 1},
-                 {&kd_precond_block_jacobi, NULL, 0, 1},
-                 {&kd_precond_ilu0, "matching", 2, 1}};
+    } fresh[] = {{&plain, NULL, 0, 1}, {&kd_precond_ilu0, "matching", 2, 1}};
     for (size_t i = 0; i < sizeof(fresh) / sizeof(fresh[0]); i++) {
         const pc_case_t pc = {fresh[i].ops, fresh[i].option, fresh[i].value, 1};
         kd_precond_options_t o = options_of(&pc);
@@ -455,16 +485,20 @@ static void test_refusals_and_fallbacks(void)
     kd_precond_origin_t how = KD_PRECOND_HELD;
     CHECK(kd_precond_refresh(ocl, A1, A2, &kd_precond_amg, NULL, c2, &P, &how, &err) == KD_OK &&
           how == KD_PRECOND_BUILT);
+    kd_precond_options_t matching = {.count = 1};
+    snprintf(matching.items[0].name, sizeof(matching.items[0].name), "matching");
+    matching.items[0].value = 2;
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        REQUIRE(kd_precond_get(ocl, A1, all[i], NULL, c1, &P, &err) == KD_OK);
+        REQUIRE(kd_precond_get(ocl, A1, all[i], all[i] == &kd_precond_ilu0 ? &matching : NULL, c1,
+                               &P, &err) == KD_OK);
     REQUIRE(kd_precond_get(ocl, A1, &kd_precond_chebyshev, NULL, c1, &P, &err) == KD_OK);
     int refreshed = -1, built = -1;
     CHECK_MSG(kd_precond_refresh_all(ocl, A1, A3, c2, &refreshed, &built, &err) == KD_OK,
               "refresh_all: %s", err.message);
-    CHECK_MSG(refreshed == 4 && built == 1, "refresh_all: %d refreshed, %d built", refreshed,
-              built);
+    CHECK_MSG(refreshed == 4 && built == 1, "refresh_all: %d refreshed, %d built (ilu0's matching)",
+              refreshed, built);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        CHECK(kd_precond_ready(A3, all[i], NULL));
+        CHECK(kd_precond_ready(A3, all[i], all[i] == &kd_precond_ilu0 ? &matching : NULL));
     kd_matrix_free(A1);
     kd_matrix_free(A2);
     kd_matrix_free(A3);
@@ -485,6 +519,7 @@ int main(void)
     RUN(test_laplacian);
     RUN(test_real);
     RUN(test_reordered);
+    RUN(test_variable_blocks);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
