@@ -119,7 +119,7 @@ static int kd_br_row(kd_ocl_t *ocl, const char *label, kd_matrix_t *A1, const kd
     const int n = repeat < 32 ? repeat : 32;
     const double setup_ms = kd_bench_median(full + 1, (size_t)n),
                  refresh_ms = kd_bench_median(fresh + 1, (size_t)n);
-    printf("%-16s %-7s %10.1f %10.1f %7.3f %8lld %8lld  %s\n", label, ops->name, setup_ms,
+    printf("%-16s %-12s %10.1f %10.1f %7.3f %8lld %8lld  %s\n", label, ops->name, setup_ms,
            refresh_ms, setup_ms > 0.0 ? refresh_ms / setup_ms : 0.0, (long long)its_full,
            (long long)its_refresh, kd_precond_origin_name(how));
     if (ops == &kd_precond_amg) {
@@ -173,7 +173,7 @@ int kd_bench_refresh_main(int argc, char **argv)
     printf("# device: %s; %s, A2 = S A1 S + D, median of %d; iterations to %g, b = ones "
            "(cg; gmres for ilu0)\n",
            kd_ocl_desc(ocl)->name, kd_dtype_name(dtype), repeat, rtol);
-    printf("%-16s %-7s %10s %10s %7s %8s %8s  %s\n", "matrix", "precond", "setup_ms", "refresh",
+    printf("%-16s %-12s %10s %10s %7s %8s %8s  %s\n", "matrix", "precond", "setup_ms", "refresh",
            "ratio", "its_full", "its_refr", "refresh was");
     int status = 0;
     for (int mi = first; mi < argc; mi++) {

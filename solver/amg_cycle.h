@@ -27,7 +27,8 @@ typedef struct kd_amg_level {
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */
     /* What a refresh (new values on this pattern) reuses, on every level but the coarsest: the
      * aggregates (host, n entries; -1 for a row in none) and the Galerkin products' patterns on
-     * the device, A P's and the coarse level's (values NULL), each shared by the hierarchies
+     * the device, A P's and (not fused: the fused hierarchy reads it from the next level's
+     * csr_scalar arrays) the coarse level's (values NULL), each shared by the hierarchies
      * refreshed from this one (retained). */
     int32_t *agg;
     int64_t naggs;

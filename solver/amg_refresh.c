@@ -216,8 +216,7 @@ static int kd_amg_refresh_keep(kd_amg_level_t *L, const kd_amg_level_t *O, int64
         return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
     memcpy(L->agg, O->agg, (size_t)O->n * sizeof(int32_t));
     memcpy(L->tmap, O->tmap, (size_t)p_nnz * sizeof(int32_t));
-    kd_amg_keep_pattern(&O->ap, &L->ap);
-    kd_amg_keep_pattern(&O->coarse, &L->coarse);
+    kd_amg_keep_pattern(&O->ap, &L->ap); /* (the coarse pattern is the next level's arrays) */
     return KD_OK;
 }
 
@@ -258,14 +257,19 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
             kd_csr_free(csr);
             break;
         }
-        kd_csr_device_t dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+        kd_csr_device_t dP = {0}, dR = {0}, dAP = {0}, dC = {0}, coarse = {0};
         rc = kd_amg_refresh_transfers(ocl, amg, l, O, &dA, &dP, &dR, err);
         if (rc == KD_OK)
             rc = kd_amg_refresh_keep(L, O, dP.nnz, err);
         if (rc == KD_OK)
             rc = kd_amg_on_pattern(ocl, &O->ap, &dAP, err);
         if (rc == KD_OK)
-            rc = kd_amg_on_pattern(ocl, &O->coarse, &dC, err);
+            rc = kd_amg_view(old->level[l + 1].A, &coarse, err);
+        if (rc == KD_OK && (coarse.rows != O->naggs || coarse.cols != O->naggs))
+            rc = kd_err_set(err, KD_EINTERNAL, "amg: level %d's coarse pattern is not its own", l);
+        if (rc == KD_OK)
+            rc = kd_amg_on_pattern(ocl, &coarse, &dC, err);
+        kd_csr_device_release(&coarse);
         if (rc == KD_OK)
             rc = kd_amg_product(ocl, amg, &dA, &dP, &dAP, err);
         if (rc == KD_OK)

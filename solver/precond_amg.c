@@ -396,6 +396,10 @@ int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd
 /* dev's pattern (row pointers and columns, retained) into *keep, values NULL. */
 void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
 {
+    if (dev->indptr == NULL) {
+        memset(keep, 0, sizeof(*keep));
+        return;
+    }
     *keep = *dev;
     keep->values = NULL;
     keep->device_bytes = ((size_t)dev->rows + 1 + (size_t)dev->nnz) * sizeof(int32_t);
@@ -436,7 +440,8 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     kd_csr_device_release(&dR);
     if (rc == KD_OK) {
         kd_amg_keep_pattern(&dAP, &L->ap);
-        kd_amg_keep_pattern(&dC, &L->coarse);
+        if (!amg->opt.fused) /* fused, the next level's csr_scalar arrays are this pattern */
+            kd_amg_keep_pattern(&dC, &L->coarse);
     }
     kd_csr_device_release(&dAP);
     if (rc == KD_OK)
