@@ -8,7 +8,9 @@
  * 1/m_ii on the fly, fused into what they read anyway), or an operator (a launch that writes z
  * from r). What setup builds lives with the matrix: kd_precond_get sets it up on first use, keeps
  * it in the matrix (counted in its device_bytes) and frees it with the matrix, so an evicted
- * matrix drops it and a reloaded one builds it again.
+ * matrix drops it and a reloaded one builds it again. A new matrix of the same pattern (a time
+ * step's) can take a held setup's pattern-only parts through kd_precond_refresh and the
+ * preconditioner's optional refresh op.
  */
 #ifndef KD_SOLVER_PRECOND_H
 #define KD_SOLVER_PRECOND_H

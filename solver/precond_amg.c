@@ -15,6 +15,10 @@
  * until a level has coarse_size rows or fewer, where the dense inverse (Cholesky on the host) is
  * kept on the device.
  *
+ * Refresh (new values on the pattern of a matrix that holds a hierarchy, kd_amg_refresh): the
+ * aggregates, levels and products' patterns are kept, the values computed again (on the device
+ * for the fused hierarchy: solver/amg_refresh.c).
+ *
  * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
  * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
  * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
