@@ -22,9 +22,11 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"export", kd_bench_export_main, "write a matrix as binary CSR for the peer programs"},
     {"kernels", kd_bench_kernels_main, "build the SpMV kernels, print registers and spills"},
     {"amg", kd_bench_amg_main, "AMG-PCG against Jacobi-PCG: iterations, setup and solve time"},
-    {"methods", kd_bench_methods_main, "every method x preconditioner to a tolerance: which converge"},
+    {"methods", kd_bench_methods_main,
+     "every method x preconditioner to a tolerance: which converge"},
     {"ilu", kd_bench_ilu_main, "ic0 / ilu0: exact against swept triangular solves, apply and CG"},
     {"batch", kd_bench_batch_main, "1000 small systems: one batched solve, alone, block diagonal"},
+    {"refresh", kd_bench_refresh_main, "new values on a held pattern: full setup against refresh"},
 };
 
 static void kd_bench_usage(void)

@@ -25,6 +25,23 @@
  * from 0 (d_c = x_c = c_r D_c^-1 b_c), which reads only the row's own values.
  * kd_amg_csr_prolong: x += P x_c.
  *
+ * kd_amg_product: C = A B on C's pattern, known beforehand (a refresh: the setup's SpGEMM made it,
+ * solver/precond_amg.c), one work-item per row of C: the row is zeroed, then each product
+ * a_ik b_kj is added at column j, found by bisection in the row (columns ascending). The products
+ * come in kd_spgemm's order (k ascending along A's row, each (i, j) once per k) and FP_CONTRACT
+ * is off in both, so an entry is the same sum kd_spgemm's numeric phase forms. No hashing, no
+ * counting, no sorting: that was the symbolic phase's, and the pattern's columns are already
+ * sorted.
+ *
+ * A fused hierarchy's refresh (solver/amg_refresh.c) also computes on the device, one work-item
+ * per row, on patterns the setup made:
+ * kd_amg_prolong: the smoothed prolongator's values P = (I - omega D^-1 A) T on P's pattern, T
+ * from the aggregates (agg, -1: none) and their scale 1/sqrt(|aggregate|), as the host's
+ * kd_amg_prolongator forms them: T's own entry first, then - (omega / a_ii) a_ik scale_j for the
+ * row's entries in order, each landing at its aggregate's column (bisection in P's row).
+ * kd_amg_gather: dst[t] = src[map[t]] (R = P^T's values from P's).
+ * kd_amg_diagonal: a_ii of each row (0 when not stored), by bisection.
+ *
  * kd_amg_tail: the V-cycle of the last few small levels, from the first one's b to its x, in ONE
  * work-group of KD_WG_SIZE work-items, as the list of steps solver/amg_tail.c made at setup
  * (kernels/amg_abi.h): pre-smoothing, residual and restriction level by level down, the coarsest
@@ -58,6 +75,85 @@ __kernel void kd_amg_chebyshev(const int n, const int from_zero, const int first
     const VALUE di = first ? step : c_d * d[i] + step;
     d[i] = di;
     x[i] = from_zero ? di : x[i] + di;
+}
+
+/* The position of column j in the sorted columns idx[lo..hi) (hi - 1 when absent). */
+static int kd_amg_find(__global const int *idx, int lo, int hi, const int j)
+{
+    hi--;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (idx[mid] < j)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+__kernel void kd_amg_product(const int rows, __global const int *a_ptr,
+                             __global const int *a_idx, __global const VALUE *a_val,
+                             __global const int *b_ptr, __global const int *b_idx,
+                             __global const VALUE *b_val, __global const int *c_ptr,
+                             __global const int *c_idx, __global VALUE *c_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    const int c0 = c_ptr[i], c1 = c_ptr[i + 1];
+    for (int p = c0; p < c1; p++)
+        c_val[p] = (VALUE)0;
+    for (int ka = a_ptr[i]; ka < a_ptr[i + 1]; ka++) {
+        const int k = a_idx[ka];
+        const VALUE a = a_val[ka];
+        for (int kb = b_ptr[k]; kb < b_ptr[k + 1]; kb++) {
+            c_val[kd_amg_find(c_idx, c0, c1, b_idx[kb])] += a * b_val[kb];
+        }
+    }
+}
+
+__kernel void kd_amg_prolong(const int n, const VALUE omega, __global const int *a_ptr,
+                             __global const int *a_idx, __global const VALUE *a_val,
+                             __global const int *agg, __global const VALUE *scale,
+                             __global const int *p_ptr, __global const int *p_idx,
+                             __global VALUE *p_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int p0 = p_ptr[i], p1 = p_ptr[i + 1], a0 = a_ptr[i], a1 = a_ptr[i + 1];
+    if (p0 == p1)
+        return;
+    for (int p = p0; p < p1; p++)
+        p_val[p] = (VALUE)0;
+    const int d = a0 < a1 ? kd_amg_find(a_idx, a0, a1, i) : a0;
+    const VALUE w = omega / (d < a1 && a_idx[d] == i ? a_val[d] : (VALUE)1);
+    if (agg[i] >= 0)
+        p_val[kd_amg_find(p_idx, p0, p1, agg[i])] = scale[agg[i]];
+    for (int k = a0; k < a1; k++) {
+        const int j = agg[a_idx[k]];
+        if (j >= 0)
+            p_val[kd_amg_find(p_idx, p0, p1, j)] -= w * a_val[k] * scale[j];
+    }
+}
+
+__kernel void kd_amg_gather(const int n, __global const int *map, __global const VALUE *src,
+                            __global VALUE *dst)
+{
+    const int t = (int)get_global_id(0);
+    if (t < n)
+        dst[t] = src[map[t]];
+}
+
+__kernel void kd_amg_diagonal(const int n, __global const int *ptr, __global const int *idx,
+                              __global const VALUE *val, __global VALUE *diag)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int a0 = ptr[i], a1 = ptr[i + 1];
+    const int d = a0 < a1 ? kd_amg_find(idx, a0, a1, i) : a0;
+    diag[i] = d < a1 && idx[d] == i ? val[d] : (VALUE)0;
 }
 
 __kernel void kd_amg_residual(const int n, __global const VALUE *b, __global VALUE *q)

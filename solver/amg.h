@@ -41,8 +41,9 @@ typedef struct kd_amg_stats {
     double operator_complexity; /* the levels' nonzeros over A's */
     int tail_level;   /* the fused V-cycle's one-work-group tail from this level; 0: none */
     double setup_ms;  /* wall time of the whole setup */
-    double spgemm_ms; /* of it: the Galerkin products (transfers included) */
-    double host_ms;   /* of it: aggregation, prolongators, transposes on the host */
+    double spgemm_ms; /* of it: the Galerkin products (transfers included); 0 refreshed fused */
+    double host_ms;   /* of it: aggregation, prolongators, transposes on the host; ditto */
+    int refreshed;    /* a refresh built it (new values on a held hierarchy's pattern) */
 } kd_amg_stats_t;
 
 /* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU

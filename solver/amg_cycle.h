@@ -10,6 +10,7 @@
 
 #include "solver/amg.h"
 #include "solver/matrix.h"
+#include "solver/spgemm.h"
 #include "solver/vector.h"
 
 #define KD_AMG_STEPS_MAX 32 /* Chebyshev steps on one level: 4 x degree on a smoothed coarsest */
@@ -24,6 +25,15 @@ typedef struct kd_amg_level {
     double lambda;       /* estimated lambda_max(D^-1 A) */
     int64_t n, nnz;
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */
+    /* What a refresh (new values on this pattern) reuses, on every level but the coarsest: the
+     * aggregates (host, n entries; -1 for a row in none) and the Galerkin products' patterns on
+     * the device, A P's and (not fused: the fused hierarchy reads it from the next level's
+     * csr_scalar arrays) the coarse level's (values NULL), each shared by the hierarchies
+     * refreshed from this one (retained). */
+    int32_t *agg;
+    int64_t naggs;
+    int32_t *tmap; /* host, P's nnz: entry t of R is entry tmap[t] of P */
+    kd_csr_device_t ap, coarse;
 } kd_amg_level_t;
 
 typedef struct kd_amg_tail {
@@ -44,6 +54,7 @@ typedef struct kd_amg {
     int gpu_lanes; /* lanes per row as on a GPU (kd_amg_lanes) */
     kd_amg_tail_t tail;
     double setup_ms, spgemm_ms, host_ms;
+    int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
 } kd_amg_t;
 
 /* Launch a kernel of kernels/amg.cl over `global` work-items in groups of `local`, built with
@@ -85,5 +96,36 @@ void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released o
 int kd_amg_lanes(const kd_amg_t *amg, double mean);
 
 extern int kd_amg_test_gpu_lanes; /* kd_amg_test_set_gpu_lanes */
+
+/* ---- setup's pieces that a refresh (solver/amg_refresh.c) shares ---------------------------- */
+
+/* Level l's 1/a_ii (inv_diagonal: host, n values of the dtype) onto the device, its vectors and
+ * lambda (L->A, L->n and L->nnz set). */
+int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal,
+                       kd_err_t *err);
+/* The coarsest level from its host CSR: its dense inverse on the device (n <= 600), or nothing. */
+int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err);
+/* n host values of dtype into a new read-only device buffer. */
+int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                         const char *what, cl_mem *out, kd_err_t *err);
+/* n rounded up to whole work-groups. */
+size_t kd_amg_global(const kd_amg_t *amg, int64_t n);
+/* m's CSR arrays as a device CSR (retained) when m is csr_scalar, else host's uploaded. */
+int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
+                   kd_err_t *err);
+/* dev's pattern (retained) into *keep, values NULL. */
+void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep);
+/* A device CSR on pattern's arrays (retained) with a new values buffer of its own. */
+int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
+                      kd_err_t *err);
+/* C = A B on C's known pattern, the numeric phase alone (kernels/amg.cl kd_amg_product). */
+int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
+                   kd_csr_device_t *C, kd_err_t *err);
+
+/* The fused hierarchy's refresh (solver/amg_refresh.c): amg, with old's options, levels,
+ * aggregates and patterns, for A (fine: its host CSR in the stored order), every value computed
+ * on the device. */
+int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *fine, kd_err_t *err);
 
 #endif

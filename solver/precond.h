@@ -8,7 +8,9 @@
  * 1/m_ii on the fly, fused into what they read anyway), or an operator (a launch that writes z
  * from r). What setup builds lives with the matrix: kd_precond_get sets it up on first use, keeps
  * it in the matrix (counted in its device_bytes) and frees it with the matrix, so an evicted
- * matrix drops it and a reloaded one builds it again.
+ * matrix drops it and a reloaded one builds it again. A new matrix of the same pattern (a time
+ * step's) can take a held setup's pattern-only parts through kd_precond_refresh and the
+ * preconditioner's optional refresh op.
  */
 #ifndef KD_SOLVER_PRECOND_H
 #define KD_SOLVER_PRECOND_H
@@ -40,9 +42,12 @@ double kd_precond_option(const kd_precond_options_t *opt, const char *name, doub
 typedef struct kd_precond {
     const struct kd_precond_ops *ops;
     kd_precond_options_t options; /* what setup was given: a request with others rebuilds it */
-    cl_mem diagonal;         /* KD_PRECOND_DIAGONAL: n values of 1/m_ii in the matrix's dtype */
-    void *impl;              /* the preconditioner's own */
-    size_t device_bytes;     /* counted in the matrix's */
+    cl_mem diagonal;     /* KD_PRECOND_DIAGONAL: n values of 1/m_ii in the matrix's dtype */
+    void *impl;          /* the preconditioner's own */
+    size_t device_bytes; /* counted in the matrix's */
+    /* A fingerprint of the host CSR's pattern setup was given (kd_precond_pattern), 0 when it
+     * was given none: what kd_precond_refresh checks a new matrix's pattern against. */
+    uint64_t pattern;
     struct kd_precond *next; /* the matrix's list */
 } kd_precond_t;
 
@@ -69,6 +74,19 @@ typedef struct kd_precond_ops {
                  kd_err_t *err);
     /* Free what setup built (not P itself). */
     void (*release)(kd_precond_t *P);
+    /*
+     * May be NULL: nothing to reuse, kd_precond_refresh runs setup. Otherwise setup's job for A
+     * from `old`, set up (with P's options) on a matrix of the same pattern (kd_precond_refresh
+     * checked: rows, columns, entries' positions, dtype and stored order) but other values,
+     * reusing what depends on the pattern alone and recomputing the rest. old stays valid and
+     * unchanged (a solve on its matrix may be running): what P shares with it is retained
+     * (clRetainMemObject) or copied, never moved, and each frees its own. csr as for setup.
+     * *declined = 1 (P untouched, KD_OK) when these values need what refresh cannot reuse (ilu0
+     * whose row matching depends on them): the caller runs setup instead. On failure the caller
+     * releases P.
+     */
+    int (*refresh)(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                   const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err);
 } kd_precond_ops_t;
 
 /* Every preconditioner this build has, "none" first. */
@@ -108,6 +126,44 @@ int kd_precond_ready(const kd_matrix_t *A, const kd_precond_ops_t *ops,
  * does, or holds a value that is not finite. */
 int kd_precond_check_options(const kd_precond_ops_t *ops, const kd_precond_options_t *options,
                              kd_err_t *err);
+
+/* How kd_precond_refresh got A's preconditioner. */
+typedef enum kd_precond_origin {
+    KD_PRECOND_HELD = 0,      /* A held it already (or it needs no setup: "none") */
+    KD_PRECOND_REFRESHED = 1, /* from like's setup, its pattern-only parts reused */
+    KD_PRECOND_BUILT = 2,     /* set up from scratch: no refresh, like held none, or declined */
+} kd_precond_origin_t;
+
+/* "held", "refreshed", "built fresh": for replies and logs. */
+const char *kd_precond_origin_name(kd_precond_origin_t origin);
+
+/* A 64-bit fingerprint of csr's pattern (rows, cols, nnz, row pointers, column indices; not
+ * values or dtype), never 0. */
+uint64_t kd_precond_pattern(const kd_csr_t *csr);
+
+/*
+ * New values on a resident pattern (time stepping): A's preconditioner `ops` with `options`, as
+ * kd_precond_get, but built from `like`'s when like holds one with those options and ops can
+ * refresh (only the values' part of setup recomputed), else set up from scratch. like is left
+ * unchanged. csr: A's host CSR (client order), required: its pattern must be like's, which
+ * kd_precond_refresh checks against what like's setup recorded (kd_precond_get records it when
+ * given a host CSR), with rows, columns, nnz, dtype and stored order (KD_EBADREQ naming what
+ * differs, before anything is built). The setup of one that needs_csr recorded no pattern when
+ * it was made without a CSR: it is not vouched for, and A's is built fresh. *origin (may be
+ * NULL) says which happened. Other errors as kd_precond_get's and the refresh's.
+ */
+int kd_precond_refresh(kd_ocl_t *ocl, const kd_matrix_t *like, kd_matrix_t *A,
+                       const kd_precond_ops_t *ops, const kd_precond_options_t *options,
+                       const kd_csr_t *csr, const kd_precond_t **out, kd_precond_origin_t *origin,
+                       kd_err_t *err);
+
+/*
+ * Every preconditioner like holds, onto A through kd_precond_refresh (what matrix.put `like:`
+ * carries over): *refreshed and *built (either may be NULL) count how each came. Stops at the
+ * first failure (those done stay with A).
+ */
+int kd_precond_refresh_all(kd_ocl_t *ocl, const kd_matrix_t *like, kd_matrix_t *A,
+                           const kd_csr_t *csr, int *refreshed, int *built, kd_err_t *err);
 
 /* Free every preconditioner kept with A (kd_matrix_free calls it). */
 void kd_precond_release_all(kd_matrix_t *A);

@@ -15,6 +15,10 @@
  * until a level has coarse_size rows or fewer, where the dense inverse (Cholesky on the host) is
  * kept on the device.
  *
+ * Refresh (new values on the pattern of a matrix that holds a hierarchy, kd_amg_refresh): the
+ * aggregates, levels and products' patterns are kept, the values computed again (on the device
+ * for the fused hierarchy: solver/amg_refresh.c).
+ *
  * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
  * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
  * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
@@ -89,8 +93,8 @@ static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
 }
 
 /* A host vector of n values of dtype into a new device buffer. */
-static int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
-                                const char *what, cl_mem *out, kd_err_t *err)
+int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                         const char *what, cl_mem *out, kd_err_t *err)
 {
     size_t bytes;
     if (kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes))
@@ -114,7 +118,7 @@ int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, siz
     return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, local), args, nargs, NULL, err);
 }
 
-static size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
+size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
 {
     return ((size_t)n + amg->wg - 1) / amg->wg * amg->wg;
 }
@@ -329,6 +333,20 @@ static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_amg_t *amg, const kd_csr_
     return kd_matrix_upload(ocl, csr, f, out, err);
 }
 
+int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    int rc = kd_amg_upload_values(ocl, inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
+                                  &L->inv_diagonal, err);
+    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
+    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
+    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_amg_estimate(ocl, amg, L, inv_diagonal, err);
+    return rc;
+}
+
 /* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
 static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
                              const kd_csr_t *csr, kd_err_t *err)
@@ -352,23 +370,15 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           "amg: level %d: the diagonal entry of row %lld is negative: the matrix "
                           "is not symmetric positive definite",
                           l, (long long)L->A->scan.negative_diagonal_row);
-    rc = kd_amg_upload_values(ocl, L->A->inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
-                              &L->inv_diagonal, err);
-    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
-    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
-    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
-        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
-    if (rc == KD_OK)
-        rc = kd_amg_estimate(ocl, amg, L, L->A->inv_diagonal, err);
-    return rc;
+    return kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
 }
 
 /* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
 /* m's CSR arrays as an SpGEMM operand: the device arrays of a csr_scalar matrix (the fused
  * levels', P's and R's), retained so kd_csr_device_release leaves m's alone; otherwise host's
  * uploaded (level 0 in another format). */
-static int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host,
-                          kd_csr_device_t *out, kd_err_t *err)
+int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
+                   kd_err_t *err)
 {
     const kd_format_csr_t *arrays = m != NULL ? kd_format_csr_scalar_arrays(m) : NULL;
     if (arrays == NULL)
@@ -387,7 +397,24 @@ static int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *h
     return KD_OK;
 }
 
-/* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back. */
+/* dev's pattern (row pointers and columns, retained) into *keep, values NULL. */
+void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
+{
+    if (dev->indptr == NULL) {
+        memset(keep, 0, sizeof(*keep));
+        return;
+    }
+    *keep = *dev;
+    keep->values = NULL;
+    keep->device_bytes = ((size_t)dev->rows + 1 + (size_t)dev->nnz) * sizeof(int32_t);
+    if (keep->indptr != NULL)
+        clRetainMemObject(keep->indptr);
+    if (keep->indices != NULL)
+        clRetainMemObject(keep->indices);
+}
+
+/* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back; the
+ * products' patterns are kept for a refresh. */
 static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *A,
                            const kd_csr_t *P, const kd_csr_t *R, kd_csr_t **coarse, kd_err_t *err)
 {
@@ -415,6 +442,11 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     if (rc == KD_OK)
         rc = kd_spgemm(ocl, &dR, &dAP, NULL, &dC, NULL, err);
     kd_csr_device_release(&dR);
+    if (rc == KD_OK) {
+        kd_amg_keep_pattern(&dAP, &L->ap);
+        if (!amg->opt.fused) /* fused, the next level's csr_scalar arrays are this pattern */
+            kd_amg_keep_pattern(&dC, &L->coarse);
+    }
     kd_csr_device_release(&dAP);
     if (rc == KD_OK)
         rc = kd_csr_device_download(ocl, &dC, coarse, err);
@@ -423,8 +455,85 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     return rc;
 }
 
+/* C = A B on C's pattern (kernels/amg.cl's kd_amg_product). */
+int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
+                   kd_csr_device_t *C, kd_err_t *err)
+{
+    if (C->nnz == 0) /* else A and B have entries: C's pattern is their symbolic product */
+        return KD_OK;
+    return kd_amg_launch(ocl, amg, "kd_amg_product", 0, kd_amg_global(amg, C->rows), amg->wg,
+                         KD_ARGS(KD_ARG_INT(C->rows), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
+                                 KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),
+                                 KD_ARG_MEM(B->indices), KD_ARG_MEM(B->values),
+                                 KD_ARG_MEM(C->indptr), KD_ARG_MEM(C->indices),
+                                 KD_ARG_MEM(C->values)),
+                         err);
+}
+
+/* A device CSR on a kept pattern (retained) with values of its own, allocated. */
+int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
+                      kd_err_t *err)
+{
+    *out = *pattern;
+    out->values = NULL;
+    const cl_mem mems[2] = {out->indptr, out->indices};
+    for (int i = 0; i < 2; i++)
+        if (mems[i] != NULL)
+            clRetainMemObject(mems[i]);
+    if (out->nnz == 0)
+        return KD_OK;
+    return kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE,
+                                (size_t)out->nnz * kd_dtype_size(out->dtype), NULL,
+                                "amg Galerkin values", &out->values, err);
+}
+
+/* A refresh's Galerkin product: as kd_amg_galerkin, but A P and R (A P) are only the numeric
+ * phase, on the patterns `old` kept. */
+static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_amg_level_t *old,
+                                   const kd_csr_t *A, const kd_csr_t *P, const kd_csr_t *R,
+                                   kd_csr_t **coarse, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+    if (old->ap.indptr == NULL || old->coarse.indptr == NULL || old->ap.rows != A->rows ||
+        old->ap.cols != P->cols || old->coarse.rows != R->rows)
+        return kd_err_set(err, KD_EINTERNAL, "amg: level %d has no Galerkin pattern to refresh", l);
+    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
+    if (rc == KD_OK)
+        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    if (rc != KD_OK)
+        return rc;
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
+    kd_amg_keep_pattern(&old->ap, &L->ap);
+    kd_amg_keep_pattern(&old->coarse, &L->coarse);
+    const uint64_t t0 = kd_clock_ns();
+    rc = kd_amg_operand(ocl, L->A, A, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->P, P, &dP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->R, R, &dR, err);
+    if (rc == KD_OK)
+        rc = kd_amg_on_pattern(ocl, &old->ap, &dAP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_on_pattern(ocl, &old->coarse, &dC, err);
+    if (rc == KD_OK)
+        rc = kd_amg_product(ocl, amg, &dA, &dP, &dAP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_product(ocl, amg, &dR, &dAP, &dC, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dC, coarse, err);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    kd_csr_device_release(&dR);
+    kd_csr_device_release(&dAP);
+    kd_csr_device_release(&dC);
+    amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
+    return rc;
+}
+
 /* The coarsest level's dense inverse on the device (or nothing: it is smoothed instead). */
-static int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
+int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
 {
     const int64_t n = csr->rows;
     amg->coarse_n = n;
@@ -466,15 +575,65 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
             bytes += L->A->device_bytes;
         bytes += L->P != NULL ? L->P->device_bytes : 0;
         bytes += L->R != NULL ? L->R->device_bytes : 0;
+        /* counted in every hierarchy sharing them: each keeps them alive alone */
+        bytes += L->ap.device_bytes + L->coarse.device_bytes;
     }
     return bytes;
 }
 
+/* The aggregates of level l: computed, or (a refresh) old's copied. *naggs 0: l is the
+ * coarsest. */
+static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, const kd_csr_t *csr,
+                                   int64_t *naggs, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    const int64_t n = csr->rows;
+    *naggs = 0;
+    if (old != NULL ? l + 1 >= old->levels
+                    : !(n > amg->opt.coarse_size && l + 1 < amg->opt.max_levels &&
+                        l + 1 < KD_AMG_LEVELS_MAX))
+        return KD_OK;
+    L->agg = kd_malloc_array((size_t)n + 1, sizeof(int32_t));
+    if (L->agg == NULL)
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (old == NULL)
+        return kd_amg_aggregate(csr, amg->opt.threshold, amg->opt.block_size, L->agg, naggs, err);
+    const kd_amg_level_t *O = &old->level[l];
+    if (O->agg == NULL || O->n != n)
+        return kd_err_set(err, KD_EINTERNAL, "amg: level %d has no aggregates to refresh", l);
+    memcpy(L->agg, O->agg, (size_t)n * sizeof(int32_t));
+    *naggs = O->naggs;
+    return KD_OK;
+}
+
+/* tmap[t] = the entry of P that entry t of R = P^T is (kd_csr_transpose fills R's rows in
+ * ascending P row, so the same walk finds each): what a refresh gathers R's values with. */
+static int kd_amg_transpose_map(const kd_csr_t *P, const kd_csr_t *R, int32_t **tmap, kd_err_t *err)
+{
+    free(*tmap);
+    *tmap = kd_malloc_array((size_t)P->nnz + 1, sizeof(int32_t));
+    int32_t *fill = kd_malloc_array((size_t)R->rows + 1, sizeof(int32_t));
+    int rc = *tmap != NULL && fill != NULL ? KD_OK
+                                           : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc == KD_OK)
+        memcpy(fill, R->indptr, (size_t)R->rows * sizeof(int32_t));
+    for (int64_t i = 0; rc == KD_OK && i < P->rows; i++)
+        for (int32_t k = P->indptr[i]; k < P->indptr[i + 1]; k++) {
+            const int32_t t = fill[P->indices[k]]++;
+            if (R->indices[t] != i)
+                rc = kd_err_set(err, KD_EINTERNAL, "amg: R is not P's transpose");
+            (*tmap)[t] = k;
+        }
+    free(fill);
+    return rc;
+}
+
+/* The hierarchy on fine; with old (a refresh: fine has old's pattern), old's levels, aggregates
+ * and Galerkin patterns, only the values recomputed. */
 static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_csr_t *fine,
-                        kd_err_t *err)
+                        const kd_amg_t *old, kd_err_t *err)
 {
     kd_csr_t *level_csr = fine; /* owned from level 1 on */
-    int32_t *agg = NULL;
     int rc = KD_OK;
     for (int l = 0; rc == KD_OK; l++) {
         amg->levels = l + 1;
@@ -483,28 +642,30 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
         const int64_t n = level_csr->rows;
         int64_t naggs = 0;
         const uint64_t t_host = kd_clock_ns();
-        if (n > amg->opt.coarse_size && l + 1 < amg->opt.max_levels && l + 1 < KD_AMG_LEVELS_MAX) {
-            free(agg);
-            agg = kd_malloc_array((size_t)n, sizeof(int32_t));
-            if (agg == NULL) {
-                rc = kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-                break;
-            }
-            rc = kd_amg_aggregate(level_csr, amg->opt.threshold, amg->opt.block_size, agg, &naggs,
-                                  err);
-        }
+        rc = kd_amg_level_aggregates(amg, l, old, level_csr, &naggs, err);
+        amg->level[l].naggs = naggs;
         if (rc != KD_OK)
             break;
         if (naggs == 0 || naggs >= n) { /* the coarsest level (or coarsening stalled) */
-            rc = kd_amg_coarsest(ocl, amg, level_csr, err);
+            free(amg->level[l].agg);
+            amg->level[l].agg = NULL;
+            rc = old != NULL && l + 1 != old->levels
+                     ? kd_err_set(err, KD_EINTERNAL, "amg: refreshed with fewer levels")
+                     : kd_amg_coarsest(ocl, amg, level_csr, err);
             break;
         }
         kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
-        rc = kd_amg_prolongator(level_csr, agg, naggs, 4.0 / (3.0 * amg->level[l].lambda), &P, err);
+        rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
+                                4.0 / (3.0 * amg->level[l].lambda), &P, err);
         if (rc == KD_OK)
             rc = kd_csr_transpose(P, &R, err);
-        amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
         if (rc == KD_OK)
+            rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
+        amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
+        if (rc == KD_OK && old != NULL)
+            rc =
+                kd_amg_galerkin_numeric(ocl, amg, l, &old->level[l], level_csr, P, R, &coarse, err);
+        else if (rc == KD_OK)
             rc = kd_amg_galerkin(ocl, amg, l, level_csr, P, R, &coarse, err);
         kd_csr_free(P);
         kd_csr_free(R);
@@ -516,14 +677,12 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
     }
     if (level_csr != fine)
         kd_csr_free(level_csr);
-    free(agg);
     return rc;
 }
 
-static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
-                        kd_err_t *err)
+/* What setup and refresh refuse on A before building anything. */
+static int kd_amg_check_matrix(const kd_matrix_t *A, const kd_csr_t *csr, kd_err_t *err)
 {
-    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "amg needs a square matrix, not %lld x %lld",
                           (long long)A->rows, (long long)A->cols);
@@ -553,13 +712,24 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
             snprintf(mirror, sizeof(mirror), "= %g", A->scan.asymmetric_mirror);
         else
             snprintf(mirror, sizeof(mirror), "is not stored");
-        return kd_err_set(err, KD_EBADREQ, "amg needs a symmetric matrix: a(%lld, %lld) = %g but "
+        return kd_err_set(err, KD_EBADREQ,
+                          "amg needs a symmetric matrix: a(%lld, %lld) = %g but "
                           "a(%lld, %lld) %s",
                           (long long)A->scan.asymmetric_row, (long long)A->scan.asymmetric_col,
                           A->scan.asymmetric_value, (long long)A->scan.asymmetric_col,
                           (long long)A->scan.asymmetric_row, mirror);
     }
-    int rc;
+    return KD_OK;
+}
+
+/* Setup, or with old (refresh) setup on old's aggregates and patterns. */
+static int kd_amg_make(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
+                       const kd_amg_t *old, kd_precond_t *P, kd_err_t *err)
+{
+    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
+    int rc = kd_amg_check_matrix(A, csr, err);
+    if (rc != KD_OK)
+        return rc;
     kd_amg_t *amg = calloc(1, sizeof(*amg));
     if (amg == NULL)
         return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
@@ -577,7 +747,14 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
             return rc;
         fine = permuted;
     }
-    rc = kd_amg_build(ocl, amg, A, fine, err);
+    /* kd_precond_refresh matched the options; the shape is checked here all the same */
+    if (old != NULL && (old->dtype != amg->dtype || old->level[0].n != A->rows))
+        rc = kd_err_set(err, KD_EINTERNAL, "amg: refreshed from another matrix's hierarchy");
+    amg->refreshed = old != NULL;
+    if (rc == KD_OK && old != NULL && amg->opt.fused)
+        rc = kd_amg_refresh_device(ocl, amg, old, A, fine, err);
+    else if (rc == KD_OK)
+        rc = kd_amg_build(ocl, amg, A, fine, old, err);
     kd_csr_free(permuted);
     if (rc == KD_OK && amg->opt.fused)
         rc = kd_amg_tail_build(ocl, amg, err);
@@ -591,12 +768,37 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     for (int l = 0; l < amg->levels; l++)
         nnz += amg->level[l].nnz;
     KD_INFO("amg",
-            "setup rows=%lld levels=%d coarsest=%lld operator_complexity=%.2f setup_ms=%.1f "
+            "%s rows=%lld levels=%d coarsest=%lld operator_complexity=%.2f setup_ms=%.1f "
             "spgemm_ms=%.1f device_bytes=%zu",
-            (long long)A->rows, amg->levels, (long long)amg->coarse_n,
-            A->nnz > 0 ? (double)nnz / (double)A->nnz : 0.0, amg->setup_ms, amg->spgemm_ms,
-            P->device_bytes);
+            old != NULL ? "refresh" : "setup", (long long)A->rows, amg->levels,
+            (long long)amg->coarse_n, A->nnz > 0 ? (double)nnz / (double)A->nnz : 0.0,
+            amg->setup_ms, amg->spgemm_ms, P->device_bytes);
     return KD_OK;
+}
+
+static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
+                        kd_err_t *err)
+{
+    return kd_amg_make(ocl, A, csr, NULL, P, err);
+}
+
+/*
+ * New values on old's pattern: the aggregates, the levels and the Galerkin products' patterns
+ * are old's; everything that depends on the values is computed again, level by level as setup
+ * does: the level's matrix and 1/a_ii, lambda_max (the Chebyshev interval and the prolongator's
+ * damping), the smoothed prolongator's values (P = (I - omega D^-1 A) T on the kept aggregates:
+ * its pattern is A's and theirs) and R = P^T, then A P and R (A P) by their numeric phase alone
+ * (kernels/amg.cl's kd_amg_product on the kept patterns: no symbolic pass, no hashing, no sort),
+ * and the coarsest level's dense inverse. The strength graph is not looked at again: with a
+ * threshold > 0 the new values could have drawn other aggregates, which is the price of reuse
+ * (the hierarchy stays a valid one; a matrix that changed that much wants a fresh setup).
+ */
+static int kd_amg_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    assert(old != NULL);
+    *declined = 0;
+    return kd_amg_make(ocl, A, csr, old->impl, P, err);
 }
 
 static void kd_amg_release(kd_precond_t *P)
@@ -606,6 +808,10 @@ static void kd_amg_release(kd_precond_t *P)
         return;
     for (int l = 0; l < amg->levels; l++) {
         kd_amg_level_t *L = &amg->level[l];
+        free(L->agg);
+        free(L->tmap);
+        kd_csr_device_release(&L->ap);
+        kd_csr_device_release(&L->coarse);
         if (l > 0)
             kd_matrix_free(L->A);
         kd_matrix_free(L->P);
@@ -636,6 +842,7 @@ const kd_precond_ops_t kd_precond_amg = {
     .setup = kd_amg_setup,
     .apply = kd_amg_apply,
     .release = kd_amg_release,
+    .refresh = kd_amg_refresh,
 };
 
 int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
@@ -658,6 +865,7 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     out->setup_ms = amg->setup_ms;
     out->spgemm_ms = amg->spgemm_ms;
     out->host_ms = amg->host_ms;
+    out->refreshed = amg->refreshed;
     return KD_OK;
 }
 

@@ -38,7 +38,8 @@ typedef struct kd_block_jacobi {
     int uniform;    /* every block `uniform` rows (the last perhaps fewer); 0: variable */
     cl_mem inverse; /* uniform: interleaved n * uniform values; variable: the blocks row-major */
     cl_mem block_of_row, block_start, value_start; /* variable only */
-    cl_mem map; /* a reordered A's iperm (the matrix's, not ours): client row -> stored entry */
+    cl_mem map;     /* a reordered A's iperm (the matrix's, not ours): client row -> stored entry */
+    int32_t *start; /* host, blocks + 1: each block's first row (what a refresh reuses) */
 } kd_block_jacobi_t;
 
 static size_t kd_block_jacobi_plan_bytes(const kd_matrix_t *A)
@@ -172,46 +173,65 @@ static int kd_block_jacobi_upload(kd_ocl_t *ocl, size_t bytes, void *host, const
     return rc;
 }
 
-/* The inverses (and, for variable blocks, the maps) on the device. */
-static int kd_block_jacobi_build(kd_ocl_t *ocl, const kd_csr_t *csr, kd_dtype_t dtype,
-                                 const int32_t *start, kd_block_jacobi_t *bj, kd_precond_t *P,
-                                 kd_err_t *err)
+/* Where each block's values start (blocks + 1, malloc'd): m^2 a block for variable blocks. */
+static int64_t *kd_block_jacobi_value_start(const kd_block_jacobi_t *bj)
+{
+    int64_t *value_start = kd_malloc_array((size_t)bj->blocks + 1, sizeof(int64_t));
+    if (value_start == NULL)
+        return NULL;
+    value_start[0] = 0;
+    for (int64_t b = 0; b < bj->blocks; b++) {
+        const int64_t m = bj->start[b + 1] - bj->start[b];
+        value_start[b + 1] = value_start[b] + m * m;
+    }
+    return value_start;
+}
+
+/* The blocks' inverses on the device (bj->inverse). */
+static int kd_block_jacobi_inverses(kd_ocl_t *ocl, const kd_csr_t *csr, kd_dtype_t dtype,
+                                    const int64_t *value_start, kd_block_jacobi_t *bj,
+                                    kd_precond_t *P, kd_err_t *err)
 {
     const int64_t n = bj->n, nb = bj->blocks;
-    int64_t *value_start = kd_malloc_array((size_t)nb + 1, sizeof(int64_t));
-    int32_t *block_of_row = kd_malloc_array((size_t)n, sizeof(int32_t));
-    if (value_start == NULL || block_of_row == NULL) {
-        free(value_start);
-        free(block_of_row);
-        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
-    }
-    value_start[0] = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        const int64_t m = start[b + 1] - start[b];
-        value_start[b + 1] = value_start[b] + m * m;
-        for (int32_t i = start[b]; i < start[b + 1]; i++)
-            block_of_row[i] = (int32_t)b;
-    }
     const int64_t count = bj->uniform > 0 ? n * bj->uniform : value_start[nb];
     const size_t vsize = kd_dtype_size(dtype), bytes = (size_t)count * vsize;
     void *values = calloc((size_t)count + 1, vsize);
     int rc =
         values != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
     for (int64_t b = 0; b < nb && rc == KD_OK; b++)
-        rc = kd_block_jacobi_fill(csr, bj, start, b, value_start[b], dtype, values, err);
+        rc = kd_block_jacobi_fill(csr, bj, bj->start, b, value_start[b], dtype, values, err);
     if (rc == KD_OK)
         rc = kd_block_jacobi_upload(ocl, bytes, values, "block_jacobi inverses", &bj->inverse, P,
                                     err);
+    free(values);
+    return rc;
+}
+
+/* The inverses (and, for variable blocks, the maps) on the device. */
+static int kd_block_jacobi_build(kd_ocl_t *ocl, const kd_csr_t *csr, kd_dtype_t dtype,
+                                 kd_block_jacobi_t *bj, kd_precond_t *P, kd_err_t *err)
+{
+    const int64_t n = bj->n, nb = bj->blocks;
+    int64_t *value_start = kd_block_jacobi_value_start(bj);
+    int32_t *block_of_row = kd_malloc_array((size_t)n, sizeof(int32_t));
+    if (value_start == NULL || block_of_row == NULL) {
+        free(value_start);
+        free(block_of_row);
+        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    }
+    for (int64_t b = 0; b < nb; b++)
+        for (int32_t i = bj->start[b]; i < bj->start[b + 1]; i++)
+            block_of_row[i] = (int32_t)b;
+    int rc = kd_block_jacobi_inverses(ocl, csr, dtype, value_start, bj, P, err);
     if (rc == KD_OK && bj->uniform == 0)
         rc = kd_block_jacobi_upload(ocl, (size_t)n * sizeof(int32_t), block_of_row,
                                     "block_jacobi block_of_row", &bj->block_of_row, P, err);
     if (rc == KD_OK && bj->uniform == 0)
-        rc = kd_block_jacobi_upload(ocl, (size_t)(nb + 1) * sizeof(int32_t), (void *)start,
+        rc = kd_block_jacobi_upload(ocl, (size_t)(nb + 1) * sizeof(int32_t), bj->start,
                                     "block_jacobi block_start", &bj->block_start, P, err);
     if (rc == KD_OK && bj->uniform == 0)
         rc = kd_block_jacobi_upload(ocl, (size_t)(nb + 1) * sizeof(int64_t), value_start,
                                     "block_jacobi value_start", &bj->value_start, P, err);
-    free(values);
     free(value_start);
     free(block_of_row);
     return rc;
@@ -244,10 +264,10 @@ static int kd_block_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_c
     bj->map = A->order.kind != KD_REORDER_NONE ? A->order.iperm_dev : NULL;
     if (bj->n == 0)
         return KD_OK;
-    int32_t *start = NULL;
-    int rc = kd_block_jacobi_partition(csr, (int)size, &start, &bj->blocks, err);
+    int rc = kd_block_jacobi_partition(csr, (int)size, &bj->start, &bj->blocks, err);
     if (rc != KD_OK)
         return rc;
+    const int32_t *start = bj->start;
     /* Uniform when every block but the last has the first one's size and the last no more. */
     bj->uniform = start[1] - start[0];
     for (int64_t b = 0; b < bj->blocks; b++) {
@@ -255,9 +275,55 @@ static int kd_block_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_c
         if (m != bj->uniform && (b + 1 < bj->blocks || m > bj->uniform))
             bj->uniform = 0;
     }
-    rc = kd_block_jacobi_build(ocl, csr, A->dtype, start, bj, P, err);
-    free(start);
-    return rc; /* kd_precond_get releases on failure */
+    return kd_block_jacobi_build(ocl, csr, A->dtype, bj, P, err); /* kd_precond_get releases */
+}
+
+/* The blocks are the pattern's (and block_size's): old's partition and device maps (retained)
+ * serve; each block's inverse is computed again from the new values. */
+static int kd_block_jacobi_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                                   const kd_csr_t *csr, kd_precond_t *P, int *declined,
+                                   kd_err_t *err)
+{
+    const kd_block_jacobi_t *o = old->impl;
+    *declined = 1;
+    if (o == NULL || o->n != A->rows || (o->n > 0 && o->start == NULL))
+        return KD_OK;
+    *declined = 0;
+    if (A->scan.non_finite_row >= 0)
+        return kd_err_set(err, KD_EBADREQ, "block_jacobi: entry (%lld, %lld) is %g",
+                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
+                          A->scan.non_finite_value);
+    kd_block_jacobi_t *bj = calloc(1, sizeof(*bj));
+    if (bj == NULL)
+        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    P->impl = bj;
+    bj->n = o->n;
+    bj->blocks = o->blocks;
+    bj->uniform = o->uniform;
+    bj->map = A->order.kind != KD_REORDER_NONE ? A->order.iperm_dev : NULL;
+    if (bj->n == 0)
+        return KD_OK;
+    bj->start = kd_malloc_array((size_t)bj->blocks + 1, sizeof(int32_t));
+    int64_t *value_start = kd_block_jacobi_value_start(o);
+    int rc = bj->start != NULL && value_start != NULL
+                 ? KD_OK
+                 : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    if (rc == KD_OK) {
+        memcpy(bj->start, o->start, ((size_t)bj->blocks + 1) * sizeof(int32_t));
+        rc = kd_block_jacobi_inverses(ocl, csr, A->dtype, value_start, bj, P, err);
+    }
+    cl_mem *mine[] = {&bj->block_of_row, &bj->block_start, &bj->value_start};
+    const cl_mem theirs[] = {o->block_of_row, o->block_start, o->value_start};
+    const size_t sizes[] = {(size_t)bj->n * sizeof(int32_t),
+                            ((size_t)bj->blocks + 1) * sizeof(int32_t),
+                            ((size_t)bj->blocks + 1) * sizeof(int64_t)};
+    for (int i = 0; i < 3; i++)
+        if ((*mine[i] = theirs[i]) != NULL) {
+            clRetainMemObject(theirs[i]);
+            P->device_bytes += sizes[i]; /* counted in both: each keeps them alive alone */
+        }
+    free(value_start);
+    return rc; /* kd_precond_refresh releases on failure */
 }
 
 static int kd_block_jacobi_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
@@ -305,6 +371,7 @@ static void kd_block_jacobi_release(kd_precond_t *P)
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++)
         if (mems[i] != NULL)
             clReleaseMemObject(mems[i]);
+    free(bj->start);
     free(bj);
     P->impl = NULL;
 }
@@ -321,4 +388,5 @@ const kd_precond_ops_t kd_precond_block_jacobi = {
     .setup = kd_block_jacobi_setup,
     .apply = kd_block_jacobi_apply,
     .release = kd_block_jacobi_release,
+    .refresh = kd_block_jacobi_refresh,
 };

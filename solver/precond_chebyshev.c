@@ -326,6 +326,16 @@ static int kd_chebyshev_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_
     return rc; /* kd_precond_get releases on failure */
 }
 
+/* The interval is the values' (a new Lanczos estimate) and nothing else is kept: refreshed, it
+ * is set up as ever. */
+static int kd_chebyshev_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                                const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    (void)old;
+    *declined = 0;
+    return kd_chebyshev_setup(ocl, A, csr, P, err);
+}
+
 static void kd_chebyshev_release(kd_precond_t *P)
 {
     kd_chebyshev_t *ch = P->impl;
@@ -349,6 +359,7 @@ const kd_precond_ops_t kd_precond_chebyshev = {
     .setup = kd_chebyshev_setup,
     .apply = kd_chebyshev_apply,
     .release = kd_chebyshev_release,
+    .refresh = kd_chebyshev_refresh,
 };
 
 int kd_chebyshev_describe(const kd_precond_t *P, kd_chebyshev_bounds_t *out, kd_err_t *err)

@@ -209,11 +209,10 @@ static int kd_ilu_match(kd_ocl_t *ocl, kd_ilu_t *ilu, int matching, const kd_csr
     return rc;
 }
 
-static int kd_ilu_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
-                        int ic, kd_err_t *err)
+/* The checks setup and refresh share: A square, csr its, and for ic0 no negative a_ii. */
+static int kd_ilu_check_matrix(const kd_matrix_t *A, const kd_csr_t *csr, const char *name, int ic,
+                               kd_err_t *err)
 {
-    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
-    const char *name = P->ops->name;
     if (A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "%s needs a square matrix, not %lld x %lld", name,
                           (long long)A->rows, (long long)A->cols);
@@ -225,30 +224,84 @@ static int kd_ilu_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
                           "symmetric positive definite",
                           (long long)A->scan.negative_diagonal_row,
                           A->scan.negative_diagonal_value);
+    return KD_OK;
+}
+
+/* P's kd_ilu_t, its options read. */
+static int kd_ilu_new(kd_ocl_t *ocl, const kd_matrix_t *A, kd_precond_t *P, kd_ilu_t **out,
+                      kd_err_t *err)
+{
     kd_ilu_t *ilu = calloc(1, sizeof(*ilu));
+    *out = ilu;
     if (ilu == NULL)
-        return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", name);
+        return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", P->ops->name);
     P->impl = ilu;
     ilu->dtype = A->dtype;
     ilu->n = A->rows;
     ilu->wg = kd_ocl_work_group_size(ocl);
+    return kd_ilu_read_sweeps(P, &ilu->sweeps, err);
+}
+
+/* The factors follow the matrix as stored, P A P^T when it is reordered (*permuted, the
+ * caller's to free); *rows the client's names of its rows for messages (perm[new] = old), or
+ * NULL. */
+static int kd_ilu_stored(const kd_matrix_t *A, const kd_csr_t *csr, const kd_csr_t **stored,
+                         kd_csr_t **permuted, const int32_t **rows, kd_err_t *err)
+{
+    *stored = csr;
+    *permuted = NULL;
+    *rows = NULL;
+    if (A->order.kind == KD_REORDER_NONE)
+        return KD_OK;
+    const int rc = kd_reorder_apply(csr, A->order.perm, permuted, err);
+    *stored = *permuted;
+    *rows = A->order.perm;
+    return rc;
+}
+
+/* The sweeps' scratch columns (and the gathered one with a matching). */
+static int kd_ilu_scratch(kd_ocl_t *ocl, kd_ilu_t *ilu, size_t *bytes, kd_err_t *err)
+{
+    int rc = KD_OK;
+    for (int i = 0; i < (ilu->gather != NULL ? 3 : 2) && rc == KD_OK && ilu->sweeps > 0; i++) {
+        rc = kd_vec_alloc(ocl, ilu->n, ilu->dtype, &ilu->scratch[i], err);
+        *bytes += (size_t)ilu->n * kd_dtype_size(ilu->dtype);
+    }
+    return rc == KD_OK ? kd_ocl_finish(ocl, err) : rc;
+}
+
+static void kd_ilu_log(const char *name, const char *what, const kd_matrix_t *A,
+                       const kd_ilu_t *ilu, uint64_t t0, size_t bytes)
+{
+    KD_INFO(name,
+            "%s rows=%lld lower_nnz=%lld upper_nnz=%lld sweeps=%d levels=%d/%d matching=%s "
+            "moved=%lld setup_ms=%.1f device_bytes=%zu",
+            what, (long long)A->rows, (long long)ilu->side[0].nnz, (long long)ilu->side[1].nnz,
+            ilu->sweeps, ilu->side[0].levels, ilu->side[1].levels,
+            ilu->gather != NULL ? "yes" : "no", (long long)ilu->moved,
+            (double)(kd_clock_ns() - t0) / 1e6, bytes);
+}
+
+static int kd_ilu_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
+                        int ic, kd_err_t *err)
+{
+    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
+    const char *name = P->ops->name;
+    kd_ilu_t *ilu;
+    int rc = kd_ilu_check_matrix(A, csr, name, ic, err);
+    if (rc == KD_OK)
+        rc = kd_ilu_new(ocl, A, P, &ilu, err);
     int matching = 0;
-    int rc = kd_ilu_read_sweeps(P, &ilu->sweeps, err);
     if (rc == KD_OK && !ic)
         rc = kd_ilu_read_matching(P, &matching, err);
     if (rc != KD_OK || A->rows == 0)
         return rc;
     const uint64_t t0 = kd_clock_ns();
-    /* The factors follow the matrix as stored, P A P^T when it is reordered; errors name the
-     * client's rows (perm[new] = old). */
-    kd_csr_t *stored = (kd_csr_t *)csr, *permuted = NULL;
-    const int32_t *rows = NULL;
-    if (A->order.kind != KD_REORDER_NONE) {
-        if ((rc = kd_reorder_apply(csr, A->order.perm, &permuted, err)) != KD_OK)
-            return rc;
-        stored = permuted;
-        rows = A->order.perm;
-    }
+    const kd_csr_t *stored;
+    kd_csr_t *permuted;
+    const int32_t *rows;
+    if ((rc = kd_ilu_stored(A, csr, &stored, &permuted, &rows, err)) != KD_OK)
+        return rc;
     size_t bytes = 0;
     kd_csr_t *matched = NULL;
     int32_t *names = NULL;
@@ -267,23 +320,122 @@ static int kd_ilu_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
     if (rc == KD_OK)
         rc = kd_ilu_upload_side(ocl, ilu, &f.upper, 0, &bytes, err);
     kd_ilu_factors_free(&f);
-    for (int i = 0; i < (ilu->gather != NULL ? 3 : 2) && rc == KD_OK && ilu->sweeps > 0; i++) {
-        rc = kd_vec_alloc(ocl, ilu->n, ilu->dtype, &ilu->scratch[i], err);
-        bytes += (size_t)ilu->n * kd_dtype_size(ilu->dtype);
-    }
     if (rc == KD_OK)
-        rc = kd_ocl_finish(ocl, err);
+        rc = kd_ilu_scratch(ocl, ilu, &bytes, err);
     if (rc != KD_OK)
         return rc; /* kd_precond_get releases */
     P->device_bytes = bytes;
-    KD_INFO(name,
-            "setup rows=%lld lower_nnz=%lld upper_nnz=%lld sweeps=%d levels=%d/%d matching=%s "
-            "moved=%lld setup_ms=%.1f device_bytes=%zu",
-            (long long)A->rows, (long long)ilu->side[0].nnz, (long long)ilu->side[1].nnz,
-            ilu->sweeps, ilu->side[0].levels, ilu->side[1].levels,
-            ilu->gather != NULL ? "yes" : "no", (long long)ilu->moved,
-            (double)(kd_clock_ns() - t0) / 1e6, bytes);
+    kd_ilu_log(name, "setup", A, ilu, t0, bytes);
     return KD_OK;
+}
+
+/* A triangle of the same pattern as old's: its row pointers, columns and level schedule shared
+ * (retained), its values and 1/t_ii uploaded. Shared buffers count in bytes too: this setup keeps
+ * them alive when the old one is freed. */
+static int kd_ilu_refresh_side(kd_ocl_t *ocl, kd_ilu_t *ilu, const kd_ilu_side_t *old,
+                               const kd_ilu_tri_t *t, int lower, size_t *bytes, kd_err_t *err)
+{
+    kd_ilu_side_t *s = &ilu->side[lower ? 0 : 1];
+    const size_t v = kd_dtype_size(ilu->dtype), n = (size_t)t->n;
+    if (t->nnz != old->nnz)
+        return kd_err_set(err, KD_EINTERNAL,
+                          "incomplete factorisation: refreshed on another "
+                          "pattern");
+    s->nnz = t->nnz;
+    s->levels = old->levels;
+    cl_mem *mine[] = {&s->indptr, &s->indices, &s->order};
+    const cl_mem theirs[] = {old->indptr, old->indices, old->order};
+    for (int i = 0; i < 3; i++)
+        if ((*mine[i] = theirs[i]) != NULL)
+            clRetainMemObject(theirs[i]);
+    *bytes += (n + 1 + (size_t)t->nnz + (old->order != NULL ? n : 0)) * sizeof(int32_t);
+    if (old->level_ptr != NULL) {
+        s->level_ptr = kd_malloc_array((size_t)old->levels + 1, sizeof(int32_t));
+        if (s->level_ptr == NULL)
+            return kd_err_set(err, KD_ENOMEM, "incomplete factorisation: out of host memory");
+        memcpy(s->level_ptr, old->level_ptr, ((size_t)old->levels + 1) * sizeof(int32_t));
+    }
+    void *values = kd_ilu_values(t->values, t->nnz, ilu->dtype, 0);
+    void *inv = kd_ilu_values(t->diag, t->n, ilu->dtype, 1);
+    int rc = values != NULL && inv != NULL
+                 ? KD_OK
+                 : kd_err_set(err, KD_ENOMEM, "incomplete factorisation: out of host memory");
+    if (rc == KD_OK)
+        rc =
+            kd_ilu_upload(ocl, values, (size_t)t->nnz * v, "factor values", &s->values, bytes, err);
+    if (rc == KD_OK)
+        rc = kd_ilu_upload(ocl, inv, n * v, "factor inverse diagonal", &s->inv_diag, bytes, err);
+    free(values);
+    free(inv);
+    return rc;
+}
+
+/*
+ * New values on old's pattern: only the numeric factorisation runs again (on the host, as at
+ * setup); the factors' patterns on the device and the exact solves' level schedules are old's,
+ * shared. ilu0 declines when a row matching is in play (old has one, or these values have a zero
+ * diagonal that would need one): the matching depends on the values, so setup redoes it.
+ */
+static int kd_ilu_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *csr, kd_precond_t *P, int ic, int *declined,
+                          kd_err_t *err)
+{
+    assert(ocl != NULL && old != NULL && A != NULL && P != NULL && csr != NULL);
+    const char *name = P->ops->name;
+    const kd_ilu_t *o = old->impl;
+    kd_ilu_t *ilu;
+    int matching = 0;
+    *declined = 1;
+    int rc = kd_ilu_check_matrix(A, csr, name, ic, err);
+    if (rc == KD_OK && !ic)
+        rc = kd_ilu_read_matching(P, &matching, err);
+    if (rc != KD_OK || o == NULL || o->n != A->rows || o->dtype != A->dtype ||
+        (!ic && (o->gather != NULL || matching == 2)))
+        return rc;
+    const uint64_t t0 = kd_clock_ns();
+    const kd_csr_t *stored;
+    kd_csr_t *permuted;
+    const int32_t *rows;
+    if ((rc = kd_ilu_stored(A, csr, &stored, &permuted, &rows, err)) != KD_OK)
+        return rc;
+    if (!ic && matching == 1 && kd_ilu_zero_diagonal(stored)) {
+        kd_csr_free(permuted);
+        return KD_OK;
+    }
+    *declined = 0;
+    kd_ilu_factors_t f = {0};
+    rc = kd_ilu_new(ocl, A, P, &ilu, err);
+    if (rc == KD_OK && ilu->sweeps != o->sweeps)
+        rc = kd_err_set(err, KD_EINTERNAL, "%s: refreshed with other options", name);
+    if (rc == KD_OK && A->rows > 0)
+        rc = ic ? kd_ic0_factor(stored, rows, &f, err) : kd_ilu0_factor(stored, rows, &f, err);
+    kd_csr_free(permuted);
+    if (rc != KD_OK || A->rows == 0)
+        return rc;
+    size_t bytes = 0;
+    rc = kd_ilu_refresh_side(ocl, ilu, &o->side[0], &f.lower, 1, &bytes, err);
+    if (rc == KD_OK)
+        rc = kd_ilu_refresh_side(ocl, ilu, &o->side[1], &f.upper, 0, &bytes, err);
+    kd_ilu_factors_free(&f);
+    if (rc == KD_OK)
+        rc = kd_ilu_scratch(ocl, ilu, &bytes, err);
+    if (rc != KD_OK)
+        return rc; /* kd_precond_refresh releases */
+    P->device_bytes = bytes;
+    kd_ilu_log(name, "refresh", A, ilu, t0, bytes);
+    return KD_OK;
+}
+
+static int kd_ilu0_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                           const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    return kd_ilu_refresh(ocl, old, A, csr, P, 0, declined, err);
+}
+
+static int kd_ic0_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    return kd_ilu_refresh(ocl, old, A, csr, P, 1, declined, err);
 }
 
 static int kd_ilu0_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
@@ -453,6 +605,7 @@ const kd_precond_ops_t kd_precond_ilu0 = {
     .setup = kd_ilu0_setup,
     .apply = kd_ilu_apply,
     .release = kd_ilu_release,
+    .refresh = kd_ilu0_refresh,
 };
 
 const kd_precond_ops_t kd_precond_ic0 = {
@@ -467,6 +620,7 @@ const kd_precond_ops_t kd_precond_ic0 = {
     .setup = kd_ic0_setup,
     .apply = kd_ilu_apply,
     .release = kd_ilu_release,
+    .refresh = kd_ic0_refresh,
 };
 
 int kd_ilu_describe(const kd_precond_t *P, kd_ilu_stats_t *out, kd_err_t *err)

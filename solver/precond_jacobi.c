@@ -55,6 +55,16 @@ static int kd_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *
     return rc;
 }
 
+/* Nothing of Jacobi depends on the pattern alone: refreshed, it is the new diagonal, set up as
+ * ever (the old one's buffer stays with the old matrix). */
+static int kd_jacobi_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                             const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    (void)old;
+    *declined = 0;
+    return kd_jacobi_setup(ocl, A, csr, P, err);
+}
+
 static int kd_jacobi_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
                            kd_multivec_t *z, kd_err_t *err)
 {
@@ -79,4 +89,5 @@ const kd_precond_ops_t kd_precond_jacobi = {
     .setup = kd_jacobi_setup,
     .apply = kd_jacobi_apply,
     .release = kd_jacobi_release,
+    .refresh = kd_jacobi_refresh,
 };

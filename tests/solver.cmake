@@ -50,3 +50,7 @@ kd_add_test(test_program_cache SOURCES test_program_cache.c LIBS kd_solver LABEL
 # single-system path per system, one bad system among good ones, the global variant, limits.
 kd_add_test(test_batch SOURCES test_batch.c
             LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+# New values on a resident pattern (kd_precond_refresh): refreshed against fresh setups, the old
+# setup untouched, PCG iterations, pattern refusals, fallbacks to a fresh setup.
+kd_add_test(test_precond_refresh SOURCES test_precond_refresh.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
+            LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
