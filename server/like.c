@@ -7,6 +7,9 @@
  * or not, none of it chosen again. Matrices stay immutable: the like matrix is not touched, and
  * a solve running on it finishes on its values.
  *
+ * The first solve on the new matrix that needs a preconditioner the like matrix holds refreshes
+ * it (solve_job.c, kd_precond_refresh: only the values' part of its setup is recomputed).
+ *
  * Not yet (issue 22): the device and the state directory hold the new matrix's index arrays
  * again rather than sharing the like matrix's, and the format is built from the CSR rather than
  * by scattering the values into its slots.
@@ -124,6 +127,12 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     if (entry != NULL) {
         memcpy(entry->meta.pattern, hash, 16);
         entry->meta.has_pattern = 1;
+        if (created && memcmp(meta.id, p->like, 16) != 0) { /* its solves refresh like's setup */
+            memcpy(entry->meta.like, p->like, 16);
+            entry->meta.has_like = 1;
+        }
+        meta.has_like = entry->meta.has_like;
+        meta.preconds_refreshed = entry->meta.preconds_refreshed;
     }
     memcpy(meta.pattern, hash, 16);
     meta.has_pattern = 1;

@@ -79,7 +79,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     /* a batch shows one system's shape and how many systems it holds */
     const int64_t k = meta->batch > 0 ? meta->batch : 1;
     kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) +
-                    (meta->has_pattern ? 1 : 0) + extra);
+                    (meta->has_pattern ? 1 : 0) + (meta->has_like ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows / k);
@@ -113,6 +113,8 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_id_to_hex(meta->pattern, hex);
         kd_w_kv_str(w, "pattern", hex);
     }
+    if (meta->has_like) /* the like matrix's preconditioners its solves refreshed */
+        kd_w_kv_int(w, "preconditioners_refreshed", meta->preconds_refreshed);
     if (created >= 0)
         kd_w_kv_bool(w, "created", created);
 }

@@ -104,13 +104,29 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
         if (rc != KD_OK)
             return rc;
     }
-    if (!params->precond->needs_csr)
+    /* New values on a held pattern (matrix.put like): the like matrix's setup, refreshed */
+    kd_store_entry_t *like =
+        entry->meta.has_like ? kd_store_find(server->store, entry->meta.like) : NULL;
+    const int refresh = like != NULL && like->dev != NULL &&
+                        kd_precond_ready(like->dev, params->precond, params->precond_options);
+    if (!params->precond->needs_csr && !refresh)
         return KD_OK;
     const kd_csr_t *csr = NULL;
     if ((rc = kd_cache_host_csr(server, entry->meta.id, &csr, owned, err)) != KD_OK)
         return rc;
     params->csr = csr;
-    return KD_OK;
+    if (!refresh)
+        return KD_OK;
+    const kd_precond_t *made = NULL;
+    kd_precond_origin_t origin = KD_PRECOND_BUILT;
+    rc = kd_precond_refresh(server->ocl, like->dev, entry->dev, params->precond,
+                            params->precond_options, csr, &made, &origin, err);
+    if (rc == KD_OK) {
+        entry->meta.preconds_refreshed += origin == KD_PRECOND_REFRESHED;
+        KD_INFO("solve", "preconditioner %s of matrix %s: %s from like=%s", params->precond->name,
+                entry->meta.hex, kd_precond_origin_name(origin), like->meta.hex);
+    }
+    return rc;
 }
 
 _Static_assert(KD_RESTART_MAX == KD_SOLVE_RESTART_MAX, "the wire's restart limit is the solver's");

@@ -81,6 +81,12 @@ typedef struct kd_matrix_meta {
      * like names it; not kept in the state file (recomputed from the matrix when asked for). */
     int has_pattern;
     uint8_t pattern[16];
+    /* Put with like (server/like.c): that matrix, whose preconditioners a solve on this one
+     * refreshes rather than builds (kd_precond_refresh), and how many it refreshed. In memory
+     * only: after a restart the two are unrelated matrices. */
+    int has_like;
+    uint8_t like[16];
+    int64_t preconds_refreshed;
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {
