@@ -1,0 +1,423 @@
+/*
+ * Device faults in the middle of a request (issue 21): with the test fault hook
+ * (solver/ocl_fault.h, KD_TEST_HOOKS) the k-th buffer allocation, kernel launch, read-back or
+ * upload of a request fails as the driver would report it, for every k the request reaches.
+ *
+ * The server runs in this process (kd_server_init / kd_server_run on a thread, a real loopback
+ * socket, libkrylov as the client), so the hook is re-armed between requests instead of starting
+ * a daemon per k. For each request kind (matrix.put, spmv, solve with cg + jacobi, solve with
+ * cg + ilu0) and each fault kind, a counting run on a fresh matrix learns how many operations N
+ * the request makes; then for k = 1..N, on a fresh matrix each time, the k-th one fails and:
+ *   - the request gets a clean error: DEVICE_MEMORY for an allocation, DEVICE_ERROR for the rest,
+ *     the message naming the OpenCL call; or, where the server recovers (a pinned host buffer
+ *     it can do without, an allocation retried after giving up pooled vectors), a right answer;
+ *   - the device bytes the driver really holds (a destructor callback on every buffer) equal what
+ *     the server accounts for (server.status's device_bytes_used plus the vector pool), and
+ *     server.status is back where it was (or where a successful request leaves it);
+ *   - the next request on the same matrix is served and right (CPU reference: y = A x, the true
+ *     residual of a solve), and a matrix put before the sweep still answers right.
+ */
+#include "common/csr.h"
+#include "common/log.h"
+#include "kd_test.h"
+#include "krylov.h"
+#include "server/server.h"
+#include "solver/ocl_fault.h"
+#include "solver/pool.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+static kd_server_t server;
+static uv_loop_t loop;
+static uv_async_t stopper;
+static pthread_t loop_thread;
+static krylov_client_t *client;
+static char address[64];
+
+/* ---- the server in this process ------------------------------------------------------------ */
+
+static void on_stop(uv_async_t *a)
+{
+    uv_close((uv_handle_t *)a, NULL);
+    kd_server_shutdown(&server);
+}
+
+static void *run_loop(void *arg)
+{
+    (void)arg;
+    kd_server_run(&server);
+    return NULL;
+}
+
+static int server_start(const char *dir)
+{
+    char port_file[256];
+    snprintf(port_file, sizeof(port_file), "%s/port", dir);
+    const char *device = getenv("KD_TEST_DEVICE");
+    char *argv[] = {"krylovd",       "--listen",        "127.0.0.1:0",
+                    "--port-file",   port_file,         "--device",
+                    device != NULL ? (char *)device : "auto", "--log-level",
+                    "error",         "--warm-programs", "none",
+                    NULL};
+    kd_config_t cfg;
+    kd_config_defaults(&cfg);
+    kd_log_set_level(KD_LOG_ERROR);
+    kd_err_t err = {0};
+    if (kd_config_parse_args(&cfg, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv, &err) != KD_OK ||
+        uv_loop_init(&loop) != 0 || kd_server_init(&server, &loop, &cfg, &err) != KD_OK) {
+        fprintf(stderr, "server: %s\n", err.message);
+        return -1;
+    }
+    uv_async_init(&loop, &stopper, on_stop);
+    FILE *f = fopen(port_file, "r");
+    int port = 0;
+    if (f == NULL || fscanf(f, "%d", &port) != 1)
+        port = 0;
+    if (f != NULL)
+        fclose(f);
+    snprintf(address, sizeof(address), "127.0.0.1:%d", port);
+    return port > 0 && pthread_create(&loop_thread, NULL, run_loop, NULL) == 0 ? 0 : -1;
+}
+
+static void server_stop(void)
+{
+    uv_async_send(&stopper);
+    pthread_join(loop_thread, NULL);
+    uv_loop_close(&loop);
+}
+
+/* ---- matrices and references ---------------------------------------------------------------- */
+
+/* A g x g 5-point stencil with random symmetric couplings and a dominant diagonal: SPD, fresh
+ * values each call (so every put stores a new matrix). */
+static kd_csr_t *random_spd(int64_t g)
+{
+    const int64_t n = g * g;
+    kd_csr_t *A = calloc(1, sizeof(*A));
+    A->rows = A->cols = n;
+    A->dtype = KD_DTYPE_F64;
+    A->indptr = calloc((size_t)n + 1, sizeof(int32_t));
+    A->indices = calloc((size_t)(5 * n), sizeof(int32_t));
+    double *v = calloc((size_t)(5 * n), sizeof(double));
+    A->values = v;
+    /* couplings east[i] (i, i+1) and north[i] (i, i+g), mirrored below the diagonal */
+    double *east = calloc((size_t)n, sizeof(double)), *north = calloc((size_t)n, sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        east[i] = -kd_test_rand_double(0.2, 1.5);
+        north[i] = -kd_test_rand_double(0.2, 1.5);
+    }
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t x = i % g, y = i / g;
+        const int64_t col[5] = {y > 0 ? i - g : -1, x > 0 ? i - 1 : -1, i, x + 1 < g ? i + 1 : -1,
+                                y + 1 < g ? i + g : -1};
+        const double val[5] = {y > 0 ? north[i - g] : 0, x > 0 ? east[i - 1] : 0, 0,
+                               x + 1 < g ? east[i] : 0, y + 1 < g ? north[i] : 0};
+        int64_t diag_at = 0;
+        double sum = 0;
+        for (int j = 0; j < 5; j++) {
+            if (col[j] < 0)
+                continue;
+            if (j == 2)
+                diag_at = k;
+            A->indices[k] = (int32_t)col[j];
+            v[k++] = val[j];
+            sum += fabs(val[j]);
+        }
+        v[diag_at] = sum + kd_test_rand_double(0.1, 1.0);
+        A->indptr[i + 1] = (int32_t)k;
+    }
+    A->nnz = k;
+    free(east);
+    free(north);
+    return A;
+}
+
+static double *random_vector(int64_t n)
+{
+    double *x = malloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        x[i] = kd_test_rand_double(-1, 1);
+    return x;
+}
+
+static int put(const kd_csr_t *A, char *id)
+{
+    krylov_matrix_info_t info;
+    int rc = krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL,
+                            &info);
+    if (rc == KRYLOV_OK)
+        memcpy(id, info.id, sizeof(info.id));
+    return rc;
+}
+
+/* KRYLOV_OK and y = A x right, or the error. */
+static int spmv_right(const char *id, const kd_csr_t *A, const double *x, int *wrong)
+{
+    double *y = malloc((size_t)A->rows * sizeof(double));
+    double *ref = calloc((size_t)A->rows, sizeof(double));
+    for (int64_t i = 0; i < A->rows; i++)
+        y[i] = NAN; /* poisoned: a row left unwritten shows */
+    int rc = krylov_spmv(client, id, 1.0, x, A->cols, 0.0, y, A->rows);
+    *wrong = 0;
+    if (rc == KRYLOV_OK) {
+        kd_csr_spmv_ref(A, x, 1.0, 0.0, ref);
+        for (int64_t i = 0; i < A->rows; i++)
+            if (!(fabs(y[i] - ref[i]) <= 1e-12 * (1 + fabs(ref[i]))))
+                *wrong = 1;
+    }
+    free(y);
+    free(ref);
+    return rc;
+}
+
+/* KRYLOV_OK and a converged x with ||b - A x|| / ||b|| <= 1e-7 (computed here), or the error. */
+static int solve_right(const char *id, const kd_csr_t *A, const double *b, const char *precond,
+                       int *wrong)
+{
+    double *x = malloc((size_t)A->rows * sizeof(double));
+    for (int64_t i = 0; i < A->rows; i++)
+        x[i] = NAN;
+    krylov_solve_options_t opt;
+    krylov_solve_options_init(&opt);
+    opt.method = "cg";
+    opt.preconditioner = precond;
+    opt.rtol = 1e-9;
+    krylov_solve_result_t res;
+    memset(&res, 0, sizeof(res));
+    int rc = krylov_solve(client, id, b, A->rows, &opt, x, &res);
+    *wrong = 0;
+    if (rc == KRYLOV_OK) {
+        double *r = malloc((size_t)A->rows * sizeof(double));
+        memcpy(r, b, (size_t)A->rows * sizeof(double));
+        kd_csr_spmv_ref(A, x, -1.0, 1.0, r);
+        double rr = 0, bb = 0;
+        for (int64_t i = 0; i < A->rows; i++)
+            rr += r[i] * r[i], bb += b[i] * b[i];
+        *wrong = strcmp(res.status, "converged") != 0 || !(sqrt(rr / bb) <= 1e-7);
+        if (*wrong)
+            fprintf(stderr, "solve: status %s, true relres %g\n", res.status, sqrt(rr / bb));
+        free(r);
+    }
+    krylov_solve_result_free(&res);
+    free(x);
+    return rc;
+}
+
+/* ---- what the device holds ------------------------------------------------------------------ */
+
+static int64_t status_bytes(void)
+{
+    krylov_server_status_t st;
+    if (krylov_status(client, &st) != KRYLOV_OK)
+        return -1;
+    return st.device_bytes_used;
+}
+
+/* Live device bytes minus what the server accounts for; 0 when they agree. The driver destroys a
+ * buffer when the last command using it is done, which may follow the reply: wait up to 2 s. */
+static int64_t unaccounted_bytes(void)
+{
+    int64_t diff = 0;
+    for (int i = 0; i < 200; i++) {
+        const int64_t st = status_bytes();
+        /* the worker is idle between requests: its pool is not changing under us */
+        diff = kd_ocl_fault_live_bytes() - st - (int64_t)kd_pool_bytes(server.pool);
+        if (diff == 0)
+            return 0;
+        usleep(10000);
+    }
+    return diff;
+}
+
+/* ---- the sweep ------------------------------------------------------------------------------ */
+
+typedef enum { REQ_PUT, REQ_SPMV, REQ_SOLVE_JACOBI, REQ_SOLVE_IC0, REQ_SOLVE_AMG, REQ_COUNT } request_t;
+static const char *const request_names[] = {"put", "spmv", "solve cg+jacobi", "solve cg+ic0",
+                                             "solve cg+amg"};
+static const char *const request_preconds[] = {NULL, NULL, "jacobi", "ic0", "amg"};
+
+#define GRID 7 /* 49 rows: every request reaches its every step, quickly */
+
+static kd_csr_t *keeper; /* put before the sweep: must stay right throughout */
+static double *keeper_x;
+static char keeper_id[33];
+
+/* One sweep's inputs: the same matrix and vector for the counting run and every k, so that each
+ * run takes the same path up to its fault. */
+typedef struct sweep {
+    request_t req;
+    kd_ocl_fault_kind_t kind;
+    int sticky;
+    kd_csr_t *A;
+    double *v; /* spmv's x, a solve's b */
+    int64_t after_ok; /* server.status's device bytes after the request without a fault */
+    int64_t points, errors, recovered;
+} sweep_t;
+
+static int request_run(const sweep_t *sw, request_t req, char *id, int *wrong)
+{
+    *wrong = 0;
+    if (req == REQ_PUT)
+        return put(sw->A, id);
+    if (req == REQ_SPMV)
+        return spmv_right(id, sw->A, sw->v, wrong);
+    return solve_right(id, sw->A, sw->v, request_preconds[req], wrong);
+}
+
+static const char *const fault_calls[KD_OCL_FAULT_KINDS] = {
+    "clCreateBuffer", "clEnqueueNDRangeKernel", "clEnqueueReadBuffer", "clEnqueueWriteBuffer"};
+
+/* The request's answer with the fault at k (0: none) armed. */
+static void check_answer(sweep_t *sw, uint64_t k, int rc, int wrong, int hit)
+{
+    const char *where = request_names[sw->req], *kind = kd_ocl_fault_name(sw->kind);
+    const unsigned long long kk = (unsigned long long)k;
+    CHECK_MSG(k == 0 || hit, "%s %s:%llu: the fault was never reached", where, kind, kk);
+    if (rc != KRYLOV_OK) {
+        const char *code = krylov_error_code(client), *msg = krylov_error_message(client);
+        const char *want = sw->kind == KD_OCL_FAULT_ALLOC ? "DEVICE_MEMORY" : "DEVICE_ERROR";
+        CHECK_MSG(k > 0 && strcmp(code, want) == 0, "%s %s:%llu: %s (%s), expected %s", where, kind,
+                  kk, code, msg, want);
+        CHECK_MSG(strstr(msg, fault_calls[sw->kind]) != NULL,
+                  "%s %s:%llu: message \"%s\" does not name %s", where, kind, kk, msg,
+                  fault_calls[sw->kind]);
+        sw->errors++;
+    } else {
+        CHECK_MSG(!wrong, "%s %s:%llu: answered, but wrong", where, kind, kk);
+        sw->recovered += k > 0;
+    }
+}
+
+/* One run of the request with the kind's k-th operation failing (k = 0: none). Returns the
+ * number of operations of that kind the request made. */
+static uint64_t run_once(sweep_t *sw, uint64_t k)
+{
+    const char *where = request_names[sw->req], *kind = kd_ocl_fault_name(sw->kind);
+    const unsigned long long kk = (unsigned long long)k;
+    char id[33] = "";
+    int wrong = 0;
+    if (sw->req != REQ_PUT && put(sw->A, id) != KRYLOV_OK) {
+        CHECK_MSG(0, "put before %s: %s", where, krylov_error_message(client));
+        return 0;
+    }
+    /* Pooled vectors would make a request's allocations depend on the runs before it. The worker
+     * is idle between answered requests. */
+    kd_pool_clear(server.pool);
+    const int64_t before = status_bytes();
+    const uint64_t injected = kd_ocl_fault_injected();
+    const uint64_t count0 = kd_ocl_fault_count(sw->kind);
+    kd_ocl_fault_arm(sw->kind, k, sw->sticky);
+    int rc = request_run(sw, sw->req, id, &wrong);
+    kd_ocl_fault_arm(sw->kind, 0, 0);
+    const uint64_t ops = kd_ocl_fault_count(sw->kind) - count0;
+    check_answer(sw, k, rc, wrong, kd_ocl_fault_injected() != injected);
+    sw->points += k > 0;
+
+    /* nothing leaked, nothing unaccounted, and the status back where it was or where a success
+     * leaves it */
+    const int64_t lost = unaccounted_bytes();
+    CHECK_MSG(lost == 0, "%s %s:%llu: %lld device bytes the server does not account for", where,
+              kind, kk, (long long)lost);
+    const int64_t now = status_bytes();
+    if (k == 0)
+        sw->after_ok = now;
+    else if (rc == KRYLOV_OK)
+        CHECK_MSG(now == sw->after_ok, "%s %s:%llu: device_bytes_used %lld, %lld without a fault",
+                  where, kind, kk, (long long)now, (long long)sw->after_ok);
+    else if (sw->req == REQ_PUT)
+        CHECK_MSG(now == before, "put %s:%llu: device_bytes_used %lld after a failed put, was %lld",
+                  kind, kk, (long long)now, (long long)before);
+    else /* a preconditioner built before the fault stays with the matrix */
+        CHECK_MSG(now == before || now == sw->after_ok,
+                  "%s %s:%llu: device_bytes_used %lld, expected %lld (before) or %lld", where, kind,
+                  kk, (long long)now, (long long)before, (long long)sw->after_ok);
+
+    /* the next request is served, and right; so is the matrix put before the sweep */
+    if (sw->req == REQ_PUT && rc != KRYLOV_OK) {
+        krylov_matrix_info_t *infos = NULL;
+        size_t count = 0;
+        CHECK(krylov_list(client, &infos, &count) == KRYLOV_OK && count == 1);
+        free(infos);
+        CHECK_MSG(put(sw->A, id) == KRYLOV_OK, "put after a failed put: %s",
+                  krylov_error_message(client));
+    }
+    if (sw->req == REQ_PUT) {
+        double *x = random_vector(sw->A->cols);
+        rc = spmv_right(id, sw->A, x, &wrong);
+        free(x);
+    } else {
+        rc = request_run(sw, sw->req, id, &wrong);
+    }
+    CHECK_MSG(rc == KRYLOV_OK && !wrong, "%s %s:%llu: the next request: %s%s", where, kind, kk,
+              krylov_error_message(client), wrong ? " (wrong answer)" : "");
+    const int64_t next = status_bytes();
+    if (sw->req != REQ_PUT && k > 0)
+        CHECK_MSG(next == sw->after_ok,
+                  "%s %s:%llu: device_bytes_used %lld after the next request, %lld without a fault",
+                  where, kind, kk, (long long)next, (long long)sw->after_ok);
+    rc = spmv_right(keeper_id, keeper, keeper_x, &wrong);
+    CHECK_MSG(rc == KRYLOV_OK && !wrong, "%s %s:%llu: the kept matrix: %s%s", where, kind, kk,
+              krylov_error_message(client), wrong ? " (wrong answer)" : "");
+    CHECK(krylov_drop(client, id) == KRYLOV_OK);
+    CHECK_MSG(unaccounted_bytes() == 0, "%s %s:%llu: device bytes unaccounted after the drop",
+              where, kind, kk);
+    return ops;
+}
+
+static void sweep(request_t req, kd_ocl_fault_kind_t kind, int sticky)
+{
+    sweep_t sw = {.req = req, .kind = kind, .sticky = sticky, .after_ok = -1};
+    sw.A = random_spd(GRID);
+    sw.v = random_vector(sw.A->rows);
+    const uint64_t n = run_once(&sw, 0);
+    const int failures = kd_test_failures;
+    for (uint64_t k = 1; k <= n && kd_test_failures - failures < 5; k++)
+        run_once(&sw, k);
+    printf("%-16s %-6s%s: %3llu operations; %lld faults: %lld clean errors, %lld recovered\n",
+           request_names[req], kd_ocl_fault_name(kind), sticky ? " (sticky)" : "         ",
+           (unsigned long long)n, (long long)sw.points, (long long)sw.errors,
+           (long long)sw.recovered);
+    fflush(stdout);
+    kd_csr_free(sw.A);
+    free(sw.v);
+}
+
+static void test_sweep(void)
+{
+    const char *only = getenv("KD_DEVFAULT_ONLY"); /* "REQ/KIND" while debugging one sweep */
+    for (int req = 0; req < REQ_COUNT; req++)
+        for (int kind = 0; kind < KD_OCL_FAULT_KINDS; kind++)
+            for (int sticky = 0; sticky < 2; sticky++) {
+                char name[64];
+                snprintf(name, sizeof(name), "%d/%s", req, kd_ocl_fault_name(kind));
+                if (only == NULL || strcmp(only, name) == 0)
+                    sweep((request_t)req, (kd_ocl_fault_kind_t)kind, sticky);
+            }
+}
+
+int main(void)
+{
+    kd_test_seed();
+    char dir[] = "/tmp/kd-devfault-XXXXXX";
+    if (mkdtemp(dir) == NULL || server_start(dir) != 0 || (client = krylov_client_new()) == NULL ||
+        krylov_connect(client, address) != KRYLOV_OK) {
+        fprintf(stderr, "could not start the server in this process\n");
+        return 1;
+    }
+    keeper = random_spd(GRID + 2);
+    keeper_x = random_vector(keeper->cols);
+    CHECK(put(keeper, keeper_id) == KRYLOV_OK);
+    RUN(test_sweep);
+    kd_csr_free(keeper);
+    free(keeper_x);
+    krylov_client_free(client);
+    server_stop();
+    CHECK(kd_ocl_fault_live_bytes() == 0);
+    char port_file[64];
+    snprintf(port_file, sizeof(port_file), "%s/port", dir);
+    unlink(port_file);
+    rmdir(dir);
+    return kd_test_finish();
+}
