@@ -580,6 +580,8 @@ size_t kd_ocl_work_group_size(const kd_ocl_t *ocl)
 int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err)
 {
     cl_int st = clFinish(ocl->queue);
+    if (st == CL_SUCCESS)
+        st = kd_ocl_fault_finish();
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clFinish");
 }
 
@@ -622,7 +624,8 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
                           what, bytes, (unsigned long long)ocl->desc.max_alloc_bytes,
                           ocl->desc.index, ocl->desc.name);
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_ALLOC);
-    cl_mem mem = st == CL_SUCCESS ? clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st) : NULL;
+    cl_mem mem =
+        st == CL_SUCCESS ? clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st) : NULL;
     if (mem == NULL || st != CL_SUCCESS) {
         if (mem != NULL)
             clReleaseMemObject(mem);
@@ -710,7 +713,9 @@ static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_
     cl_event ev = NULL;
     const int want = ocl->timing || event != NULL || ocl->kprof != NULL;
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_LAUNCH);
-    if (st == CL_SUCCESS)
+    if (st == CL_SUCCESS && kd_ocl_fault_drop_launch())
+        st = clEnqueueMarkerWithWaitList(ocl->queue, 0, NULL, want ? &ev : NULL);
+    else if (st == CL_SUCCESS)
         st = clEnqueueNDRangeKernel(ocl->queue, kernel, range.dims, NULL, range.global, range.local,
                                     0, NULL, want ? &ev : NULL);
     if (st != CL_SUCCESS) {
@@ -808,6 +813,8 @@ int kd_ocl_event_span_ms(cl_event first, cl_event last, double *ms, kd_err_t *er
     if (first != NULL && last != NULL) {
         cl_ulong start = 0, end = 0;
         cl_int st = clWaitForEvents(1, &last);
+        if (st == CL_SUCCESS)
+            st = kd_ocl_fault_finish();
         if (st == CL_SUCCESS)
             st = clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof(start), &start,
                                          NULL);
@@ -1390,9 +1397,10 @@ void *kd_ocl_host_alloc(kd_ocl_t *ocl, size_t bytes, cl_mem *mem, cl_int *status
 {
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_ALLOC);
     void *p = NULL;
-    *mem = st == CL_SUCCESS ? clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR,
-                                             bytes, NULL, &st)
-                            : NULL;
+    *mem = st == CL_SUCCESS
+               ? clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes,
+                                NULL, &st)
+               : NULL;
     if (st == CL_SUCCESS && *mem != NULL)
         p = clEnqueueMapBuffer(ocl->queue, *mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
                                NULL, NULL, &st);
@@ -1503,9 +1511,9 @@ cl_int kd_ocl_enqueue_read(cl_command_queue queue, cl_mem mem, cl_bool blocking,
                            cl_event *event)
 {
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_READ);
-    return st != CL_SUCCESS ? st
-                            : clEnqueueReadBuffer(queue, mem, blocking, offset, bytes, dst, nwait,
-                                                  wait, event);
+    return st != CL_SUCCESS
+               ? st
+               : clEnqueueReadBuffer(queue, mem, blocking, offset, bytes, dst, nwait, wait, event);
 }
 
 cl_int kd_ocl_enqueue_write(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
@@ -1513,9 +1521,9 @@ cl_int kd_ocl_enqueue_write(cl_command_queue queue, cl_mem mem, cl_bool blocking
                             cl_event *event)
 {
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_WRITE);
-    return st != CL_SUCCESS ? st
-                            : clEnqueueWriteBuffer(queue, mem, blocking, offset, bytes, src, nwait,
-                                                   wait, event);
+    return st != CL_SUCCESS
+               ? st
+               : clEnqueueWriteBuffer(queue, mem, blocking, offset, bytes, src, nwait, wait, event);
 }
 
 int kd_ocl_write_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,

@@ -17,14 +17,19 @@ static atomic_uint_fast64_t kd_fault_counts[KD_OCL_FAULT_KINDS];
 static atomic_uint_fast64_t kd_fault_armed[KD_OCL_FAULT_KINDS]; /* 0: off, else ops to go */
 static atomic_int kd_fault_sticky[KD_OCL_FAULT_KINDS];
 static atomic_uint_fast64_t kd_fault_injected;
+/* An exec fault happened and no read-back, upload or finish has reported it yet: as a GPU's
+ * driver reports a kernel's fault at the next call that synchronises with the device. */
+static atomic_int kd_fault_unreported;
 static atomic_int_fast64_t kd_fault_live;
 static atomic_int kd_fault_env_read;
 
-static const char *const kd_fault_names[KD_OCL_FAULT_KINDS] = {"alloc", "launch", "read", "write"};
+static const char *const kd_fault_names[KD_OCL_FAULT_KINDS] = {"alloc", "launch", "read", "write",
+                                                               "exec"};
 
 static const cl_int kd_fault_status[KD_OCL_FAULT_KINDS] = {
     CL_MEM_OBJECT_ALLOCATION_FAILURE, CL_INVALID_COMMAND_QUEUE,
-    CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST};
+    CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
+    CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST};
 
 const char *kd_ocl_fault_name(kd_ocl_fault_kind_t kind)
 {
@@ -34,6 +39,9 @@ const char *kd_ocl_fault_name(kd_ocl_fault_kind_t kind)
 cl_int kd_ocl_fault_check(kd_ocl_fault_kind_t kind)
 {
     atomic_fetch_add_explicit(&kd_fault_counts[kind], 1, memory_order_relaxed);
+    if ((kind == KD_OCL_FAULT_READ || kind == KD_OCL_FAULT_WRITE) &&
+        atomic_exchange(&kd_fault_unreported, 0))
+        return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
     uint_fast64_t left = atomic_load_explicit(&kd_fault_armed[kind], memory_order_relaxed);
     /* One thread (the device's worker) counts down; the loop only ever arms. */
     while (left > 0) {
@@ -50,8 +58,16 @@ cl_int kd_ocl_fault_check(kd_ocl_fault_kind_t kind)
     return CL_SUCCESS;
 }
 
+cl_int kd_ocl_fault_finish(void)
+{
+    return atomic_exchange(&kd_fault_unreported, 0) ? CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+                                                    : CL_SUCCESS;
+}
+
 void kd_ocl_fault_arm(kd_ocl_fault_kind_t kind, uint64_t k, int sticky)
 {
+    if (k == 0)
+        atomic_store(&kd_fault_unreported, 0);
     atomic_store(&kd_fault_sticky[kind], sticky);
     atomic_store(&kd_fault_armed[kind], k);
 }
@@ -84,6 +100,14 @@ int64_t kd_ocl_fault_live_bytes(void)
     return (int64_t)atomic_load(&kd_fault_live);
 }
 
+int kd_ocl_fault_drop_launch(void)
+{
+    if (kd_ocl_fault_check(KD_OCL_FAULT_EXEC) == CL_SUCCESS)
+        return 0;
+    atomic_store(&kd_fault_unreported, 1);
+    return 1;
+}
+
 void kd_ocl_fault_from_env(void)
 {
     if (atomic_exchange(&kd_fault_env_read, 1))
@@ -99,11 +123,13 @@ void kd_ocl_fault_from_env(void)
         unsigned long long k = strtoull(spec + len + 1, &end, 10);
         if (end != spec + len + 1 && *end == '\0' && k > 0) {
             kd_ocl_fault_arm((kd_ocl_fault_kind_t)kind, k, 0);
-            KD_WARN("ocl", "KD_FAULT: operation %llu of kind %s will fail", k, kd_fault_names[kind]);
+            KD_WARN("ocl", "KD_FAULT: operation %llu of kind %s will fail", k,
+                    kd_fault_names[kind]);
             return;
         }
     }
-    KD_WARN("ocl", "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K or write:K (K >= 1)",
+    KD_WARN("ocl",
+            "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K, write:K or exec:K (K >= 1)",
             spec);
 }
 

@@ -55,16 +55,24 @@ static int server_start(const char *dir)
     char port_file[256];
     snprintf(port_file, sizeof(port_file), "%s/port", dir);
     const char *device = getenv("KD_TEST_DEVICE");
-    char *argv[] = {"krylovd",       "--listen",        "127.0.0.1:0",
-                    "--port-file",   port_file,         "--device",
-                    device != NULL ? (char *)device : "auto", "--log-level",
-                    "error",         "--warm-programs", "none",
+    char *argv[] = {"krylovd",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--port-file",
+                    port_file,
+                    "--device",
+                    device != NULL ? (char *)device : "auto",
+                    "--log-level",
+                    "error",
+                    "--warm-programs",
+                    "none",
                     NULL};
     kd_config_t cfg;
     kd_config_defaults(&cfg);
     kd_log_set_level(KD_LOG_ERROR);
     kd_err_t err = {0};
-    if (kd_config_parse_args(&cfg, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv, &err) != KD_OK ||
+    if (kd_config_parse_args(&cfg, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv, &err) !=
+            KD_OK ||
         uv_loop_init(&loop) != 0 || kd_server_init(&server, &loop, &cfg, &err) != KD_OK) {
         fprintf(stderr, "server: %s\n", err.message);
         return -1;
@@ -145,8 +153,8 @@ static double *random_vector(int64_t n)
 static int put(const kd_csr_t *A, char *id)
 {
     krylov_matrix_info_t info;
-    int rc = krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL,
-                            &info);
+    int rc =
+        krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL, &info);
     if (rc == KRYLOV_OK)
         memcpy(id, info.id, sizeof(info.id));
     return rc;
@@ -172,35 +180,42 @@ static int spmv_right(const char *id, const kd_csr_t *A, const double *x, int *w
     return rc;
 }
 
-/* KRYLOV_OK and a converged x with ||b - A x|| / ||b|| <= 1e-7 (computed here), or the error. */
-static int solve_right(const char *id, const kd_csr_t *A, const double *b, const char *precond,
-                       int *wrong)
+/* KRYLOV_OK and converged columns x with ||b - A x|| / ||b|| <= 1e-7 (computed here), or the
+ * error. b holds nrhs columns. */
+static int solve_right(const char *id, const kd_csr_t *A, const double *b, const char *method,
+                       const char *precond, int64_t nrhs, int *wrong)
 {
-    double *x = malloc((size_t)A->rows * sizeof(double));
-    for (int64_t i = 0; i < A->rows; i++)
+    const int64_t n = A->rows;
+    double *x = malloc((size_t)(n * nrhs) * sizeof(double));
+    for (int64_t i = 0; i < n * nrhs; i++)
         x[i] = NAN;
     krylov_solve_options_t opt;
     krylov_solve_options_init(&opt);
-    opt.method = "cg";
+    opt.method = method;
     opt.preconditioner = precond;
     opt.rtol = 1e-9;
-    krylov_solve_result_t res;
-    memset(&res, 0, sizeof(res));
-    int rc = krylov_solve(client, id, b, A->rows, &opt, x, &res);
+    opt.nrhs = nrhs;
+    krylov_solve_result_t res[2];
+    memset(res, 0, sizeof(res));
+    int rc = krylov_solve(client, id, b, n, &opt, x, res);
     *wrong = 0;
-    if (rc == KRYLOV_OK) {
-        double *r = malloc((size_t)A->rows * sizeof(double));
-        memcpy(r, b, (size_t)A->rows * sizeof(double));
-        kd_csr_spmv_ref(A, x, -1.0, 1.0, r);
+    for (int64_t c = 0; rc == KRYLOV_OK && c < nrhs; c++) {
+        const double *bc = b + c * n, *xc = x + c * n;
+        double *r = malloc((size_t)n * sizeof(double));
+        memcpy(r, bc, (size_t)n * sizeof(double));
+        kd_csr_spmv_ref(A, xc, -1.0, 1.0, r);
         double rr = 0, bb = 0;
-        for (int64_t i = 0; i < A->rows; i++)
-            rr += r[i] * r[i], bb += b[i] * b[i];
-        *wrong = strcmp(res.status, "converged") != 0 || !(sqrt(rr / bb) <= 1e-7);
-        if (*wrong)
-            fprintf(stderr, "solve: status %s, true relres %g\n", res.status, sqrt(rr / bb));
+        for (int64_t i = 0; i < n; i++)
+            rr += r[i] * r[i], bb += bc[i] * bc[i];
+        if (strcmp(res[c].status, "converged") != 0 || !(sqrt(rr / bb) <= 1e-7)) {
+            fprintf(stderr, "solve column %lld: status %s, true relres %g\n", (long long)c,
+                    res[c].status, sqrt(rr / bb));
+            *wrong = 1;
+        }
         free(r);
     }
-    krylov_solve_result_free(&res);
+    for (int64_t c = 0; rc == KRYLOV_OK && c < nrhs; c++)
+        krylov_solve_result_free(&res[c]);
     free(x);
     return rc;
 }
@@ -215,66 +230,96 @@ static int64_t status_bytes(void)
     return st.device_bytes_used;
 }
 
-/* Live device bytes minus what the server accounts for; 0 when they agree. The driver destroys a
- * buffer when the last command using it is done, which may follow the reply: wait up to 2 s. */
-static int64_t unaccounted_bytes(void)
+/* Live device bytes minus what the server accounts for (server.status's device_bytes_used, whose
+ * value goes to *used, and the vector pool); 0 when they agree. The driver destroys a buffer when
+ * the last command using it is done, which may follow the reply: wait up to 2 s. */
+static int64_t unaccounted_bytes(int64_t *used)
 {
     int64_t diff = 0;
-    for (int i = 0; i < 200; i++) {
-        const int64_t st = status_bytes();
+    for (int i = 0; i < 2000; i++) {
+        *used = status_bytes();
         /* the worker is idle between requests: its pool is not changing under us */
-        diff = kd_ocl_fault_live_bytes() - st - (int64_t)kd_pool_bytes(server.pool);
+        diff = kd_ocl_fault_live_bytes() - *used - (int64_t)kd_pool_bytes(server.pool);
         if (diff == 0)
             return 0;
-        usleep(10000);
+        usleep(1000);
     }
     return diff;
 }
 
 /* ---- the sweep ------------------------------------------------------------------------------ */
 
-typedef enum { REQ_PUT, REQ_SPMV, REQ_SOLVE_JACOBI, REQ_SOLVE_IC0, REQ_SOLVE_AMG, REQ_COUNT } request_t;
-static const char *const request_names[] = {"put", "spmv", "solve cg+jacobi", "solve cg+ic0",
-                                             "solve cg+amg"};
-static const char *const request_preconds[] = {NULL, NULL, "jacobi", "ic0", "amg"};
+/* The requests under fault. A grid of 7 x 7 (49 rows) reaches every step of a request quickly;
+ * the measured put's 30 x 30 is over the size format selection times candidates at (how many
+ * launches that takes, and which format wins, depend on the timings). */
+typedef struct request {
+    const char *name;
+    int64_t grid;
+    const char *method; /* NULL: not a solve */
+    const char *precond;
+    int64_t nrhs;
+    int spmv;  /* an spmv, not a put */
+    int timed; /* a put whose format is chosen by timing */
+} request_t;
 
-#define GRID 7 /* 49 rows: every request reaches its every step, quickly */
+static const request_t requests[] = {
+    {.name = "put", .grid = 7, .nrhs = 1},
+    {.name = "put measured", .grid = 30, .nrhs = 1, .timed = 1},
+    {.name = "spmv", .grid = 7, .nrhs = 1, .spmv = 1},
+    {.name = "solve cg+jacobi", .grid = 7, .method = "cg", .precond = "jacobi", .nrhs = 1},
+    {.name = "solve cg+ic0", .grid = 7, .method = "cg", .precond = "ic0", .nrhs = 1},
+    {.name = "solve cg+amg", .grid = 7, .method = "cg", .precond = "amg", .nrhs = 1},
+    {.name = "solve gmres x2", .grid = 5, .method = "gmres", .precond = "jacobi", .nrhs = 2},
+};
+#define REQUEST_COUNT (sizeof(requests) / sizeof(requests[0]))
 
 static kd_csr_t *keeper; /* put before the sweep: must stay right throughout */
 static double *keeper_x;
 static char keeper_id[33];
+static int64_t keeper_bytes; /* server.status's device_bytes_used with only the keeper stored */
 
 /* One sweep's inputs: the same matrix and vector for the counting run and every k, so that each
  * run takes the same path up to its fault. */
 typedef struct sweep {
-    request_t req;
+    const request_t *req;
     kd_ocl_fault_kind_t kind;
     int sticky;
     kd_csr_t *A;
-    double *v; /* spmv's x, a solve's b */
+    double *v;        /* spmv's x, a solve's b */
     int64_t after_ok; /* server.status's device bytes after the request without a fault */
     int64_t points, errors, recovered;
 } sweep_t;
 
-static int request_run(const sweep_t *sw, request_t req, char *id, int *wrong)
+static int is_put(const request_t *req)
 {
-    *wrong = 0;
-    if (req == REQ_PUT)
-        return put(sw->A, id);
-    if (req == REQ_SPMV)
-        return spmv_right(id, sw->A, sw->v, wrong);
-    return solve_right(id, sw->A, sw->v, request_preconds[req], wrong);
+    return req->method == NULL && !req->spmv;
 }
 
+static int request_run(const sweep_t *sw, char *id, int *wrong)
+{
+    const request_t *req = sw->req;
+    *wrong = 0;
+    if (is_put(req))
+        return put(sw->A, id);
+    if (req->spmv)
+        return spmv_right(id, sw->A, sw->v, wrong);
+    return solve_right(id, sw->A, sw->v, req->method, req->precond, req->nrhs, wrong);
+}
+
+/* What the message must name: the refused call, or for a launch that fails on the device the
+ * status of whichever later call (a read-back, a wait) found out. */
 static const char *const fault_calls[KD_OCL_FAULT_KINDS] = {
-    "clCreateBuffer", "clEnqueueNDRangeKernel", "clEnqueueReadBuffer", "clEnqueueWriteBuffer"};
+    "clCreateBuffer", "clEnqueueNDRangeKernel", "clEnqueueReadBuffer", "clEnqueueWriteBuffer",
+    "failed: CL_"};
 
 /* The request's answer with the fault at k (0: none) armed. */
-static void check_answer(sweep_t *sw, uint64_t k, int rc, int wrong, int hit)
+static void check_answer(sweep_t *sw, uint64_t k, int rc, int wrong, int hit, uint64_t ops)
 {
-    const char *where = request_names[sw->req], *kind = kd_ocl_fault_name(sw->kind);
+    const char *where = sw->req->name, *kind = kd_ocl_fault_name(sw->kind);
     const unsigned long long kk = (unsigned long long)k;
-    CHECK_MSG(k == 0 || hit, "%s %s:%llu: the fault was never reached", where, kind, kk);
+    /* a timed put may stop measuring sooner this time than in the counting run */
+    CHECK_MSG(k == 0 || hit || (sw->req->timed && ops < k),
+              "%s %s:%llu: the fault was never reached", where, kind, kk);
     if (rc != KRYLOV_OK) {
         const char *code = krylov_error_code(client), *msg = krylov_error_message(client);
         const char *want = sw->kind == KD_OCL_FAULT_ALLOC ? "DEVICE_MEMORY" : "DEVICE_ERROR";
@@ -294,11 +339,11 @@ static void check_answer(sweep_t *sw, uint64_t k, int rc, int wrong, int hit)
  * number of operations of that kind the request made. */
 static uint64_t run_once(sweep_t *sw, uint64_t k)
 {
-    const char *where = request_names[sw->req], *kind = kd_ocl_fault_name(sw->kind);
+    const char *where = sw->req->name, *kind = kd_ocl_fault_name(sw->kind);
     const unsigned long long kk = (unsigned long long)k;
     char id[33] = "";
     int wrong = 0;
-    if (sw->req != REQ_PUT && put(sw->A, id) != KRYLOV_OK) {
+    if (!is_put(sw->req) && put(sw->A, id) != KRYLOV_OK) {
         CHECK_MSG(0, "put before %s: %s", where, krylov_error_message(client));
         return 0;
     }
@@ -309,24 +354,30 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
     const uint64_t injected = kd_ocl_fault_injected();
     const uint64_t count0 = kd_ocl_fault_count(sw->kind);
     kd_ocl_fault_arm(sw->kind, k, sw->sticky);
-    int rc = request_run(sw, sw->req, id, &wrong);
+    int rc = request_run(sw, id, &wrong);
     kd_ocl_fault_arm(sw->kind, 0, 0);
     const uint64_t ops = kd_ocl_fault_count(sw->kind) - count0;
-    check_answer(sw, k, rc, wrong, kd_ocl_fault_injected() != injected);
+    check_answer(sw, k, rc, wrong, kd_ocl_fault_injected() != injected, ops);
     sw->points += k > 0;
 
     /* nothing leaked, nothing unaccounted, and the status back where it was or where a success
      * leaves it */
-    const int64_t lost = unaccounted_bytes();
+    int64_t now = 0;
+    const int64_t lost = unaccounted_bytes(&now);
     CHECK_MSG(lost == 0, "%s %s:%llu: %lld device bytes the server does not account for", where,
               kind, kk, (long long)lost);
-    const int64_t now = status_bytes();
-    if (k == 0)
+    krylov_matrix_info_t info = {.device_bytes = -1};
+    if (rc == KRYLOV_OK &&
+        is_put(sw->req)) /* the format (so the bytes) may differ from run to run */
+        CHECK_MSG(krylov_info(client, id, &info) == KRYLOV_OK && now - before == info.device_bytes,
+                  "put %s:%llu: device_bytes_used went from %lld to %lld for a matrix of %lld",
+                  kind, kk, (long long)before, (long long)now, (long long)info.device_bytes);
+    else if (k == 0)
         sw->after_ok = now;
     else if (rc == KRYLOV_OK)
         CHECK_MSG(now == sw->after_ok, "%s %s:%llu: device_bytes_used %lld, %lld without a fault",
                   where, kind, kk, (long long)now, (long long)sw->after_ok);
-    else if (sw->req == REQ_PUT)
+    else if (is_put(sw->req))
         CHECK_MSG(now == before, "put %s:%llu: device_bytes_used %lld after a failed put, was %lld",
                   kind, kk, (long long)now, (long long)before);
     else /* a preconditioner built before the fault stays with the matrix */
@@ -335,7 +386,7 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
                   kk, (long long)now, (long long)before, (long long)sw->after_ok);
 
     /* the next request is served, and right; so is the matrix put before the sweep */
-    if (sw->req == REQ_PUT && rc != KRYLOV_OK) {
+    if (is_put(sw->req) && rc != KRYLOV_OK) {
         krylov_matrix_info_t *infos = NULL;
         size_t count = 0;
         CHECK(krylov_list(client, &infos, &count) == KRYLOV_OK && count == 1);
@@ -343,17 +394,17 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
         CHECK_MSG(put(sw->A, id) == KRYLOV_OK, "put after a failed put: %s",
                   krylov_error_message(client));
     }
-    if (sw->req == REQ_PUT) {
+    if (is_put(sw->req)) {
         double *x = random_vector(sw->A->cols);
         rc = spmv_right(id, sw->A, x, &wrong);
         free(x);
     } else {
-        rc = request_run(sw, sw->req, id, &wrong);
+        rc = request_run(sw, id, &wrong);
     }
     CHECK_MSG(rc == KRYLOV_OK && !wrong, "%s %s:%llu: the next request: %s%s", where, kind, kk,
               krylov_error_message(client), wrong ? " (wrong answer)" : "");
     const int64_t next = status_bytes();
-    if (sw->req != REQ_PUT && k > 0)
+    if (!is_put(sw->req) && k > 0)
         CHECK_MSG(next == sw->after_ok,
                   "%s %s:%llu: device_bytes_used %lld after the next request, %lld without a fault",
                   where, kind, kk, (long long)next, (long long)sw->after_ok);
@@ -361,22 +412,24 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
     CHECK_MSG(rc == KRYLOV_OK && !wrong, "%s %s:%llu: the kept matrix: %s%s", where, kind, kk,
               krylov_error_message(client), wrong ? " (wrong answer)" : "");
     CHECK(krylov_drop(client, id) == KRYLOV_OK);
-    CHECK_MSG(unaccounted_bytes() == 0, "%s %s:%llu: device bytes unaccounted after the drop",
-              where, kind, kk);
+    int64_t left = 0;
+    CHECK_MSG(unaccounted_bytes(&left) == 0 && left == keeper_bytes,
+              "%s %s:%llu: after the drop: device bytes unaccounted, or %lld in use, not %lld",
+              where, kind, kk, (long long)left, (long long)keeper_bytes);
     return ops;
 }
 
-static void sweep(request_t req, kd_ocl_fault_kind_t kind, int sticky)
+static void sweep(const request_t *req, kd_ocl_fault_kind_t kind, int sticky)
 {
     sweep_t sw = {.req = req, .kind = kind, .sticky = sticky, .after_ok = -1};
-    sw.A = random_spd(GRID);
-    sw.v = random_vector(sw.A->rows);
+    sw.A = random_spd(req->grid);
+    sw.v = random_vector(sw.A->rows * req->nrhs);
     const uint64_t n = run_once(&sw, 0);
     const int failures = kd_test_failures;
     for (uint64_t k = 1; k <= n && kd_test_failures - failures < 5; k++)
         run_once(&sw, k);
     printf("%-16s %-6s%s: %3llu operations; %lld faults: %lld clean errors, %lld recovered\n",
-           request_names[req], kd_ocl_fault_name(kind), sticky ? " (sticky)" : "         ",
+           req->name, kd_ocl_fault_name(kind), sticky ? " (sticky)" : "         ",
            (unsigned long long)n, (long long)sw.points, (long long)sw.errors,
            (long long)sw.recovered);
     fflush(stdout);
@@ -386,14 +439,17 @@ static void sweep(request_t req, kd_ocl_fault_kind_t kind, int sticky)
 
 static void test_sweep(void)
 {
-    const char *only = getenv("KD_DEVFAULT_ONLY"); /* "REQ/KIND" while debugging one sweep */
-    for (int req = 0; req < REQ_COUNT; req++)
+    const char *only = getenv("KD_DEVFAULT_ONLY"); /* "REQUEST/KIND" while debugging one sweep */
+    for (size_t r = 0; r < REQUEST_COUNT; r++)
         for (int kind = 0; kind < KD_OCL_FAULT_KINDS; kind++)
-            for (int sticky = 0; sticky < 2; sticky++) {
+            /* Sticky faults only for allocations: the server retries those (after giving up its
+             * pooled vectors and evicting), so a second failure takes another path; the other
+             * kinds fail the request at the first. */
+            for (int sticky = 0; sticky < 1 + (kind == KD_OCL_FAULT_ALLOC); sticky++) {
                 char name[64];
-                snprintf(name, sizeof(name), "%d/%s", req, kd_ocl_fault_name(kind));
+                snprintf(name, sizeof(name), "%s/%s", requests[r].name, kd_ocl_fault_name(kind));
                 if (only == NULL || strcmp(only, name) == 0)
-                    sweep((request_t)req, (kd_ocl_fault_kind_t)kind, sticky);
+                    sweep(&requests[r], (kd_ocl_fault_kind_t)kind, sticky);
             }
 }
 
@@ -406,9 +462,10 @@ int main(void)
         fprintf(stderr, "could not start the server in this process\n");
         return 1;
     }
-    keeper = random_spd(GRID + 2);
+    keeper = random_spd(9);
     keeper_x = random_vector(keeper->cols);
     CHECK(put(keeper, keeper_id) == KRYLOV_OK);
+    keeper_bytes = status_bytes();
     RUN(test_sweep);
     kd_csr_free(keeper);
     free(keeper_x);
