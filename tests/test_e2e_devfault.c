@@ -34,6 +34,7 @@ static uv_async_t stopper;
 static pthread_t loop_thread;
 static krylov_client_t *client;
 static char address[64];
+static const char *sweep_dir; /* the servers' files */
 
 /* ---- the server in this process ------------------------------------------------------------ */
 
@@ -50,30 +51,37 @@ static void *run_loop(void *arg)
     return NULL;
 }
 
-static int server_start(const char *dir)
+/* The server on 127.0.0.1:0, its files under dir; with a state directory (as in production) a
+ * refused allocation makes it evict the other matrices and run the request again, and an evicted
+ * matrix is reloaded on its next use. */
+static int server_start(const char *dir, int with_state)
 {
-    char port_file[256];
+    char port_file[256], state_dir[256];
     snprintf(port_file, sizeof(port_file), "%s/port", dir);
+    snprintf(state_dir, sizeof(state_dir), "%s/state", dir);
+    unlink(port_file);
     const char *device = getenv("KD_TEST_DEVICE");
-    char *argv[] = {"krylovd",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--port-file",
-                    port_file,
-                    "--device",
-                    device != NULL ? (char *)device : "auto",
-                    "--log-level",
-                    "error",
-                    "--warm-programs",
-                    "none",
-                    NULL};
+    char *argv[16] = {"krylovd",
+                      "--listen",
+                      "127.0.0.1:0",
+                      "--port-file",
+                      port_file,
+                      "--device",
+                      device != NULL ? (char *)device : "auto",
+                      "--warm-programs",
+                      "none"};
+    int argc = 9;
+    if (with_state) {
+        argv[argc++] = "--state-dir";
+        argv[argc++] = state_dir;
+    }
+    memset(&server, 0, sizeof(server));
     kd_config_t cfg;
     kd_config_defaults(&cfg);
     kd_log_set_level(KD_LOG_ERROR);
     kd_err_t err = {0};
-    if (kd_config_parse_args(&cfg, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv, &err) !=
-            KD_OK ||
-        uv_loop_init(&loop) != 0 || kd_server_init(&server, &loop, &cfg, &err) != KD_OK) {
+    if (kd_config_parse_args(&cfg, argc, argv, &err) != KD_OK || uv_loop_init(&loop) != 0 ||
+        kd_server_init(&server, &loop, &cfg, &err) != KD_OK) {
         fprintf(stderr, "server: %s\n", err.message);
         return -1;
     }
@@ -276,7 +284,16 @@ static const request_t requests[] = {
 static kd_csr_t *keeper; /* put before the sweep: must stay right throughout */
 static double *keeper_x;
 static char keeper_id[33];
-static int64_t keeper_bytes; /* server.status's device_bytes_used with only the keeper stored */
+
+/* The keeper's share of server.status's device_bytes_used: 0 while it is evicted (the server
+ * evicts every other matrix when the driver refuses an allocation, and reloads it on use). */
+static int64_t keeper_resident_bytes(void)
+{
+    krylov_matrix_info_t info;
+    if (krylov_info(client, keeper_id, &info) != KRYLOV_OK)
+        return -1;
+    return info.resident ? info.device_bytes : 0;
+}
 
 /* One sweep's inputs: the same matrix and vector for the counting run and every k, so that each
  * run takes the same path up to its fault. */
@@ -350,7 +367,7 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
     /* Pooled vectors would make a request's allocations depend on the runs before it. The worker
      * is idle between answered requests. */
     kd_pool_clear(server.pool);
-    const int64_t before = status_bytes();
+    const int64_t before = status_bytes() - keeper_resident_bytes();
     const uint64_t injected = kd_ocl_fault_injected();
     const uint64_t count0 = kd_ocl_fault_count(sw->kind);
     kd_ocl_fault_arm(sw->kind, k, sw->sticky);
@@ -366,6 +383,7 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
     const int64_t lost = unaccounted_bytes(&now);
     CHECK_MSG(lost == 0, "%s %s:%llu: %lld device bytes the server does not account for", where,
               kind, kk, (long long)lost);
+    now -= keeper_resident_bytes();
     krylov_matrix_info_t info = {.device_bytes = -1};
     if (rc == KRYLOV_OK &&
         is_put(sw->req)) /* the format (so the bytes) may differ from run to run */
@@ -403,7 +421,7 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
     }
     CHECK_MSG(rc == KRYLOV_OK && !wrong, "%s %s:%llu: the next request: %s%s", where, kind, kk,
               krylov_error_message(client), wrong ? " (wrong answer)" : "");
-    const int64_t next = status_bytes();
+    const int64_t next = status_bytes() - keeper_resident_bytes();
     if (!is_put(sw->req) && k > 0)
         CHECK_MSG(next == sw->after_ok,
                   "%s %s:%llu: device_bytes_used %lld after the next request, %lld without a fault",
@@ -413,9 +431,11 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
               krylov_error_message(client), wrong ? " (wrong answer)" : "");
     CHECK(krylov_drop(client, id) == KRYLOV_OK);
     int64_t left = 0;
-    CHECK_MSG(unaccounted_bytes(&left) == 0 && left == keeper_bytes,
-              "%s %s:%llu: after the drop: device bytes unaccounted, or %lld in use, not %lld",
-              where, kind, kk, (long long)left, (long long)keeper_bytes);
+    const int64_t lost_after = unaccounted_bytes(&left);
+    const int64_t keeper_bytes = keeper_resident_bytes();
+    CHECK_MSG(lost_after == 0 && left == keeper_bytes,
+              "%s %s:%llu: after the drop: %lld device bytes unaccounted, %lld in use, not %lld",
+              where, kind, kk, (long long)lost_after, (long long)left, (long long)keeper_bytes);
     return ops;
 }
 
@@ -437,14 +457,16 @@ static void sweep(const request_t *req, kd_ocl_fault_kind_t kind, int sticky)
     free(sw.v);
 }
 
-static void test_sweep(void)
+/* Every request under every kind of fault, one at a time; a fault on an allocation also sticky
+ * (every later allocation failing too), which is what reaches an answer through the server's
+ * evict-and-retry. With a state directory, only the allocation faults: the other kinds take
+ * no path that depends on it. */
+static void sweep_all(int with_state)
 {
     const char *only = getenv("KD_DEVFAULT_ONLY"); /* "REQUEST/KIND" while debugging one sweep */
+    printf("-- %s a state directory\n", with_state ? "with" : "without");
     for (size_t r = 0; r < REQUEST_COUNT; r++)
-        for (int kind = 0; kind < KD_OCL_FAULT_KINDS; kind++)
-            /* Sticky faults only for allocations: the server retries those (after giving up its
-             * pooled vectors and evicting), so a second failure takes another path; the other
-             * kinds fail the request at the first. */
+        for (int kind = 0; kind < (with_state ? 1 : KD_OCL_FAULT_KINDS); kind++)
             for (int sticky = 0; sticky < 1 + (kind == KD_OCL_FAULT_ALLOC); sticky++) {
                 char name[64];
                 snprintf(name, sizeof(name), "%s/%s", requests[r].name, kd_ocl_fault_name(kind));
@@ -453,28 +475,49 @@ static void test_sweep(void)
             }
 }
 
+/* One server, the keeper put first; its matrices dropped and its device memory all given back
+ * at the end. */
+static void serve_and_sweep(const char *dir, int with_state)
+{
+    REQUIRE(server_start(dir, with_state) == 0);
+    REQUIRE((client = krylov_client_new()) != NULL);
+    REQUIRE(krylov_connect(client, address) == KRYLOV_OK);
+    CHECK(put(keeper, keeper_id) == KRYLOV_OK);
+    sweep_all(with_state);
+    CHECK(krylov_drop(client, keeper_id) == KRYLOV_OK);
+    krylov_client_free(client);
+    client = NULL;
+    server_stop();
+    CHECK_MSG(kd_ocl_fault_live_bytes() == 0, "%lld device bytes live after the server stopped",
+              (long long)kd_ocl_fault_live_bytes());
+}
+
+static void test_sweep_without_state(void)
+{
+    serve_and_sweep(sweep_dir, 0);
+}
+
+static void test_sweep_with_state(void)
+{
+    serve_and_sweep(sweep_dir, 1);
+}
+
 int main(void)
 {
     kd_test_seed();
     char dir[] = "/tmp/kd-devfault-XXXXXX";
-    if (mkdtemp(dir) == NULL || server_start(dir) != 0 || (client = krylov_client_new()) == NULL ||
-        krylov_connect(client, address) != KRYLOV_OK) {
-        fprintf(stderr, "could not start the server in this process\n");
+    if (mkdtemp(dir) == NULL)
         return 1;
-    }
+    sweep_dir = dir;
     keeper = random_spd(9);
     keeper_x = random_vector(keeper->cols);
-    CHECK(put(keeper, keeper_id) == KRYLOV_OK);
-    keeper_bytes = status_bytes();
-    RUN(test_sweep);
+    RUN(test_sweep_without_state);
+    RUN(test_sweep_with_state);
     kd_csr_free(keeper);
     free(keeper_x);
-    krylov_client_free(client);
-    server_stop();
-    CHECK(kd_ocl_fault_live_bytes() == 0);
-    char port_file[64];
-    snprintf(port_file, sizeof(port_file), "%s/port", dir);
-    unlink(port_file);
-    rmdir(dir);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
     return kd_test_finish();
 }
