@@ -1,16 +1,19 @@
 /*
  * Device faults in the middle of a request (issue 21): with the test fault hook
- * (solver/ocl_fault.h, KD_TEST_HOOKS) the k-th buffer allocation, kernel launch, read-back or
- * upload of a request fails as the driver would report it, for every k the request reaches.
+ * (solver/ocl_fault.h, KD_TEST_HOOKS) the k-th buffer allocation, kernel launch, read-back,
+ * upload or device-side kernel run of a request fails as the driver would report it, for every k
+ * the request reaches.
  *
  * The server runs in this process (kd_server_init / kd_server_run on a thread, a real loopback
  * socket, libkrylov as the client), so the hook is re-armed between requests instead of starting
- * a daemon per k. For each request kind (matrix.put, spmv, solve with cg + jacobi, solve with
- * cg + ilu0) and each fault kind, a counting run on a fresh matrix learns how many operations N
- * the request makes; then for k = 1..N, on a fresh matrix each time, the k-th one fails and:
+ * a daemon per k. For each request (matrix.put, a put timed by format selection, spmv, solves
+ * with cg + jacobi, cg + ic0, cg + amg, gmres + jacobi on two columns) and each fault kind, a
+ * counting run learns how many operations N the request makes; then for k = 1..N, on the same
+ * matrix and vector (put again, the pool emptied, so that each run takes the same path), the
+ * k-th one fails and:
  *   - the request gets a clean error: DEVICE_MEMORY for an allocation, DEVICE_ERROR for the rest,
- *     the message naming the OpenCL call; or, where the server recovers (a pinned host buffer
- *     it can do without, an allocation retried after giving up pooled vectors), a right answer;
+ *     the message naming the OpenCL call; or, where the server recovers (an optional buffer it
+ *     does without, a request run again after evicting the other matrices), a right answer;
  *   - the device bytes the driver really holds (a destructor callback on every buffer) equal what
  *     the server accounts for (server.status's device_bytes_used plus the vector pool), and
  *     server.status is back where it was (or where a successful request leaves it);
@@ -385,8 +388,8 @@ static uint64_t run_once(sweep_t *sw, uint64_t k)
               kind, kk, (long long)lost);
     now -= keeper_resident_bytes();
     krylov_matrix_info_t info = {.device_bytes = -1};
-    if (rc == KRYLOV_OK &&
-        is_put(sw->req)) /* the format (so the bytes) may differ from run to run */
+    /* a put's format, so its bytes, may differ from run to run */
+    if (rc == KRYLOV_OK && is_put(sw->req))
         CHECK_MSG(krylov_info(client, id, &info) == KRYLOV_OK && now - before == info.device_bytes,
                   "put %s:%llu: device_bytes_used went from %lld to %lld for a matrix of %lld",
                   kind, kk, (long long)before, (long long)now, (long long)info.device_bytes);
