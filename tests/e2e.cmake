@@ -47,5 +47,6 @@ add_dependencies(test_e2e_tls krylovd)
 # a solve fails (solver/ocl_fault.h) for every k; a clean error, no device bytes lost, the next
 # request right. Needs the hook compiled in.
 if(KD_TEST_HOOKS)
-  kd_add_test(test_e2e_devfault SOURCES test_e2e_devfault.c LIBS kd_server krylov LABELS e2e)
+  kd_add_test(test_e2e_devfault SOURCES test_e2e_devfault.c LIBS kd_server krylov LABELS e2e
+              TIMEOUT 900)
 endif()

@@ -29,6 +29,7 @@
 #include "solver/pool.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 static kd_server_t server;
@@ -193,8 +194,8 @@ static int spmv_right(const char *id, const kd_csr_t *A, const double *x, int *w
 
 /* KRYLOV_OK and converged columns x with ||b - A x|| / ||b|| <= 1e-7 (computed here), or the
  * error. b holds nrhs columns. */
-static int solve_right(const char *id, const kd_csr_t *A, const double *b, const char *method,
-                       const char *precond, int64_t nrhs, int *wrong)
+static int solve_right(krylov_client_t *conn, const char *id, const kd_csr_t *A, const double *b,
+                       const char *method, const char *precond, int64_t nrhs, int *wrong)
 {
     const int64_t n = A->rows;
     double *x = malloc((size_t)(n * nrhs) * sizeof(double));
@@ -208,7 +209,7 @@ static int solve_right(const char *id, const kd_csr_t *A, const double *b, const
     opt.nrhs = nrhs;
     krylov_solve_result_t res[2];
     memset(res, 0, sizeof(res));
-    int rc = krylov_solve(client, id, b, n, &opt, x, res);
+    int rc = krylov_solve(conn, id, b, n, &opt, x, res);
     *wrong = 0;
     for (int64_t c = 0; rc == KRYLOV_OK && c < nrhs; c++) {
         const double *bc = b + c * n, *xc = x + c * n;
@@ -323,7 +324,7 @@ static int request_run(const sweep_t *sw, char *id, int *wrong)
         return put(sw->A, id);
     if (req->spmv)
         return spmv_right(id, sw->A, sw->v, wrong);
-    return solve_right(id, sw->A, sw->v, req->method, req->precond, req->nrhs, wrong);
+    return solve_right(client, id, sw->A, sw->v, req->method, req->precond, req->nrhs, wrong);
 }
 
 /* What the message must name: the refused call, or for a launch that fails on the device the
@@ -466,7 +467,8 @@ static void sweep(const request_t *req, kd_ocl_fault_kind_t kind, int sticky)
  * no path that depends on it. */
 static void sweep_all(int with_state)
 {
-    const char *only = getenv("KD_DEVFAULT_ONLY"); /* "REQUEST/KIND" while debugging one sweep */
+    /* while debugging: "REQUEST/KIND" runs that sweep alone, "beside" the spmv beside a solve */
+    const char *only = getenv("KD_DEVFAULT_ONLY");
     printf("-- %s a state directory\n", with_state ? "with" : "without");
     for (size_t r = 0; r < REQUEST_COUNT; r++)
         for (int kind = 0; kind < (with_state ? 1 : KD_OCL_FAULT_KINDS); kind++)
@@ -478,6 +480,88 @@ static void sweep_all(int with_state)
             }
 }
 
+/* ---- spmv beside a solve ---------------------------------------------------------------------
+ * A long solve on one connection while spmv requests on another are served at its checks, on the
+ * device's express queue (server/spmv.c), with a fault armed a few operations ahead: whichever
+ * request it hits, each answers right or with a clean error, and the device bytes are all
+ * accounted for afterwards. Not a sweep: which request meets the fault depends on timing. */
+
+typedef struct beside {
+    const char *id;
+    const kd_csr_t *A;
+    const double *b;
+    int rc, wrong;
+    char code[32];
+    atomic_int done;
+} beside_t;
+
+static void *beside_solve(void *arg)
+{
+    beside_t *s = arg;
+    krylov_client_t *c = krylov_client_new();
+    s->rc = c != NULL && krylov_connect(c, address) == KRYLOV_OK
+                ? solve_right(c, s->id, s->A, s->b, "cg", "none", 1, &s->wrong)
+                : KRYLOV_EINTERNAL;
+    snprintf(s->code, sizeof(s->code), "%s", c != NULL ? krylov_error_code(c) : "");
+    krylov_client_free(c);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void test_beside_solve(void)
+{
+    kd_csr_t *A = random_spd(24);
+    double *b = random_vector(A->rows);
+    int64_t solve_errors = 0, spmv_errors = 0, spmvs = 0;
+    for (int round = 0; round < 20; round++) {
+        const kd_ocl_fault_kind_t kind = (kd_ocl_fault_kind_t)(round % KD_OCL_FAULT_KINDS);
+        char id[33] = "";
+        REQUIRE(put(A, id) == KRYLOV_OK);
+        beside_t s = {.id = id, .A = A, .b = b};
+        atomic_init(&s.done, 0);
+        pthread_t t;
+        REQUIRE(pthread_create(&t, NULL, beside_solve, &s) == 0);
+        usleep(2000); /* let the solve start: the spmv requests then wait for its checks */
+        for (int i = 0; i < 8 && !atomic_load(&s.done); i++) {
+            int wrong = 0;
+            kd_ocl_fault_arm(kind, 1 + (uint64_t)kd_test_rand_below(4), 0);
+            int rc = spmv_right(keeper_id, keeper, keeper_x, &wrong);
+            spmvs++;
+            if (rc != KRYLOV_OK) {
+                const char *code = krylov_error_code(client);
+                CHECK_MSG(strcmp(code, "DEVICE_ERROR") == 0 || strcmp(code, "DEVICE_MEMORY") == 0,
+                          "spmv beside a solve, %s fault: %s (%s)", kd_ocl_fault_name(kind), code,
+                          krylov_error_message(client));
+                spmv_errors++;
+            }
+            CHECK_MSG(!wrong, "spmv beside a solve, %s fault: a wrong answer",
+                      kd_ocl_fault_name(kind));
+        }
+        pthread_join(t, NULL);
+        kd_ocl_fault_arm(kind, 0, 0);
+        if (s.rc != KRYLOV_OK) {
+            CHECK_MSG(strcmp(s.code, "DEVICE_ERROR") == 0 || strcmp(s.code, "DEVICE_MEMORY") == 0,
+                      "solve beside spmv, %s fault: %s", kd_ocl_fault_name(kind), s.code);
+            solve_errors++;
+        }
+        CHECK_MSG(!s.wrong, "solve beside spmv, %s fault: a wrong answer", kd_ocl_fault_name(kind));
+        int64_t used = 0;
+        CHECK_MSG(unaccounted_bytes(&used) == 0, "beside a solve, %s fault: device bytes lost",
+                  kd_ocl_fault_name(kind));
+        int wrong = 0;
+        CHECK(solve_right(client, id, A, b, "cg", "none", 1, &wrong) == KRYLOV_OK && !wrong);
+        CHECK(spmv_right(keeper_id, keeper, keeper_x, &wrong) == KRYLOV_OK && !wrong);
+        CHECK(krylov_drop(client, id) == KRYLOV_OK);
+    }
+    const uint64_t beside = atomic_load(&server.spmv_stats.beside_solve);
+    printf("beside a solve: %lld spmv requests (%llu served at a solve's check), %lld failed; "
+           "20 solves, %lld failed\n",
+           (long long)spmvs, (unsigned long long)beside, (long long)spmv_errors,
+           (long long)solve_errors);
+    kd_csr_free(A);
+    free(b);
+}
+
 /* One server, the keeper put first; its matrices dropped and its device memory all given back
  * at the end. */
 static void serve_and_sweep(const char *dir, int with_state)
@@ -487,6 +571,9 @@ static void serve_and_sweep(const char *dir, int with_state)
     REQUIRE(krylov_connect(client, address) == KRYLOV_OK);
     CHECK(put(keeper, keeper_id) == KRYLOV_OK);
     sweep_all(with_state);
+    const char *only = getenv("KD_DEVFAULT_ONLY");
+    if (!with_state && (only == NULL || strcmp(only, "beside") == 0))
+        test_beside_solve();
     CHECK(krylov_drop(client, keeper_id) == KRYLOV_OK);
     krylov_client_free(client);
     client = NULL;
