@@ -35,7 +35,8 @@ typedef enum kd_ocl_fault_kind {
 
 #ifdef KD_TEST_HOOKS
 /* Count one operation of `kind`; CL_SUCCESS, or the status to fail it with when it is the armed
- * one (the hook then disarms). */
+ * one (the hook then disarms, unless armed sticky) or, for a read-back or upload, when an exec
+ * fault has not been reported yet. */
 cl_int kd_ocl_fault_check(kd_ocl_fault_kind_t kind);
 /* Count mem's bytes as live until the driver destroys it (kd_ocl_fault_live_bytes). */
 void kd_ocl_fault_track(cl_mem mem, size_t bytes);
