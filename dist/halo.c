@@ -99,15 +99,23 @@ int kd_dist_halo_start(kd_dist_matrix_t *m, const kd_multivec_t *X, cl_event *re
     if (rc != KD_OK)
         return rc;
     const size_t bytes = (size_t)sends * (size_t)X->k * kd_dtype_size(b->dtype);
+    const char *call = "clFlush";
     cl_int st = clFlush(kd_ocl_queue(m->ocl));
-    if (st == CL_SUCCESS)
-        st = clEnqueueReadBuffer(m->copy, m->send_dev, CL_FALSE, 0, bytes, m->send_host, 1,
+    if (st == CL_SUCCESS) {
+        call = "clEnqueueReadBuffer";
+        st = kd_ocl_enqueue_read(m->copy, m->send_dev, CL_FALSE, 0, bytes, m->send_host, 1,
                                  &gathered, read);
-    if (st == CL_SUCCESS)
+    }
+    if (st == CL_SUCCESS) {
+        call = "clFlush";
         st = clFlush(m->copy);
+    }
     clReleaseEvent(gathered);
     m->time.gather_ns += kd_clock_ns() - t0;
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading the halo's send entries");
+    if (st == CL_SUCCESS)
+        return KD_OK;
+    kd_ocl_fail(err, st, call);
+    return kd_err_prefix(err, "reading the halo's send entries");
 }
 
 /* Post every receive and send of the exchange and wait for all of them. */
@@ -180,13 +188,19 @@ int kd_dist_halo_finish(kd_dist_matrix_t *m, int64_t k, cl_event read, kd_err_t 
     /* column by column (the multivector's columns are padded to ld); the last write's event
      * stands for all of them on the in-order copy queue */
     cl_int st = CL_SUCCESS;
+    const char *call = "clEnqueueWriteBuffer";
     for (int64_t c = 0; st == CL_SUCCESS && c < k; c++)
-        st = clEnqueueWriteBuffer(m->copy, m->ghosts.mem, CL_FALSE,
+        st = kd_ocl_enqueue_write(m->copy, m->ghosts.mem, CL_FALSE,
                                   (size_t)c * (size_t)m->ghosts.ld * v, (size_t)ghosts * v,
                                   (const char *)column_major + (size_t)c * (size_t)ghosts * v, 0,
                                   NULL, c == k - 1 ? &m->ghost_write : NULL);
-    if (st == CL_SUCCESS)
+    if (st == CL_SUCCESS) {
+        call = "clFlush";
         st = clFlush(m->copy);
+    }
     m->time.ghost_ns += kd_clock_ns() - t1;
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "writing the ghosts");
+    if (st == CL_SUCCESS)
+        return KD_OK;
+    kd_ocl_fail(err, st, call);
+    return kd_err_prefix(err, "writing the ghosts");
 }

@@ -85,7 +85,7 @@ static int kd_amg_read(kd_ocl_t *ocl, cl_mem mem, size_t bytes, void *dst, kd_er
     if (bytes == 0)
         return KD_OK;
     const cl_int st =
-        clEnqueueReadBuffer(kd_ocl_queue(ocl), mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+        kd_ocl_enqueue_read(kd_ocl_queue(ocl), mem, CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer (amg tail)");
 }
 

@@ -156,7 +156,7 @@ int kd_blas_read_slot(kd_blas_t *blas, kd_blas_slot_t slot, double *out, kd_err_
         return kd_err_set(err, KD_EINTERNAL, "no scalar slot %d", (int)slot);
     unsigned char value[8];
     size_t vsize = kd_dtype_size(blas->dtype);
-    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(blas->ocl), blas->scalars, CL_TRUE,
+    cl_int st = kd_ocl_enqueue_read(kd_ocl_queue(blas->ocl), blas->scalars, CL_TRUE,
                                     (size_t)slot * vsize, vsize, value, 0, NULL, NULL);
     if (st != CL_SUCCESS)
         return kd_ocl_fail(err, st, "clEnqueueReadBuffer (solver scalar)");

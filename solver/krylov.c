@@ -192,12 +192,15 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, int64_t n, int64_t ld, int64
         kd_store_real(host, dtype, (size_t)c, threshold[c]);
     cl_command_queue q = kd_ocl_queue(ocl);
     cl_long zero = 0, limit64 = (cl_long)limit;
+    const char *call = "clEnqueueWriteBuffer";
     cl_int st =
-        clEnqueueWriteBuffer(q, kr->threshold, CL_TRUE, 0, (size_t)k * vsize, host, 0, NULL, NULL);
+        kd_ocl_enqueue_write(q, kr->threshold, CL_TRUE, 0, (size_t)k * vsize, host, 0, NULL, NULL);
     free(host);
-    if (st == CL_SUCCESS)
+    if (st == CL_SUCCESS) {
+        call = "clEnqueueFillBuffer";
         st = clEnqueueFillBuffer(q, kr->scalars, &zero, vsize, 0,
                                  2 * (size_t)k * KD_KRYLOV_SLOTS * vsize, 0, NULL, NULL);
+    }
     if (st == CL_SUCCESS)
         st = clEnqueueFillBuffer(q, kr->state, &zero, sizeof(zero), 0,
                                  4 * (size_t)k * sizeof(cl_long), 0, NULL, NULL);
@@ -205,7 +208,8 @@ int kd_krylov_init(kd_ocl_t *ocl, kd_dtype_t dtype, int64_t n, int64_t ld, int64
         st = clEnqueueFillBuffer(q, kr->limits, &limit64, sizeof(limit64), 0,
                                  (size_t)k * sizeof(cl_long), 0, NULL, NULL);
     if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "initialising the solver scalars");
+        rc = kd_ocl_fail(err, st, call);
+        kd_err_prefix(err, "initialising the solver scalars");
         goto fail;
     }
     return KD_OK;
@@ -348,7 +352,7 @@ static int kd_krylov_write_mask(kd_krylov_t *kr, const int *mask, kd_err_t *err)
                               (long long)kr->k);
         memcpy(kr->mask_host, mask, (size_t)kr->k * sizeof(int));
     }
-    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->mask, CL_TRUE, 0,
+    cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(kr->ocl), kr->mask, CL_TRUE, 0,
                                      (size_t)kr->k * sizeof(cl_int), mask, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (column masks)");
 }
@@ -431,7 +435,7 @@ int kd_krylov_norms(kd_krylov_t *kr, const kd_multivec_t *t, const int *mask, do
     unsigned char *host = malloc((size_t)kr->k * vsize);
     if (host == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld norms", (long long)kr->k);
-    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(kr->ocl), kr->norms, CL_TRUE, 0,
+    cl_int st = kd_ocl_enqueue_read(kd_ocl_queue(kr->ocl), kr->norms, CL_TRUE, 0,
                                     (size_t)kr->k * vsize, host, 0, NULL, NULL);
     if (st == CL_SUCCESS) {
         for (int64_t c = 0; c < kr->k; c++)
@@ -490,12 +494,17 @@ int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_
                            &packed, err);
     if (rc != KD_OK)
         return rc;
+    const char *call = "clFlush";
     cl_int st = clFlush(q);
-    if (st == CL_SUCCESS)
-        st = clEnqueueReadBuffer(kr->read_queue, kr->snapshot_slots[snap->slot], CL_FALSE, 0, bytes,
+    if (st == CL_SUCCESS) {
+        call = "clEnqueueReadBuffer";
+        st = kd_ocl_enqueue_read(kr->read_queue, kr->snapshot_slots[snap->slot], CL_FALSE, 0, bytes,
                                  snap->raw, 1, &packed, &snap->done);
-    if (st == CL_SUCCESS)
+    }
+    if (st == CL_SUCCESS) {
+        call = "clFlush";
         st = clFlush(kr->read_queue);
+    }
     if (packed != NULL)
         clReleaseEvent(packed);
     if (st != CL_SUCCESS) {
@@ -505,7 +514,8 @@ int kd_krylov_read_start(kd_krylov_t *kr, int64_t iteration, kd_krylov_snapshot_
         if (snap->done != NULL)
             clReleaseEvent(snap->done);
         snap->done = NULL;
-        return kd_ocl_fail(err, st, "reading the solver state");
+        kd_ocl_fail(err, st, call);
+        return kd_err_prefix(err, "reading the solver state");
     }
     snap->iteration = iteration;
     return KD_OK;
@@ -561,7 +571,7 @@ int kd_krylov_read(kd_krylov_t *kr, int64_t iteration, kd_krylov_column_t *out, 
 int kd_krylov_set_limit(kd_krylov_t *kr, int64_t c, int64_t limit, kd_err_t *err)
 {
     cl_long word = (cl_long)limit;
-    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->limits, CL_TRUE,
+    cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(kr->ocl), kr->limits, CL_TRUE,
                                      (size_t)c * sizeof(word), sizeof(word), &word, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (limits)");
 }
@@ -571,7 +581,7 @@ int kd_krylov_stop(kd_krylov_t *kr, int64_t c, int64_t iteration, kd_err_t *err)
     cl_long word[2] = {KD_KRYLOV_STOPPED, (cl_long)iteration};
     size_t offset =
         ((size_t)kd_krylov_parity(iteration) * (size_t)kr->k + (size_t)c) * sizeof(word);
-    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), kr->state, CL_TRUE, offset,
+    cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(kr->ocl), kr->state, CL_TRUE, offset,
                                      sizeof(word), word, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (solver state)");
 }

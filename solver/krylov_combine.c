@@ -87,17 +87,22 @@ static int kd_krylov_combine_read(kd_krylov_t *kr, size_t *offsets, size_t *alph
         size_t count;
         const size_t at = kd_krylov_pending_at(kr, &kr->pending[i], &count);
         cl_mem buf = kr->pending[i].res ? kr->res_partials : kr->dot_partials;
-        st = clEnqueueReadBuffer(q, buf, CL_FALSE, at * v, count * v, host + offsets[i] * v, 0,
+        st = kd_ocl_enqueue_read(q, buf, CL_FALSE, at * v, count * v, host + offsets[i] * v, 0,
                                  NULL, NULL);
     }
     if (st == CL_SUCCESS && alpha_parity >= 0)
-        st = clEnqueueReadBuffer(q, kr->scalars, CL_FALSE, (size_t)alpha_parity * slots * v,
+        st = kd_ocl_enqueue_read(q, kr->scalars, CL_FALSE, (size_t)alpha_parity * slots * v,
                                  slots * v, host + total * v, 0, NULL, NULL);
     if (st == CL_SUCCESS) /* the device then idles until the sums return: each such wait costs
                            * about 85 us beyond the work before it on NVIDIA's OpenCL, polling
                            * the event instead measured no faster (docs/BENCHMARKS.md, issue 19) */
-        st = clFinish(q);
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "reading partial sums to combine");
+        return (st = clFinish(q)) == CL_SUCCESS
+                   ? KD_OK
+                   : kd_ocl_fail(err, st, "clFinish (reading partial sums to combine)");
+    /* The reads enqueued before the one refused still write into the host buffer: let them
+     * finish before the caller reuses or frees it. */
+    (void)clFinish(q);
+    return kd_ocl_fail(err, st, "clEnqueueReadBuffer (partial sums to combine)");
 }
 
 int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
@@ -166,6 +171,7 @@ int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
                         kd_store_real(host, t, base + g, 0.0);
                 }
         cl_int st = CL_SUCCESS;
+        const char *call = "clEnqueueWriteBuffer";
         for (int i = 0; st == CL_SUCCESS && i < kr->npending; i++) {
             size_t count;
             const size_t at = kd_krylov_pending_at(kr, &kr->pending[i], &count);
@@ -173,13 +179,17 @@ int kd_krylov_combine(kd_krylov_t *kr, const char *what, kd_err_t *err)
             /* not waited for: the next combine reads into the host buffer and rewrites it only
              * after its clFinish, which on the in-order queue comes after these writes (and
              * a larger buffer or the release waits for them first) */
-            st = clEnqueueWriteBuffer(kd_ocl_queue(kr->ocl), buf, CL_FALSE, at * v, count * v,
+            st = kd_ocl_enqueue_write(kd_ocl_queue(kr->ocl), buf, CL_FALSE, at * v, count * v,
                                       host + offsets[i] * v, 0, NULL, NULL);
         }
-        if (st == CL_SUCCESS)
+        if (st == CL_SUCCESS) {
+            call = "clFlush";
             st = clFlush(kd_ocl_queue(kr->ocl));
-        if (st != CL_SUCCESS)
-            rc = kd_ocl_fail(err, st, "writing combined sums back");
+        }
+        if (st != CL_SUCCESS) {
+            rc = kd_ocl_fail(err, st, call);
+            kd_err_prefix(err, "writing combined sums back");
+        }
     }
     free(sums);
     kr->npending = 0;

@@ -215,7 +215,7 @@ int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, co
     if (rc != KD_OK)
         return rc;
     cl_int st =
-        clEnqueueWriteBuffer(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         clReleaseMemObject(*out);
         *out = NULL;

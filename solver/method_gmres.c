@@ -124,7 +124,7 @@ static void kd_gmres_finish_state(kd_solve_run_t *run)
 static int kd_gmres_write_cstart(kd_solve_run_t *run, kd_err_t *err)
 {
     kd_gmres_t *g = run->method_state;
-    cl_int st = clEnqueueWriteBuffer(kd_ocl_queue(run->ocl), g->cstart, CL_TRUE, 0,
+    cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(run->ocl), g->cstart, CL_TRUE, 0,
                                      (size_t)run->k * sizeof(cl_long), g->cstart_host, 0, NULL,
                                      NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (gmres cycles)");

@@ -13,6 +13,7 @@
  * every program up before it says READY (solver/programs.c), so requests find them built.
  */
 #include "solver/ocl.h"
+#include "solver/ocl_fault.h"
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -475,6 +476,7 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory opening an OpenCL device");
         goto fail;
     }
+    kd_ocl_fault_from_env();
     ocl->desc = list[pick];
     ocl->real_fp64 = ocl->desc.has_fp64;
 
@@ -578,6 +580,8 @@ size_t kd_ocl_work_group_size(const kd_ocl_t *ocl)
 int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err)
 {
     cl_int st = clFinish(ocl->queue);
+    if (st == CL_SUCCESS)
+        st = kd_ocl_fault_finish();
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clFinish");
 }
 
@@ -619,8 +623,9 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
                           "one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
                           what, bytes, (unsigned long long)ocl->desc.max_alloc_bytes,
                           ocl->desc.index, ocl->desc.name);
-    cl_int st = CL_SUCCESS;
-    cl_mem mem = clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st);
+    cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_ALLOC);
+    cl_mem mem =
+        st == CL_SUCCESS ? clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st) : NULL;
     if (mem == NULL || st != CL_SUCCESS) {
         if (mem != NULL)
             clReleaseMemObject(mem);
@@ -628,6 +633,7 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
         kd_err_prefix(err, "allocating %zu bytes of device memory for %s", bytes, what);
         return code;
     }
+    kd_ocl_fault_track(mem, bytes);
     *out = mem;
     return KD_OK;
 }
@@ -706,8 +712,12 @@ static int kd_ocl_enqueue(kd_ocl_t *ocl, cl_kernel kernel, const char *what, kd_
 {
     cl_event ev = NULL;
     const int want = ocl->timing || event != NULL || ocl->kprof != NULL;
-    cl_int st = clEnqueueNDRangeKernel(ocl->queue, kernel, range.dims, NULL, range.global,
-                                       range.local, 0, NULL, want ? &ev : NULL);
+    cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_LAUNCH);
+    if (st == CL_SUCCESS && kd_ocl_fault_drop_launch())
+        st = clEnqueueMarkerWithWaitList(ocl->queue, 0, NULL, want ? &ev : NULL);
+    else if (st == CL_SUCCESS)
+        st = clEnqueueNDRangeKernel(ocl->queue, kernel, range.dims, NULL, range.global, range.local,
+                                    0, NULL, want ? &ev : NULL);
     if (st != CL_SUCCESS) {
         int code = kd_ocl_fail(err, st, "clEnqueueNDRangeKernel");
         kd_err_prefix(err, "launching %s over %zu x %zu work-items", what, range.global[0],
@@ -803,6 +813,8 @@ int kd_ocl_event_span_ms(cl_event first, cl_event last, double *ms, kd_err_t *er
     if (first != NULL && last != NULL) {
         cl_ulong start = 0, end = 0;
         cl_int st = clWaitForEvents(1, &last);
+        if (st == CL_SUCCESS)
+            st = kd_ocl_fault_finish();
         if (st == CL_SUCCESS)
             st = clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof(start), &start,
                                          NULL);
@@ -1383,10 +1395,12 @@ void kd_ocl_set_staging(kd_ocl_t *ocl, int on)
 
 void *kd_ocl_host_alloc(kd_ocl_t *ocl, size_t bytes, cl_mem *mem, cl_int *status)
 {
-    cl_int st = CL_SUCCESS;
+    cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_ALLOC);
     void *p = NULL;
-    *mem =
-        clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &st);
+    *mem = st == CL_SUCCESS
+               ? clCreateBuffer(ocl->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes,
+                                NULL, &st)
+               : NULL;
     if (st == CL_SUCCESS && *mem != NULL)
         p = clEnqueueMapBuffer(ocl->queue, *mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
                                NULL, NULL, &st);
@@ -1438,8 +1452,8 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
     cl_int st = CL_SUCCESS;
     if (stage == NULL) {
         st = write
-                 ? clEnqueueWriteBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, NULL)
-                 : clEnqueueReadBuffer(ocl->queue, mem, CL_TRUE, offset, bytes, dst, 0, NULL, NULL);
+                 ? kd_ocl_enqueue_write(ocl->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, NULL)
+                 : kd_ocl_enqueue_read(ocl->queue, mem, CL_TRUE, offset, bytes, dst, 0, NULL, NULL);
         return st == CL_SUCCESS
                    ? KD_OK
                    : kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
@@ -1465,10 +1479,10 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
         char *half = stage + (size_t)h * KD_OCL_STAGING_CHUNK;
         if (write) {
             memcpy(half, (const char *)src + at, len);
-            st = clEnqueueWriteBuffer(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
+            st = kd_ocl_enqueue_write(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
                                       &ev[h]);
         } else {
-            st = clEnqueueReadBuffer(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
+            st = kd_ocl_enqueue_read(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
                                      &ev[h]);
         }
         pend_at[h] = at;
@@ -1492,17 +1506,37 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
                                                 : "clEnqueueReadBuffer (staged)");
 }
 
+cl_int kd_ocl_enqueue_read(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
+                           size_t bytes, void *dst, cl_uint nwait, const cl_event *wait,
+                           cl_event *event)
+{
+    cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_READ);
+    return st != CL_SUCCESS
+               ? st
+               : clEnqueueReadBuffer(queue, mem, blocking, offset, bytes, dst, nwait, wait, event);
+}
+
+cl_int kd_ocl_enqueue_write(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
+                            size_t bytes, const void *src, cl_uint nwait, const cl_event *wait,
+                            cl_event *event)
+{
+    cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_WRITE);
+    return st != CL_SUCCESS
+               ? st
+               : clEnqueueWriteBuffer(queue, mem, blocking, offset, bytes, src, nwait, wait, event);
+}
+
 int kd_ocl_write_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
                        kd_err_t *err)
 {
-    cl_int st = clEnqueueWriteBuffer(ocl->queue, mem, CL_FALSE, offset, bytes, src, 0, NULL, NULL);
+    cl_int st = kd_ocl_enqueue_write(ocl->queue, mem, CL_FALSE, offset, bytes, src, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
 }
 
 int kd_ocl_read_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst,
                       kd_err_t *err)
 {
-    cl_int st = clEnqueueReadBuffer(ocl->queue, mem, CL_FALSE, offset, bytes, dst, 0, NULL, NULL);
+    cl_int st = kd_ocl_enqueue_read(ocl->queue, mem, CL_FALSE, offset, bytes, dst, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueReadBuffer");
 }
 

@@ -170,6 +170,15 @@ int kd_ocl_write(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const v
 int kd_ocl_read(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, void *dst, kd_err_t *err);
 void kd_ocl_set_staging(kd_ocl_t *ocl, int on);
 
+/* clEnqueueReadBuffer / clEnqueueWriteBuffer, same arguments and result, through the test fault
+ * hook (solver/ocl_fault.h): every read-back and upload goes through one of these. */
+cl_int kd_ocl_enqueue_read(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
+                           size_t bytes, void *dst, cl_uint nwait, const cl_event *wait,
+                           cl_event *event);
+cl_int kd_ocl_enqueue_write(cl_command_queue queue, cl_mem mem, cl_bool blocking, size_t offset,
+                            size_t bytes, const void *src, cl_uint nwait, const cl_event *wait,
+                            cl_event *event);
+
 /* bytes of page-locked host memory (CL_MEM_ALLOC_HOST_PTR, mapped once and kept mapped), *mem
  * its buffer: a copy between it and a device buffer is a plain DMA, where NVIDIA's OpenCL moves
  * pageable memory at 3-6 GB/s. NULL (and *mem NULL, *status the CL error when status is given)

@@ -60,7 +60,7 @@ static int kd_csr_device_write(kd_ocl_t *ocl, const void *host, size_t bytes, co
     if (rc != KD_OK)
         return rc;
     cl_int st =
-        clEnqueueWriteBuffer(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
         kd_err_prefix(err, "copying %s to the device", what);
@@ -107,13 +107,13 @@ int kd_csr_device_download(kd_ocl_t *ocl, const kd_csr_device_t *dev, kd_csr_t *
         return rc;
     cl_command_queue q = kd_ocl_queue(ocl);
     cl_int st =
-        clEnqueueReadBuffer(q, dev->indptr, CL_TRUE, 0, ((size_t)dev->rows + 1) * sizeof(int32_t),
+        kd_ocl_enqueue_read(q, dev->indptr, CL_TRUE, 0, ((size_t)dev->rows + 1) * sizeof(int32_t),
                             csr->indptr, 0, NULL, NULL);
     if (st == CL_SUCCESS && dev->nnz > 0)
-        st = clEnqueueReadBuffer(q, dev->indices, CL_TRUE, 0, (size_t)dev->nnz * sizeof(int32_t),
+        st = kd_ocl_enqueue_read(q, dev->indices, CL_TRUE, 0, (size_t)dev->nnz * sizeof(int32_t),
                                  csr->indices, 0, NULL, NULL);
     if (st == CL_SUCCESS && dev->nnz > 0)
-        st = clEnqueueReadBuffer(q, dev->values, CL_TRUE, 0,
+        st = kd_ocl_enqueue_read(q, dev->values, CL_TRUE, 0,
                                  (size_t)dev->nnz * kd_dtype_size(dev->dtype), csr->values, 0, NULL,
                                  NULL);
     if (st != CL_SUCCESS) {
@@ -234,7 +234,7 @@ static int kd_spgemm_launch(kd_spgemm_run_t *run, const char *name, size_t group
 /* Enqueue a read of the header; blocking unless ev is given. */
 static int kd_spgemm_read_head(kd_spgemm_run_t *run, cl_event *ev, kd_err_t *err)
 {
-    cl_int st = clEnqueueReadBuffer(kd_ocl_queue(run->ocl), run->head, ev == NULL, 0,
+    cl_int st = kd_ocl_enqueue_read(kd_ocl_queue(run->ocl), run->head, ev == NULL, 0,
                                     sizeof(run->head_host), run->head_host, 0, NULL, ev);
     if (st != CL_SUCCESS) {
         kd_ocl_fail(err, st, "clEnqueueReadBuffer");

@@ -73,9 +73,9 @@ static int kd_vec_transfer(kd_ocl_t *ocl, const kd_vec_t *v, const void *src, vo
         if (write)
             kd_convert_real(tmp, v->dtype, src, host_dtype, n);
     }
-    cl_int st = write ? clEnqueueWriteBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+    cl_int st = write ? kd_ocl_enqueue_write(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
                                              tmp != NULL ? tmp : src, 0, NULL, NULL)
-                      : clEnqueueReadBuffer(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
+                      : kd_ocl_enqueue_read(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
                                             tmp != NULL ? tmp : dst, 0, NULL, NULL);
     if (st != CL_SUCCESS) {
         rc = kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
