@@ -26,6 +26,8 @@
 
 #include <stdint.h>
 
+#define KD_CLIMEM_SHARE_MAX ((size_t)32 << 20) /* the automatic share's ceiling */
+
 static const char *const kd_evict_names[KD_EVICT_REASONS] = {
     [KD_EVICT_CLIENT_MEMORY] = "client_memory",
 };
@@ -67,7 +69,11 @@ int kd_climem_init(kd_server_t *server, kd_err_t *err)
 {
     kd_client_mem_t *m = &server->climem;
     m->cap = server->cfg.client_memory; /* resolved by kd_hostmem_check */
-    m->share = server->cfg.connection_memory > 0 ? server->cfg.connection_memory : m->cap / 8;
+    /* Default: what one client may have queued for the device (and so what an honest client may
+     * wait behind per pipelining client) stays small; 32 MiB is still a few large requests. */
+    m->share = server->cfg.connection_memory > 0  ? server->cfg.connection_memory
+               : m->cap / 8 < KD_CLIMEM_SHARE_MAX ? m->cap / 8
+                                                  : KD_CLIMEM_SHARE_MAX;
     if (m->share > m->cap)
         return kd_err_set(err, KD_EBADREQ,
                           "--connection-memory %zu is more than --client-memory %zu: one client "

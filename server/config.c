@@ -145,7 +145,7 @@ void kd_config_print_usage(const char *argv0)
         "                             together; over it the largest client is closed (default\n"
         "                             0: min(1G, RAM/8))\n"
         "  --connection-memory SIZE   one client's requests in flight and unread replies before\n"
-        "                             reading it pauses (default 0: client-memory / 8)\n"
+        "                             reading it pauses (default 0: min(client-memory/8, 32M))\n"
         "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
         "never)\n"
         "  --message-timeout-ms MS    close a connection whose message takes longer to arrive\n"

@@ -49,7 +49,8 @@ typedef struct kd_config {
     size_t client_memory;       /* bytes all connections together may hold (conn.c); 0 = auto:
                                    min(1 GiB, RAM / 8) */
     size_t connection_memory;   /* bytes of requests in flight and replies unread one connection
-                                   may hold before its reading pauses; 0 = auto: client_memory / 8 */
+                                   may hold before its reading pauses; 0 = auto:
+                                   min(client_memory / 8, 32 MiB) */
     int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
     int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */
     int shutdown_grace_ms;      /* SIGTERM: how long running jobs may finish */

@@ -3,7 +3,9 @@
  * (docs/OPERATIONS.md, "Host memory"):
  *
  *   base                       KD_HOSTMEM_BASE: the process, the OpenCL runtime, its programs
- * + client memory              --client-memory: every connection's buffers, requests and replies
+ * + client memory              2 x --client-memory: the cap bounds what open connections hold;
+ *                              jobs already running when their connection is evicted finish
+ *                              first, and what they hold was within the cap when they were taken
  * + staging                    KD_POOL_HOST_MAX: the pinned area small transfers are packed into
  * + one put's host copies      2 x --max-message: the CSR the worker builds from the request (the
  *                              request itself is client memory) and the format's image of it
@@ -24,8 +26,9 @@
 
 #define KD_HOSTMEM_BASE ((size_t)256 << 20)
 #define KD_HOSTMEM_CLIENT_DEFAULT ((size_t)1 << 30)
-#define KD_HOSTMEM_BUDGET_MIN ((size_t)64 << 20) /* a fitted budget smaller than this is refused   \
-                                                  */
+#define KD_HOSTMEM_BUDGET_MIN                                                                      \
+    ((size_t)64 << 20) /* a fitted budget smaller than this is refused                             \
+                        */
 
 static size_t kd_hostmem_add(size_t a, size_t b)
 {
@@ -42,6 +45,14 @@ int kd_hostmem_check(kd_server_t *server, kd_err_t *err)
     if (cfg->client_memory == 0)
         cfg->client_memory =
             ram > 0 && ram / 8 < KD_HOSTMEM_CLIENT_DEFAULT ? ram / 8 : KD_HOSTMEM_CLIENT_DEFAULT;
+    /* A message arrives into a buffer grown by doubling, counted as client memory: one larger
+     * than about half the cap gets its sender evicted. Said once here rather than at each. */
+    if (cfg->max_message > cfg->client_memory / 2)
+        KD_INFO("server",
+                "--max-message %zu: a request over about %zu bytes (half of --client-memory %zu) "
+                "gets its client evicted while it arrives; raise --client-memory where such "
+                "uploads are expected",
+                cfg->max_message, cfg->client_memory / 2, cfg->client_memory);
     if (ram == 0) {
         KD_WARN("server", "cannot read the machine's RAM (sysconf): the worst-case host memory is "
                           "not checked");
@@ -52,15 +63,17 @@ int kd_hostmem_check(kd_server_t *server, kd_err_t *err)
     const int copies_on_host = cfg->state_dir[0] == '\0';
     const size_t per_budget = (size_t)budget_on_host + (size_t)copies_on_host;
     size_t put = cfg->max_message > SIZE_MAX / 2 ? SIZE_MAX : 2 * cfg->max_message;
-    size_t fixed = kd_hostmem_add(kd_hostmem_add(KD_HOSTMEM_BASE, cfg->client_memory),
+    size_t clients = cfg->client_memory > SIZE_MAX / 2 ? SIZE_MAX : 2 * cfg->client_memory;
+    size_t fixed = kd_hostmem_add(kd_hostmem_add(KD_HOSTMEM_BASE, clients),
                                   kd_hostmem_add(KD_POOL_HOST_MAX, put));
     if (fixed > ram)
         return kd_err_set(err, KD_EBADREQ,
                           "worst-case host memory %zu bytes is more than this machine's RAM (%zu "
-                          "bytes): %zu base + %zu --client-memory + %zu staging + %zu for one "
-                          "put (2 x --max-message); lower --client-memory or --max-message "
-                          "(docs/OPERATIONS.md, \"Host memory\")",
-                          fixed, ram, KD_HOSTMEM_BASE, cfg->client_memory, KD_POOL_HOST_MAX, put);
+                          "bytes): %zu base + %zu for clients (2 x --client-memory %zu) + %zu "
+                          "staging + %zu for one put (2 x --max-message); lower --client-memory "
+                          "or --max-message (docs/OPERATIONS.md, \"Host memory\")",
+                          fixed, ram, KD_HOSTMEM_BASE, clients, cfg->client_memory,
+                          KD_POOL_HOST_MAX, put);
     if (per_budget == 0) {
         KD_INFO("server", "worst-case host memory %zu bytes of %zu", fixed, ram);
         return KD_OK;
@@ -75,7 +88,8 @@ int kd_hostmem_check(kd_server_t *server, kd_err_t *err)
             return kd_err_set(
                 err, KD_EBADREQ,
                 "worst-case host memory is more than this machine's RAM (%zu bytes): %zu fixed "
-                "(base, --client-memory %zu, staging, one put) + %zu x the device budget of %zu "
+                "(base, 2 x --client-memory %zu, staging, one put) + %zu x the device budget of "
+                "%zu "
                 "bytes (%s%s%s); lower --device-memory, --client-memory or --max-message%s "
                 "(docs/OPERATIONS.md, \"Host memory\")",
                 ram, fixed, cfg->client_memory, per_budget, budget,
