@@ -27,6 +27,7 @@ counted bound alone, and the honest limit is tripled for the Debug + ASan build'
 import os
 import re
 import select
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -129,100 +130,109 @@ class ClientMemoryTest(unittest.TestCase):
         work = tempfile.mkdtemp(prefix="krylovd-climem-")
         log_path = os.path.join(work, "krylovd.log")
         mport_file = os.path.join(work, "metrics-port")
-        with Daemon("--client-memory", str(CAP), "--metrics", "127.0.0.1:0",
-                    "--metrics-port-file", mport_file, "--log-file", log_path,
-                    "--log-level", "warn") as d:
-            pid = d.proc.pid
-            with open(mport_file) as f:
-                mport = int(f.read())
-            asan = sanitized(pid)
-            limit = HONEST_LIMIT_S * (3 if asan else 1)
+        d = Daemon("--client-memory", str(CAP), "--metrics", "127.0.0.1:0",
+                   "--metrics-port-file", mport_file, "--log-file", log_path,
+                   "--log-level", "warn").start()
+        try:
+            self.hostile_run(d, rng, log_path, mport_file)
+        finally:
+            status = d.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        # Evicted clients' jobs finished or dropped, nothing leaked (LeakSanitizer under ASan).
+        self.assertEqual(status, 0, f"krylovd exited with status {status}")
 
-            big = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(BIG_ROWS, BIG_ROWS), format="csr")
-            small = (sp.random(1024, 1024, density=0.01, format="csr", random_state=rng)
-                     + sp.eye(1024, format="csr"))
-            small.data[::17] = 0.0  # explicit zeros too
-            c = kd_rpc.Client(d.port)
-            big_id = c.put_csr(big)["id"]
-            small_id = c.put_csr(small)["id"]
-            # Programs built and pools warm before the resting size is read.
-            c.call("spmv", id=big_id, x=np.ones(BIG_ROWS).tobytes())
-            c.call("spmv", id=small_id, x=np.ones(1024).tobytes())
-            time.sleep(0.2)
-            rest = rss_bytes(pid)
+    def hostile_run(self, d, rng, log_path, mport_file):
+        pid = d.proc.pid
+        with open(mport_file) as f:
+            mport = int(f.read())
+        asan = sanitized(pid)
+        limit = HONEST_LIMIT_S * (3 if asan else 1)
 
-            peak = [rest]
-            sampling = threading.Event()
+        big = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(BIG_ROWS, BIG_ROWS), format="csr")
+        small = (sp.random(1024, 1024, density=0.01, format="csr", random_state=rng)
+                 + sp.eye(1024, format="csr"))
+        small.data[::17] = 0.0  # explicit zeros too
+        c = kd_rpc.Client(d.port)
+        big_id = c.put_csr(big)["id"]
+        small_id = c.put_csr(small)["id"]
+        # Programs built and pools warm before the resting size is read.
+        c.call("spmv", id=big_id, x=np.ones(BIG_ROWS).tobytes())
+        c.call("spmv", id=small_id, x=np.ones(1024).tobytes())
+        time.sleep(0.2)
+        rest = rss_bytes(pid)
 
-            def sampler():
-                while not sampling.is_set():
-                    peak[0] = max(peak[0], rss_bytes(pid))
-                    time.sleep(0.01)
+        peak = [rest]
+        sampling = threading.Event()
 
-            sampler_thread = threading.Thread(target=sampler, daemon=True)
-            sampler_thread.start()
-            request = msgpack.packb(
-                [0, 7, "spmv", [{"id": big_id, "x": rng.standard_normal(BIG_ROWS).tobytes()}]],
-                use_bin_type=True)
-            hostile = Hostile(d.port, request)
-            hostile.start()
+        def sampler():
+            while not sampling.is_set():
+                peak[0] = max(peak[0], rss_bytes(pid))
+                time.sleep(0.01)
 
-            latencies = []
-            end = time.monotonic() + HOSTILE_SECONDS
-            while time.monotonic() < end:
-                x = rng.standard_normal(1024)
-                t0 = time.monotonic()
-                res = c.call("spmv", id=small_id, x=x.tobytes())
-                latencies.append(time.monotonic() - t0)
-                y = np.frombuffer(res["y"], "<f8")
-                np.testing.assert_allclose(y, small @ x, rtol=1e-12, atol=1e-12)
-                time.sleep(0.1)
+        sampler_thread = threading.Thread(target=sampler, daemon=True)
+        sampler_thread.start()
+        request = msgpack.packb(
+            [0, 7, "spmv", [{"id": big_id, "x": rng.standard_normal(BIG_ROWS).tobytes()}]],
+            use_bin_type=True)
+        hostile = Hostile(d.port, request)
+        hostile.start()
 
-            hostile.stop.set()
-            hostile.join()
-            sampling.set()
-            sampler_thread.join()
-            full = c.call("server.status")
-            status = full["client_memory"]
-            c.close()
-            print(f"resting RSS {rest / MiB:.0f} MiB, peak {peak[0] / MiB:.0f} MiB "
-                  f"(+{(peak[0] - rest) / MiB:.0f}); counted peak {status['peak_bytes'] / MiB:.0f} "
-                  f"MiB, open {status['open_peak_bytes'] / MiB:.0f} MiB; evictions {status['evictions']}; hostile resets {hostile.resets}, "
-                  f"{hostile.sent / MiB:.0f} MiB sent; honest n={len(latencies)} "
-                  f"max={max(latencies) * 1e3:.0f} ms p50={np.median(latencies) * 1e3:.0f} ms "
-                  f"top={sorted(int(t * 1e3) for t in latencies)[-5:]}; asan={asan}", flush=True)
+        latencies = []
+        end = time.monotonic() + HOSTILE_SECONDS
+        while time.monotonic() < end:
+            x = rng.standard_normal(1024)
+            t0 = time.monotonic()
+            res = c.call("spmv", id=small_id, x=x.tobytes())
+            latencies.append(time.monotonic() - t0)
+            y = np.frombuffer(res["y"], "<f8")
+            np.testing.assert_allclose(y, small @ x, rtol=1e-12, atol=1e-12)
+            time.sleep(0.1)
 
-            self.assertGreater(len(latencies), 5)
-            self.assertLess(max(latencies), limit,
-                            f"an honest 1024-row spmv waited {max(latencies):.2f} s")
-            self.assertEqual(status["cap_bytes"], CAP)
-            evictions = status["evictions"]["client_memory"]
-            self.assertGreater(evictions, 0, "nobody was evicted")
-            self.assertGreater(hostile.resets, 0, "no hostile client saw its connection closed")
-            # One request's charge (its message, x decoded in place, y three times: climem.c) and
-            # the framer's buffer that received it (grown by doubling: under twice the message).
-            charge = len(request) + 3 * 8 * BIG_ROWS + 64 * 1024
-            self.assertLessEqual(status["open_peak_bytes"], CAP + charge + 2 * len(request))
-            if not asan:
-                self.assertLessEqual(peak[0] - rest, 2 * CAP + RSS_SLACK,
-                                     f"RSS grew by {(peak[0] - rest) / MiB:.0f} MiB")
+        hostile.stop.set()
+        hostile.join()
+        sampling.set()
+        sampler_thread.join()
+        full = c.call("server.status")
+        status = full["client_memory"]
+        c.close()
+        print(f"resting RSS {rest / MiB:.0f} MiB, peak {peak[0] / MiB:.0f} MiB "
+              f"(+{(peak[0] - rest) / MiB:.0f}); counted peak {status['peak_bytes'] / MiB:.0f} "
+              f"MiB, open {status['open_peak_bytes'] / MiB:.0f} MiB; evictions {status['evictions']}; hostile resets {hostile.resets}, "
+              f"{hostile.sent / MiB:.0f} MiB sent; honest n={len(latencies)} "
+              f"max={max(latencies) * 1e3:.0f} ms p50={np.median(latencies) * 1e3:.0f} ms "
+              f"top={sorted(int(t * 1e3) for t in latencies)[-5:]}; asan={asan}", flush=True)
 
-            # Every connection gone: the count returns to exactly zero.
-            deadline = time.monotonic() + 30
-            while True:
-                text = scrape(mport)
-                used = sample(text, "krylovd_client_memory_bytes")
-                if used == 0 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            self.assertEqual(used, 0, f"{used} bytes still counted with no client connected")
-            self.assertEqual(sample(text, "krylovd_client_memory_limit_bytes"), CAP)
-            self.assertGreaterEqual(
-                sample(text, "krylovd_client_evictions_total", 'reason="client_memory"'),
-                evictions)
-            with open(log_path) as f:
-                log = f.read()
-            self.assertRegex(log, r"evicting conn=\d+ peer=127\.0\.0\.1:\d+: it holds \d+ bytes")
+        self.assertGreater(len(latencies), 5)
+        self.assertLess(max(latencies), limit,
+                        f"an honest 1024-row spmv waited {max(latencies):.2f} s")
+        self.assertEqual(status["cap_bytes"], CAP)
+        evictions = status["evictions"]["client_memory"]
+        self.assertGreater(evictions, 0, "nobody was evicted")
+        self.assertGreater(hostile.resets, 0, "no hostile client saw its connection closed")
+        # One request's charge (its message, x decoded in place, y three times: climem.c) and
+        # the framer's buffer that received it (grown by doubling: under twice the message).
+        charge = len(request) + 3 * 8 * BIG_ROWS + 64 * 1024
+        self.assertLessEqual(status["open_peak_bytes"], CAP + charge + 2 * len(request))
+        if not asan:
+            self.assertLessEqual(peak[0] - rest, 2 * CAP + RSS_SLACK,
+                                 f"RSS grew by {(peak[0] - rest) / MiB:.0f} MiB")
+
+        # Every connection gone: the count returns to exactly zero.
+        deadline = time.monotonic() + 30
+        while True:
+            text = scrape(mport)
+            used = sample(text, "krylovd_client_memory_bytes")
+            if used == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(used, 0, f"{used} bytes still counted with no client connected")
+        self.assertEqual(sample(text, "krylovd_client_memory_limit_bytes"), CAP)
+        self.assertGreaterEqual(
+            sample(text, "krylovd_client_evictions_total", 'reason="client_memory"'),
+            evictions)
+        with open(log_path) as f:
+            log = f.read()
+        self.assertRegex(log, r"evicting conn=\d+ peer=127\.0\.0\.1:\d+: it holds \d+ bytes")
 
     def refused(self, *args):
         """krylovd's exit status and stderr for a configuration it must refuse at start."""
