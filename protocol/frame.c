@@ -322,6 +322,11 @@ size_t kd_frame_buffered(const kd_frame_t *frame)
     return frame->tail - frame->head;
 }
 
+size_t kd_frame_capacity(const kd_frame_t *frame)
+{
+    return frame->cap;
+}
+
 int kd_frame_in_message(const kd_frame_t *frame)
 {
     return frame->tail > frame->head || frame->discarding;

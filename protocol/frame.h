@@ -69,6 +69,9 @@ kd_frame_kind_t kd_frame_next(kd_frame_t *frame, kd_frame_event_t *ev);
 
 /* Bytes held in the frame buffer (for tests and memory accounting). */
 size_t kd_frame_buffered(const kd_frame_t *frame);
+/* Bytes allocated for the frame buffer, buffered or not (client memory accounting: after a large
+ * message the buffer may stay large while holding little). */
+size_t kd_frame_capacity(const kd_frame_t *frame);
 
 /* 1 while a message has begun and not ended, after kd_frame_next() said KD_FRAME_NEED_MORE: some
  * of its bytes are buffered, or a refused message is still being discarded. For a per-message

@@ -29,6 +29,7 @@ struct kd_request_owned {
     msgpack_unpacked unpacked;
     void *arrays[KD_OWNED_ARRAYS];
     int narrays;
+    size_t bytes; /* kd_request_host_bytes */
 };
 
 /* The request and what it owns, in one allocation. */
@@ -367,6 +368,7 @@ static int kd_array_from_plain(struct kd_decoder *d, enum kd_param p, const msgp
     if (data == NULL)
         return kd_err_set(d->err, KD_ENOMEM, "%s: out of host memory for %u numbers", name, n);
     owned->arrays[owned->narrays++] = data;
+    owned->bytes += bytes;
     int real = dtype == KD_DTYPE_F64 || dtype == KD_DTYPE_F32;
     for (uint32_t i = 0; i < n; i++) {
         const msgpack_object *e = &o->via.array.ptr[i];
@@ -1008,6 +1010,21 @@ static int kd_decode_envelope(struct kd_decoder *d, const msgpack_object *root,
     return kd_decode_method(d);
 }
 
+/* msgpack_objects under o, o included: what msgpack_unpack_next took from its zone (nesting is
+ * bounded by kd_frame_check_one, so the recursion is too). */
+static size_t kd_object_count(const msgpack_object *o)
+{
+    size_t n = 1;
+    if (o->type == MSGPACK_OBJECT_ARRAY) {
+        for (uint32_t i = 0; i < o->via.array.size; i++)
+            n += kd_object_count(&o->via.array.ptr[i]);
+    } else if (o->type == MSGPACK_OBJECT_MAP) {
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            n += kd_object_count(&o->via.map.ptr[i].key) + kd_object_count(&o->via.map.ptr[i].val);
+    }
+    return n;
+}
+
 int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd_request_t **out,
                       kd_decode_error_t *derr)
 {
@@ -1043,11 +1060,18 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
     rc = kd_decode_envelope(&d, &req->owned->unpacked.data, derr);
     if (rc != KD_OK)
         goto fail;
+    req->owned->bytes +=
+        sizeof(*block) + len + kd_object_count(&req->owned->unpacked.data) * sizeof(msgpack_object);
     *out = req;
     return KD_OK;
 fail:
     kd_request_free(req);
     return rc;
+}
+
+size_t kd_request_host_bytes(const kd_request_t *req)
+{
+    return req != NULL ? req->owned->bytes : 0;
 }
 
 void kd_request_free(kd_request_t *req)

@@ -205,4 +205,9 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
 
 void kd_request_free(kd_request_t *req); /* accepts NULL */
 
+/* Host bytes the decoded request holds: its message, the arrays converted from plain msgpack
+ * arrays, and the unpacked objects (estimated at sizeof(msgpack_object) per element; msgpack's
+ * zone does not say what it allocated). For client memory accounting. */
+size_t kd_request_host_bytes(const kd_request_t *req);
+
 #endif

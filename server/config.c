@@ -141,6 +141,11 @@ void kd_config_print_usage(const char *argv0)
         "                             nonzeros over the ranks (default 50000000)\n"
         "  --max-pending-write SIZE   unread response bytes per client before pausing it "
         "(default 64M)\n"
+        "  --client-memory SIZE       bytes all clients' buffers, requests and replies may hold\n"
+        "                             together; over it the largest client is closed (default\n"
+        "                             0: min(1G, RAM/8))\n"
+        "  --connection-memory SIZE   one client's requests in flight and unread replies before\n"
+        "                             reading it pauses (default 0: min(client-memory/8, 32M))\n"
         "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
         "never)\n"
         "  --message-timeout-ms MS    close a connection whose message takes longer to arrive\n"
@@ -212,6 +217,8 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("tls-ca", tls_ca)
     KD_SIZE_OPT("max-message", max_message, 0)
     KD_SIZE_OPT("max-pending-write", max_pending_write, 0)
+    KD_SIZE_OPT("client-memory", client_memory, 1)
+    KD_SIZE_OPT("connection-memory", connection_memory, 1)
     KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)
     KD_SIZE_OPT("test-max-alloc", test_max_alloc, 1)
     KD_INT_OPT("max-array-elements", max_array_elements, 1, INT32_MAX)

@@ -22,19 +22,19 @@
 #define KD_PATH_MAX 4096
 
 typedef struct kd_config {
-    char listen[256]; /* host:port; port 0 picks a free port (see port_file); "" = no TCP */
-    int listen_given; /* a TCP --listen was given (else a unix: one replaces the default) */
+    char listen[256];      /* host:port; port 0 picks a free port (see port_file); "" = no TCP */
+    int listen_given;      /* a TCP --listen was given (else a unix: one replaces the default) */
     char listen_unix[108]; /* --listen unix:PATH: a Unix socket too (sun_path's size) */
     char unix_group[64];   /* the Unix socket's group ("" = the daemon's) */
     char auth_file[KD_PATH_MAX]; /* users, roles, token hashes; "" = no authentication */
-    int no_auth; /* --no-auth: listen beyond loopback without an auth file, on purpose */
-    char device[64];  /* auto | gpu | cpu | N */
+    int no_auth;     /* --no-auth: listen beyond loopback without an auth file, on purpose */
+    char device[64]; /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
-    char config_file[KD_PATH_MAX]; /* --config: where the file settings came from, or "" */
-    char metrics[256];           /* HOST:PORT for Prometheus /metrics, "" = off */
+    char config_file[KD_PATH_MAX];       /* --config: where the file settings came from, or "" */
+    char metrics[256];                   /* HOST:PORT for Prometheus /metrics, "" = off */
     char metrics_port_file[KD_PATH_MAX]; /* written with the metrics port (tests, scripts) */
-    char port_file[KD_PATH_MAX];   /* written with the bound port once listening (tests, scripts) */
-    char log_file[KD_PATH_MAX];    /* "" = stderr */
+    char port_file[KD_PATH_MAX]; /* written with the bound port once listening (tests, scripts) */
+    char log_file[KD_PATH_MAX];  /* "" = stderr */
     kd_log_level_t log_level;
     int list_devices;          /* --list-devices: print and exit */
     size_t max_message;        /* bytes in one request */
@@ -46,6 +46,11 @@ typedef struct kd_config {
     int64_t distribute_nnz;     /* under mpirun: matrix.put's distribute = "auto" spreads a matrix
                                    with more nonzeros than this over the ranks */
     size_t max_pending_write;   /* response bytes a client has not read before we stop reading it */
+    size_t client_memory;       /* bytes all connections together may hold (conn.c); 0 = auto:
+                                   min(1 GiB, RAM / 8) */
+    size_t connection_memory;   /* bytes of requests in flight and replies unread one connection
+                                   may hold before its reading pauses; 0 = auto:
+                                   min(client_memory / 8, 32 MiB) */
     int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
     int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */
     int shutdown_grace_ms;      /* SIGTERM: how long running jobs may finish */

@@ -2,8 +2,10 @@
  * One client connection (TCP, or the Unix socket with its peer's uid) on the loop thread: read
  * bytes into the framer, hand whole messages to the decoder and dispatcher, and write responses.
  * Memory per client is bounded on both sides: the framer refuses messages over the size limit, and
- * when a client leaves more than max_pending_write bytes of responses unread we stop reading its
- * requests until it catches up. Time is bounded too (kd_conn_sweep): a message must arrive whole
+ * when a client's requests in flight and unread responses pass its share of client memory (or its
+ * unread responses pass max_pending_write) we stop reading its requests until it catches up;
+ * every byte it holds is counted against --client-memory, over which the largest client is
+ * evicted (climem.c). Time is bounded too (kd_conn_sweep): a message must arrive whole
  * within message_timeout_ms of its first byte, and a connection with nothing in flight that neither
  * sends nor takes bytes for idle_timeout_ms is closed.
  *
@@ -86,7 +88,8 @@ void kd_conn_unref(kd_conn_t *conn)
 {
     if (--conn->refs > 0)
         return;
-    kd_frame_free(conn->frame);
+    kd_climem_conn_freed(conn);
+    kd_frame_free(conn->frame); /* NULL when kd_conn_close freed it */
     kd_tls_free(conn->tls);
     free(conn);
 }
@@ -117,6 +120,7 @@ void kd_conn_close(kd_conn_t *conn)
     if (conn->closing)
         return;
     conn->closing = 1;
+    kd_climem_conn_closing(conn);
     kd_server_t *server = conn->server;
     if (conn->prev != NULL)
         conn->prev->next = conn->next;
@@ -128,6 +132,11 @@ void kd_conn_close(kd_conn_t *conn)
     server->nconns--;
     KD_DEBUG("conn", "closing conn=%llu peer=%s", (unsigned long long)conn->id, conn->peer);
     uv_read_stop((uv_stream_t *)&conn->tcp);
+    /* Nothing more is read: the framer's buffer (a message's worth, perhaps) goes now, not when
+     * the last job running for the connection finishes. */
+    kd_frame_free(conn->frame);
+    conn->frame = NULL;
+    kd_climem_account(conn);
     kd_login_conn_closed(conn);
     if (conn->tls != NULL && kd_tls_established(conn->tls)) {
         kd_tls_shutdown(conn->tls); /* close_notify: the client can tell an end from a cut */
@@ -151,6 +160,12 @@ void kd_conn_close(kd_conn_t *conn)
     req->data = conn;
     conn->refs++;
     uv_timer_start(&conn->linger, kd_conn_linger_expired, 5000, 0);
+}
+
+void kd_conn_abort(kd_conn_t *conn)
+{
+    kd_conn_close(conn);
+    kd_conn_close_now(conn); /* cancels the writes (and a flush kd_conn_close began) */
 }
 
 /* Who is at the other end, for logs and the backoff table's key. */
@@ -219,6 +234,7 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
         server->conns->prev = conn;
     server->conns = conn;
     server->nconns++;
+    kd_climem_conn_opened(conn);
     uv_stream_t *listener =
         is_unix ? (uv_stream_t *)&server->unix_listener : (uv_stream_t *)&server->listener;
     if (uv_accept(listener, (uv_stream_t *)&conn->tcp) != 0) {
@@ -270,11 +286,8 @@ static void kd_conn_written(uv_write_t *req, int status)
         KD_DEBUG("conn", "write failed conn=%llu: %s", (unsigned long long)conn->id,
                  uv_strerror(status));
         kd_conn_close(conn);
-    } else if (conn->read_paused && !conn->closing &&
-               conn->write_pending <= conn->server->cfg.max_pending_write / 2) {
-        conn->read_paused = 0;
-        kd_conn_resume_reading(conn);
     }
+    kd_climem_account(conn); /* may resume reading */
     kd_conn_unref(conn);
 }
 
@@ -304,12 +317,7 @@ static void kd_conn_write(kd_conn_t *conn, void *bytes, size_t len)
         kd_conn_close(conn);
         return;
     }
-    if (!conn->read_paused && conn->write_pending > conn->server->cfg.max_pending_write) {
-        conn->read_paused = 1;
-        uv_read_stop((uv_stream_t *)&conn->tcp);
-        KD_WARN("conn", "pausing conn=%llu peer=%s: %zu response bytes unread",
-                (unsigned long long)conn->id, conn->peer, conn->write_pending);
-    }
+    kd_climem_account(conn); /* may pause reading */
 }
 
 static int kd_conn_flush_tls(kd_conn_t *conn)
@@ -398,11 +406,12 @@ static void kd_conn_handle_message(kd_conn_t *conn, void *data, size_t len)
     }
 }
 
-/* Hand every whole message buffered to the dispatcher, until a held `auth` answer stops it. */
+/* Hand every whole message buffered to the dispatcher, until a held `auth` answer or a pause for
+ * memory stops it (kd_conn_resume_reading goes on from there). */
 static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
 {
     kd_frame_event_t ev;
-    while (!conn->closing && conn->hold == NULL) {
+    while (!conn->closing && conn->hold == NULL && !conn->read_paused) {
         kd_frame_kind_t kind = kd_frame_next(conn->frame, &ev);
         if (kind == KD_FRAME_NEED_MORE)
             break;
@@ -432,6 +441,7 @@ static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
     } else {
         conn->message_start_ns = 0;
     }
+    kd_climem_account(conn); /* the framer's buffer */
 }
 
 static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)

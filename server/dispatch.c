@@ -100,6 +100,7 @@ static void kd_job_unlink(kd_job_t *job)
         job->conn_next->conn_prev = job->conn_prev;
     job->conn_prev = job->conn_next = NULL;
     conn->njobs--;
+    conn->mem_jobs -= job->mem_bytes;
 }
 
 static void kd_job_timer_closed(uv_handle_t *handle)
@@ -251,6 +252,7 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     if (req->timeout_ms > 0)
         job->deadline_ns = job->submitted_ns + (uint64_t)req->timeout_ms * 1000000u;
     atomic_init(&job->cancel, 0);
+    job->mem_bytes = kd_climem_job_bytes(server, req);
     int rc = kd_worker_submit(server->worker, job);
     if (rc != KD_OK) {
         char msg[160];
@@ -273,12 +275,14 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     conn->jobs = job;
     conn->njobs++;
     conn->refs++;
+    conn->mem_jobs += job->mem_bytes;
     server->jobs_in_flight++;
     if (req->timeout_ms > 0 && uv_timer_init(server->loop, &job->deadline_timer) == 0) {
         job->has_timer = 1;
         job->deadline_timer.data = job;
         uv_timer_start(&job->deadline_timer, kd_job_deadline, (uint64_t)req->timeout_ms, 0);
     }
+    kd_climem_account(conn); /* may pause reading, or evict (conn itself, perhaps) */
 }
 
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
@@ -354,6 +358,7 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
     kd_conn_send(conn, job->response, job->response_len); /* dropped if the client left */
     job->response = NULL;
     kd_job_free(job);
+    kd_climem_account(conn); /* its charge has gone (the response, if sent, is counted now) */
     kd_conn_unref(conn);
     kd_server_job_finished(server);
 }

@@ -38,6 +38,7 @@ typedef struct kd_job {
     int error_code;            /* KD_OK or the error the response carries, for counters */
     uv_timer_t deadline_timer; /* loop thread: answers TIMEOUT if it fires while still queued */
     int has_timer;             /* deadline_timer was initialised (then freed in its close cb) */
+    size_t mem_bytes;          /* counted in its connection's client memory (loop thread) */
 } kd_job_t;
 
 #endif

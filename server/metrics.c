@@ -212,6 +212,24 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_connections_auth_closed_total", "counter",
                    "Connections closed after three failed `auth` requests.",
                    (double)c->connections_auth);
+    kd_text_metric(&t, "krylovd_client_memory_bytes", "gauge",
+                   "Bytes every connection holds: buffers, requests in flight, unread replies.",
+                   (double)server->climem.used);
+    kd_text_metric(&t, "krylovd_client_memory_peak_bytes", "gauge",
+                   "The most krylovd_client_memory_bytes has been.", (double)server->climem.peak);
+    kd_text_metric(&t, "krylovd_client_memory_limit_bytes", "gauge",
+                   "--client-memory: over it the connection holding most is closed.",
+                   (double)server->climem.cap);
+    kd_text_metric(&t, "krylovd_client_memory_pauses_total", "counter",
+                   "Times a connection's reading paused for its share (--connection-memory).",
+                   (double)server->climem.pauses);
+    kd_text_add(&t, "# HELP krylovd_client_evictions_total Connections closed to bound memory, by "
+                    "reason.\n"
+                    "# TYPE krylovd_client_evictions_total counter\n");
+    for (int r = 0; r < KD_EVICT_REASONS; r++)
+        kd_text_add(&t, "krylovd_client_evictions_total{reason=\"%s\"} %llu\n",
+                    kd_evict_reason_name((kd_evict_reason_t)r),
+                    (unsigned long long)server->climem.evictions[r]);
     kd_text_metric(&t, "krylovd_matrices", "gauge",
                    "Matrices known (resident or in the state dir).", (double)totals.matrices);
     kd_text_metric(&t, "krylovd_matrices_resident", "gauge", "Matrices in device memory.",
@@ -249,8 +267,7 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_spmv_batched_total", "counter",
                    "spmv requests that shared their SpMM launch with another request.",
                    (double)atomic_load(&server->spmv_stats.batched));
-    kd_text_metric(&t, "krylovd_spmv_launches_total", "counter",
-                   "SpMM launches of the spmv path.",
+    kd_text_metric(&t, "krylovd_spmv_launches_total", "counter", "SpMM launches of the spmv path.",
                    (double)atomic_load(&server->spmv_stats.launches));
     kd_text_metric(&t, "krylovd_spmv_beside_solve_total", "counter",
                    "spmv requests served at a running solve's check, on the express queue.",

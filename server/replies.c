@@ -161,6 +161,24 @@ static void kd_reply_users(kd_writer_t *w, kd_server_t *server)
     }
 }
 
+/* --client-memory (climem.c): what the connections hold, the cap, and the evictions by reason. */
+static void kd_reply_client_memory(kd_writer_t *w, const kd_client_mem_t *m)
+{
+    kd_w_str(w, "client_memory");
+    kd_w_map(w, 8);
+    kd_w_kv_int(w, "used_bytes", (int64_t)m->used);
+    kd_w_kv_int(w, "closing_bytes", (int64_t)m->closing);
+    kd_w_kv_int(w, "peak_bytes", (int64_t)m->peak);
+    kd_w_kv_int(w, "open_peak_bytes", (int64_t)m->open_peak);
+    kd_w_kv_int(w, "cap_bytes", (int64_t)m->cap);
+    kd_w_kv_int(w, "connection_share_bytes", (int64_t)m->share);
+    kd_w_kv_int(w, "pauses", (int64_t)m->pauses);
+    kd_w_str(w, "evictions");
+    kd_w_map(w, KD_EVICT_REASONS);
+    for (int r = 0; r < KD_EVICT_REASONS; r++)
+        kd_w_kv_int(w, kd_evict_reason_name((kd_evict_reason_t)r), (int64_t)m->evictions[r]);
+}
+
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
@@ -172,7 +190,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 25 + (users ? 1 : 0) : 3);
+    kd_w_map(w, full ? 26 + (users ? 1 : 0) : 3);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
@@ -253,6 +271,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "timeouts_in_queue", (int64_t)c->timeouts_queued);
     kd_w_kv_int(w, "auth_failures", (int64_t)c->auth_failures);
     kd_w_kv_int(w, "closed_auth", (int64_t)c->connections_auth);
+    kd_reply_client_memory(w, &server->climem);
     kd_w_str(w, "requests_by_method");
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)

@@ -303,6 +303,10 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         kd_ocl_test_set_max_alloc(server->ocl, cfg->test_max_alloc);
     }
 
+    /* Before the cache: it may lower a percentage budget to what the host's RAM can hold. */
+    if ((rc = kd_hostmem_check(server, err)) != KD_OK ||
+        (rc = kd_climem_init(server, err)) != KD_OK)
+        return rc;
     rc = kd_store_new(&server->store);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot create the matrix store");

@@ -46,6 +46,27 @@ typedef struct kd_server_counters {
     uint64_t connections_auth;    /* closed after KD_LOGIN_MAX_FAILURES failed `auth`s */
 } kd_server_counters_t;
 
+/* Why a connection was closed to bound memory (evictions, counted per reason). */
+typedef enum kd_evict_reason {
+    KD_EVICT_CLIENT_MEMORY = 0, /* all clients together held more than --client-memory */
+    KD_EVICT_REASONS
+} kd_evict_reason_t;
+const char *kd_evict_reason_name(kd_evict_reason_t reason); /* "client_memory" */
+
+/* Every byte the connections hold (climem.c), on the loop thread. */
+typedef struct kd_client_mem {
+    size_t cap;       /* --client-memory, resolved */
+    size_t share;     /* --connection-memory, resolved: in flight per connection before a pause */
+    size_t used;      /* held now by every connection, closing ones included */
+    size_t closing;   /* ... of which by closing connections (jobs the worker still runs) */
+    size_t peak;      /* the most `used` has been */
+    size_t open_peak; /* the most open connections have held (at most the cap plus one read's or
+                         one request's bytes, counted just before the eviction they cause) */
+    uint64_t evictions[KD_EVICT_REASONS];
+    uint64_t pauses; /* times a connection's reading paused for its share */
+    int evicting;    /* kd_climem_evict is closing connections */
+} kd_client_mem_t;
+
 /* Failed `auth`s per client address, to slow down guessing (login.c). A small table: when
  * full, the entry failed longest ago goes. */
 #define KD_LOGIN_BACKOFF_SLOTS 64
@@ -78,19 +99,19 @@ typedef struct kd_server {
     kd_ocl_program_stats_t warm_builds; /* builds when the warm-up ended: later ones are a
                                            request's */
     size_t device_budget;               /* bytes of device memory matrices and vectors may use */
-    int budget_refused; /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
     int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
-    atomic_uint_fast64_t solves_batched; /* solve requests that ran in a batch of several */
-    struct {              /* worker writes, the loop's status and metrics read */
+    atomic_uint_fast64_t solves_batched;   /* solve requests that ran in a batch of several */
+    struct {                               /* worker writes, the loop's status and metrics read */
         atomic_uint_fast64_t grouped;      /* spmv requests served in a group of several */
         atomic_uint_fast64_t batched;      /* ... sharing their SpMM launch with another */
         atomic_uint_fast64_t launches;     /* SpMM launches of the spmv path */
         atomic_uint_fast64_t beside_solve; /* spmv requests served at a solve's check */
     } spmv_stats;
-    kd_conn_t *conns;   /* doubly linked list of open connections */
+    kd_conn_t *conns; /* doubly linked list of open connections */
     size_t nconns;
     uint64_t next_conn_id;
     size_t jobs_in_flight;
@@ -99,6 +120,7 @@ typedef struct kd_server {
     int exit_code;
     uint64_t start_ns;
     kd_server_counters_t counters;
+    kd_client_mem_t climem;
     kd_latency_t latency[KD_METHOD_COUNT]; /* per method, loop thread */
     struct kd_metrics *metrics;            /* --metrics, or NULL */
     uv_timer_t watchdog;                   /* systemd WatchdogSec= pings */
@@ -121,9 +143,11 @@ struct kd_conn {
     uint64_t id;
     int refs;        /* its two handles + each write and job in flight */
     int closing;     /* uv_close requested: nothing more is sent */
-    int read_paused; /* too many unread response bytes */
+    int read_paused; /* too many unread response bytes, or in flight over its share (climem.c) */
     size_t write_pending;
-    kd_job_t *jobs; /* in flight, for job.cancel and disconnects */
+    size_t mem;      /* bytes counted against --client-memory now (kd_climem_account) */
+    size_t mem_jobs; /* ... of which its jobs in flight (their kd_climem_job_bytes) */
+    kd_job_t *jobs;  /* in flight, for job.cancel and disconnects */
     size_t njobs;
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
@@ -165,6 +189,35 @@ void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len);
 void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message);
 void kd_conn_close(kd_conn_t *conn);
 void kd_conn_unref(kd_conn_t *conn);
+
+/* conn.c: close now, dropping unsent responses (no linger): an eviction frees its memory. */
+void kd_conn_abort(kd_conn_t *conn);
+
+/*
+ * climem.c: client memory. Each connection counts its struct, its framer's buffer, its jobs in
+ * flight (kd_climem_job_bytes each: the decoded request and an estimate of what answering it
+ * holds) and its queued responses. kd_climem_account recounts one connection after any of those
+ * changed; it pauses the connection's reading while its jobs and responses exceed the share (and
+ * resumes it at half, reading and dispatching what waits), and when all open connections
+ * together exceed the cap it closes the largest ones (kd_conn_abort) until they fit, conn itself
+ * perhaps: callers check conn->closing after it. Loop thread only.
+ */
+int kd_climem_init(kd_server_t *server, kd_err_t *err);
+void kd_climem_account(kd_conn_t *conn);
+/* A new connection: its struct is counted (it holds nothing else yet; nothing is evicted). */
+void kd_climem_conn_opened(kd_conn_t *conn);
+/* conn is closing: its bytes move to `closing` (they go when its jobs finish). */
+void kd_climem_conn_closing(kd_conn_t *conn);
+/* conn is being freed: its last bytes leave the count. */
+void kd_climem_conn_freed(kd_conn_t *conn);
+/* What a job for req holds while in flight: the decoded request and, for the methods that answer
+ * with vectors, the result's host buffer and its encoded response. */
+size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req);
+
+/* hostmem.c: resolve --client-memory's and (on a CPU device) the device budget's defaults, then
+ * refuse a configuration whose worst-case host memory exceeds the machine's RAM
+ * (docs/OPERATIONS.md, "Host memory"). After the device is open, before the cache. */
+int kd_hostmem_check(kd_server_t *server, kd_err_t *err);
 
 /* dispatch.c: count an error answer (errors, errors_by_code). */
 void kd_server_count_error(kd_server_t *server, int code);

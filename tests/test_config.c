@@ -40,6 +40,35 @@ static void test_defaults(void)
     CHECK(c.device_memory_percent == 90.0);
     CHECK_EQ_INT(c.device_memory_bytes, 0);
     CHECK_EQ_INT(c.state_max_bytes, 0);
+    CHECK_EQ_INT(c.client_memory, 0); /* auto: min(1 GiB, RAM / 8), resolved at start */
+    CHECK_EQ_INT(c.connection_memory, 0);
+}
+
+/* --client-memory and --connection-memory take sizes with suffixes, from the file or the command
+ * line; 0 is the automatic default; a bad size names the option. */
+static void test_client_memory_options(void)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/climem.conf", dir);
+    write_file(path, "client-memory = 3G\nconnection-memory = 96M\n");
+    char opt[320];
+    snprintf(opt, sizeof(opt), "--config=%s", path);
+    kd_config_t c;
+    kd_err_t err;
+    const char *argv[] = {"krylovd", opt};
+    CHECK_EQ_INT(parse(&c, &err, 2, argv), 0);
+    CHECK_EQ_INT(c.client_memory, (size_t)3 << 30);
+    CHECK_EQ_INT(c.connection_memory, (size_t)96 << 20);
+    const char *a1[] = {"krylovd", opt, "--client-memory", "64M", "--connection-memory=0"};
+    CHECK_EQ_INT(parse(&c, &err, 5, a1), 0);
+    CHECK_EQ_INT(c.client_memory, (size_t)64 << 20);
+    CHECK_EQ_INT(c.connection_memory, 0);
+    const char *a2[] = {"krylovd", "--client-memory", "64X"};
+    CHECK_EQ_INT(parse(&c, &err, 3, a2), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "client-memory: '64X' is not a size");
+    const char *a3[] = {"krylovd", "--connection-memory", "-1"};
+    CHECK_EQ_INT(parse(&c, &err, 3, a3), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "connection-memory");
 }
 
 static void test_file_and_overrides(void)
@@ -226,6 +255,7 @@ int main(void)
     RUN(test_listen_and_auth_options);
     RUN(test_bad_input);
     RUN(test_warm_programs);
+    RUN(test_client_memory_options);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)

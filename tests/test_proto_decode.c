@@ -1016,6 +1016,33 @@ static void test_multiply(void)
 
 /* ---- spmv ---- */
 
+/* kd_request_host_bytes (client memory accounting): a bin x is held once, in the message; a plain
+ * array x costs its message bytes, the converted array and one msgpack_object per element. */
+static void test_host_bytes(void)
+{
+    enum { N = 60 }; /* plain arrays: within the test limits (64) */
+    static double x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = kd_test_rand_double(-1, 1);
+    kd_writer_t w;
+    begin(&w, "spmv", 2);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "x", x, sizeof(x));
+    kd_request_t *bin = GOOD(&w);
+    begin(&w, "spmv", 2);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kv_doubles(&w, "x", x, N);
+    kd_request_t *plain = GOOD(&w);
+    REQUIRE(bin != NULL && plain != NULL);
+    size_t b = kd_request_host_bytes(bin), p = kd_request_host_bytes(plain);
+    CHECK_MSG(b >= sizeof(x) && b < sizeof(x) + 2048, "bin: %zu bytes for %zu of x", b, sizeof(x));
+    /* 9 bytes per element in the message, 8 converted, at least 16 unpacked */
+    CHECK_MSG(p >= (size_t)N * (9 + 8 + 16), "plain: %zu bytes for %d elements", p, N);
+    CHECK_EQ_INT(kd_request_host_bytes(NULL), 0);
+    kd_request_free(bin);
+    kd_request_free(plain);
+}
+
 static void test_spmv(void)
 {
     static const double x[] = {1.5, -2, 3};
@@ -1660,6 +1687,7 @@ int main(void)
     RUN(test_auth);
     RUN(test_multiply);
     RUN(test_spmv);
+    RUN(test_host_bytes);
     RUN(test_solve_defaults_and_all);
     RUN(test_solve_rules);
     RUN(test_stream_round_trip);
