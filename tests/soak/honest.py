@@ -55,8 +55,9 @@ def spmv_bound(a, x, eps):
 class Honest:
     """One honest client: its own connection and generator, the shared matrices it may use."""
 
-    def __init__(self, port, shared, stats, rng, stop):
+    def __init__(self, port, shared, stats, rng, stop, keep=False):
         self.port, self.shared, self.stats, self.rng, self.stop = port, shared, stats, rng, stop
+        self.keep = keep  # keep what it puts (a leak on purpose: soak.py --no-drop)
         self.conn = None
 
     def call(self, method, params):
@@ -151,6 +152,8 @@ class Honest:
         mid = res["id"]
         for _ in range(int(self.rng.integers(1, 4))):
             self.spmv(a, mid, dtype)
+        if self.keep:
+            return
         self.ok("matrix.drop", {"id": mid})
         self.stats.add("drop")
         err, _ = self.call("matrix.info", {"id": mid})

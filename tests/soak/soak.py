@@ -23,10 +23,12 @@ second and one sample can catch a burst. Writes OUT/soak.csv (one row per sample
 import argparse
 import csv
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 
 import numpy as np
 import scipy.io
@@ -67,6 +69,13 @@ def parse_args():
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=0.2, help="fraction of the run per window")
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--no-trim", action="store_true",
+                    help="at the end, do not call malloc_trim(0) in the daemon through gdb (done "
+                         "when gdb is installed) to report the RSS that remains: live memory, "
+                         "not the allocator's high-water mark")
+    ap.add_argument("--no-drop", action="store_true",
+                    help="honest clients keep what they put, so device bytes grow: the verdict "
+                         "must fail (a check of the check)")
     ap.add_argument("--seed", type=int, default=int(env("KD_TEST_SEED", "0"), 0) or None)
     return ap.parse_args()
 
@@ -161,7 +170,6 @@ def main():
     rng = np.random.default_rng(seed)
 
     daemon = kd_daemon.Daemon(*extra).start()
-    pid = daemon.proc.pid
     t_prep = time.monotonic()
     try:
         shared = prepare(daemon.port, rng)
@@ -184,6 +192,8 @@ def main():
     if status != 0:
         ok = False
         verdict_lines.append(f"FAIL: krylovd exited with status {status}")
+    else:
+        verdict_lines.append("krylovd exited cleanly on SIGTERM (status 0)")
     text = "\n".join(header + verdict_lines + ["PASS" if ok else "FAIL"]) + "\n"
     print(text, end="")
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
@@ -203,7 +213,7 @@ def start_threads(args, port, shared, stats, stop, rng):
 
     for i in range(args.honest):
         spawn(honest.Honest(port, shared, stats, np.random.default_rng(rng.integers(1 << 62)),
-                            stop).run)
+                            stop, keep=args.no_drop).run)
     for _ in range(args.readers):
         spawn(hostile.reader, port, shared.tall_id, stats, stop, args.reader_hold_s,
               args.reader_rate)
@@ -275,10 +285,55 @@ def run(args, daemon, shared, rng):
     stop.set()
     for t in threads:
         t.join(timeout=LOST_JOIN_S)
+    stuck = sum(t.is_alive() for t in threads)
+    if stuck:
+        failures.append(f"FAIL: {stuck} client threads still running {LOST_JOIN_S:.0f} s after "
+                        f"the end")
     probe.close()
     out.close()
     ok, lines = verdict(args, rows, stats, failures)
+    lines.append(at_rest(pid, not args.no_trim and shutil.which("gdb") is not None, args.out))
     return rows, stats, lines, ok
+
+
+def at_rest(pid, trim, out_dir):
+    """The daemon's RSS once every client has gone; with trim, also after malloc_trim(0) called
+    through gdb (what glibc keeps of freed memory, its high-water mark, is given back) and the
+    bytes malloc says are in use then (malloc_info): a leak shows in those, not in RSS alone."""
+    time.sleep(2.0)
+    line = f"at rest (every client gone): VmRSS {rss_bytes(pid) / 1048576:.1f} MiB, fds {fd_count(pid)}"
+    if not trim:
+        return line
+    xml = os.path.abspath(os.path.join(out_dir, "malloc_info.xml"))
+    try:
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch",
+                            "-ex", "call (int) malloc_trim(0)",
+                            "-ex", f'set $f = (void *) fopen("{xml}", "w")',
+                            "-ex", "call (int) malloc_info(0, $f)",
+                            "-ex", "call (int) fclose($f)"],
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return line + f"; gdb failed ({e})"
+    if r.returncode != 0:
+        return line + f"; gdb failed (status {r.returncode})"
+    line += f"; after malloc_trim(0): VmRSS {rss_bytes(pid) / 1048576:.1f} MiB"
+    in_use = malloc_in_use(xml)
+    return line + (f", malloc in use {in_use / 1048576:.1f} MiB" if in_use is not None else "")
+
+
+def malloc_in_use(path):
+    """Bytes allocated and not freed, from malloc_info's totals: the arenas' current size less
+    their free chunks, plus mmapped chunks."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    size = {(e.tag, e.get("type")): int(e.get("size")) for e in root if e.get("size")}
+    try:
+        return (size[("system", "current")] - size[("total", "fast")] - size[("total", "rest")]
+                + size[("total", "mmap")])
+    except KeyError:
+        return None
 
 
 LOST_JOIN_S = honest.LOST_AFTER_S + 10
@@ -316,7 +371,7 @@ def verdict(args, rows, stats, failures):
     for t, key, msg in stats.failures[:20]:
         lines.append(f"  {key}: {msg}")
     for k in honest.KINDS:
-        if not c.get(k, 0):
+        if not c.get(k, 0) and not (args.no_drop and k in ("drop", "info")):
             ok = False
             lines.append(f"FAIL: no honest {k} answered")
     w = args.warmup * duration
