@@ -174,7 +174,10 @@ def bomb(port, stats, stop):
         else:
             stats.fail("h_unexpected", f"bomb {name}: expected {expect}, got {answers!r:.300} "
                        f"({'closed' if closed else 'open'})")
-        wire.reset(s) if n % 2 else s.close()
+        if n % 2:
+            wire.reset(s)
+        else:
+            s.close()
         stop.wait(0.2)
 
 
@@ -197,7 +200,10 @@ def abort(port, spmv_id, spmv_cols, solve_id, solve_rows, stats, stop, rng):
         except OSError as e:
             stats.fail("h_unexpected", f"abort {how}: {e}")
             continue
-        wire.reset(s) if rng.random() < 0.5 else s.close()
+        if rng.random() < 0.5:
+            wire.reset(s)
+        else:
+            s.close()
         stats.add("h_abort")
         stop.wait(0.2)
 

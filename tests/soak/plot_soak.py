@@ -5,7 +5,7 @@ Panels share the time axis: the daemon's resident memory, its open descriptors a
 device bytes, the honest answers served (cumulative, by kind), the daemon's error answers and
 evictions (cumulative) and the hostile clients' rounds (cumulative). The warm-up, reference and last windows of the verdict are shaded.
 
-  /usr/bin/python3 tests/soak/plot_soak.py soak-out/soak.csv docs/img/soak.svg
+  /usr/bin/python3 tests/soak/plot_soak.py soak-out/soak.csv docs/img/soak.svg ["TITLE"]
 """
 
 import csv
@@ -13,7 +13,7 @@ import math
 import sys
 from xml.sax.saxutils import escape
 
-WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP = 960, 150, 80, 200, 40, 46
+WIDTH, PANEL_H, LEFT, RIGHT, TOP, GAP = 960, 150, 80, 200, 52, 46
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22")
 MIB = 1048576.0
@@ -92,8 +92,8 @@ def plot(csv_path, svg_path, title="krylovd soak", warmup=0.2):
            f'font-family="sans-serif" font-size="11">',
            f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
            f'<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>',
-           f'<text x="{LEFT + 260}" y="18">shaded: warm-up (grey), reference window (blue), '
-           f'last window (orange)</text>']
+           f'<text x="{LEFT}" y="34">shaded: warm-up (grey), reference window (blue), '
+           f'last window (orange); legends end with the last sample</text>']
     y = TOP
     for series, label in panels:
         if series:
@@ -111,6 +111,6 @@ def plot(csv_path, svg_path, title="krylovd soak", warmup=0.2):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: plot_soak.py SOAK_CSV OUT_SVG")
-    plot(sys.argv[1], sys.argv[2])
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: plot_soak.py SOAK_CSV OUT_SVG [TITLE]")
+    plot(*sys.argv[1:])

@@ -23,6 +23,7 @@ second and one sample can catch a burst. Writes OUT/soak.csv (one row per sample
 import argparse
 import csv
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,8 @@ def parse_args():
     ap.add_argument("--message-timeout-ms", type=int, default=10000)
     ap.add_argument("--client-memory", default="256M",
                     help="passed as --client-memory when the daemon has that option")
+    ap.add_argument("--daemon-args", default="",
+                    help="more krylovd options, e.g. \"--max-pending-write 8M\" (shell words)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=0.2, help="fraction of the run per window")
     ap.add_argument("--tolerance", type=float, default=0.05)
@@ -165,6 +168,7 @@ def main():
     client_memory = "--client-memory" in help_text
     if client_memory:
         extra += ["--client-memory", args.client_memory]
+    extra += shlex.split(args.daemon_args)
     seed = args.seed if args.seed is not None else time.time_ns() % (1 << 63)
     print(f"KD_TEST_SEED={seed}", flush=True)
     rng = np.random.default_rng(seed)
@@ -183,8 +187,9 @@ def main():
         f"never-reading, {args.slowloris} slow senders, 1 bomb, 1 abort, 1 ghost client; "
         f"seed {seed}",
         f"daemon: --message-timeout-ms {args.message_timeout_ms}"
-        + (f" --client-memory {args.client_memory}" if client_memory else
-           " (no --client-memory option in this build)"),
+        + (f" --client-memory {args.client_memory}" if client_memory else "")
+        + (f" {args.daemon_args}" if args.daemon_args else "")
+        + ("" if client_memory else " (no --client-memory option in this build)"),
         f"preparation (not timed): {prep_s:.1f} s; warm-up: the first {args.warmup * duration:.0f} s;"
         f" reference window: the next {args.warmup * duration:.0f} s; last window: the final "
         f"{args.warmup * duration:.0f} s",
