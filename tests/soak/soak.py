@@ -268,7 +268,12 @@ def run(args, daemon, shared, rng):
         status_ms = (time.monotonic() - t0) * 1000
         flat = flatten(st)
         c = stats.snapshot()
-        row = {"t_s": round(now - start, 2), "rss_bytes": rss_bytes(pid), "fds": fd_count(pid),
+        try:
+            rss, fds = rss_bytes(pid), fd_count(pid)
+        except OSError as e:  # it died between the status and now
+            failures.append(f"FAIL: krylovd's /proc at t = {now - start:.0f} s: {e}")
+            break
+        row = {"t_s": round(now - start, 2), "rss_bytes": rss, "fds": fds,
                "device_bytes": st.get("device_bytes_used", 0),
                "connections": st.get("connections", 0), "status_ms": round(status_ms, 2)}
         row.update({f"ok_{k}": c.get(k, 0) for k in honest.KINDS})
@@ -297,7 +302,8 @@ def run(args, daemon, shared, rng):
     probe.close()
     out.close()
     ok, lines = verdict(args, rows, stats, failures)
-    lines.append(at_rest(pid, not args.no_trim and shutil.which("gdb") is not None, args.out))
+    if daemon.proc.poll() is None:
+        lines.append(at_rest(pid, not args.no_trim and shutil.which("gdb") is not None, args.out))
     return rows, stats, lines, ok
 
 
