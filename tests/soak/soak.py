@@ -46,11 +46,16 @@ import plot_soak  # noqa: E402
 import wire  # noqa: E402
 
 CODES = ("BAD_REQUEST", "NOT_FOUND", "TOO_LARGE", "DEVICE_MEMORY", "DEVICE_ERROR", "BUSY",
-         "CANCELLED", "TIMEOUT", "UNSUPPORTED", "NOT_SPD", "INTERNAL")
+         "CANCELLED", "TIMEOUT", "UNSUPPORTED", "NOT_SPD", "UNAUTHENTICATED", "FORBIDDEN",
+         "QUOTA", "STORAGE_FULL", "INTERNAL", "other")  # other: any code not named here
 METHODS = ("matrix.put", "spmv", "solve", "matrix.drop", "matrix.info", "auth", "server.status")
 HOSTILE = ("h_reader", "h_reader_requests", "h_reader_cut", "h_slowloris", "h_bomb", "h_abort",
            "h_ghost", "h_unexpected")
 WATCHED = ("rss_bytes", "fds", "device_bytes")
+# Growth within this many units passes whatever the percentage: about 20 descriptors are open, and
+# whether a sample catches a connection between accept and close moves the median by one or two;
+# a descriptor leak over thousands of connections is far past it.
+SLACK = {"fds": 2}
 
 
 def parse_args():
@@ -280,7 +285,9 @@ def run(args, daemon, shared, rng):
         row.update({k: c.get(k, 0) for k in ("busy", "wrong", "lost") + HOSTILE})
         row.update({f"req_{m}": st.get("requests_by_method", {}).get(m, 0) for m in METHODS})
         row["requests"] = st.get("requests", 0)
-        row.update({f"err_{k}": st.get("errors_by_code", {}).get(k, 0) for k in CODES})
+        by_code = st.get("errors_by_code", {})
+        row.update({f"err_{k}": by_code.get(k, 0) for k in CODES})
+        row["err_other"] = sum(v for k, v in by_code.items() if k not in CODES)
         row.update({f"evict:{k}": flat.get(k, 0) for k in evict_keys})
         cs = st.get("connection_stats", {})
         row.update({"closed_slow": cs.get("closed_slow", 0), "paused": cs.get("paused", 0),
@@ -396,12 +403,13 @@ def verdict(args, rows, stats, failures):
         a = float(np.median([r[key] for r in ref]))
         b = float(np.median([r[key] for r in fin]))
         grew = (b - a) / a if a > 0 else (0.0 if b <= a else float("inf"))
-        bad = grew > args.tolerance
+        bad = grew > args.tolerance and b - a > SLACK.get(key, 0)
         ok = ok and not bad
         peak = max(r[key] for r in rows)
         lines.append(f"{'FAIL' if bad else 'ok'}: {key} median {fmt(key, a)} (reference) -> "
                      f"{fmt(key, b)} (last window): {grew * 100:+.1f}% (limit "
-                     f"{args.tolerance * 100:+.0f}%); peak {fmt(key, peak)}")
+                     f"{args.tolerance * 100:+.0f}%" + (f" or +{SLACK[key]}" if key in SLACK else "")
+                     + f"); peak {fmt(key, peak)}")
     return ok, lines
 
 
