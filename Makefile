@@ -6,8 +6,12 @@
 #   make fuzz       the libFuzzer targets, FUZZ_SECONDS each (clang; build-fuzz/)
 #   make bench      build and run krylov-bench on the default device
 #   make bench-load the service load benchmark: 64 clients x 200 requests (bench/load.c)
+#   make soak       honest and hostile clients against one krylovd for SOAK_MINUTES; fails on a
+#                   wrong or lost answer or on growth of memory, descriptors or device bytes
+#                   (tests/soak/soak.py; CSV, summary and plot in SOAK_OUT)
 #
-# Variables: BUILD (build folder), BUILD_TYPE, CMAKE_FLAGS, CTEST_FLAGS, JOBS, FUZZ_SECONDS.
+# Variables: BUILD (build folder), BUILD_TYPE, CMAKE_FLAGS, CTEST_FLAGS, JOBS, FUZZ_SECONDS,
+# SOAK_MINUTES, SOAK_OUT, SOAK_FLAGS (more options of tests/soak/soak.py, e.g. --readers 4).
 
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
@@ -15,8 +19,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 FUZZ_SECONDS ?= 60
+SOAK_MINUTES ?= 10
+SOAK_OUT ?= $(BUILD)/soak
+SOAK_FLAGS ?=
+PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps configure build test test-asan fuzz run bench bench-load clean format
+.PHONY: all deps configure build test test-asan fuzz run bench bench-load soak clean format
 
 all: build
 
@@ -51,6 +59,10 @@ bench: build
 
 bench-load: build
 	$(BUILD)/bin/krylov-load --clients 64 --requests 200
+
+soak: build
+	$(PYTHON) tests/soak/soak.py --bin-dir $(BUILD)/bin --minutes $(SOAK_MINUTES) \
+	  --out $(SOAK_OUT) $(SOAK_FLAGS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
