@@ -15,7 +15,7 @@ kd_device_build || exit 1
 for part in $parts; do
   case $part in
   tests)
-    (cd build-device && KD_TEST_DEVICE=gpu timeout 420 ctest -L 'kernel|e2e' -LE python \
+    (cd build-device && KD_TEST_DEVICE=gpu timeout 420 ctest -L 'kernel|e2e' -LE 'python|mpi' \
       -E test_solve_history --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
     tail -4 "$out/ctest-gpu.log"; grep -E "\*\*\*Failed|Timeout" "$out/ctest-gpu.log" | head) ;;
   tls)
