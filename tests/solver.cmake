@@ -50,3 +50,7 @@ kd_add_test(test_program_cache SOURCES test_program_cache.c LIBS kd_solver LABEL
 # single-system path per system, one bad system among good ones, the global variant, limits.
 kd_add_test(test_batch SOURCES test_batch.c
             LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+# Batches of systems of their own patterns (solve.batch's solver half): their SpMV against the
+# CPU, kd_batch_solve_items on five patterns and sizes against kd_solve of each item alone.
+kd_add_test(test_batch_items SOURCES test_batch_items.c
+            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)

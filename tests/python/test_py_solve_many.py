@@ -16,7 +16,8 @@ msgpack through tests/python/kd_rpc.py's raw client (and the Python client's sol
   nonzeros over --max-nnz, malformed items; methods a batch does not run;
 - the deadline (timeout_ms) checked between launches;
 - owners: an item naming another user's matrix answers NOT_FOUND for that item only;
-- the Python client's solve_many and its summary table.
+- the Python client's solve_many and its summary table; the CLI's solve-batch table (a row per
+  item, a row per status past --limit) and --json.
 """
 
 import inspect
@@ -322,6 +323,40 @@ class SolveBatchTest(unittest.TestCase):
                 kd.solve_many([])
             with self.assertRaises(krylov.BadRequest):
                 kd.solve_many([(infos[0], bs[1])], method="minres")
+
+    def test_cli(self):
+        """krylov solve-batch: a row per item (an unknown id's error among them, exit status 3),
+        a row per status past --limit, and --json with each item's numbers."""
+        import json
+        import subprocess
+
+        krylov = os.path.join(os.environ.get("KD_BIN_DIR", ""), "krylov")
+        ids = self.put_all(self.spd[1:3])
+
+        def run(*args):
+            return subprocess.run([krylov, "--server", daemon.address, "solve-batch", *args],
+                                  capture_output=True, text=True, timeout=120)
+
+        out = run(ids[0], ids[1], "f" * 32, ids[1] + ":random", "--rtol", "1e-10")
+        self.assertEqual(out.returncode, 3, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 2 + 4 + 1, out.stdout)
+        self.assertIn("NOT_FOUND: no matrix " + "f" * 32, lines[4])
+        self.assertEqual(lines[3].split()[1:4], [ids[1], "100", "converged"])
+        self.assertIn("4 items: 3 converged, 1 failed their checks", lines[-1])
+        out = run(*([ids[0]] * 30), "--method", "bicgstab", "--preconditioner", "jacobi")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len(lines), 2 + 1 + 1, out.stdout)  # header, rule, converged, totals
+        self.assertEqual(lines[2].split()[:2], ["converged", "30"])
+        out = run(ids[0], ids[1], "--json", "--rtol", "1e-9")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        doc = json.loads(out.stdout)
+        self.assertEqual((doc["count"], doc["converged"], doc["failed"]), (2, 2, 0))
+        for k, mid in enumerate(ids):
+            _, alone = self.client.solve(mid, np.ones(self.spd[1 + k].shape[0]), rtol=1e-9)
+            self.assertLessEqual(abs(doc["items"][k]["iterations"] - alone["iterations"]), 1)
+            self.assertLessEqual(doc["items"][k]["relative_residual"], 1.000001e-9)
 
 
 class SolveBatchOwnersTest(unittest.TestCase):
