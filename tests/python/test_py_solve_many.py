@@ -14,7 +14,7 @@ msgpack through tests/python/kd_rpc.py's raw client (and the Python client's sol
   its own status or error entry, the good ones exactly as in a request without them;
 - refusals before anything is allocated: too many items, the items' rows over --max-rows, their
   nonzeros over --max-nnz, malformed items; methods a batch does not run;
-- the deadline (timeout_ms) checked between launches;
+- the deadline (timeout_ms) and job.cancel checked between launches;
 - owners: an item naming another user's matrix answers NOT_FOUND for that item only;
 - the Python client's solve_many and its summary table; the CLI's solve-batch table (a row per
   item, a row per status past --limit) and --json.
@@ -285,6 +285,29 @@ class SolveBatchTest(unittest.TestCase):
                              method="gmres", rtol=0.0, maxiter=10 ** 9, timeout_ms=300)
         self.assertLess(time.monotonic() - t0, 60)
         self.assertEqual(ctx.exception.code, "TIMEOUT", ctx.exception.message)
+        self.assertIn("version", self.client.call("server.status"))
+
+    def test_cancel_between_launches(self):
+        """job.cancel stops a running solve.batch at its next launch: CANCELLED, then the server
+        serves the next request."""
+        import msgpack
+
+        mid = self.client.put_csr(self.spd[3])["id"]
+        c = self.client
+        solve = [0, 900, "solve.batch", [{"items": [item(mid, rng.uniform(-1, 1, 494))] * 2,
+                                          "method": "gmres", "rtol": 0.0, "maxiter": 10 ** 9}]]
+        c.sock.sendall(msgpack.packb(solve, use_bin_type=True))
+        time.sleep(0.5)  # running by now: a queued one would be answered CANCELLED at once too
+        c.sock.sendall(msgpack.packb([0, 901, "job.cancel", [{"msgid": 900}]], use_bin_type=True))
+        got = {}
+        while len(got) < 2:
+            for msg in c.unpacker:
+                if msg[0] == 1:
+                    got[msg[1]] = msg
+            if len(got) < 2:
+                c.unpacker.feed(c.sock.recv(1 << 20))
+        self.assertIsNone(got[901][2])
+        self.assertEqual(got[900][2]["code"], "CANCELLED", got[900][2])
         self.assertIn("version", self.client.call("server.status"))
 
     def test_python_client(self):
