@@ -53,4 +53,4 @@ kd_add_test(test_batch SOURCES test_batch.c
 # Batches of systems of their own patterns (solve.batch's solver half): their SpMV against the
 # CPU, kd_batch_solve_items on five patterns and sizes against kd_solve of each item alone.
 kd_add_test(test_batch_items SOURCES test_batch_items.c
-            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 400)
+            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 600)

@@ -283,7 +283,7 @@ class SolveBatchTest(unittest.TestCase):
         with self.assertRaises(kd_rpc.RpcError) as ctx:
             self.client.call("solve.batch", items=[item(mid, rng.uniform(-1, 1, 494))] * 3,
                              method="gmres", rtol=0.0, maxiter=10 ** 9, timeout_ms=300)
-        self.assertLess(time.monotonic() - t0, 60)
+        self.assertLess(time.monotonic() - t0, 150)  # a cold PoCL compiles the first launch
         self.assertEqual(ctx.exception.code, "TIMEOUT", ctx.exception.message)
         self.assertIn("version", self.client.call("server.status"))
 
