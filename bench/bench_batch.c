@@ -223,7 +223,8 @@ static int kd_bb_run_batch(kd_ocl_t *ocl, const kd_batch_t *B, const double *b, 
         rtol[s] = o->rtol;
         maxiter[s] = 10 * B->rows;
     }
-    kd_batch_params_t prm = {KD_BATCH_CG, o->jacobi, rtol, atol, maxiter, 0, 0, 0, 0};
+    kd_batch_params_t prm = {
+        .method = KD_BATCH_CG, .jacobi = o->jacobi, .rtol = rtol, .atol = atol, .maxiter = maxiter};
     double t[32];
     int rc = KD_OK;
     for (int r = 0; rc == KD_OK && r <= o->repeat; r++) {

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -660,7 +661,8 @@ static int kd_client_local_id(int64_t rows, int64_t cols, const int32_t *indptr,
         if (indptr[r + 1] < indptr[r])
             return 0;
         for (int32_t e = indptr[r]; e < indptr[r + 1]; e++)
-            if (indices[e] < 0 || indices[e] >= cols || (e > indptr[r] && indices[e] <= indices[e - 1]))
+            if (indices[e] < 0 || indices[e] >= cols ||
+                (e > indptr[r] && indices[e] <= indices[e - 1]))
                 return 0;
     }
     const int64_t nnz = indptr[rows];
@@ -671,7 +673,12 @@ static int kd_client_local_id(int64_t rows, int64_t cols, const int32_t *indptr,
         for (int64_t e = 0; e < nnz; e++)
             narrow[e] = (float)values[e];
     }
-    kd_csr_t view = {rows,           cols, nnz, dtype, (int32_t *)indptr, (int32_t *)indices,
+    kd_csr_t view = {rows,
+                     cols,
+                     nnz,
+                     dtype,
+                     (int32_t *)indptr,
+                     (int32_t *)indices,
                      narrow != NULL ? (void *)narrow : (void *)values};
     uint8_t id[16];
     const int ok = kd_csr_hash(&view, id) == KD_OK;
@@ -692,8 +699,8 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
      * again costs a hash and a round trip instead of its arrays. */
     const char *dt = opt != NULL && opt->dtype != NULL ? opt->dtype : "float64";
     char hex[KD_ID_HEX_LEN + 1];
-    if ((opt == NULL || (opt->name == NULL && opt->format == NULL && !opt->pin &&
-                         opt->reorder == NULL)) &&
+    if ((opt == NULL ||
+         (opt->name == NULL && opt->format == NULL && !opt->pin && opt->reorder == NULL)) &&
         (strcmp(dt, "float64") == 0 || strcmp(dt, "float32") == 0) &&
         kd_client_local_id(rows, cols, indptr, indices, values,
                            strcmp(dt, "float32") == 0 ? KD_DTYPE_F32 : KD_DTYPE_F64, hex) &&
@@ -1098,6 +1105,96 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
             kd_reply_destroy(&reply);
             return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
         }
+    }
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}
+
+/* Item k of a solve.batch reply into results[k] and items[k].x. */
+static int kd_many_item(krylov_client_t *c, kd_reply_t *reply, const msgpack_object *o,
+                        const krylov_solve_item_t *item, krylov_item_result_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (kd_obj_str_copy(kd_obj_get(o, "status"), r->status, sizeof(r->status)) != 0)
+        return kd_result_missing(c, reply, "items[].status");
+    kd_copy_str(kd_obj_get(o, "message"), r->message, sizeof(r->message));
+    if (strcmp(r->status, "error") == 0) {
+        kd_copy_str(kd_obj_get(o, "error"), r->error, sizeof(r->error));
+        r->residual_norm = r->relative_residual = NAN;
+        return KRYLOV_OK;
+    }
+    const void *data;
+    size_t len;
+    if (kd_obj_int64(kd_obj_get(o, "iterations"), &r->iterations) != 0 ||
+        kd_obj_double(kd_obj_get(o, "residual_norm"), &r->residual_norm) != 0 ||
+        kd_obj_double(kd_obj_get(o, "relative_residual"), &r->relative_residual) != 0 ||
+        kd_obj_bytes(kd_obj_get(o, "x"), &data, &len) != 0 ||
+        len != (size_t)item->n * sizeof(double))
+        return kd_result_missing(c, reply, "items[].x");
+    memcpy(item->x, data, len);
+    return KRYLOV_OK;
+}
+
+int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
+                      const krylov_solve_options_t *opt, krylov_item_result_t *results,
+                      krylov_many_stats_t *stats)
+{
+    krylov_solve_options_t defaults;
+    if (opt == NULL) {
+        krylov_solve_options_init(&defaults);
+        opt = &defaults;
+    }
+    if (count == 0 || count > UINT32_MAX)
+        return kd_client_fail(c, KRYLOV_EBADREQ, "solve_many takes 1 or more items, not %zu",
+                              count);
+    for (size_t k = 0; k < count; k++) {
+        size_t bytes;
+        int rc = kd_check_count(c, items[k].n, 8, &bytes);
+        if (rc != KRYLOV_OK)
+            return rc;
+    }
+    const uint32_t nparams = 4 + (opt->maxiter >= 0) + (opt->timeout_ms > 0) +
+                             (opt->preconditioner != NULL) + (opt->restart != 0);
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "solve.batch", nparams);
+    kd_w_str(&w, "items");
+    kd_w_array(&w, (uint32_t)count);
+    for (size_t k = 0; k < count; k++) {
+        kd_w_map(&w, items[k].x0 != NULL ? 3 : 2);
+        kd_w_kv_str(&w, "id", items[k].id);
+        kd_w_kv_bin(&w, "b", items[k].b, (size_t)items[k].n * sizeof(double));
+        if (items[k].x0 != NULL)
+            kd_w_kv_bin(&w, "x0", items[k].x0, (size_t)items[k].n * sizeof(double));
+    }
+    kd_w_kv_str(&w, "method", opt->method != NULL ? opt->method : "cg");
+    kd_w_kv_double(&w, "rtol", opt->rtol);
+    kd_w_kv_double(&w, "atol", opt->atol);
+    if (opt->maxiter >= 0)
+        kd_w_kv_int(&w, "maxiter", opt->maxiter);
+    if (opt->timeout_ms > 0)
+        kd_w_kv_int(&w, "timeout_ms", opt->timeout_ms);
+    if (opt->preconditioner != NULL)
+        kd_w_kv_str(&w, "preconditioner", opt->preconditioner);
+    if (opt->restart != 0)
+        kd_w_kv_int(&w, "restart", opt->restart);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, opt, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    const msgpack_object *list = kd_obj_get(reply.result, "items");
+    if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY || list->via.array.size != count)
+        return kd_result_missing(c, &reply, "items");
+    for (size_t k = 0; k < count; k++)
+        if ((rc = kd_many_item(c, &reply, &list->via.array.ptr[k], &items[k], &results[k])) !=
+            KRYLOV_OK)
+            return rc;
+    if (stats != NULL) {
+        memset(stats, 0, sizeof(*stats));
+        kd_obj_int64(kd_obj_get(reply.result, "converged"), &stats->converged);
+        kd_obj_int64(kd_obj_get(reply.result, "failed"), &stats->failed);
+        kd_obj_int64(kd_obj_get(reply.result, "groups"), &stats->groups);
+        kd_obj_int64(kd_obj_get(reply.result, "launches"), &stats->launches);
+        kd_obj_double(kd_obj_get(reply.result, "time_ms"), &stats->time_ms);
     }
     kd_reply_destroy(&reply);
     return KRYLOV_OK;

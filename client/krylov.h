@@ -234,6 +234,43 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
                  const krylov_solve_options_t *opt, double *x, krylov_solve_result_t *result);
 void krylov_solve_result_free(krylov_solve_result_t *result); /* frees history */
 
+/* One system of krylov_solve_many: a resident plain matrix and its right-hand side. */
+typedef struct krylov_solve_item {
+    const char *id;   /* the matrix */
+    const double *b;  /* n values: the matrix's rows */
+    int64_t n;
+    const double *x0; /* n values, or NULL: zero */
+    double *x;        /* out: n values (left as they are for an item that failed its checks) */
+} krylov_solve_item_t;
+
+typedef struct krylov_item_result {
+    char status[24]; /* as krylov_solve_result_t's, or "error": the item could not run */
+    char error[24];  /* with "error": the wire code ("NOT_FOUND", "BAD_REQUEST"), else "" */
+    int64_t iterations;
+    double residual_norm;
+    double relative_residual;
+    char message[256];
+} krylov_item_result_t;
+
+/* What a solve_many request did as a whole. */
+typedef struct krylov_many_stats {
+    int64_t converged, failed; /* items that converged, that failed their checks */
+    int64_t groups, launches;  /* batches the server ran one after another, their launches */
+    double time_ms;            /* the whole request on the server */
+} krylov_many_stats_t;
+
+/*
+ * Solve `count` small systems of their own patterns in one request (solve.batch,
+ * docs/PROTOCOL.md): results gets one entry per item; an item the server could not run (unknown
+ * id, wrong b length, a batched matrix) has status "error" and the others are unaffected.
+ * opt: method ("cg", "bicgstab", "gmres"), preconditioner ("none", "jacobi"), rtol, atol,
+ * maxiter, restart and timeout_ms apply to every item (nrhs, x0, history, progress and
+ * preconditioner_options are not used). stats may be NULL.
+ */
+int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
+                      const krylov_solve_options_t *opt, krylov_item_result_t *results,
+                      krylov_many_stats_t *stats);
+
 #define KRYLOV_MAX_METHODS 32
 
 typedef struct krylov_method_count {

@@ -96,6 +96,12 @@ static void kd_usage(FILE *out)
             "                          --preconditioner: none, jacobi, amg, ilu0, ic0,\n"
             "                          block_jacobi, chebyshev (server.status: solvers);\n"
             "                          --plot draws the residual history with gnuplot\n"
+            "  solve-batch ID[:RHS] ... [--rhs B.mtx|ones|random] [--method cg|bicgstab|gmres]\n"
+            "        [--preconditioner none|jacobi] [--rtol R] [--atol A] [--maxiter N]\n"
+            "        [--restart M] [--limit K]\n"
+            "                          many small matrices solved in one request (solve.batch):\n"
+            "                          a table of status, iterations and residual per item, or\n"
+            "                          per status with more than K items (default 20)\n"
             "  bench ID [--runs N] [--warmup W]\n"
             "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
             "  status                  show the server and its device\n"
@@ -796,6 +802,190 @@ done:
     return rc;
 }
 
+/* solve-batch's table: a row per item, or with more than `limit` items a row per status (its
+ * count, iteration range and worst relative residual). */
+static void kd_many_table(const char *const *ids, const int64_t *rows,
+                          const krylov_item_result_t *res, size_t count, size_t limit)
+{
+    kd_table_t t;
+    if (count <= limit) {
+        const char *headers[] = {">ITEM",       "ID",           ">ROWS",  "STATUS",
+                                 ">ITERATIONS", ">REL. RESID.", "MESSAGE"};
+        kd_table_init(&t, 7, headers);
+        for (size_t k = 0; k < count; k++) {
+            const int err = strcmp(res[k].status, "error") == 0;
+            kd_table_cell(&t, "%zu", k);
+            kd_table_cell(&t, "%s", ids[k]);
+            kd_table_cell(&t, "%lld", (long long)rows[k]);
+            kd_table_cell(&t, "%s", res[k].status);
+            kd_table_cell(&t, err ? "-" : "%lld", (long long)res[k].iterations);
+            kd_table_cell(&t, err ? "-" : "%.3e", res[k].relative_residual);
+            kd_table_cell(&t, "%s%s%s", res[k].error, err ? ": " : "", res[k].message);
+        }
+        kd_table_print(&t, stdout);
+        return;
+    }
+    const char *headers[] = {"STATUS", ">ITEMS", ">ITERATIONS", ">WORST REL. RESID."};
+    kd_table_init(&t, 4, headers);
+    for (size_t k = 0; k < count; k++) { /* each status once, in the order first seen */
+        size_t first = 0;
+        while (strcmp(res[first].status, res[k].status) != 0)
+            first++;
+        if (first != k)
+            continue;
+        int64_t n = 0, lo = INT64_MAX, hi = 0;
+        double worst = 0.0;
+        for (size_t i = k; i < count; i++) {
+            if (strcmp(res[i].status, res[k].status) != 0)
+                continue;
+            n++;
+            lo = res[i].iterations < lo ? res[i].iterations : lo;
+            hi = res[i].iterations > hi ? res[i].iterations : hi;
+            worst = res[i].relative_residual > worst ? res[i].relative_residual : worst;
+        }
+        const int err = strcmp(res[k].status, "error") == 0;
+        kd_table_cell(&t, "%s", res[k].status);
+        kd_table_cell(&t, "%lld", (long long)n);
+        kd_table_cell(&t, err ? "-" : "%lld..%lld", (long long)lo, (long long)hi);
+        kd_table_cell(&t, err ? "-" : "%.3e", worst);
+    }
+    kd_table_print(&t, stdout);
+}
+
+static void kd_many_json(const char *const *ids, const krylov_item_result_t *res, size_t count,
+                         const krylov_many_stats_t *st, const krylov_solve_options_t *opt)
+{
+    kd_json_t j;
+    kd_json_init(&j, stdout);
+    kd_json_object_begin(&j);
+    kd_json_kv_str(&j, "method", opt->method);
+    kd_json_kv_str(&j, "preconditioner", opt->preconditioner);
+    kd_json_kv_int(&j, "count", (int64_t)count);
+    kd_json_kv_int(&j, "converged", st->converged);
+    kd_json_kv_int(&j, "failed", st->failed);
+    kd_json_kv_int(&j, "groups", st->groups);
+    kd_json_kv_int(&j, "launches", st->launches);
+    kd_json_kv_double(&j, "time_ms", st->time_ms);
+    kd_json_key(&j, "items");
+    kd_json_array_begin(&j);
+    for (size_t k = 0; k < count; k++) {
+        kd_json_object_begin(&j);
+        kd_json_kv_str(&j, "id", ids[k]);
+        kd_json_kv_str(&j, "status", res[k].status);
+        if (strcmp(res[k].status, "error") == 0) {
+            kd_json_kv_str(&j, "error", res[k].error);
+        } else {
+            kd_json_kv_int(&j, "iterations", res[k].iterations);
+            kd_json_kv_double(&j, "residual_norm", res[k].residual_norm);
+            kd_json_kv_double(&j, "relative_residual", res[k].relative_residual);
+        }
+        kd_json_kv_str(&j, "message", res[k].message);
+        kd_json_object_end(&j);
+    }
+    kd_json_array_end(&j);
+    kd_json_object_end(&j);
+    kd_json_finish(&j);
+}
+
+/* solve-batch ID[:RHS] ...: many small systems in one request (solve.batch). An id the server
+ * does not know (or the user may not read) is sent as an item of one row: its entry says so. */
+static int kd_cmd_solve_batch(kd_cli_t *cli, int argc, char **argv)
+{
+    krylov_solve_options_t opt;
+    krylov_solve_options_init(&opt);
+    opt.preconditioner = "none";
+    const char *rhs = "ones";
+    int64_t limit = 20;
+    size_t count = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc, bad = 0;
+        if (a[0] != '-')
+            argv[count++] = argv[i];
+        else if (has && strcmp(a, "--rhs") == 0)
+            rhs = argv[++i];
+        else if (has && strcmp(a, "--method") == 0)
+            opt.method = argv[++i];
+        else if (has && strcmp(a, "--preconditioner") == 0)
+            opt.preconditioner = argv[++i];
+        else if (has && strcmp(a, "--restart") == 0)
+            bad = kd_parse_int(cli, a, argv[++i], 1, &opt.restart);
+        else if (has && strcmp(a, "--rtol") == 0)
+            bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
+        else if (has && strcmp(a, "--atol") == 0)
+            bad = kd_parse_double(cli, a, argv[++i], &opt.atol);
+        else if (has && strcmp(a, "--maxiter") == 0)
+            bad = kd_parse_int(cli, a, argv[++i], 0, &opt.maxiter);
+        else if (has && strcmp(a, "--limit") == 0)
+            bad = kd_parse_int(cli, a, argv[++i], 0, &limit);
+        else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", a);
+        if (bad)
+            return bad;
+    }
+    if (count == 0)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "which matrix ids?");
+    if (kd_connect(cli) != KRYLOV_OK)
+        return kd_fail(cli);
+    krylov_solve_item_t *items = calloc(count, sizeof(*items));
+    krylov_item_result_t *res = calloc(count, sizeof(*res));
+    const char **ids = calloc(count, sizeof(*ids));
+    int64_t *rows = calloc(count, sizeof(*rows));
+    int rc = KD_EXIT_ERROR;
+    if (items == NULL || res == NULL || ids == NULL || rows == NULL) {
+        rc = kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory for %zu items", count);
+        goto done;
+    }
+    for (size_t k = 0; k < count; k++) {
+        char *spec = strchr(argv[k], ':'); /* ID:RHS (an id is hex: no colon) */
+        if (spec != NULL)
+            *spec++ = '\0';
+        ids[k] = argv[k];
+        krylov_matrix_info_t info;
+        if (krylov_info(cli->client, ids[k], &info) == KRYLOV_OK)
+            rows[k] = info.rows;
+        else if (strcmp(krylov_error_code(cli->client), "NOT_FOUND") == 0)
+            rows[k] = 1; /* the server's answer for this item says it is not there */
+        else {
+            rc = kd_fail(cli);
+            goto done;
+        }
+        double *b = kd_load_vector(cli, spec != NULL ? spec : rhs, rows[k], "rhs");
+        double *x = malloc((size_t)(rows[k] > 0 ? rows[k] : 1) * sizeof(double));
+        items[k] = (krylov_solve_item_t){.id = ids[k], .b = b, .n = rows[k], .x = x};
+        if (b == NULL || x == NULL) {
+            if (x == NULL)
+                kd_report(cli, KD_EXIT_ERROR, "INTERNAL", "out of memory for x");
+            goto done;
+        }
+    }
+    krylov_many_stats_t st;
+    if (krylov_solve_many(cli->client, items, count, &opt, res, &st) != KRYLOV_OK) {
+        rc = kd_fail(cli);
+        goto done;
+    }
+    if (cli->json) {
+        kd_many_json(ids, res, count, &st, &opt);
+    } else {
+        kd_many_table(ids, rows, res, count, (size_t)limit);
+        printf("%zu items: %lld converged, %lld failed their checks; %lld group(s), %lld "
+               "launches, %.3f ms on the server\n",
+               count, (long long)st.converged, (long long)st.failed, (long long)st.groups,
+               (long long)st.launches, st.time_ms);
+    }
+    rc = st.converged == (int64_t)count ? KD_EXIT_OK : KD_EXIT_NOT_CONVERGED;
+done:
+    for (size_t k = 0; items != NULL && k < count; k++) {
+        free((void *)items[k].b);
+        free(items[k].x);
+    }
+    free(items);
+    free(res);
+    free(ids);
+    free(rows);
+    return rc;
+}
+
 static int kd_compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -1138,7 +1328,7 @@ static const kd_command_t kd_commands[] = {
     {"put", kd_cmd_put},       {"multiply", kd_cmd_multiply}, {"info", kd_cmd_info},
     {"list", kd_cmd_list},     {"drop", kd_cmd_drop},         {"pin", kd_cmd_pin},
     {"spmv", kd_cmd_spmv},     {"solve", kd_cmd_solve},       {"bench", kd_cmd_bench},
-    {"status", kd_cmd_status}, {"token", kd_cmd_token},
+    {"status", kd_cmd_status}, {"token", kd_cmd_token},       {"solve-batch", kd_cmd_solve_batch},
 };
 
 /* Take the flags that may stand anywhere (--json, --progress, --no-progress) out of argv. */

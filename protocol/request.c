@@ -21,14 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Arrays converted from plain msgpack arrays: at most three per method (CSR / COO uploads). */
-#define KD_OWNED_ARRAYS 8
-
 struct kd_request_owned {
     void *buf;
     msgpack_unpacked unpacked;
-    void *arrays[KD_OWNED_ARRAYS];
-    int narrays;
+    void **arrays; /* converted from plain msgpack arrays (solve.batch: two an item at most) */
+    int narrays, cap_arrays;
+    void *items;  /* solve.batch's items */
     size_t bytes; /* kd_request_host_bytes */
 };
 
@@ -51,6 +49,7 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_SERVER_STATUS] = "server.status",
     [KD_METHOD_AUTH] = "auth",
     [KD_METHOD_MATRIX_SHARE] = "matrix.share",
+    [KD_METHOD_SOLVE_BATCH] = "solve.batch",
 };
 
 const char *kd_method_name(kd_method_t method)
@@ -104,6 +103,7 @@ enum kd_param {
     KD_P_BATCH,
     KD_P_LIKE,
     KD_P_PATTERN,
+    KD_P_ITEMS,
     KD_P_COUNT
 };
 
@@ -153,6 +153,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_BATCH] = "batch",
     [KD_P_LIKE] = "like",
     [KD_P_PATTERN] = "pattern",
+    [KD_P_ITEMS] = "items",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -182,6 +183,9 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_SERVER_STATUS] = 0,
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
     [KD_METHOD_MATRIX_SHARE] = KD_BIT(ID) | KD_BIT(USER),
+    [KD_METHOD_SOLVE_BATCH] = KD_BIT(ITEMS) | KD_BIT(DTYPE) | KD_BIT(METHOD) |
+                              KD_BIT(PRECONDITIONER) | KD_BIT(RTOL) | KD_BIT(ATOL) |
+                              KD_BIT(MAXITER) | KD_BIT(HISTORY) | KD_BIT(RESTART),
 };
 
 struct kd_decoder {
@@ -347,11 +351,10 @@ static int kd_param_id(struct kd_decoder *d, enum kd_param p, uint8_t id[16])
     return KD_OK;
 }
 
-/* Convert a plain msgpack array of numbers into a buffer the request owns. */
-static int kd_array_from_plain(struct kd_decoder *d, enum kd_param p, const msgpack_object *o,
+/* Convert a plain msgpack array of numbers into a buffer the request owns (name: for messages). */
+static int kd_array_from_plain(struct kd_decoder *d, const char *name, const msgpack_object *o,
                                kd_dtype_t dtype, kd_array_t *out)
 {
-    const char *name = kd_param_names[p];
     uint32_t n = o->via.array.size;
     size_t max = d->limits->max_array_elements;
     if (max > 0 && n > max)
@@ -360,8 +363,14 @@ static int kd_array_from_plain(struct kd_decoder *d, enum kd_param p, const msgp
                           name, n, max);
     struct kd_request_owned *owned = d->req->owned;
     size_t bytes;
-    if (owned->narrays == KD_OWNED_ARRAYS)
-        return kd_err_set(d->err, KD_EINTERNAL, "%s: too many converted arrays", name);
+    if (owned->narrays == owned->cap_arrays) {
+        const int cap = owned->cap_arrays > 0 ? 2 * owned->cap_arrays : 4;
+        void **grown = realloc(owned->arrays, (size_t)cap * sizeof(*grown));
+        if (grown == NULL)
+            return kd_err_set(d->err, KD_ENOMEM, "%s: out of host memory", name);
+        owned->arrays = grown;
+        owned->cap_arrays = cap;
+    }
     if (kd_mul_overflow(n, kd_dtype_size(dtype), &bytes))
         return kd_err_set(d->err, KD_ETOOLARGE, "%s: %u elements overflow a size", name, n);
     void *data = malloc(bytes > 0 ? bytes : 1);
@@ -405,31 +414,37 @@ static int kd_array_from_plain(struct kd_decoder *d, enum kd_param p, const msgp
     return KD_OK;
 }
 
-/* A numeric array: a bin of little-endian dtype values (referenced in place) or a plain array of
- * numbers (converted). Left not present when absent. */
-static int kd_param_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype, kd_array_t *out)
+/* A numeric array in o (named `name` in messages): a bin of little-endian dtype values
+ * (referenced in place) or a plain array of numbers (converted). Left not present when o is
+ * NULL. */
+static int kd_array_from_object(struct kd_decoder *d, const char *name, const msgpack_object *o,
+                                kd_dtype_t dtype, kd_array_t *out)
 {
-    const msgpack_object *o = d->param[p];
     memset(out, 0, sizeof(*out));
     if (o == NULL)
         return KD_OK;
     if (o->type == MSGPACK_OBJECT_ARRAY)
-        return kd_array_from_plain(d, p, o, dtype, out);
+        return kd_array_from_plain(d, name, o, dtype, out);
     if (o->type != MSGPACK_OBJECT_BIN)
         return kd_err_set(d->err, KD_EBADREQ,
-                          "%s must be a bin of %s or an array of numbers, got %s",
-                          kd_param_names[p], kd_dtype_name(dtype), kd_obj_type_name(o));
+                          "%s must be a bin of %s or an array of numbers, got %s", name,
+                          kd_dtype_name(dtype), kd_obj_type_name(o));
     size_t len = o->via.bin.size;
     size_t size = kd_dtype_size(dtype);
     if (len % size != 0)
         return kd_err_set(d->err, KD_EBADREQ,
-                          "%s: bin of %zu bytes is not a whole number of %s values",
-                          kd_param_names[p], len, kd_dtype_name(dtype));
+                          "%s: bin of %zu bytes is not a whole number of %s values", name, len,
+                          kd_dtype_name(dtype));
     out->present = 1;
     out->data = o->via.bin.ptr;
     out->count = (int64_t)(len / size);
     out->dtype = dtype;
     return KD_OK;
+}
+
+static int kd_param_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype, kd_array_t *out)
+{
+    return kd_array_from_object(d, kd_param_names[p], d->param[p], dtype, out);
 }
 
 static int kd_param_required_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype,
@@ -807,6 +822,108 @@ static int kd_decode_solve(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* solve.batch's item i: a map of id (a matrix id), b and optionally x0. A malformed item makes
+ * the whole request BAD_REQUEST (naming it); what needs the store is the server's, per item. */
+static int kd_decode_item(struct kd_decoder *d, const msgpack_object *o, int64_t i,
+                          kd_dtype_t dtype, kd_solve_item_t *item)
+{
+    char name[48], shown[48];
+    const msgpack_object *id = NULL, *b = NULL, *x0 = NULL;
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return kd_err_set(d->err, KD_EBADREQ, "items[%lld] must be a map of id, b and x0, got %s",
+                          (long long)i, kd_obj_type_name(o));
+    for (uint32_t k = 0; k < o->via.map.size; k++) {
+        const msgpack_object_kv *kv = &o->via.map.ptr[k];
+        const msgpack_object **slot = kd_obj_str_eq(&kv->key, "id")   ? &id
+                                      : kd_obj_str_eq(&kv->key, "b")  ? &b
+                                      : kd_obj_str_eq(&kv->key, "x0") ? &x0
+                                                                      : NULL;
+        const char *key = "";
+        size_t len = 0;
+        if (slot == NULL && kd_obj_str(&kv->key, &key, &len) != 0)
+            return kd_err_set(d->err, KD_EBADREQ, "items[%lld]: a key is a %s, not a str",
+                              (long long)i, kd_obj_type_name(&kv->key));
+        if (slot == NULL)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "items[%lld]: unknown key '%s' (an item takes id, b and x0)",
+                              (long long)i, kd_printable(shown, key, len));
+        if (*slot != NULL)
+            return kd_err_set(d->err, KD_EBADREQ, "items[%lld]: a key is given twice",
+                              (long long)i);
+        *slot = kv->val.type == MSGPACK_OBJECT_NIL ? NULL : &kv->val;
+    }
+    const char *hex;
+    size_t len;
+    if (id == NULL || b == NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "items[%lld] has no %s", (long long)i,
+                          id == NULL ? "id" : "b");
+    if (kd_obj_str(id, &hex, &len) != 0 || kd_id_from_hex(hex, len, item->id) != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "items[%lld].id is not %d hex digits (a matrix id)",
+                          (long long)i, KD_ID_HEX_LEN);
+    int rc;
+    snprintf(name, sizeof(name), "items[%lld].b", (long long)i);
+    if ((rc = kd_array_from_object(d, name, b, dtype, &item->b)) != KD_OK)
+        return rc;
+    snprintf(name, sizeof(name), "items[%lld].x0", (long long)i);
+    if ((rc = kd_array_from_object(d, name, x0, dtype, &item->x0)) != KD_OK)
+        return rc;
+    if (item->x0.present && item->x0.count != item->b.count)
+        return kd_err_set(d->err, KD_EBADREQ, "items[%lld].x0 has %lld values but its b %lld",
+                          (long long)i, (long long)item->x0.count, (long long)item->b.count);
+    return KD_OK;
+}
+
+/* solve.batch: the items (1..KD_SOLVE_ITEMS_MAX, their b values together within max_rows) and
+ * one set of solve parameters for all of them. */
+static int kd_decode_solve_batch(struct kd_decoder *d)
+{
+    kd_solve_batch_request_t *q = &d->req->u.solve_batch;
+    const msgpack_object *items = d->param[KD_P_ITEMS];
+    int rc;
+    if ((rc = kd_param_dtype(d, KD_P_DTYPE, KD_DTYPE_F64, KD_DTYPE_F32, KD_DTYPE_F64, &q->dtype)) !=
+            KD_OK ||
+        (rc = kd_param_str(d, KD_P_METHOD, q->method, sizeof(q->method))) != KD_OK ||
+        (rc = kd_param_str(d, KD_P_PRECONDITIONER, q->preconditioner, sizeof(q->preconditioner))) !=
+            KD_OK ||
+        (rc = kd_param_double(d, KD_P_RTOL, 0.0, 1e-8, &q->rtol)) != KD_OK ||
+        (rc = kd_param_double(d, KD_P_ATOL, 0.0, 0.0, &q->atol)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_MAXITER, 0, -1, &q->maxiter)) != KD_OK ||
+        (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &q->restart)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_HISTORY, 0, &q->history)) != KD_OK)
+        return rc;
+    if (q->restart > KD_RESTART_MAX)
+        return kd_err_set(d->err, KD_EBADREQ, "restart = %lld: at most %d (0: the server's)",
+                          (long long)q->restart, KD_RESTART_MAX);
+    if (items == NULL)
+        return kd_missing(d, KD_P_ITEMS);
+    if (items->type != MSGPACK_OBJECT_ARRAY || items->via.array.size == 0)
+        return kd_err_set(d->err, KD_EBADREQ, "items must be a non-empty array of maps, got %s%s",
+                          items->type == MSGPACK_OBJECT_ARRAY ? "an empty " : "",
+                          kd_obj_type_name(items));
+    const int64_t n = items->via.array.size;
+    if (n > KD_SOLVE_ITEMS_MAX)
+        return kd_err_set(d->err, KD_ETOOLARGE, "items has %lld entries; at most %d a request",
+                          (long long)n, KD_SOLVE_ITEMS_MAX);
+    q->items = calloc((size_t)n, sizeof(*q->items));
+    if (q->items == NULL)
+        return kd_err_set(d->err, KD_ENOMEM, "out of host memory for %lld items", (long long)n);
+    d->req->owned->items = q->items;
+    d->req->owned->bytes += (size_t)n * sizeof(*q->items);
+    q->nitems = n;
+    for (int64_t i = 0; i < n; i++) {
+        kd_solve_item_t *item = &q->items[i];
+        if ((rc = kd_decode_item(d, &items->via.array.ptr[i], i, q->dtype, item)) != KD_OK)
+            return rc;
+        q->rows += item->b.count; /* counts the message holds: no overflow */
+    }
+    if (d->limits->max_rows > 0 && q->rows > d->limits->max_rows)
+        return kd_err_set(d->err, KD_ETOOLARGE,
+                          "the items' b hold %lld values in all, over this server's limit of %lld "
+                          "rows a request",
+                          (long long)q->rows, (long long)d->limits->max_rows);
+    return KD_OK;
+}
+
 /* A user name: 1..KD_AUTH_NAME_MAX-1 bytes without NUL (whether the user exists is the server's).
  */
 static int kd_param_user(struct kd_decoder *d, enum kd_param p, char out[KD_AUTH_NAME_MAX])
@@ -889,6 +1006,8 @@ static int kd_decode_method(struct kd_decoder *d)
         return KD_OK;
     case KD_METHOD_AUTH:
         return kd_decode_auth(d);
+    case KD_METHOD_SOLVE_BATCH:
+        return kd_decode_solve_batch(d);
     case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_SERVER_STATUS:
     case KD_METHOD_COUNT:
@@ -1082,6 +1201,8 @@ void kd_request_free(kd_request_t *req)
     msgpack_unpacked_destroy(&owned->unpacked);
     for (int i = 0; i < owned->narrays; i++)
         free(owned->arrays[i]);
+    free(owned->arrays);
+    free(owned->items);
     free(owned->buf);
     free((struct kd_request_block *)req);
 }

@@ -31,6 +31,7 @@ typedef enum kd_method {
     KD_METHOD_SERVER_STATUS,
     KD_METHOD_AUTH,
     KD_METHOD_MATRIX_SHARE,
+    KD_METHOD_SOLVE_BATCH,
     KD_METHOD_COUNT
 } kd_method_t;
 
@@ -147,6 +148,28 @@ typedef struct kd_solve_request {
     kd_array_t rtols, atols, maxiters;
 } kd_solve_request_t;
 
+/* solve.batch: many small systems of their own patterns (resident matrices) in one request. */
+#define KD_SOLVE_ITEMS_MAX 16384 /* items in one request */
+
+typedef struct kd_solve_item {
+    uint8_t id[16];
+    kd_array_t b;  /* the matrix's rows values of the request's dtype (the server checks) */
+    kd_array_t x0; /* optional, as many values as b */
+} kd_solve_item_t;
+
+typedef struct kd_solve_batch_request {
+    kd_dtype_t dtype;                        /* of every b, x0 and x */
+    char method[KD_FORMAT_NAME_MAX];         /* "": cg (the server checks the name) */
+    char preconditioner[KD_FORMAT_NAME_MAX]; /* "": none */
+    double rtol, atol;                       /* defaults 1e-8, 0 */
+    int64_t maxiter;                         /* default -1: the server's, per item's rows */
+    int64_t restart;                         /* 0..KD_RESTART_MAX */
+    int history;
+    kd_solve_item_t *items; /* nitems, 1..KD_SOLVE_ITEMS_MAX; owned by the request */
+    int64_t nitems;
+    int64_t rows; /* every item's b values together (at most the limits' max_rows) */
+} kd_solve_batch_request_t;
+
 /* auth: who the connection is. The token is a secret: the server never logs it and wipes its
  * bytes in the message once checked. */
 #define KD_AUTH_TOKEN_MAX 256
@@ -170,6 +193,7 @@ typedef struct kd_request {
         kd_id_request_t id; /* matrix.info, matrix.drop, matrix.pin, matrix.share */
         kd_spmv_request_t spmv;
         kd_solve_request_t solve;
+        kd_solve_batch_request_t solve_batch;
         kd_cancel_request_t cancel;
         kd_auth_request_t auth;
     } u;

@@ -34,6 +34,7 @@ static const kd_role_t kd_method_roles[KD_METHOD_COUNT] = {
     [KD_METHOD_AUTH] = KD_ROLE_NONE,
     [KD_METHOD_SPMV] = KD_ROLE_READ,
     [KD_METHOD_SOLVE] = KD_ROLE_READ,
+    [KD_METHOD_SOLVE_BATCH] = KD_ROLE_READ, /* each item: matrices the user can read */
     [KD_METHOD_MATRIX_INFO] = KD_ROLE_READ,
     [KD_METHOD_MATRIX_LIST] = KD_ROLE_READ,
     [KD_METHOD_JOB_CANCEL] = KD_ROLE_READ,    /* a connection's own jobs only */

@@ -54,6 +54,8 @@ int kd_handlers_batch_claims(struct kd_server *server, const kd_job_t *job)
     case KD_METHOD_MATRIX_MULTIPLY:
         return kd_batch_of(server, req->u.multiply.a) > 0 ||
                kd_batch_of(server, req->u.multiply.b) > 0;
+    case KD_METHOD_SOLVE_BATCH:
+        return 1;
     default:
         return 0;
     }
@@ -260,23 +262,31 @@ static int kd_batch_per_system(const kd_array_t *a, double scalar, int64_t k, co
     return KD_OK;
 }
 
-/* The method and preconditioner a batched solve takes: cg, bicgstab or gmres, jacobi or none. */
-static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t *prm, kd_err_t *err)
+int kd_handlers_batch_choose(const char *method, const char *pre, int64_t restart,
+                             kd_batch_params_t *prm, kd_err_t *err)
 {
-    const char *method = q->method[0] != '\0' ? q->method : "cg";
+    method = method[0] != '\0' ? method : "cg";
     if (kd_batch_method_parse(method, &prm->method) != 0)
         return kd_err_set(err, KD_EBADREQ,
                           "method %s does not run on a batch; batched solves take cg, bicgstab "
                           "or gmres",
                           method);
-    const char *pre = q->preconditioner;
     if (pre[0] != '\0' && strcmp(pre, "none") != 0 && strcmp(pre, "jacobi") != 0)
         return kd_err_set(err, KD_EBADREQ,
                           "preconditioner %s does not run on a batch; batched solves take jacobi "
                           "or none",
                           pre);
     prm->jacobi = strcmp(pre, "jacobi") == 0;
-    prm->restart = q->restart; /* gmres's m; the decoder held it to 0..KD_RESTART_MAX */
+    prm->restart = restart; /* gmres's m; the decoder held it to 0..KD_RESTART_MAX */
+    return KD_OK;
+}
+
+/* The method and preconditioner a batched solve takes: cg, bicgstab or gmres, jacobi or none. */
+static int kd_batch_solve_choice(const kd_solve_request_t *q, kd_batch_params_t *prm, kd_err_t *err)
+{
+    int rc = kd_handlers_batch_choose(q->method, q->preconditioner, q->restart, prm, err);
+    if (rc != KD_OK)
+        return rc;
     if (q->noptions > 0)
         return kd_err_set(err, KD_EBADREQ, "preconditioner_options: none apply to a batch");
     if (q->nrhs != 1)
@@ -393,6 +403,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     prm.atol = atol;
     prm.maxiter = maxiter;
     prm.record_history = q->history;
+    prm.cancel = &job->cancel;
+    prm.deadline_ns = job->deadline_ns;
     kd_convert_real(b, B->dtype, q->b.data, q->b.dtype, (size_t)n);
     if (x0 != NULL)
         kd_convert_real(x0, B->dtype, q->x0.data, q->x0.dtype, (size_t)n);
@@ -424,6 +436,8 @@ int kd_handlers_batch_run(struct kd_server *server, kd_job_t *job, kd_writer_t *
         return kd_batch_spmv_run(server, job, w, err);
     case KD_METHOD_SOLVE:
         return kd_batch_solve_run(server, job, w, err);
+    case KD_METHOD_SOLVE_BATCH:
+        return kd_handlers_solve_items(server, job, w, err); /* server/batch_many.c */
     case KD_METHOD_MATRIX_MULTIPLY:
         return kd_err_set(err, KD_EBADREQ,
                           "matrix.multiply does not take a batched matrix (each system is its own "

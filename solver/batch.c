@@ -1,7 +1,9 @@
 /*
- * A batched matrix on the device (solver/batch.h): the shared CSR pattern once, the k value sets
- * back to back, and for square systems the k inverse diagonals Jacobi needs, built on the host
- * while the values are scanned (one pass: non-finite entries, diagonals). CSR rather than ELL:
+ * A batched matrix on the device (solver/batch.h): the shared CSR pattern once and the k value
+ * sets back to back, or systems of their own patterns with their CSR arrays back to back; the
+ * systems table (kernels/batch_abi.h) saying where each is; and for square systems the inverse
+ * diagonals Jacobi needs, built on the host while the values are scanned (one pass: non-finite
+ * entries, diagonals). CSR rather than ELL:
  * one work-group per system walks its rows round-robin, and the pattern's arrays, shared by every
  * group, stay in cache; ELL's padding would only add traffic for the irregular power-network
  * patterns this is for (not measured against ELL).
@@ -9,6 +11,7 @@
 #include "solver/batch.h"
 
 #include "common/checked.h"
+#include "kernels/batch_abi.h"
 
 #include <assert.h>
 #include <math.h>
@@ -22,11 +25,24 @@ size_t kd_batch_plan_bytes(int64_t count, int64_t rows, int64_t cols, int64_t nn
     if (count < 0 || rows < 0 || nnz < 0)
         return SIZE_MAX;
     const size_t vsize = kd_dtype_size(dtype);
-    size_t pattern, values, diag, total;
+    size_t pattern, values, diag, table, total;
     if (kd_mul_overflow((size_t)rows + 1 + (size_t)nnz, sizeof(int32_t), &pattern) ||
         kd_mul3_overflow((size_t)count, (size_t)nnz, vsize, &values) ||
         kd_mul3_overflow((size_t)count, (size_t)rows, vsize, &diag) ||
-        kd_add_overflow(pattern, values, &total) || kd_add_overflow(total, diag, &total))
+        kd_mul3_overflow((size_t)count, KD_BATCH_SYS, sizeof(cl_long), &table) ||
+        kd_add_overflow(pattern, values, &total) || kd_add_overflow(total, diag, &total) ||
+        kd_add_overflow(total, table, &total))
+        return SIZE_MAX;
+    return total;
+}
+
+size_t kd_batch_systems_plan_bytes(int64_t count, int64_t rows, int64_t nnz, kd_dtype_t dtype)
+{
+    /* count row pointers more than one matrix of rows x nnz, and one table row a system */
+    size_t one = kd_batch_plan_bytes(1, rows, rows, nnz, dtype), extra, total;
+    if (one == SIZE_MAX || count < 0 ||
+        kd_mul_overflow((size_t)count, sizeof(int32_t) + KD_BATCH_SYS * sizeof(cl_long), &extra) ||
+        kd_add_overflow(one, extra, &total))
         return SIZE_MAX;
     return total;
 }
@@ -46,12 +62,11 @@ static int64_t *kd_batch_diagonal_positions(const kd_csr_t *p)
     return pos;
 }
 
-/* The host scan of system s's values; fills the batch's per-system findings and, for square
- * systems, its 1 / a_ii into dinv (rows values). */
+/* The host scan of system s's values (p's pattern, from entry `base` of values); fills the
+ * batch's per-system findings and, for square systems, its 1 / a_ii into dinv (rows values). */
 static void kd_batch_scan(kd_batch_t *batch, const kd_csr_t *p, const int64_t *diag_pos,
-                          const void *values, int64_t s, void *dinv)
+                          const void *values, size_t base, int64_t s, void *dinv)
 {
-    const size_t base = (size_t)s * (size_t)p->nnz;
     batch->non_finite_entry[s] = -1;
     batch->bad_diagonal_row[s] = -1;
     batch->negative_diagonal_row[s] = -1;
@@ -101,7 +116,7 @@ static int kd_batch_upload_diagonals(kd_ocl_t *ocl, kd_batch_t *batch, const kd_
         return kd_err_set(err, KD_ENOMEM, "out of host memory for the batch's diagonals");
     }
     for (int64_t s = 0; s < batch->count; s++)
-        kd_batch_scan(batch, pattern, pos, values, s,
+        kd_batch_scan(batch, pattern, pos, values, (size_t)(s * pattern->nnz), s,
                       dinv != NULL ? dinv + (size_t)(s * pattern->rows) * vsize : NULL);
     int rc = KD_OK;
     if (square)
@@ -109,6 +124,53 @@ static int kd_batch_upload_diagonals(kd_ocl_t *ocl, kd_batch_t *batch, const kd_
                              "batch inverse diagonals", &batch->inv_diagonal, err);
     free(pos);
     free(dinv);
+    return rc;
+}
+
+/* A batch of `count` systems with its host arrays (findings, starts), nothing on the device. */
+static kd_batch_t *kd_batch_new(int64_t count, kd_dtype_t dtype, kd_err_t *err)
+{
+    kd_batch_t *b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        kd_err_set(err, KD_ENOMEM, "out of host memory");
+        return NULL;
+    }
+    b->count = count;
+    b->dtype = dtype;
+    b->non_finite_entry = kd_malloc_array((size_t)count, sizeof(int64_t));
+    b->bad_diagonal_row = kd_malloc_array((size_t)count, sizeof(int64_t));
+    b->negative_diagonal_row = kd_malloc_array((size_t)count, sizeof(int64_t));
+    b->row_start = kd_malloc_array((size_t)count + 1, sizeof(int64_t));
+    b->col_start = kd_malloc_array((size_t)count + 1, sizeof(int64_t));
+    if (b->non_finite_entry == NULL || b->bad_diagonal_row == NULL ||
+        b->negative_diagonal_row == NULL || b->row_start == NULL || b->col_start == NULL) {
+        kd_batch_free(b);
+        kd_err_set(err, KD_ENOMEM, "out of host memory for %lld systems", (long long)count);
+        return NULL;
+    }
+    return b;
+}
+
+/* The systems table on the device: system s's rows, columns and CSR slices (ptr[s], idx[s] and
+ * val[s]: where they start; NULL ptr: 0, idx: 0, val: s nnz, one shared pattern). */
+static int kd_batch_upload_table(kd_ocl_t *ocl, kd_batch_t *b, const int64_t *ptr,
+                                 const int64_t *idx, kd_err_t *err)
+{
+    cl_long *t = kd_malloc_array((size_t)b->count * KD_BATCH_SYS, sizeof(cl_long));
+    if (t == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the systems table");
+    for (int64_t s = 0; s < b->count; s++) {
+        cl_long *row = t + s * KD_BATCH_SYS;
+        row[KD_BATCH_SYS_ROW] = b->row_start[s];
+        row[KD_BATCH_SYS_COL] = b->col_start[s];
+        row[KD_BATCH_SYS_N] = b->row_start[s + 1] - b->row_start[s];
+        row[KD_BATCH_SYS_PTR] = ptr != NULL ? ptr[s] : 0;
+        row[KD_BATCH_SYS_IDX] = idx != NULL ? idx[s] : 0;
+        row[KD_BATCH_SYS_VAL] = idx != NULL ? idx[s] : s * b->nnz;
+    }
+    int rc = kd_batch_buffer(ocl, (size_t)b->count * KD_BATCH_SYS * sizeof(cl_long), t,
+                             "batch systems table", &b->systems, err);
+    free(t);
     return rc;
 }
 
@@ -128,24 +190,20 @@ int kd_batch_upload(kd_ocl_t *ocl, const kd_csr_t *pattern, const void *values, 
     if (planned == SIZE_MAX)
         return kd_err_set(err, KD_ETOOLARGE, "batch of %lld systems of %lld nonzeros: too large",
                           (long long)count, (long long)pattern->nnz);
-    kd_batch_t *b = calloc(1, sizeof(*b));
+    kd_batch_t *b = kd_batch_new(count, pattern->dtype, err);
     if (b == NULL)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory");
-    b->count = count;
+        return err->code;
+    b->shared = 1;
     b->rows = pattern->rows;
     b->cols = pattern->cols;
     b->nnz = pattern->nnz;
-    b->dtype = pattern->dtype;
-    b->non_finite_entry = kd_malloc_array((size_t)count, sizeof(int64_t));
-    b->bad_diagonal_row = kd_malloc_array((size_t)count, sizeof(int64_t));
-    b->negative_diagonal_row = kd_malloc_array((size_t)count, sizeof(int64_t));
-    if (b->non_finite_entry == NULL || b->bad_diagonal_row == NULL ||
-        b->negative_diagonal_row == NULL) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld systems", (long long)count);
-        goto fail;
+    for (int64_t s = 0; s <= count; s++) {
+        b->row_start[s] = s * b->rows;
+        b->col_start[s] = s * b->cols;
     }
     const size_t vsize = kd_dtype_size(b->dtype);
-    if ((rc = kd_batch_buffer(ocl, (size_t)(b->rows + 1) * sizeof(int32_t), pattern->indptr,
+    if ((rc = kd_batch_upload_table(ocl, b, NULL, NULL, err)) != KD_OK ||
+        (rc = kd_batch_buffer(ocl, (size_t)(b->rows + 1) * sizeof(int32_t), pattern->indptr,
                               "batch row pointers", &b->indptr, err)) != KD_OK ||
         (rc = kd_batch_buffer(ocl, (size_t)b->nnz * sizeof(int32_t), pattern->indices,
                               "batch column indices", &b->indices, err)) != KD_OK ||
@@ -161,14 +219,126 @@ fail:
     return rc;
 }
 
+/* The systems' sizes checked and summed: rows, row pointers and entries of them all. */
+static int kd_batch_systems_check(const kd_csr_t *const *csrs, int64_t count, int64_t *rows,
+                                  int64_t *nnz, int64_t *max_rows, kd_err_t *err)
+{
+    *rows = *nnz = *max_rows = 0;
+    if (count < 1)
+        return kd_err_set(err, KD_EBADREQ, "a batch holds at least one system");
+    for (int64_t s = 0; s < count; s++) {
+        const kd_csr_t *c = csrs[s];
+        if (c->rows != c->cols || c->rows < 1 || c->rows > KD_BATCH_SYSTEM_ROWS_MAX)
+            return kd_err_set(err, KD_EBADREQ,
+                              "system %lld is %lld x %lld: a batch takes square systems of 1..%lld "
+                              "rows",
+                              (long long)s, (long long)c->rows, (long long)c->cols,
+                              (long long)KD_BATCH_SYSTEM_ROWS_MAX);
+        if (c->dtype != csrs[0]->dtype)
+            return kd_err_set(err, KD_EBADREQ, "system %lld is %s, system 0 %s: one dtype a batch",
+                              (long long)s, kd_dtype_name(c->dtype), kd_dtype_name(csrs[0]->dtype));
+        if (kd_add_overflow_i64(*rows, c->rows, rows) || kd_add_overflow_i64(*nnz, c->nnz, nnz))
+            return kd_err_set(err, KD_ETOOLARGE, "the systems' sizes overflow");
+        *max_rows = c->rows > *max_rows ? c->rows : *max_rows;
+    }
+    return KD_OK;
+}
+
+/* The systems' CSR arrays back to back (row pointers each from 0) and their inverse diagonals,
+ * scanned into b; ptr[s] and idx[s]: where system s's row pointers and entries start. */
+static int kd_batch_systems_pack(kd_batch_t *b, const kd_csr_t *const *csrs, int32_t *indptr,
+                                 int32_t *indices, char *values, char *dinv, int64_t *ptr,
+                                 int64_t *idx)
+{
+    const size_t vsize = kd_dtype_size(b->dtype);
+    int64_t at_ptr = 0, at_idx = 0;
+    for (int64_t s = 0; s < b->count; s++) {
+        const kd_csr_t *c = csrs[s];
+        int64_t *pos = kd_batch_diagonal_positions(c);
+        if (pos == NULL)
+            return KD_ENOMEM;
+        ptr[s] = at_ptr;
+        idx[s] = at_idx;
+        b->row_start[s + 1] = b->row_start[s] + c->rows;
+        b->col_start[s + 1] = b->row_start[s + 1];
+        memcpy(indptr + at_ptr, c->indptr, (size_t)(c->rows + 1) * sizeof(int32_t));
+        memcpy(indices + at_idx, c->indices, (size_t)c->nnz * sizeof(int32_t));
+        memcpy(values + (size_t)at_idx * vsize, c->values, (size_t)c->nnz * vsize);
+        kd_batch_scan(b, c, pos, c->values, 0, s, dinv + (size_t)b->row_start[s] * vsize);
+        free(pos);
+        at_ptr += c->rows + 1;
+        at_idx += c->nnz;
+    }
+    return KD_OK;
+}
+
+int kd_batch_upload_systems(kd_ocl_t *ocl, const kd_csr_t *const *csrs, int64_t count,
+                            kd_batch_t **out, kd_err_t *err)
+{
+    assert(ocl != NULL && csrs != NULL && out != NULL);
+    *out = NULL;
+    int64_t rows, nnz, max_rows;
+    int rc = kd_batch_systems_check(csrs, count, &rows, &nnz, &max_rows, err);
+    if (rc != KD_OK || (rc = kd_ocl_check_dtype(ocl, csrs[0]->dtype, err)) != KD_OK)
+        return rc;
+    const kd_dtype_t dtype = csrs[0]->dtype;
+    const size_t planned = kd_batch_systems_plan_bytes(count, rows, nnz, dtype);
+    if (planned == SIZE_MAX)
+        return kd_err_set(err, KD_ETOOLARGE, "%lld systems of %lld nonzeros: too large",
+                          (long long)count, (long long)nnz);
+    kd_batch_t *b = kd_batch_new(count, dtype, err);
+    if (b == NULL)
+        return err->code;
+    b->rows = b->cols = max_rows;
+    b->nnz = nnz;
+    b->row_start[0] = b->col_start[0] = 0;
+    const size_t vsize = kd_dtype_size(dtype);
+    int32_t *indptr = kd_malloc_array((size_t)(rows + count), sizeof(int32_t));
+    int32_t *indices = kd_malloc_array((size_t)nnz + 1, sizeof(int32_t));
+    char *values = kd_malloc_array((size_t)nnz + 1, vsize);
+    char *dinv = kd_malloc_array((size_t)rows, vsize);
+    int64_t *ptr = kd_malloc_array((size_t)count, sizeof(int64_t));
+    int64_t *idx = kd_malloc_array((size_t)count, sizeof(int64_t));
+    if (indptr == NULL || indices == NULL || values == NULL || dinv == NULL || ptr == NULL ||
+        idx == NULL || kd_batch_systems_pack(b, csrs, indptr, indices, values, dinv, ptr, idx)) {
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld systems", (long long)count);
+        goto done;
+    }
+    if ((rc = kd_batch_upload_table(ocl, b, ptr, idx, err)) != KD_OK ||
+        (rc = kd_batch_buffer(ocl, (size_t)(rows + count) * sizeof(int32_t), indptr,
+                              "batch row pointers", &b->indptr, err)) != KD_OK ||
+        (rc = kd_batch_buffer(ocl, (size_t)nnz * sizeof(int32_t), indices, "batch column indices",
+                              &b->indices, err)) != KD_OK ||
+        (rc = kd_batch_buffer(ocl, (size_t)nnz * vsize, values, "batch values", &b->values, err)) !=
+            KD_OK ||
+        (rc = kd_batch_buffer(ocl, (size_t)rows * vsize, dinv, "batch inverse diagonals",
+                              &b->inv_diagonal, err)) != KD_OK)
+        goto done;
+    b->device_bytes = planned;
+    *out = b;
+    b = NULL;
+done:
+    kd_batch_free(b);
+    free(indptr);
+    free(indices);
+    free(values);
+    free(dinv);
+    free(ptr);
+    free(idx);
+    return rc;
+}
+
 void kd_batch_free(kd_batch_t *batch)
 {
     if (batch == NULL)
         return;
-    cl_mem mems[] = {batch->indptr, batch->indices, batch->values, batch->inv_diagonal};
+    cl_mem mems[] = {batch->systems, batch->indptr, batch->indices, batch->values,
+                     batch->inv_diagonal};
     for (size_t i = 0; i < sizeof(mems) / sizeof(mems[0]); i++)
         if (mems[i] != NULL)
             clReleaseMemObject(mems[i]);
+    free(batch->row_start);
+    free(batch->col_start);
     free(batch->non_finite_entry);
     free(batch->bad_diagonal_row);
     free(batch->negative_diagonal_row);
@@ -179,8 +349,8 @@ int kd_batch_spmv(kd_ocl_t *ocl, const kd_batch_t *batch, const void *x, void *y
 {
     assert(ocl != NULL && batch != NULL);
     const size_t vsize = kd_dtype_size(batch->dtype);
-    const size_t xbytes = (size_t)(batch->count * batch->cols) * vsize;
-    const size_t ybytes = (size_t)(batch->count * batch->rows) * vsize;
+    const size_t xbytes = (size_t)batch->col_start[batch->count] * vsize;
+    const size_t ybytes = (size_t)batch->row_start[batch->count] * vsize;
     if (ybytes == 0)
         return KD_OK;
     const size_t wg = kd_ocl_work_group_size(ocl);
@@ -194,12 +364,12 @@ int kd_batch_spmv(kd_ocl_t *ocl, const kd_batch_t *batch, const void *x, void *y
     if (rc == KD_OK)
         rc = kd_ocl_buffer_create(ocl, CL_MEM_WRITE_ONLY, ybytes, NULL, "batch spmv y", &yd, err);
     if (rc == KD_OK)
-        rc = kd_ocl_run(
-            ocl, kernel, "kd_batch_spmv", kd_ocl_range_1d(wg * (size_t)batch->count, wg),
-            KD_ARGS(KD_ARG_INT(batch->rows), KD_ARG_INT(batch->cols), KD_ARG_INT(batch->nnz),
-                    KD_ARG_MEM(batch->indptr), KD_ARG_MEM(batch->indices),
-                    KD_ARG_MEM(batch->values), KD_ARG_MEM(xd), KD_ARG_MEM(yd)),
-            NULL, err);
+        rc =
+            kd_ocl_run(ocl, kernel, "kd_batch_spmv", kd_ocl_range_1d(wg * (size_t)batch->count, wg),
+                       KD_ARGS(KD_ARG_MEM(batch->systems), KD_ARG_MEM(batch->indptr),
+                               KD_ARG_MEM(batch->indices), KD_ARG_MEM(batch->values),
+                               KD_ARG_MEM(xd), KD_ARG_MEM(yd)),
+                       NULL, err);
     if (rc == KD_OK)
         rc = kd_ocl_read(ocl, yd, 0, ybytes, y, err);
     if (xd != NULL)

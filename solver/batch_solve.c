@@ -41,7 +41,7 @@ static void kd_batch_run_release(kd_batch_run_t *r)
 
 static int kd_batch_check(const kd_batch_t *A, const kd_batch_params_t *p, kd_err_t *err)
 {
-    if (A->rows != A->cols)
+    if (A->shared && A->rows != A->cols)
         return kd_err_set(err, KD_EBADREQ, "solve needs square systems, the batch's are %lldx%lld",
                           (long long)A->rows, (long long)A->cols);
     if (p->method != KD_BATCH_CG && p->method != KD_BATCH_BICGSTAB && p->method != KD_BATCH_GMRES)
@@ -77,23 +77,30 @@ static int kd_batch_scan_vector(const void *p, kd_dtype_t dtype, size_t at, int6
     return bad;
 }
 
+/* The number system s's messages call it. */
+static long long kd_batch_label(const kd_batch_params_t *p, int64_t s)
+{
+    return (long long)(p->labels != NULL ? p->labels[s] : s);
+}
+
 /* System s answered on the host, or set running: its status, threshold and start x (in x). */
 static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_t s, const void *b,
                          const void *x0, void *x, double *threshold, kd_batch_result_t *res)
 {
-    const size_t at = (size_t)(s * A->rows), vsize = kd_dtype_size(A->dtype);
+    const size_t at = (size_t)A->row_start[s], vsize = kd_dtype_size(A->dtype);
+    const int64_t n = A->row_start[s + 1] - A->row_start[s];
     double bb, xx = 0.0;
-    const int bad_b = kd_batch_scan_vector(b, A->dtype, at, A->rows, &bb);
-    const int bad_x = x0 != NULL && kd_batch_scan_vector(x0, A->dtype, at, A->rows, &xx);
+    const int bad_b = kd_batch_scan_vector(b, A->dtype, at, n, &bb);
+    const int bad_x = x0 != NULL && kd_batch_scan_vector(x0, A->dtype, at, n, &xx);
     res->b_norm = sqrt(bb);
     if (x0 != NULL)
-        memcpy((char *)x + at * vsize, (const char *)x0 + at * vsize, (size_t)A->rows * vsize);
+        memcpy((char *)x + at * vsize, (const char *)x0 + at * vsize, (size_t)n * vsize);
     else
-        memset((char *)x + at * vsize, 0, (size_t)A->rows * vsize);
+        memset((char *)x + at * vsize, 0, (size_t)n * vsize);
     if (A->non_finite_entry[s] >= 0 || bad_b || bad_x) {
         res->status = KD_SOLVE_NON_FINITE;
         snprintf(res->message, sizeof(res->message), "system %lld: a NaN or Inf in its %s",
-                 (long long)s,
+                 kd_batch_label(p, s),
                  A->non_finite_entry[s] >= 0 ? "matrix"
                  : bad_b                     ? "b"
                                              : "x0");
@@ -102,18 +109,18 @@ static int kd_batch_sort(const kd_batch_t *A, const kd_batch_params_t *p, int64_
     if (p->jacobi && A->bad_diagonal_row[s] >= 0) {
         res->status = KD_SOLVE_BREAKDOWN;
         snprintf(res->message, sizeof(res->message),
-                 "system %lld: jacobi needs a nonzero diagonal, row %lld has none", (long long)s,
-                 (long long)A->bad_diagonal_row[s]);
+                 "system %lld: jacobi needs a nonzero diagonal, row %lld has none",
+                 kd_batch_label(p, s), (long long)A->bad_diagonal_row[s]);
         return 0;
     }
     if (p->jacobi && p->method == KD_BATCH_CG && A->negative_diagonal_row[s] >= 0) {
         res->status = KD_SOLVE_BREAKDOWN;
         snprintf(res->message, sizeof(res->message), "system %lld: not SPD, a_ii < 0 at row %lld",
-                 (long long)s, (long long)A->negative_diagonal_row[s]);
+                 kd_batch_label(p, s), (long long)A->negative_diagonal_row[s]);
         return 0;
     }
     if (bb == 0.0) {
-        memset((char *)x + at * vsize, 0, (size_t)A->rows * vsize);
+        memset((char *)x + at * vsize, 0, (size_t)n * vsize);
         res->status = KD_SOLVE_CONVERGED;
         return 0;
     }
@@ -137,10 +144,10 @@ static int kd_batch_setup(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_par
                           const void *b, const void *xstart, const double *threshold,
                           const int *running, kd_batch_run_t *r, kd_err_t *err)
 {
-    const int64_t k = A->count, n = A->rows;
+    const int64_t k = A->count;
     const size_t vsize = kd_dtype_size(A->dtype);
     size_t vec, work;
-    if (kd_mul3_overflow((size_t)k, (size_t)n, vsize, &vec) ||
+    if (kd_mul_overflow((size_t)A->row_start[k], vsize, &vec) ||
         kd_mul_overflow(vec, (size_t)r->vectors, &work))
         return kd_err_set(err, KD_ETOOLARGE, "batch vectors overflow");
     void *thr = kd_malloc_array((size_t)k, vsize);
@@ -185,12 +192,26 @@ done:
     return rc;
 }
 
+/* Between launches: the caller's cancel flag and deadline. */
+static int kd_batch_stopped(const kd_batch_params_t *p, int64_t launches, kd_err_t *err)
+{
+    const int code = p->cancel != NULL ? atomic_load(p->cancel) : 0;
+    if (code != 0)
+        return kd_err_set(err, code, "batched solve cancelled after %lld launches",
+                          (long long)launches);
+    if (p->deadline_ns != 0 && kd_clock_ns() > p->deadline_ns)
+        return kd_err_set(err, KD_ETIMEOUT,
+                          "batched solve: the deadline passed after %lld launches",
+                          (long long)launches);
+    return KD_OK;
+}
+
 /* Launch chunks until every system has stopped (one read of the k states between chunks). */
 static int kd_batch_iterate(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_params_t *p,
                             kd_batch_run_t *r, int local, int64_t limit, cl_long *st,
                             kd_batch_report_t *report, kd_err_t *err)
 {
-    const int64_t k = A->count, n = A->rows;
+    const int64_t k = A->count, n = A->rows; /* n: the largest system's rows */
     const size_t wg = kd_ocl_work_group_size(ocl), vsize = kd_dtype_size(A->dtype);
     char options[64];
     snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", wg);
@@ -202,15 +223,17 @@ static int kd_batch_iterate(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
     const int64_t chunk = p->chunk > 0 ? p->chunk : KD_BATCH_CHUNK;
     const size_t lm = (size_t)(r->vectors + 1) * (size_t)n * vsize;
     for (int64_t done = 0, first = 1; rc == KD_OK; done += chunk, first = 0) {
+        if ((rc = kd_batch_stopped(p, report->launches, err)) != KD_OK)
+            break;
         const int count = (int)(chunk < limit - done + 1 ? chunk : limit - done + 1);
-        kd_ocl_arg_t args[21] = {
-            KD_ARG_INT(n),          KD_ARG_INT(A->nnz),       KD_ARG_INT(first),
-            KD_ARG_INT(count),      KD_ARG_INT(p->jacobi),    KD_ARG_MEM(A->indptr),
-            KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values),    KD_ARG_MEM(A->inv_diagonal),
-            KD_ARG_MEM(r->b),       KD_ARG_MEM(r->threshold), KD_ARG_MEM(r->limits),
-            KD_ARG_MEM(r->state),   KD_ARG_MEM(r->scalars),   KD_ARG_MEM(r->hist),
-            KD_ARG_INT(r->hcap),    KD_ARG_MEM(r->x),         KD_ARG_MEM(r->work)};
-        size_t nargs = 18;
+        kd_ocl_arg_t args[20] = {
+            KD_ARG_MEM(A->systems),   KD_ARG_INT(first),           KD_ARG_INT(count),
+            KD_ARG_INT(p->jacobi),    KD_ARG_MEM(A->indptr),       KD_ARG_MEM(A->indices),
+            KD_ARG_MEM(A->values),    KD_ARG_MEM(A->inv_diagonal), KD_ARG_MEM(r->b),
+            KD_ARG_MEM(r->threshold), KD_ARG_MEM(r->limits),       KD_ARG_MEM(r->state),
+            KD_ARG_MEM(r->scalars),   KD_ARG_MEM(r->hist),         KD_ARG_INT(r->hcap),
+            KD_ARG_MEM(r->x),         KD_ARG_MEM(r->work)};
+        size_t nargs = 17;
         const cl_int m = (cl_int)r->m;
         if (p->method == KD_BATCH_GMRES) { /* its basis size and small arrays */
             args[nargs++] = (kd_ocl_arg_t){sizeof(m), &m};
@@ -267,7 +290,7 @@ static int kd_batch_true_residuals(kd_ocl_t *ocl, const kd_batch_t *A, kd_batch_
                                            &kernel, err);
     if (rc == KD_OK)
         rc = kd_ocl_run(ocl, kernel, "kd_batch_residual", kd_ocl_range_1d(wg * (size_t)k, wg),
-                        KD_ARGS(KD_ARG_INT(A->rows), KD_ARG_INT(A->nnz), KD_ARG_MEM(A->indptr),
+                        KD_ARGS(KD_ARG_MEM(A->systems), KD_ARG_MEM(A->indptr),
                                 KD_ARG_MEM(A->indices), KD_ARG_MEM(A->values), KD_ARG_MEM(r->b),
                                 KD_ARG_MEM(r->x), KD_ARG_MEM(r->norms)),
                         NULL, err);
@@ -285,7 +308,7 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
                             kd_batch_run_t *r, const int *running, const cl_long *st,
                             const double *truth, void *x, kd_batch_result_t *results, kd_err_t *err)
 {
-    const int64_t k = A->count, n = A->rows;
+    const int64_t k = A->count, n = A->row_start[k];
     const size_t vsize = kd_dtype_size(A->dtype);
     void *sc = kd_malloc_array((size_t)k * KD_BATCH_SLOTS, vsize);
     void *hist = r->hcap > 0 ? kd_malloc_array((size_t)(k * r->hcap), vsize) : NULL;
@@ -295,7 +318,7 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
     if (rc == KD_OK)
         rc = kd_ocl_read(ocl, r->scalars, 0, (size_t)k * KD_BATCH_SLOTS * vsize, sc, err);
     if (rc == KD_OK)
-        rc = kd_ocl_read(ocl, r->x, 0, (size_t)(k * n) * vsize, x, err);
+        rc = kd_ocl_read(ocl, r->x, 0, (size_t)n * vsize, x, err);
     if (rc == KD_OK && hist != NULL)
         rc = kd_ocl_read(ocl, r->hist, 0, (size_t)(k * r->hcap) * vsize, hist, err);
     for (int64_t s = 0; rc == KD_OK && s < k; s++) {
@@ -310,7 +333,7 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
             kd_load_real(sc, A->dtype, (size_t)(s * KD_BATCH_SLOTS + KD_BATCH_FAIL));
         if (res->status == KD_SOLVE_BREAKDOWN || res->status == KD_SOLVE_NON_FINITE)
             snprintf(res->message, sizeof(res->message),
-                     "system %lld: %s at iteration %lld (%s, value %g)", (long long)s,
+                     "system %lld: %s at iteration %lld (%s, value %g)", kd_batch_label(p, s),
                      kd_solve_status_name(res->status), (long long)res->iterations,
                      p->method == KD_BATCH_CG         ? "p'Ap"
                      : p->method == KD_BATCH_BICGSTAB ? "a bicgstab denominator"
@@ -364,7 +387,7 @@ static int kd_batch_confirm(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
                 snprintf(results[s].message, sizeof(results[s].message),
                          "system %lld: the recurrence converged but ||b - A x|| = %g stayed above "
                          "the tolerance %g after %lld restarts",
-                         (long long)s, sqrt(truth[s]), sqrt(threshold[s]),
+                         kd_batch_label(p, s), sqrt(truth[s]), sqrt(threshold[s]),
                          (long long)results[s].restarts);
             }
         }
@@ -376,13 +399,25 @@ static int kd_batch_confirm(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
     }
 }
 
-/* 1 when the system's vectors (x and the work vectors) and the sums' scratch fit local memory. */
-static int kd_batch_fits_local(kd_ocl_t *ocl, const kd_batch_t *A, int64_t vectors)
+int64_t kd_batch_method_vectors(kd_batch_method_t method, int64_t restart)
 {
-    const size_t vsize = kd_dtype_size(A->dtype), wg = kd_ocl_work_group_size(ocl);
-    const double need = (double)(vectors + 1) * (double)A->rows * (double)vsize +
+    const int64_t m = restart > 0 ? restart : KD_SOLVE_RESTART_DEFAULT;
+    return method == KD_BATCH_CG         ? KD_BATCH_CG_VECTORS
+           : method == KD_BATCH_BICGSTAB ? KD_BATCH_BICGSTAB_VECTORS
+                                         : KD_BATCH_GMRES_VECTORS(m);
+}
+
+double kd_batch_local_share(kd_ocl_t *ocl, int64_t rows, kd_dtype_t dtype, int64_t vectors)
+{
+    const size_t vsize = kd_dtype_size(dtype), wg = kd_ocl_work_group_size(ocl);
+    const double need = (double)(vectors + 1) * (double)rows * (double)vsize +
                         (double)(3 * wg) * (double)vsize + 1024.0;
-    return need <= (double)kd_ocl_desc(ocl)->local_mem_bytes;
+    return need / (double)kd_ocl_desc(ocl)->local_mem_bytes;
+}
+
+int kd_batch_local_fits(kd_ocl_t *ocl, int64_t rows, kd_dtype_t dtype, int64_t vectors)
+{
+    return kd_batch_local_share(ocl, rows, dtype, vectors) <= 1.0;
 }
 
 int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void *x0, void *x,
@@ -403,9 +438,7 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
     kd_batch_run_t r;
     memset(&r, 0, sizeof(r));
     r.m = params->restart > 0 ? params->restart : KD_SOLVE_RESTART_DEFAULT;
-    r.vectors = params->method == KD_BATCH_CG         ? KD_BATCH_CG_VECTORS
-                : params->method == KD_BATCH_BICGSTAB ? KD_BATCH_BICGSTAB_VECTORS
-                                                      : KD_BATCH_GMRES_VECTORS(r.m);
+    r.vectors = kd_batch_method_vectors(params->method, params->restart);
     double *threshold = kd_malloc_array((size_t)k, sizeof(double));
     int *running = kd_malloc_array((size_t)k, sizeof(int));
     cl_long *st = kd_malloc_array((size_t)k * 2, sizeof(cl_long));
@@ -421,7 +454,7 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
             limit = params->maxiter[s];
         any |= running[s];
     }
-    if (!any || A->rows == 0)
+    if (!any || A->row_start[k] == 0)
         goto done;
     if (params->record_history) {
         int64_t cells;
@@ -433,7 +466,7 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
         }
         r.hcap = limit + 1;
     }
-    report->local = !params->force_global && kd_batch_fits_local(ocl, A, r.vectors);
+    report->local = !params->force_global && kd_batch_local_fits(ocl, A->rows, A->dtype, r.vectors);
     if ((rc = kd_batch_setup(ocl, A, params, b, x, threshold, running, &r, err)) != KD_OK ||
         (rc = kd_batch_confirm(ocl, A, params, &r, report->local, limit, threshold, running, st,
                                truth, results, report, err)) != KD_OK)

@@ -54,3 +54,7 @@ kd_add_test(test_batch SOURCES test_batch.c
 # setup untouched, PCG iterations, pattern refusals, fallbacks to a fresh setup.
 kd_add_test(test_precond_refresh SOURCES test_precond_refresh.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 300)
+# Batches of systems of their own patterns (solve.batch's solver half): their SpMV against the
+# CPU, kd_batch_solve_items on five patterns and sizes against kd_solve of each item alone.
+kd_add_test(test_batch_items SOURCES test_batch_items.c
+            LIBS kd_solver kd_protocol kd_bench PkgConfig::ZLIB LABELS kernel TIMEOUT 600)

@@ -191,7 +191,14 @@ static int solve_batch(kd_batch_t *b, const double *bw, kd_batch_method_t method
         rt[s] = rtol;
         mi[s] = maxiter;
     }
-    kd_batch_params_t prm = {method, jacobi, rt, at, mi, history, chunk, force_global, 0};
+    kd_batch_params_t prm = {.method = method,
+                             .jacobi = jacobi,
+                             .rtol = rt,
+                             .atol = at,
+                             .maxiter = mi,
+                             .record_history = history,
+                             .chunk = chunk,
+                             .force_global = force_global};
     out->res = calloc((size_t)k, sizeof(kd_batch_result_t));
     out->x = malloc((size_t)(k * n) * sizeof(double) + 8);
     void *x = malloc((size_t)(k * n) * vs + 8);
@@ -414,7 +421,8 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
         void *bv = malloc((size_t)(k * n) * vs), *x = malloc((size_t)(k * n) * vs);
         for (int64_t i = 0; i < k * n; i++)
             kd_store_real(bv, dtype, (size_t)i, bw[i]);
-        kd_batch_params_t prm = {method, 1, rt, at, mi, 0, 0, 0, 0};
+        kd_batch_params_t prm = {
+            .method = method, .jacobi = 1, .rtol = rt, .atol = at, .maxiter = mi};
         kd_batch_result_t res[5];
         kd_err_t err = {0};
         int rc = kd_batch_solve(ocl, b, bv, NULL, x, &prm, res, NULL, &err);
@@ -454,7 +462,7 @@ static void test_refusals(void)
     b = upload(p, vals, 2, KD_DTYPE_F32);
     double rt[2] = {1e-6, -1.0}, at[2] = {0, 0};
     int64_t mi[2] = {10, 10};
-    kd_batch_params_t prm = {KD_BATCH_CG, 0, rt, at, mi, 0, 0, 0, 0};
+    kd_batch_params_t prm = {.method = KD_BATCH_CG, .rtol = rt, .atol = at, .maxiter = mi};
     kd_batch_result_t res[2];
     float bv[24] = {1}, x[24];
     CHECK_MSG(b != NULL &&

@@ -109,6 +109,26 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
         if (req->u.solve.x0.present && req->u.solve.x0.count != req->u.solve.b.count)
             abort();
         break;
+    case KD_METHOD_SOLVE_BATCH: {
+        /* every item's arrays readable, their b counts summing to rows within the limits, an x0
+         * as long as its b, and the item count within its cap */
+        const kd_solve_batch_request_t *q = &req->u.solve_batch;
+        if (q->nitems < 1 || q->nitems > KD_SOLVE_ITEMS_MAX || q->items == NULL ||
+            q->restart < 0 || q->restart > KD_RESTART_MAX || q->maxiter < -1 ||
+            (lim->max_rows > 0 && q->rows > lim->max_rows))
+            abort();
+        int64_t rows = 0;
+        for (int64_t i = 0; i < q->nitems; i++) {
+            touch(&q->items[i].b);
+            touch(&q->items[i].x0);
+            if (q->items[i].x0.present && q->items[i].x0.count != q->items[i].b.count)
+                abort();
+            rows += q->items[i].b.count;
+        }
+        if (rows != q->rows)
+            abort();
+        break;
+    }
     case KD_METHOD_AUTH: {
         /* The server copies the name into logs and compares the token: both must be bounded,
          * the name a C string, the token readable to its end. */

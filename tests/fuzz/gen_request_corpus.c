@@ -173,6 +173,24 @@ int main(int argc, char **argv)
     kd_w_int(&w, 7);
     kd_w_kv_str(&w, "method", "bicgstab");
     save("solve_batch_arrays", &w);
+    /* solve.batch: items of their own matrices, one with x0, one b as a plain array */
+    begin(&w, 21, "solve.batch", 4);
+    kd_w_str(&w, "items");
+    kd_w_array(&w, 2);
+    kd_w_map(&w, 3);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, sizeof(x));
+    kd_w_kv_bin(&w, "x0", x, sizeof(x));
+    kd_w_map(&w, 2);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_key(&w, "b");
+    kd_w_array(&w, 2);
+    kd_w_double(&w, 1.0);
+    kd_w_double(&w, 2.0);
+    kd_w_kv_str(&w, "method", "gmres");
+    kd_w_kv_str(&w, "preconditioner", "jacobi");
+    kd_w_kv_double(&w, "rtol", 1e-9);
+    save("solve_many", &w);
     begin(&w, 10, "job.cancel", 1);
     kd_w_kv_uint(&w, "msgid", 5);
     save("cancel", &w);

@@ -7,6 +7,7 @@
         y = kd.spmv(info, np.ones(1000))              # == A @ ones
         res = kd.solve(info, np.ones(1000), rtol=1e-10)
         print(res.status, res.iterations, res.relative_residual)
+        many = kd.solve_many([(A, b1), (B, b2)])     # many small systems in one request
 
 Errors from the server raise KrylovError subclasses (NotFound, BadRequest, ...); see
 krylov.errors. krylov.scipy.ResidentOperator wraps a resident matrix as a SciPy LinearOperator.
@@ -16,6 +17,8 @@ from .client import (
     DEFAULT_ADDRESS,
     BatchSolveResult,
     Client,
+    ItemResult,
+    ManySolveResult,
     MatrixInfo,
     Progress,
     ServerStatus,
@@ -47,6 +50,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchSolveResult",
     "Client",
+    "ItemResult",
+    "ManySolveResult",
     "MatrixInfo",
     "SolveResult",
     "ServerStatus",

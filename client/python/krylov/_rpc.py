@@ -90,6 +90,30 @@ def _bin_header(n):
     raise errors.TooLarge(f"an array of {n} bytes does not fit one message (msgpack bins: < 4 GiB)")
 
 
+def _pack_value(packer, chunks, value):
+    """Pack value; a large Bin, also inside lists and dicts (solve.batch's items), becomes its own
+    chunk instead of a copy."""
+    if isinstance(value, Bin):
+        n = value.nbytes
+        if n < _INLINE_BIN_BYTES:
+            packer.pack(value.view)
+        else:
+            chunks.append(packer.bytes() + _bin_header(n))
+            packer.reset()
+            chunks.append(value.view)
+    elif isinstance(value, dict):
+        packer.pack_map_header(len(value))
+        for key, item in value.items():
+            packer.pack(key)
+            _pack_value(packer, chunks, item)
+    elif isinstance(value, (list, tuple)) and any(isinstance(v, (Bin, dict)) for v in value):
+        packer.pack_array_header(len(value))
+        for item in value:
+            _pack_value(packer, chunks, item)
+    else:
+        packer.pack(value)
+
+
 def encode_request(msgid, method, params):
     """The request as a list of buffers to send in order (large Bin values are not copied)."""
     packer = msgpack.Packer(use_bin_type=True, autoreset=False)
@@ -100,19 +124,7 @@ def encode_request(msgid, method, params):
     packer.pack(method)
     if params:
         packer.pack_array_header(1)
-        packer.pack_map_header(len(params))
-        for key, value in params.items():
-            packer.pack(key)
-            if isinstance(value, Bin):
-                n = value.nbytes
-                if n < _INLINE_BIN_BYTES:
-                    packer.pack(value.view)
-                else:
-                    chunks.append(packer.bytes() + _bin_header(n))
-                    packer.reset()
-                    chunks.append(value.view)
-            else:
-                packer.pack(value)
+        _pack_value(packer, chunks, params)
     else:
         packer.pack_array_header(0)
     chunks.append(packer.bytes())

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import _rpc, batch as _batch, errors
-from .batch import BatchSolveResult
+from .batch import BatchSolveResult, ItemResult, ManySolveResult
 from .content_id import csr_content_id, pattern_hash
 
 __all__ = ["Client", "MatrixInfo", "SolveResult", "BatchSolveResult", "ServerStatus", "Progress",
@@ -574,6 +574,46 @@ class Client:
                   restart=None if restart is None else int(restart))
         result = self._conn.call("solve", params)
         return _batch.result_from_wire(result, k, n, _VALUE_DTYPES[dtype_name])
+
+    def solve_many(self, items, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None,
+                   preconditioner=None, history=False, dtype=None, timeout_ms=None,
+                   restart=None):
+        """Solve many small systems of their own patterns and sizes in one request
+        (solve.batch): items is a list of (matrix, b) or (matrix, b, x0), matrix an id, a
+        MatrixInfo, or a matrix put() takes (uploaded first unless the server holds it). The
+        server runs them together in a few launches, each item stopping on its own, with one
+        method for all: "cg", "bicgstab" or "gmres" (restart: its m), preconditioner None /
+        "none" or "jacobi". Returns a ManySolveResult, one ItemResult per item in order; an item
+        the server could not run (unknown id, wrong b length, a batched matrix) has status
+        "error" and its .error, the others are unaffected."""
+        entries, wire = [], None
+        for i, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                raise ValueError(f"item {i} must be (matrix, b) or (matrix, b, x0)")
+            b_arr = np.asarray(item[1])
+            if b_arr.ndim != 1:
+                raise ValueError(f"item {i}: b must be 1-D, not of shape {b_arr.shape}")
+            _check_real(b_arr, f"item {i}'s b")
+            if wire is None:
+                wire = _dtype_name(dtype, _default_value_dtype(b_arr))
+            entry = {"id": self._operand_id(item[0]), "b": _values_bin(b_arr, wire)}
+            if len(item) == 3 and item[2] is not None:
+                x0_arr = np.asarray(item[2])
+                if x0_arr.shape != b_arr.shape:
+                    raise ValueError(f"item {i}: x0 has shape {x0_arr.shape}, b {b_arr.shape}")
+                entry["x0"] = _values_bin(x0_arr, wire)
+            entries.append(entry)
+        if not entries:
+            raise ValueError("solve_many needs at least one item")
+        params = {"items": entries, "dtype": wire, "method": method, "rtol": float(rtol),
+                  "atol": float(atol)}
+        if history:
+            params["history"] = True
+        _optional(params, maxiter=None if maxiter is None else int(maxiter),
+                  preconditioner=preconditioner, timeout_ms=timeout_ms,
+                  restart=None if restart is None else int(restart))
+        result = self._conn.call("solve.batch", params)
+        return _batch.many_from_wire(result, _VALUE_DTYPES[wire])
 
     def multiply(self, a, b, *, transpose_a=False, name=None, format=None, pin=None, select=None,
                  reorder=None, timeout_ms=None):
