@@ -194,6 +194,12 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
             bytes, kd_climem_mul((size_t)(rows > 0 ? rows : 0), (size_t)k, 5 * sizeof(double)));
         break;
     }
+    case KD_METHOD_SOLVE_BATCH: /* x and the result for every item's rows, and the response */
+        bytes = kd_climem_add(
+            bytes,
+            kd_climem_mul((size_t)(req->u.solve_batch.rows > 0 ? req->u.solve_batch.rows : 0), 1,
+                          4 * sizeof(double)));
+        break;
     case KD_METHOD_MATRIX_PUT:
         /* The worker builds the CSR from the message's arrays: about as many bytes again. */
         bytes = kd_climem_add(bytes, kd_request_host_bytes(req));
