@@ -406,18 +406,22 @@ static void test_refuted_claims(void)
     kd_solve_result_t res[2];
     kd_err_t err = {0};
     CHECK(kd_solve(ocl, p.A, 2, p.b, NULL, p.x, &prm, res, &err) == KD_OK);
+    int64_t restarted = 0; /* a column whose estimate never claims 1e-7 in 300 iterations (a
+                              random b on the GPU's order of sums) is not refuted: one must be */
     for (int c = 0; c < 2; c++) {
         const double truth = kd_test_true_relres(&p, p.x, c);
         fprintf(stderr, "  float32 at rtol 1e-7: %s after %lld its, %lld restarts, true %.3g\n",
                 kd_solve_status_name(res[c].status), (long long)res[c].iterations,
                 (long long)res[c].restarts, truth);
-        CHECK(res[c].restarts > 0);
+        restarted += res[c].restarts > 0;
+        CHECK(res[c].restarts > 0 || res[c].status == KD_SOLVE_MAX_ITERATIONS);
         CHECK(res[c].status == KD_SOLVE_CONVERGED || res[c].status == KD_SOLVE_MAX_ITERATIONS);
         /* Converged by the device's float32 b - A x, whose rounding is of this order here. */
         CHECK(res[c].status != KD_SOLVE_CONVERGED || truth <= 2e-7);
         CHECK(truth < 1e-5);
         kd_solve_result_free(&res[c]);
     }
+    CHECK(restarted >= 1);
     kd_test_problem_free(&p);
 }
 
