@@ -7,7 +7,8 @@
 #   over budget     a matrix over --device-memory on one rank, served spread on two (krylovd
 #                   under mpirun, the `krylov` CLI as client)
 # Output under $OUT (default /tmp/kd-issue19). KD_I19_QUICK=1: small matrices (a dry run).
-# KD_I19_PARTS: which parts (default "strong baseline powerlaw weak budget").
+# KD_I19_PARTS: which parts (default "strong baseline powerlaw weak budget"); KD_I19_RANKS: rank
+# counts (default "1 2"; "1 2 4" on four GPUs; weak scaling takes 200^3 rows per GPU).
 set -uo pipefail
 source bench/device/setup.sh
 out=${OUT:-/tmp/kd-issue19}
@@ -31,22 +32,25 @@ parts=" ${KD_I19_PARTS:-strong baseline powerlaw weak budget} "
 has() { [[ $parts == *" $1 "* ]]; }
 big=250 weak1=200 weak2=252 pl=4000000 it=200
 if [ "${KD_I19_QUICK:-0}" = 1 ]; then big=60 weak1=50 weak2=63 pl=200000 it=50; fi
-for np in 1 2; do
+ranks=${KD_I19_RANKS:-1 2}
+for np in $ranks; do
   has strong && run $np strong-lap3d$big-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix lap3d:$big --iterations $it --spmv 100 --methods cg,cg1
   has baseline && [ -x .baseline/build-device/bin/krylov-dist-bench ] &&
     run $np baseline-lap3d$big-np$np .baseline/build-device/bin/krylov-dist-bench \
       --device local --matrix lap3d:$big --iterations $it --spmv 100
-  has powerlaw && run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
+  [ $np -le 2 ] && has powerlaw && run $np strong-powerlaw$pl-np$np build-device/bin/krylov-dist-bench --device local \
     --matrix powerlaw:$pl --spmv 100
 done
 # the power-law halo (most of x) through Open MPI's single-copy shared memory (CMA), if allowed
 has powerlaw && OMPI_MCA_btl_vader_single_copy_mechanism=cma run 2 strong-powerlaw$pl-np2-cma \
   build-device/bin/krylov-dist-bench --device local --matrix powerlaw:$pl --spmv 100
-has weak && run 1 weak-lap3d$weak1-np1 build-device/bin/krylov-dist-bench --device local \
-  --matrix lap3d:$weak1 --iterations $it --spmv 100 --methods cg,cg1
-has weak && run 2 weak-lap3d$weak2-np2 build-device/bin/krylov-dist-bench --device local \
-  --matrix lap3d:$weak2 --iterations $it --spmv 100 --methods cg,cg1
+declare -A weak=([1]=$weak1 [2]=$weak2 [4]=317 [8]=400)  # n^3 ~ 200^3 x ranks
+[ "${KD_I19_QUICK:-0}" = 1 ] && weak=([1]=50 [2]=63 [4]=79 [8]=100)
+for np in $ranks; do
+  has weak && run $np weak-lap3d${weak[$np]}-np$np build-device/bin/krylov-dist-bench \
+    --device local --matrix lap3d:${weak[$np]} --iterations $it --spmv 100 --methods cg,cg1
+done
 
 # Over budget: lap3d 100^3 (1M rows, 6.9M nonzeros, about 85 MB on the device) against a 64 MB
 # --device-memory: refused on one rank, spread over two and solved.
