@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "protocol/frame.h"
 #include "protocol/object.h"
+#include "protocol/pattern.h"
 #include "protocol/writer.h"
 
 #include <errno.h>
@@ -712,6 +713,55 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
     const void *const arrays[3] = {indptr, indices, values};
     const int64_t counts[3] = {rows + 1, indptr[rows], indptr[rows]};
     return kd_put_arrays(c, rows, cols, names, arrays, counts, opt, info);
+}
+
+int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64_t cols,
+                    const int32_t *indptr, const int32_t *indices, const double *values,
+                    const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+{
+    if (like_id == NULL || strlen(like_id) != KD_ID_HEX_LEN)
+        return kd_client_fail(c, KRYLOV_EBADREQ, "like: a matrix id of %d hex digits",
+                              KD_ID_HEX_LEN);
+    if (opt != NULL && (opt->format != NULL || opt->reorder != NULL))
+        return kd_client_fail(c, KRYLOV_EBADREQ,
+                              "with like, the format and the reordering are the like matrix's");
+    if (rows < 0 || cols < 0 || rows >= INT32_MAX || cols > INT32_MAX || indptr[rows] < 0)
+        return kd_client_fail(c, KRYLOV_EBADREQ, "shape %lld x %lld", (long long)rows,
+                              (long long)cols);
+    const kd_csr_t pattern = {.rows = rows,
+                              .cols = cols,
+                              .nnz = indptr[rows],
+                              .indptr = (int32_t *)indptr,
+                              .indices = (int32_t *)indices};
+    uint8_t hash[16];
+    char hex[KD_ID_HEX_LEN + 1];
+    if (kd_pattern_hash(&pattern, hash) != KD_OK)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "hashing the pattern failed");
+    kd_id_to_hex(hash, hex);
+    const int f32 = opt != NULL && opt->dtype != NULL && strcmp(opt->dtype, "float32") == 0;
+    size_t bytes;
+    int rc = kd_check_count(c, pattern.nnz, f32 ? 4 : 8, &bytes);
+    if (rc != KRYLOV_OK)
+        return rc;
+    float *narrow = NULL; /* float32 values travel as float32 (the wire's rule) */
+    if (f32) {
+        if ((narrow = malloc(bytes + 1)) == NULL)
+            return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
+                                  (long long)pattern.nnz);
+        for (int64_t e = 0; e < pattern.nnz; e++)
+            narrow[e] = (float)values[e];
+    }
+    kd_writer_t w;
+    const uint32_t extra = opt == NULL ? 0
+                                       : (opt->name != NULL) + (opt->dtype != NULL) + (opt->pin != 0);
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 3 + extra);
+    kd_w_kv_str(&w, "like", like_id);
+    kd_w_kv_str(&w, "pattern", hex);
+    kd_w_kv_bin(&w, "values", narrow != NULL ? (const void *)narrow : (const void *)values, bytes);
+    kd_put_options(&w, opt); /* format and reorder are NULL here */
+    rc = kd_finish_info(c, &w, msgid, info);
+    free(narrow);
+    return rc;
 }
 
 int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, const int32_t *row,

@@ -142,6 +142,16 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
 int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, const int32_t *row,
                    const int32_t *col, const double *values, const krylov_put_options_t *opt,
                    krylov_matrix_info_t *info);
+/*
+ * New values on a held matrix's pattern (docs/PROTOCOL.md, "New values on a held pattern"):
+ * rows x cols in canonical CSR (columns strictly increasing in each row, duplicates summed: what
+ * the server keeps) with like_id's pattern; only the values (and the pattern's hash, computed
+ * here, which the server checks) are sent. The new matrix is kept as like_id is: opt's format and
+ * reorder must be NULL (KRYLOV_EBADREQ); name, dtype and pin apply.
+ */
+int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64_t cols,
+                    const int32_t *indptr, const int32_t *indices, const double *values,
+                    const krylov_put_options_t *opt, krylov_matrix_info_t *info);
 /* Matrix Market text; the server parses it. */
 int krylov_put_mtx(krylov_client_t *c, const char *text, size_t len,
                    const krylov_put_options_t *opt, krylov_matrix_info_t *info);

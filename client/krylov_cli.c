@@ -70,8 +70,10 @@ static void kd_usage(FILE *out)
             "              [--timeout MS] [--json] [--progress|--no-progress] COMMAND [ARGS]\n"
             "\n"
             "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
-            "                    [--reorder auto|none|rcm|metis]\n"
-            "                          upload a Matrix Market matrix; prints its id\n"
+            "                    [--reorder auto|none|rcm|metis] [--like ID]\n"
+            "                          upload a Matrix Market matrix; prints its id; --like:\n"
+            "                          only its values, on matrix ID's pattern (new values\n"
+            "                          of a time step), kept as ID is\n"
             "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
             "                    [--reorder auto|none|rcm|metis]\n"
             "                          C = A B (A^T B) on the server, kept there as a new\n"
@@ -398,14 +400,39 @@ static void kd_print_info(const krylov_matrix_info_t *m)
     }
 }
 
+/* The file's matrix as the server canonicalises it (protocol/mtx.h: duplicates summed, columns
+ * ascending), then krylov_put_like: its values alone on like's pattern. */
+static int kd_put_like_file(kd_cli_t *cli, const char *path, const char *like,
+                            const krylov_put_options_t *opt, krylov_matrix_info_t *info)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kd_err_t err = {0};
+    kd_csr_t *csr = NULL;
+    const kd_csr_limits_t limits = {KD_CSR_INDEX_MAX, KD_CSR_INDEX_MAX, KD_CSR_INDEX_MAX};
+    int rc = kd_mtx_file_read(path, 0, &text, &len, &err);
+    if (rc == KD_OK)
+        rc = kd_mtx_read_matrix(text, len, KD_DTYPE_F64, &limits, &csr, &err);
+    free(text);
+    if (rc != KD_OK)
+        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "%s: %s", path, err.message);
+    rc = krylov_put_like(cli->client, like, csr->rows, csr->cols, csr->indptr, csr->indices,
+                         csr->values, opt, info);
+    kd_csr_free(csr);
+    return rc == KRYLOV_OK ? KD_OK : kd_fail(cli);
+}
+
 static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
 {
     if (argc < 1)
         return kd_report(cli, KD_EXIT_USAGE, "USAGE", "which file?");
     krylov_put_options_t opt = {0};
+    const char *like = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--pin") == 0)
             opt.pin = 1;
+        else if (i + 1 < argc && strcmp(argv[i], "--like") == 0)
+            like = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--name") == 0)
             opt.name = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--format") == 0)
@@ -423,12 +450,20 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
         krylov_set_send_progress(cli->client, kd_progress_bytes, &bar);
     krylov_matrix_info_t info;
     int rc = kd_connect(cli);
-    if (rc == KRYLOV_OK)
-        rc = krylov_put_file(cli->client, argv[0], &opt, &info);
-    krylov_set_send_progress(cli->client, NULL, NULL);
-    kd_progress_done(&bar);
-    if (rc != KRYLOV_OK)
-        return kd_fail(cli);
+    if (rc == KRYLOV_OK && like != NULL) {
+        rc = kd_put_like_file(cli, argv[0], like, &opt, &info);
+        krylov_set_send_progress(cli->client, NULL, NULL);
+        kd_progress_done(&bar);
+        if (rc != KD_OK)
+            return rc;
+    } else {
+        if (rc == KRYLOV_OK)
+            rc = krylov_put_file(cli->client, argv[0], &opt, &info);
+        krylov_set_send_progress(cli->client, NULL, NULL);
+        kd_progress_done(&bar);
+        if (rc != KRYLOV_OK)
+            return kd_fail(cli);
+    }
     if (cli->json) {
         kd_json_t j;
         kd_json_init(&j, stdout);

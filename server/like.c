@@ -16,7 +16,7 @@
  */
 #include "server/handlers.h"
 #include "common/log.h"
-#include "server/pattern.h"
+#include "protocol/pattern.h"
 #include "server/replies.h"
 
 #include <string.h>

@@ -14,9 +14,13 @@ a real krylovd on loopback, the Python client and raw msgpack requests.
   float64 like matrix; the client refuses another pattern locally before sending.
 """
 
+import os
+import subprocess
+import tempfile
 import unittest
 
 import numpy as np
+import scipy.io
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
@@ -157,6 +161,39 @@ class LikeTest(unittest.TestCase):
                                          (precond, r3.iterations, counts[precond]))
         finally:
             self.assertEqual(d.stop(), 0)
+
+    def test_cli_and_c_library(self):
+        """krylov put FILE --like ID (krylov_put_like underneath): the values of the file's
+        canonical matrix on ID's pattern, the id a full put of the file gets; refusals."""
+        cli = [os.path.join(os.environ["KD_BIN_DIR"], "krylov"), "--server", daemon.address]
+        a1, a2 = heat(14, 0.2), heat(14, 0.9)
+        with tempfile.TemporaryDirectory() as d:
+            f1, f2 = os.path.join(d, "a1.mtx"), os.path.join(d, "a2.mtx")
+            scipy.io.mmwrite(f1, sp.coo_matrix(a1))  # coordinate, general: the CLI canonicalises
+            scipy.io.mmwrite(f2, sp.coo_matrix(a2))
+            run = lambda *args: subprocess.run(cli + list(args), capture_output=True, text=True,
+                                               timeout=120)
+            p1 = run("put", f1)
+            self.assertEqual(p1.returncode, 0, p1.stderr)
+            id1 = p1.stdout.strip()
+            p2 = run("put", f2, "--like", id1, "--name", "a2")
+            self.assertEqual(p2.returncode, 0, p2.stderr)
+            id2 = p2.stdout.strip()
+            self.assertNotEqual(id1, id2)
+            self.assertEqual(self.kd.info(id2).pattern,
+                             pattern_hash(a2.shape[0], a2.shape[1], a2.indptr, a2.indices))
+            self.spmv_ok(id2, a2)
+            full = self.kd.put(a2)
+            self.assertEqual(full.id, id2)
+            self.assertFalse(full.created)
+            bad = run("put", f2, "--like", id1, "--format", "ell")
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("BAD_REQUEST", bad.stderr)
+            other = os.path.join(d, "other.mtx")
+            scipy.io.mmwrite(other, sp.coo_matrix(heat(15, 0.2)))
+            bad = run("put", other, "--like", id1)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("BAD_REQUEST", bad.stderr)
 
     def test_refusals(self):
         a1 = heat(10, 0.1)

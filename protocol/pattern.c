@@ -1,5 +1,5 @@
-/* The pattern hash (pattern.h), through OpenSSL's SHA-256 (a dependency already: auth tokens). */
-#include "server/pattern.h"
+/* The pattern hash (pattern.h), through OpenSSL's SHA-256 (a dependency already: TLS, tokens). */
+#include "protocol/pattern.h"
 #include "common/error.h"
 
 #include <openssl/evp.h>

@@ -9,8 +9,8 @@
  * computes it with any SHA-256 (Python's hashlib) from its own matrix and learns before sending
  * the values whether they fill the held pattern in the order the server expects.
  */
-#ifndef KD_SERVER_PATTERN_H
-#define KD_SERVER_PATTERN_H
+#ifndef KD_PROTOCOL_PATTERN_H
+#define KD_PROTOCOL_PATTERN_H
 
 #include "common/csr.h"
 
