@@ -104,6 +104,7 @@ enum kd_param {
     KD_P_LIKE,
     KD_P_PATTERN,
     KD_P_ITEMS,
+    KD_P_REUSE_PRECONDITIONER,
     KD_P_COUNT
 };
 
@@ -154,6 +155,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_LIKE] = "like",
     [KD_P_PATTERN] = "pattern",
     [KD_P_ITEMS] = "items",
+    [KD_P_REUSE_PRECONDITIONER] = "reuse_preconditioner",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -178,7 +180,8 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
-                        KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART),
+                        KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART) |
+                        KD_BIT(REUSE_PRECONDITIONER),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = 0,
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
@@ -801,7 +804,9 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_str(d, KD_P_PRECONDITIONER, solve->preconditioner,
                            sizeof(solve->preconditioner))) != KD_OK ||
         (rc = kd_param_options(d, KD_P_PRECONDITIONER_OPTIONS, solve)) != KD_OK ||
-        (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &solve->restart)) != KD_OK)
+        (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &solve->restart)) != KD_OK ||
+        (rc = kd_param_bool(d, KD_P_REUSE_PRECONDITIONER, 0, &solve->reuse_preconditioner)) !=
+            KD_OK)
         return rc;
     /* The method's and preconditioner's names are the server's to check (its tables). */
     if (solve->restart > KD_RESTART_MAX)

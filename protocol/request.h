@@ -143,6 +143,7 @@ typedef struct kd_solve_request {
         double value;
     } options[KD_OPTIONS_MAX];
     int64_t restart; /* GMRES(m)'s m, 0..KD_RESTART_MAX; 0 (default): the server's */
+    int reuse_preconditioner; /* bool: a matrix put with like applies the like matrix's setup */
     /* rtol, atol and maxiter given as arrays (one per system of a batched matrix; the server
      * checks their length) instead of numbers: float64, float64, int64 */
     kd_array_t rtols, atols, maxiters;

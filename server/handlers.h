@@ -66,10 +66,12 @@ void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 
 /* solve_job.c: the answer to a solve request, its results[0..nrhs) and x (xout, in the
- * request's dtype); t0 when the worker started on it. spread.c answers the same way. */
+ * request's dtype); t0 when the worker started on it; setup: how the preconditioner came
+ * ("reused", "refreshed", ...) for `preconditioner_setup`, or NULL for no such key. spread.c
+ * answers the same way. */
 void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
                         const kd_solve_result_t *results, const void *xout, uint64_t t0,
-                        double total_ms);
+                        double total_ms, const char *setup);
 
 /* matrix.multiply (multiply.c). */
 int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);

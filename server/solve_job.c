@@ -82,9 +82,17 @@ static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double resi
  * for one that is not set up on the matrix yet, room in the device budget for its setup and,
  * when its setup needs it, the matrix's host CSR (*owned: a copy read from the state file, for
  * the caller to free after the solve). */
+/*
+ * The request's preconditioner: options checked, device room reserved, the host CSR where setup
+ * needs it. On a matrix put with like (server/like.c), the like matrix's setup where it holds
+ * one: applied as it is with reuse_preconditioner (*held is the like entry, kept busy until the
+ * caller lets it go), else refreshed onto this matrix. *setup says which for the reply ("reused",
+ * "refreshed", "built fresh: ..."), or stays NULL where nothing was asked or done.
+ */
 static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
                                 const kd_solve_request_t *q, kd_solve_params_t *params,
-                                kd_precond_options_t *opt, kd_csr_t **owned, kd_err_t *err)
+                                kd_precond_options_t *opt, kd_csr_t **owned,
+                                kd_store_entry_t **held, const char **setup, kd_err_t *err)
 {
     memset(opt, 0, sizeof(*opt));
     for (int i = 0; i < q->noptions && i < KD_PRECOND_OPTIONS_MAX; i++) {
@@ -94,6 +102,23 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
     }
     params->precond_options = opt->count > 0 ? opt : NULL;
     int rc = kd_precond_check_options(params->precond, params->precond_options, err);
+    kd_store_entry_t *like =
+        entry->meta.has_like ? kd_store_find(server->store, entry->meta.like) : NULL;
+    const int like_holds = like != NULL && like->dev != NULL &&
+                           kd_precond_ready(like->dev, params->precond, params->precond_options);
+    if (rc == KD_OK && q->reuse_preconditioner && params->precond != &kd_precond_none) {
+        if (like_holds) { /* PETSc's KSPSetReusePreconditioner: like's setup, unchanged */
+            params->precond_matrix = like->dev;
+            like->busy++;
+            *held = like;
+            *setup = "reused";
+            return KD_OK;
+        }
+        *setup = like == NULL ? "built fresh: this matrix was not put with like"
+                 : like->dev == NULL
+                     ? "built fresh: the like matrix is not resident"
+                     : "built fresh: the like matrix holds no such preconditioner";
+    }
     if (rc != KD_OK || kd_precond_ready(entry->dev, params->precond, params->precond_options))
         return rc;
     if (params->precond->plan_bytes != NULL) {
@@ -105,10 +130,7 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
             return rc;
     }
     /* New values on a held pattern (matrix.put like): the like matrix's setup, refreshed */
-    kd_store_entry_t *like =
-        entry->meta.has_like ? kd_store_find(server->store, entry->meta.like) : NULL;
-    const int refresh = like != NULL && like->dev != NULL &&
-                        kd_precond_ready(like->dev, params->precond, params->precond_options);
+    const int refresh = like_holds;
     if (!params->precond->needs_csr && !refresh)
         return KD_OK;
     const kd_csr_t *csr = NULL;
@@ -123,6 +145,8 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
                             params->precond_options, csr, &made, &origin, err);
     if (rc == KD_OK) {
         entry->meta.preconds_refreshed += origin == KD_PRECOND_REFRESHED;
+        if (*setup == NULL)
+            *setup = origin == KD_PRECOND_REFRESHED ? "refreshed" : "built fresh";
         KD_INFO("solve", "preconditioner %s of matrix %s: %s from like=%s", params->precond->name,
                 entry->meta.hex, kd_precond_origin_name(origin), like->meta.hex);
     }
@@ -152,7 +176,8 @@ static int kd_solve_same(const kd_solve_request_t *a, const kd_solve_request_t *
     if (memcmp(a->id, b->id, sizeof(a->id)) != 0 || strcmp(a->method, b->method) != 0 ||
         strcmp(a->preconditioner, b->preconditioner) != 0 || a->rtol != b->rtol ||
         a->atol != b->atol || a->maxiter != b->maxiter || a->check_every != b->check_every ||
-        a->restart != b->restart || a->noptions != b->noptions)
+        a->restart != b->restart || a->noptions != b->noptions ||
+        a->reuse_preconditioner != b->reuse_preconditioner)
         return 0;
     for (int i = 0; i < a->noptions; i++)
         if (strcmp(a->options[i].name, b->options[i].name) != 0 ||
@@ -203,14 +228,14 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
 /* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results. */
 void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
                         const kd_solve_result_t *results, const void *xout, uint64_t t0,
-                        double total_ms)
+                        double total_ms, const char *setup)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
     const size_t want = (size_t)q->b.count, osize = kd_dtype_size(q->dtype);
     const int any_history = q->history;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 11 + (any_history ? 1 : 0));
+    kd_w_map(w, 11 + (any_history ? 1 : 0) + (setup != NULL ? 1 : 0));
     /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
     const kd_solve_anatomy_t *an = &results[0].anatomy;
     kd_w_str(w, "anatomy");
@@ -230,6 +255,8 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_str(w, "method", params->method->name); /* what "auto" or an alias came to */
     kd_w_kv_str(w, "preconditioner", params->precond->name);
+    if (setup != NULL)
+        kd_w_kv_str(w, "preconditioner_setup", setup);
     if (nrhs == 1) {
         const kd_solve_result_t *r = &results[0];
         kd_w_kv_str(w, "status", kd_solve_status_name(r->status));
@@ -314,11 +341,17 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     kd_solve_params_default(&params);
     kd_precond_options_t opt;
     kd_csr_t *owned = NULL;
+    kd_store_entry_t *held = NULL; /* the like matrix whose setup is reused: busy till done */
+    const char *setup = NULL;
     int rc;
     if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method,
                                    &params.precond, err)) != KD_OK ||
-        (rc = kd_solve_job_precond(server, entry, q, &params, &opt, &owned, err)) != KD_OK)
+        (rc = kd_solve_job_precond(server, entry, q, &params, &opt, &owned, &held, &setup,
+                                   err)) != KD_OK) {
+        if (held != NULL)
+            held->busy--;
         return n > 1 ? KD_SOLVE_ALONE : rc;
+    }
     params.rtol = q->rtol;
     params.atol = q->atol;
     params.maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_AUTO;
@@ -406,7 +439,8 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         if (prc == KD_OK) {
             kd_convert_real(xout, pq->dtype, (char *)x + (size_t)(p->col0 * rows) * asize,
                             A->dtype, (size_t)pq->b.count);
-            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms);
+            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms,
+                               setup);
         }
         free(xout);
         if (i == 0) {
@@ -417,6 +451,8 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         }
     }
 done:
+    if (held != NULL)
+        held->busy--;
     kd_csr_free(owned);
     kd_store_refresh_bytes(server->store, entry); /* a preconditioner set up grew the matrix */
     if (results != NULL)

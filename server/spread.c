@@ -238,7 +238,8 @@ int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
     if (rc != KD_OK)
         goto done;
     kd_convert_real(xout, q->dtype, x, dt, (size_t)count);
-    kd_solve_job_reply(w, job, &params, results, xout, t0, (double)(kd_clock_ns() - t0) / 1e6);
+    kd_solve_job_reply(w, job, &params, results, xout, t0, (double)(kd_clock_ns() - t0) / 1e6,
+                       NULL);
 done:
     if (results != NULL)
         for (int64_t j = 0; j < nrhs; j++)

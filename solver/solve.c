@@ -224,8 +224,15 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
     ctx->run.A = A;
     ctx->run.method = p->method;
     ctx->run.params = p;
-    if ((rc = kd_precond_get(ocl, A, p->precond, p->precond_options, p->csr, &ctx->run.precond,
-                             err)) != KD_OK)
+    kd_matrix_t *from = p->precond_matrix != NULL ? p->precond_matrix : A;
+    if (from != A && (from->rows != A->rows || from->cols != A->cols || from->dtype != A->dtype))
+        return kd_err_set(err, KD_EINTERNAL,
+                          "a preconditioner of a %lld x %lld %s matrix for a %lld x %lld %s one",
+                          (long long)from->rows, (long long)from->cols,
+                          kd_dtype_name(from->dtype), (long long)A->rows, (long long)A->cols,
+                          kd_dtype_name(A->dtype));
+    if ((rc = kd_precond_get(ocl, from, p->precond, p->precond_options, from == A ? p->csr : NULL,
+                             &ctx->run.precond, err)) != KD_OK)
         return rc;
     if (p->spread != NULL && ctx->run.precond->diagonal == NULL &&
         ctx->run.precond->ops->apply != NULL)

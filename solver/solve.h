@@ -82,6 +82,10 @@ typedef struct kd_solve_params {
                                                          NULL: its defaults */
     const kd_csr_t *csr; /* A's canonical host CSR in the client's order, for a preconditioner
                             whose setup needs it (amg) and has not run on A yet; may be NULL */
+    kd_matrix_t *precond_matrix; /* NULL: the preconditioner is A's. Else the matrix whose held
+                                    setup (of `precond` with `precond_options`) is applied as it
+                                    is: one of A's pattern, order and dtype with other values
+                                    (PETSc's reuse of a preconditioner across a Newton loop) */
     const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov
                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;

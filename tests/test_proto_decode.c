@@ -241,6 +241,46 @@ static void test_params_forms(void)
     BAD(&w, KD_EBADREQ, "got [] of int");
 }
 
+/* matrix.put with like: values alone (pattern and choosing keys refused); solve's
+ * reuse_preconditioner is a bool. */
+static void test_like_and_reuse(void)
+{
+    kd_writer_t w;
+    begin(&w, "matrix.put", 3);
+    kd_w_kv_str(&w, "like", ID_HEX);
+    kd_w_kv_bin(&w, "values", "\0\0\0\0\0\0\0\0", 8);
+    kd_w_kv_str(&w, "pattern", ID_HEX);
+    kd_request_t *r = GOOD(&w);
+    CHECK(r->u.put.kind == KD_PUT_LIKE && r->u.put.values.count == 1 && r->u.put.has_pattern);
+    kd_request_free(r);
+    begin(&w, "matrix.put", 3);
+    kd_w_kv_str(&w, "like", ID_HEX);
+    kd_w_kv_bin(&w, "values", "\0\0\0\0\0\0\0\0", 8);
+    kd_w_kv_int(&w, "rows", 1);
+    BAD(&w, KD_EBADREQ, "rows is not used with like");
+    begin(&w, "matrix.put", 3);
+    kd_w_kv_str(&w, "like", ID_HEX);
+    kd_w_kv_bin(&w, "values", "\0\0\0\0\0\0\0\0", 8);
+    kd_w_kv_str(&w, "reorder", "rcm");
+    BAD(&w, KD_EBADREQ, "reorder is not used with like");
+    begin(&w, "matrix.put", 2);
+    kd_w_kv_str(&w, "like", "zz");
+    kd_w_kv_bin(&w, "values", "\0\0\0\0\0\0\0\0", 8);
+    BAD(&w, KD_EBADREQ, "like 'zz' is not 32 hex digits");
+    begin(&w, "solve", 3);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "b", "\0\0\0\0\0\0\0\0", 8);
+    kd_w_kv_bool(&w, "reuse_preconditioner", 1);
+    r = GOOD(&w);
+    CHECK(r->u.solve.reuse_preconditioner == 1);
+    kd_request_free(r);
+    begin(&w, "solve", 3);
+    kd_w_kv_str(&w, "id", ID_HEX);
+    kd_w_kv_bin(&w, "b", "\0\0\0\0\0\0\0\0", 8);
+    kd_w_kv_str(&w, "reuse_preconditioner", "yes");
+    BAD(&w, KD_EBADREQ, "reuse_preconditioner");
+}
+
 static void test_param_names(void)
 {
     kd_writer_t w;
@@ -1676,6 +1716,7 @@ int main(void)
     RUN(test_envelope_shapes);
     RUN(test_params_forms);
     RUN(test_param_names);
+    RUN(test_like_and_reuse);
     RUN(test_not_msgpack);
     RUN(test_put_csr_bins);
     RUN(test_put_int64_float32_and_plain);

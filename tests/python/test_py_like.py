@@ -162,6 +162,43 @@ class LikeTest(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0)
 
+    def test_reuse_preconditioner(self):
+        """reuse_preconditioner: the like matrix's setup applied unchanged (the solve converges on
+        the new matrix, to its own true residual); refreshed without it; built fresh, saying why,
+        where there is nothing to reuse."""
+        a1, a2 = heat(30, 0.5), heat(30, 0.6)
+        i1 = self.kd.put(a1)
+        b = rng.standard_normal(a1.shape[0])
+        r1 = self.kd.solve(i1.id, b, preconditioner="amg", rtol=1e-9)
+        self.assertEqual(r1.status, "converged")
+        self.assertEqual(r1.preconditioner_setup, "")  # nothing was asked
+        i2 = self.kd.put(a2, like=i1)
+        reused = self.kd.solve(i2.id, b, preconditioner="amg", rtol=1e-9,
+                               reuse_preconditioner=True)
+        self.assertEqual(reused.preconditioner_setup, "reused")
+        self.assertEqual(reused.status, "converged")
+        self.assertLess(np.linalg.norm(b - a2 @ reused.x), 1.01e-9 * np.linalg.norm(b))
+        # M(A1) on A2: a preconditioner of another matrix (close to it) is no better than A2's own
+        self.assertEqual(self.kd.info(i2.id).raw.get("preconditioners_refreshed"), 0)
+        refreshed = self.kd.solve(i2.id, b, preconditioner="amg", rtol=1e-9)
+        self.assertEqual(refreshed.preconditioner_setup, "refreshed")
+        self.assertLessEqual(refreshed.iterations, reused.iterations + 1)
+        self.assertEqual(self.kd.info(i2.id).raw.get("preconditioners_refreshed"), 1)
+        # jacobi: A1's diagonal is not A2's, so the reused and the own setup differ in what they
+        # apply, and both converge
+        self.kd.solve(i1.id, b, preconditioner="jacobi", rtol=1e-9)
+        rj = self.kd.solve(i2.id, b, preconditioner="jacobi", rtol=1e-9, reuse_preconditioner=True)
+        self.assertEqual((rj.preconditioner_setup, rj.status), ("reused", "converged"))
+        self.assertLess(np.linalg.norm(b - a2 @ rj.x), 1.01e-9 * np.linalg.norm(b))
+        # nothing to reuse: a matrix not put with like, and a preconditioner the like lacks
+        fresh = self.kd.solve(i1.id, b, preconditioner="amg", rtol=1e-9,
+                              reuse_preconditioner=True)
+        self.assertIn("built fresh", fresh.preconditioner_setup)
+        self.assertIn("not put with like", fresh.preconditioner_setup)
+        ic = self.kd.solve(i2.id, b, preconditioner="ic0", rtol=1e-9, reuse_preconditioner=True)
+        self.assertIn("holds no such preconditioner", ic.preconditioner_setup)
+        self.assertEqual(ic.status, "converged")
+
     def test_cli_and_c_library(self):
         """krylov put FILE --like ID (krylov_put_like underneath): the values of the file's
         canonical matrix on ID's pattern, the id a full put of the file gets; refusals."""

@@ -174,6 +174,8 @@ class SolveResult:
     method: str = ""
     preconditioner: str = ""
     anatomy: dict = field(default_factory=dict)  # where the server's time went (docs/PROTOCOL.md)
+    # how the preconditioner came on a matrix put with like: "reused", "refreshed", "built fresh..."
+    preconditioner_setup: str = ""
 
     @property
     def residual_norm(self):
@@ -716,7 +718,8 @@ class Client:
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
-              callback=None, dtype=None, timeout_ms=None, restart=None, tol=None):
+              callback=None, dtype=None, timeout_ms=None, restart=None, tol=None,
+              reuse_preconditioner=None):
         """Solve A x = b on the server.
 
         matrix: an id, a MatrixInfo, or a matrix put() takes (a scipy.sparse matrix, a dense
@@ -737,8 +740,12 @@ class Client:
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).
         callback(Progress) is called for the server's progress notifications (at most a few a
-        second); if it returns True the solve is cancelled and Cancelled is raised. Returns a
-        SolveResult; a solve that stops without converging is not an exception (look at .status).
+        second); if it returns True the solve is cancelled and Cancelled is raised.
+        reuse_preconditioner=True, on a matrix put with like (put(A, like=...)): apply the like
+        matrix's preconditioner as it is, not one of this matrix (a Newton loop's cheap steps);
+        SolveResult.preconditioner_setup says "reused", or why it was built fresh. Without it, a
+        preconditioner the like matrix holds is refreshed ("refreshed"). Returns a SolveResult;
+        a solve that stops without converging is not an exception (look at .status).
         """
         if tol is not None:
             if rtol != 1e-8 and rtol != tol:
@@ -776,7 +783,9 @@ class Client:
         _optional(params, maxiter=None if maxiter is None else int(maxiter),
                   preconditioner=preconditioner,
                   check_every=None if check_every is None else int(check_every),
-                  timeout_ms=timeout_ms, restart=None if restart is None else int(restart))
+                  timeout_ms=timeout_ms, restart=None if restart is None else int(restart),
+                  reuse_preconditioner=None if reuse_preconditioner is None
+                  else bool(reuse_preconditioner))
 
         on_progress = None
         if callback is not None:
@@ -814,7 +823,8 @@ class Client:
                 nrhs=1,
                 method=result.get("method", ""),
                 preconditioner=result.get("preconditioner", ""),
-            anatomy=dict(result.get("anatomy") or {}),
+                anatomy=dict(result.get("anatomy") or {}),
+                preconditioner_setup=result.get("preconditioner_setup") or "",
             )
 
         def per_rhs(key):
@@ -840,6 +850,7 @@ class Client:
             method=result.get("method", ""),
             preconditioner=result.get("preconditioner", ""),
             anatomy=dict(result.get("anatomy") or {}),
+            preconditioner_setup=result.get("preconditioner_setup") or "",
         )
 
     def operator(self, matrix, *, symmetric=None):
