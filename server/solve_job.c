@@ -114,10 +114,11 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
             *setup = "reused";
             return KD_OK;
         }
-        *setup = like == NULL ? "built fresh: this matrix was not put with like"
-                 : like->dev == NULL
-                     ? "built fresh: the like matrix is not resident"
-                     : "built fresh: the like matrix holds no such preconditioner";
+        *setup = !entry->meta.has_like ? "built fresh: this matrix was not put with like"
+                 : like == NULL        ? "built fresh: the like matrix is gone (dropped)"
+                 : like->dev == NULL   ? "built fresh: the like matrix is not resident"
+                                       : "built fresh: the like matrix holds no such "
+                                         "preconditioner";
     }
     if (rc != KD_OK || kd_precond_ready(entry->dev, params->precond, params->precond_options))
         return rc;
@@ -344,10 +345,10 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     kd_store_entry_t *held = NULL; /* the like matrix whose setup is reused: busy till done */
     const char *setup = NULL;
     int rc;
-    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method,
-                                   &params.precond, err)) != KD_OK ||
-        (rc = kd_solve_job_precond(server, entry, q, &params, &opt, &owned, &held, &setup,
-                                   err)) != KD_OK) {
+    if ((rc = kd_method_choose_for(A, q->method, q->preconditioner, &params.method, &params.precond,
+                                   err)) != KD_OK ||
+        (rc = kd_solve_job_precond(server, entry, q, &params, &opt, &owned, &held, &setup, err)) !=
+            KD_OK) {
         if (held != NULL)
             held->busy--;
         return n > 1 ? KD_SOLVE_ALONE : rc;
@@ -437,10 +438,9 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         if (prc == KD_OK && xout == NULL)
             prc = perr.code;
         if (prc == KD_OK) {
-            kd_convert_real(xout, pq->dtype, (char *)x + (size_t)(p->col0 * rows) * asize,
-                            A->dtype, (size_t)pq->b.count);
-            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms,
-                               setup);
+            kd_convert_real(xout, pq->dtype, (char *)x + (size_t)(p->col0 * rows) * asize, A->dtype,
+                            (size_t)pq->b.count);
+            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms, setup);
         }
         free(xout);
         if (i == 0) {

@@ -65,6 +65,21 @@ class TestScipySession(unittest.TestCase):
             self.assertNotIn("poisson-100", [m.name for m in kd.list()])
 
 
+class TestHeatEquation(unittest.TestCase):
+    def test_script_runs(self):
+        """docs/examples/heat_equation.py: new values every step (put like), the previous step's
+        preconditioner reused on odd steps, the result against SciPy's own steps."""
+        env = dict(os.environ, KRYLOV_SERVER=daemon.address,
+                   PYTHONPATH=os.path.join(SOURCE_DIR, "client", "python"))
+        p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "heat_equation.py"), "24", "4"],
+                           capture_output=True, text=True, timeout=600, env=env, cwd=EXAMPLES)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertTrue(p.stdout.rstrip().endswith("done"), p.stdout)
+        self.assertEqual(p.stdout.count("preconditioner reused"), 2, p.stdout)
+        with krylov.Client(daemon.address) as kd:
+            self.assertFalse([m for m in kd.list() if m.name.startswith("heat step")])
+
+
 class TestCClient(unittest.TestCase):
     EXE = os.path.join(BIN_DIR, "example_c_client")
 
