@@ -698,6 +698,34 @@ static int kd_solve_json(kd_cli_t *cli, const krylov_matrix_info_t *info,
     return 0;
 }
 
+/* The options solve and solve-batch share (method, preconditioner, restart, tolerances,
+ * maxiter) at argv[*i]: 1 when it was one (its value taken: *i moves on; *bad set when the value
+ * is not a number), 0 when it is something else. */
+static int kd_solve_option(kd_cli_t *cli, int argc, char **argv, int *i,
+                           krylov_solve_options_t *opt, int *bad)
+{
+    const char *a = argv[*i];
+    if (*i + 1 >= argc)
+        return 0;
+    const char *v = argv[*i + 1];
+    if (strcmp(a, "--method") == 0)
+        opt->method = v;
+    else if (strcmp(a, "--preconditioner") == 0)
+        opt->preconditioner = v;
+    else if (strcmp(a, "--restart") == 0)
+        *bad = kd_parse_int(cli, a, v, 1, &opt->restart);
+    else if (strcmp(a, "--rtol") == 0)
+        *bad = kd_parse_double(cli, a, v, &opt->rtol);
+    else if (strcmp(a, "--atol") == 0)
+        *bad = kd_parse_double(cli, a, v, &opt->atol);
+    else if (strcmp(a, "--maxiter") == 0)
+        *bad = kd_parse_int(cli, a, v, 0, &opt->maxiter);
+    else
+        return 0;
+    (*i)++;
+    return 1;
+}
+
 static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
 {
     if (argc < 1)
@@ -712,20 +740,10 @@ static int kd_cmd_solve(kd_cli_t *cli, int argc, char **argv)
             opt.history = 1;
         else if (has && strcmp(a, "--rhs") == 0)
             rhs = argv[++i];
-        else if (has && strcmp(a, "--method") == 0)
-            opt.method = argv[++i];
-        else if (has && strcmp(a, "--preconditioner") == 0)
-            opt.preconditioner = argv[++i];
+        else if (kd_solve_option(cli, argc, argv, &i, &opt, &bad))
+            ;
         else if (has && strcmp(a, "--precond-options") == 0)
             opt.preconditioner_options = argv[++i];
-        else if (has && strcmp(a, "--restart") == 0)
-            bad = kd_parse_int(cli, a, argv[++i], 1, &opt.restart);
-        else if (has && strcmp(a, "--rtol") == 0)
-            bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
-        else if (has && strcmp(a, "--atol") == 0)
-            bad = kd_parse_double(cli, a, argv[++i], &opt.atol);
-        else if (has && strcmp(a, "--maxiter") == 0)
-            bad = kd_parse_int(cli, a, argv[++i], 0, &opt.maxiter);
         else if (has && strcmp(a, "--check-every") == 0)
             bad = kd_parse_int(cli, a, argv[++i], 1, &opt.check_every);
         else if (has && strcmp(a, "--x0") == 0)
@@ -939,18 +957,8 @@ static int kd_cmd_solve_batch(kd_cli_t *cli, int argc, char **argv)
             argv[count++] = argv[i];
         else if (has && strcmp(a, "--rhs") == 0)
             rhs = argv[++i];
-        else if (has && strcmp(a, "--method") == 0)
-            opt.method = argv[++i];
-        else if (has && strcmp(a, "--preconditioner") == 0)
-            opt.preconditioner = argv[++i];
-        else if (has && strcmp(a, "--restart") == 0)
-            bad = kd_parse_int(cli, a, argv[++i], 1, &opt.restart);
-        else if (has && strcmp(a, "--rtol") == 0)
-            bad = kd_parse_double(cli, a, argv[++i], &opt.rtol);
-        else if (has && strcmp(a, "--atol") == 0)
-            bad = kd_parse_double(cli, a, argv[++i], &opt.atol);
-        else if (has && strcmp(a, "--maxiter") == 0)
-            bad = kd_parse_int(cli, a, argv[++i], 0, &opt.maxiter);
+        else if (kd_solve_option(cli, argc, argv, &i, &opt, &bad))
+            ;
         else if (has && strcmp(a, "--limit") == 0)
             bad = kd_parse_int(cli, a, argv[++i], 0, &limit);
         else
