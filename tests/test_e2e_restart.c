@@ -12,6 +12,7 @@
 #include "bench/matgen.h"
 #include "kd_daemon.h"
 #include "kd_rpc.h"
+#include "kd_state_check.h"
 #include "kd_test.h"
 
 #include <dirent.h>
@@ -49,26 +50,6 @@ static double rel_diff(const double *a, const double *b, int64_t n)
         s = fmax(s, fabs(b[i]));
     }
     return dmax / s;
-}
-
-/* Entries of state_dir/sub whose names end with suffix. */
-static size_t count_dir(const char *sub, const char *suffix)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", d.state_dir, sub);
-    DIR *dd = opendir(path);
-    if (dd == NULL)
-        return 0;
-    size_t n = 0, sl = strlen(suffix);
-    struct dirent *de;
-    while ((de = readdir(dd)) != NULL) {
-        size_t len = strlen(de->d_name);
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 && len >= sl &&
-            strcmp(de->d_name + len - sl, suffix) == 0)
-            n++;
-    }
-    closedir(dd);
-    return n;
 }
 
 static void file_of(const char *id, char *buf, size_t cap)
@@ -112,8 +93,7 @@ static void test_put_then_crash_mid_upload(void)
                             kept[i].id, &m);
         CHECK_MSG(rc == 0, "put %d: %s %s", i, m.code, m.message);
         if (rc == 0)
-            kd_obj_str_copy(kd_obj_get(m.result, "format"), kept[i].format,
-                            sizeof(kept[i].format));
+            kd_obj_str_copy(kd_obj_get(m.result, "format"), kept[i].format, sizeof(kept[i].format));
         kd_rpc_msg_free(&m);
         kept[i].x = random_vector(kept[i].A->cols);
         kept[i].y = malloc((size_t)kept[i].A->rows * sizeof(double));
@@ -151,7 +131,8 @@ static void test_put_then_crash_mid_upload(void)
     kd_rpc_close(&quick);
 
     REQUIRE(kd_daemon_restart(&d, extra) == 0);
-    CHECK_EQ_INT(count_dir("matrices", ".tmp"), 0); /* leftovers of interrupted writes removed */
+    CHECK_EQ_INT(kd_state_check_count(d.state_dir, "matrices", ".tmp"),
+                 0); /* leftovers of interrupted writes removed */
     kd_rpc_t c;
     REQUIRE(kd_rpc_connect(&c, d.port) == 0);
     char hex[33];
@@ -211,8 +192,8 @@ static void test_put_then_crash_mid_upload(void)
         CHECK_EQ_INT(kd_rpc_int(found, "nnz", NULL, -1), kept[i].A->nnz);
         CHECK(kd_obj_str_eq(kd_obj_get(found, "name"), kept[i].name));
         CHECK(kd_obj_str_eq(kd_obj_get(found, "dtype"), kd_dtype_name(kept[i].A->dtype)));
-        CHECK_MSG(kept[i].format[0] != '\0' && kd_obj_str_eq(kd_obj_get(found, "format"),
-                                                               kept[i].format),
+        CHECK_MSG(kept[i].format[0] != '\0' &&
+                      kd_obj_str_eq(kd_obj_get(found, "format"), kept[i].format),
                   "matrix %d: format changed across the restart (was %s)", i, kept[i].format);
         CHECK(kd_rpc_int(found, "stats", "max_row", -1) > 0);
     }
@@ -280,7 +261,7 @@ static void test_corrupt_files_are_moved_aside(void)
     CHECK(strcmp(m.code, "NOT_FOUND") == 0);
     kd_rpc_msg_free(&m);
     CHECK(stat(bad_header, &st) != 0);
-    CHECK_EQ_INT(count_dir("corrupt", ".0"), 1);
+    CHECK_EQ_INT(kd_state_check_count(d.state_dir, "corrupt", ".0"), 1);
 
     /* the payload is only read on first use */
     REQUIRE(kd_rpc_id_call(&c, 2, "matrix.info", kept[2].id, -1, &m) == KD_RPC_RESPONSE);
@@ -297,7 +278,7 @@ static void test_corrupt_files_are_moved_aside(void)
     CHECK(strcmp(m.code, "NOT_FOUND") == 0);
     kd_rpc_msg_free(&m);
     CHECK(stat(bad_payload, &st) != 0);
-    CHECK_EQ_INT(count_dir("corrupt", ".0"), 2);
+    CHECK_EQ_INT(kd_state_check_count(d.state_dir, "corrupt", ".0"), 2);
     REQUIRE(kd_rpc_status(&c, &m) == 0);
     CHECK_EQ_INT(kd_rpc_int(m.result, "cache", "corrupt_files", -1), 2);
     CHECK_EQ_INT(kd_rpc_int(m.result, "matrices", NULL, -1), 1);
