@@ -739,7 +739,7 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
         return kd_client_fail(c, KRYLOV_ENOMEM, "hashing the pattern failed");
     kd_id_to_hex(hash, hex);
     const int f32 = opt != NULL && opt->dtype != NULL && strcmp(opt->dtype, "float32") == 0;
-    size_t bytes;
+    size_t bytes = 0;
     int rc = kd_check_count(c, pattern.nnz, f32 ? 4 : 8, &bytes);
     if (rc != KRYLOV_OK)
         return rc;
