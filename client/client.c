@@ -610,6 +610,16 @@ static int kd_check_count(krylov_client_t *c, int64_t n, size_t elem, size_t *by
     return KRYLOV_OK;
 }
 
+/* n float64 values as float32 in a new buffer (the caller frees it), NULL when memory is short:
+ * float32 values travel as float32 (the wire's rule) and are hashed as the server keeps them. */
+static float *kd_client_narrow(const double *values, int64_t n)
+{
+    float *out = malloc((size_t)(n > 0 ? n : 0) * sizeof(float) + 1);
+    for (int64_t e = 0; out != NULL && e < n; e++)
+        out[e] = (float)values[e];
+    return out;
+}
+
 /* matrix.put of a shape and three arrays (two of int32, then the float64 values) of counts[i]
  * entries each, with the options. */
 static int kd_put_arrays(krylov_client_t *c, int64_t rows, int64_t cols, const char *const names[3],
@@ -626,14 +636,10 @@ static int kd_put_arrays(krylov_client_t *c, int64_t rows, int64_t cols, const c
         if (rc != KRYLOV_OK)
             return rc;
     }
-    float *narrow = NULL;
-    if (f32) {
-        if ((narrow = malloc(bytes[2] + 1)) == NULL)
-            return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
-                                  (long long)counts[2]);
-        for (int64_t e = 0; e < counts[2]; e++)
-            narrow[e] = (float)((const double *)arrays[2])[e];
-    }
+    float *narrow = f32 ? kd_client_narrow(arrays[2], counts[2]) : NULL;
+    if (f32 && narrow == NULL)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
+                              (long long)counts[2]);
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
     kd_w_kv_int(&w, "rows", rows);
@@ -667,13 +673,9 @@ static int kd_client_local_id(int64_t rows, int64_t cols, const int32_t *indptr,
                 return 0;
     }
     const int64_t nnz = indptr[rows];
-    float *narrow = NULL;
-    if (dtype == KD_DTYPE_F32) {
-        if ((narrow = malloc((size_t)nnz * sizeof(float) + 1)) == NULL)
-            return 0;
-        for (int64_t e = 0; e < nnz; e++)
-            narrow[e] = (float)values[e];
-    }
+    float *narrow = dtype == KD_DTYPE_F32 ? kd_client_narrow(values, nnz) : NULL;
+    if (dtype == KD_DTYPE_F32 && narrow == NULL)
+        return 0;
     kd_csr_t view = {rows,
                      cols,
                      nnz,
@@ -743,22 +745,16 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
     int rc = kd_check_count(c, pattern.nnz, f32 ? 4 : 8, &bytes);
     if (rc != KRYLOV_OK)
         return rc;
-    float *narrow = NULL; /* float32 values travel as float32 (the wire's rule) */
-    if (f32) {
-        if ((narrow = malloc(bytes + 1)) == NULL)
-            return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
-                                  (long long)pattern.nnz);
-        for (int64_t e = 0; e < pattern.nnz; e++)
-            narrow[e] = (float)values[e];
-    }
-    kd_writer_t w;
-    const uint32_t extra = opt == NULL ? 0
-                                       : (opt->name != NULL) + (opt->dtype != NULL) + (opt->pin != 0);
-    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 3 + extra);
+    float *narrow = f32 ? kd_client_narrow(values, pattern.nnz) : NULL;
+    if (f32 && narrow == NULL)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
+                              (long long)pattern.nnz);
+    kd_writer_t w; /* format and reorder are NULL here: the options are name, dtype, pin */
+    uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 3 + kd_put_option_count(opt));
     kd_w_kv_str(&w, "like", like_id);
     kd_w_kv_str(&w, "pattern", hex);
     kd_w_kv_bin(&w, "values", narrow != NULL ? (const void *)narrow : (const void *)values, bytes);
-    kd_put_options(&w, opt); /* format and reorder are NULL here */
+    kd_put_options(&w, opt);
     rc = kd_finish_info(c, &w, msgid, info);
     free(narrow);
     return rc;
