@@ -333,6 +333,21 @@ static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_amg_t *amg, const kd_csr_
     return kd_matrix_upload(ocl, csr, f, out, err);
 }
 
+/* Level L's transfers P and R on the device (as kd_amg_upload_level) and their lanes per row:
+ * what a setup and a refresh of a level both do. */
+static int kd_amg_upload_transfers(kd_ocl_t *ocl, const kd_amg_t *amg, kd_amg_level_t *L,
+                                   const kd_csr_t *P, const kd_csr_t *R, kd_err_t *err)
+{
+    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
+    if (rc == KD_OK)
+        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    if (rc != KD_OK)
+        return rc;
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
+    return KD_OK;
+}
+
 int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal, kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l];
@@ -422,13 +437,9 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
     /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
      * aggregate's), or csr_scalar for the fused cycle, whose arrays then serve the products. */
-    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
-    if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    int rc = kd_amg_upload_transfers(ocl, amg, L, P, R, err);
     if (rc != KD_OK)
         return rc;
-    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
-    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     const uint64_t t0 = kd_clock_ns();
     rc = kd_amg_operand(ocl, L->A, A, &dA, err);
     if (rc == KD_OK)
@@ -498,13 +509,9 @@ static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd
     if (old->ap.indptr == NULL || old->coarse.indptr == NULL || old->ap.rows != A->rows ||
         old->ap.cols != P->cols || old->coarse.rows != R->rows)
         return kd_err_set(err, KD_EINTERNAL, "amg: level %d has no Galerkin pattern to refresh", l);
-    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
-    if (rc == KD_OK)
-        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    int rc = kd_amg_upload_transfers(ocl, amg, L, P, R, err);
     if (rc != KD_OK)
         return rc;
-    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
-    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
     kd_amg_keep_pattern(&old->ap, &L->ap);
     kd_amg_keep_pattern(&old->coarse, &L->coarse);
     const uint64_t t0 = kd_clock_ns();

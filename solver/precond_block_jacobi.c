@@ -237,6 +237,22 @@ static int kd_block_jacobi_build(kd_ocl_t *ocl, const kd_csr_t *csr, kd_dtype_t 
     return rc;
 }
 
+/* A's state, kept as P's: refused when A holds a non-finite entry (setup and refresh alike). */
+static int kd_block_jacobi_new(const kd_matrix_t *A, kd_precond_t *P, kd_block_jacobi_t **out,
+                               kd_err_t *err)
+{
+    if (A->scan.non_finite_row >= 0)
+        return kd_err_set(err, KD_EBADREQ, "block_jacobi: entry (%lld, %lld) is %g",
+                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
+                          A->scan.non_finite_value);
+    kd_block_jacobi_t *bj = calloc(1, sizeof(*bj));
+    if (bj == NULL)
+        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    P->impl = bj;
+    *out = bj;
+    return KD_OK;
+}
+
 static int kd_block_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
                                  kd_precond_t *P, kd_err_t *err)
 {
@@ -252,19 +268,15 @@ static int kd_block_jacobi_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_c
                           "block_jacobi: block_size = %g is not an integer in 1..%d (0: found "
                           "from the structure)",
                           size, KD_BLOCK_JACOBI_MAX);
-    if (A->scan.non_finite_row >= 0)
-        return kd_err_set(err, KD_EBADREQ, "block_jacobi: entry (%lld, %lld) is %g",
-                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
-                          A->scan.non_finite_value);
-    kd_block_jacobi_t *bj = calloc(1, sizeof(*bj));
-    if (bj == NULL)
-        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
-    P->impl = bj;
+    kd_block_jacobi_t *bj = NULL;
+    int rc = kd_block_jacobi_new(A, P, &bj, err);
+    if (rc != KD_OK)
+        return rc;
     bj->n = A->rows;
     bj->map = A->order.kind != KD_REORDER_NONE ? A->order.iperm_dev : NULL;
     if (bj->n == 0)
         return KD_OK;
-    int rc = kd_block_jacobi_partition(csr, (int)size, &bj->start, &bj->blocks, err);
+    rc = kd_block_jacobi_partition(csr, (int)size, &bj->start, &bj->blocks, err);
     if (rc != KD_OK)
         return rc;
     const int32_t *start = bj->start;
@@ -289,14 +301,10 @@ static int kd_block_jacobi_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const
     if (o == NULL || o->n != A->rows || (o->n > 0 && o->start == NULL))
         return KD_OK;
     *declined = 0;
-    if (A->scan.non_finite_row >= 0)
-        return kd_err_set(err, KD_EBADREQ, "block_jacobi: entry (%lld, %lld) is %g",
-                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
-                          A->scan.non_finite_value);
-    kd_block_jacobi_t *bj = calloc(1, sizeof(*bj));
-    if (bj == NULL)
-        return kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
-    P->impl = bj;
+    kd_block_jacobi_t *bj = NULL;
+    int rc = kd_block_jacobi_new(A, P, &bj, err);
+    if (rc != KD_OK)
+        return rc;
     bj->n = o->n;
     bj->blocks = o->blocks;
     bj->uniform = o->uniform;
@@ -305,9 +313,9 @@ static int kd_block_jacobi_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const
         return KD_OK;
     bj->start = kd_malloc_array((size_t)bj->blocks + 1, sizeof(int32_t));
     int64_t *value_start = kd_block_jacobi_value_start(o);
-    int rc = bj->start != NULL && value_start != NULL
-                 ? KD_OK
-                 : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
+    rc = bj->start != NULL && value_start != NULL
+             ? KD_OK
+             : kd_err_set(err, KD_ENOMEM, "block_jacobi: out of host memory");
     if (rc == KD_OK) {
         memcpy(bj->start, o->start, ((size_t)bj->blocks + 1) * sizeof(int32_t));
         rc = kd_block_jacobi_inverses(ocl, csr, A->dtype, value_start, bj, P, err);
