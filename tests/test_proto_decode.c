@@ -241,6 +241,22 @@ static void test_params_forms(void)
     BAD(&w, KD_EBADREQ, "got [] of int");
 }
 
+/* An unknown key on every method: the refusal lists the keys the method takes, so every one of
+ * them must have a name (a key added to a method without its name would crash here). */
+static void test_every_method_names_its_keys(void)
+{
+    for (int m = 0; m < KD_METHOD_COUNT; m++) {
+        const char *name = kd_method_name((kd_method_t)m);
+        kd_writer_t w;
+        begin(&w, name, 1);
+        kd_w_kv_int(&w, "no_such_key", 1);
+        char needle[96];
+        snprintf(needle, sizeof(needle), "unknown parameter 'no_such_key' for %s", name);
+        kd_decode_error_t derr = BAD(&w, KD_EBADREQ, needle);
+        CHECK_MSG(strstr(derr.err.message, "(null)") == NULL, "%s", derr.err.message);
+    }
+}
+
 /* matrix.put with like: values alone (pattern and choosing keys refused); solve's
  * reuse_preconditioner is a bool. */
 static void test_like_and_reuse(void)
@@ -1717,6 +1733,7 @@ int main(void)
     RUN(test_params_forms);
     RUN(test_param_names);
     RUN(test_like_and_reuse);
+    RUN(test_every_method_names_its_keys);
     RUN(test_not_msgpack);
     RUN(test_put_csr_bins);
     RUN(test_put_int64_float32_and_plain);
