@@ -131,7 +131,10 @@ static void kd_cache_evict(kd_server_t *server, kd_store_entry_t *victim, const 
     kd_matrix_t *dev = kd_store_set_device(server->store, victim, NULL);
     KD_INFO("cache", "evict id=%s device_bytes=%zu reason=\"%s\"", victim->meta.hex,
             dev != NULL ? dev->device_bytes : 0, why);
+    const int shared = kd_matrix_shares(dev);
     kd_matrix_free(dev);
+    if (shared) /* its pattern arrays now count in another matrix */
+        kd_store_refresh_all_bytes(server->store);
     kd_store_count(server->store, KD_STORE_EVICTIONS);
 }
 
@@ -402,6 +405,7 @@ static void kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes)
                 victim->meta.hex, victim->meta.file_bytes);
         kd_store_count(server->store, KD_STORE_DISK_EVICTIONS);
         kd_store_entry_free(kd_store_remove(server->store, victim->meta.id));
+        kd_store_refresh_all_bytes(server->store);
     }
 }
 
@@ -536,6 +540,7 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
     if (entry->dist != NULL)
         kd_spread_forget(server, id);
     kd_store_entry_free(kd_store_remove(server->store, id));
+    kd_store_refresh_all_bytes(server->store); /* a freed sharer's pattern bytes moved */
     kd_err_t ignored = {0};
     if (kd_owners_save(server, &ignored) != KD_OK) /* a stale line is ignored at start-up */
         KD_WARN("owners", "%s", ignored.message);

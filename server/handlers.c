@@ -186,8 +186,8 @@ fail:
 
 /* kd_handlers_admit's upload: spread over the ranks, or in the format the selection picks (or
  * opt->format forces, or the server's default). */
-static int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                              void *arg, kd_err_t *err)
+int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                       void *arg, kd_err_t *err)
 {
     const kd_matrix_options_t *opt = arg;
     /* A forced format is built as named; otherwise the formats are measured (or chosen from the

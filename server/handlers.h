@@ -28,6 +28,11 @@ int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *m
  * may leave what it made in entry: the caller frees it. */
 typedef int (*kd_handlers_upload_fn)(kd_server_t *server, kd_store_entry_t *entry,
                                      const kd_csr_t *csr, void *arg, kd_err_t *err);
+/* The upload matrix.put uses (arg: its kd_matrix_options_t): spread over the ranks, or in the
+ * format the selection picks, opt->format forces or the server's default; entry's metadata
+ * described from the result. */
+int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                       void *arg, kd_err_t *err);
 
 /* What every way a matrix becomes the server's shares (matrix.put, matrix.multiply, a batch):
  * content id `id` already held: the user's reference to it (pinned when pin == 1); else quotas,

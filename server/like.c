@@ -10,9 +10,10 @@
  * The first solve on the new matrix that needs a preconditioner the like matrix holds refreshes
  * it (solve_job.c, kd_precond_refresh: only the values' part of its setup is recomputed).
  *
- * Not yet (issue 22): the device and the state directory hold the new matrix's index arrays
- * again rather than sharing the like matrix's, and the format is built from the CSR rather than
- * by scattering the values into its slots.
+ * On the device the new matrix shares the like matrix's pattern arrays and gets its values by
+ * one gather into the format's slots (kd_matrix_with_values): nothing is converted or chosen
+ * again. Where that cannot be (a spread matrix, tiled, an empty one) it is built from the CSR
+ * in the like matrix's format and reordering, as before; the log line says which.
  */
 #include "server/handlers.h"
 #include "common/log.h"
@@ -82,6 +83,74 @@ static int kd_like_matrix(const kd_csr_t *pattern, const kd_array_t *values, kd_
     return KD_OK;
 }
 
+/* kd_handlers_keep's upload for new values: shared with the like matrix where it can be. */
+typedef struct kd_like_upload {
+    const kd_matrix_meta_t *like;
+    kd_matrix_options_t opt; /* like's format, reordering and spreading, forced */
+    char built[600];         /* "shared" or why it was built from the CSR */
+} kd_like_upload_t;
+
+/* The new matrix's metadata: the like matrix's choices (format, candidates, reordering, row
+ * statistics: all of the pattern) with its own values' scan. */
+static void kd_like_describe(kd_matrix_meta_t *meta, const kd_matrix_meta_t *like,
+                             const kd_matrix_t *dev, const kd_matrix_options_t *opt)
+{
+    snprintf(meta->name, sizeof(meta->name), "%s", opt->name);
+    meta->rows = like->rows;
+    meta->cols = like->cols;
+    meta->nnz = like->nnz;
+    meta->dtype = like->dtype;
+    meta->format = dev->format;
+    meta->device_bytes = dev->device_bytes;
+    kd_matrix_describe(dev, &meta->detail);
+    meta->pinned = opt->pin == 1;
+    meta->stats = like->stats;
+    meta->stats.nonfinite = dev->scan.non_finite_count;
+    meta->ncandidates = like->ncandidates;
+    memcpy(meta->candidates, like->candidates, sizeof(meta->candidates));
+    meta->reorder = like->reorder;
+    meta->symmetric = dev->scan.symmetric;
+    meta->bandwidth_before = like->bandwidth_before;
+    meta->bandwidth_after = like->bandwidth_after;
+    snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", like->reorder_reason);
+}
+
+static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                          void *arg, kd_err_t *err)
+{
+    kd_like_upload_t *a = arg;
+    kd_store_entry_t *like = NULL;
+    int rc;
+    if (a->like->distributed) {
+        snprintf(a->built, sizeof(a->built), "the like matrix is spread over ranks");
+        return kd_handlers_upload(server, entry, csr, &a->opt, err);
+    }
+    char what[160];
+    snprintf(what, sizeof(what), "new values on matrix %s's pattern", a->like->hex);
+    /* resident again if it was evicted; room for the new arrays (at most the like matrix's
+     * size, which the first version's one-time map build also needs for a moment) */
+    if ((rc = kd_cache_use(server, a->like->id, 0, &like, err)) != KD_OK)
+        return rc;
+    if (like->dev == NULL) {
+        snprintf(a->built, sizeof(a->built), "the like matrix is not on this device");
+        return kd_handlers_upload(server, entry, csr, &a->opt, err);
+    }
+    if ((rc = kd_cache_reserve(server, like->dev->device_bytes, like, what, err)) != KD_OK)
+        return rc;
+    rc = kd_matrix_with_values(server->ocl, like->dev, csr, &entry->dev, err);
+    kd_store_refresh_bytes(server->store, like); /* its share's maps count there */
+    if (rc == KD_EUNSUPPORTED) {
+        snprintf(a->built, sizeof(a->built), "%s", err->message);
+        kd_err_clear(err);
+        return kd_handlers_upload(server, entry, csr, &a->opt, err);
+    }
+    if (rc != KD_OK)
+        return rc;
+    snprintf(a->built, sizeof(a->built), "shared");
+    kd_like_describe(&entry->meta, a->like, entry->dev, &a->opt);
+    return KD_OK;
+}
+
 int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
@@ -113,14 +182,22 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     if ((rc = kd_like_matrix(pattern, &p->values, &csr, err)) != KD_OK)
         goto out;
     /* kept as the like matrix is: nothing is chosen again */
-    kd_matrix_options_t opt = p->options;
-    snprintf(opt.format, sizeof(opt.format), "%s", kd_format_name(like.format));
-    opt.select[0] = '\0';
-    opt.reorder = like.reorder;
-    opt.distribute = like.distributed ? KD_DISTRIBUTE_YES : KD_DISTRIBUTE_NO;
+    kd_like_upload_t up = {.like = &like, .opt = p->options, .built = "already held"};
+    kd_matrix_options_t *opt = &up.opt;
+    snprintf(opt->format, sizeof(opt->format), "%s", kd_format_name(like.format));
+    opt->select[0] = '\0';
+    opt->reorder = like.reorder;
+    opt->distribute = like.distributed ? KD_DISTRIBUTE_YES : KD_DISTRIBUTE_NO;
     kd_matrix_meta_t meta;
     int created;
-    rc = kd_handlers_admit(server, job, csr, &opt, &meta, &created, err); /* takes csr */
+    uint8_t id[16];
+    if (kd_csr_hash(csr, id) != KD_OK) {
+        kd_csr_free(csr);
+        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+        goto out;
+    }
+    rc = kd_handlers_keep(server, job, csr, id, opt->pin, kd_like_upload, &up, &meta, &created,
+                          err); /* takes csr */
     if (rc != KD_OK)
         goto out;
     kd_store_entry_t *entry = kd_store_find(server->store, meta.id);
@@ -136,8 +213,8 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     }
     memcpy(meta.pattern, hash, 16);
     meta.has_pattern = 1;
-    KD_INFO("store", "put id=%s like=%s nnz=%lld format=%s created=%d", meta.hex, hex,
-            (long long)meta.nnz, kd_format_name(meta.format), created);
+    KD_INFO("store", "put id=%s like=%s nnz=%lld format=%s created=%d device=\"%s\"", meta.hex, hex,
+            (long long)meta.nnz, kd_format_name(meta.format), created, up.built);
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta_extra(w, &meta, created, 1);
     kd_w_kv_str(w, "like", hex);

@@ -181,6 +181,17 @@ void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry)
     pthread_mutex_unlock(&store->lock);
 }
 
+void kd_store_refresh_all_bytes(kd_store_t *store)
+{
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count; i++) {
+        kd_store_entry_t *e = store->entries[i];
+        if (e->dev != NULL)
+            e->meta.device_bytes = e->dev->device_bytes;
+    }
+    pthread_mutex_unlock(&store->lock);
+}
+
 void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes)
 {
     pthread_mutex_lock(&store->lock);

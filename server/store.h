@@ -171,6 +171,10 @@ void kd_store_set_spread(kd_store_t *store, kd_store_entry_t *entry, struct kd_d
 void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry);
 
 /* Worker thread: record the entry's file (stored = 1, its size) or its absence (file_bytes 0). */
+/* Worker thread: every resident entry's device_bytes from its device matrix again, after a
+ * matrix that shared its pattern arrays was freed (their count moves to another sharer:
+ * kd_matrix_with_values). */
+void kd_store_refresh_all_bytes(kd_store_t *store);
 void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes);
 
 /* Worker thread: the least recently used entry that is not pinned, is stored on disk, is not

@@ -61,8 +61,32 @@ typedef struct kd_format_csr {
     cl_mem values;  /* nnz VALUE, NULL when nnz == 0 */
 } kd_format_csr_t;
 
+/* One device array of a matrix, for a new matrix on the same pattern (issue 22,
+ * solver/matrix_values.c). A pattern array depends on the sparsity pattern alone and is shared
+ * by reference; a values array holds entries of the matrix (and zeros in padding: slots in the
+ * format's own order) and is made anew and filled by a gather from the new values; scratch is
+ * made anew and not filled (partial sums a kernel writes before it reads them). */
+typedef enum kd_format_array_kind {
+    KD_ARRAY_PATTERN = 0,
+    KD_ARRAY_VALUES,
+    KD_ARRAY_SCRATCH,
+} kd_format_array_kind_t;
+typedef struct kd_format_array {
+    cl_mem *mem; /* a field of m->impl; *mem may be NULL (an empty array) */
+    kd_format_array_kind_t kind;
+} kd_format_array_t;
+#define KD_FORMAT_ARRAYS_MAX 16
+
 typedef struct kd_format_ops {
     kd_format_t format;
+    /* Optional, with `arrays` (issue 22: new values on a held pattern): the size of m->impl, a
+     * struct with no host pointers in it, so that a copy of it is a matrix of the same format
+     * once `arrays`' entries are replaced (shared or made anew). 0 or NULL: a new matrix on the
+     * same pattern is built from its CSR as any other (tiled, whose impl holds a matrix). */
+    size_t impl_size;
+    /* Every device array in m->impl, in a fixed order; returns the count (<=
+     * KD_FORMAT_ARRAYS_MAX). */
+    int (*arrays)(kd_matrix_t *m, kd_format_array_t *out);
     /* Optional: make the format's host metadata from src->csr and src->stats (O(rows), or
      * O(nnz) for tiled, which builds its arrays on the host) into src->prepared[format]. It makes
      * no OpenCL call and touches nothing else in src, so the selection runs it on another thread

@@ -113,8 +113,23 @@ static int coo_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
     return kd_coo_part_spmv(ocl, m->dtype, &impl->part, alpha, x, y, err);
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int coo_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_coo_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->part.rows, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->part.cols, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->part.values, KD_ARRAY_VALUES};
+    out[n++] = (kd_format_array_t){&impl->part.head, KD_ARRAY_SCRATCH};
+    out[n++] = (kd_format_array_t){&impl->part.tail, KD_ARRAY_SCRATCH};
+    return n;
+}
+
 const kd_format_ops_t kd_format_coo_ops = {
     .format = KD_FMT_COO,
+    .impl_size = sizeof(kd_coo_t),
+    .arrays = coo_arrays,
     .plan_bytes = coo_plan_bytes,
     .upload = coo_upload,
     .spmv = coo_spmv,

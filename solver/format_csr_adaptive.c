@@ -237,8 +237,25 @@ static const kd_format_csr_t *csr_adaptive_arrays(const kd_matrix_t *m)
     return &((const kd_csr_adaptive_t *)m->impl)->csr;
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int csr_adaptive_device_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_csr_adaptive_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->csr.indptr, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->csr.indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->csr.values, KD_ARRAY_VALUES};
+    out[n++] = (kd_format_array_t){&impl->blocks, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->long_rows, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->long_slots, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->partials, KD_ARRAY_SCRATCH};
+    return n;
+}
+
 const kd_format_ops_t kd_format_csr_adaptive_ops = {
     .format = KD_FMT_CSR_ADAPTIVE,
+    .impl_size = sizeof(kd_csr_adaptive_t),
+    .arrays = csr_adaptive_device_arrays,
     .prepare = adaptive_prepare,
     .prepared_free = adaptive_prepared_free,
     .plan_bytes = adaptive_plan_bytes,

@@ -74,8 +74,21 @@ static const kd_format_csr_t *csr_scalar_arrays(const kd_matrix_t *m)
     return m->impl;
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int csr_scalar_device_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_format_csr_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->indptr, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->values, KD_ARRAY_VALUES};
+    return n;
+}
+
 const kd_format_ops_t kd_format_csr_scalar_ops = {
     .format = KD_FMT_CSR_SCALAR,
+    .impl_size = sizeof(kd_format_csr_t),
+    .arrays = csr_scalar_device_arrays,
     .plan_bytes = csr_scalar_plan_bytes,
     .upload = csr_scalar_upload,
     .spmv = csr_scalar_spmv,

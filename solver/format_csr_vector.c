@@ -89,8 +89,21 @@ static const kd_format_csr_t *csr_vector_arrays(const kd_matrix_t *m)
     return &((const kd_csr_vector_t *)m->impl)->csr;
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int csr_vector_device_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_csr_vector_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->csr.indptr, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->csr.indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->csr.values, KD_ARRAY_VALUES};
+    return n;
+}
+
 const kd_format_ops_t kd_format_csr_vector_ops = {
     .format = KD_FMT_CSR_VECTOR,
+    .impl_size = sizeof(kd_csr_vector_t),
+    .arrays = csr_vector_device_arrays,
     .plan_bytes = csr_vector_plan_bytes,
     .upload = csr_vector_upload,
     .spmv = csr_vector_spmv,

@@ -95,8 +95,20 @@ static int ell_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
     return kd_ell_part_spmv(ocl, m, m->impl, alpha, x, beta, y, err);
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int ell_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_ell_part_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->values, KD_ARRAY_VALUES};
+    return n;
+}
+
 const kd_format_ops_t kd_format_ell_ops = {
     .format = KD_FMT_ELL,
+    .impl_size = sizeof(kd_ell_part_t),
+    .arrays = ell_arrays,
     .plan_bytes = ell_plan_bytes,
     .upload = ell_upload,
     .spmv = ell_spmv,

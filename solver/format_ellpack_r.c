@@ -97,8 +97,21 @@ static int ellpack_r_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double
                          err);
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int ellpack_r_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_ellpack_r_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->lengths, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->values, KD_ARRAY_VALUES};
+    return n;
+}
+
 const kd_format_ops_t kd_format_ellpack_r_ops = {
     .format = KD_FMT_ELLPACK_R,
+    .impl_size = sizeof(kd_ellpack_r_t),
+    .arrays = ellpack_r_arrays,
     .plan_bytes = ellpack_r_plan_bytes,
     .upload = ellpack_r_upload,
     .spmv = ellpack_r_spmv,

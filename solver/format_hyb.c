@@ -166,8 +166,25 @@ static int hyb_spmv(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, const kd_
     return kd_coo_part_spmv(ocl, m->dtype, &impl->coo, alpha, x, y, err);
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int hyb_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_hyb_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->ell.indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->ell.values, KD_ARRAY_VALUES};
+    out[n++] = (kd_format_array_t){&impl->coo.rows, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->coo.cols, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->coo.values, KD_ARRAY_VALUES};
+    out[n++] = (kd_format_array_t){&impl->coo.head, KD_ARRAY_SCRATCH};
+    out[n++] = (kd_format_array_t){&impl->coo.tail, KD_ARRAY_SCRATCH};
+    return n;
+}
+
 const kd_format_ops_t kd_format_hyb_ops = {
     .format = KD_FMT_HYB,
+    .impl_size = sizeof(kd_hyb_t),
+    .arrays = hyb_arrays,
     .prepare = hyb_prepare,
     .prepared_free = hyb_prepared_free,
     .plan_bytes = hyb_plan_bytes,

@@ -229,8 +229,22 @@ static int sell_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alph
         err);
 }
 
+/* Issue 22's seam (format.h): which arrays are the pattern's. */
+static int sell_c_sigma_arrays(kd_matrix_t *m, kd_format_array_t *out)
+{
+    kd_sell_t *impl = m->impl;
+    int n = 0;
+    out[n++] = (kd_format_array_t){&impl->slice_ptr, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->perm, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->indices, KD_ARRAY_PATTERN};
+    out[n++] = (kd_format_array_t){&impl->values, KD_ARRAY_VALUES};
+    return n;
+}
+
 const kd_format_ops_t kd_format_sell_c_sigma_ops = {
     .format = KD_FMT_SELL_C_SIGMA,
+    .impl_size = sizeof(kd_sell_t),
+    .arrays = sell_c_sigma_arrays,
     .prepare = sell_prepare,
     .prepared_free = sell_prepared_free,
     .plan_bytes = sell_plan_bytes,

@@ -241,9 +241,18 @@ int kd_format_alloc_array(kd_ocl_t *ocl, kd_matrix_t *m, size_t bytes, const cha
     if (bytes == 0)
         return KD_OK;
     int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, what, out, err);
-    if (rc == KD_OK)
-        m->device_bytes += bytes;
-    return rc;
+    if (rc != KD_OK)
+        return rc;
+    m->device_bytes += bytes;
+    /* Zeros where no conversion kernel writes (alignment rows and slices past the last row):
+     * the same pattern then gives the same arrays byte for byte, which new values on a held
+     * pattern check (solver/matrix_values.c), and no array shows an earlier matrix's bytes. */
+    const cl_uint zero = 0;
+    size_t unit = bytes % sizeof(zero) == 0 ? sizeof(zero) : 1;
+    cl_int st = clEnqueueFillBuffer(kd_ocl_queue(ocl), *out, &zero, unit, 0, bytes, 0, NULL, NULL);
+    if (st != CL_SUCCESS)
+        return kd_ocl_fail(err, st, "clEnqueueFillBuffer");
+    return KD_OK;
 }
 
 int kd_matrix_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format, kd_matrix_t **out,
@@ -338,6 +347,7 @@ void kd_matrix_free(kd_matrix_t *m)
     if (m == NULL)
         return;
     kd_precond_release_all(m);
+    kd_matrix_share_leave(m);
     kd_matrix_order_release(m);
     if (m->ops != NULL)
         m->ops->release(m);

@@ -104,7 +104,11 @@ typedef struct kd_matrix {
     /* A batched matrix (solver/batch.h), owned: ops is NULL and rows, cols, nnz are the block
      * diagonal's totals (kd_batch_matrix_wrap); NULL for every other matrix. */
     struct kd_batch *batch;
+    /* The pattern arrays this matrix shares with matrices of other values (kd_matrix_with_values);
+     * NULL when it shares nothing. */
+    struct kd_matrix_share *share;
 } kd_matrix_t;
+typedef struct kd_matrix_share kd_matrix_share_t;
 
 /* The device memory, in bytes, that `format` would take for csr on this device, computed on the
  * host from the row pointers alone (at most O(rows)) before anything is allocated: padding
@@ -156,5 +160,25 @@ int kd_matrix_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t f
  * columns back to the original numbering. KD_EDEVMEM, KD_ENOMEM. */
 int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int32_t *perm,
                            kd_err_t *err);
+
+/*
+ * New values on a held pattern (issue 22; solver/matrix_values.c): a new matrix with like's
+ * pattern, format and reordering and csr's values. csr must be like's canonical pattern exactly
+ * (the caller checked: a pattern hash or the same arrays) with the new values in its dtype. The
+ * device arrays that depend on the pattern alone are shared with like by reference, so the new
+ * matrix's device_bytes are its values arrays (padding included) and scratch; the values reach
+ * the format's slots by one gather through a map made once per pattern (the first call builds
+ * the format once from the pattern to make it, about like's size for that moment). The shared
+ * bytes count in one sharing matrix's device_bytes and move to another when it is freed
+ * (kd_matrix_shares: whether a free may have changed another matrix's device_bytes). The scan and
+ * the inverse diagonal come from csr's values. KD_EUNSUPPORTED when like's format does not share
+ * (tiled), for a batched matrix, an empty matrix, or a pattern whose format arrays turn out to
+ * depend on more than the pattern: build from csr instead.
+ */
+int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
+                          kd_matrix_t **out, kd_err_t *err);
+int kd_matrix_shares(const kd_matrix_t *m);
+/* kd_matrix_free's part: leave m's share, moving its count to another member. */
+void kd_matrix_share_leave(kd_matrix_t *m);
 
 #endif

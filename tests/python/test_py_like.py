@@ -104,6 +104,36 @@ class LikeTest(unittest.TestCase):
         self.assertEqual(i2.name, "step1")
         self.spmv_ok(i2.id, a2)
 
+    def test_device_arrays_shared(self):
+        # the second version holds its values (and padding) only; dropping either leaves the
+        # other whole, and the pattern's bytes then count in the one left
+        for fmt in ("csr_scalar", "sell_c_sigma", "hyb", "tiled"):
+            with self.subTest(format=fmt):
+                a1 = heat(40, 0.1 + rng.random())
+                i1 = self.kd.put(a1, format=fmt, reorder="rcm" if fmt == "hyb" else "none")
+                a2 = heat(40, 0.7 + rng.random())
+                i2 = self.kd.put(a2, like=i1)
+                a3 = heat(40, 1.7 + rng.random())
+                i3 = self.kd.put(a3, like=i2)
+                b1 = self.kd.info(i1.id).device_bytes
+                b2 = self.kd.info(i2.id).device_bytes
+                if fmt == "tiled":  # built from the CSR: no sharing
+                    self.assertEqual(b2, b1)
+                else:
+                    self.assertLessEqual(b2 + 4 * a1.nnz, b1)
+                self.assertEqual(self.kd.info(i3.id).device_bytes, b2)
+                self.kd.drop(i1.id)
+                self.spmv_ok(i2.id, a2)
+                self.spmv_ok(i3.id, a3)
+                self.assertGreaterEqual(self.kd.info(i2.id).device_bytes, b1 if fmt != "tiled" else b2)
+                self.kd.drop(i2.id)
+                self.spmv_ok(i3.id, a3)
+                self.assertGreaterEqual(self.kd.info(i3.id).device_bytes, b1 if fmt != "tiled" else b2)
+                res = self.kd.solve(i3.id, np.ones(a3.shape[0]), method="cg", rtol=1e-10)
+                self.assertLess(np.linalg.norm(np.ones(a3.shape[0]) - a3 @ res.x),
+                                1.01e-10 * np.sqrt(a3.shape[0]))
+                self.kd.drop(i3.id)
+
     def test_float32_like(self):
         a1 = heat(16, 0.5)
         i1 = self.kd.put(a1, dtype="float32")
