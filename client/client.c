@@ -676,13 +676,13 @@ static int kd_client_local_id(int64_t rows, int64_t cols, const int32_t *indptr,
     float *narrow = dtype == KD_DTYPE_F32 ? kd_client_narrow(values, nnz) : NULL;
     if (dtype == KD_DTYPE_F32 && narrow == NULL)
         return 0;
-    kd_csr_t view = {rows,
-                     cols,
-                     nnz,
-                     dtype,
-                     (int32_t *)indptr,
-                     (int32_t *)indices,
-                     narrow != NULL ? (void *)narrow : (void *)values};
+    kd_csr_t view = {.rows = rows,
+                     .cols = cols,
+                     .nnz = nnz,
+                     .dtype = dtype,
+                     .indptr = (int32_t *)indptr,
+                     .indices = (int32_t *)indices,
+                     .values = narrow != NULL ? (void *)narrow : (void *)values};
     uint8_t id[16];
     const int ok = kd_csr_hash(&view, id) == KD_OK;
     free(narrow);

@@ -98,14 +98,61 @@ int kd_csr_transpose(const kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
     return KD_OK;
 }
 
+struct kd_csr_pattern {
+    int refs; /* atomic */
+    int32_t *indptr, *indices;
+};
+
+static void kd_csr_pattern_release(struct kd_csr_pattern *p)
+{
+    if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    free(p->indptr);
+    free(p->indices);
+    free(p);
+}
+
 void kd_csr_free(kd_csr_t *csr)
 {
     if (csr == NULL)
         return;
-    free(csr->indptr);
-    free(csr->indices);
+    if (csr->pattern != NULL) {
+        kd_csr_pattern_release(csr->pattern);
+    } else {
+        free(csr->indptr);
+        free(csr->indices);
+    }
     free(csr->values);
     free(csr);
+}
+
+int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
+{
+    *out = NULL;
+    kd_csr_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for a shared pattern");
+    if (csr->pattern == NULL) {
+        struct kd_csr_pattern *p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            free(c);
+            return kd_err_set(err, KD_ENOMEM, "out of host memory for a shared pattern");
+        }
+        p->refs = 1;
+        p->indptr = csr->indptr;
+        p->indices = csr->indices;
+        csr->pattern = p;
+    }
+    *c = *csr;
+    c->values = kd_malloc_array((size_t)csr->nnz, kd_dtype_size(csr->dtype));
+    if (c->values == NULL) {
+        free(c);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld values",
+                          (long long)csr->nnz);
+    }
+    __atomic_add_fetch(&csr->pattern->refs, 1, __ATOMIC_ACQ_REL);
+    *out = c;
+    return KD_OK;
 }
 
 struct kd_entry {

@@ -28,7 +28,18 @@ typedef struct kd_csr {
     int32_t *indptr;  /* rows + 1 entries, indptr[0] = 0, indptr[rows] = nnz */
     int32_t *indices; /* nnz entries */
     void *values;     /* nnz entries of dtype */
+    /* NULL, or the holder of indptr and indices when matrices of different values share them
+     * (kd_csr_with_values): they are then read-only and freed with the last reference. */
+    struct kd_csr_pattern *pattern;
 } kd_csr_t;
+
+/*
+ * A new matrix with csr's pattern, shared (no copy: csr's arrays move into a reference-counted
+ * holder the first time, so csr must not change them afterwards, which canonical matrices never
+ * do), and values allocated, not filled. Either may be freed first; the references are atomic,
+ * so they may be freed on different threads. KD_ENOMEM.
+ */
+int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
 
 /* Caps applied on top of KD_CSR_INDEX_MAX (configured server limits). Zero means no extra cap. */
 typedef struct kd_csr_limits {

@@ -249,6 +249,7 @@ int kd_handlers_notice(const kd_matrix_options_t *opt, const kd_matrix_meta_t *m
 static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
+    const uint64_t t0 = kd_clock_ns();
     kd_csr_t *csr = NULL;
     int rc;
     if (p->kind == KD_PUT_LIKE)
@@ -281,10 +282,11 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     if (created)
         KD_INFO("store",
                 "put id=%s rows=%lld cols=%lld nnz=%lld dtype=%s format=%s reorder=%s "
-                "device_bytes=%zu",
+                "device_bytes=%zu ms=%.1f",
                 meta.hex, (long long)meta.rows, (long long)meta.cols, (long long)meta.nnz,
                 kd_dtype_name(meta.dtype), kd_format_name(meta.format),
-                kd_reorder_name(meta.reorder), meta.device_bytes);
+                kd_reorder_name(meta.reorder), meta.device_bytes,
+                (double)(kd_clock_ns() - t0) / 1e6);
     char notice[256];
     const int noted = kd_handlers_notice(&p->options, &meta, created, notice, sizeof(notice));
     kd_w_result_begin(w, job->msgid);

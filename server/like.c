@@ -16,6 +16,7 @@
  * in the like matrix's format and reordering, as before; the log line says which.
  */
 #include "server/handlers.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "protocol/pattern.h"
 #include "server/replies.h"
@@ -63,23 +64,62 @@ static int kd_like_check(const kd_put_request_t *p, const kd_matrix_meta_t *like
     return KD_OK;
 }
 
-/* The like matrix's pattern with the request's values, in its dtype. */
-static int kd_like_matrix(const kd_csr_t *pattern, const kd_array_t *values, kd_csr_t **out,
+/* A reference to csr's pattern (values dropped) in entry->pattern_host, if it has none. */
+static int kd_like_keep_pattern(kd_store_entry_t *entry, kd_csr_t *csr)
+{
+    if (entry->pattern_host != NULL || entry->host != NULL)
+        return KD_OK;
+    kd_err_t ignored = {0};
+    kd_csr_t *ref = NULL;
+    if (kd_csr_with_values(csr, &ref, &ignored) != KD_OK)
+        return KD_ENOMEM; /* the next put with like reads the file again */
+    free(ref->values);
+    ref->values = NULL;
+    entry->pattern_host = ref;
+    return KD_OK;
+}
+
+/* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values,
+ * in its dtype. */
+static int kd_like_matrix(kd_csr_t *pattern, const kd_array_t *values, kd_csr_t **out,
                           kd_err_t *err)
 {
-    int rc = kd_csr_alloc(pattern->rows, pattern->cols, pattern->nnz, pattern->dtype, out, err);
+    int rc = kd_csr_with_values(pattern, out, err);
     if (rc != KD_OK)
         return rc;
     kd_csr_t *c = *out;
-    memcpy(c->indptr, pattern->indptr, ((size_t)pattern->rows + 1) * sizeof(int32_t));
-    if (pattern->nnz > 0)
-        memcpy(c->indices, pattern->indices, (size_t)pattern->nnz * sizeof(int32_t));
     if (values->dtype == c->dtype && pattern->nnz > 0)
         memcpy(c->values, values->data, (size_t)pattern->nnz * kd_dtype_size(c->dtype));
     else
         for (int64_t i = 0; i < pattern->nnz; i++)
             kd_store_real(c->values, c->dtype, (size_t)i,
                           kd_load_real(values->data, values->dtype, (size_t)i));
+    return KD_OK;
+}
+
+/* The like matrix's canonical pattern on the host: its host copy (no state directory), the
+ * pattern an earlier put with like kept (entry->pattern_host), or read from its file and then
+ * kept there, so that a time-stepping loop reads it once. *owned is what the caller frees. */
+static int kd_like_host_pattern(kd_server_t *server, const uint8_t id[16], kd_csr_t **pattern,
+                                kd_csr_t **owned, kd_err_t *err)
+{
+    *pattern = *owned = NULL;
+    kd_store_entry_t *entry = kd_store_find(server->store, id);
+    if (entry != NULL && entry->host != NULL) {
+        *pattern = entry->host;
+        return KD_OK;
+    }
+    if (entry != NULL && entry->pattern_host != NULL) {
+        *pattern = entry->pattern_host;
+        return KD_OK;
+    }
+    const kd_csr_t *csr = NULL;
+    int rc = kd_cache_host_csr(server, id, &csr, owned, err);
+    if (rc != KD_OK)
+        return rc;
+    *pattern = *owned != NULL ? *owned : (kd_csr_t *)csr;
+    if (entry != NULL && *owned != NULL)
+        (void)kd_like_keep_pattern(entry, *owned);
     return KD_OK;
 }
 
@@ -154,6 +194,7 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
 int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_put_request_t *p = &job->req->u.put;
+    uint64_t t[5] = {kd_clock_ns()}; /* start, pattern, values, id, kept: for the log line */
     kd_matrix_meta_t like;
     char hex[KD_ID_HEX_LEN + 1];
     kd_id_to_hex(p->like, hex);
@@ -163,12 +204,12 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     int rc = kd_like_check(p, &like, err);
     if (rc != KD_OK)
         return rc;
-    const kd_csr_t *pattern = NULL;
-    kd_csr_t *owned = NULL, *csr = NULL;
+    kd_csr_t *pattern = NULL, *owned = NULL, *csr = NULL;
     uint8_t hash[16];
-    if ((rc = kd_cache_host_csr(server, p->like, &pattern, &owned, err)) != KD_OK ||
+    if ((rc = kd_like_host_pattern(server, p->like, &pattern, &owned, err)) != KD_OK ||
         (rc = kd_like_pattern(server, p->like, pattern, hash, err)) != KD_OK)
         goto out;
+    t[1] = kd_clock_ns();
     if (p->has_pattern && memcmp(p->pattern, hash, 16) != 0) {
         char given[KD_ID_HEX_LEN + 1], held[KD_ID_HEX_LEN + 1];
         kd_id_to_hex(p->pattern, given);
@@ -181,6 +222,7 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     }
     if ((rc = kd_like_matrix(pattern, &p->values, &csr, err)) != KD_OK)
         goto out;
+    t[2] = kd_clock_ns();
     /* kept as the like matrix is: nothing is chosen again */
     kd_like_upload_t up = {.like = &like, .opt = p->options, .built = "already held"};
     kd_matrix_options_t *opt = &up.opt;
@@ -196,14 +238,17 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
         goto out;
     }
+    t[3] = kd_clock_ns();
     rc = kd_handlers_keep(server, job, csr, id, opt->pin, kd_like_upload, &up, &meta, &created,
                           err); /* takes csr */
     if (rc != KD_OK)
         goto out;
+    t[4] = kd_clock_ns();
     kd_store_entry_t *entry = kd_store_find(server->store, meta.id);
     if (entry != NULL) {
         memcpy(entry->meta.pattern, hash, 16);
         entry->meta.has_pattern = 1;
+        (void)kd_like_keep_pattern(entry, pattern);         /* for its own puts with like */
         if (created && memcmp(meta.id, p->like, 16) != 0) { /* its solves refresh like's setup */
             memcpy(entry->meta.like, p->like, 16);
             entry->meta.has_like = 1;
@@ -213,8 +258,12 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     }
     memcpy(meta.pattern, hash, 16);
     meta.has_pattern = 1;
-    KD_INFO("store", "put id=%s like=%s nnz=%lld format=%s created=%d device=\"%s\"", meta.hex, hex,
-            (long long)meta.nnz, kd_format_name(meta.format), created, up.built);
+    KD_INFO("store",
+            "put id=%s like=%s nnz=%lld format=%s created=%d device=\"%s\" ms=%.1f "
+            "(pattern %.1f, values %.1f, id %.1f, kept %.1f)",
+            meta.hex, hex, (long long)meta.nnz, kd_format_name(meta.format), created, up.built,
+            (double)(t[4] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
+            (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6);
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta_extra(w, &meta, created, 1);
     kd_w_kv_str(w, "like", hex);

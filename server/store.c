@@ -45,6 +45,7 @@ void kd_store_entry_free(kd_store_entry_t *entry)
     kd_dist_matrix_free(entry->dist); /* rank 0's part; the other ranks' go with DROP or STOP */
 #endif
     kd_csr_free(entry->host);
+    kd_csr_free(entry->pattern_host);
     free(entry);
 }
 

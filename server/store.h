@@ -93,6 +93,9 @@ typedef struct kd_store_entry {
     kd_matrix_meta_t meta;
     kd_matrix_t *dev; /* worker thread only; NULL when not resident */
     kd_csr_t *host;   /* worker thread only: the canonical CSR, kept without a state directory */
+    /* worker thread only: its canonical pattern (values NULL, arrays shared: kd_csr_with_values),
+     * kept once a put with like used it, so the next one reads no file; or NULL */
+    kd_csr_t *pattern_host;
     struct kd_dist_matrix *dist; /* worker thread only: rank 0's part of a spread matrix (then
                                     dev is NULL), or NULL; never evicted (server/spread.c) */
     int busy;         /* worker thread only: jobs using it across a yield or in a group (spmv.c);

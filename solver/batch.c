@@ -439,7 +439,12 @@ int kd_batch_from_block_diagonal(kd_ocl_t *ocl, const kd_csr_t *csr, int64_t k, 
                               (long long)s, at <= rows ? "row" : "entry",
                               (long long)(at <= rows ? at : at - rows - 1));
     }
-    kd_csr_t pattern = {rows, cols, nnz, csr->dtype, csr->indptr, csr->indices, NULL};
+    kd_csr_t pattern = {.rows = rows,
+                        .cols = cols,
+                        .nnz = nnz,
+                        .dtype = csr->dtype,
+                        .indptr = csr->indptr,
+                        .indices = csr->indices};
     kd_batch_t *batch = NULL;
     int rc = kd_batch_upload(ocl, &pattern, csr->values, k, &batch, err);
     if (rc != KD_OK)

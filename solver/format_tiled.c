@@ -508,7 +508,8 @@ static int kd_tiled_split_pulled(const kd_csr_t *csr, kd_tiled_host_t *p, int32_
         p->long_csr = calloc(1, sizeof(*p->long_csr));
         if (p->long_csr == NULL)
             return KD_ENOMEM;
-        *p->long_csr = (kd_csr_t){csr->rows, csr->cols, nlong, csr->dtype, NULL, NULL, NULL};
+        *p->long_csr =
+            (kd_csr_t){.rows = csr->rows, .cols = csr->cols, .nnz = nlong, .dtype = csr->dtype};
         p->long_csr->indptr = malloc(((size_t)csr->rows + 1) * sizeof(int32_t));
         p->long_csr->indices = malloc((size_t)nlong * sizeof(int32_t));
         p->long_csr->values = malloc((size_t)nlong * v);

@@ -373,13 +373,9 @@ static void test_refusals(void)
     err.message[0] = '\0';
     int rc = kd_batch_upload_systems(ocl, mixed, 2, &b, &err);
     CHECK_MSG(rc == KD_EBADREQ && strstr(err.message, "one dtype") != NULL, "%s", err.message);
-    kd_csr_t big = {KD_BATCH_SYSTEM_ROWS_MAX + 1,
-                    KD_BATCH_SYSTEM_ROWS_MAX + 1,
-                    0,
-                    KD_DTYPE_F64,
-                    NULL,
-                    NULL,
-                    NULL};
+    kd_csr_t big = {.rows = KD_BATCH_SYSTEM_ROWS_MAX + 1,
+                    .cols = KD_BATCH_SYSTEM_ROWS_MAX + 1,
+                    .dtype = KD_DTYPE_F64};
     const kd_csr_t *too_big[1] = {&big};
     CHECK(kd_batch_upload_systems(ocl, too_big, 1, &b, &err) == KD_EBADREQ && b == NULL);
     kd_csr_free(sq);
