@@ -134,6 +134,26 @@ class LikeTest(unittest.TestCase):
                                 1.01e-10 * np.sqrt(a3.shape[0]))
                 self.kd.drop(i3.id)
 
+    def test_non_finite_values_counted(self):
+        # as for a full put: counted in stats, and the full put of the same content is the same
+        # matrix with the same count
+        a1 = heat(12, 0.3)
+        i1 = self.kd.put(a1)
+        a2 = with_values(a1, a1.data.copy())
+        a2.data[5] = np.nan
+        a2.data[17] = np.inf
+        i2 = self.kd.put(a2, like=i1)
+        info = self.raw.call("matrix.info", id=i2.id)
+        self.assertEqual(info["stats"]["nonfinite"], 2)
+        self.assertEqual(self.raw.call("matrix.info", id=i1.id)["stats"]["nonfinite"], 0)
+        full = self.raw.call("matrix.put", rows=144, cols=144, indptr=a2.indptr.tolist(),
+                             indices=a2.indices.tolist(), values=a2.data.tolist())
+        self.assertEqual(full["id"], i2.id)
+        self.assertEqual(full["stats"]["nonfinite"], 2)
+        res = self.kd.solve(i2.id, np.ones(144), method="cg")
+        self.assertNotEqual(res.status, "converged")
+        self.spmv_ok(i1.id, a1)
+
     def test_float32_like(self):
         a1 = heat(16, 0.5)
         i1 = self.kd.put(a1, dtype="float32")
