@@ -260,18 +260,28 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
         reorder = KD_REORDER_NONE;
     }
     kd_matrix_t *dev = NULL;
-    if (entry->meta.batch > 0)
-        rc = kd_batch_from_block_diagonal(server->ocl, csr, entry->meta.batch, &dev, err);
-    else
-        rc = kd_matrix_upload_reordered(server->ocl, csr, format, reorder, &dev, err);
+    /* a version of a pattern another resident matrix holds shares its arrays, as its put did */
+    kd_store_entry_t *sibling = kd_store_find_sibling(server->store, entry);
+    rc = KD_EUNSUPPORTED;
+    if (sibling != NULL && format == entry->meta.format && reorder == entry->meta.reorder) {
+        rc = kd_matrix_with_values(server->ocl, sibling->dev, csr, &dev, err);
+        kd_store_refresh_bytes(server->store, sibling);
+        if (rc == KD_EUNSUPPORTED)
+            kd_err_clear(err);
+    }
+    if (rc == KD_EUNSUPPORTED) /* else shared, or failed */
+        rc = entry->meta.batch > 0
+                 ? kd_batch_from_block_diagonal(server->ocl, csr, entry->meta.batch, &dev, err)
+                 : kd_matrix_upload_reordered(server->ocl, csr, format, reorder, &dev, err);
     kd_csr_free(csr);
     if (rc != KD_OK)
         return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
     kd_store_set_device(server->store, entry, dev);
     kd_store_count(server->store, KD_STORE_RELOADS);
-    KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f", entry->meta.hex,
-            kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
-            (double)(kd_clock_ns() - t0) / 1e6);
+    KD_INFO("cache", "reload id=%s format=%s reorder=%s device_bytes=%zu ms=%.1f%s%s",
+            entry->meta.hex, kd_format_name(format), kd_reorder_name(reorder), dev->device_bytes,
+            (double)(kd_clock_ns() - t0) / 1e6, dev->share != NULL ? " sharing with " : "",
+            dev->share != NULL && sibling != NULL ? sibling->meta.hex : "");
     return KD_OK;
 }
 

@@ -93,6 +93,25 @@ kd_store_entry_t *kd_store_find(kd_store_t *store, const uint8_t id[16])
     return e;
 }
 
+kd_store_entry_t *kd_store_find_sibling(kd_store_t *store, const kd_store_entry_t *entry)
+{
+    const kd_matrix_meta_t *m = &entry->meta;
+    if (!m->has_pattern)
+        return NULL;
+    kd_store_entry_t *found = NULL;
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count && found == NULL; i++) {
+        kd_store_entry_t *e = store->entries[i];
+        const kd_matrix_meta_t *o = &e->meta;
+        if (e != entry && e->dev != NULL && o->has_pattern &&
+            memcmp(o->pattern, m->pattern, 16) == 0 && o->format == m->format &&
+            o->reorder == m->reorder && o->dtype == m->dtype && o->batch == 0 && m->batch == 0)
+            found = e;
+    }
+    pthread_mutex_unlock(&store->lock);
+    return found;
+}
+
 int kd_store_insert(kd_store_t *store, kd_store_entry_t *entry)
 {
     pthread_mutex_lock(&store->lock);

@@ -174,6 +174,10 @@ void kd_store_set_spread(kd_store_t *store, kd_store_entry_t *entry, struct kd_d
 void kd_store_refresh_bytes(kd_store_t *store, kd_store_entry_t *entry);
 
 /* Worker thread: record the entry's file (stored = 1, its size) or its absence (file_bytes 0). */
+/* Worker thread: a resident entry other than `entry` with its pattern (the same pattern hash,
+ * known when a put with like involved either), format, reordering and dtype, whose device arrays
+ * a reload of entry can share (kd_matrix_with_values); or NULL. */
+kd_store_entry_t *kd_store_find_sibling(kd_store_t *store, const kd_store_entry_t *entry);
 /* Worker thread: every resident entry's device_bytes from its device matrix again, after a
  * matrix that shared its pattern arrays was freed (their count moves to another sharer:
  * kd_matrix_with_values). */

@@ -26,7 +26,7 @@ import scipy.sparse.linalg as spla
 
 import krylov
 import kd_rpc
-from kd_daemon import shared_daemon
+from kd_daemon import Daemon, shared_daemon
 from krylov.content_id import pattern_hash
 from krylov.scipy import ResidentOperator
 
@@ -153,6 +153,36 @@ class LikeTest(unittest.TestCase):
         res = self.kd.solve(i2.id, np.ones(144), method="cg")
         self.assertNotEqual(res.status, "converged")
         self.spmv_ok(i1.id, a1)
+
+    def test_reload_shares_with_a_resident_version(self):
+        # a version evicted and used again shares its pattern with a resident one, as its put did
+        with Daemon("--device-memory", "3M") as d:
+            kd = krylov.Client(d.address)
+            a1, a2 = heat(60, 0.2), heat(60, 0.9)
+            i1 = kd.put(a1, format="csr_scalar", pin=True)
+            i2 = kd.put(a2, like=i1)
+            b1 = kd.info(i1.id).device_bytes
+            self.assertLessEqual(kd.info(i2.id).device_bytes + 4 * a1.nnz, b1)
+            fillers = []
+            while kd.info(i2.id).resident and len(fillers) < 12:  # until i2 is evicted
+                filler = sp.random(3000, 3000, density=0.005, random_state=len(fillers),
+                                   format="csr")
+                fillers.append(kd.put(filler, format="csr_scalar"))
+            self.assertFalse(kd.info(i2.id).resident)
+            for f in fillers:
+                kd.drop(f.id)
+            self.spmv_ok_on(kd, i2.id, a2)  # reloaded
+            info = kd.info(i2.id)
+            self.assertTrue(info.resident)
+            self.assertLessEqual(info.device_bytes + 4 * a1.nnz, b1)
+            kd.pin(i1.id, pinned=False)
+            kd.drop(i1.id)
+            self.spmv_ok_on(kd, i2.id, a2)
+            kd.close()
+
+    def spmv_ok_on(self, kd, mid, a):
+        x = rng.standard_normal(a.shape[1])
+        self.assertLess(np.abs(kd.spmv(mid, x) - a @ x).max(), 1e-12 * max(1.0, np.abs(a @ x).max()))
 
     def test_float32_like(self):
         a1 = heat(16, 0.5)
