@@ -167,15 +167,16 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
     }
     char what[160];
     snprintf(what, sizeof(what), "new values on matrix %s's pattern", a->like->hex);
-    /* resident again if it was evicted; room for the new arrays (at most the like matrix's
-     * size, which the first version's one-time map build also needs for a moment) */
+    /* resident again if it was evicted; room for the new arrays (and, for a pattern's first
+     * version, the one-time map build's probe) */
     if ((rc = kd_cache_use(server, a->like->id, 0, &like, err)) != KD_OK)
         return rc;
     if (like->dev == NULL) {
         snprintf(a->built, sizeof(a->built), "the like matrix is not on this device");
         return kd_handlers_upload(server, entry, csr, &a->opt, err);
     }
-    if ((rc = kd_cache_reserve(server, like->dev->device_bytes, like, what, err)) != KD_OK)
+    if ((rc = kd_cache_reserve(server, kd_matrix_values_bytes(like->dev), like, what, err)) !=
+        KD_OK)
         return rc;
     rc = kd_matrix_with_values(server->ocl, like->dev, csr, &entry->dev, err);
     kd_store_refresh_bytes(server->store, like); /* its share's maps count there */

@@ -178,6 +178,9 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
                           kd_matrix_t **out, kd_err_t *err);
 int kd_matrix_shares(const kd_matrix_t *m);
+/* The device bytes kd_matrix_with_values(like, ...) allocates at most, the moment's staging and
+ * the first call's probe included (for a budget check before it). */
+size_t kd_matrix_values_bytes(const kd_matrix_t *like);
 /* kd_matrix_free's part: leave m's share, moving its count to another member. */
 void kd_matrix_share_leave(kd_matrix_t *m);
 

@@ -380,6 +380,28 @@ static int kd_values_scan(const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err)
     return KD_OK;
 }
 
+size_t kd_matrix_values_bytes(const kd_matrix_t *like)
+{
+    if (like->batch != NULL || like->ops == NULL || like->ops->arrays == NULL ||
+        like->impl == NULL)
+        return like->device_bytes;
+    kd_format_array_t la[KD_FORMAT_ARRAYS_MAX];
+    const int n = like->ops->arrays((kd_matrix_t *)like, la);
+    size_t all = 0, own = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = kd_mem_size(*la[i].mem);
+        all += b;
+        own += la[i].kind == KD_ARRAY_PATTERN ? 0 : b;
+    }
+    const size_t vsize = kd_dtype_size(like->dtype);
+    size_t bytes = own + (size_t)like->nnz * vsize; /* + the staging copy of the values */
+    if (like->order.kind != KD_REORDER_NONE)
+        bytes += 2 * (size_t)like->rows * vsize;
+    if (like->share == NULL) /* the probe (the format once more) and its maps, for a moment */
+        bytes += all + own / vsize * sizeof(int32_t);
+    return bytes;
+}
+
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
                           kd_err_t *err)
 {

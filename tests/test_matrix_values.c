@@ -112,6 +112,7 @@ static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_r
     kd_csr_t *b = new_values(a), *c = new_values(a);
     if (upload(a, f, order, &like) != KD_OK || upload(b, f, order, &fresh) != KD_OK)
         goto out;
+    const size_t planned = kd_matrix_values_bytes(like);
     int rc = kd_matrix_with_values(ocl, like, b, &m, &err);
     if (f == KD_FMT_TILED || a->nnz == 0) {
         CHECK_MSG(rc == KD_EUNSUPPORTED, "%s %s: expected KD_EUNSUPPORTED, got %d", name,
@@ -124,6 +125,8 @@ static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_r
     CHECK_EQ_INT(m->format, f);
     CHECK_EQ_INT(m->order.kind, order);
     CHECK(kd_matrix_shares(m) && kd_matrix_shares(like));
+    CHECK_MSG(m->device_bytes <= planned, "%s %s: planned %zu bytes, took %zu", name,
+              kd_format_name(f), planned, m->device_bytes);
     check_values(name, m, b, fresh);
     check_values(name, like, a, NULL); /* the like matrix keeps its own values */
     /* the column indices at least are not held twice */
