@@ -61,6 +61,15 @@ static int kd_test_case_failed;
                   (double)(tol));                                                                  \
     } while (0)
 
+/* REQUIRE for helpers that return a value: a failure there ends the test program. */
+#define MUST(cond)                                                                                 \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: MUST failed: %s\n", __FILE__, __LINE__, #cond);                \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
 #define REQUIRE(cond)                                                                              \
     do {                                                                                           \
         if (!(cond)) {                                                                             \

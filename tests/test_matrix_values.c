@@ -22,15 +22,6 @@
 
 static kd_ocl_t *ocl;
 
-/* REQUIRE for functions that return a value. */
-#define MUST(cond)                                                                                 \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* A copy of csr's pattern with fresh random values (some exactly zero: explicit zeros stay). */
 static kd_csr_t *new_values(const kd_csr_t *csr)
 {

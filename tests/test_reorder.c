@@ -8,15 +8,6 @@
 #include "common/reorder.h"
 #include "kd_solver_test.h"
 
-/* REQUIRE for helpers that return a value: a failure here is fatal. */
-#define MUST(cond)                                                                                 \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #cond);                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static int is_permutation(const int32_t *p, int64_t n)
 {
     unsigned char *seen = calloc((size_t)n + 1, 1);
