@@ -27,6 +27,8 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"ilu", kd_bench_ilu_main, "ic0 / ilu0: exact against swept triangular solves, apply and CG"},
     {"batch", kd_bench_batch_main, "1000 small systems: one batched solve, alone, block diagonal"},
     {"refresh", kd_bench_refresh_main, "new values on a held pattern: full setup against refresh"},
+    {"heat", kd_bench_heat_main, "a heat-equation loop through a krylovd: put like against re-put"},
+    {"putlike", kd_bench_putlike_main, "through a krylovd: a put of new values against a full put"},
 };
 
 static void kd_bench_usage(void)

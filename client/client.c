@@ -561,6 +561,8 @@ static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
     kd_obj_int64(kd_obj_get(bw, "after"), &info->bandwidth_after);
     info->symmetric = -1; /* a server from before the flag, or a state file from before it */
     kd_obj_bool(kd_obj_get(m, "symmetric"), &info->symmetric);
+    if (kd_obj_double(kd_obj_get(m, "time_ms"), &info->time_ms) != 0)
+        info->time_ms = -1.0;
 }
 
 static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)

@@ -290,9 +290,10 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     char notice[256];
     const int noted = kd_handlers_notice(&p->options, &meta, created, notice, sizeof(notice));
     kd_w_result_begin(w, job->msgid);
-    kd_reply_meta_extra(w, &meta, created, noted ? 1 : 0);
+    kd_reply_meta_extra(w, &meta, created, noted ? 2 : 1);
     if (noted)
         kd_w_kv_str(w, "notice", notice);
+    kd_w_kv_double(w, "time_ms", kd_clock_ms_since(job->submitted_ns));
     return KD_OK;
 }
 

@@ -266,8 +266,9 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
             (double)(t[4] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
             (double)(t[3] - t[2]) / 1e6, (double)(t[4] - t[3]) / 1e6);
     kd_w_result_begin(w, job->msgid);
-    kd_reply_meta_extra(w, &meta, created, 1);
+    kd_reply_meta_extra(w, &meta, created, 2);
     kd_w_kv_str(w, "like", hex);
+    kd_w_kv_double(w, "time_ms", kd_clock_ms_since(job->submitted_ns));
 out:
     kd_csr_free(owned);
     return rc;
