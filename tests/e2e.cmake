@@ -50,3 +50,9 @@ if(KD_TEST_HOOKS)
   kd_add_test(test_e2e_devfault SOURCES test_e2e_devfault.c LIBS kd_server krylov LABELS e2e
               TIMEOUT 900)
 endif()
+# issue 22's service benchmarks (krylov-bench heat and putlike, bench/bench_heat.c and
+# bench/bench_putlike.c) run small against a daemon they start: their answers' checks must hold,
+# and must fail on a perturbed loop.
+add_test(NAME test_e2e_heat COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_e2e_heat.sh
+         ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+set_tests_properties(test_e2e_heat PROPERTIES LABELS "e2e" TIMEOUT 300)
