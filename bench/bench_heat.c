@@ -158,6 +158,14 @@ static double kd_heat_reldiff(const double *a, const double *b, int64_t n)
     return aa > 0.0 ? sqrt(dd / aa) : sqrt(dd);
 }
 
+static double kd_heat_norm(const double *v, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += v[i] * v[i];
+    return sqrt(s);
+}
+
 static int kd_heat_fail(krylov_client_t *c, const char *what)
 {
     fprintf(stderr, "krylov-bench heat: %s: %s %s\n", what, krylov_error_code(c),
@@ -475,6 +483,8 @@ int kd_bench_heat_main(int argc, char **argv)
            "step's true residual on the host (a) %.3e, (b) %.3e (<= %g: %s)\n",
            diff, same ? "ok" : "FAILED", res_a, res_b, 10.0 * KD_HEAT_RTOL,
            solved ? "ok" : "FAILED");
+    printf("final ||u||: (a) %.12e, (b) %.12e (bench/peers/cupy_heat.py prints its own)\n",
+           kd_heat_norm(ua, h.rows), kd_heat_norm(ub, h.rows));
     status = same && solved ? 0 : 1;
 out:
     if (kd_bench_service_close(&svc, c) != 0 && svc.spawn != NULL) {
