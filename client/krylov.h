@@ -125,7 +125,7 @@ typedef struct krylov_matrix_info {
     krylov_format_candidate_t candidates[KRYLOV_MAX_CANDIDATES];
     char reorder[16];                          /* the ordering kept inside: none, rcm, metis */
     int64_t bandwidth_before, bandwidth_after; /* max |i - j| of A, and of what is stored */
-    int symmetric; /* 1: square and a_ij == a_ji exactly; 0: not; -1: the server does not know */
+    int symmetric;  /* 1: square and a_ij == a_ji exactly; 0: not; -1: the server does not know */
     double time_ms; /* matrix.put: the put on the server (its reply's time_ms); -1 elsewhere, or
                        from a server that does not say */
 } krylov_matrix_info_t;
