@@ -29,7 +29,8 @@ const char kd_bench_service_usage[] =
     "end)\n"
     "  --spawn-device SEL  its --device (default auto)\n"
     "  --spawn-args 'OPTS' more of its options, e.g. '--warm-programs none'\n"
-    "  --spawn-state       give it a temporary --state-dir (default: none, nothing kept)\n";
+    "  --spawn-state       give it a temporary --state-dir, under $TMPDIR or /tmp (default:\n"
+    "                      none, nothing kept)\n";
 
 void kd_bench_service_init(kd_bench_service_t *s)
 {
@@ -132,7 +133,9 @@ static void kd_bs_exec(const kd_bench_service_t *s, const char *port_file, const
 /* Start s->spawn and wait for its port; 0 or -1 (message on stderr). */
 static int kd_bs_spawn(kd_bench_service_t *s)
 {
-    snprintf(s->dir, sizeof(s->dir), "/tmp/krylov-bench-XXXXXX");
+    const char *tmp = getenv("TMPDIR"); /* where the state directory's disk is chosen */
+    snprintf(s->dir, sizeof(s->dir), "%s/krylov-bench-XXXXXX",
+             tmp != NULL && tmp[0] != '\0' && strlen(tmp) < 200 ? tmp : "/tmp");
     if (mkdtemp(s->dir) == NULL) {
         perror("krylov-bench: mkdtemp");
         s->dir[0] = '\0';

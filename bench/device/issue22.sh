@@ -37,6 +37,8 @@ else
   # shellcheck source=bench/device/setup.sh
   source bench/device/setup.sh
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+  # where the state directories live (tmpfs makes their writes free): $TMPDIR moves them
+  df -T "${TMPDIR:-/tmp}" | tail -1 | tee -a "$out/gpu.txt"
   kd_device_build || exit 1
   bin=build-device/bin
 fi
