@@ -50,6 +50,13 @@ struct krylov_client {
     int tls;                           /* krylov_set_tls: connect with TLS */
     char *cafile, *certfile, *keyfile; /* its files (NULL: none) */
     kd_ctls_t *session;                /* the connection's TLS session, or NULL */
+    /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
+     * one pattern again and again, and comparing memory is several times cheaper than SHA-256. */
+    struct {
+        int64_t rows, cols, nnz;
+        int32_t *indptr, *indices; /* NULL: none kept */
+        char hex[KD_ID_HEX_LEN + 1];
+    } memo;
 };
 
 /* One received response, kept alive while the caller reads its result. */
@@ -109,6 +116,8 @@ void krylov_client_free(krylov_client_t *c)
         free(c->cafile);
         free(c->certfile);
         free(c->keyfile);
+        free(c->memo.indptr);
+        free(c->memo.indices);
     }
     free(c);
 }
@@ -719,6 +728,41 @@ int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t
     return kd_put_arrays(c, rows, cols, names, arrays, counts, opt, info);
 }
 
+/* The pattern hash of p as hex: the memo's when p is the pattern it kept, else computed (and p
+ * kept, when there is memory for a copy). */
+static int kd_client_pattern_hex(krylov_client_t *c, const kd_csr_t *p, char hex[KD_ID_HEX_LEN + 1])
+{
+    const size_t ptr_bytes = ((size_t)p->rows + 1) * sizeof(int32_t);
+    const size_t idx_bytes = (size_t)p->nnz * sizeof(int32_t);
+    if (c->memo.indptr != NULL && c->memo.rows == p->rows && c->memo.cols == p->cols &&
+        c->memo.nnz == p->nnz && memcmp(c->memo.indptr, p->indptr, ptr_bytes) == 0 &&
+        memcmp(c->memo.indices, p->indices, idx_bytes) == 0) {
+        memcpy(hex, c->memo.hex, sizeof(c->memo.hex));
+        return KRYLOV_OK;
+    }
+    uint8_t hash[16];
+    if (kd_pattern_hash(p, hash) != KD_OK)
+        return KRYLOV_ENOMEM;
+    kd_id_to_hex(hash, hex);
+    free(c->memo.indptr);
+    free(c->memo.indices);
+    c->memo.indptr = malloc(ptr_bytes);
+    c->memo.indices = malloc(idx_bytes ? idx_bytes : 1);
+    if (c->memo.indptr == NULL || c->memo.indices == NULL) { /* no memo: hash next time too */
+        free(c->memo.indptr);
+        free(c->memo.indices);
+        c->memo.indptr = c->memo.indices = NULL;
+        return KRYLOV_OK;
+    }
+    memcpy(c->memo.indptr, p->indptr, ptr_bytes);
+    memcpy(c->memo.indices, p->indices, idx_bytes);
+    c->memo.rows = p->rows;
+    c->memo.cols = p->cols;
+    c->memo.nnz = p->nnz;
+    memcpy(c->memo.hex, hex, sizeof(c->memo.hex));
+    return KRYLOV_OK;
+}
+
 int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64_t cols,
                     const int32_t *indptr, const int32_t *indices, const double *values,
                     const krylov_put_options_t *opt, krylov_matrix_info_t *info)
@@ -737,11 +781,9 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
                               .nnz = indptr[rows],
                               .indptr = (int32_t *)indptr,
                               .indices = (int32_t *)indices};
-    uint8_t hash[16];
     char hex[KD_ID_HEX_LEN + 1];
-    if (kd_pattern_hash(&pattern, hash) != KD_OK)
+    if (kd_client_pattern_hex(c, &pattern, hex) != KRYLOV_OK)
         return kd_client_fail(c, KRYLOV_ENOMEM, "hashing the pattern failed");
-    kd_id_to_hex(hash, hex);
     const int f32 = opt != NULL && opt->dtype != NULL && strcmp(opt->dtype, "float32") == 0;
     size_t bytes = 0;
     int rc = kd_check_count(c, pattern.nnz, f32 ? 4 : 8, &bytes);

@@ -149,7 +149,9 @@ int krylov_put_coo(krylov_client_t *c, int64_t rows, int64_t cols, int64_t nnz, 
  * rows x cols in canonical CSR (columns strictly increasing in each row, duplicates summed: what
  * the server keeps) with like_id's pattern; only the values (and the pattern's hash, computed
  * here, which the server checks) are sent. The new matrix is kept as like_id is: opt's format and
- * reorder must be NULL (KRYLOV_EBADREQ); name, dtype and pin apply.
+ * reorder must be NULL (KRYLOV_EBADREQ); name, dtype and pin apply. The client keeps a copy of
+ * the last pattern it hashed (rows + 1 + nnz int32, freed with the client), so a loop of puts on
+ * one pattern compares memory rather than hashing it again.
  */
 int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64_t cols,
                     const int32_t *indptr, const int32_t *indices, const double *values,

@@ -450,6 +450,56 @@ static void test_float32_matrix(void)
     kd_csr_free(A);
 }
 
+/* krylov_put_like: the values alone; the same content a full put makes (same id); a loop of
+ * puts on one pattern (the client's memo of the last pattern's hash) and then another pattern of
+ * the same shape and count, which the server must refuse (a stale memo would send the first
+ * pattern's hash and be accepted). */
+static void test_put_like(void)
+{
+    kd_csr_t *A = kd_test_load_mtx("494_bus.mtx", 0.0);
+    REQUIRE(A != NULL);
+    krylov_matrix_info_t a, v, full;
+    REQUIRE(krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL, &a) ==
+            KRYLOV_OK);
+    double *x = random_vector(A->cols), *y = malloc((size_t)A->rows * sizeof(double)),
+           *ref = malloc((size_t)A->rows * sizeof(double));
+    for (int step = 1; step <= 3; step++) {
+        double *vals = A->values;
+        for (int64_t k = 0; k < A->nnz; k++)
+            vals[k] *= 1.0 + 0.25 * step;
+        REQUIRE(krylov_put_like(client, a.id, A->rows, A->cols, A->indptr, A->indices, vals, NULL,
+                                &v) == KRYLOV_OK);
+        CHECK_EQ_INT(v.created, 1);
+        CHECK_EQ_INT(v.nnz, A->nnz);
+        REQUIRE(krylov_spmv(client, v.id, 1.0, x, A->cols, 0.0, y, A->rows) == KRYLOV_OK);
+        memset(ref, 0, (size_t)A->rows * sizeof(double));
+        kd_csr_spmv_ref(A, x, 1.0, 0.0, ref);
+        CHECK(rel_diff(y, ref, A->rows) <= 1e-12);
+        REQUIRE(krylov_put_csr(client, A->rows, A->cols, A->indptr, A->indices, A->values, NULL,
+                               &full) == KRYLOV_OK);
+        CHECK(strcmp(full.id, v.id) == 0 && full.created == 0);
+    }
+    /* another pattern, same shape and count: row 0's last column moved to a free column */
+    int32_t *moved = malloc((size_t)A->nnz * sizeof(int32_t));
+    memcpy(moved, A->indices, (size_t)A->nnz * sizeof(int32_t));
+    const int32_t last = A->indptr[1] - 1;
+    REQUIRE(last >= 0 && moved[last] + 1 < A->cols);
+    moved[last]++; /* still ascending and new in row 0: it was the row's last entry */
+    CHECK_EQ_INT(
+        krylov_put_like(client, a.id, A->rows, A->cols, A->indptr, moved, A->values, NULL, &v),
+        KRYLOV_EBADREQ);
+    CHECK(strstr(krylov_error_message(client), "pattern") != NULL);
+    /* and back to the held pattern: accepted again */
+    CHECK_EQ_INT(
+        krylov_put_like(client, a.id, A->rows, A->cols, A->indptr, A->indices, A->values, NULL, &v),
+        KRYLOV_OK);
+    free(moved);
+    free(x);
+    free(y);
+    free(ref);
+    kd_csr_free(A);
+}
+
 static void test_info_list_drop(void)
 {
     krylov_matrix_info_t *list = NULL;
@@ -491,6 +541,7 @@ int main(void)
     RUN(test_cg_and_sd_converge);
     RUN(test_indefinite_and_bad_solves);
     RUN(test_float32_matrix);
+    RUN(test_put_like);
     RUN(test_info_list_drop);
     krylov_client_free(client);
     CHECK_EQ_INT(kd_daemon_stop(&daemon_), 0);
