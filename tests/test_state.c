@@ -127,11 +127,14 @@ static void test_write_read_back(void)
         REQUIRE(kd_state_write(st, &meta, m, &bytes, &err) == KD_OK);
         REQUIRE(kd_state_file_size(m->rows, m->nnz, m->dtype, &expect, &err) == KD_OK);
         CHECK_EQ_INT(bytes, expect);
-        char path[512];
+        char path[512], pattern[512];
         kd_state_path(st, meta.id, path, sizeof(path));
-        struct stat sb;
-        REQUIRE(stat(path, &sb) == 0);
-        CHECK_EQ_INT(sb.st_size, expect);
+        REQUIRE(kd_state_pattern_file(st, meta.id, pattern, sizeof(pattern)) == KD_OK);
+        struct stat sb, sp;
+        REQUIRE(stat(path, &sb) == 0 && stat(pattern, &sp) == 0);
+        /* the first matrix with its pattern carries the pattern file: the bound is exact then */
+        CHECK_EQ_INT(sb.st_size + sp.st_size, expect);
+        CHECK_EQ_INT(sb.st_size, 2048 + m->nnz * (int64_t)kd_dtype_size(types[t]));
 
         int corrupt = 1;
         size_t fb = 0;
@@ -174,6 +177,7 @@ static void test_write_read_back(void)
 
         REQUIRE(kd_state_remove(st, meta.id, &err) == KD_OK);
         CHECK(stat(path, &sb) != 0);
+        CHECK_MSG(stat(pattern, &sp) != 0, "its last user gone, the pattern file stays");
         CHECK_EQ_INT(kd_state_load(st, meta.id, &loaded, &err), KD_ENOTFOUND);
         kd_csr_free(m);
     }
@@ -243,7 +247,7 @@ static void damage_grow(const char *path, size_t size)
 static void damage_index(const char *path, size_t size)
 {
     (void)size;
-    flip_byte(path, 2048 + 301 * 4 + 2); /* a column index: out of range or out of order */
+    flip_byte(path, 128 + 301 * 4 + 2); /* (pattern file) a column index */
 }
 
 static void test_damage_is_detected(void)
@@ -253,14 +257,20 @@ static void test_damage_is_detected(void)
         damage_fn fn;
         int header_shows; /* the scan at start-up sees it */
         const char *reason;
+        int pattern; /* damage the pattern file rather than the values file */
     } cases[] = {
-        {"payload byte", damage_payload, 0, "checksum"},
-        {"column index", damage_index, 0, "checksum"},
-        {"header byte", damage_header, 1, "header checksum"},
-        {"magic", damage_magic, 1, "magic"},
-        {"truncated payload", damage_truncate, 1, "truncated"},
-        {"truncated header", damage_truncate_header, 1, "truncated"},
-        {"grown", damage_grow, 1, "wrong size"},
+        {"payload byte", damage_payload, 0, "checksum", 0},
+        {"header byte", damage_header, 1, "header checksum", 0},
+        {"magic", damage_magic, 1, "magic", 0},
+        {"truncated payload", damage_truncate, 1, "truncated", 0},
+        {"truncated header", damage_truncate_header, 1, "truncated", 0},
+        {"grown", damage_grow, 1, "wrong size", 0},
+        {"pattern: column index", damage_index, 0, "checksum", 1},
+        {"pattern: payload byte", damage_payload, 0, "checksum", 1},
+        {"pattern: header byte", damage_header, 1, "header checksum", 1},
+        {"pattern: magic", damage_magic, 1, "magic", 1},
+        {"pattern: truncated", damage_truncate, 1, "truncated", 1},
+        {"pattern: grown", damage_grow, 1, "wrong size", 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int via_scan = 0; via_scan < 2; via_scan++) {
@@ -274,16 +284,22 @@ static void test_damage_is_detected(void)
             meta_of(m, cases[i].what, &meta);
             size_t bytes;
             REQUIRE(kd_state_write(st, &meta, m, &bytes, &err) == KD_OK);
-            char path[512];
+            char path[512], pattern[512];
             kd_state_path(st, meta.id, path, sizeof(path));
-            cases[i].fn(path, bytes);
+            REQUIRE(kd_state_pattern_file(st, meta.id, pattern, sizeof(pattern)) == KD_OK);
+            const char *target = cases[i].pattern ? pattern : path;
+            struct stat sb;
+            REQUIRE(stat(target, &sb) == 0);
+            cases[i].fn(target, (size_t)sb.st_size);
             size_t corrupt_before = count_files("corrupt");
+            /* a bad pattern file goes to corrupt/ with the values file naming it */
+            const size_t moved = cases[i].pattern ? 2 : 1;
             if (via_scan) {
                 seen_t seen = {0};
                 kd_state_scan_totals_t totals;
                 REQUIRE(kd_state_scan(st, on_file, &seen, &totals, &err) == KD_OK);
                 CHECK_MSG(seen.count == 0, "%s: scan accepted it", cases[i].what);
-                CHECK_EQ_INT(totals.corrupt, 1);
+                CHECK_EQ_INT(totals.corrupt, moved);
             } else {
                 kd_csr_t *loaded = NULL;
                 int rc = kd_state_load(st, meta.id, &loaded, &err);
@@ -294,10 +310,11 @@ static void test_damage_is_detected(void)
                 CHECK_MSG(strstr(err.message, dir) == NULL, "a client would see a path: %s",
                           err.message);
             }
-            struct stat sb;
-            CHECK_MSG(stat(path, &sb) != 0, "%s: the damaged file is still in matrices/",
+            CHECK_MSG(stat(path, &sb) != 0, "%s: the values file is still in matrices/",
                       cases[i].what);
-            CHECK_EQ_INT(count_files("corrupt"), corrupt_before + 1);
+            CHECK_MSG(stat(pattern, &sb) != 0, "%s: the pattern file is still in patterns/",
+                      cases[i].what);
+            CHECK_EQ_INT(count_files("corrupt"), corrupt_before + moved);
             kd_csr_free(m);
             kd_state_close(st);
         }
@@ -376,13 +393,15 @@ static void test_failures_name_no_path(void)
 
     /* the temporary name is taken by a directory: the write fails and leaves no file */
     REQUIRE(mkdir(tmp, 0700) == 0);
-    size_t bytes = 0;
+    size_t bytes = 0, patterns_before = count_files("patterns");
     int rc = kd_state_write(st, &meta, m, &bytes, &err);
     CHECK_EQ_INT(rc, KD_EIO);
     CHECK_STR_CONTAINS(err.message, meta.hex);
     check_no_path(&err);
     struct stat sb;
     CHECK(stat(path, &sb) != 0);
+    /* the pattern file it wrote first went again: nothing names it */
+    CHECK_EQ_INT(count_files("patterns"), patterns_before);
     REQUIRE(rmdir(tmp) == 0);
 
     /* no file for a header update: NOT_FOUND */
@@ -405,7 +424,11 @@ static void test_failures_name_no_path(void)
 
     /* and once the way is clear the same write works */
     CHECK_EQ_INT(kd_state_write(st, &meta, m, &bytes, &err), KD_OK);
-    CHECK(stat(path, &sb) == 0 && (size_t)sb.st_size == bytes);
+    char pattern[512];
+    struct stat sp;
+    CHECK(kd_state_pattern_file(st, meta.id, pattern, sizeof(pattern)) == KD_OK &&
+          stat(path, &sb) == 0 && stat(pattern, &sp) == 0 &&
+          (size_t)(sb.st_size + sp.st_size) == bytes);
     kd_state_remove(st, meta.id, &err);
     kd_csr_free(m);
     kd_state_close(st);
