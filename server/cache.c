@@ -531,7 +531,7 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         goto fail;
     if (server->state != NULL) {
         size_t file_bytes;
-        rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err);
+        rc = kd_state_put_bytes(server->state, csr, meta->batch, &file_bytes, err);
         if (rc == KD_OK)
             rc = kd_cache_disk_fits(server, file_bytes, meta->hex, err);
         if (rc == KD_OK)

@@ -79,8 +79,7 @@ enum {
 #define KD_FLAG_DISTRIBUTED 8u    /* put spread over an MPI job's ranks (server/spread.c) */
 
 _Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_PATTERN &&
-                   KD_H_PATTERN + 16 <= KD_H_BATCH &&
-                   KD_H_BATCH + 8 <= KD_H_DETAIL,
+                   KD_H_PATTERN + 16 <= KD_H_BATCH && KD_H_BATCH + 8 <= KD_H_DETAIL,
                "state header too small for the candidates and the batch");
 _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_CHECKSUM,
                "state header too small for the format detail");
@@ -479,8 +478,7 @@ int kd_state_commit(const char *dir, const char *tmp, const char *path, const st
     if (kd_state_io_fsync_dir(dir) != 0) {
         saved = errno;
         if (replace) { /* the new file is in place and is what memory holds: keep it */
-            KD_WARN("state", "%s: fsync of the directory path=%s: %s", doing, dir,
-                    strerror(saved));
+            KD_WARN("state", "%s: fsync of the directory path=%s: %s", doing, dir, strerror(saved));
             return KD_OK;
         }
         kd_state_io_unlink(path); /* the put fails, so the file must not come back later */
@@ -538,6 +536,23 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
         return rc;
     }
     *file_bytes = payload + KD_STATE_HEADER_BYTES + charged;
+    return KD_OK;
+}
+
+int kd_state_put_bytes(kd_state_t *state, const kd_csr_t *csr, int64_t batch, size_t *out,
+                       kd_err_t *err)
+{
+    size_t payload;
+    if (kd_payload_size(csr->rows, csr->nnz, csr->dtype, batch == 0, &payload) != 0)
+        return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
+    *out = payload + KD_STATE_HEADER_BYTES;
+    if (batch > 0)
+        return KD_OK;
+    uint8_t key[16];
+    if (kd_state_pattern_key(csr, key) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix's pattern");
+    if (kd_state_pattern_find(state, key) == NULL)
+        *out += KD_PATTERN_HEADER_BYTES + ((size_t)csr->rows + 1) * 4 + (size_t)csr->nnz * 4;
     return KD_OK;
 }
 

@@ -56,6 +56,13 @@ size_t kd_state_moved_aside(const kd_state_t *state);
  * and a new pattern file: both headers, the whole CSR). KD_ETOOLARGE on overflow. */
 int kd_state_file_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out, kd_err_t *err);
 
+/* The bytes storing csr (batch > 0: a batch of that many systems) would add to the directory
+ * now: its values file, and a pattern file unless one for its pattern is held (a batch: its whole
+ * file). What kd_state_write's *file_bytes will be, before it runs (--state-max-bytes).
+ * KD_ETOOLARGE, KD_ENOMEM. */
+int kd_state_put_bytes(kd_state_t *state, const kd_csr_t *csr, int64_t batch, size_t *out,
+                       kd_err_t *err);
+
 /* Store csr as meta's matrix (atomically, durably): its pattern file first unless one is held,
  * then its values file (a batch: one whole file). meta->id must be csr's content id.
  * *file_bytes gets what the matrix is charged (its file, and the pattern file it wrote).

@@ -139,9 +139,9 @@ static int kd_pattern_open(const char *path, int *fd_out, kd_pattern_info_t *inf
     *corrupt = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT ? kd_err_set(err, KD_ENOTFOUND, "it is missing")
-                               : kd_err_set(err, KD_EIO, "cannot open %s: %s", path,
-                                            strerror(errno));
+        return errno == ENOENT
+                   ? kd_err_set(err, KD_ENOTFOUND, "it is missing")
+                   : kd_err_set(err, KD_EIO, "cannot open %s: %s", path, strerror(errno));
     uint8_t h[KD_PATTERN_HEADER_BYTES];
     struct stat st;
     int rc = KD_OK;
@@ -319,8 +319,7 @@ int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_c
     kd_pattern_info_t info = {.rows = csr->rows, .cols = csr->cols, .nnz = csr->nnz};
     memcpy(info.key, key, 16);
     if (kd_pattern_add(state, &info,
-                       KD_PATTERN_HEADER_BYTES + kd_pattern_payload(csr->rows, csr->nnz)) ==
-        NULL) {
+                       KD_PATTERN_HEADER_BYTES + kd_pattern_payload(csr->rows, csr->nnz)) == NULL) {
         if (kd_state_io_unlink(path) == 0)
             kd_state_io_fsync_dir(state->pattern_dir);
         return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
@@ -339,8 +338,7 @@ void kd_state_pattern_drop_unused(kd_state_t *state, const uint8_t key[16])
     if (kd_state_io_unlink(path) == 0 || errno == ENOENT)
         kd_state_io_fsync_dir(state->pattern_dir);
     else /* the next start's sweep removes it */
-        KD_WARN("state", "cannot remove an unused pattern file path=%s: %s", path,
-                strerror(errno));
+        KD_WARN("state", "cannot remove an unused pattern file path=%s: %s", path, strerror(errno));
     kd_pattern_forget(state, p);
 }
 
@@ -489,8 +487,9 @@ void kd_state_pattern_sweep(kd_state_t *state, kd_state_scan_totals_t *totals)
             continue;
         char path[KD_PATH_MAX + 64];
         kd_state_pattern_path(state, p->key, path, sizeof(path));
-        KD_WARN("state", "removing a pattern file no matrix names (a crash between two files) "
-                         "path=%s",
+        KD_WARN("state",
+                "removing a pattern file no matrix names (a crash between two files) "
+                "path=%s",
                 path);
         totals->unused++;
         kd_state_pattern_drop_unused(state, p->key);

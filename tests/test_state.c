@@ -546,8 +546,7 @@ static void test_versions_share_a_pattern(void)
             kd_csr_free(loaded);
         }
         CHECK_MSG((file_size(pattern) == pattern_bytes) == (gone < 2),
-                  "after removing version %d: pattern file of %zu bytes", gone,
-                  file_size(pattern));
+                  "after removing version %d: pattern file of %zu bytes", gone, file_size(pattern));
     }
     CHECK_EQ_INT(count_files("patterns"), 0);
     for (int i = 0; i < 3; i++)
@@ -610,8 +609,8 @@ static void test_scan_sweeps_patterns(void)
     kd_state_t *st = NULL;
     kd_err_t err = {0};
     REQUIRE(kd_state_open(dir, &st, &err) == KD_OK);
-    kd_csr_t *a = random_matrix(80, 90, 3, KD_DTYPE_F64), *b = random_matrix(70, 70, 2,
-                                                                               KD_DTYPE_F64);
+    kd_csr_t *a = random_matrix(80, 90, 3, KD_DTYPE_F64),
+             *b = random_matrix(70, 70, 2, KD_DTYPE_F64);
     kd_matrix_meta_t ma, mb;
     meta_of(a, "orphaned pattern", &ma);
     meta_of(b, "lost pattern", &mb);
