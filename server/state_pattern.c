@@ -353,7 +353,7 @@ void kd_state_pattern_discard(kd_state_t *state, const uint8_t key[16], const ui
     if (stat(path, &st) == 0)
         kd_state_move_aside(state, state->pattern_dir, path, name, why);
     char because[KD_ERR_MESSAGE_MAX];
-    snprintf(because, sizeof(because), "its pattern file %s failed its check: %s", hex, why);
+    snprintf(because, sizeof(because), "%s (pattern file %s)", why, hex);
     for (size_t i = state->nusers; i-- > 0;) {
         kd_state_user_t *u = &state->users[i];
         if (memcmp(u->key, key, 16) != 0)
