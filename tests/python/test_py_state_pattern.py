@@ -7,6 +7,9 @@ directory"), end to end: a real krylovd on loopback with its own state directory
   a restart all ten answer SpMV as SciPy computes it;
 - dropping versions (the first, which carries the pattern file, and one in the middle) leaves the
   others loadable, before and after a restart, and the bytes still add up;
+- under --state-max-bytes, the first version (the pattern file's carrier) is forgotten to make
+  room for a fourth: the charge moves, state_bytes is the pattern once plus three values files,
+  what is on disk, under the limit;
 - a damaged pattern file: the first use of a version finds it, and it goes to corrupt/ with every
   version's values file; each version answers NOT_FOUND saying why, a matrix of another pattern is
   untouched, corrupt_files counts the files, state_bytes is what is left on disk;
@@ -164,6 +167,36 @@ class StatePatternTest(unittest.TestCase):
             self.kd.drop(ids[k])
         self.assertEqual(self.count("patterns", ".kdp"), 0)
         self.assertEqual(self.state_bytes(), 0)
+
+    def test_disk_limit_forgets_the_carrier(self):
+        versions = [heat(40, 0.1 * (k + 1)) for k in range(4)]
+        rows, nnz = versions[0].shape[0], versions[0].nnz
+        pattern_file = 128 + (rows + 1) * 4 + nnz * 4
+        values_file = 2048 + nnz * 8
+        limit = pattern_file + 3 * values_file + values_file // 2
+        self.daemon = Daemon("--format", "csr_scalar", "--state-max-bytes", str(limit),
+                             directory=self.dir).start()
+        self.kd = krylov.Client(self.daemon.address)
+        # each like the one before: the first version, which carries the pattern file, is the
+        # least recently used when the fourth comes and is forgotten; its charge moves
+        ids = [self.kd.put(versions[0]).id]
+        for a in versions[1:]:
+            ids.append(self.kd.put(a, like=ids[-1]).id)
+        status = self.kd.status().raw
+        self.assertEqual(status["cache"]["disk_evictions"], 1)
+        self.assertEqual(sorted(m.id for m in self.kd.list()), sorted(ids[1:]))
+        self.assertEqual(status["state_bytes"], pattern_file + 3 * values_file)
+        self.assertEqual(status["state_bytes"], files_under(self.state)[0])
+        self.assertLessEqual(status["state_bytes"], limit)
+        for mid, a in zip(ids[1:], versions[1:]):
+            self.spmv_ok(mid, a)
+        self.stop()
+        self.daemon = Daemon("--format", "csr_scalar", "--state-max-bytes", str(limit),
+                             directory=self.dir).start()
+        self.kd = krylov.Client(self.daemon.address)
+        self.assertEqual(self.state_bytes(), pattern_file + 3 * values_file)
+        for mid, a in zip(ids[1:], versions[1:]):
+            self.spmv_ok(mid, a)
 
     def test_damaged_pattern_file_moves_its_versions_aside(self):
         self.start()
