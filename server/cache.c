@@ -13,8 +13,12 @@
  *
  * Disk. Every accepted matrix gets a state file before matrix.put answers. --state-max-bytes
  * bounds the files' total: the least recently used unpinned matrices are forgotten (file and
- * device copy) to make room for a new one. Without a state directory the store entry keeps the
- * canonical CSR in host memory instead, where host-side work (matrix.multiply) finds it.
+ * device copy) to make room for a new one. Matrices with one pattern share its pattern file, whose
+ * bytes one of them carries in its file_bytes (state.h); when a removal moves that charge, or a
+ * bad pattern file takes other matrices' files along, the state says so (kd_state_next_change)
+ * and kd_cache_settle brings the entries in line, so the entries' file_bytes always add up to the
+ * files. Without a state directory the store entry keeps the canonical CSR in host memory
+ * instead, where host-side work (matrix.multiply) finds it.
  */
 #include "server/cache.h"
 #include "solver/batch.h"
@@ -113,8 +117,10 @@ int kd_cache_open(kd_server_t *server, kd_err_t *err)
     kd_store_totals_t t;
     kd_store_totals(server->store, &t);
     KD_INFO("cache",
-            "state dir %s: matrices=%zu bytes=%zu pinned=%zu corrupt=%zu interrupted_writes=%zu",
-            cfg->state_dir, totals.good, t.file_bytes, t.pinned, totals.corrupt, totals.temporary);
+            "state dir %s: matrices=%zu patterns=%zu bytes=%zu pinned=%zu corrupt=%zu "
+            "interrupted_writes=%zu unused_patterns=%zu",
+            cfg->state_dir, totals.good, totals.patterns, t.file_bytes, t.pinned, totals.corrupt,
+            totals.temporary, totals.unused);
     return KD_OK;
 }
 
@@ -204,22 +210,84 @@ size_t kd_cache_evict_all(kd_server_t *server, const kd_store_entry_t *keep)
     return n;
 }
 
-/* Read entry's matrix from its state file. A file that fails its checks was moved aside by
- * kd_state_load: the matrix is forgotten (entry is freed) and the result is KD_ENOTFOUND. */
+/* Bring the entries in line with what the state's last calls did to other matrices' files: a
+ * pattern file's charge moved (file_bytes), or a file moved aside with its pattern file (no
+ * longer stored: such a matrix is forgotten at its next use, kd_cache_stored). `pending` is a
+ * new entry not in the store yet (may be NULL). */
+static void kd_cache_settle(kd_server_t *server, kd_store_entry_t *pending)
+{
+    kd_state_change_t c;
+    while (kd_state_next_change(server->state, &c)) {
+        kd_store_entry_t *e = pending != NULL && memcmp(pending->meta.id, c.id, 16) == 0
+                                  ? pending
+                                  : kd_store_find(server->store, c.id);
+        if (e == NULL)
+            continue;
+        if (c.stored)
+            kd_store_set_file(server->store, e, 1, e->meta.file_bytes + c.added_bytes);
+        else
+            kd_store_set_file(server->store, e, 0, 0);
+        KD_INFO("cache", "state file change id=%s stored=%d file_bytes=%zu", e->meta.hex, c.stored,
+                e->meta.file_bytes);
+    }
+}
+
+/* Forget entry (its file failed a check: err says so), or, while a request uses it, keep it
+ * without a file until that request ends (it is then dropped or forgotten at its next use). */
+static void kd_cache_forget_corrupt(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
+{
+    if (entry->busy > 0) {
+        KD_WARN("cache", "no stored copy now id=%s: %s", entry->meta.hex, err->message);
+        kd_store_set_file(server->store, entry, 0, 0);
+        return;
+    }
+    KD_WARN("cache", "forget id=%s: %s", entry->meta.hex, err->message);
+    kd_store_entry_free(kd_store_remove(server->store, entry->meta.id));
+}
+
+/* A state call that may move files aside: count them and settle the entries. */
+static void kd_cache_after_state(kd_server_t *server, size_t moved_before)
+{
+    for (size_t n = kd_state_moved_aside(server->state); n > moved_before; n--)
+        kd_store_count(server->store, KD_STORE_CORRUPT);
+    kd_cache_settle(server, NULL);
+}
+
+/* Whether entry still has its state file; one that lost it with a bad pattern file, and is not
+ * on the device, is forgotten here (KD_ENOTFOUND). */
+static int kd_cache_stored(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
+{
+    if (server->state == NULL || entry->meta.stored)
+        return KD_OK;
+    char hex[KD_ID_HEX_LEN + 1];
+    memcpy(hex, entry->meta.hex, sizeof(hex));
+    kd_err_set(err, KD_ENOTFOUND,
+               "the stored copy of matrix %s failed its check (its pattern file) and was moved "
+               "aside; upload it again",
+               hex);
+    kd_cache_forget_corrupt(server, entry, err);
+    return KD_ENOTFOUND;
+}
+
+/* Read entry's matrix (pattern_only: its pattern, values NULL) from its state file. A file that
+ * fails its checks was moved aside by the state: the matrix is forgotten (entry is freed) and the
+ * result is KD_ENOTFOUND. */
+static int kd_cache_load_any(kd_server_t *server, kd_store_entry_t *entry, int pattern_only,
+                             kd_csr_t **csr, kd_err_t *err)
+{
+    size_t moved_before = kd_state_moved_aside(server->state);
+    int rc = pattern_only ? kd_state_load_pattern(server->state, entry->meta.id, csr, err)
+                          : kd_state_load(server->state, entry->meta.id, csr, err);
+    kd_cache_after_state(server, moved_before);
+    if (rc == KD_ENOTFOUND) /* its file failed its checks and was moved aside (or is gone) */
+        kd_cache_forget_corrupt(server, entry, err);
+    return rc;
+}
+
 static int kd_cache_load(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t **csr,
                          kd_err_t *err)
 {
-    size_t corrupt_before = kd_state_moved_aside(server->state);
-    int rc = kd_state_load(server->state, entry->meta.id, csr, err);
-    if (rc == KD_ENOTFOUND) {
-        /* Its file failed its checks and was moved aside (or is gone): forget the matrix. */
-        if (kd_state_moved_aside(server->state) > corrupt_before)
-            kd_store_count(server->store, KD_STORE_CORRUPT);
-        KD_WARN("cache", "forget id=%s: %s", entry->meta.hex, err->message);
-        kd_store_entry_t *gone = kd_store_remove(server->store, entry->meta.id);
-        kd_store_entry_free(gone);
-    }
-    return rc;
+    return kd_cache_load_any(server, entry, 0, csr, err);
 }
 
 /* Load a non-resident entry from its state file and upload it in its recorded format. */
@@ -227,7 +295,10 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
                            kd_err_t *err)
 {
     kd_store_count(server->store, KD_STORE_MISSES);
-    if (server->state == NULL || !entry->meta.stored)
+    int rc = kd_cache_stored(server, entry, err);
+    if (rc != KD_OK)
+        return rc;
+    if (server->state == NULL)
         return kd_err_set(err, KD_EINTERNAL, "matrix %s is neither resident nor stored",
                           entry->meta.hex);
     char what[96];
@@ -238,7 +309,7 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     size_t need;
     if (kd_add_overflow(estimate, extra, &need))
         need = SIZE_MAX;
-    int rc = kd_cache_reserve(server, need, entry, what, err);
+    rc = kd_cache_reserve(server, need, entry, what, err);
     if (rc != KD_OK)
         return rc;
     uint64_t t0 = kd_clock_ns();
@@ -290,12 +361,15 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
 static int kd_cache_respread(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
 {
     kd_store_count(server->store, KD_STORE_MISSES);
-    if (server->state == NULL || !entry->meta.stored)
+    int rc = kd_cache_stored(server, entry, err);
+    if (rc != KD_OK)
+        return rc;
+    if (server->state == NULL)
         return kd_err_set(err, KD_EINTERNAL, "matrix %s is neither spread nor stored",
                           entry->meta.hex);
     const uint64_t t0 = kd_clock_ns();
     kd_csr_t *csr = NULL;
-    int rc = kd_cache_load(server, entry, &csr, err);
+    rc = kd_cache_load(server, entry, &csr, err);
     if (rc != KD_OK)
         return rc;
     rc = kd_spread_again(server, entry, csr, err);
@@ -344,8 +418,9 @@ int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_sto
     return KD_OK;
 }
 
-int kd_cache_host_csr(kd_server_t *server, const uint8_t id[16], const kd_csr_t **csr,
-                      kd_csr_t **owned, kd_err_t *err)
+/* kd_cache_host_csr and kd_cache_host_pattern. */
+static int kd_cache_host_any(kd_server_t *server, const uint8_t id[16], int pattern_only,
+                             const kd_csr_t **csr, kd_csr_t **owned, kd_err_t *err)
 {
     *csr = NULL;
     *owned = NULL;
@@ -356,13 +431,33 @@ int kd_cache_host_csr(kd_server_t *server, const uint8_t id[16], const kd_csr_t 
         *csr = entry->host;
         return KD_OK;
     }
+    if (server->state != NULL && !entry->meta.stored) {
+        if (entry->dev == NULL && entry->dist == NULL)
+            return kd_cache_stored(server, entry, err);
+        return kd_err_set(err, KD_ENOTFOUND,
+                          "matrix %s: its stored copy failed its check (its pattern file) and was "
+                          "moved aside, so the server has no host copy of it; upload it again",
+                          entry->meta.hex);
+    }
     if (server->state == NULL || !entry->meta.stored)
         return kd_err_set(err, KD_EINTERNAL, "matrix %s has neither a host copy nor a file",
                           entry->meta.hex);
-    int rc = kd_cache_load(server, entry, owned, err);
+    int rc = kd_cache_load_any(server, entry, pattern_only, owned, err);
     if (rc == KD_OK)
         *csr = *owned;
     return rc;
+}
+
+int kd_cache_host_csr(kd_server_t *server, const uint8_t id[16], const kd_csr_t **csr,
+                      kd_csr_t **owned, kd_err_t *err)
+{
+    return kd_cache_host_any(server, id, 0, csr, owned, err);
+}
+
+int kd_cache_host_pattern(kd_server_t *server, const uint8_t id[16], const kd_csr_t **csr,
+                          kd_csr_t **owned, kd_err_t *err)
+{
+    return kd_cache_host_any(server, id, 1, csr, owned, err);
 }
 
 /* ---- disk --------------------------------------------------------------------------------- */
@@ -389,33 +484,37 @@ static int kd_cache_disk_fits(kd_server_t *server, size_t file_bytes, const char
     return KD_OK;
 }
 
-/* Forget least recently used unpinned matrices until the files, with a new one of file_bytes
- * (written already, not yet in the store), are under --state-max-bytes. Called after the new
- * file is written, so that a write refused by a full disk forgets nothing; a file that cannot be
- * removed is logged and the limit is left exceeded until the next put. */
-static void kd_cache_make_disk_room(kd_server_t *server, size_t file_bytes)
+/* Forget least recently used unpinned matrices until the files, with the new entry's (written
+ * already, not yet in the store), are under --state-max-bytes. Called after the new file is
+ * written, so that a write refused by a full disk forgets nothing; a file that cannot be removed
+ * is logged and the limit is left exceeded until the next put. A forgotten matrix whose pattern
+ * file others use frees its values file only, its charge moving to one of them (the new entry,
+ * maybe): the totals are read again after each. */
+static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry)
 {
     size_t limit = server->cfg.state_max_bytes;
     if (limit == 0)
         return;
-    kd_store_totals_t t;
-    kd_store_totals(server->store, &t);
-    size_t used = t.file_bytes;
-    while (used > limit || file_bytes > limit - used) {
+    for (;;) {
+        kd_store_totals_t t;
+        kd_store_totals(server->store, &t);
+        const size_t used = t.file_bytes, file_bytes = entry->meta.file_bytes;
+        if (used <= limit && file_bytes <= limit - used)
+            return;
         kd_store_entry_t *victim = kd_store_lru_victim(server->store, NULL, 0);
         if (victim == NULL)
-            return; /* not after kd_cache_disk_fits said yes: the worker changed nothing since */
+            return; /* not after kd_cache_disk_fits said yes, but for a charge moved to entry */
         kd_err_t rerr = {0};
         if (kd_state_remove(server->state, victim->meta.id, &rerr) != KD_OK) {
             KD_WARN("cache", "making room in the state directory: %s", rerr.message);
             return;
         }
-        used -= victim->meta.file_bytes;
         KD_INFO("cache", "forget id=%s file_bytes=%zu reason=\"--state-max-bytes\"",
                 victim->meta.hex, victim->meta.file_bytes);
         kd_store_count(server->store, KD_STORE_DISK_EVICTIONS);
         kd_store_entry_free(kd_store_remove(server->store, victim->meta.id));
         kd_store_refresh_all_bytes(server->store);
+        kd_cache_settle(server, entry);
     }
 }
 
@@ -432,16 +531,16 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         goto fail;
     if (server->state != NULL) {
         size_t file_bytes;
-        rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err);
+        rc = kd_state_put_bytes(server->state, csr, meta->batch, &file_bytes, err);
         if (rc == KD_OK)
             rc = kd_cache_disk_fits(server, file_bytes, meta->hex, err);
         if (rc == KD_OK)
             rc = kd_state_write(server->state, meta, csr, &file_bytes, err);
         if (rc != KD_OK)
             goto fail;
-        kd_cache_make_disk_room(server, file_bytes);
         meta->stored = 1;
         meta->file_bytes = file_bytes;
+        kd_cache_make_disk_room(server, entry);
         kd_csr_free(csr);
     } else {
         entry->host = csr; /* the only copy: nothing else could bring the matrix back */
@@ -551,6 +650,8 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
         kd_spread_forget(server, id);
     kd_store_entry_free(kd_store_remove(server->store, id));
     kd_store_refresh_all_bytes(server->store); /* a freed sharer's pattern bytes moved */
+    if (server->state != NULL) /* its pattern file's charge, moved to another matrix */
+        kd_cache_settle(server, NULL);
     kd_err_t ignored = {0};
     if (kd_owners_save(server, &ignored) != KD_OK) /* a stale line is ignored at start-up */
         KD_WARN("owners", "%s", ignored.message);

@@ -53,6 +53,13 @@ int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *
 int kd_cache_host_csr(struct kd_server *server, const uint8_t id[16], const kd_csr_t **csr,
                       kd_csr_t **owned, kd_err_t *err);
 
+/* The pattern of matrix id (rows, cols, nnz, dtype, indptr, indices), for work that needs no
+ * values (matrix.put with like): as kd_cache_host_csr, but from the state directory only its
+ * pattern file is read and checked, and csr->values is NULL then (the entry's own host copy
+ * without a state directory has them: read none either way). */
+int kd_cache_host_pattern(struct kd_server *server, const uint8_t id[16], const kd_csr_t **csr,
+                          kd_csr_t **owned, kd_err_t *err);
+
 /* Pin (loading the matrix if it is not resident) or unpin user's reference (NULL: every
  * reference; a user with none gets one), and record it: the state file's header keeps whether
  * anyone pinned it, STATE_DIR/owners whose pin it is. */

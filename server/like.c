@@ -114,7 +114,7 @@ static int kd_like_host_pattern(kd_server_t *server, const uint8_t id[16], kd_cs
         return KD_OK;
     }
     const kd_csr_t *csr = NULL;
-    int rc = kd_cache_host_csr(server, id, &csr, owned, err);
+    int rc = kd_cache_host_pattern(server, id, &csr, owned, err); /* its pattern file alone */
     if (rc != KD_OK)
         return rc;
     *pattern = *owned != NULL ? *owned : (kd_csr_t *)csr;

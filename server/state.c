@@ -1,7 +1,9 @@
 /*
- * Matrix files in the state directory (see state.h). The header is encoded field by field in
- * little-endian at fixed offsets (not a struct dump), so the format does not depend on the
- * compiler; docs/OPERATIONS.md has the table.
+ * Matrix files in the state directory (see state.h; pattern files: state_pattern.c). The header
+ * is encoded field by field in little-endian at fixed offsets (not a struct dump), so the format
+ * does not depend on the compiler; docs/OPERATIONS.md has the table. A version 2 file holds the
+ * values alone and names its pattern file; a version 1 file (a batch, or one written before
+ * patterns were shared) holds the whole CSR.
  *
  * Durability: write the temporary file, fsync it, rename it over the final name, fsync the
  * directory. Every call that changes the directory goes through server/state_io.c (where a test
@@ -20,6 +22,7 @@
 #include "common/log.h"
 #include "server/config.h"
 #include "server/state_io.h"
+#include "server/state_priv.h"
 #include "solver/batch.h"
 
 #include <dirent.h>
@@ -57,6 +60,7 @@ enum {
     KD_H_NCANDIDATES = 280,
     KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
     KD_H_CANDIDATE_BYTES = 112,
+    KD_H_PATTERN = 1296, /* version 2: the pattern file's key (16 bytes) */
     /* u64 systems of a batched matrix (zero in files from before batches: one matrix) */
     KD_H_BATCH = 1520,
     KD_H_DETAIL = 1536, /* u32 count, u32 0, then KD_FORMAT_DETAIL_MAX x {char name[24], u64} */
@@ -74,8 +78,8 @@ enum {
 #define KD_FLAG_SYMMETRY_KNOWN 4u /* files from before the symmetry scan lack it */
 #define KD_FLAG_DISTRIBUTED 8u    /* put spread over an MPI job's ranks (server/spread.c) */
 
-_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_BATCH &&
-                   KD_H_BATCH + 8 <= KD_H_DETAIL,
+_Static_assert(KD_H_CANDIDATES + KD_FMT_COUNT * KD_H_CANDIDATE_BYTES <= KD_H_PATTERN &&
+                   KD_H_PATTERN + 16 <= KD_H_BATCH && KD_H_BATCH + 8 <= KD_H_DETAIL,
                "state header too small for the candidates and the batch");
 _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_CHECKSUM,
                "state header too small for the format detail");
@@ -86,15 +90,11 @@ _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <
                "state header: the reordering overlaps");
 _Static_assert(sizeof(((kd_candidate_t *)0)->dropped) == 96, "candidate reason size changed");
 
-struct kd_state {
-    char dir[KD_PATH_MAX];
-    char matrices[KD_PATH_MAX + 16];
-    char corrupt[KD_PATH_MAX + 16];
-    int lock_fd;
-    size_t moved_aside;
-};
-
-/* ---- little-endian fields ----------------------------------------------------------------- */
+/* How a matrix file stores its CSR: whole (version 1), or values naming a pattern file. */
+typedef struct kd_layout {
+    int split;
+    uint8_t key[16]; /* split: the pattern file's */
+} kd_layout_t;
 
 /* ---- paths and directories ---------------------------------------------------------------- */
 
@@ -144,10 +144,13 @@ int kd_state_open(const char *dir, kd_state_t **out, kd_err_t *err)
     s->lock_fd = -1;
     snprintf(s->dir, sizeof(s->dir), "%s", dir);
     snprintf(s->matrices, sizeof(s->matrices), "%s/matrices", dir);
+    snprintf(s->pattern_dir, sizeof(s->pattern_dir), "%s/patterns", dir);
     snprintf(s->corrupt, sizeof(s->corrupt), "%s/corrupt", dir);
     int rc = kd_mkdir(s->dir, err);
     if (rc == KD_OK)
         rc = kd_mkdir(s->matrices, err);
+    if (rc == KD_OK)
+        rc = kd_mkdir(s->pattern_dir, err);
     if (rc != KD_OK)
         goto fail;
     char lock[KD_PATH_MAX + 16];
@@ -175,12 +178,14 @@ void kd_state_close(kd_state_t *state)
         return;
     if (state->lock_fd >= 0)
         close(state->lock_fd);
+    kd_state_pattern_forget_all(state);
     free(state);
 }
 
 /* ---- sizes and the header ----------------------------------------------------------------- */
 
-static int kd_payload_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out)
+/* The payload of a whole file (split 0: indptr, indices, values) or a values file (split 1). */
+static int kd_payload_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, int split, size_t *out)
 {
     size_t ptr, idx, val, sum;
     if (rows < 0 || nnz < 0 || kd_mul_overflow((size_t)rows + 1, 4, &ptr) ||
@@ -188,25 +193,31 @@ static int kd_payload_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *
         kd_mul_overflow((size_t)nnz, kd_dtype_size(dtype), &val) ||
         kd_add_overflow(ptr, idx, &sum) || kd_add_overflow(sum, val, out))
         return -1;
+    if (split)
+        *out = val;
     return 0;
 }
 
 int kd_state_file_size(int64_t rows, int64_t nnz, kd_dtype_t dtype, size_t *out, kd_err_t *err)
 {
-    size_t payload;
-    if (kd_payload_size(rows, nnz, dtype, &payload) != 0 ||
-        kd_add_overflow(payload, KD_STATE_HEADER_BYTES, out))
+    size_t payload, whole;
+    if (kd_payload_size(rows, nnz, dtype, 0, &payload) != 0 ||
+        kd_add_overflow(payload, KD_STATE_HEADER_BYTES, &whole) ||
+        kd_add_overflow(whole, KD_PATTERN_HEADER_BYTES, out))
         return kd_err_set(err, KD_ETOOLARGE, "a %lld-row matrix with %lld nonzeros is too large",
                           (long long)rows, (long long)nnz);
     return KD_OK;
 }
 
-static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, uint64_t sum,
-                             uint64_t created_unix, uint8_t h[KD_STATE_HEADER_BYTES])
+static void kd_header_encode(const kd_matrix_meta_t *m, const kd_layout_t *layout,
+                             uint64_t payload_bytes, uint64_t sum, uint64_t created_unix,
+                             uint8_t h[KD_STATE_HEADER_BYTES])
 {
     memset(h, 0, KD_STATE_HEADER_BYTES);
     memcpy(h + KD_H_MAGIC, kd_state_magic, 8);
-    kd_put_u32(h + KD_H_VERSION, KD_STATE_VERSION);
+    kd_put_u32(h + KD_H_VERSION, layout->split ? 2u : 1u);
+    if (layout->split)
+        memcpy(h + KD_H_PATTERN, layout->key, 16);
     kd_put_u32(h + KD_H_HEADER_BYTES, KD_STATE_HEADER_BYTES);
     memcpy(h + KD_H_ID, m->id, 16);
     kd_put_u64(h + KD_H_ROWS, (uint64_t)m->rows);
@@ -261,14 +272,19 @@ static void kd_header_encode(const kd_matrix_meta_t *m, uint64_t payload_bytes, 
 
 /* Decode and check a header; *sum and *payload_bytes get the payload's checksum and size. */
 static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_meta_t *m,
-                            uint64_t *payload_bytes, uint64_t *sum, kd_err_t *err)
+                            kd_layout_t *layout, uint64_t *payload_bytes, uint64_t *sum,
+                            kd_err_t *err)
 {
     if (memcmp(h + KD_H_MAGIC, kd_state_magic, 8) != 0)
         return kd_err_set(err, KD_EIO, "not a krylovd matrix file (bad magic)");
     uint32_t version = kd_get_u32(h + KD_H_VERSION);
-    if (version != KD_STATE_VERSION)
-        return kd_err_set(err, KD_EIO, "file format version %u, this krylovd reads %u", version,
-                          KD_STATE_VERSION);
+    if (version != 1 && version != KD_STATE_VERSION)
+        return kd_err_set(err, KD_EIO, "file format version %u, this krylovd reads 1 to %u",
+                          version, KD_STATE_VERSION);
+    memset(layout, 0, sizeof(*layout));
+    layout->split = version == 2;
+    if (layout->split)
+        memcpy(layout->key, h + KD_H_PATTERN, 16);
     if (kd_get_u32(h + KD_H_HEADER_BYTES) != KD_STATE_HEADER_BYTES)
         return kd_err_set(err, KD_EIO, "header size %u, expected %u",
                           kd_get_u32(h + KD_H_HEADER_BYTES), KD_STATE_HEADER_BYTES);
@@ -297,7 +313,8 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
     *payload_bytes = kd_get_u64(h + KD_H_PAYLOAD_BYTES);
     *sum = kd_get_u64(h + KD_H_PAYLOAD_SUM);
     size_t expect;
-    if (kd_payload_size(m->rows, m->nnz, m->dtype, &expect) != 0 || expect != *payload_bytes)
+    if (kd_payload_size(m->rows, m->nnz, m->dtype, layout->split, &expect) != 0 ||
+        expect != *payload_bytes)
         return kd_err_set(err, KD_EIO, "payload size %llu does not match the shape",
                           (unsigned long long)*payload_bytes);
     m->device_bytes = (size_t)kd_get_u64(h + KD_H_DEVICE_BYTES);
@@ -306,6 +323,8 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
         (batch > 0 && m->rows % (int64_t)batch != 0))
         return kd_err_set(err, KD_EIO, "batch of %llu systems does not divide %lld rows",
                           (unsigned long long)batch, (long long)m->rows);
+    if (batch > 0 && layout->split)
+        return kd_err_set(err, KD_EIO, "a batch in a values file");
     m->batch = (int64_t)batch;
     const uint8_t *st = h + KD_H_STATS;
     m->stats.min_row = (int64_t)kd_get_u64(st);
@@ -355,8 +374,7 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
 
 /* ---- I/O helpers -------------------------------------------------------------------------- */
 
-/* 0, or -1 with errno (0 for a short file). */
-static int kd_pread_all(int fd, void *data, size_t len, uint64_t offset)
+int kd_state_pread_all(int fd, void *data, size_t len, uint64_t offset)
 {
     char *p = data;
     while (len > 0) {
@@ -378,12 +396,16 @@ static int kd_pread_all(int fd, void *data, size_t len, uint64_t offset)
     return 0;
 }
 
-/* XXH3-64 of the three arrays, chained: each array's hash seeds the next one's. */
-static uint64_t kd_payload_checksum(const kd_csr_t *csr)
+/* Whole file: XXH3-64 of the three arrays, chained (each array's hash seeds the next one's).
+ * Values file: XXH3-64 of the values (the pattern file has its own). */
+static uint64_t kd_payload_checksum(const kd_csr_t *csr, int split)
 {
+    const size_t values = (size_t)csr->nnz * kd_dtype_size(csr->dtype);
+    if (split)
+        return XXH3_64bits(csr->values, values);
     uint64_t sum = XXH3_64bits(csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
     sum = XXH3_64bits_withSeed(csr->indices, (size_t)csr->nnz * sizeof(int32_t), sum);
-    return XXH3_64bits_withSeed(csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype), sum);
+    return XXH3_64bits_withSeed(csr->values, values, sum);
 }
 
 /* A failed call's code: a full file system (or a full quota) is STORAGE_FULL. */
@@ -392,10 +414,8 @@ static int kd_state_errno_code(int e)
     return e == ENOSPC || e == EDQUOT ? KD_ESTORAGE : KD_EIO;
 }
 
-/* Log a failed call with its path and errno, and set err to what a remote client may read:
- * `doing` (e.g. "storing matrix <hex>") and what failed, without a path or the errno text. */
-static int kd_state_fail(kd_err_t *err, int saved_errno, const char *doing, const char *call,
-                         const char *path)
+int kd_state_fail(kd_err_t *err, int saved_errno, const char *doing, const char *call,
+                  const char *path)
 {
     int code = kd_state_errno_code(saved_errno);
     KD_ERROR("state", "%s: %s path=%s: %s", doing, call, path, strerror(saved_errno));
@@ -410,31 +430,21 @@ static int kd_state_fail(kd_err_t *err, int saved_errno, const char *doing, cons
                       doing);
 }
 
-/* Write header + the given payload pieces to tmp, fsync, rename to path, fsync the directory.
- * Nothing is left behind on failure: not tmp, and for a new file (!replace) not path either. */
-static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
-                           const uint8_t *header, int src_fd, const kd_csr_t *csr,
-                           uint64_t payload_bytes, int replace, const char *doing, kd_err_t *err)
+int kd_state_commit(const char *dir, const char *tmp, const char *path, const struct iovec *parts,
+                    int nparts, int src_fd, uint64_t copy_from, uint64_t copy_bytes, int replace,
+                    const char *doing, kd_err_t *err)
 {
     int fd = kd_state_io_create(tmp);
     if (fd < 0)
         return kd_state_fail(err, errno, doing, "create", tmp);
     const char *call = "write";
-    struct iovec parts[4] = {{(void *)header, KD_STATE_HEADER_BYTES}};
-    int nparts = 1;
-    if (csr != NULL) {
-        parts[1] = (struct iovec){csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)};
-        parts[2] = (struct iovec){csr->indices, (size_t)csr->nnz * sizeof(int32_t)};
-        parts[3] = (struct iovec){csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype)};
-        nparts = 4;
-    }
     int bad = kd_state_io_write(fd, parts, nparts) != 0;
-    if (!bad && csr == NULL && src_fd >= 0) {
+    if (!bad && src_fd >= 0) {
         char buf[1 << 16];
-        uint64_t off = KD_STATE_HEADER_BYTES, left = payload_bytes;
+        uint64_t off = copy_from, left = copy_bytes;
         while (!bad && left > 0) {
             size_t n = left < sizeof(buf) ? (size_t)left : sizeof(buf);
-            if (kd_pread_all(src_fd, buf, n, off) != 0) {
+            if (kd_state_pread_all(src_fd, buf, n, off) != 0) {
                 if (errno == 0)
                     errno = EIO;
                 call = "read the old file";
@@ -465,42 +475,92 @@ static int kd_state_commit(kd_state_t *state, const char *tmp, const char *path,
         kd_state_io_unlink(tmp);
         return kd_state_fail(err, saved, doing, "rename", path);
     }
-    if (kd_state_io_fsync_dir(state->matrices) != 0) {
+    if (kd_state_io_fsync_dir(dir) != 0) {
         saved = errno;
         if (replace) { /* the new file is in place and is what memory holds: keep it */
-            KD_WARN("state", "%s: fsync of the directory path=%s: %s", doing, state->matrices,
-                    strerror(saved));
+            KD_WARN("state", "%s: fsync of the directory path=%s: %s", doing, dir, strerror(saved));
             return KD_OK;
         }
-        kd_state_io_unlink(path); /* the put fails, so the matrix must not come back later */
-        return kd_state_fail(err, saved, doing, "fsync of the directory", state->matrices);
+        kd_state_io_unlink(path); /* the put fails, so the file must not come back later */
+        return kd_state_fail(err, saved, doing, "fsync of the directory", dir);
     }
     return KD_OK;
+}
+
+/* Remove a values file a failed put had renamed into place already. */
+static void kd_state_unstore(kd_state_t *state, const char *path)
+{
+    if (kd_state_io_unlink(path) == 0)
+        kd_state_io_fsync_dir(state->matrices);
 }
 
 int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr_t *csr,
                    size_t *file_bytes, kd_err_t *err)
 {
+    /* a batch keeps one whole file: its id is its block diagonal's hash mixed with the count */
+    kd_layout_t layout = {.split = meta->batch == 0};
     size_t payload;
-    if (kd_payload_size(csr->rows, csr->nnz, csr->dtype, &payload) != 0)
+    if (kd_payload_size(csr->rows, csr->nnz, csr->dtype, layout.split, &payload) != 0)
         return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
+    char doing[96];
+    snprintf(doing, sizeof(doing), "storing matrix %s", meta->hex);
+    int wrote = 0, rc;
+    if (layout.split) {
+        if (kd_state_pattern_key(csr, layout.key) != KD_OK)
+            return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
+        if ((rc = kd_state_pattern_ensure(state, layout.key, csr, &wrote, doing, err)) != KD_OK)
+            return rc;
+    }
     uint8_t header[KD_STATE_HEADER_BYTES];
-    kd_header_encode(meta, payload, kd_payload_checksum(csr), (uint64_t)time(NULL), header);
+    kd_header_encode(meta, &layout, payload, kd_payload_checksum(csr, layout.split),
+                     (uint64_t)time(NULL), header);
+    const size_t values = (size_t)csr->nnz * kd_dtype_size(csr->dtype);
+    struct iovec parts[4] = {{header, KD_STATE_HEADER_BYTES}};
+    int nparts = 1;
+    if (!layout.split) {
+        parts[nparts++] = (struct iovec){csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t)};
+        parts[nparts++] = (struct iovec){csr->indices, (size_t)csr->nnz * sizeof(int32_t)};
+    }
+    parts[nparts++] = (struct iovec){csr->values, values};
     char path[KD_PATH_MAX + 64], tmp[KD_PATH_MAX + 64];
     kd_state_path(state, meta->id, path, sizeof(path));
     kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
-    char doing[96];
-    snprintf(doing, sizeof(doing), "storing matrix %s", meta->hex);
-    int rc = kd_state_commit(state, tmp, path, header, -1, csr, payload, 0, doing, err);
-    if (rc == KD_OK)
-        *file_bytes = payload + KD_STATE_HEADER_BYTES;
-    return rc;
+    rc = kd_state_commit(state->matrices, tmp, path, parts, nparts, -1, 0, 0, 0, doing, err);
+    size_t charged = 0;
+    if (rc == KD_OK && layout.split && kd_state_user_find(state, meta->id) == NULL &&
+        (rc = kd_state_user_add(state, meta->id, layout.key, &charged, err)) != KD_OK)
+        kd_state_unstore(state, path);
+    if (rc != KD_OK) {
+        if (wrote) /* nothing names the pattern file this put wrote: it goes too */
+            kd_state_pattern_drop_unused(state, layout.key);
+        return rc;
+    }
+    *file_bytes = payload + KD_STATE_HEADER_BYTES + charged;
+    return KD_OK;
+}
+
+int kd_state_put_bytes(kd_state_t *state, const kd_csr_t *csr, int64_t batch, size_t *out,
+                       kd_err_t *err)
+{
+    size_t payload;
+    if (kd_payload_size(csr->rows, csr->nnz, csr->dtype, batch == 0, &payload) != 0)
+        return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
+    *out = payload + KD_STATE_HEADER_BYTES;
+    if (batch > 0)
+        return KD_OK;
+    uint8_t key[16];
+    if (kd_state_pattern_key(csr, key) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix's pattern");
+    if (kd_state_pattern_find(state, key) == NULL)
+        *out += KD_PATTERN_HEADER_BYTES + ((size_t)csr->rows + 1) * 4 + (size_t)csr->nnz * 4;
+    return KD_OK;
 }
 
 /* Open path and check its header and size. On KD_OK, *fd is open (the caller closes it) and meta,
- * *payload and *sum are filled. A readable but wrong file sets *corrupt. */
+ * *layout, *payload and *sum are filled. A readable but wrong file sets *corrupt. */
 static int kd_state_open_checked(const char *path, int *fd_out, kd_matrix_meta_t *meta,
-                                 uint64_t *payload, uint64_t *sum, int *corrupt, kd_err_t *err)
+                                 kd_layout_t *layout, uint64_t *payload, uint64_t *sum,
+                                 int *corrupt, kd_err_t *err)
 {
     *corrupt = 0;
     *fd_out = -1;
@@ -513,7 +573,7 @@ static int kd_state_open_checked(const char *path, int *fd_out, kd_matrix_meta_t
     int rc = KD_OK;
     if (fstat(fd, &st) != 0) {
         rc = kd_err_set(err, KD_EIO, "cannot stat %s: %s", path, strerror(errno));
-    } else if (kd_pread_all(fd, h, sizeof(h), 0) != 0) {
+    } else if (kd_state_pread_all(fd, h, sizeof(h), 0) != 0) {
         if (errno != 0) {
             rc = kd_err_set(err, KD_EIO, "cannot read %s: %s", path, strerror(errno));
         } else {
@@ -521,7 +581,7 @@ static int kd_state_open_checked(const char *path, int *fd_out, kd_matrix_meta_t
             rc = kd_err_set(err, KD_EIO, "truncated: %lld bytes, shorter than the header",
                             (long long)st.st_size);
         }
-    } else if ((rc = kd_header_decode(h, meta, payload, sum, err)) != KD_OK) {
+    } else if ((rc = kd_header_decode(h, meta, layout, payload, sum, err)) != KD_OK) {
         *corrupt = 1;
     } else if ((uint64_t)st.st_size != *payload + KD_STATE_HEADER_BYTES) {
         *corrupt = 1;
@@ -545,7 +605,8 @@ int kd_state_read_header(const char *path, kd_matrix_meta_t *meta, size_t *file_
 {
     int fd;
     uint64_t payload, sum;
-    int rc = kd_state_open_checked(path, &fd, meta, &payload, &sum, corrupt, err);
+    kd_layout_t layout;
+    int rc = kd_state_open_checked(path, &fd, meta, &layout, &payload, &sum, corrupt, err);
     if (rc != KD_OK)
         return rc;
     close(fd);
@@ -553,9 +614,8 @@ int kd_state_read_header(const char *path, kd_matrix_meta_t *meta, size_t *file_
     return KD_OK;
 }
 
-/* Move a bad file to corrupt/<name>.<unix time> and log why. */
-static void kd_state_move_aside(kd_state_t *state, const char *path, const char *name,
-                                const char *why)
+void kd_state_move_aside(kd_state_t *state, const char *dir, const char *path, const char *name,
+                         const char *why)
 {
     kd_err_t err = {0};
     char dest[KD_PATH_MAX + 160];
@@ -575,15 +635,14 @@ static void kd_state_move_aside(kd_state_t *state, const char *path, const char 
                  strerror(errno));
         return;
     }
-    kd_state_io_fsync_dir(state->matrices);
+    kd_state_io_fsync_dir(dir);
     kd_state_io_fsync_dir(state->corrupt);
     state->moved_aside++;
     KD_ERROR("state", "corrupt matrix file moved aside path=%s to=%s reason=\"%s\"", path, dest,
              why);
 }
 
-/* Check the CSR structure of a loaded payload. */
-static int kd_state_check_csr(const kd_csr_t *m)
+int kd_state_check_pattern(const kd_csr_t *m)
 {
     if (m->indptr[0] != 0 || m->indptr[m->rows] != m->nnz)
         return -1;
@@ -606,10 +665,24 @@ static const uint8_t *kd_state_content_id(uint8_t h[16], int64_t batch)
     return h;
 }
 
-/* Read the payload of an open, header-checked file into a new CSR and check it against the header
- * and the id. KD_OK; KD_EIO with *corrupt for a failed check; KD_EIO / KD_ENOMEM otherwise. */
-static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum,
-                                 const uint8_t id[16], kd_csr_t **out, int *corrupt, kd_err_t *err)
+/* The content hash of csr against id (last of a load's checks). */
+static int kd_state_check_id(const kd_csr_t *csr, const kd_matrix_meta_t *m, const uint8_t id[16],
+                             int *corrupt, kd_err_t *err)
+{
+    uint8_t check[16];
+    if (kd_csr_hash(csr, check) != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+    if (memcmp(kd_state_content_id(check, m->batch), id, 16) != 0) {
+        *corrupt = 1;
+        return kd_err_set(err, KD_EIO, "content hash does not match the id");
+    }
+    return KD_OK;
+}
+
+/* Read a whole (version 1) file's payload into a new CSR and check it against the header and the
+ * id. KD_OK; KD_EIO with *corrupt for a failed check; KD_EIO / KD_ENOMEM otherwise. */
+static int kd_state_read_whole(int fd, const kd_matrix_meta_t *m, uint64_t sum,
+                               const uint8_t id[16], kd_csr_t **out, int *corrupt, kd_err_t *err)
 {
     kd_csr_t *csr = NULL;
     int rc = kd_csr_alloc(m->rows, m->cols, m->nnz, m->dtype, &csr, err);
@@ -618,26 +691,19 @@ static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum
     size_t ptr = ((size_t)m->rows + 1) * 4, idx = (size_t)m->nnz * 4,
            val = (size_t)m->nnz * kd_dtype_size(m->dtype);
     uint64_t off = KD_STATE_HEADER_BYTES;
-    uint8_t check[16];
-    if (kd_pread_all(fd, csr->indptr, ptr, off) != 0 ||
-        (idx > 0 && kd_pread_all(fd, csr->indices, idx, off + ptr) != 0) ||
-        (val > 0 && kd_pread_all(fd, csr->values, val, off + ptr + idx) != 0)) {
+    if (kd_state_pread_all(fd, csr->indptr, ptr, off) != 0 ||
+        (idx > 0 && kd_state_pread_all(fd, csr->indices, idx, off + ptr) != 0) ||
+        (val > 0 && kd_state_pread_all(fd, csr->values, val, off + ptr + idx) != 0)) {
         *corrupt = errno == 0; /* it shrank since the header was read */
         rc = kd_err_set(err, KD_EIO, "%s", errno == 0 ? "truncated" : strerror(errno));
-    } else if (memcmp(m->id, id, 16) != 0) {
-        *corrupt = 1;
-        rc = kd_err_set(err, KD_EIO, "the header names matrix %s", m->hex);
-    } else if (kd_payload_checksum(csr) != sum) {
+    } else if (kd_payload_checksum(csr, 0) != sum) {
         *corrupt = 1;
         rc = kd_err_set(err, KD_EIO, "payload checksum mismatch");
-    } else if (kd_state_check_csr(csr) != 0) {
+    } else if (kd_state_check_pattern(csr) != 0) {
         *corrupt = 1;
         rc = kd_err_set(err, KD_EIO, "the stored arrays are not a canonical CSR matrix");
-    } else if (kd_csr_hash(csr, check) != KD_OK) {
-        rc = kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    } else if (memcmp(kd_state_content_id(check, m->batch), id, 16) != 0) {
-        *corrupt = 1;
-        rc = kd_err_set(err, KD_EIO, "content hash does not match the id");
+    } else {
+        rc = kd_state_check_id(csr, m, id, corrupt, err);
     }
     if (rc != KD_OK) {
         kd_csr_free(csr);
@@ -647,7 +713,55 @@ static int kd_state_read_payload(int fd, const kd_matrix_meta_t *m, uint64_t sum
     return KD_OK;
 }
 
-int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
+/* Read a values (version 2) file and its pattern file into a new CSR (values NULL and unread
+ * with pattern_only) and check both. A failed check of the pattern file (or none there) sets
+ * *pattern_bad as well as *corrupt. */
+static int kd_state_read_split(kd_state_t *state, int fd, const kd_matrix_meta_t *m,
+                               const kd_layout_t *layout, uint64_t sum, const uint8_t id[16],
+                               int pattern_only, kd_csr_t **out, int *corrupt, int *pattern_bad,
+                               kd_err_t *err)
+{
+    kd_csr_t *csr = NULL;
+    int rc = kd_csr_alloc(m->rows, m->cols, m->nnz, m->dtype, &csr, err);
+    if (rc != KD_OK)
+        return rc;
+    if (pattern_only) {
+        free(csr->values);
+        csr->values = NULL;
+    }
+    int pattern_corrupt = 0;
+    kd_err_t why = {0};
+    rc = kd_state_pattern_read(state, layout->key, csr, &pattern_corrupt, &why);
+    if (rc != KD_OK) {
+        if (pattern_corrupt || rc == KD_ENOTFOUND) {
+            *corrupt = *pattern_bad = 1;
+            rc = kd_err_set(err, KD_EIO, "its pattern file: %s", why.message);
+        } else {
+            rc = kd_err_set(err, rc, "its pattern file: %s", why.message);
+        }
+    } else if (!pattern_only) {
+        size_t val = (size_t)m->nnz * kd_dtype_size(m->dtype);
+        if (val > 0 && kd_state_pread_all(fd, csr->values, val, KD_STATE_HEADER_BYTES) != 0) {
+            *corrupt = errno == 0;
+            rc = kd_err_set(err, KD_EIO, "%s", errno == 0 ? "truncated" : strerror(errno));
+        } else if (kd_payload_checksum(csr, 1) != sum) {
+            *corrupt = 1;
+            rc = kd_err_set(err, KD_EIO, "payload checksum mismatch");
+        } else {
+            rc = kd_state_check_id(csr, m, id, corrupt, err);
+        }
+    }
+    if (rc != KD_OK) {
+        kd_csr_free(csr);
+        return rc;
+    }
+    *out = csr;
+    return KD_OK;
+}
+
+/* kd_state_load and kd_state_load_pattern: read, and on a failed check move aside. */
+static int kd_state_load_checked(kd_state_t *state, const uint8_t id[16], int pattern_only,
+                                 kd_csr_t **out, kd_err_t *err)
 {
     *out = NULL;
     char path[KD_PATH_MAX + 64], name[KD_ID_HEX_LEN + 8], hex[KD_ID_HEX_LEN + 1];
@@ -655,12 +769,23 @@ int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_er
     kd_id_to_hex(id, hex);
     snprintf(name, sizeof(name), "%s.kdm", hex);
     kd_matrix_meta_t m;
+    kd_layout_t layout = {0};
     uint64_t payload, sum;
-    int fd, corrupt = 0;
+    int fd, corrupt = 0, pattern_bad = 0;
     kd_err_t why = {0};
-    int rc = kd_state_open_checked(path, &fd, &m, &payload, &sum, &corrupt, &why);
+    int rc = kd_state_open_checked(path, &fd, &m, &layout, &payload, &sum, &corrupt, &why);
     if (rc == KD_OK) {
-        rc = kd_state_read_payload(fd, &m, sum, id, out, &corrupt, &why);
+        if (memcmp(m.id, id, 16) != 0) {
+            corrupt = 1;
+            rc = kd_err_set(&why, KD_EIO, "the header names matrix %s", m.hex);
+        } else if (layout.split) {
+            rc = kd_state_read_split(state, fd, &m, &layout, sum, id, pattern_only, out, &corrupt,
+                                     &pattern_bad, &why);
+        } else if ((rc = kd_state_read_whole(fd, &m, sum, id, out, &corrupt, &why)) == KD_OK &&
+                   pattern_only) {
+            free((*out)->values);
+            (*out)->values = NULL;
+        }
         close(fd);
     }
     if (rc == KD_OK)
@@ -679,11 +804,25 @@ int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_er
                           "error; the server's log has the details)",
                           hex);
     }
-    kd_state_move_aside(state, path, name, why.message);
+    if (pattern_bad) /* every matrix naming it goes to corrupt/ with it */
+        kd_state_pattern_discard(state, layout.key, id, why.message);
+    kd_state_move_aside(state, state->matrices, path, name, why.message);
+    if (!pattern_bad)
+        kd_state_user_release(state, id);
     return kd_err_set(err, KD_ENOTFOUND,
                       "the stored copy of matrix %s failed its check (%s) and was moved aside; "
                       "upload it again",
                       hex, why.message);
+}
+
+int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
+{
+    return kd_state_load_checked(state, id, 0, out, err);
+}
+
+int kd_state_load_pattern(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
+{
+    return kd_state_load_checked(state, id, 1, out, err);
 }
 
 int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_err_t *err)
@@ -703,10 +842,11 @@ int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_e
     }
     uint8_t old[KD_STATE_HEADER_BYTES], header[KD_STATE_HEADER_BYTES];
     kd_matrix_meta_t disk;
+    kd_layout_t layout;
     uint64_t payload, sum;
     kd_err_t derr = {0};
-    if (kd_pread_all(fd, old, sizeof(old), 0) != 0 ||
-        kd_header_decode(old, &disk, &payload, &sum, &derr) != KD_OK) {
+    if (kd_state_pread_all(fd, old, sizeof(old), 0) != 0 ||
+        kd_header_decode(old, &disk, &layout, &payload, &sum, &derr) != KD_OK) {
         KD_ERROR("state", "%s: the header does not read back path=%s: %s", doing, path,
                  derr.message[0] ? derr.message : strerror(errno));
         close(fd);
@@ -715,8 +855,10 @@ int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_e
                           "details)",
                           doing);
     }
-    kd_header_encode(meta, payload, sum, kd_get_u64(old + KD_H_CREATED), header);
-    int rc = kd_state_commit(state, tmp, path, header, fd, NULL, payload, 1, doing, err);
+    kd_header_encode(meta, &layout, payload, sum, kd_get_u64(old + KD_H_CREATED), header);
+    const struct iovec part = {header, KD_STATE_HEADER_BYTES};
+    int rc = kd_state_commit(state->matrices, tmp, path, &part, 1, fd, KD_STATE_HEADER_BYTES,
+                             payload, 1, doing, err);
     close(fd);
     return rc;
 }
@@ -733,6 +875,26 @@ int kd_state_remove(kd_state_t *state, const uint8_t id[16], kd_err_t *err)
         return kd_state_fail(err, saved, doing, "unlink", path);
     }
     kd_state_io_fsync_dir(state->matrices);
+    kd_state_user_release(state, id); /* then its pattern file, when it was the last user */
+    return KD_OK;
+}
+
+int kd_state_next_change(kd_state_t *state, kd_state_change_t *change)
+{
+    if (state->nchanges == 0)
+        return 0;
+    *change = state->changes[0];
+    state->nchanges--;
+    memmove(state->changes, state->changes + 1, state->nchanges * sizeof(*state->changes));
+    return 1;
+}
+
+int kd_state_pattern_file(kd_state_t *state, const uint8_t id[16], char *buf, size_t cap)
+{
+    const kd_state_user_t *u = kd_state_user_find(state, id);
+    if (u == NULL)
+        return KD_ENOTFOUND;
+    kd_state_pattern_path(state, u->key, buf, cap);
     return KD_OK;
 }
 
@@ -745,10 +907,47 @@ static int kd_state_parse_name(const char *name, uint8_t id[16])
     return kd_id_from_hex(name, KD_ID_HEX_LEN, id);
 }
 
+/* The scan's checks of one matrix file beyond its header's: its name, its pattern file. On
+ * KD_OK, *charged is what it carries of its pattern file. */
+static int kd_state_scan_one(kd_state_t *state, const char *path, const uint8_t id[16],
+                             kd_matrix_meta_t *meta, size_t *charged, int *corrupt, kd_err_t *why)
+{
+    int fd;
+    kd_layout_t layout;
+    uint64_t payload, sum;
+    *charged = 0;
+    int rc = kd_state_open_checked(path, &fd, meta, &layout, &payload, &sum, corrupt, why);
+    if (rc != KD_OK)
+        return rc;
+    close(fd);
+    if (memcmp(meta->id, id, 16) != 0) {
+        *corrupt = 1;
+        return kd_err_set(why, KD_EIO, "the header names matrix %s", meta->hex);
+    }
+    if (!layout.split)
+        return KD_OK;
+    const kd_state_pattern_t *p = kd_state_pattern_find(state, layout.key);
+    char key[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(layout.key, key);
+    if (p == NULL) {
+        *corrupt = 1;
+        return kd_err_set(why, KD_EIO, "its pattern file %s is missing or failed its check", key);
+    }
+    if (p->rows != meta->rows || p->cols != meta->cols || p->nnz != meta->nnz) {
+        *corrupt = 1;
+        return kd_err_set(why, KD_EIO, "its pattern file %s has another shape", key);
+    }
+    return kd_state_user_add(state, id, layout.key, charged, why);
+}
+
 int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_scan_totals_t *totals,
                   kd_err_t *err)
 {
     memset(totals, 0, sizeof(*totals));
+    kd_state_pattern_forget_all(state); /* the record is the directory's as found now */
+    int rc = kd_state_pattern_scan(state, totals, err);
+    if (rc != KD_OK)
+        return rc;
     DIR *d = opendir(state->matrices);
     if (d == NULL)
         return kd_err_set(err, KD_EIO, "cannot read %s: %s", state->matrices, strerror(errno));
@@ -775,19 +974,18 @@ int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_sc
             continue;
         }
         kd_matrix_meta_t meta;
-        size_t file_bytes = 0;
+        size_t charged = 0;
         int corrupt = 0;
         kd_err_t why = {0};
-        int rc = kd_state_read_header(path, &meta, &file_bytes, &corrupt, &why);
-        if (rc == KD_OK && memcmp(meta.id, id, 16) != 0) {
-            corrupt = 1;
-            kd_err_set(&why, KD_EIO, "the header names matrix %s", meta.hex);
-            rc = KD_EIO;
+        int one = kd_state_scan_one(state, path, id, &meta, &charged, &corrupt, &why);
+        if (one == KD_ENOMEM) {
+            rc = kd_err_set(err, KD_ENOMEM, "out of host memory registering stored matrices");
+            break;
         }
-        if (rc != KD_OK) {
+        if (one != KD_OK) {
             if (corrupt) {
                 totals->corrupt++;
-                kd_state_move_aside(state, path, name, why.message);
+                kd_state_move_aside(state, state->matrices, path, name, why.message);
             } else {
                 KD_ERROR("state", "cannot read path=%s: %s", path, why.message);
             }
@@ -796,8 +994,11 @@ int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_sc
         struct stat st;
         int64_t mtime = stat(path, &st) == 0 ? (int64_t)st.st_mtime : 0;
         totals->good++;
-        stop = fn(ctx, &meta, file_bytes, mtime);
+        meta.file_bytes += charged;
+        stop = fn(ctx, &meta, meta.file_bytes, mtime);
     }
     closedir(d);
-    return KD_OK;
+    if (rc == KD_OK && !stop) /* after every matrix had its say: what none names goes */
+        kd_state_pattern_sweep(state, totals);
+    return rc;
 }

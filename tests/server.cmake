@@ -18,7 +18,7 @@ target_link_libraries(krylovd_faults PRIVATE kd_server)
 # and mkdir of a put / pin / drop sequence, then restarted on the same directory.
 kd_add_test(test_e2e_storage SOURCES test_e2e_storage.c LIBS krylov kd_protocol kd_bench LABELS e2e)
 add_dependencies(test_e2e_storage krylovd krylovd_faults)
-# About 80 kills, each a daemon start and a restart: under a minute on PoCL, more under ASan.
+# About 130 kills, each a daemon start and a restart: about a minute on PoCL, more under ASan.
 kd_add_test(test_e2e_crash SOURCES test_e2e_crash.c LIBS krylov kd_protocol kd_bench LABELS e2e
             TIMEOUT 900)
 add_dependencies(test_e2e_crash krylovd_faults)

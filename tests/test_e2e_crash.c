@@ -1,16 +1,20 @@
 /*
- * Crash sweep (issue 21): a put / pin / batch put / drop / unpin sequence runs against
- * krylovd_faults (server/state_io.h), which is killed with SIGKILL at its k-th write, fsync,
- * rename, unlink, create or mkdir in the state directory, for every k from 1 to N, N being the
- * number of such calls the whole sequence makes (counted by a first run in count mode). After
- * each kill a daemon restarts on the same directory, and:
+ * Crash sweep (issue 21): a put / pin / batch put / put with like / drop / unpin sequence runs
+ * against krylovd_faults (server/state_io.h), which is killed with SIGKILL at its k-th write,
+ * fsync, rename, unlink, create or mkdir in the state directory, for every k from 1 to N, N being
+ * the number of such calls the whole sequence makes (counted by a first run in count mode).
+ * Three matrices share one pattern (issue 22: one pattern file): A_LIKE put with like A, then A
+ * (the first version, which carries the pattern file) dropped, then A_FULL put whole with new
+ * values on it (only its values are written), then A_LIKE dropped. After each kill a daemon
+ * restarts on the same directory, and:
  *   - every matrix is whole and right (spmv against the CPU reference on fresh random x) or
  *     absent; none is served wrong, none is listed that the sequence never put;
  *   - each one's presence and pin is what the answered steps left, or, for the one step the kill
  *     cut short, what it would have left: an answered put is there, an answered drop is not;
  *   - the state directory has no temporary file left after the start-up's recovery, nothing was
- *     moved to corrupt/ (a killed process tears no renamed file), and each listed matrix has its
- *     one file.
+ *     moved to corrupt/ (a killed process tears no renamed file), each listed matrix has its
+ *     one file, and there is one pattern file per pattern the listed matrices have (none that
+ *     nothing names: the start-up's sweep removed what a kill between two files left).
  * Small matrices; the daemons build programs on first use (PoCL's own cache keeps that short).
  */
 #include "bench/matgen.h"
@@ -19,16 +23,21 @@
 
 #include <sys/stat.h>
 
-enum { M_A, M_B, M_C, M_D, M_COUNT }; /* M_D: a batch of two systems on one pattern */
-enum { S_PUT, S_PIN, S_UNPIN, S_DROP };
+/* M_D: a batch of two systems on one pattern (one whole file); M_A_LIKE, M_A_FULL: A's pattern */
+enum { M_A, M_B, M_C, M_D, M_A_LIKE, M_A_FULL, M_COUNT };
+enum { S_PUT, S_PIN, S_UNPIN, S_DROP, S_LIKE };
+/* Which pattern file each matrix names (-1: none, a batch). */
+static const int pattern_of[M_COUNT] = {0, 1, 2, -1, 0, 0};
+#define NPATTERNS 3
 
 typedef struct step {
     int kind, matrix, pin;
 } step_t;
 
 static const step_t steps[] = {
-    {S_PUT, M_A, 0},  {S_PUT, M_B, 1},   {S_PIN, M_A, 1}, {S_PUT, M_D, 0},
-    {S_DROP, M_B, 0}, {S_UNPIN, M_A, 0}, {S_PUT, M_C, 0}, {S_DROP, M_D, 0},
+    {S_PUT, M_A, 0},       {S_PUT, M_B, 1},      {S_PIN, M_A, 1},   {S_PUT, M_D, 0},
+    {S_LIKE, M_A_LIKE, 0}, {S_DROP, M_B, 0},     {S_UNPIN, M_A, 0}, {S_PUT, M_C, 0},
+    {S_DROP, M_A, 0},      {S_PUT, M_A_FULL, 0}, {S_DROP, M_D, 0},  {S_DROP, M_A_LIKE, 0},
 };
 #define NSTEPS ((int)(sizeof(steps) / sizeof(steps[0])))
 
@@ -50,6 +59,7 @@ static void model_apply(model_t *m, const step_t *s)
 {
     switch (s->kind) {
     case S_PUT:
+    case S_LIKE:
         m->present[s->matrix] = 1;
         m->pinned[s->matrix] = s->pin;
         break;
@@ -103,6 +113,10 @@ static int run_step(kd_rpc_t *r, const step_t *s, char *code, size_t cap)
         kd_w_kv_int(&w, "batch", 2);
     } else if (s->kind == S_PUT) {
         kd_rpc_write_put(&w, id, a, "swept", s->pin);
+    } else if (s->kind == S_LIKE) { /* new values on A's pattern (docs/PROTOCOL.md) */
+        kd_rpc_begin(&w, id, "matrix.put", 2);
+        kd_w_kv_str(&w, "like", ids[M_A]);
+        kd_w_kv_bin(&w, "values", a->values, (size_t)a->nnz * sizeof(double));
     } else {
         const char *method = s->kind == S_DROP ? "matrix.drop" : "matrix.pin";
         kd_rpc_begin(&w, id, method, 1 + (s->kind != S_DROP));
@@ -115,7 +129,7 @@ static int run_step(kd_rpc_t *r, const step_t *s, char *code, size_t cap)
     code[0] = '\0';
     if (kind == KD_RPC_RESPONSE && m.error != NULL)
         snprintf(code, cap, "%s %s", m.code, m.message);
-    else if (kind == KD_RPC_RESPONSE && s->kind == S_PUT) {
+    else if (kind == KD_RPC_RESPONSE && (s->kind == S_PUT || s->kind == S_LIKE)) {
         char got[33] = "";
         kd_obj_str_copy(kd_obj_get(m.result, "id"), got, sizeof(got));
         if (ids[s->matrix][0] == '\0')
@@ -173,7 +187,7 @@ static void check_recovered(kd_daemon_t *d, int answered, int k)
         model_apply(&after, &steps[answered]);
     kd_rpc_t r;
     REQUIRE(kd_rpc_connect(&r, d->port) == 0);
-    int listed_expected = 0;
+    int listed_expected = 0, pattern_used[NPATTERNS] = {0};
     for (int x = 0; x < M_COUNT; x++) {
         kd_rpc_msg_t m;
         int kind = kd_rpc_id_call(&r, msgid++, "matrix.info", ids[x], -1, &m);
@@ -196,6 +210,8 @@ static void check_recovered(kd_daemon_t *d, int answered, int k)
                   after.present[x], after.pinned[x]);
         if (present) {
             listed_expected++;
+            if (pattern_of[x] >= 0)
+                pattern_used[pattern_of[x]] = 1;
             char why[700];
             CHECK_MSG(kd_state_check_spmv(&r, msgid++, ids[x], mats[x], why, sizeof(why)) == 0,
                       "k=%d matrix %d: %s", k, x, why);
@@ -222,6 +238,14 @@ static void check_recovered(kd_daemon_t *d, int answered, int k)
               kd_state_check_count(d->state_dir, "matrices", ".kdm"), listed_expected);
     CHECK_MSG(kd_state_check_count(d->state_dir, "corrupt", "") == 0,
               "k=%d: a file was moved to corrupt/", k);
+    size_t patterns = 0;
+    for (int p = 0; p < NPATTERNS; p++)
+        patterns += (size_t)pattern_used[p];
+    CHECK_MSG(kd_state_check_count(d->state_dir, "patterns", ".kdp") == patterns,
+              "k=%d: %zu pattern files for the %zu patterns of the listed matrices", k,
+              kd_state_check_count(d->state_dir, "patterns", ".kdp"), patterns);
+    CHECK_MSG(kd_state_check_count(d->state_dir, "patterns", ".tmp") == 0,
+              "k=%d: a temporary pattern file survived the restart", k);
 }
 
 /* Whether d ended by SIGKILL on its own (within 10 s); it is gone either way. */
@@ -251,7 +275,18 @@ static void make_matrices(void)
         values_d[i] = kd_test_rand_double(-2, 2);
     mats[M_D] = block_diagonal(pattern_d, values_d, 2);
     REQUIRE(mats[M_D] != NULL);
-    for (int x = 0; x < M_C; x++) { /* M_D's id comes from the server (a batch's id is mixed) */
+    for (int x = M_A_LIKE; x <= M_A_FULL; x++) { /* A's pattern, new values */
+        kd_err_t err = {0};
+        const kd_csr_t *a = mats[M_A];
+        REQUIRE(kd_csr_alloc(a->rows, a->cols, a->nnz, KD_DTYPE_F64, &mats[x], &err) == KD_OK);
+        memcpy(mats[x]->indptr, a->indptr, ((size_t)a->rows + 1) * 4);
+        memcpy(mats[x]->indices, a->indices, (size_t)a->nnz * 4);
+        for (int64_t k = 0; k < a->nnz; k++)
+            ((double *)mats[x]->values)[k] = kd_test_rand_double(-2, 2);
+    }
+    for (int x = 0; x < M_COUNT; x++) { /* M_D's id comes from the server (a batch's id is mixed) */
+        if (x == M_D)
+            continue;
         uint8_t raw[16];
         kd_csr_hash(mats[x], raw);
         kd_id_to_hex(raw, ids[x]);
