@@ -27,6 +27,7 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"ilu", kd_bench_ilu_main, "ic0 / ilu0: exact against swept triangular solves, apply and CG"},
     {"batch", kd_bench_batch_main, "1000 small systems: one batched solve, alone, block diagonal"},
     {"refresh", kd_bench_refresh_main, "new values on a held pattern: full setup against refresh"},
+    {"wire", kd_bench_wire_main, "large spmv / solve vectors end to end against raw loopback TCP"},
 };
 
 static void kd_bench_usage(void)
