@@ -23,6 +23,7 @@
 #include "solver/precond.h"
 #include "solver/solve.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -323,6 +324,11 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
     kd_solve_job_write(w, job, params, results, xout, NULL, t0, total_ms, setup);
 }
 
+static int kd_solve_aligned(const void *p, size_t size)
+{
+    return ((uintptr_t)p & (size - 1)) == 0;
+}
+
 /* A request's x in its own dtype, for the response's tail. */
 static void *kd_solve_alloc_out(const kd_solve_request_t *q, kd_err_t *err)
 {
@@ -412,19 +418,23 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     int any_x0 = 0;
     for (size_t i = 0; i < n; i++)
         any_x0 |= parts[i].rc == KD_OK && parts[i].job->req->u.solve.x0.present;
-    /* One request in the matrix's dtype: b and x0 go to the device from the request's bytes
-     * and x comes back into the response's tail (the solver takes unaligned arrays). */
+    /* One request in the matrix's dtype: x comes back into the response's tail, and b and x0
+     * go to the device from the request's bytes where they are aligned (kd_solve scans b on the
+     * host through typed loads, whatever solve.h says of unaligned arrays; a bin's alignment is
+     * the client's encoding's). */
     const int direct = columns == q->nrhs && q->dtype == A->dtype;
+    const int direct_in = direct && kd_solve_aligned(q->b.data, asize) &&
+                          (!q->x0.present || kd_solve_aligned(q->x0.data, asize));
     void *b = NULL, *x0 = NULL, *x = NULL;
     size_t xbytes = 0;
     if (!kd_mul_overflow((size_t)want, asize, &xbytes))
         x = kd_recycle_alloc(xbytes, NULL);
-    if (!direct) {
+    if (!direct_in) {
         b = kd_handlers_alloc_values(want, A->dtype, err);
         x0 = any_x0 ? kd_handlers_alloc_values(want, A->dtype, err) : NULL;
     }
     kd_solve_result_t *results = calloc((size_t)columns, sizeof(*results));
-    if ((!direct && (b == NULL || (any_x0 && x0 == NULL))) || x == NULL || results == NULL) {
+    if ((!direct_in && (b == NULL || (any_x0 && x0 == NULL))) || x == NULL || results == NULL) {
         rc = n > 1 ? KD_SOLVE_ALONE
                    : kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors",
                                 (long long)rows, (long long)columns);
@@ -432,7 +442,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     }
     uint64_t t0 = kd_clock_ns();
     /* All right-hand sides of every request in one solve: they share the device's launches. */
-    for (size_t i = 0; i < n && !direct; i++) {
+    for (size_t i = 0; i < n && !direct_in; i++) {
         const kd_solve_request_t *pq = &parts[i].job->req->u.solve;
         if (parts[i].rc != KD_OK)
             continue;
@@ -443,8 +453,8 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         else if (x0 != NULL)
             memset((char *)x0 + at, 0, count * asize); /* x0 = 0, as without one */
     }
-    const void *bin = direct ? q->b.data : b;
-    const void *x0in = direct ? (q->x0.present ? q->x0.data : NULL) : x0;
+    const void *bin = direct_in ? q->b.data : b;
+    const void *x0in = direct_in ? (q->x0.present ? q->x0.data : NULL) : x0;
     rc = strcmp(q->method, KD_METHOD_AUTO) == 0
              ? kd_solve_auto(server->ocl, A, columns, bin, x0in, x, &params, results, err)
              : kd_solve(server->ocl, A, columns, bin, x0in, x, &params, results, err);
