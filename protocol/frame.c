@@ -23,6 +23,7 @@
 #include <string.h>
 
 #define KD_FRAME_READ_CHUNK ((size_t)64 << 10)
+#define KD_FRAME_SLACK ((size_t)4 << 10) /* past a message's declared size, when growing to it */
 
 /* One msgpack header. */
 struct kd_head {
@@ -289,8 +290,8 @@ static int kd_frame_move(kd_frame_t *f, size_t cap, size_t keep)
 }
 
 /* Make room for `want` more bytes after tail: move the held bytes to the front if that is not
- * enough, then grow (doubling, so a large message costs few copies; at once to the declared size
- * of the message under way) but never past what the held bytes plus `want` need or max_message
+ * enough, then grow (to the declared size of the message under way, else doubling, so a large
+ * message costs few copies) but never past what the held bytes plus `want` need or max_message
  * plus `want`, whichever is larger. */
 static int kd_frame_make_room(kd_frame_t *f, size_t want)
 {
@@ -312,10 +313,13 @@ static int kd_frame_make_room(kd_frame_t *f, size_t want)
         bound = SIZE_MAX;
     if (bound < need)
         bound = need;
-    size_t cap = f->cap > SIZE_MAX / 2 ? SIZE_MAX : f->cap * 2;
+    /* The message's size is known: all of it at once (a copy of the bytes held so far, no
+     * more), and a little for what its last headers have not declared yet (keys after a bin);
+     * exact, because a request keeps its buffer and is charged for all of it. */
     const uint64_t declared = kd_frame_declared(f);
-    if (declared > cap && declared <= f->limits.max_message)
-        cap = (size_t)declared;
+    size_t cap = f->cap > SIZE_MAX / 2 ? SIZE_MAX : f->cap * 2;
+    if (declared > f->tail && declared <= f->limits.max_message)
+        cap = (size_t)declared + KD_FRAME_SLACK;
     if (cap < need)
         cap = need;
     if (cap > bound)

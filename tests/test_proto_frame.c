@@ -345,7 +345,8 @@ static void test_handover_without_copy(void)
 }
 
 /* A large message (a 3 MiB bin) received as a socket would, glued to the next one: once its
- * headers are in, the buffer grows at once to the declared size, the space offered stops at the
+ * headers are in, the buffer grows at once to the declared size (and a few KiB), the space offered
+ * stops at the
  * message's end, and the message is handed over in the buffer it was received into (no copy);
  * with recycling, its buffer comes back to the shelf and serves the next large message. */
 static void test_large_message_in_place(int recycle)
@@ -378,7 +379,7 @@ static void test_large_message_in_place(int recycle)
             size_t room;
             REQUIRE(kd_frame_reserve(f, 65536, &space, &room) == KD_OK);
             if (sent >= h) { /* the headers are in: one buffer of the message's size */
-                CHECK_EQ_INT(kd_frame_capacity(f), big.n);
+                CHECK(kd_frame_capacity(f) >= big.n && kd_frame_capacity(f) <= big.n + 65536);
                 CHECK_EQ_INT(room, big.n - sent); /* never past the message's end */
                 if (first == NULL)
                     first = space - sent;
@@ -401,7 +402,8 @@ static void test_large_message_in_place(int recycle)
         CHECK(memcmp(ev.data, big.p, big.n) == 0);
         CHECK_EQ_INT(kd_frame_buffered(f), 0);
         if (recycle) {
-            CHECK_EQ_INT(kd_recycle_capacity(ev.data, ev.len), big.n);
+            const size_t cap = kd_recycle_capacity(ev.data, ev.len); /* what the request holds */
+            CHECK(cap >= big.n && cap <= big.n + 65536);
             kd_recycle_free(ev.data);
             CHECK(kd_recycle_idle_bytes() >= big.n); /* on the shelf for the next one */
         } else {
