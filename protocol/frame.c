@@ -409,7 +409,7 @@ static kd_frame_kind_t kd_frame_emit(kd_frame_t *f, kd_frame_event_t *ev)
     char *data;
     if (f->head == 0 && len == f->tail) {
         data = f->buf;
-        if (f->cap > len && !f->recycled) {
+        if (f->cap - len > KD_FRAME_SLACK && !f->recycled) { /* a doubling's spare half */
             char *shrunk = realloc(data, len);
             if (shrunk != NULL)
                 data = shrunk;
