@@ -27,6 +27,7 @@ int kd_bench_batch_main(int argc, char **argv);
 int kd_bench_refresh_main(int argc, char **argv);
 int kd_bench_heat_main(int argc, char **argv);
 int kd_bench_putlike_main(int argc, char **argv);
+int kd_bench_wire_main(int argc, char **argv);
 
 /* The median of v[0..n) (sorts v in place); 0 for n == 0. */
 double kd_bench_median(double *v, size_t n);

@@ -29,6 +29,7 @@ static const kd_bench_command_t kd_bench_commands[] = {
     {"refresh", kd_bench_refresh_main, "new values on a held pattern: full setup against refresh"},
     {"heat", kd_bench_heat_main, "a heat-equation loop through a krylovd: put like against re-put"},
     {"putlike", kd_bench_putlike_main, "through a krylovd: a put of new values against a full put"},
+    {"wire", kd_bench_wire_main, "large spmv / solve vectors end to end against raw loopback TCP"},
 };
 
 static void kd_bench_usage(void)

@@ -15,6 +15,7 @@
 
 #include "common/checked.h"
 #include "common/error.h"
+#include "common/recycle.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #define KD_FRAME_READ_CHUNK ((size_t)64 << 10)
+#define KD_FRAME_SLACK ((size_t)4 << 10) /* past a message's declared size, when growing to it */
 
 /* One msgpack header. */
 struct kd_head {
@@ -60,6 +62,8 @@ struct kd_frame {
     struct kd_scan s;
     int discarding;
     int failed;
+    int recycle;  /* kd_frame_use_recycled */
+    int recycled; /* buf came from kd_recycle_alloc: never realloc'd, freed with kd_recycle_free */
     char error[sizeof(((kd_frame_event_t *)0)->message)];
 };
 
@@ -248,13 +252,47 @@ void kd_frame_free(kd_frame_t *frame)
 {
     if (frame == NULL)
         return;
-    free(frame->buf);
+    kd_recycle_free(frame->buf);
     free(frame);
 }
 
+/* The bytes (from head) the message being received needs at least, as far as its headers have
+ * said: 0 when no message is under way or it is being discarded. */
+static uint64_t kd_frame_declared(const kd_frame_t *f)
+{
+    if (!f->s.started || f->discarding || f->failed)
+        return 0;
+    return f->s.pending > UINT64_MAX - f->scan ? UINT64_MAX : f->scan + f->s.pending;
+}
+
+/* A buffer of cap bytes holding the first `keep` bytes of the old one. */
+static int kd_frame_move(kd_frame_t *f, size_t cap, size_t keep)
+{
+    if (f->recycle && (cap >= KD_RECYCLE_MIN || f->recycled)) {
+        size_t got;
+        char *fresh = kd_recycle_alloc(cap, &got);
+        if (fresh == NULL)
+            return KD_ENOMEM;
+        if (keep > 0)
+            memcpy(fresh, f->buf, keep);
+        kd_recycle_free(f->buf);
+        f->buf = fresh;
+        f->cap = got;
+        f->recycled = got >= KD_RECYCLE_MIN;
+        return KD_OK;
+    }
+    char *grown = realloc(f->buf, cap);
+    if (grown == NULL)
+        return KD_ENOMEM;
+    f->buf = grown;
+    f->cap = cap;
+    return KD_OK;
+}
+
 /* Make room for `want` more bytes after tail: move the held bytes to the front if that is not
- * enough, then grow (doubling, so a large message costs few copies) but never past what the held
- * bytes plus `want` need or max_message plus `want`, whichever is larger. */
+ * enough, then grow (to the declared size of the message under way, else doubling, so a large
+ * message costs few copies) but never past what the held bytes plus `want` need or max_message
+ * plus `want`, whichever is larger. */
 static int kd_frame_make_room(kd_frame_t *f, size_t want)
 {
     if (f->head == f->tail)
@@ -275,17 +313,23 @@ static int kd_frame_make_room(kd_frame_t *f, size_t want)
         bound = SIZE_MAX;
     if (bound < need)
         bound = need;
+    /* The message's size is known: all of it at once (a copy of the bytes held so far, no
+     * more), and a little for what its last headers have not declared yet (keys after a bin);
+     * exact, because a request keeps its buffer and is charged for all of it. */
+    const uint64_t declared = kd_frame_declared(f);
     size_t cap = f->cap > SIZE_MAX / 2 ? SIZE_MAX : f->cap * 2;
+    if (declared > f->tail && declared <= f->limits.max_message)
+        cap = (size_t)declared + KD_FRAME_SLACK;
     if (cap < need)
         cap = need;
     if (cap > bound)
         cap = bound;
-    char *grown = realloc(f->buf, cap);
-    if (grown == NULL)
-        return KD_ENOMEM;
-    f->buf = grown;
-    f->cap = cap;
-    return KD_OK;
+    return kd_frame_move(f, cap, f->tail);
+}
+
+void kd_frame_use_recycled(kd_frame_t *frame)
+{
+    frame->recycle = 1;
 }
 
 int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *len)
@@ -295,6 +339,12 @@ int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *le
         return rc;
     *buf = frame->buf + frame->tail;
     *len = frame->cap - frame->tail;
+    /* A large message that starts the buffer: read no further than its end, so that it leaves
+     * whole (kd_frame_emit hands the buffer over) instead of being copied out. */
+    const uint64_t declared = kd_frame_declared(frame);
+    if (frame->head == 0 && declared >= KD_RECYCLE_MIN && declared > frame->tail &&
+        declared - frame->tail < *len)
+        *len = (size_t)(declared - frame->tail);
     return KD_OK;
 }
 
@@ -359,15 +409,16 @@ static kd_frame_kind_t kd_frame_emit(kd_frame_t *f, kd_frame_event_t *ev)
     char *data;
     if (f->head == 0 && len == f->tail) {
         data = f->buf;
-        if (f->cap > len) {
+        if (f->cap - len > KD_FRAME_SLACK && !f->recycled) { /* a doubling's spare half */
             char *shrunk = realloc(data, len);
             if (shrunk != NULL)
                 data = shrunk;
         }
         f->buf = NULL;
         f->cap = f->head = f->tail = 0;
+        f->recycled = 0;
     } else {
-        data = malloc(len);
+        data = f->recycle ? kd_recycle_alloc(len, NULL) : malloc(len);
         if (data == NULL) {
             kd_frame_fail(f, "out of host memory for a %zu-byte message", len);
             ev->kind = KD_FRAME_ERROR;

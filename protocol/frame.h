@@ -33,7 +33,9 @@ typedef struct kd_frame_limits {
 
 typedef enum kd_frame_kind {
     KD_FRAME_NEED_MORE = 0, /* no complete message yet */
-    KD_FRAME_MESSAGE = 1,   /* ev->data/len: one whole message, malloc'd, now owned by the caller */
+    KD_FRAME_MESSAGE = 1,   /* ev->data/len: one whole message, malloc'd (or recycled: see
+                               kd_frame_use_recycled), now
+                               owned by the caller */
     KD_FRAME_TOO_LARGE = 2, /* a message over a limit; its remaining bytes will be skipped */
     KD_FRAME_ERROR = 3,     /* not msgpack: the stream cannot be resynchronised; close it */
 } kd_frame_kind_t;
@@ -52,10 +54,16 @@ typedef struct kd_frame kd_frame_t;
 /* limits may be NULL (all defaults). Returns 0 or KD_ENOMEM. */
 int kd_frame_new(const kd_frame_limits_t *limits, kd_frame_t **out);
 void kd_frame_free(kd_frame_t *frame); /* accepts NULL */
+/* From now on a large message's buffer comes from common/recycle.h (its pages already mapped),
+ * and the caller frees each KD_FRAME_MESSAGE's data with kd_recycle_free instead of free(). */
+void kd_frame_use_recycled(kd_frame_t *frame);
 
 /* Space to receive up to *len bytes into (at least 1, about `suggested`); then kd_frame_commit()
  * with the count actually written. Drain kd_frame_next() before reserving again: the buffer then
- * never grows past max_message + `suggested` (plus a partial header). Returns 0 or KD_ENOMEM. */
+ * never grows past max_message + `suggested` (plus a partial header). Once a message's headers
+ * have declared its size, the buffer is grown to hold all of it at once and the space offered
+ * ends where the message does (when the message began at the buffer's start), so a large message
+ * is received in place and handed over whole, never copied. Returns 0 or KD_ENOMEM. */
 int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *len);
 void kd_frame_commit(kd_frame_t *frame, size_t n);
 

@@ -12,6 +12,7 @@
 
 #include "common/checked.h"
 #include "common/csr.h"
+#include "common/recycle.h"
 #include "protocol/frame.h"
 #include "protocol/object.h"
 
@@ -1157,7 +1158,7 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
     *out = NULL;
     struct kd_request_block *block = calloc(1, sizeof(*block));
     if (block == NULL) {
-        free(buf);
+        kd_recycle_free(buf); /* the framer's buffer: perhaps recycled (frame.h) */
         return kd_err_set(&derr->err, KD_ENOMEM, "out of host memory for a request");
     }
     kd_request_t *req = &block->req;
@@ -1185,7 +1186,8 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
     if (rc != KD_OK)
         goto fail;
     req->owned->bytes +=
-        sizeof(*block) + len + kd_object_count(&req->owned->unpacked.data) * sizeof(msgpack_object);
+        sizeof(*block) + kd_recycle_capacity(buf, len) +
+        kd_object_count(&req->owned->unpacked.data) * sizeof(msgpack_object);
     *out = req;
     return KD_OK;
 fail:
@@ -1208,6 +1210,6 @@ void kd_request_free(kd_request_t *req)
         free(owned->arrays[i]);
     free(owned->arrays);
     free(owned->items);
-    free(owned->buf);
+    kd_recycle_free(owned->buf);
     free((struct kd_request_block *)req);
 }

@@ -5,12 +5,16 @@
 #include "protocol/writer.h"
 
 #include "common/error.h"
+#include "common/recycle.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+/* Nothing may follow a tail: it is sent after the encoded bytes. */
 #define KD_W(w, call)                                                                              \
     do {                                                                                           \
+        if ((w)->tail != NULL)                                                                     \
+            (w)->failed = 1;                                                                       \
         if (!(w)->failed && (call) != 0)                                                           \
             (w)->failed = 1;                                                                       \
     } while (0)
@@ -20,6 +24,8 @@ void kd_writer_init(kd_writer_t *w)
     msgpack_sbuffer_init(&w->sbuf);
     msgpack_packer_init(&w->pk, &w->sbuf, msgpack_sbuffer_write);
     w->failed = 0;
+    w->tail = NULL;
+    w->tail_len = 0;
 }
 
 void kd_writer_destroy(kd_writer_t *w)
@@ -29,6 +35,9 @@ void kd_writer_destroy(kd_writer_t *w)
     msgpack_sbuffer_destroy(&w->sbuf);
     msgpack_sbuffer_init(&w->sbuf);
     w->failed = 0;
+    kd_recycle_free(w->tail);
+    w->tail = NULL;
+    w->tail_len = 0;
 }
 
 int kd_writer_failed(const kd_writer_t *w)
@@ -38,6 +47,11 @@ int kd_writer_failed(const kd_writer_t *w)
 
 void *kd_writer_release(kd_writer_t *w, size_t *len)
 {
+    if (w->tail != NULL && !w->failed && msgpack_sbuffer_write(&w->sbuf, w->tail, w->tail_len) != 0)
+        w->failed = 1;
+    kd_recycle_free(w->tail);
+    w->tail = NULL;
+    w->tail_len = 0;
     size_t size = w->sbuf.size;
     void *data = msgpack_sbuffer_release(&w->sbuf);
     if (w->failed) {
@@ -47,6 +61,21 @@ void *kd_writer_release(kd_writer_t *w, size_t *len)
     }
     *len = data != NULL ? size : 0;
     return data;
+}
+
+void *kd_writer_release_parts(kd_writer_t *w, size_t *len, void **tail, size_t *tail_len)
+{
+    *tail = w->tail;
+    *tail_len = w->tail_len;
+    w->tail = NULL;
+    w->tail_len = 0;
+    void *head = kd_writer_release(w, len);
+    if (head == NULL) {
+        kd_recycle_free(*tail);
+        *tail = NULL;
+        *tail_len = 0;
+    }
+    return head;
 }
 
 void kd_w_nil(kd_writer_t *w)
@@ -151,6 +180,20 @@ void kd_w_kv_bin(kd_writer_t *w, const char *key, const void *data, size_t len)
 {
     kd_w_key(w, key);
     kd_w_bin(w, data, len);
+}
+
+void kd_w_kv_bin_tail(kd_writer_t *w, const char *key, void *payload, size_t len)
+{
+    kd_w_key(w, key);
+    if (len > UINT32_MAX)
+        w->failed = 1;
+    KD_W(w, msgpack_pack_bin(&w->pk, len));
+    if (w->tail != NULL) { /* a second tail: the first stays, to be freed */
+        kd_recycle_free(payload);
+        return;
+    }
+    w->tail = payload;
+    w->tail_len = len;
 }
 
 void kd_w_request_begin(kd_writer_t *w, uint64_t msgid, const char *method)

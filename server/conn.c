@@ -23,6 +23,7 @@
 #define _GNU_SOURCE /* struct ucred */
 #include "common/log.h"
 #include "common/clock.h"
+#include "common/recycle.h"
 #include "protocol/writer.h"
 #include "server/server.h"
 #include "server/tls.h"
@@ -31,10 +32,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* One write of a message's parts: its head and perhaps a tail (a vector's bytes, sent from the
+ * buffer the device wrote them to). */
 typedef struct kd_write_req {
     uv_write_t req;
     kd_conn_t *conn;
-    void *bytes;
+    void *bytes, *tail;
     size_t len;
 } kd_write_req_t;
 
@@ -213,6 +216,7 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
         free(conn);
         return;
     }
+    kd_frame_use_recycled(conn->frame); /* kd_request_free gives the buffers back */
     conn->server = server;
     conn->refs = 2; /* the stream and linger handles */
     conn->id = ++server->next_conn_id;
@@ -281,6 +285,7 @@ static void kd_conn_written(uv_write_t *req, int status)
     if (status == 0)
         conn->last_activity_ns = kd_clock_ns();
     free(w->bytes);
+    kd_recycle_free(w->tail);
     free(w);
     if (status < 0 && status != UV_ECANCELED && !conn->closing) {
         KD_DEBUG("conn", "write failed conn=%llu: %s", (unsigned long long)conn->id,
@@ -291,33 +296,46 @@ static void kd_conn_written(uv_write_t *req, int status)
     kd_conn_unref(conn);
 }
 
-/* Queue bytes for the stream as they are (ciphertext on a TLS connection); even while closing. */
-static void kd_conn_write(kd_conn_t *conn, void *bytes, size_t len)
+/* Queue bytes for the stream as they are (ciphertext on a TLS connection), then tail's (NULL:
+ * none); even while closing. Takes both. */
+static void kd_conn_write2(kd_conn_t *conn, void *bytes, size_t len, void *tail, size_t tail_len)
 {
-    if (bytes == NULL)
+    if (bytes == NULL) {
+        kd_recycle_free(tail);
         return;
+    }
     kd_write_req_t *w = malloc(sizeof(*w));
     if (w == NULL) {
         free(bytes);
+        kd_recycle_free(tail);
         kd_conn_close(conn);
         return;
     }
     w->conn = conn;
     w->bytes = bytes;
-    w->len = len;
-    uv_buf_t buf = uv_buf_init(bytes, (unsigned int)len);
+    w->tail = tail;
+    w->len = len + tail_len;
+    uv_buf_t bufs[2] = {uv_buf_init(bytes, (unsigned int)len),
+                        uv_buf_init(tail, (unsigned int)tail_len)};
     conn->refs++;
-    conn->write_pending += len;
-    int rc = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &buf, 1, kd_conn_written);
+    conn->write_pending += w->len;
+    int rc =
+        uv_write(&w->req, (uv_stream_t *)&conn->tcp, bufs, tail != NULL ? 2 : 1, kd_conn_written);
     if (rc != 0) {
         conn->refs--;
-        conn->write_pending -= len;
+        conn->write_pending -= w->len;
         free(bytes);
+        kd_recycle_free(tail);
         free(w);
         kd_conn_close(conn);
         return;
     }
     kd_climem_account(conn); /* may pause reading */
+}
+
+static void kd_conn_write(kd_conn_t *conn, void *bytes, size_t len)
+{
+    kd_conn_write2(conn, bytes, len, NULL, 0);
 }
 
 static int kd_conn_flush_tls(kd_conn_t *conn)
@@ -330,17 +348,29 @@ static int kd_conn_flush_tls(kd_conn_t *conn)
     return rc;
 }
 
-static void kd_conn_send_tls(kd_conn_t *conn, void *bytes, size_t len)
+/* Encrypt bytes[0..len) in chunks and queue the ciphertext. */
+static int kd_conn_encrypt(kd_conn_t *conn, const void *bytes, size_t len, kd_err_t *err)
 {
-    kd_err_t err = {0};
     int rc = KD_OK;
     for (size_t off = 0; rc == KD_OK && off < len && !conn->closing; off += KD_TLS_SEND_CHUNK) {
         size_t n = len - off < KD_TLS_SEND_CHUNK ? len - off : KD_TLS_SEND_CHUNK;
-        rc = kd_tls_write(conn->tls, (const char *)bytes + off, n, &err);
+        rc = kd_tls_write(conn->tls, (const char *)bytes + off, n, err);
         if (rc == KD_OK && (rc = kd_conn_flush_tls(conn)) != KD_OK)
-            kd_err_set(&err, rc, "out of memory for TLS output");
+            kd_err_set(err, rc, "out of memory for TLS output");
     }
+    return rc;
+}
+
+/* TLS copies the plaintext anyway (into ciphertext): the parts are encrypted one after the other.
+ */
+static void kd_conn_send_tls(kd_conn_t *conn, void *bytes, size_t len, void *tail, size_t tail_len)
+{
+    kd_err_t err = {0};
+    int rc = kd_conn_encrypt(conn, bytes, len, &err);
+    if (rc == KD_OK && tail != NULL)
+        rc = kd_conn_encrypt(conn, tail, tail_len, &err);
     free(bytes);
+    kd_recycle_free(tail);
     if (rc == KD_EPROTO) /* an answer at accept (BUSY) to a client that has not said hello */
         KD_DEBUG("conn", "dropping a response to conn=%llu: %s", (unsigned long long)conn->id,
                  err.message);
@@ -351,16 +381,22 @@ static void kd_conn_send_tls(kd_conn_t *conn, void *bytes, size_t len)
     }
 }
 
-void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
+void kd_conn_send_parts(kd_conn_t *conn, void *bytes, size_t len, void *tail, size_t tail_len)
 {
     if (conn->closing || bytes == NULL) {
         free(bytes);
+        kd_recycle_free(tail);
         return;
     }
     if (conn->tls != NULL)
-        kd_conn_send_tls(conn, bytes, len);
+        kd_conn_send_tls(conn, bytes, len, tail, tail_len);
     else
-        kd_conn_write(conn, bytes, len);
+        kd_conn_write2(conn, bytes, len, tail, tail_len);
+}
+
+void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len)
+{
+    kd_conn_send_parts(conn, bytes, len, NULL, 0);
 }
 
 void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)

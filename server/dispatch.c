@@ -355,8 +355,10 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
              (unsigned long long)conn->id, (unsigned long long)job->msgid,
              kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));
     conn->last_activity_ns = kd_clock_ns();
-    kd_conn_send(conn, job->response, job->response_len); /* dropped if the client left */
-    job->response = NULL;
+    /* dropped if the client left */
+    kd_conn_send_parts(conn, job->response, job->response_len, job->response_tail,
+                       job->response_tail_len);
+    job->response = job->response_tail = NULL;
     kd_job_free(job);
     kd_climem_account(conn); /* its charge has gone (the response, if sent, is counted now) */
     kd_conn_unref(conn);

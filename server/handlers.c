@@ -473,7 +473,8 @@ void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
                  kd_error_wire_name(rc), err->message);
     }
     job->error_code = rc;
-    job->response = kd_writer_release(w, &job->response_len);
+    job->response = kd_writer_release_parts(w, &job->response_len, &job->response_tail,
+                                            &job->response_tail_len);
 }
 
 void kd_handlers_run(void *ctx, kd_job_t *job)

@@ -35,6 +35,8 @@ typedef struct kd_job {
     atomic_int cancel;    /* 0, or the KD_E* code to stop with (KD_ECANCELLED, KD_ETIMEOUT) */
     void *response;       /* encoded response, malloc'd (worker writes, loop sends) */
     size_t response_len;
+    void *response_tail; /* its last bin's payload, sent after it uncopied (kd_w_kv_bin_tail) */
+    size_t response_tail_len;
     int error_code;            /* KD_OK or the error the response carries, for counters */
     uv_timer_t deadline_timer; /* loop thread: answers TIMEOUT if it fires while still queued */
     int has_timer;             /* deadline_timer was initialised (then freed in its close cb) */

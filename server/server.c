@@ -13,6 +13,7 @@
 #include "server/server.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/recycle.h"
 #include "server/metrics.h"
 #include "server/notify.h"
 #include "solver/pool.h"
@@ -307,6 +308,12 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     if ((rc = kd_hostmem_check(server, err)) != KD_OK ||
         (rc = kd_climem_init(server, err)) != KD_OK)
         return rc;
+    /* Large message and response buffers kept for the next request (common/recycle.h): idle,
+     * at most half the client memory cap (kd_hostmem_check leaves twice the cap for clients)
+     * and 1 GiB. */
+    kd_recycle_set_limit(server->climem.cap / 2 < ((size_t)1 << 30) ? server->climem.cap / 2
+                                                                     : (size_t)1 << 30,
+                         4);
     rc = kd_store_new(&server->store);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot create the matrix store");

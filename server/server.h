@@ -186,6 +186,9 @@ void kd_conn_accept(kd_server_t *server, int is_unix);
 void kd_conn_resume_reading(kd_conn_t *conn);
 /* Queue bytes (malloc'd; ownership passes) to the client; dropped if the connection is closing. */
 void kd_conn_send(kd_conn_t *conn, void *bytes, size_t len);
+/* The same for one message in two malloc'd parts (a response and its tail, protocol/writer.h),
+ * written one after the other without joining them; tail may be NULL. */
+void kd_conn_send_parts(kd_conn_t *conn, void *bytes, size_t len, void *tail, size_t tail_len);
 void kd_conn_send_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message);
 void kd_conn_close(kd_conn_t *conn);
 void kd_conn_unref(kd_conn_t *conn);

@@ -15,6 +15,7 @@
  */
 #include "common/checked.h"
 #include "common/clock.h"
+#include "common/recycle.h"
 #include "server/handlers.h"
 #include "server/spmv.h"
 #include "server/spread.h"
@@ -22,6 +23,7 @@
 #include "solver/precond.h"
 #include "solver/solve.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -226,10 +228,11 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
     return KD_OK;
 }
 
-/* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results. */
-void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
-                        const kd_solve_result_t *results, const void *xout, uint64_t t0,
-                        double total_ms, const char *setup)
+/* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results; x last,
+ * copied from xout, or (xtail) sent from it as the response's tail. */
+static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                               const kd_solve_result_t *results, const void *xout, void *xtail,
+                               uint64_t t0, double total_ms, const char *setup)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
@@ -252,7 +255,6 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
     kd_w_kv_double(w, "final_ms", an->final_ms);
     kd_w_kv_double(w, "download_ms", an->download_ms);
     kd_w_kv_double(w, "solve_ms", results[0].time_ms);
-    kd_w_kv_bin(w, "x", xout, want * osize);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_str(w, "method", params->method->name); /* what "auto" or an alias came to */
     kd_w_kv_str(w, "preconditioner", params->precond->name);
@@ -309,6 +311,35 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
         }
     }
     kd_w_kv_double(w, "time_ms", total_ms);
+    if (xtail != NULL)
+        kd_w_kv_bin_tail(w, "x", xtail, want * osize);
+    else
+        kd_w_kv_bin(w, "x", xout, want * osize);
+}
+
+void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                        const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                        double total_ms, const char *setup)
+{
+    kd_solve_job_write(w, job, params, results, xout, NULL, t0, total_ms, setup);
+}
+
+static int kd_solve_aligned(const void *p, size_t size)
+{
+    return ((uintptr_t)p & (size - 1)) == 0;
+}
+
+/* A request's x in its own dtype, for the response's tail. */
+static void *kd_solve_alloc_out(const kd_solve_request_t *q, kd_err_t *err)
+{
+    size_t bytes;
+    void *p = NULL;
+    if (q->b.count < 0 || kd_mul_overflow((size_t)q->b.count, kd_dtype_size(q->dtype), &bytes))
+        kd_err_set(err, KD_ETOOLARGE, "vector of %lld values is too large", (long long)q->b.count);
+    else if ((p = kd_recycle_alloc(bytes, NULL)) == NULL)
+        kd_err_set(err, KD_ENOMEM, "out of host memory for a vector of %lld values",
+                   (long long)q->b.count);
+    return p;
 }
 
 /* Answer and post every taken request (parts[1..n)); parts[0] is the worker's own. One whose
@@ -387,11 +418,23 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     int any_x0 = 0;
     for (size_t i = 0; i < n; i++)
         any_x0 |= parts[i].rc == KD_OK && parts[i].job->req->u.solve.x0.present;
-    void *b = kd_handlers_alloc_values(want, A->dtype, err);
-    void *x0 = any_x0 ? kd_handlers_alloc_values(want, A->dtype, err) : NULL;
-    void *x = kd_handlers_alloc_values(want, A->dtype, err);
+    /* One request in the matrix's dtype: x comes back into the response's tail, and b and x0
+     * go to the device from the request's bytes where they are aligned (kd_solve scans b on the
+     * host through typed loads, whatever solve.h says of unaligned arrays; a bin's alignment is
+     * the client's encoding's). */
+    const int direct = columns == q->nrhs && q->dtype == A->dtype;
+    const int direct_in = direct && kd_solve_aligned(q->b.data, asize) &&
+                          (!q->x0.present || kd_solve_aligned(q->x0.data, asize));
+    void *b = NULL, *x0 = NULL, *x = NULL;
+    size_t xbytes = 0;
+    if (!kd_mul_overflow((size_t)want, asize, &xbytes))
+        x = kd_recycle_alloc(xbytes, NULL);
+    if (!direct_in) {
+        b = kd_handlers_alloc_values(want, A->dtype, err);
+        x0 = any_x0 ? kd_handlers_alloc_values(want, A->dtype, err) : NULL;
+    }
     kd_solve_result_t *results = calloc((size_t)columns, sizeof(*results));
-    if (b == NULL || x == NULL || (any_x0 && x0 == NULL) || results == NULL) {
+    if ((!direct_in && (b == NULL || (any_x0 && x0 == NULL))) || x == NULL || results == NULL) {
         rc = n > 1 ? KD_SOLVE_ALONE
                    : kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld vectors",
                                 (long long)rows, (long long)columns);
@@ -399,7 +442,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     }
     uint64_t t0 = kd_clock_ns();
     /* All right-hand sides of every request in one solve: they share the device's launches. */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !direct_in; i++) {
         const kd_solve_request_t *pq = &parts[i].job->req->u.solve;
         if (parts[i].rc != KD_OK)
             continue;
@@ -410,9 +453,11 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         else if (x0 != NULL)
             memset((char *)x0 + at, 0, count * asize); /* x0 = 0, as without one */
     }
+    const void *bin = direct_in ? q->b.data : b;
+    const void *x0in = direct_in ? (q->x0.present ? q->x0.data : NULL) : x0;
     rc = strcmp(q->method, KD_METHOD_AUTO) == 0
-             ? kd_solve_auto(server->ocl, A, columns, b, x0, x, &params, results, err)
-             : kd_solve(server->ocl, A, columns, b, x0, x, &params, results, err);
+             ? kd_solve_auto(server->ocl, A, columns, bin, x0in, x, &params, results, err)
+             : kd_solve(server->ocl, A, columns, bin, x0in, x, &params, results, err);
     if (rc != KD_OK && nbatch > 1 && atomic_load(&batch_cancel) == 0) {
         rc = KD_SOLVE_ALONE; /* perhaps one request's values: each alone says whose */
         goto done;
@@ -434,15 +479,20 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         kd_writer_t own, *pw = i == 0 ? w : &own;
         if (i > 0)
             kd_writer_init(&own);
-        void *xout = prc == KD_OK ? kd_handlers_alloc_values(pq->b.count, pq->dtype, &perr) : NULL;
-        if (prc == KD_OK && xout == NULL)
+        /* x in the request's dtype: x itself when direct, else its columns converted */
+        void *xout = NULL;
+        if (prc == KD_OK && direct) {
+            xout = x;
+            x = NULL;
+        } else if (prc == KD_OK && (xout = kd_solve_alloc_out(pq, &perr)) == NULL) {
             prc = perr.code;
-        if (prc == KD_OK) {
+        } else if (prc == KD_OK) {
             kd_convert_real(xout, pq->dtype, (char *)x + (size_t)(p->col0 * rows) * asize, A->dtype,
                             (size_t)pq->b.count);
-            kd_solve_job_reply(pw, p->job, &params, results + p->col0, xout, t0, total_ms, setup);
         }
-        free(xout);
+        if (prc == KD_OK) /* the writer takes xout */
+            kd_solve_job_write(pw, p->job, &params, results + p->col0, NULL, xout, t0, total_ms,
+                               setup);
         if (i == 0) {
             rc = prc;
             *err = perr;
@@ -461,7 +511,7 @@ done:
     free(results);
     free(b);
     free(x0);
-    free(x);
+    kd_recycle_free(x);
     return rc;
 }
 

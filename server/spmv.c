@@ -14,6 +14,11 @@
  *   spmv requests waiting then run as a group on the device's express queue, concurrently with
  *   the solve's queued iterations, so none waits for the solve to end (docs/ARCHITECTURE.md).
  *
+ * - Large vectors go as they are. A run whose vectors pass KD_SPMV_DIRECT_BYTES skips the pinned
+ *   image: x is written to the device from the request's own bytes (the framer received them in
+ *   place), y is read back into the buffer the response's tail is sent from (protocol/writer.h),
+ *   so a large spmv's vectors are copied once each way between the socket and the device.
+ *
  * Every request of a group is checked on its own (its owner, its lengths, its cancel flag and
  * deadline) and gets its own answer; one that fails does not fail the others. The matrices a
  * group uses are marked busy while it runs, so that making room for one request's matrix cannot
@@ -22,6 +27,7 @@
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/recycle.h"
 #include "server/handlers.h"
 #include "server/spmv.h"
 #include "server/spread.h"
@@ -31,6 +37,9 @@
 #include <string.h>
 
 #define KD_SPMV_ALONE 1 /* kd_spmv_resolve: not for a group; kd_spmv_post runs it alone */
+/* x and y bytes of a run past which packing them into the pinned image costs more (a copy of
+ * each on the host) than it saves (one transfer instead of one per request). */
+#define KD_SPMV_DIRECT_BYTES ((size_t)4 << 20)
 
 typedef struct kd_spmv_item {
     kd_job_t *job;
@@ -40,7 +49,7 @@ typedef struct kd_spmv_item {
     int spread;              /* its matrix is spread over ranks: answered alone, in resolve */
     int64_t rows;            /* the matrix's rows */
     void *xconv, *yconv;     /* x, y converted to the matrix's dtype (alive until the wait) */
-    void *out;               /* y in the request's dtype: the answer */
+    void *out;               /* y in the request's dtype: the answer's tail (common/recycle.h's) */
     void *dev;               /* y in the matrix's dtype, when that differs */
     int rc;
     int budget; /* rc is a KD_EDEVMEM of the budget, not the driver's */
@@ -78,6 +87,20 @@ static int kd_spmv_match(void *arg, const kd_job_t *job)
         return 0;
     take->bytes += bytes;
     return 1;
+}
+
+/* y in the request's dtype: sent as the response's tail, so from the recycled buffers. */
+static void *kd_spmv_alloc_out(int64_t n, kd_dtype_t dtype, kd_err_t *err)
+{
+    size_t bytes;
+    if (n < 0 || kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes)) {
+        kd_err_set(err, KD_ETOOLARGE, "vector of %lld values is too large", (long long)n);
+        return NULL;
+    }
+    void *p = kd_recycle_alloc(bytes, NULL);
+    if (p == NULL)
+        kd_err_set(err, KD_ENOMEM, "out of host memory for a vector of %lld values", (long long)n);
+    return p;
 }
 
 /* The request's checks that need its matrix: owner, shape, lengths. The entry comes back busy. */
@@ -126,7 +149,7 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
         return kd_spread_spmv(server, entry, q, &it->out, err);
     }
     const int convert = q->dtype != adtype;
-    if ((it->out = kd_handlers_alloc_values(ywant, q->dtype, err)) == NULL ||
+    if ((it->out = kd_spmv_alloc_out(ywant, q->dtype, err)) == NULL ||
         (convert && (it->dev = kd_handlers_alloc_values(ywant, adtype, err)) == NULL))
         return err->code;
     it->entry = entry;
@@ -203,11 +226,11 @@ static int kd_spmv_enqueue(kd_server_t *server, kd_spmv_run_t *run, int r, kd_sp
             rc = kd_spmv_write(server, &run->y, run->stage_y, it, &q->y, &it->yconv, err);
     }
     if (rc == KD_OK && run->stage_x != NULL && run->x.mem != NULL)
-        rc = kd_ocl_write_async(server->ocl, run->x.mem, 0, kd_spmv_mv_bytes(&run->x),
-                                run->stage_x, err);
+        rc = kd_ocl_write_async(server->ocl, run->x.mem, 0, kd_spmv_mv_bytes(&run->x), run->stage_x,
+                                err);
     if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL && run->beta != 0.0)
-        rc = kd_ocl_write_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y),
-                                run->stage_y, err);
+        rc = kd_ocl_write_async(server->ocl, run->y.mem, 0, kd_spmv_mv_bytes(&run->y), run->stage_y,
+                                err);
     if (rc == KD_OK)
         rc = kd_matrix_spmm(server->ocl, A, run->alpha, &run->x, run->beta, &run->y, err);
     if (rc == KD_OK && run->stage_y != NULL && run->y.mem != NULL)
@@ -237,24 +260,30 @@ static void kd_spmv_unpack(const kd_spmv_run_t *run, int r, kd_spmv_item_t *item
     }
 }
 
-/* Every run's vectors from the pool, and one pinned host area carved into their images. */
+static int kd_spmv_direct(const kd_spmv_run_t *run)
+{
+    return kd_spmv_mv_bytes(&run->x) + kd_spmv_mv_bytes(&run->y) >= KD_SPMV_DIRECT_BYTES;
+}
+
+/* Every run's vectors from the pool, and one pinned host area carved into the images of those
+ * that are not direct. */
 static void kd_spmv_vectors(kd_server_t *server, kd_spmv_run_t *runs, int nruns)
 {
     size_t total = 0;
     for (int r = 0; r < nruns; r++) {
         kd_spmv_run_t *run = &runs[r];
         const kd_matrix_t *A = run->entry->dev;
-        run->rc = kd_pool_get(server->pool, server->ocl, A->cols, run->k, A->dtype, &run->x,
-                              &run->err);
+        run->rc =
+            kd_pool_get(server->pool, server->ocl, A->cols, run->k, A->dtype, &run->x, &run->err);
         if (run->rc == KD_OK)
             run->rc = kd_pool_get(server->pool, server->ocl, A->rows, run->k, A->dtype, &run->y,
                                   &run->err);
-        if (run->rc == KD_OK)
+        if (run->rc == KD_OK && !kd_spmv_direct(run)) /* larger runs go direct */
             total += kd_spmv_mv_bytes(&run->x) + kd_spmv_mv_bytes(&run->y);
     }
     char *stage = kd_pool_host(server->pool, server->ocl, total);
     for (int r = 0; stage != NULL && r < nruns; r++) {
-        if (runs[r].rc != KD_OK)
+        if (runs[r].rc != KD_OK || kd_spmv_direct(&runs[r]))
             continue;
         runs[r].stage_x = stage;
         stage += kd_spmv_mv_bytes(&runs[r].x);
@@ -271,10 +300,12 @@ static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
         kd_convert_real(it->out, q->dtype, it->dev, it->entry->dev->dtype, (size_t)count);
     kd_w_result_begin(w, it->job->msgid);
     kd_w_map(w, 4);
-    kd_w_kv_bin(w, "y", it->out, (size_t)count * kd_dtype_size(q->dtype));
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_int(w, "ncols", it->k);
     kd_w_kv_double(w, "time_ms", ms);
+    /* last: the response's tail, sent from it->out as it is */
+    kd_w_kv_bin_tail(w, "y", it->out, (size_t)count * kd_dtype_size(q->dtype));
+    it->out = NULL;
 }
 
 /*
@@ -348,7 +379,7 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
         free(it->xconv);
         free(it->yconv);
         free(it->dev);
-        free(it->out);
+        kd_recycle_free(it->out); /* NULL once the response took it */
     }
     return rc;
 }

@@ -5,6 +5,7 @@
  * random split points (run under ASan in CI).
  */
 #include "common/error.h"
+#include "common/recycle.h"
 #include "kd_test.h"
 #include "protocol/frame.h"
 #include "protocol/request.h"
@@ -341,6 +342,95 @@ static void test_handover_without_copy(void)
     CHECK(kd_frame_next(f, &ev) == KD_FRAME_NEED_MORE);
     kd_frame_free(f);
     free(b.p);
+}
+
+/* A large message (a 3 MiB bin) received as a socket would, glued to the next one: once its
+ * headers are in, the buffer grows at once to the declared size (and a few KiB), the space offered
+ * stops at the
+ * message's end, and the message is handed over in the buffer it was received into (no copy);
+ * with recycling, its buffer comes back to the shelf and serves the next large message. */
+static void test_large_message_in_place(int recycle)
+{
+    bytes_t big = {0}, next = {0};
+    const size_t payload = (size_t)3 << 20;
+    unsigned char head[64];
+    size_t h = 0;
+    head[h++] = 0x94, head[h++] = 0x00, head[h++] = 0x05; /* [0, 5, */
+    head[h++] = 0xa4, memcpy(head + h, "spmv", 4), h += 4;
+    head[h++] = 0x91, head[h++] = 0x81, head[h++] = 0xa1, head[h++] = 'x'; /* [{"x": */
+    head[h++] = 0xc6, head[h++] = 0, head[h++] = 0x30, head[h++] = 0, head[h++] = 0;
+    put(&big, head, h);
+    char *body = malloc(payload);
+    REQUIRE(body != NULL);
+    for (size_t i = 0; i < payload; i++)
+        body[i] = (char)(kd_test_rand_u64() & 0xff);
+    put(&big, body, payload);
+    put_request(&next, 6, "matrix.list");
+    kd_frame_t *f = new_frame(0, 0, 0);
+    if (recycle)
+        kd_frame_use_recycled(f);
+    for (int round = 0; round < 2; round++) {
+        size_t sent = 0, copies = 0;
+        char *first = NULL;
+        kd_frame_event_t ev;
+        kd_frame_kind_t kind = KD_FRAME_NEED_MORE;
+        while (kind == KD_FRAME_NEED_MORE) {
+            char *space;
+            size_t room;
+            REQUIRE(kd_frame_reserve(f, 65536, &space, &room) == KD_OK);
+            if (sent >= h) { /* the headers are in: one buffer of the message's size */
+                CHECK(kd_frame_capacity(f) >= big.n && kd_frame_capacity(f) <= big.n + 65536);
+                CHECK_EQ_INT(room, big.n - sent); /* never past the message's end */
+                if (first == NULL)
+                    first = space - sent;
+                copies += space - sent != first;
+            }
+            size_t n = room < 200000 ? room : 200000; /* a socket's reads */
+            const bytes_t *src = sent < big.n ? &big : &next;
+            size_t at = sent < big.n ? sent : sent - big.n;
+            if (n > src->n - at)
+                n = src->n - at;
+            memcpy(space, src->p + at, n);
+            kd_frame_commit(f, n);
+            sent += n;
+            kind = kd_frame_next(f, &ev);
+        }
+        REQUIRE(kind == KD_FRAME_MESSAGE);
+        CHECK_EQ_INT(ev.len, big.n);
+        CHECK(ev.data == (void *)first); /* handed over, never copied or moved */
+        CHECK_EQ_INT(copies, 0);
+        CHECK(memcmp(ev.data, big.p, big.n) == 0);
+        CHECK_EQ_INT(kd_frame_buffered(f), 0);
+        if (recycle) {
+            const size_t cap = kd_recycle_capacity(ev.data, ev.len); /* what the request holds */
+            CHECK(cap >= big.n && cap <= big.n + 65536);
+            kd_recycle_free(ev.data);
+            CHECK(kd_recycle_idle_bytes() >= big.n); /* on the shelf for the next one */
+        } else {
+            free(ev.data);
+        }
+        REQUIRE(kd_frame_feed(f, next.p, next.n) == KD_OK);
+        REQUIRE(kd_frame_next(f, &ev) == KD_FRAME_MESSAGE);
+        CHECK_EQ_INT(ev.len, next.n);
+        kd_recycle_free(ev.data);
+    }
+    if (recycle)
+        kd_recycle_set_limit(0, 0); /* empties the shelf */
+    CHECK_EQ_INT(kd_recycle_idle_bytes(), 0);
+    kd_frame_free(f);
+    free(body);
+    free(big.p);
+    free(next.p);
+}
+
+static void test_large_message_in_place_malloc(void)
+{
+    test_large_message_in_place(0);
+}
+
+static void test_large_message_in_place_recycled(void)
+{
+    test_large_message_in_place(1);
 }
 
 /* [0, 77, "matrix.put", [{"values": bin32 of 4 GiB - 1}]]: refused after the bin header with the
@@ -688,6 +778,8 @@ int main(void)
     RUN(test_split_everywhere);
     RUN(test_glued_and_random_chunks);
     RUN(test_handover_without_copy);
+    RUN(test_large_message_in_place_malloc);
+    RUN(test_large_message_in_place_recycled);
     RUN(test_bin32_4gib_refused);
     RUN(test_too_large_glued);
     RUN(test_depth_bomb);

@@ -4,6 +4,7 @@
  * getters' range checks, the sticky failure flag, and client-side message classification.
  */
 #include "common/error.h"
+#include "common/recycle.h"
 #include "kd_test.h"
 #include "protocol/object.h"
 #include "protocol/writer.h"
@@ -241,6 +242,64 @@ static void test_sticky_failure(void)
 }
 
 /* Client-side classification refuses what is not a response or a notification. */
+/* A bin sent as the message's tail: released whole it is the same bytes as kd_w_kv_bin's; in
+ * parts the head ends with the bin's header and the tail is the caller's buffer, uncopied;
+ * anything written after it fails the writer (the tail would no longer be last). */
+static void test_bin_tail(void)
+{
+    const size_t n = (size_t)2 << 20; /* large enough to come from the shelf */
+    for (int parts = 0; parts < 2; parts++) {
+        unsigned char *payload = kd_recycle_alloc(n, NULL);
+        REQUIRE(payload != NULL);
+        for (size_t i = 0; i < n; i++)
+            payload[i] = (unsigned char)kd_test_rand_u64();
+        kd_writer_t ref, w;
+        kd_writer_init(&ref);
+        kd_writer_init(&w);
+        kd_w_result_begin(&ref, 7);
+        kd_w_map(&ref, 2);
+        kd_w_kv_double(&ref, "time_ms", 1.5);
+        kd_w_kv_bin(&ref, "y", payload, n);
+        kd_w_result_begin(&w, 7);
+        kd_w_map(&w, 2);
+        kd_w_kv_double(&w, "time_ms", 1.5);
+        kd_w_kv_bin_tail(&w, "y", payload, n); /* takes payload */
+        size_t rlen, len, tlen = 0;
+        unsigned char *want = kd_writer_release(&ref, &rlen);
+        REQUIRE(want != NULL);
+        if (parts) {
+            void *tail = NULL;
+            unsigned char *head = kd_writer_release_parts(&w, &len, &tail, &tlen);
+            REQUIRE(head != NULL);
+            CHECK(tail == (void *)payload); /* not copied */
+            CHECK_EQ_INT(len + tlen, rlen);
+            CHECK(memcmp(head, want, len) == 0 && memcmp(tail, want + len, tlen) == 0);
+            free(head);
+            kd_recycle_free(tail);
+        } else {
+            unsigned char *got = kd_writer_release(&w, &len);
+            REQUIRE(got != NULL);
+            CHECK_EQ_INT(len, rlen);
+            CHECK(memcmp(got, want, rlen) == 0);
+            free(got);
+        }
+        free(want);
+    }
+    kd_writer_t w;
+    kd_writer_init(&w);
+    kd_w_map(&w, 2);
+    kd_w_kv_bin_tail(&w, "x", malloc(16), 16);
+    kd_w_kv_int(&w, "after", 1);
+    CHECK(kd_writer_failed(&w));
+    size_t len;
+    void *tail;
+    size_t tlen;
+    CHECK(kd_writer_release_parts(&w, &len, &tail, &tlen) == NULL && tail == NULL); /* freed */
+    kd_writer_init(&w);
+    kd_w_kv_bin_tail(&w, "x", malloc(8), 8);
+    kd_writer_destroy(&w); /* frees the tail */
+}
+
 static void test_parse_message_shapes(void)
 {
     kd_writer_t w;
@@ -296,5 +355,6 @@ int main(void)
     RUN(test_value_kinds_and_getters);
     RUN(test_sticky_failure);
     RUN(test_parse_message_shapes);
+    RUN(test_bin_tail);
     return kd_test_finish();
 }
