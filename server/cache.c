@@ -427,8 +427,8 @@ static int kd_cache_host_any(kd_server_t *server, const uint8_t id[16], int patt
     kd_store_entry_t *entry = kd_store_lookup(server->store, id);
     if (entry == NULL)
         return kd_cache_not_found(id, err);
-    if (entry->host != NULL) {
-        *csr = entry->host;
+    if (entry->host != NULL || entry->recent != NULL) {
+        *csr = entry->host != NULL ? entry->host : entry->recent;
         return KD_OK;
     }
     if (server->state != NULL && !entry->meta.stored) {
@@ -541,7 +541,10 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         meta->stored = 1;
         meta->file_bytes = file_bytes;
         kd_cache_make_disk_room(server, entry);
-        kd_csr_free(csr);
+        if (entry->keep_recent)
+            entry->recent = csr; /* for the solve that follows: store.h */
+        else
+            kd_csr_free(csr);
     } else {
         entry->host = csr; /* the only copy: nothing else could bring the matrix back */
     }

@@ -123,6 +123,23 @@ static int kd_like_host_pattern(kd_server_t *server, const uint8_t id[16], kd_cs
     return KD_OK;
 }
 
+/* One kept CSR of a put with like at a time (store.h, `recent`): entry's, the one before freed. */
+static void kd_like_recent(kd_server_t *server, kd_store_entry_t *entry)
+{
+    if (entry == NULL || entry->recent == NULL)
+        return;
+    entry->keep_recent = 0;
+    if (server->has_like_recent && memcmp(server->like_recent, entry->meta.id, 16) != 0) {
+        kd_store_entry_t *old = kd_store_find(server->store, server->like_recent);
+        if (old != NULL && old->busy == 0) {
+            kd_csr_free(old->recent);
+            old->recent = NULL;
+        }
+    }
+    memcpy(server->like_recent, entry->meta.id, 16);
+    server->has_like_recent = 1;
+}
+
 /* kd_handlers_keep's upload for new values: shared with the like matrix where it can be. */
 typedef struct kd_like_upload {
     const kd_matrix_meta_t *like;
@@ -189,6 +206,7 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
         return rc;
     snprintf(a->built, sizeof(a->built), "shared");
     kd_like_describe(&entry->meta, a->like, entry->dev, &a->opt);
+    entry->keep_recent = 1;
     return KD_OK;
 }
 
@@ -246,6 +264,7 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
         goto out;
     t[4] = kd_clock_ns();
     kd_store_entry_t *entry = kd_store_find(server->store, meta.id);
+    kd_like_recent(server, entry);
     if (entry != NULL) {
         memcpy(entry->meta.pattern, hash, 16);
         entry->meta.has_pattern = 1;

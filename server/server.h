@@ -100,6 +100,8 @@ typedef struct kd_server {
                                            request's */
     size_t device_budget;               /* bytes of device memory matrices and vectors may use */
     int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int has_like_recent;  /* worker: like_recent names the entry holding `recent` (store.h) */
+    uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */

@@ -46,6 +46,7 @@ void kd_store_entry_free(kd_store_entry_t *entry)
 #endif
     kd_csr_free(entry->host);
     kd_csr_free(entry->pattern_host);
+    kd_csr_free(entry->recent);
     free(entry);
 }
 

@@ -96,6 +96,13 @@ typedef struct kd_store_entry {
     /* worker thread only: its canonical pattern (values NULL, arrays shared: kd_csr_with_values),
      * kept once a put with like used it, so the next one reads no file; or NULL */
     kd_csr_t *pattern_host;
+    /* worker thread only, with a state directory: the latest put with like's canonical CSR (its
+     * pattern shared), kept so that the solve that follows (which refreshes the like matrix's
+     * preconditioners against it) reads no file; one such copy in the server at a time
+     * (server->like_recent): the next put with like frees it. keep_recent asks kd_cache_admit to
+     * keep it. */
+    kd_csr_t *recent;
+    int keep_recent;
     struct kd_dist_matrix *dist; /* worker thread only: rank 0's part of a spread matrix (then
                                     dev is NULL), or NULL; never evicted (server/spread.c) */
     int busy;         /* worker thread only: jobs using it across a yield or in a group (spmv.c);
