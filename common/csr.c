@@ -9,6 +9,7 @@
  */
 #include "common/csr.h"
 #include "common/checked.h"
+#include "common/recycle.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -101,6 +102,10 @@ int kd_csr_transpose(const kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
 struct kd_csr_pattern {
     int refs; /* atomic */
     int32_t *indptr, *indices;
+    /* kd_csr_hash's state once the pattern is in (the id hashes the pattern before the values),
+     * per dtype (the byte before indptr): a new version hashes its values alone. Published
+     * once, atomically. */
+    XXH3_state_t *hashed[2];
 };
 
 static void kd_csr_pattern_release(struct kd_csr_pattern *p)
@@ -109,6 +114,8 @@ static void kd_csr_pattern_release(struct kd_csr_pattern *p)
         return;
     free(p->indptr);
     free(p->indices);
+    XXH3_freeState(p->hashed[0]);
+    XXH3_freeState(p->hashed[1]);
     free(p);
 }
 
@@ -122,7 +129,7 @@ void kd_csr_free(kd_csr_t *csr)
         free(csr->indptr);
         free(csr->indices);
     }
-    free(csr->values);
+    kd_recycle_free(csr->values); /* kd_csr_with_values's may come from the shelf */
     free(csr);
 }
 
@@ -144,7 +151,12 @@ int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
         csr->pattern = p;
     }
     *c = *csr;
-    c->values = kd_malloc_array((size_t)csr->nnz, kd_dtype_size(csr->dtype));
+    /* a time-stepping loop frees a version's values as it makes the next: pages already mapped
+     * are several times faster to fill (common/recycle.h) */
+    size_t bytes = 0;
+    c->values = kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &bytes)
+                    ? NULL
+                    : kd_recycle_alloc(bytes > 0 ? bytes : 1, NULL);
     if (c->values == NULL) {
         free(c);
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld values",
@@ -404,16 +416,32 @@ int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16])
     XXH3_state_t *state = XXH3_createState();
     if (state == NULL)
         return KD_ENOMEM;
-    /* A fixed little-endian header so the id does not depend on struct layout. */
-    uint8_t header[32] = {'k', 'r', 'y', 'l', 'o', 'v', 'd', '1'};
-    int64_t fields[3] = {csr->rows, csr->cols, csr->nnz};
-    memcpy(header + 8, fields, sizeof(fields));
-    XXH3_128bits_reset(state);
-    XXH3_128bits_update(state, header, sizeof(header));
-    uint8_t dtype = (uint8_t)csr->dtype;
-    XXH3_128bits_update(state, &dtype, 1);
-    XXH3_128bits_update(state, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
-    XXH3_128bits_update(state, csr->indices, (size_t)csr->nnz * sizeof(int32_t));
+    const int which = csr->dtype == KD_DTYPE_F32;
+    struct kd_csr_pattern *shared = csr->pattern;
+    XXH3_state_t *known =
+        shared != NULL ? __atomic_load_n(&shared->hashed[which], __ATOMIC_ACQUIRE) : NULL;
+    if (known != NULL) {
+        XXH3_copyState(state, known);
+    } else {
+        /* A fixed little-endian header so the id does not depend on struct layout. */
+        uint8_t header[32] = {'k', 'r', 'y', 'l', 'o', 'v', 'd', '1'};
+        int64_t fields[3] = {csr->rows, csr->cols, csr->nnz};
+        memcpy(header + 8, fields, sizeof(fields));
+        XXH3_128bits_reset(state);
+        XXH3_128bits_update(state, header, sizeof(header));
+        uint8_t dtype = (uint8_t)csr->dtype;
+        XXH3_128bits_update(state, &dtype, 1);
+        XXH3_128bits_update(state, csr->indptr, ((size_t)csr->rows + 1) * sizeof(int32_t));
+        XXH3_128bits_update(state, csr->indices, (size_t)csr->nnz * sizeof(int32_t));
+        XXH3_state_t *keep = shared != NULL ? XXH3_createState() : NULL;
+        XXH3_state_t *none = NULL;
+        if (keep != NULL) {
+            XXH3_copyState(keep, state);
+            if (!__atomic_compare_exchange_n(&shared->hashed[which], &none, keep, 0,
+                                             __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                XXH3_freeState(keep); /* another thread published it first */
+        }
+    }
     XXH3_128bits_update(state, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype));
     XXH128_hash_t h = XXH3_128bits_digest(state);
     XXH3_freeState(state);

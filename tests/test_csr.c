@@ -229,9 +229,55 @@ static void test_slices(void)
             }
         }
     }
-    CHECK_EQ_INT(kd_csr_row_of_entry(m, 0), 1); /* row 0 is empty */
+    CHECK_EQ_INT(kd_csr_row_of_entry(m, 0), 1);                /* row 0 is empty */
     CHECK_EQ_INT(kd_csr_row_of_entry(m, m->indptr[500]), 500); /* 2 entries: its own */
     kd_csr_free(m);
+}
+
+/* kd_csr_with_values: versions share the pattern (no copy), free in any order, and hash as
+ * independent copies do (the first hash of a shared pattern keeps the state after the pattern;
+ * later versions hash their values from it), in both dtypes. */
+static void test_shared_pattern_versions(void)
+{
+    kd_err_t err = {0};
+    const int32_t indptr[5] = {0, 2, 2, 5, 6};
+    const int32_t indices[6] = {0, 3, 0, 1, 3, 2};
+    for (int d = 0; d < 2; d++) {
+        const kd_dtype_t dt = d == 0 ? KD_DTYPE_F64 : KD_DTYPE_F32;
+        kd_csr_t *base = NULL;
+        REQUIRE(kd_csr_alloc(4, 4, 6, dt, &base, &err) == KD_OK);
+        memcpy(base->indptr, indptr, sizeof(indptr));
+        memcpy(base->indices, indices, sizeof(indices));
+        for (int k = 0; k < 6; k++)
+            kd_store_real(base->values, dt, (size_t)k, kd_test_rand_double(-1, 1));
+        kd_csr_t *v[3] = {NULL};
+        for (int i = 0; i < 3; i++) {
+            REQUIRE(kd_csr_with_values(i == 0 ? base : v[i - 1], &v[i], &err) == KD_OK);
+            CHECK(v[i]->indptr == base->indptr && v[i]->indices == base->indices);
+            for (int k = 0; k < 6; k++)
+                kd_store_real(v[i]->values, dt, (size_t)k, kd_test_rand_double(-1, 1));
+        }
+        for (int i = 0; i < 3; i++) {
+            kd_csr_t *copy = NULL; /* its own arrays: hashed from scratch */
+            REQUIRE(kd_csr_convert(v[i], dt, &copy, &err) == KD_OK);
+            CHECK(copy->pattern == NULL);
+            uint8_t a[16], b[16], again[16];
+            REQUIRE(kd_csr_hash(v[i], a) == KD_OK);
+            REQUIRE(kd_csr_hash(copy, b) == KD_OK);
+            REQUIRE(kd_csr_hash(v[i], again) == KD_OK);
+            CHECK(memcmp(a, b, 16) == 0 && memcmp(a, again, 16) == 0);
+            kd_csr_free(copy);
+        }
+        uint8_t h0[16], h1[16];
+        REQUIRE(kd_csr_hash(v[0], h0) == KD_OK);
+        REQUIRE(kd_csr_hash(v[1], h1) == KD_OK);
+        CHECK(memcmp(h0, h1, 16) != 0); /* other values, another id */
+        kd_csr_free(base);              /* the first freed first: the others keep the arrays */
+        CHECK(v[2]->indices[5] == 2 && v[2]->indptr[4] == 6);
+        kd_csr_free(v[1]);
+        kd_csr_free(v[2]);
+        kd_csr_free(v[0]);
+    }
 }
 
 int main(void)
@@ -245,5 +291,6 @@ int main(void)
     RUN(test_coo_bad_index);
     RUN(test_reference_spmv_and_stats);
     RUN(test_slices);
+    RUN(test_shared_pattern_versions);
     return kd_test_finish();
 }
