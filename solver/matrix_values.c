@@ -30,6 +30,7 @@
 #include "solver/matrix_scan.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -382,8 +383,7 @@ static int kd_values_scan(const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err)
 
 size_t kd_matrix_values_bytes(const kd_matrix_t *like)
 {
-    if (like->batch != NULL || like->ops == NULL || like->ops->arrays == NULL ||
-        like->impl == NULL)
+    if (like->batch != NULL || like->ops == NULL || like->ops->arrays == NULL || like->impl == NULL)
         return like->device_bytes;
     kd_format_array_t la[KD_FORMAT_ARRAYS_MAX];
     const int n = like->ops->arrays((kd_matrix_t *)like, la);
@@ -400,6 +400,20 @@ size_t kd_matrix_values_bytes(const kd_matrix_t *like)
     if (like->share == NULL) /* the probe (the format once more) and its maps, for a moment */
         bytes += all + own / vsize * sizeof(int32_t);
     return bytes;
+}
+
+typedef struct kd_values_scan_job {
+    const kd_csr_t *csr;
+    kd_matrix_t *m;
+    int rc;
+    kd_err_t err;
+} kd_values_scan_job_t;
+
+static void *kd_values_scan_run(void *arg)
+{
+    kd_values_scan_job_t *job = arg;
+    job->rc = kd_values_scan(job->csr, job->m, &job->err);
+    return NULL;
 }
 
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
@@ -443,10 +457,18 @@ int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
     rc = kd_values_arrays(ocl, like, m, ma, n, err);
     if (rc == KD_OK)
         rc = kd_values_order(ocl, like, m, err);
+    /* the scan (host threads) beside the values' transfer (the copy engine) */
+    kd_values_scan_job_t scan = {.csr = csr, .m = m, .rc = KD_OK};
+    pthread_t thread;
+    const int beside = rc == KD_OK && pthread_create(&thread, NULL, kd_values_scan_run, &scan) == 0;
     if (rc == KD_OK)
         rc = kd_values_fill(ocl, s, csr, ma, n, err);
-    if (rc == KD_OK)
-        rc = kd_values_scan(csr, m, err);
+    if (beside)
+        pthread_join(thread, NULL);
+    else if (rc == KD_OK)
+        kd_values_scan_run(&scan);
+    if (rc == KD_OK && scan.rc != KD_OK)
+        rc = kd_err_set(err, scan.rc, "%s", scan.err.message);
     if (rc == KD_OK)
         rc = kd_share_join(s, m, err);
     if (rc != KD_OK) {
