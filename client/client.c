@@ -50,6 +50,10 @@ struct krylov_client {
     int tls;                           /* krylov_set_tls: connect with TLS */
     char *cafile, *certfile, *keyfile; /* its files (NULL: none) */
     kd_ctls_t *session;                /* the connection's TLS session, or NULL */
+    /* A large bin of the caller's sent from where it is (kd_client_tail): the request's last
+     * value, its header written, its bytes not copied into the request; NULL when none. */
+    const void *tail;
+    size_t tail_len;
     /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
      * one pattern again and again, and comparing memory is several times cheaper than SHA-256. */
     struct {
@@ -299,10 +303,13 @@ static int kd_client_wait(krylov_client_t *c, short events)
     }
 }
 
-static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
+/* Send len bytes that are bytes [base, base + len) of a message of `total` (the progress
+ * callback sees the whole message's). */
+static int kd_client_send_part(krylov_client_t *c, const void *data, size_t len, size_t base,
+                               size_t total)
 {
     const char *p = data;
-    const size_t total = len;
+    const size_t end = base + len;
     while (len > 0) {
         size_t step = len < KRYLOV_SEND_STEP ? len : KRYLOV_SEND_STEP;
         if (c->session != NULL) {
@@ -323,7 +330,7 @@ static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
             p += n;
             len -= (size_t)n;
             if (c->send_progress != NULL)
-                c->send_progress(c->send_progress_ctx, (uint64_t)(total - len), (uint64_t)total);
+                c->send_progress(c->send_progress_ctx, (uint64_t)(end - len), (uint64_t)total);
             continue;
         }
         int rc = kd_client_wait(c, POLLOUT);
@@ -341,9 +348,20 @@ static int kd_client_send(krylov_client_t *c, const void *data, size_t len)
         p += n;
         len -= (size_t)n;
         if (c->send_progress != NULL)
-            c->send_progress(c->send_progress_ctx, (uint64_t)(total - len), (uint64_t)total);
+            c->send_progress(c->send_progress_ctx, (uint64_t)(end - len), (uint64_t)total);
     }
     return KRYLOV_OK;
+}
+
+/* key: a bin of len bytes at data, sent from there by the next kd_client_call: it must be the
+ * request's last value (the params map's last), and data must live until that call returns. */
+static void kd_client_tail(krylov_client_t *c, kd_writer_t *w, const char *key, const void *data,
+                           size_t len)
+{
+    kd_w_key(w, key);
+    msgpack_pack_bin(&w->pk, len);
+    c->tail = data;
+    c->tail_len = len;
 }
 
 /* Decrypted bytes into space (what the session holds already, else after waiting for more). */
@@ -426,14 +444,22 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
 {
     if (c->fd < 0) {
         kd_writer_destroy(w);
+        c->tail = NULL;
+        c->tail_len = 0;
         return kd_client_fail(c, KRYLOV_ECONNECTION, "not connected");
     }
+    const void *tail = c->tail;
+    const size_t tail_len = c->tail_len;
+    c->tail = NULL;
+    c->tail_len = 0;
     size_t len;
     void *bytes = kd_writer_release(w, &len);
     if (bytes == NULL)
         return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory encoding the request");
-    int rc = kd_client_send(c, bytes, len);
+    int rc = kd_client_send_part(c, bytes, len, 0, len + tail_len);
     free(bytes);
+    if (rc == KRYLOV_OK && tail != NULL)
+        rc = kd_client_send_part(c, tail, tail_len, len, len + tail_len);
     if (rc != KRYLOV_OK)
         return rc;
     for (;;) {
@@ -797,8 +823,9 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
     uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 3 + kd_put_option_count(opt));
     kd_w_kv_str(&w, "like", like_id);
     kd_w_kv_str(&w, "pattern", hex);
-    kd_w_kv_bin(&w, "values", narrow != NULL ? (const void *)narrow : (const void *)values, bytes);
     kd_put_options(&w, opt);
+    kd_client_tail(c, &w, "values", narrow != NULL ? (const void *)narrow : (const void *)values,
+                   bytes); /* the last value: sent from the caller's array */
     rc = kd_finish_info(c, &w, msgid, info);
     free(narrow);
     return rc;
@@ -1004,7 +1031,6 @@ int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, con
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "spmv", (beta != 0.0 ? 5 : 3) + (k > 1 ? 1 : 0));
     kd_w_kv_str(&w, "id", id);
-    kd_w_kv_bin(&w, "x", x, xb);
     kd_w_kv_double(&w, "alpha", alpha);
     if (k > 1)
         kd_w_kv_int(&w, "ncols", k);
@@ -1012,6 +1038,7 @@ int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, con
         kd_w_kv_double(&w, "beta", beta);
         kd_w_kv_bin(&w, "y", y, yb);
     }
+    kd_client_tail(c, &w, "x", x, xb); /* the last value: sent from the caller's array */
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, NULL, &reply);
     if (rc != KRYLOV_OK)
@@ -1130,7 +1157,6 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "solve", nparams);
     kd_w_kv_str(&w, "id", id);
-    kd_w_kv_bin(&w, "b", b, bytes);
     kd_w_kv_str(&w, "method", opt->method != NULL ? opt->method : "cg");
     kd_w_kv_double(&w, "rtol", opt->rtol);
     kd_w_kv_double(&w, "atol", opt->atol);
@@ -1157,6 +1183,7 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         for (int i = 0; i < noptions; i++)
             kd_w_kv_double(&w, names[i], values[i]);
     }
+    kd_client_tail(c, &w, "b", b, bytes); /* the last value: sent from the caller's array */
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, opt, &reply);
     if (rc != KRYLOV_OK)
