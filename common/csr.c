@@ -133,7 +133,19 @@ void kd_csr_free(kd_csr_t *csr)
     free(csr);
 }
 
+static int kd_csr_share(kd_csr_t *csr, int with_values, kd_csr_t **out, kd_err_t *err);
+
 int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
+{
+    return kd_csr_share(csr, 1, out, err);
+}
+
+int kd_csr_pattern_ref(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
+{
+    return kd_csr_share(csr, 0, out, err);
+}
+
+static int kd_csr_share(kd_csr_t *csr, int with_values, kd_csr_t **out, kd_err_t *err)
 {
     *out = NULL;
     kd_csr_t *c = calloc(1, sizeof(*c));
@@ -154,10 +166,11 @@ int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
     /* a time-stepping loop frees a version's values as it makes the next: pages already mapped
      * are several times faster to fill (common/recycle.h) */
     size_t bytes = 0;
-    c->values = kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &bytes)
+    c->values = !with_values ? NULL
+                : kd_mul_overflow((size_t)csr->nnz, kd_dtype_size(csr->dtype), &bytes)
                     ? NULL
                     : kd_recycle_alloc(bytes > 0 ? bytes : 1, NULL);
-    if (c->values == NULL) {
+    if (with_values && c->values == NULL) {
         free(c);
         return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld values",
                           (long long)csr->nnz);

@@ -40,6 +40,10 @@ typedef struct kd_csr {
  * so they may be freed on different threads. KD_ENOMEM.
  */
 int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
+/* The same with values NULL: a reference to csr's pattern alone. Values, where a matrix has
+ * them, are freed by kd_csr_free only (they may come from common/recycle.h, which must see them
+ * back: a plain free() of one corrupts the heap the next time its address is recycled). */
+int kd_csr_pattern_ref(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
 
 /* Caps applied on top of KD_CSR_INDEX_MAX (configured server limits). Zero means no extra cap. */
 typedef struct kd_csr_limits {

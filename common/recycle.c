@@ -5,6 +5,7 @@
  */
 #include "common/recycle.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,10 @@ void kd_recycle_free(void *p)
             continue;
         const size_t cap = kd_out[i].cap;
         kd_out[i].p = NULL;
+        /* A stale entry (its buffer given to free() instead, the address since reused by a
+         * smaller block): shelving it as cap bytes would let the next taker overrun it. */
+        if (malloc_usable_size(p) < cap)
+            break;
         if (kd_limit_buffers > 0 && cap <= kd_limit_bytes) {
             if (kd_shelf_count == KD_RECYCLE_SHELF_MAX) { /* room for the newest */
                 kd_shelf_bytes -= kd_shelf[KD_RECYCLE_SHELF_MAX - 1].cap;

@@ -73,10 +73,8 @@ static int kd_like_keep_pattern(kd_store_entry_t *entry, kd_csr_t *csr)
         return KD_OK;
     kd_err_t ignored = {0};
     kd_csr_t *ref = NULL;
-    if (kd_csr_with_values(csr, &ref, &ignored) != KD_OK)
+    if (kd_csr_pattern_ref(csr, &ref, &ignored) != KD_OK)
         return KD_ENOMEM; /* the next put with like reads the file again */
-    free(ref->values);
-    ref->values = NULL;
     entry->pattern_host = ref;
     return KD_OK;
 }
