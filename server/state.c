@@ -940,6 +940,23 @@ static int kd_state_scan_one(kd_state_t *state, const char *path, const uint8_t 
     return kd_state_user_add(state, id, layout.key, charged, why);
 }
 
+int kd_state_scan_entry(const char *dir, const char *name, kd_state_scan_totals_t *totals,
+                        char *path, size_t cap)
+{
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    snprintf(path, cap, "%s/%s", dir, name);
+    const size_t len = strlen(name);
+    if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
+        if (kd_state_io_unlink(path) == 0) {
+            totals->temporary++;
+            KD_WARN("state", "removed an interrupted write path=%s", path);
+        }
+        return 0;
+    }
+    return 1;
+}
+
 int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_scan_totals_t *totals,
                   kd_err_t *err)
 {
@@ -955,18 +972,9 @@ int kd_state_scan(kd_state_t *state, kd_state_scan_fn fn, void *ctx, kd_state_sc
     int stop = 0;
     while (!stop && (de = readdir(d)) != NULL) {
         const char *name = de->d_name;
-        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-            continue;
         char path[KD_PATH_MAX + 300];
-        snprintf(path, sizeof(path), "%s/%s", state->matrices, name);
-        size_t len = strlen(name);
-        if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
-            if (kd_state_io_unlink(path) == 0) {
-                totals->temporary++;
-                KD_WARN("state", "removed an interrupted write path=%s", path);
-            }
+        if (!kd_state_scan_entry(state->matrices, name, totals, path, sizeof(path)))
             continue;
-        }
         uint8_t id[16];
         if (kd_state_parse_name(name, id) != 0) {
             totals->ignored++;

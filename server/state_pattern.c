@@ -433,18 +433,9 @@ int kd_state_pattern_scan(kd_state_t *state, kd_state_scan_totals_t *totals, kd_
     int rc = KD_OK;
     while (rc == KD_OK && (de = readdir(d)) != NULL) {
         const char *name = de->d_name;
-        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
-            continue;
         char path[KD_PATH_MAX + 300];
-        snprintf(path, sizeof(path), "%s/%s", state->pattern_dir, name);
-        size_t len = strlen(name);
-        if (name[0] == '.' && len > 4 && strcmp(name + len - 4, ".tmp") == 0) {
-            if (kd_state_io_unlink(path) == 0) {
-                totals->temporary++;
-                KD_WARN("state", "removed an interrupted write path=%s", path);
-            }
+        if (!kd_state_scan_entry(state->pattern_dir, name, totals, path, sizeof(path)))
             continue;
-        }
         uint8_t key[16];
         if (kd_pattern_parse_name(name, key) != 0) {
             totals->ignored++;

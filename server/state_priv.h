@@ -51,6 +51,12 @@ struct kd_state {
 
 /* ---- shared helpers (state.c) ---- */
 
+/* A directory entry of the scan: 1 when it is for the caller to look at (its full path in path),
+ * 0 for "." and "..", and for an interrupted write (a ".*.tmp" file), which it removes and
+ * counts in totals->temporary. */
+int kd_state_scan_entry(const char *dir, const char *name, kd_state_scan_totals_t *totals,
+                        char *path, size_t cap);
+
 /* 0, or -1 with errno (0 for a short file). */
 int kd_state_pread_all(int fd, void *data, size_t len, uint64_t offset);
 
