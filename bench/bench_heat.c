@@ -208,17 +208,14 @@ static int kd_heat_drop(krylov_client_t *c, const char *id, double *ms)
 static int kd_heat_put(krylov_client_t *c, kd_bench_service_t *svc, const kd_heat_t *h,
                        const char *like_id, krylov_matrix_info_t *info, kd_heat_step_t *st)
 {
-    const uint64_t sent = svc->sent, t0 = kd_clock_ns();
-    const int rc = like_id != NULL ? krylov_put_like(c, like_id, h->rows, h->rows, h->indptr,
-                                                     h->indices, h->values, NULL, info)
-                                   : krylov_put_csr(c, h->rows, h->rows, h->indptr, h->indices,
-                                                    h->values, NULL, info);
-    if (rc != KRYLOV_OK)
+    kd_bench_put_t put;
+    if (kd_bench_service_put(svc, c, h->rows, h->indptr, h->indices, h->values, like_id, info,
+                             &put) != KRYLOV_OK)
         return kd_heat_fail(c, like_id != NULL ? "put with like" : "put");
-    st->put_ms = kd_clock_ms_since(t0);
-    st->put_server_ms = info->time_ms;
-    st->put_bytes = svc->sent - sent;
-    snprintf(st->format, sizeof(st->format), "%s", info->format);
+    st->put_ms = put.wall_ms;
+    st->put_server_ms = put.server_ms;
+    st->put_bytes = put.bytes;
+    snprintf(st->format, sizeof(st->format), "%s", put.format);
     return 0;
 }
 

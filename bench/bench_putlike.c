@@ -33,12 +33,6 @@ typedef struct kd_pl_matrix {
     double *values;
 } kd_pl_matrix_t;
 
-typedef struct kd_pl_put {
-    double wall_ms, server_ms;
-    uint64_t bytes;
-    char format[32];
-} kd_pl_put_t;
-
 static void kd_pl_usage(void)
 {
     fprintf(stderr,
@@ -105,19 +99,11 @@ static int kd_pl_fail(krylov_client_t *c, const char *what)
 
 /* One put of m's current values (like_id NULL: full), timed; its info in *info. */
 static int kd_pl_put(krylov_client_t *c, kd_bench_service_t *svc, const kd_pl_matrix_t *m,
-                     const char *like_id, krylov_matrix_info_t *info, kd_pl_put_t *p)
+                     const char *like_id, krylov_matrix_info_t *info, kd_bench_put_t *p)
 {
-    const uint64_t sent = svc->sent, t0 = kd_clock_ns();
-    const int rc = like_id != NULL ? krylov_put_like(c, like_id, m->rows, m->rows, m->indptr,
-                                                     m->indices, m->values, NULL, info)
-                                   : krylov_put_csr(c, m->rows, m->rows, m->indptr, m->indices,
-                                                    m->values, NULL, info);
-    if (rc != KRYLOV_OK)
+    if (kd_bench_service_put(svc, c, m->rows, m->indptr, m->indices, m->values, like_id, info, p) !=
+        KRYLOV_OK)
         return kd_pl_fail(c, like_id != NULL ? "put with like" : "put");
-    p->wall_ms = kd_clock_ms_since(t0);
-    p->server_ms = info->time_ms;
-    p->bytes = svc->sent - sent;
-    snprintf(p->format, sizeof(p->format), "%s", info->format);
     if (!info->created) {
         fprintf(stderr, "krylov-bench putlike: the server already held these values (%s)\n",
                 info->id);
@@ -173,7 +159,7 @@ out:
     return ok ? 0 : -1;
 }
 
-static double kd_pl_median(const kd_pl_put_t *p, int n, int server)
+static double kd_pl_median(const kd_bench_put_t *p, int n, int server)
 {
     double v[KD_PL_MAX_REPEAT];
     for (int i = 0; i < n; i++)
@@ -181,7 +167,7 @@ static double kd_pl_median(const kd_pl_put_t *p, int n, int server)
     return kd_bench_median(v, (size_t)n);
 }
 
-static uint64_t kd_pl_bytes(const kd_pl_put_t *p, int n)
+static uint64_t kd_pl_bytes(const kd_bench_put_t *p, int n)
 {
     double v[KD_PL_MAX_REPEAT];
     for (int i = 0; i < n; i++)
@@ -191,10 +177,10 @@ static uint64_t kd_pl_bytes(const kd_pl_put_t *p, int n)
 
 /* Warm-up, then `repeat` full puts and `repeat` puts with like on base, each dropped after. */
 static int kd_pl_run(krylov_client_t *c, kd_bench_service_t *svc, kd_pl_matrix_t *m,
-                     const char *base, int repeat, kd_pl_put_t *full, kd_pl_put_t *like)
+                     const char *base, int repeat, kd_bench_put_t *full, kd_bench_put_t *like)
 {
     krylov_matrix_info_t info;
-    kd_pl_put_t warm;
+    kd_bench_put_t warm;
     for (int r = -1; r < repeat; r++) { /* r = -1: untimed warm-up */
         kd_pl_values(m, 2 * r + 4);
         if (kd_pl_put(c, svc, m, NULL, &info, r < 0 ? &warm : &full[r]) != 0 ||
@@ -208,14 +194,14 @@ static int kd_pl_run(krylov_client_t *c, kd_bench_service_t *svc, kd_pl_matrix_t
     return 0;
 }
 
-static void kd_pl_report(const kd_pl_matrix_t *m, const kd_pl_put_t *full, const kd_pl_put_t *like,
-                         int repeat)
+static void kd_pl_report(const kd_pl_matrix_t *m, const kd_bench_put_t *full,
+                         const kd_bench_put_t *like, int repeat)
 {
     printf("%-6s %3s %10s %10s %12s %8s  %s\n", "put", "rep", "wall_ms", "server_ms", "bytes",
            "B/nnz", "format");
     for (int k = 0; k < 2; k++)
         for (int r = 0; r < repeat; r++) {
-            const kd_pl_put_t *p = k == 0 ? &full[r] : &like[r];
+            const kd_bench_put_t *p = k == 0 ? &full[r] : &like[r];
             printf("%-6s %3d %10.2f %10.2f %12llu %8.3f  %s\n", k == 0 ? "full" : "like", r,
                    p->wall_ms, p->server_ms, (unsigned long long)p->bytes,
                    (double)p->bytes / (double)m->nnz, p->format);
@@ -266,7 +252,7 @@ int kd_bench_putlike_main(int argc, char **argv)
         return 2;
     }
     kd_pl_matrix_t m;
-    kd_pl_put_t full[KD_PL_MAX_REPEAT], like[KD_PL_MAX_REPEAT];
+    kd_bench_put_t full[KD_PL_MAX_REPEAT], like[KD_PL_MAX_REPEAT];
     krylov_client_t *c = NULL;
     int status = 1;
     if (kd_pl_make(&m, n) != 0) {

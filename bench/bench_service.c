@@ -327,3 +327,21 @@ double kd_bench_loopback_rate(size_t bytes, int repeat)
     free(data);
     return n == (repeat < 16 ? repeat : 16) ? kd_bench_median(rates, (size_t)n) : 0.0;
 }
+
+int kd_bench_service_put(kd_bench_service_t *s, krylov_client_t *c, int64_t rows,
+                         const int32_t *indptr, const int32_t *indices, const double *values,
+                         const char *like_id, krylov_matrix_info_t *info, kd_bench_put_t *out)
+{
+    const uint64_t sent = s->sent, t0 = kd_clock_ns();
+    const int rc =
+        like_id != NULL
+            ? krylov_put_like(c, like_id, rows, rows, indptr, indices, values, NULL, info)
+            : krylov_put_csr(c, rows, rows, indptr, indices, values, NULL, info);
+    if (rc != KRYLOV_OK)
+        return rc;
+    out->wall_ms = kd_clock_ms_since(t0);
+    out->server_ms = info->time_ms;
+    out->bytes = s->sent - sent;
+    snprintf(out->format, sizeof(out->format), "%s", info->format);
+    return KRYLOV_OK;
+}

@@ -45,6 +45,17 @@ krylov_client_t *kd_bench_service_open(kd_bench_service_t *s);
  * directory. Returns the daemon's exit status (0 when none was started), -1 when it died. */
 int kd_bench_service_close(kd_bench_service_t *s, krylov_client_t *c);
 
+/* One put through c, timed: a full put of the square CSR (like_id NULL) or its values alone on
+ * like_id's pattern. KRYLOV_OK or the client's error code (its message in c). */
+typedef struct kd_bench_put {
+    double wall_ms, server_ms; /* the client's wall clock; the reply's time_ms (-1: not said) */
+    uint64_t bytes;            /* the request's bytes */
+    char format[32];
+} kd_bench_put_t;
+int kd_bench_service_put(kd_bench_service_t *s, krylov_client_t *c, int64_t rows,
+                         const int32_t *indptr, const int32_t *indices, const double *values,
+                         const char *like_id, krylov_matrix_info_t *info, kd_bench_put_t *out);
+
 /* Raw loopback TCP: one thread writes `bytes` through a 127.0.0.1 connection in 1 MiB writes
  * while another reads them in 1 MiB reads (the client's steps), `repeat` times;
  * the median rate in bytes per second, 0 when sockets or threads fail. */
