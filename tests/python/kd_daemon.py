@@ -28,6 +28,27 @@ def matrix_path(name):
     return os.path.join(MATRICES, name)
 
 
+def laplacian(nx):
+    """The 5-point Laplacian of an nx x nx grid (Dirichlet), canonical CSR."""
+    import scipy.sparse as sp
+
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(nx, nx))
+    a = sp.csr_matrix(sp.kron(sp.identity(nx), t) + sp.kron(t, sp.identity(nx)))
+    a.sum_duplicates()
+    return a
+
+
+def metric_sample(text, name, labels=""):
+    """The value of one sample line `name{labels} value` in a Prometheus exposition."""
+    import re
+
+    pat = "^" + re.escape(name + (("{" + labels + "}") if labels else "")) + r" (\S+)$"
+    m = re.search(pat, text, re.M)
+    if m is None:
+        raise AssertionError(f"no sample {name}{{{labels}}} in the exposition")
+    return float(m.group(1))
+
+
 def make_rng():
     """A numpy Generator seeded from KD_TEST_SEED or the clock; the seed is printed."""
     env = os.environ.get("KD_TEST_SEED")

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 
 import krylov
 from kd_daemon import BIN_DIR, Daemon, make_rng
+from kd_daemon import metric_sample as sample
 
 KRYLOVD = os.path.join(BIN_DIR, "krylovd")
 DEVICE = os.environ.get("KD_TEST_DEVICE", "auto")
@@ -161,15 +162,6 @@ def scrape(port, path="/metrics", method="GET"):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
     with urllib.request.urlopen(req, timeout=30) as r:
         return r.status, r.headers, r.read().decode()
-
-
-def sample(text, name, labels=""):
-    """The value of one sample line `name{labels} value`."""
-    pat = "^" + re.escape(name + (("{" + labels + "}") if labels else "")) + r" (\S+)$"
-    m = re.search(pat, text, re.M)
-    if m is None:
-        raise AssertionError(f"no sample {name}{{{labels}}} in the exposition")
-    return float(m.group(1))
 
 
 class MetricsTest(unittest.TestCase):

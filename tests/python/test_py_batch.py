@@ -29,18 +29,11 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import kd_rpc
-from kd_daemon import Daemon, matrix_path, shared_daemon
+from kd_daemon import Daemon, laplacian, matrix_path, shared_daemon
 
 daemon = None
 rng = None
 setUpModule, tearDownModule = shared_daemon(globals())
-
-
-def laplacian(nx):
-    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(nx, nx))
-    a = sp.csr_matrix(sp.kron(sp.identity(nx), t) + sp.kron(t, sp.identity(nx)))
-    a.sum_duplicates()
-    return a
 
 
 def perturbed(pattern, k, symmetric=True, dominance=1.0):

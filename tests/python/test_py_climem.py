@@ -25,7 +25,6 @@ counted bound alone, and the honest limit is tripled for the Debug + ASan build'
 """
 
 import os
-import re
 import select
 import shutil
 import socket
@@ -42,6 +41,7 @@ import scipy.sparse as sp
 
 import kd_rpc
 from kd_daemon import BIN_DIR, Daemon, make_rng
+from kd_daemon import metric_sample as sample
 
 MiB = 1 << 20
 CAP = 32 * MiB
@@ -69,14 +69,6 @@ def sanitized(pid):
 def scrape(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
         return r.read().decode()
-
-
-def sample(text, name, labels=""):
-    pat = "^" + re.escape(name + (("{" + labels + "}") if labels else "")) + r" (\S+)$"
-    m = re.search(pat, text, re.M)
-    if m is None:
-        raise AssertionError(f"no sample {name}{{{labels}}} in the exposition")
-    return float(m.group(1))
 
 
 class Hostile(threading.Thread):

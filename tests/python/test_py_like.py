@@ -26,7 +26,7 @@ import scipy.sparse.linalg as spla
 
 import krylov
 import kd_rpc
-from kd_daemon import Daemon, shared_daemon
+from kd_daemon import Daemon, laplacian, shared_daemon
 from krylov.content_id import pattern_hash
 from krylov.scipy import ResidentOperator
 
@@ -37,9 +37,7 @@ setUpModule, tearDownModule = shared_daemon(globals())
 
 def heat(n, dt):
     """I + dt L on an n x n grid (2-D Laplacian L): SPD, its values change with dt."""
-    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
-    lap = sp.kron(sp.identity(n), t) + sp.kron(t, sp.identity(n))
-    a = sp.csr_matrix(sp.identity(n * n) + dt * lap)
+    a = sp.csr_matrix(sp.identity(n * n) + dt * laplacian(n))
     a.sum_duplicates()
     return a
 
