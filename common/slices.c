@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 int kd_slices_count(int64_t nnz)
@@ -58,4 +59,31 @@ void kd_slices_run(void *(*fn)(void *), void *items, size_t size, int n)
         else
             fn(at + (size_t)i * size);
     }
+}
+
+/* One slice of kd_slices_memcpy. */
+typedef struct kd_copy_slice {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} kd_copy_slice_t;
+
+static void *kd_copy_slice_run(void *arg)
+{
+    const kd_copy_slice_t *c = arg;
+    memcpy(c->dst, c->src, c->bytes);
+    return NULL;
+}
+
+void kd_slices_memcpy(void *dst, const void *src, size_t bytes)
+{
+    kd_copy_slice_t slices[KD_SLICES_MAX];
+    const int n = kd_slices_count((int64_t)(bytes / 8));
+    const size_t each = (bytes + (size_t)n - 1) / (size_t)n;
+    for (int i = 0; i < n; i++) {
+        const size_t at = (size_t)i * each < bytes ? (size_t)i * each : bytes;
+        const size_t len = bytes - at < each ? bytes - at : each;
+        slices[i] = (kd_copy_slice_t){(char *)dst + at, (const char *)src + at, len};
+    }
+    kd_slices_run(kd_copy_slice_run, slices, sizeof(slices[0]), n);
 }

@@ -93,34 +93,6 @@ static void *kd_like_hash_run(void *arg)
     return NULL;
 }
 
-/* One slice of the values' copy: a fresh buffer's page faults are most of a copy's time, and
- * they overlap across threads. */
-typedef struct kd_like_copy {
-    char *dst;
-    const char *src;
-    size_t bytes;
-} kd_like_copy_t;
-
-static void *kd_like_copy_run(void *arg)
-{
-    kd_like_copy_t *c = arg;
-    memcpy(c->dst, c->src, c->bytes);
-    return NULL;
-}
-
-static void kd_like_copy(void *dst, const void *src, size_t bytes)
-{
-    kd_like_copy_t slices[KD_SLICES_MAX];
-    int n = kd_slices_count((int64_t)(bytes / 8));
-    const size_t each = (bytes + (size_t)n - 1) / (size_t)n;
-    for (int i = 0; i < n; i++) {
-        size_t at = (size_t)i * each < bytes ? (size_t)i * each : bytes;
-        size_t len = bytes - at < each ? bytes - at : each;
-        slices[i] = (kd_like_copy_t){(char *)dst + at, (const char *)src + at, len};
-    }
-    kd_slices_run(kd_like_copy_run, slices, sizeof(slices[0]), n);
-}
-
 /* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values,
  * in its dtype, and its content id. Values in the matrix's dtype are hashed straight from the
  * request on another thread while they are copied (each a pass over 8 bytes a nonzero). */
@@ -142,7 +114,7 @@ static int kd_like_matrix(kd_csr_t *pattern, const kd_array_t *values, kd_csr_t 
         h.view.values = (void *)values->data; /* read only */
         pthread_t thread;
         const int beside = pthread_create(&thread, NULL, kd_like_hash_run, &h) == 0;
-        kd_like_copy(c->values, values->data, bytes);
+        kd_slices_memcpy(c->values, values->data, bytes);
         if (beside)
             pthread_join(thread, NULL);
         else

@@ -234,6 +234,25 @@ static void test_slices(void)
     kd_csr_free(m);
 }
 
+/* kd_slices_memcpy copies every byte, whatever the size's remainder against the slices. */
+static void test_slices_memcpy(void)
+{
+    const size_t sizes[] = {0, 1, 7, 4096, ((size_t)9 << 20) + 3};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        const size_t n = sizes[i];
+        unsigned char *src = malloc(n + 1), *dst = malloc(n + 2);
+        REQUIRE(src != NULL && dst != NULL);
+        for (size_t k = 0; k < n; k++)
+            src[k] = (unsigned char)kd_test_rand_below(256);
+        memset(dst, 0xA5, n + 2);
+        kd_slices_memcpy(dst, src, n);
+        CHECK_MSG(memcmp(dst, src, n) == 0, "%zu bytes copied wrong", n);
+        CHECK(dst[n] == 0xA5 && dst[n + 1] == 0xA5); /* nothing past the end */
+        free(src);
+        free(dst);
+    }
+}
+
 /* kd_csr_with_values: versions share the pattern (no copy), free in any order, and hash as
  * independent copies do (the first hash of a shared pattern keeps the state after the pattern;
  * later versions hash their values from it), in both dtypes. */
@@ -292,5 +311,6 @@ int main(void)
     RUN(test_reference_spmv_and_stats);
     RUN(test_slices);
     RUN(test_shared_pattern_versions);
+    RUN(test_slices_memcpy);
     return kd_test_finish();
 }
