@@ -245,7 +245,11 @@ int kd_precond_refresh(kd_ocl_t *ocl, const kd_matrix_t *like, kd_matrix_t *A,
     if (rc != KD_OK)
         return rc;
     const kd_precond_t *old = kd_precond_held(like, ops, options);
-    const uint64_t pattern = kd_precond_pattern(csr);
+    /* Matrices sharing their pattern arrays (kd_matrix_with_values) have one pattern by
+     * construction: the old setup's fingerprint is A's, without a pass over the indices. */
+    const int shared =
+        A->share != NULL && A->share == like->share && old != NULL && old->pattern != 0;
+    const uint64_t pattern = shared ? old->pattern : kd_precond_pattern(csr);
     /* What the old setup recorded is the only trace of like's pattern the device side keeps. */
     if (old != NULL && old->pattern != 0 && old->pattern != pattern)
         return kd_err_set(err, KD_EBADREQ,
