@@ -43,6 +43,43 @@ int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_lim
     return KD_OK;
 }
 
+int kd_csr_validate(const kd_csr_t *csr, kd_err_t *err)
+{
+    int rc = kd_csr_check_shape(csr->rows, csr->cols, csr->nnz, NULL, err);
+    if (rc != KD_OK) {
+        kd_err_prefix(err, "invalid matrix");
+        if (err != NULL)
+            err->code = KD_EINTERNAL;
+        return KD_EINTERNAL;
+    }
+    if (csr->indptr == NULL || (csr->nnz > 0 && csr->indices == NULL))
+        return kd_err_set(err, KD_EINTERNAL, "invalid matrix: its arrays are missing");
+    if (csr->indptr[0] != 0 || csr->indptr[csr->rows] != csr->nnz)
+        return kd_err_set(err, KD_EINTERNAL,
+                          "invalid matrix: row pointers run from %lld to %lld, not 0 to nnz = %lld",
+                          (long long)csr->indptr[0], (long long)csr->indptr[csr->rows],
+                          (long long)csr->nnz);
+    for (int64_t i = 0; i < csr->rows; i++) {
+        const int64_t lo = csr->indptr[i], hi = csr->indptr[i + 1];
+        if (hi < lo || hi > csr->nnz)
+            return kd_err_set(err, KD_EINTERNAL,
+                              "invalid matrix: row %lld's pointers %lld..%lld are not in order",
+                              (long long)i, (long long)lo, (long long)hi);
+        int64_t prev = -1;
+        for (int64_t k = lo; k < hi; k++) {
+            const int64_t j = csr->indices[k];
+            if (j <= prev || j >= csr->cols)
+                return kd_err_set(
+                    err, KD_EINTERNAL,
+                    "invalid matrix: row %lld, entry %lld has column %lld (%s)", (long long)i,
+                    (long long)k, (long long)j,
+                    j >= csr->cols || j < 0 ? "out of range" : "not after the previous one");
+            prev = j;
+        }
+    }
+    return KD_OK;
+}
+
 int kd_csr_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, kd_csr_t **out,
                  kd_err_t *err)
 {

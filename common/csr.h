@@ -67,6 +67,15 @@ typedef struct kd_csr_stats {
 int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_limits_t *limits,
                        kd_err_t *err);
 
+/*
+ * Check that csr is canonical, as the builders make it: a shape within KD_CSR_INDEX_MAX,
+ * indptr[0] = 0, indptr non-decreasing up to indptr[rows] = nnz, and each row's column indices
+ * strictly increasing inside 0..cols-1. One O(rows + nnz) pass, for a matrix that did not come
+ * through a builder (a product from the device) before anything analyses it. KD_EINTERNAL naming
+ * the first fault (row, position, index).
+ */
+int kd_csr_validate(const kd_csr_t *csr, kd_err_t *err);
+
 /* Allocate an uninitialised matrix of that shape (after kd_csr_check_shape). */
 int kd_csr_alloc(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, kd_csr_t **out,
                  kd_err_t *err);

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "server/handlers.h"
 #include "server/replies.h"
+#include "solver/ocl_fault.h"
 #include "solver/spgemm.h"
 
 #include <stdio.h>
@@ -149,6 +150,21 @@ static int kd_multiply_make_room(kd_server_t *server, const kd_operands_t *ops, 
     return KD_OK;
 }
 
+/* The test hook's corruption (KD_FAULT=product:K): the first row of two or more entries gets its
+ * first two columns swapped, or, where there is none, the first entry a column out of range. */
+static void kd_multiply_corrupt(kd_csr_t *c)
+{
+    for (int64_t i = 0; i < c->rows; i++)
+        if (c->indptr[i + 1] - c->indptr[i] >= 2) {
+            int32_t *col = c->indices + c->indptr[i], t = col[0];
+            col[0] = col[1];
+            col[1] = t;
+            return;
+        }
+    if (c->nnz > 0)
+        c->indices[0] = (int32_t)c->cols;
+}
+
 /* C = op(A) B on the device, back on the host in *c. */
 static int kd_multiply_on_device(kd_server_t *server, const kd_operands_t *ops, size_t free_bytes,
                                  kd_csr_t **c, kd_spgemm_stats_t *stats, kd_err_t *err)
@@ -169,6 +185,16 @@ static int kd_multiply_on_device(kd_server_t *server, const kd_operands_t *ops, 
                       server->device_budget, free_bytes);
     if (rc == KD_OK)
         rc = kd_csr_device_download(server->ocl, &dc, c, err);
+    if (rc == KD_OK && kd_ocl_fault_corrupt_product())
+        kd_multiply_corrupt(*c);
+    /* checked like an upload before anything analyses or stores it */
+    if (rc == KD_OK && (rc = kd_csr_validate(*c, err)) != KD_OK) {
+        kd_err_prefix(err, "matrix.multiply: the device's product is not a valid matrix, nothing "
+                           "was stored");
+        KD_ERROR("store", "%s", err->message);
+        kd_csr_free(*c);
+        *c = NULL;
+    }
     kd_csr_device_release(&dc);
     kd_csr_device_release(&db);
     kd_csr_device_release(&da);

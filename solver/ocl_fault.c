@@ -31,6 +31,27 @@ static const cl_int kd_fault_status[KD_OCL_FAULT_KINDS] = {
     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
     CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST};
 
+static atomic_uint_fast64_t kd_fault_product; /* 0: off, else products to go */
+
+void kd_ocl_fault_arm_product(uint64_t k)
+{
+    atomic_store(&kd_fault_product, k);
+}
+
+int kd_ocl_fault_corrupt_product(void)
+{
+    uint_fast64_t left = atomic_load(&kd_fault_product);
+    while (left > 0)
+        if (atomic_compare_exchange_weak(&kd_fault_product, &left, left - 1)) {
+            if (left != 1)
+                return 0;
+            atomic_fetch_add(&kd_fault_injected, 1);
+            KD_WARN("ocl", "injected fault kind=product (KD_TEST_HOOKS)");
+            return 1;
+        }
+    return 0;
+}
+
 const char *kd_ocl_fault_name(kd_ocl_fault_kind_t kind)
 {
     return kind < KD_OCL_FAULT_KINDS ? kd_fault_names[kind] : "?";
@@ -115,6 +136,15 @@ void kd_ocl_fault_from_env(void)
     const char *spec = getenv("KD_FAULT");
     if (spec == NULL || spec[0] == '\0')
         return;
+    if (strncmp(spec, "product:", 8) == 0) {
+        char *end = NULL;
+        unsigned long long k = strtoull(spec + 8, &end, 10);
+        if (end != spec + 8 && *end == '\0' && k > 0) {
+            kd_ocl_fault_arm_product(k);
+            KD_WARN("ocl", "KD_FAULT: product %llu will be corrupted", k);
+            return;
+        }
+    }
     for (int kind = 0; kind < KD_OCL_FAULT_KINDS; kind++) {
         size_t len = strlen(kd_fault_names[kind]);
         if (strncmp(spec, kd_fault_names[kind], len) != 0 || spec[len] != ':')
@@ -129,7 +159,7 @@ void kd_ocl_fault_from_env(void)
         }
     }
     KD_WARN("ocl",
-            "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K, write:K or exec:K (K >= 1)",
+            "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K, write:K, exec:K or product:K (K >= 1)",
             spec);
 }
 

@@ -47,7 +47,14 @@ int kd_ocl_fault_drop_launch(void);
 /* For kd_ocl_finish and the wait for a timed launch: an exec fault not yet reported by a
  * read-back or upload, else CL_SUCCESS. */
 cl_int kd_ocl_fault_finish(void);
+/* 1 when the product being read back is the armed one of kd_ocl_fault_arm_product: the caller
+ * then corrupts it (a column out of order), as a faulty SpGEMM kernel would. */
+int kd_ocl_fault_corrupt_product(void);
 #else
+static inline int kd_ocl_fault_corrupt_product(void)
+{
+    return 0;
+}
 static inline cl_int kd_ocl_fault_check(kd_ocl_fault_kind_t kind)
 {
     (void)kind;
@@ -74,6 +81,9 @@ static inline cl_int kd_ocl_fault_finish(void)
 /* Fail the k-th operation of kind counted from now (k >= 1), and with sticky every one after it
  * too, until disarmed; k = 0 disarms it (and forgets an exec fault not yet reported). */
 void kd_ocl_fault_arm(kd_ocl_fault_kind_t kind, uint64_t k, int sticky);
+/* Corrupt the k-th SpGEMM product read back from now (k >= 1; 0 disarms). A daemon reads
+ * KD_FAULT=product:K too. */
+void kd_ocl_fault_arm_product(uint64_t k);
 /* Operations of kind since the process started (a counting run takes the difference). */
 uint64_t kd_ocl_fault_count(kd_ocl_fault_kind_t kind);
 /* Faults injected so far, of any kind. */

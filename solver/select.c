@@ -529,7 +529,9 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     int rc = kd_ocl_check_dtype(ocl, csr->dtype, err);
     if (rc != KD_OK)
         return rc;
-    rc = kd_csr_check_shape(csr->rows, csr->cols, csr->nnz, NULL, err);
+    /* The formats' analyses index by the row pointers and columns: a matrix that did not come
+     * through a builder (a product, a coarse level) is checked here, never trusted. */
+    rc = kd_csr_validate(csr, err);
     if (rc != KD_OK)
         return rc;
     int forced = forced_format != NULL && forced_format[0] != '\0';

@@ -299,6 +299,64 @@ static void test_shared_pattern_versions(void)
     }
 }
 
+/* kd_csr_validate: every built matrix passes (empty rows, 1 x 1, n x 1, a dense row), and each
+ * kind of damage a faulty kernel could do is named. */
+static void test_validate(void)
+{
+    kd_err_t err = {0};
+    int32_t indptr[] = {0, 3, 3, 5};
+    int32_t indices[] = {0, 2, 3, 1, 3};
+    double values[] = {1, 2, 3, 4, 5};
+    kd_csr_t *m = NULL;
+    REQUIRE(kd_csr_from_csr_arrays(3, 4, 5, indptr, KD_DTYPE_I32, indices, KD_DTYPE_I32, values,
+                                   KD_DTYPE_F64, KD_DTYPE_F64, NULL, &m, &err) == KD_OK);
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_OK);
+    m->indices[1] = 0; /* a duplicate */
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "row 0, entry 1 has column 0 (not after the previous one)");
+    m->indices[1] = 3; /* out of order */
+    m->indices[2] = 2;
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "row 0, entry 2 has column 2");
+    m->indices[1] = 2;
+    m->indices[2] = 3;
+    m->indices[4] = 4; /* out of range */
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "row 2, entry 4 has column 4 (out of range)");
+    m->indices[4] = -7;
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "out of range");
+    m->indices[4] = 3;
+    m->indptr[2] = 2; /* pointers that go back */
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "row 1's pointers 3..2");
+    m->indptr[2] = 3;
+    m->indptr[3] = 4; /* nnz disagrees */
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    CHECK_STR_CONTAINS(err.message, "not 0 to nnz = 5");
+    m->indptr[3] = 5;
+    m->indptr[1] = 6; /* past nnz */
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_EINTERNAL);
+    m->indptr[1] = 3;
+    CHECK_EQ_INT(kd_csr_validate(m, &err), KD_OK);
+    kd_csr_free(m);
+
+    /* shapes that break naive code: 1 x 1, n x 1, no entries, one dense row */
+    const int64_t shapes[][3] = {{1, 1, 1}, {7, 1, 7}, {5, 5, 0}, {4, 300, 300}};
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const int64_t rows = shapes[t][0], cols = shapes[t][1], nnz = shapes[t][2];
+        REQUIRE(kd_csr_alloc(rows, cols, nnz, KD_DTYPE_F64, &m, &err) == KD_OK);
+        for (int64_t i = 0; i <= rows; i++) /* a dense last row when nnz == cols */
+            m->indptr[i] = cols > 1 && nnz == cols ? (i == rows ? (int32_t)nnz : 0)
+                                                   : (int32_t)(i * nnz / rows);
+        for (int64_t k = 0; k < nnz; k++)
+            m->indices[k] = cols > 1 ? (int32_t)k : 0;
+        CHECK_MSG(kd_csr_validate(m, &err) == KD_OK, "%lld x %lld: %s", (long long)rows,
+                  (long long)cols, err.message);
+        kd_csr_free(m);
+    }
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -312,5 +370,6 @@ int main(void)
     RUN(test_slices);
     RUN(test_shared_pattern_versions);
     RUN(test_slices_memcpy);
+    RUN(test_validate);
     return kd_test_finish();
 }

@@ -419,6 +419,36 @@ static void test_device_memory(void)
     kd_csr_free(A);
 }
 
+/* A product the device got wrong (the test hook corrupts the first one read back: two columns
+ * out of order) is refused as INTERNAL naming the operation, nothing is stored, and the daemon
+ * goes on: the next product is right and admitted. */
+static void test_corrupt_product(void)
+{
+    kd_daemon_t d;
+    setenv("KD_FAULT", "product:1", 1);
+    const int started = kd_daemon_start(&d, NULL);
+    unsetenv("KD_FAULT");
+    REQUIRE(started == 0);
+    krylov_client_t *c = krylov_client_new();
+    REQUIRE(krylov_connect(c, d.address) == KRYLOV_OK);
+    kd_csr_t *A = kd_test_load_mtx("494_bus.mtx", 0.0);
+    krylov_matrix_info_t a, info;
+    krylov_server_status_t before, after;
+    REQUIRE(put(c, A, &a) == KRYLOV_OK);
+    REQUIRE(krylov_status(c, &before) == KRYLOV_OK);
+    CHECK(krylov_multiply(c, a.id, a.id, NULL, &info, NULL) != KRYLOV_OK);
+    CHECK(strcmp(krylov_error_code(c), "INTERNAL") == 0);
+    CHECK_STR_CONTAINS(krylov_error_message(c), "matrix.multiply");
+    CHECK_STR_CONTAINS(krylov_error_message(c), "not after the previous one");
+    REQUIRE(krylov_status(c, &after) == KRYLOV_OK);
+    CHECK_EQ_INT(after.matrices, before.matrices); /* nothing stored */
+    REQUIRE(multiply(c, a.id, a.id, 0, &info, NULL) == KRYLOV_OK);
+    check_product(c, "494_bus^2 after a refused product", &info, A, A, 1e-12);
+    krylov_client_free(c);
+    CHECK_EQ_INT(kd_daemon_stop(&d), 0);
+    kd_csr_free(A);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -434,6 +464,7 @@ int main(void)
     CHECK_EQ_INT(kd_daemon_stop(&daemon_), 0);
     RUN(test_without_state_dir);
     RUN(test_device_memory);
+    RUN(test_corrupt_product);
     free(kept.x);
     free(kept.y);
     return kd_test_finish();
