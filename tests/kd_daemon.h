@@ -111,6 +111,17 @@ static inline int kd_daemon_restart(kd_daemon_t *d, const char *const *extra)
     return kd_daemon_launch(d, extra);
 }
 
+/* Send sig to the daemon without waiting: -1, and nothing sent, when there is no daemon (a pid of
+ * 0 or less would signal the test's whole process group, ctest included). */
+static inline int kd_daemon_send(const kd_daemon_t *d, int sig)
+{
+    if (d->pid <= 0) {
+        fprintf(stderr, "no krylovd to send signal %d to\n", sig);
+        return -1;
+    }
+    return kill(d->pid, sig);
+}
+
 /* Send sig and wait; returns the exit status, -1 if it did not exit normally, or 128 + the
  * signal that ended it. The directory stays. */
 static inline int kd_daemon_signal(kd_daemon_t *d, int sig)

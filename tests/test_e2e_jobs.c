@@ -374,7 +374,7 @@ static void test_sigterm_cancels_after_grace(void)
     send_queued(&b, 2, 0);
     kd_rpc_sleep_ms(200);
     double t0 = kd_clock_ms();
-    kill(d2.pid, SIGTERM);
+    REQUIRE(kd_daemon_send(&d2, SIGTERM) == 0);
     /* queued: CANCELLED at once */
     REQUIRE(kd_rpc_read(&b, 20000, &m) == KD_RPC_RESPONSE);
     uint64_t queued_ms = (uint64_t)(kd_clock_ms() - t0);
@@ -423,7 +423,7 @@ static void test_sigterm_lets_running_finish(void)
     kd_rpc_send(&a, &w);
     kd_rpc_sleep_ms(100);
     double t0 = kd_clock_ms();
-    kill(d2.pid, SIGTERM);
+    REQUIRE(kd_daemon_send(&d2, SIGTERM) == 0);
     REQUIRE(kd_rpc_read(&a, 120000, &m) == KD_RPC_RESPONSE);
     CHECK_EQ_INT(m.msgid, 1);
     CHECK_MSG(m.error == NULL, "%s %s", m.code, m.message);

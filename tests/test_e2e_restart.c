@@ -352,7 +352,7 @@ static void test_sighup_reopens_log(void)
     char rotated[450];
     snprintf(rotated, sizeof(rotated), "%s.1", log_path);
     REQUIRE(rename(log_path, rotated) == 0);
-    kill(d.pid, SIGHUP);
+    REQUIRE(kd_daemon_send(&d, SIGHUP) == 0);
     struct stat st;
     for (int i = 0; i < 200 && stat(log_path, &st) != 0; i++)
         kd_rpc_sleep_ms(10);
@@ -369,7 +369,7 @@ static void test_sighup_reopens_log(void)
     CHECK(log_contains("SIGHUP"));
     kd_csr_free(A);
     kd_rpc_close(&c);
-    CHECK(kill(d.pid, 0) == 0); /* still running */
+    CHECK(kd_daemon_send(&d, 0) == 0); /* still running */
 }
 
 int main(void)

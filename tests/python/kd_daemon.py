@@ -116,8 +116,10 @@ class Daemon:
         """SIGTERM and wait; returns the exit status."""
         status = None
         if self.proc is not None:
-            if self.proc.poll() is None:
-                os.kill(self.stop_pid(), signal.SIGTERM)
+            pid = self.stop_pid()
+            # never a pid of 0 or less: that signals the test's whole process group
+            if self.proc.poll() is None and pid is not None and pid > 0:
+                os.kill(pid, signal.SIGTERM)
             try:
                 status = self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
