@@ -142,8 +142,7 @@ static void kd_warm_answer(kd_server_t *server, struct kd_warm_waiter *waiter, i
     if (*at == waiter)
         *at = waiter->next;
     kd_conn_t *conn = waiter->conn;
-    if (code != KD_OK) {
-        kd_server_count_error(server, code);
+    if (code != KD_OK) { /* not counted as an error: a client polling the warm-up asks again */
         kd_conn_send_error(conn, waiter->msgid, code, message);
     } else {
         kd_writer_t w;
