@@ -109,18 +109,24 @@ def main():
     ap.add_argument("--warm-threads", type=int, default=0, help="--warm-threads (0: automatic)")
     ap.add_argument("--coverage", action="store_true")
     ap.add_argument("--keep", help="state directory to use and keep (default: a temporary one)")
-    ap.add_argument("--pocl-cache", choices=["fresh", "keep"], default="fresh",
-                    help="fresh: PoCL's kernel cache starts empty (default); keep: the user's")
+    ap.add_argument("--pocl-cache", default="fresh",
+                    help="fresh: PoCL's kernel cache starts empty (default); keep: the user's; "
+                         "or a directory (a PoCL cache an earlier run filled: the empty-PoCL "
+                         "start is left out)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="krylovd-startup-")
     state = args.keep or os.path.join(work, "state")
-    pocl = os.path.join(work, "pocl") if args.pocl_cache == "fresh" else None
+    pocl = {"fresh": os.path.join(work, "pocl"), "keep": None}.get(args.pocl_cache,
+                                                                    args.pocl_cache)
     A = laplacian_2d(args.n)
     report = {"device": None, "rows": A.shape[0], "nnz": A.nnz, "starts": []}
     try:
-        for which, cache in (("empty PoCL cache, empty --cache-dir", "cache1"),
-                             ("warm PoCL cache, empty --cache-dir", "cache2"),
-                             ("warm PoCL cache, warm --cache-dir", "cache2")):
+        starts = [("empty PoCL cache, empty --cache-dir", "cache1"),
+                  ("warm PoCL cache, empty --cache-dir", "cache2"),
+                  ("warm PoCL cache, warm --cache-dir", "cache2")]
+        if args.pocl_cache != "fresh":
+            starts = starts[1:]
+        for which, cache in starts:
             with open(os.path.join(work, "krylovd.log"), "a") as log:
                 proc, address, ready, t0 = start(args, state, os.path.join(work, cache), pocl,
                                                  log)

@@ -155,6 +155,7 @@ struct kd_conn {
     size_t mem_jobs; /* ... of which its jobs in flight (their kd_climem_job_bytes) */
     kd_job_t *jobs;  /* in flight, for job.cancel and disconnects */
     size_t njobs;
+    size_t warm_waits; /* server.status requests waiting for the warm-up (warm.c) */
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];

@@ -97,11 +97,7 @@ void kd_warm_open_cache(kd_server_t *server)
         KD_WARN("server", "no program cache, every start compiles: %s", err.message);
         return;
     }
-    if (access(cfg->cache_dir, W_OK) != 0)
-        KD_WARN("server",
-                "program cache %s is not writable: binaries found there are used, new ones are "
-                "not kept",
-                cfg->cache_dir);
+    /* One that cannot be written (read-only, full) says so once, at its first failed store. */
     kd_ocl_set_program_cache(server->ocl, server->programs);
 }
 
@@ -142,6 +138,8 @@ static void kd_warm_answer(kd_server_t *server, struct kd_warm_waiter *waiter, i
     if (*at == waiter)
         *at = waiter->next;
     kd_conn_t *conn = waiter->conn;
+    conn->warm_waits--;
+    conn->last_activity_ns = kd_clock_ns();
     if (code != KD_OK) { /* not counted as an error: a client polling the warm-up asks again */
         kd_conn_send_error(conn, waiter->msgid, code, message);
     } else {
@@ -195,6 +193,7 @@ void kd_warm_wait(kd_conn_t *conn, const kd_request_t *req)
     uv_timer_init(server->loop, &waiter->timer);
     waiter->timer.data = waiter;
     conn->refs++;
+    conn->warm_waits++; /* not idle meanwhile (kd_conn_sweep) */
     waiter->next = server->warm_waiters;
     server->warm_waiters = waiter;
     if (kd_warm_done(server) || server->shutting_down) {
