@@ -93,18 +93,18 @@ typedef struct kd_server {
                                   (dist/follow.h; worker thread only), else NULL */
     kd_worker_t *worker;
     kd_store_t *store;
-    kd_state_t *state;                  /* NULL without --state-dir */
+    kd_state_t *state;                 /* NULL without --state-dir */
     struct kd_program_cache *programs; /* --cache-dir, or NULL */
     kd_programs_warmup_t *warmup;      /* the background program warm-up, or NULL (none) */
     uv_async_t warm_async;             /* its threads wake the loop with progress (warm.c) */
     int warm_async_open;
-    int warm_finished;                 /* its end was logged and its waiters answered */
-    uint64_t warm_logged_ns;           /* the last progress line */
+    int warm_finished;                   /* its end was logged and its waiters answered */
+    uint64_t warm_logged_ns;             /* the last progress line */
     struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
-    char ready_status[160];            /* systemd's STATUS= once listening */
-    size_t device_budget;               /* bytes of device memory matrices and vectors may use */
-    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    int has_like_recent;  /* worker: like_recent names the entry holding `recent` (store.h) */
+    char ready_status[160];              /* systemd's STATUS= once listening */
+    size_t device_budget;                /* bytes of device memory matrices and vectors may use */
+    int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
@@ -155,7 +155,7 @@ struct kd_conn {
     size_t mem_jobs; /* ... of which its jobs in flight (their kd_climem_job_bytes) */
     kd_job_t *jobs;  /* in flight, for job.cancel and disconnects */
     size_t njobs;
-    size_t warm_waits; /* server.status requests waiting for the warm-up (warm.c) */
+    size_t warm_waits;         /* server.status requests waiting for the warm-up (warm.c) */
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];

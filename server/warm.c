@@ -115,8 +115,8 @@ static void kd_warm_notify(kd_server_t *server, const kd_programs_progress_t *p)
     if (server->warmup == NULL)
         snprintf(status, sizeof(status), "%s", server->ready_status);
     else if (!p->done)
-        snprintf(status, sizeof(status), "%s; building OpenCL programs: %zu/%zu", server->ready_status,
-                 p->built + p->failed, p->total);
+        snprintf(status, sizeof(status), "%s; building OpenCL programs: %zu/%zu",
+                 server->ready_status, p->built + p->failed, p->total);
     else
         snprintf(status, sizeof(status), "%s; OpenCL programs ready (%zu built in %.0f s%s)",
                  server->ready_status, p->built, p->ms / 1e3, p->failed ? ", some failed" : "");

@@ -84,7 +84,7 @@ struct kd_ocl {
     atomic_uint_fast64_t built_from_source;
     atomic_uint_fast64_t loaded_from_binary;
     atomic_uint_fast64_t binaries_rejected;
-    atomic_uint_fast64_t built_on_request; /* by kd_ocl_kernel, not kd_ocl_program_ensure */
+    atomic_uint_fast64_t built_on_request;  /* by kd_ocl_kernel, not kd_ocl_program_ensure */
     atomic_uint_fast64_t waited_on_request; /* kd_ocl_kernel waited for another thread's build */
     atomic_int cache_store_warned;          /* a failed store was logged at warn once */
 };
@@ -1119,8 +1119,9 @@ static void kd_ocl_store_binary(kd_ocl_t *ocl, const uint8_t key[16], const char
                                     size, &why) != KD_OK) {
         /* A cache that cannot be written (read-only, full) costs the next start its builds. */
         if (atomic_exchange(&ocl->cache_store_warned, 1) == 0)
-            KD_WARN("ocl", "program cache: %s (programs are still built and used; further "
-                           "failures to keep one are logged at debug level)",
+            KD_WARN("ocl",
+                    "program cache: %s (programs are still built and used; further "
+                    "failures to keep one are logged at debug level)",
                     why.message);
         else
             KD_DEBUG("ocl", "program cache: %s", why.message);
@@ -1356,8 +1357,8 @@ static void kd_ocl_program_remove(kd_ocl_t *ocl, struct kd_ocl_program_entry *e)
 
 /* Fill e (not ready, ours) from handle, which it takes, and publish it: ready, or gone from the
  * table on failure. Wakes whoever waits for it. */
-static int kd_ocl_program_publish(kd_ocl_t *ocl, struct kd_ocl_program_entry *e,
-                                  cl_program handle, int rc, kd_err_t *err)
+static int kd_ocl_program_publish(kd_ocl_t *ocl, struct kd_ocl_program_entry *e, cl_program handle,
+                                  int rc, kd_err_t *err)
 {
     e->handle = handle;
     if (rc == KD_OK)
@@ -1383,8 +1384,7 @@ int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, c
     pthread_mutex_unlock(&ocl->programs_lock);
     if (e == NULL) { /* built or being built already, or no memory */
         clReleaseProgram(handle);
-        return present ? KD_OK
-                       : kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
+        return present ? KD_OK : kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
     }
     return kd_ocl_program_publish(ocl, e, handle, KD_OK, err);
 }

@@ -48,7 +48,7 @@ _Static_assert(KD_P_OPTIONS + KD_PROGRAM_CACHE_OPTIONS_MAX <= KD_P_CHECKSUM,
 struct kd_program_cache {
     char dir[4096];
     int64_t opened_s; /* when opened: a file another process used since then is not stale */
-    char *device; /* identity text, hashed into every key */
+    char *device;     /* identity text, hashed into every key */
     pthread_mutex_t lock;
     uint8_t (*used)[16]; /* keys loaded or stored since open */
     size_t nused, capused;
@@ -483,8 +483,8 @@ size_t kd_program_cache_prune(kd_program_cache_t *cache, size_t max_files)
     }
     for (size_t i = 0; i < n; i++) { /* newest first: the oldest go beyond max_files */
         /* Used by this process, or by another sharing the directory since we opened it. */
-        const int used = kd_program_cache_was_used(cache, list[i].key) ||
-                         list[i].mtime_s >= cache->opened_s;
+        const int used =
+            kd_program_cache_was_used(cache, list[i].key) || list[i].mtime_s >= cache->opened_s;
         if (used && kept < max_files) {
             kept++;
             continue;

@@ -385,8 +385,8 @@ size_t kd_programs_warmup_labels(kd_programs_warmup_t *w, kd_program_state_t sta
             continue;
         const kd_program_spec_t *s = &w->specs[i];
         /* A long option list is cut: the label names the program, not its whole build. */
-        int len = snprintf(labels[n], KD_PROGRAM_LABEL_MAX, "%s/%s", s->program,
-                           kd_dtype_name(s->dtype));
+        int len =
+            snprintf(labels[n], KD_PROGRAM_LABEL_MAX, "%s/%s", s->program, kd_dtype_name(s->dtype));
         if (s->options[0] != '\0' && len > 0 && len < KD_PROGRAM_LABEL_MAX - 1)
             snprintf(labels[n] + len, (size_t)(KD_PROGRAM_LABEL_MAX - len), " %.*s",
                      KD_PROGRAM_LABEL_MAX - len - 2, s->options);
