@@ -205,6 +205,14 @@ class StartupTest(unittest.TestCase):
             except krylov.Timeout as e:
                 self.assertIn("programs built", str(e))
             self.assertIn(kd.status().warm_up["state"], ("building", "done"))
+            # the Python helper asks again every `every` seconds, reporting the progress between
+            seen = []
+            try:
+                st = kd.wait_warm(1.5, on_progress=seen.append, every=0.4)
+                self.assertTrue(st.warm)
+            except krylov.Timeout:
+                self.assertGreaterEqual(len(seen), 1)
+                self.assertEqual(seen[-1]["state"], "building")
         self.stop(proc)
 
     def test_a_cache_that_cannot_be_written_costs_no_request(self):
@@ -250,6 +258,7 @@ class StartupTest(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 2.0)
             self.assertEqual(st.warm_up["state"], "off")
             self.assertEqual(st.warm_up["total"], 0)
+            self.assertTrue(kd.wait_warm(5).warm)
             self.exercise(kd)  # built on first use
             self.assertGreaterEqual(kd.status().raw["programs"]["built_on_request"], 1)
         self.stop(proc)
