@@ -51,7 +51,9 @@ fuzz: deps
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
 
-run: build
+# Only what the demo runs: the daemon and the CLI (not every test and benchmark).
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target kd_run
 	bash deploy/quickstart.sh $(BUILD)/bin
 
 bench: build

@@ -199,6 +199,12 @@ krylov_client_t *kd_bench_service_open(kd_bench_service_t *s)
         kd_bench_service_close(s, c);
         return NULL;
     }
+    /* A spawned daemon builds its programs in the background: time a warm one, not the
+     * compiler (an older server without warm_up is taken as warm). */
+    krylov_warm_status_t warm;
+    if (s->spawn != NULL && krylov_warm_status(c, 0, &warm) == KRYLOV_OK)
+        fprintf(stderr, "krylov-bench: %s built %lld OpenCL programs in %.1f s\n", s->spawn,
+                (long long)warm.built, warm.elapsed_ms / 1e3);
     krylov_set_send_progress(c, kd_bs_count, s);
     return c;
 }

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Start-up and the first request (issue 16, item 3), as a user meets them.
+"""Start-up and the first request (issue 16 item 3, issue 32), as a user meets them.
 
-Starts krylovd twice on one state directory (the first start with an empty program cache, the
-second with the binaries the first stored) and for each start prints: the time from exec to the
-port file (written right before READY=1, after the warm-up), the warm-up's own report, then the
-round-trip times of the first and the tenth identical CG solve on a 2-D Laplacian put just before
-(the first solve after start must cost no more than the tenth + 5%). With --coverage it then sends
-one request of every kind (each format's spmv, each method with each preconditioner, both value
-types, a product) and prints programs.built_on_request, which must stay 0: the daemon's log
-(--log-level info) names any program built on a request.
+Starts krylovd three times: (1) with an empty PoCL kernel cache (POCL_CACHE_DIR, a fresh
+directory; --pocl-cache KEEP uses yours instead) and an empty --cache-dir, (2) with PoCL's cache
+as the first start left it but an empty --cache-dir, (3) with both as the earlier starts left
+them. For each start it prints: the time from exec to the port file (written right before
+READY=1; krylovd listens at once and builds its programs in the background), how long the first
+server.status took, the time until the warm-up is done (server.status wait_warm), the warm-up's
+own report, then the round-trip times of the first and the tenth identical CG solve on a 2-D
+Laplacian put after the warm-up (the first solve must cost no more than the tenth + 5%). With
+--coverage it then sends one request of every kind (each format's spmv, each method with each
+preconditioner, both value types, a product) and prints programs.built_on_request, which must
+stay 0: the daemon's log (--log-level info) names any program built on a request.
 
     PYTHONPATH=client/python python3 bench/startup.py --bin build/bin [--device gpu] [--n 256]
 """
@@ -37,21 +40,25 @@ def laplacian_2d(n):
     return (sp.kron(one, eye) + sp.kron(eye, one)).tocsr()
 
 
-def start(args, state, log):
+def start(args, state, cache, pocl, log):
     port_file = os.path.join(state, "..", "port")
     if os.path.exists(port_file):
         os.unlink(port_file)
     argv = [os.path.join(args.bin, "krylovd"), "--listen", "127.0.0.1:0", "--port-file", port_file,
-            "--state-dir", state, "--device", args.device, "--log-level", "info",
-            "--warm-programs", args.warm, "--warm-threads", str(args.warm_threads)]
+            "--state-dir", state, "--cache-dir", cache, "--device", args.device,
+            "--log-level", "info", "--warm-programs", args.warm,
+            "--warm-threads", str(args.warm_threads)]
+    env = dict(os.environ)
+    if pocl is not None:
+        env["POCL_CACHE_DIR"] = pocl
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stderr=log, env=env)
     while not (os.path.exists(port_file) and open(port_file).read().strip()):
         if proc.poll() is not None:
             sys.exit(f"krylovd exited ({proc.returncode}); see {log.name}")
         time.sleep(0.002)
     ready = time.monotonic() - t0
-    return proc, f"127.0.0.1:{int(open(port_file).read())}", ready
+    return proc, f"127.0.0.1:{int(open(port_file).read())}", ready, t0
 
 
 def solves(kd, A, count):
@@ -102,21 +109,42 @@ def main():
     ap.add_argument("--warm-threads", type=int, default=0, help="--warm-threads (0: automatic)")
     ap.add_argument("--coverage", action="store_true")
     ap.add_argument("--keep", help="state directory to use and keep (default: a temporary one)")
+    ap.add_argument("--pocl-cache", default="fresh",
+                    help="fresh: PoCL's kernel cache starts empty (default); keep: the user's; "
+                         "or a directory (a PoCL cache an earlier run filled: the empty-PoCL "
+                         "start is left out)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="krylovd-startup-")
     state = args.keep or os.path.join(work, "state")
+    pocl = {"fresh": os.path.join(work, "pocl"), "keep": None}.get(args.pocl_cache,
+                                                                    args.pocl_cache)
     A = laplacian_2d(args.n)
     report = {"device": None, "rows": A.shape[0], "nnz": A.nnz, "starts": []}
     try:
-        for which in ("cold program cache", "warm program cache"):
+        starts = [("empty PoCL cache, empty --cache-dir", "cache1"),
+                  ("warm PoCL cache, empty --cache-dir", "cache2"),
+                  ("warm PoCL cache, warm --cache-dir", "cache2")]
+        if args.pocl_cache != "fresh":
+            starts = starts[1:]
+        for which, cache in starts:
             with open(os.path.join(work, "krylovd.log"), "a") as log:
-                proc, address, ready = start(args, state, log)
+                proc, address, ready, t0 = start(args, state, os.path.join(work, cache), pocl,
+                                                 log)
             with krylov.Client(address) as kd:
+                s0 = time.monotonic()
                 st = kd.status()
+                status_ms = (time.monotonic() - s0) * 1e3
+                warm_at_listen = dict(st.warm_up)
                 report["device"] = st.device.get("name")
+                kd.status(wait_warm=True)
+                warm_s = time.monotonic() - t0
                 times, iters = solves(kd, A, args.solves)
                 programs = kd.status().raw["programs"]
-                row = {"start": which, "ready_s": round(ready, 3),
+                row = {"start": which, "listen_s": round(ready, 3),
+                       "first_status_ms": round(status_ms, 2),
+                       "built_at_first_status": f"{warm_at_listen.get('built')}/"
+                                                f"{warm_at_listen.get('total')}",
+                       "warm_s": round(warm_s, 2),
                        "first_solve_ms": round(times[0] * 1e3, 2),
                        "tenth_solve_ms": round(times[-1] * 1e3, 2),
                        "first_over_tenth": round(times[0] / times[-1], 3),

@@ -1356,3 +1356,38 @@ int krylov_status(krylov_client_t *c, krylov_server_status_t *st)
     kd_reply_destroy(&reply);
     return KRYLOV_OK;
 }
+
+int krylov_warm_status(krylov_client_t *c, int64_t wait_ms, krylov_warm_status_t *out)
+{
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "server.status", wait_ms < 0 ? 0 : 1 + (wait_ms > 0));
+    if (wait_ms >= 0)
+        kd_w_kv_bool(&w, "wait_warm", 1);
+    if (wait_ms > 0)
+        kd_w_kv_int(&w, "timeout_ms", wait_ms);
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK)
+        return rc;
+    const msgpack_object *warm = kd_obj_get(reply.result, "warm_up");
+    if (warm == NULL || warm->type != MSGPACK_OBJECT_MAP)
+        return kd_result_missing(c, &reply, "warm_up");
+    memset(out, 0, sizeof(*out));
+    kd_copy_str(kd_obj_get(warm, "state"), out->state, sizeof(out->state));
+    kd_obj_int64(kd_obj_get(warm, "total"), &out->total);
+    kd_obj_int64(kd_obj_get(warm, "built"), &out->built);
+    kd_obj_int64(kd_obj_get(warm, "failed"), &out->failed);
+    kd_obj_int64(kd_obj_get(warm, "pending_count"), &out->pending);
+    kd_obj_double(kd_obj_get(warm, "elapsed_ms"), &out->elapsed_ms);
+    const msgpack_object *building = kd_obj_get(warm, "building");
+    if (building != NULL && building->type == MSGPACK_OBJECT_ARRAY)
+        for (uint32_t i = 0; i < building->via.array.size; i++) {
+            char one[160];
+            kd_copy_str(&building->via.array.ptr[i], one, sizeof(one));
+            size_t used = strlen(out->building);
+            snprintf(out->building + used, sizeof(out->building) - used, "%s%s",
+                     used > 0 ? ", " : "", one);
+        }
+    kd_reply_destroy(&reply);
+    return KRYLOV_OK;
+}

@@ -315,6 +315,24 @@ typedef struct krylov_server_status {
 
 int krylov_status(krylov_client_t *c, krylov_server_status_t *status);
 
+/* The server's OpenCL program warm-up (server.status's warm_up): it serves from the start and
+ * builds its programs in the background; a request needing one not built yet waits for it. */
+typedef struct krylov_warm_status {
+    char state[16]; /* "building", "done", or "off" (--warm-programs none) */
+    int64_t total;  /* programs the warm-up builds */
+    int64_t built;
+    int64_t failed;
+    int64_t pending; /* not started yet */
+    double elapsed_ms;
+    char building[512]; /* the programs being built now, ", "-separated (cut to fit) */
+} krylov_warm_status_t;
+
+/* wait_ms < 0: the warm-up's state now. Otherwise the server answers once the warm-up is done
+ * (server.status wait_warm), waiting at most wait_ms (0: no limit): past that the result is
+ * KRYLOV_ETIMEOUT (the server's TIMEOUT; its message says how far it got) and *out is not
+ * filled. */
+int krylov_warm_status(krylov_client_t *c, int64_t wait_ms, krylov_warm_status_t *out);
+
 #ifdef __cplusplus
 }
 #endif

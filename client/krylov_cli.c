@@ -106,7 +106,10 @@ static void kd_usage(FILE *out)
             "                          per status with more than K items (default 20)\n"
             "  bench ID [--runs N] [--warmup W]\n"
             "                          time SpMV: min / median / mean and GFLOP/s (2 nnz flops)\n"
-            "  status                  show the server and its device\n"
+            "  status [--wait-warm[=SECONDS]]\n"
+            "                          show the server and its device; --wait-warm first waits\n"
+            "                          (at most SECONDS) until it has built its OpenCL programs,\n"
+            "                          printing the progress on stderr\n"
             "  token new NAME ROLE     make a random token for a user (ROLE: read, write, admin):\n"
             "                          prints it once and the line for the server's auth file\n"
             "\n"
@@ -137,7 +140,8 @@ static int kd_report(kd_cli_t *cli, int exit_code, const char *code, const char 
     va_start(ap, fmt);
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    int show_code = code[0] != '\0' && strcmp(code, "USAGE") != 0;
+    /* USAGE and FILE (a local file that cannot be read) are this side's: no code shown. */
+    int show_code = code[0] != '\0' && strcmp(code, "USAGE") != 0 && strcmp(code, "FILE") != 0;
     fprintf(stderr, "krylov%s%s: %s%s%s\n", cli->command ? " " : "",
             cli->command ? cli->command : "", show_code ? code : "", show_code ? ": " : "",
             message);
@@ -444,6 +448,12 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
         else
             return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }
+    /* A file that cannot be read is this side's error, not the server's. */
+    FILE *probe = fopen(argv[0], "rb");
+    if (probe == NULL)
+        return kd_report(cli, KD_EXIT_ERROR, "FILE", "cannot open '%s': %s", argv[0],
+                         strerror(errno));
+    fclose(probe);
     kd_progress_t bar;
     kd_progress_init(&bar, stderr, cli->progress, "upload");
     if (bar.enabled)
@@ -1243,14 +1253,69 @@ static void kd_format_duration(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.1f days", s / 86400.0);
 }
 
+/* One line on the warm-up's progress, on stderr. */
+static void kd_print_warm_progress(const krylov_warm_status_t *ws)
+{
+    fprintf(stderr, "building OpenCL programs: %lld/%lld after %.0f s%s%s\n",
+            (long long)(ws->built + ws->failed), (long long)ws->total, ws->elapsed_ms / 1e3,
+            ws->building[0] != '\0' ? "; now " : "", ws->building);
+}
+
+/* --wait-warm: ask the server to answer once its warm-up is done, a few seconds at a time, and
+ * say how far it is between asks. limit_s <= 0: no limit. */
+static int kd_wait_warm(kd_cli_t *cli, double limit_s)
+{
+    const uint64_t start = kd_clock_ns();
+    krylov_warm_status_t ws;
+    int64_t last = -1;
+    for (;;) {
+        const double left_ms = limit_s > 0 ? limit_s * 1e3 - kd_clock_ms_since(start) : 2000.0;
+        const int64_t step = left_ms < 2000.0 ? (int64_t)(left_ms > 1 ? left_ms : 1) : 2000;
+        int rc = krylov_warm_status(cli->client, step, &ws);
+        if (rc == KRYLOV_OK)
+            break;
+        if (rc != KRYLOV_ETIMEOUT || krylov_warm_status(cli->client, -1, &ws) != KRYLOV_OK)
+            return kd_fail(cli);
+        if (ws.built + ws.failed != last) {
+            kd_print_warm_progress(&ws);
+            last = ws.built + ws.failed;
+        }
+        if (limit_s > 0 && kd_clock_ms_since(start) >= limit_s * 1e3)
+            return kd_report(cli, KD_EXIT_ERROR, "TIMEOUT",
+                             "the server has built %lld of %lld OpenCL programs; not done within "
+                             "%.0f s",
+                             (long long)(ws.built + ws.failed), (long long)ws.total, limit_s);
+    }
+    if (strcmp(ws.state, "done") == 0)
+        fprintf(stderr, "OpenCL programs ready: %lld built%s in %.0f s\n", (long long)ws.built,
+                ws.failed > 0 ? " (some failed: see the server's log)" : "", ws.elapsed_ms / 1e3);
+    return 0;
+}
+
 static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
 {
-    (void)argv;
-    if (argc != 0)
-        return kd_report(cli, KD_EXIT_USAGE, "USAGE", "status takes no arguments");
+    int wait = 0;
+    double limit_s = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--wait-warm") == 0)
+            wait = 1;
+        else if (strncmp(argv[i], "--wait-warm=", 12) == 0) {
+            wait = 1;
+            if (kd_parse_double(cli, "--wait-warm", argv[i] + 12, &limit_s) != 0)
+                return KD_EXIT_USAGE;
+        } else
+            return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
+    }
     krylov_server_status_t st;
-    if (kd_connect(cli) != KRYLOV_OK || krylov_status(cli->client, &st) != KRYLOV_OK)
+    if (kd_connect(cli) != KRYLOV_OK)
         return kd_fail(cli);
+    int rc = wait ? kd_wait_warm(cli, limit_s) : 0;
+    if (rc != 0)
+        return rc;
+    if (krylov_status(cli->client, &st) != KRYLOV_OK)
+        return kd_fail(cli);
+    krylov_warm_status_t ws; /* an older server has none: then it is not shown */
+    const int has_warm = krylov_warm_status(cli->client, -1, &ws) == KRYLOV_OK;
     if (cli->json) {
         kd_json_t j;
         kd_json_init(&j, stdout);
@@ -1275,6 +1340,16 @@ static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
         kd_json_kv_int(&j, "errors", st.errors);
         kd_json_kv_int(&j, "connections", st.connections);
         kd_json_kv_int(&j, "queue_depth", st.queue_depth);
+        if (has_warm) {
+            kd_json_key(&j, "warm_up");
+            kd_json_object_begin(&j);
+            kd_json_kv_str(&j, "state", ws.state);
+            kd_json_kv_int(&j, "total", ws.total);
+            kd_json_kv_int(&j, "built", ws.built);
+            kd_json_kv_int(&j, "failed", ws.failed);
+            kd_json_kv_double(&j, "elapsed_ms", ws.elapsed_ms);
+            kd_json_object_end(&j);
+        }
         kd_json_key(&j, "requests_by_method");
         kd_json_object_begin(&j);
         for (int i = 0; i < st.nmethods; i++)
@@ -1297,6 +1372,13 @@ static int kd_cmd_status(kd_cli_t *cli, int argc, char **argv)
     printf("clients     %lld connected, %lld requests queued\n", (long long)st.connections,
            (long long)st.queue_depth);
     printf("requests    %lld (%lld errors)\n", (long long)st.requests, (long long)st.errors);
+    if (has_warm && strcmp(ws.state, "off") == 0)
+        printf("programs    built on first use (no warm-up)\n");
+    else if (has_warm)
+        printf("programs    %lld/%lld OpenCL programs built%s%s\n", (long long)ws.built,
+               (long long)ws.total,
+               strcmp(ws.state, "done") == 0 ? "" : " (warm-up running in the background)",
+               ws.failed > 0 ? ", some failed (see the server's log)" : "");
     if (st.nmethods > 0) {
         printf("\n");
         const char *mheaders[] = {"METHOD", ">REQUESTS"};

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: start krylovd on loopback with the default device (a GPU if there is one, else PoCL
 # on the CPU), upload a bundled real SPD matrix through the krylov CLI, multiply and solve with it,
-# print the results, and stop the daemon.
+# print the results, and stop the daemon. krylovd listens within seconds and builds its OpenCL
+# programs in the background (minutes on a fresh PoCL, docs/OPERATIONS.md "Start-up"); this
+# waits for that, saying how far it is, so the demo's requests do not wait for a compiler.
 set -euo pipefail
 
 bin=${1:-build/bin}
@@ -20,6 +22,7 @@ trap cleanup EXIT
 "$bin/krylovd" --listen 127.0.0.1:0 --port-file "$work/port" --state-dir "$work/state" \
   --device "${KRYLOV_DEVICE:-auto}" --log-level "${KRYLOV_LOG_LEVEL:-warn}" &
 pid=$!
+# The port file comes once it listens: after opening the device, seconds (not the compiler's time).
 for _ in $(seq 1 600); do
   [ -s "$work/port" ] && break
   kill -0 "$pid" 2>/dev/null || { echo "krylovd exited during start-up" >&2; exit 1; }
@@ -30,7 +33,8 @@ export KRYLOV_SERVER="127.0.0.1:$(cat "$work/port")"
 krylov="$bin/krylov"
 
 echo "== krylovd on $KRYLOV_SERVER"
-"$krylov" status
+# As long as the build takes (KRYLOV_WARM_WAIT seconds at most; 0: no limit), with its progress.
+"$krylov" status --wait-warm="${KRYLOV_WARM_WAIT:-0}"
 echo
 echo "== upload $matrix"
 id=$("$krylov" put "$matrix" --name "$(basename "$matrix" .mtx)")

@@ -106,6 +106,7 @@ enum kd_param {
     KD_P_PATTERN,
     KD_P_ITEMS,
     KD_P_REUSE_PRECONDITIONER,
+    KD_P_WAIT_WARM,
     KD_P_COUNT
 };
 
@@ -157,6 +158,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_PATTERN] = "pattern",
     [KD_P_ITEMS] = "items",
     [KD_P_REUSE_PRECONDITIONER] = "reuse_preconditioner",
+    [KD_P_WAIT_WARM] = "wait_warm",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -184,7 +186,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
                         KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART) |
                         KD_BIT(REUSE_PRECONDITIONER),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
-    [KD_METHOD_SERVER_STATUS] = 0,
+    [KD_METHOD_SERVER_STATUS] = KD_BIT(WAIT_WARM),
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
     [KD_METHOD_MATRIX_SHARE] = KD_BIT(ID) | KD_BIT(USER),
     [KD_METHOD_SOLVE_BATCH] = KD_BIT(ITEMS) | KD_BIT(DTYPE) | KD_BIT(METHOD) |
@@ -1014,8 +1016,9 @@ static int kd_decode_method(struct kd_decoder *d)
         return kd_decode_auth(d);
     case KD_METHOD_SOLVE_BATCH:
         return kd_decode_solve_batch(d);
-    case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_SERVER_STATUS:
+        return kd_param_bool(d, KD_P_WAIT_WARM, 0, &req->u.status.wait_warm);
+    case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_COUNT:
         break;
     }

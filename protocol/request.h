@@ -197,6 +197,9 @@ typedef struct kd_request {
         kd_solve_batch_request_t solve_batch;
         kd_cancel_request_t cancel;
         kd_auth_request_t auth;
+        struct {
+            int wait_warm; /* answer once the program warm-up is done (or timeout_ms passed) */
+        } status;
     } u;
     struct kd_request_owned
         *owned; /* private: the message buffer, msgpack zone, converted arrays */

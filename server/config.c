@@ -123,6 +123,9 @@ void kd_config_print_usage(const char *argv0)
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
         "  --state-max-bytes SIZE     limit on the state files' total (default 0: none)\n"
+        "  --cache-dir DIR|none       compiled OpenCL programs, kept across restarts (default\n"
+        "                             $CACHE_DIRECTORY, else $XDG_CACHE_HOME/krylovd, else\n"
+        "                             ~/.cache/krylovd); never in the state directory\n"
         "  --device-memory SIZE|P%%    device-memory budget for matrices (default 90%%)\n"
         "  --port-file FILE           write the bound port here once listening\n"
         "  --metrics HOST:PORT        serve Prometheus metrics on http://HOST:PORT/metrics\n"
@@ -152,9 +155,9 @@ void kd_config_print_usage(const char *argv0)
         "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
         "  --format NAME              force one SpMV format for every matrix\n"
-        "  --warm-programs all|none|LIST  build every OpenCL program before serving (default\n"
-        "                             all; none: on first use, for tests that restart often;\n"
-        "                             LIST: only these programs, e.g. krylov,csr_scalar,blas)\n"
+        "  --warm-programs all|none|LIST  build every OpenCL program in the background while\n"
+        "                             serving (default all; none: each on first use; LIST: only\n"
+        "                             these programs, e.g. krylov,csr_scalar,blas)\n"
         "  --warm-threads N           threads building them (default 0: one per CPU, at most 8)\n"
         "  --spin-us N                the loop and the device worker poll N us before sleeping\n"
         "                             (default -1: 100 / 50 on a GPU, 0 on a CPU device)\n"
@@ -207,6 +210,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("auth-file", auth_file)
     KD_STR_OPT("device", device)
     KD_STR_OPT("state-dir", state_dir)
+    KD_STR_OPT("cache-dir", cache_dir)
     KD_STR_OPT("port-file", port_file)
     KD_STR_OPT("metrics", metrics)
     KD_STR_OPT("metrics-port-file", metrics_port_file)
@@ -276,6 +280,25 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
         return KD_OK;
     }
     return kd_err_set(err, KD_ENOTFOUND, "unknown setting '%s'", name);
+}
+
+void kd_config_resolve_cache_dir(kd_config_t *cfg)
+{
+    if (cfg->cache_dir[0] != '\0')
+        return;
+    const char *systemd = getenv("CACHE_DIRECTORY"), *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (systemd != NULL && systemd[0] != '\0') {
+        const size_t n = strcspn(systemd, ":"); /* several CacheDirectory= entries: the first */
+        snprintf(cfg->cache_dir, sizeof(cfg->cache_dir), "%.*s", (int)n, systemd);
+    } else if (xdg != NULL && xdg[0] == '/') {
+        snprintf(cfg->cache_dir, sizeof(cfg->cache_dir), "%.*s/krylovd", KD_PATH_MAX - 16, xdg);
+    } else if (home != NULL && home[0] == '/') {
+        snprintf(cfg->cache_dir, sizeof(cfg->cache_dir), "%.*s/.cache/krylovd", KD_PATH_MAX - 24,
+                 home);
+    } else {
+        snprintf(cfg->cache_dir, sizeof(cfg->cache_dir), "none");
+    }
 }
 
 static char *kd_trim(char *s)

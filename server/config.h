@@ -30,6 +30,8 @@ typedef struct kd_config {
     int no_auth;     /* --no-auth: listen beyond loopback without an auth file, on purpose */
     char device[64]; /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
+    char cache_dir[KD_PATH_MAX];         /* compiled programs (--cache-dir); "" until resolved,
+                                            "none" = no program cache */
     char config_file[KD_PATH_MAX];       /* --config: where the file settings came from, or "" */
     char metrics[256];                   /* HOST:PORT for Prometheus /metrics, "" = off */
     char metrics_port_file[KD_PATH_MAX]; /* written with the metrics port (tests, scripts) */
@@ -90,5 +92,9 @@ int kd_config_load_file(kd_config_t *cfg, const char *path, kd_err_t *err);
 int kd_config_set(kd_config_t *cfg, const char *name, const char *value, kd_err_t *err);
 
 void kd_config_print_usage(const char *argv0);
+
+/* Fill an unset cache_dir with the default: $CACHE_DIRECTORY (systemd's CacheDirectory=, the
+ * first of its list), else $XDG_CACHE_HOME/krylovd, else $HOME/.cache/krylovd, else none. */
+void kd_config_resolve_cache_dir(kd_config_t *cfg);
 
 #endif

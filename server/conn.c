@@ -597,7 +597,8 @@ void kd_conn_sweep(kd_server_t *server, uint64_t now)
                     (unsigned long long)c->id, c->peer, (long long)server->cfg.message_timeout_ms,
                     kd_frame_buffered(c->frame));
             kd_conn_close(c);
-        } else if (idle > 0 && c->jobs == NULL && now - c->last_activity_ns > idle) {
+        } else if (idle > 0 && c->jobs == NULL && c->warm_waits == 0 &&
+                   now - c->last_activity_ns > idle) { /* a wait_warm is a request in flight */
             server->counters.connections_idle++;
             KD_INFO("conn", "closing conn=%llu peer=%s: idle for %lld ms%s",
                     (unsigned long long)c->id, c->peer, (long long)server->cfg.idle_timeout_ms,

@@ -305,6 +305,10 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     }
     switch (req->method) {
     case KD_METHOD_SERVER_STATUS: {
+        if (req->u.status.wait_warm) {
+            kd_warm_wait(conn, req); /* answered now, at the warm-up's end, or at timeout_ms */
+            break;
+        }
         kd_writer_t w;
         kd_writer_init(&w);
         kd_reply_status(&w, server, req->msgid, conn->user.role == KD_ROLE_ADMIN);

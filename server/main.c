@@ -121,6 +121,7 @@ int main(int argc, char **argv)
     }
     if (cfg.list_devices)
         return kd_list_devices();
+    kd_config_resolve_cache_dir(&cfg);
     kd_log_set_level(cfg.log_level);
     if (cfg.log_file[0] != '\0' && kd_log_open(cfg.log_file) != KD_OK) {
         fprintf(stderr, "krylovd: cannot open log file %s\n", cfg.log_file);

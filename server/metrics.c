@@ -275,7 +275,7 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_ocl_program_stats_t ps;
     kd_ocl_program_stats(server->ocl, &ps);
     kd_text_metric(&t, "krylovd_programs_built_on_request_total", "counter",
-                   "OpenCL programs built for a request after the start-up warm-up.",
+                   "OpenCL programs built for a request that needed one not built yet.",
                    (double)kd_server_programs_built_on_request(server));
     kd_text_metric(&t, "krylovd_programs_compiled_total", "counter",
                    "OpenCL programs compiled from source.", (double)ps.built_from_source);
@@ -285,8 +285,15 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_program_binaries_rejected_total", "counter",
                    "Cached program binaries found damaged or stale, or refused by the driver.",
                    (double)ps.binaries_rejected);
+    kd_programs_progress_t wp;
+    kd_programs_warmup_progress(server->warmup, &wp);
     kd_text_metric(&t, "krylovd_programs_warm_seconds", "gauge",
-                   "Wall time of the start-up program warm-up.", server->warm.ms / 1e3);
+                   "Wall time of the background program warm-up (so far, while it runs).",
+                   wp.ms / 1e3);
+    kd_text_metric(&t, "krylovd_programs_warm_total", "gauge",
+                   "OpenCL programs the background warm-up builds.", (double)wp.total);
+    kd_text_metric(&t, "krylovd_programs_warm_built", "gauge",
+                   "OpenCL programs the background warm-up has built so far.", (double)wp.built);
     if (t.failed) {
         free(t.buf);
         return NULL;

@@ -58,6 +58,11 @@ void kd_notify_stopping(const char *status)
     sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status);
 }
 
+void kd_notify_status(const char *status)
+{
+    sd_notifyf(0, "STATUS=%s", status);
+}
+
 static void kd_notify_watchdog_ping(uv_timer_t *timer)
 {
     (void)timer;
@@ -102,6 +107,11 @@ void kd_notify_ready(const char *status)
 }
 
 void kd_notify_stopping(const char *status)
+{
+    (void)status;
+}
+
+void kd_notify_status(const char *status)
 {
     (void)status;
 }

@@ -24,6 +24,8 @@ void kd_notify_ready(const char *status);
  * that shuts the job down in order (deploy/krylovd-mpi.service). Call before the server starts. */
 void kd_notify_claim_main(void);
 void kd_notify_stopping(const char *status);
+/* STATUS= alone: what the service is doing (the program warm-up's progress after READY=1). */
+void kd_notify_status(const char *status);
 
 /* Start pinging the watchdog from `loop` when the unit asks for it (WatchdogSec=). The timer is
  * kd_notify_watchdog_stop()ped at shutdown. Returns 1 when a watchdog is running. */

@@ -3,6 +3,7 @@
  * docs/PROTOCOL.md; keep the two in step.
  */
 #include "server/replies.h"
+#include "solver/program_cache.h"
 #include "solver/method.h"
 #include "solver/precond.h"
 #include "common/clock.h"
@@ -190,8 +191,11 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 26 + (users ? 1 : 0) : 3);
+    kd_w_map(w, full ? 27 + (users ? 1 : 0) : 4);
     kd_w_kv_str(w, "version", KD_VERSION);
+    /* For everyone: a client that wants a warm server can see how far it is. */
+    kd_w_str(w, "warm_up");
+    kd_reply_warm_up(w, server);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
     kd_w_map(w, 2);
@@ -239,16 +243,23 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_ocl_program_stats_t ps;
     kd_ocl_program_stats(server->ocl, &ps);
     kd_w_str(w, "programs");
-    kd_w_map(w, 9);
-    kd_w_kv_str(w, "warm_up", server->cfg.warm_programs ? "all" : "none");
-    kd_w_kv_int(w, "warmed", (int64_t)server->warm.listed);
-    kd_w_kv_int(w, "warm_from_cache_list", (int64_t)server->warm.replayed);
-    kd_w_kv_double(w, "warm_ms", server->warm.ms);
+    kd_programs_progress_t wp;
+    kd_programs_warmup_progress(server->warmup, &wp);
+    uint64_t on_request, waited;
+    kd_ocl_program_counts(server->ocl, &on_request, &waited);
+    kd_w_map(w, 11);
+    kd_w_kv_str(w, "warm_up", server->warmup != NULL ? "all" : "none");
+    kd_w_kv_int(w, "warmed", (int64_t)wp.built);
+    kd_w_kv_int(w, "warm_from_cache_list", (int64_t)wp.replayed);
+    kd_w_kv_double(w, "warm_ms", wp.done ? wp.ms : 0.0);
     kd_w_kv_bool(w, "cache", server->programs != NULL);
+    kd_w_kv_str(w, "cache_dir",
+                server->programs != NULL ? kd_program_cache_dir(server->programs) : "");
     kd_w_kv_int(w, "compiled", (int64_t)ps.built_from_source);
     kd_w_kv_int(w, "loaded", (int64_t)ps.loaded_from_binary);
     kd_w_kv_int(w, "binaries_rejected", (int64_t)ps.binaries_rejected);
-    kd_w_kv_int(w, "built_on_request", (int64_t)kd_server_programs_built_on_request(server));
+    kd_w_kv_int(w, "built_on_request", (int64_t)on_request);
+    kd_w_kv_int(w, "waited_on_request", (int64_t)waited);
     kd_w_kv_int(w, "solves_batched", (int64_t)atomic_load(&server->solves_batched));
     kd_w_kv_double(w, "worker_busy_s", (double)kd_worker_busy_ns(server->worker) / 1e9);
     /* The loop thread: its life minus its time waiting in the poll (0 when not measured). */

@@ -20,5 +20,8 @@ void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *use
 /* A whole response to server.status: in full for an admin; otherwise only what a client needs
  * to form requests (version, solvers, device), nothing about other clients' use. */
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full);
+/* The warm_up map of server.status (warm.c): state, counts and the programs building and
+ * pending. */
+void kd_reply_warm_up(kd_writer_t *w, kd_server_t *server);
 
 #endif

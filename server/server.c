@@ -202,45 +202,11 @@ static void kd_on_signal(uv_signal_t *handle, int signum)
     kd_server_shutdown(server);
 }
 
-/*
- * Before the worker starts and before READY: open STATE_DIR/programs (a failure there only costs
- * compiling) and build every program a request may need, so none is compiled on a request.
- */
-static void kd_server_warm_programs(kd_server_t *server)
-{
-    const kd_config_t *cfg = &server->cfg;
-    kd_err_t err = {0};
-    if (server->state != NULL) {
-        char dir[KD_PATH_MAX + 16], identity[1024];
-        snprintf(dir, sizeof(dir), "%s/programs", cfg->state_dir);
-        kd_ocl_device_identity(server->ocl, identity, sizeof(identity));
-        if (kd_program_cache_open(dir, identity, &server->programs, &err) != KD_OK)
-            KD_WARN("server", "no program cache: %s", err.message);
-        kd_ocl_set_program_cache(server->ocl, server->programs);
-    }
-    if (cfg->warm_programs) {
-        const char *only = cfg->warm_only[0] != '\0' ? cfg->warm_only : NULL;
-        if (kd_programs_warm(server->ocl, server->programs, only, cfg->warm_threads, &server->warm,
-                             &err) != KD_OK)
-            KD_WARN("server", "program warm-up: %s", err.message);
-        kd_ocl_program_stats_t s;
-        kd_ocl_program_stats(server->ocl, &s);
-        KD_INFO("server",
-                "programs warmed=%zu from_cache_list=%zu built=%llu loaded=%llu rejected=%llu "
-                "failed=%zu pruned=%zu ms=%.0f",
-                server->warm.listed, server->warm.replayed, (unsigned long long)s.built_from_source,
-                (unsigned long long)s.loaded_from_binary, (unsigned long long)s.binaries_rejected,
-                server->warm.failed, server->warm.pruned, server->warm.ms);
-    }
-    kd_ocl_program_stats(server->ocl, &server->warm_builds);
-}
-
 uint64_t kd_server_programs_built_on_request(const kd_server_t *server)
 {
-    kd_ocl_program_stats_t now;
-    kd_ocl_program_stats(server->ocl, &now);
-    return now.built_from_source + now.loaded_from_binary - server->warm_builds.built_from_source -
-           server->warm_builds.loaded_from_binary;
+    uint64_t built, waited;
+    kd_ocl_program_counts(server->ocl, &built, &waited);
+    return built;
 }
 
 static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
@@ -320,7 +286,7 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     rc = kd_cache_open(server, err);
     if (rc != KD_OK)
         return rc;
-    kd_server_warm_programs(server);
+    kd_warm_open_cache(server); /* before the worker: requests build through it */
 
     if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
         return rc;
@@ -420,8 +386,13 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
 
     KD_INFO("server", "listening addr=%s port=%d version=%s", passed >= 0 ? "systemd" : cfg->listen,
             port, KD_VERSION);
-    char status[160];
-    snprintf(status, sizeof(status), "serving on port %d with %s", port, desc->name);
+    snprintf(server->ready_status, sizeof(server->ready_status), "serving on port %d with %s", port,
+             desc->name);
+    /* READY now: programs are built in the background, requests meanwhile wait for theirs. */
+    kd_warm_start(server);
+    char status[320];
+    snprintf(status, sizeof(status), "%s%s", server->ready_status,
+             server->warmup != NULL ? "; building OpenCL programs" : "");
     kd_notify_ready(status);
     return KD_OK;
 }
@@ -446,6 +417,7 @@ static void kd_server_worker_closed(void *arg)
     uv_close((uv_handle_t *)&server->grace_timer, NULL);
     uv_close((uv_handle_t *)&server->sweep_timer, NULL);
     kd_notify_watchdog_stop(&server->watchdog);
+    kd_warm_close(server);
 }
 
 /* Every job is done: close the clients (after their last responses are flushed) and the worker. */
@@ -480,6 +452,7 @@ void kd_server_shutdown(kd_server_t *server)
     server->shutting_down = 1;
     kd_notify_stopping("shutting down");
     kd_metrics_stop(server);
+    kd_warm_shutdown(server);
     if (server->listening) {
         uv_close((uv_handle_t *)&server->listener, NULL);
         server->listening = 0;
@@ -538,6 +511,7 @@ static void kd_server_loop(kd_server_t *server)
 int kd_server_run(kd_server_t *server)
 {
     kd_server_loop(server);
+    kd_warm_close(server); /* the loop may end without a shutdown (a failed start): no-op then */
     kd_pool_free(server->pool);
     server->pool = NULL;
     kd_store_free(server->store);

@@ -93,14 +93,18 @@ typedef struct kd_server {
                                   (dist/follow.h; worker thread only), else NULL */
     kd_worker_t *worker;
     kd_store_t *store;
-    kd_state_t *state;                  /* NULL without --state-dir */
-    struct kd_program_cache *programs;  /* STATE_DIR/programs, or NULL */
-    kd_programs_warm_report_t warm;     /* the start-up warm-up (zero with none) */
-    kd_ocl_program_stats_t warm_builds; /* builds when the warm-up ended: later ones are a
-                                           request's */
-    size_t device_budget;               /* bytes of device memory matrices and vectors may use */
-    int budget_refused;   /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    int has_like_recent;  /* worker: like_recent names the entry holding `recent` (store.h) */
+    kd_state_t *state;                 /* NULL without --state-dir */
+    struct kd_program_cache *programs; /* --cache-dir, or NULL */
+    kd_programs_warmup_t *warmup;      /* the background program warm-up, or NULL (none) */
+    uv_async_t warm_async;             /* its threads wake the loop with progress (warm.c) */
+    int warm_async_open;
+    int warm_finished;                   /* its end was logged and its waiters answered */
+    uint64_t warm_logged_ns;             /* the last progress line */
+    struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
+    char ready_status[160];              /* systemd's STATUS= once listening */
+    size_t device_budget;                /* bytes of device memory matrices and vectors may use */
+    int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
@@ -151,6 +155,7 @@ struct kd_conn {
     size_t mem_jobs; /* ... of which its jobs in flight (their kd_climem_job_bytes) */
     kd_job_t *jobs;  /* in flight, for job.cancel and disconnects */
     size_t njobs;
+    size_t warm_waits;         /* server.status requests waiting for the warm-up (warm.c) */
     uint64_t last_activity_ns; /* bytes read or written, or a job finished */
     uint64_t message_start_ns; /* the message being received began arriving; 0 = none */
     char peer[64];
@@ -165,8 +170,20 @@ struct kd_conn {
     int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
 };
 
-/* Programs compiled or loaded since the start-up warm-up ended: each one a request waited for. */
+/* Programs a request had built for it (it met one neither built nor being built). */
 uint64_t kd_server_programs_built_on_request(const kd_server_t *server);
+
+/* warm.c: the background program warm-up. _open_cache before the worker starts (the program
+ * cache in --cache-dir; the old STATE_DIR/programs is cleared); _start once listening; _wait
+ * answers a server.status with wait_warm (at once when the warm-up is done or off, else at its
+ * end or after the request's timeout_ms, TIMEOUT); _shutdown stops taking programs and answers
+ * the waiters CANCELLED; _close waits for builds under way (before the device closes). */
+void kd_warm_open_cache(kd_server_t *server);
+void kd_warm_start(kd_server_t *server);
+int kd_warm_done(kd_server_t *server);
+void kd_warm_wait(kd_conn_t *conn, const kd_request_t *req);
+void kd_warm_shutdown(kd_server_t *server);
+void kd_warm_close(kd_server_t *server);
 
 /* Set up everything (device, store, worker, listener, signals). */
 int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg, kd_err_t *err);

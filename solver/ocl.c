@@ -9,8 +9,11 @@
  * that launches the same kernel thousands of times looks it up by name and never rebuilds. A
  * failed build is not cached: the error, with the build log, is returned each time it is asked.
  * With a program cache on disk (kd_ocl_set_program_cache), a build first looks for the binary
- * of the same source, flags and device there and stores what it compiled; the server warms
- * every program up before it says READY (solver/programs.c), so requests find them built.
+ * of the same source, flags and device there and stores what it compiled. The server builds
+ * every program on background threads while it serves (solver/programs.c); the table is shared
+ * with them under one lock: an entry is claimed (inserted not ready) by the thread that builds
+ * it, and any other thread that needs it waits on a condition variable, so nothing is built
+ * twice at once and nobody holds the lock across a compiler.
  */
 #include "solver/ocl.h"
 #include "solver/ocl_fault.h"
@@ -22,6 +25,7 @@
 
 #include <assert.h>
 #include <ctype.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,10 +41,13 @@ struct kd_ocl_kernel_entry {
     cl_kernel kernel;
 };
 
+/* A program in the device's table. While `ready` is 0 one thread is building it (the handle and
+ * kernels are that thread's alone); others that need it wait on programs_cond. */
 struct kd_ocl_program_entry {
     char *program;
     kd_dtype_t dtype;
     char *options;
+    int ready;
     cl_program handle;
     struct kd_ocl_kernel_entry *kernels;
     size_t kernel_count;
@@ -55,7 +62,12 @@ struct kd_ocl {
     cl_command_queue express_queue; /* kd_ocl_express: created on first use, NULL until then */
     size_t work_group_size;
     int real_fp64; /* what the device reports; desc.has_fp64 may be lowered by tests */
-    struct kd_ocl_program_entry *programs;
+    /* The program table: entries are never moved or freed before close, so a kernel found in
+     * one stays valid. The lock covers the table, each entry's `ready` and its kernel list; it is
+     * never held across a build. */
+    pthread_mutex_t programs_lock;
+    pthread_cond_t programs_cond;
+    struct kd_ocl_program_entry **programs;
     size_t program_count;
     size_t program_cap;
     double copy_bandwidth;      /* bytes/s, 0 until measured */
@@ -72,6 +84,9 @@ struct kd_ocl {
     atomic_uint_fast64_t built_from_source;
     atomic_uint_fast64_t loaded_from_binary;
     atomic_uint_fast64_t binaries_rejected;
+    atomic_uint_fast64_t built_on_request;  /* by kd_ocl_kernel, not kd_ocl_program_ensure */
+    atomic_uint_fast64_t waited_on_request; /* kd_ocl_kernel waited for another thread's build */
+    atomic_int cache_store_warned;          /* a failed store was logged at warn once */
 };
 
 /* Half the pinned staging buffer: the unit of one copy while the other half's transfer runs. */
@@ -476,6 +491,8 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory opening an OpenCL device");
         goto fail;
     }
+    pthread_mutex_init(&ocl->programs_lock, NULL);
+    pthread_cond_init(&ocl->programs_cond, NULL);
     kd_ocl_fault_from_env();
     ocl->desc = list[pick];
     ocl->real_fp64 = ocl->desc.has_fp64;
@@ -525,6 +542,7 @@ static void kd_ocl_program_entry_release(struct kd_ocl_program_entry *e)
         clReleaseProgram(e->handle);
     free(e->program);
     free(e->options);
+    free(e);
 }
 
 void kd_ocl_close(kd_ocl_t *ocl)
@@ -548,8 +566,10 @@ void kd_ocl_close(kd_ocl_t *ocl)
     }
     kd_ocl_host_free(ocl, ocl->staging_ptr, ocl->staging_mem);
     for (size_t i = 0; i < ocl->program_count; i++)
-        kd_ocl_program_entry_release(&ocl->programs[i]);
+        kd_ocl_program_entry_release(ocl->programs[i]);
     free(ocl->programs);
+    pthread_cond_destroy(&ocl->programs_cond);
+    pthread_mutex_destroy(&ocl->programs_lock);
     if (ocl->queue != NULL)
         clReleaseCommandQueue(ocl->queue);
     if (ocl->context != NULL)
@@ -1096,8 +1116,16 @@ static void kd_ocl_store_binary(kd_ocl_t *ocl, const uint8_t key[16], const char
         KD_WARN("ocl", "%s: clGetProgramInfo(CL_PROGRAM_BINARIES): %s", program_name,
                 kd_ocl_error_name(st));
     else if (kd_program_cache_store(ocl->program_cache, key, program_name, dtype, options, binary,
-                                    size, &why) != KD_OK)
-        KD_WARN("ocl", "program cache: %s", why.message);
+                                    size, &why) != KD_OK) {
+        /* A cache that cannot be written (read-only, full) costs the next start its builds. */
+        if (atomic_exchange(&ocl->cache_store_warned, 1) == 0)
+            KD_WARN("ocl",
+                    "program cache: %s (programs are still built and used; further "
+                    "failures to keep one are logged at debug level)",
+                    why.message);
+        else
+            KD_DEBUG("ocl", "program cache: %s", why.message);
+    }
     free(binary);
 }
 
@@ -1211,11 +1239,13 @@ static int kd_ocl_same_options(const char *a, const char *b)
     return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
 }
 
+/* The table's entry for (program, dtype, options), ready or being built; NULL when absent.
+ * Under programs_lock. */
 static struct kd_ocl_program_entry *kd_ocl_program_find(const kd_ocl_t *ocl, const char *program,
                                                         kd_dtype_t dtype, const char *options)
 {
     for (size_t i = 0; i < ocl->program_count; i++) {
-        struct kd_ocl_program_entry *e = &ocl->programs[i];
+        struct kd_ocl_program_entry *e = ocl->programs[i];
         if (e->dtype == dtype && strcmp(e->program, program) == 0 &&
             kd_ocl_same_options(e->options, options))
             return e;
@@ -1226,7 +1256,12 @@ static struct kd_ocl_program_entry *kd_ocl_program_find(const kd_ocl_t *ocl, con
 int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
                          const char *options)
 {
-    return kd_ocl_program_find(ocl, program, dtype, options) != NULL;
+    kd_ocl_t *o = (kd_ocl_t *)ocl; /* the lock only */
+    pthread_mutex_lock(&o->programs_lock);
+    const struct kd_ocl_program_entry *e = kd_ocl_program_find(ocl, program, dtype, options);
+    const int ready = e != NULL && e->ready;
+    pthread_mutex_unlock(&o->programs_lock);
+    return ready;
 }
 
 int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
@@ -1283,77 +1318,135 @@ static int kd_ocl_program_kernels(struct kd_ocl_program_entry *e, kd_err_t *err)
     return rc;
 }
 
+/* A new entry, not ready, in the table (under programs_lock); NULL when out of memory. */
+static struct kd_ocl_program_entry *kd_ocl_program_insert(kd_ocl_t *ocl, const char *program,
+                                                          kd_dtype_t dtype, const char *options)
+{
+    if (ocl->program_count == ocl->program_cap) {
+        size_t cap = ocl->program_cap ? ocl->program_cap * 2 : 16;
+        struct kd_ocl_program_entry **grown = realloc(ocl->programs, cap * sizeof(*grown));
+        if (grown == NULL)
+            return NULL;
+        ocl->programs = grown;
+        ocl->program_cap = cap;
+    }
+    struct kd_ocl_program_entry *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->dtype = dtype;
+    e->program = strdup(program);
+    e->options = strdup(options != NULL ? options : "");
+    if (e->program == NULL || e->options == NULL) {
+        kd_ocl_program_entry_release(e);
+        return NULL;
+    }
+    ocl->programs[ocl->program_count++] = e;
+    return e;
+}
+
+/* Take e out of the table and free it (under programs_lock): its build failed. */
+static void kd_ocl_program_remove(kd_ocl_t *ocl, struct kd_ocl_program_entry *e)
+{
+    for (size_t i = 0; i < ocl->program_count; i++)
+        if (ocl->programs[i] == e) {
+            ocl->programs[i] = ocl->programs[--ocl->program_count];
+            break;
+        }
+    kd_ocl_program_entry_release(e);
+}
+
+/* Fill e (not ready, ours) from handle, which it takes, and publish it: ready, or gone from the
+ * table on failure. Wakes whoever waits for it. */
+static int kd_ocl_program_publish(kd_ocl_t *ocl, struct kd_ocl_program_entry *e, cl_program handle,
+                                  int rc, kd_err_t *err)
+{
+    e->handle = handle;
+    if (rc == KD_OK)
+        rc = kd_ocl_program_kernels(e, err);
+    pthread_mutex_lock(&ocl->programs_lock);
+    if (rc == KD_OK)
+        e->ready = 1;
+    else
+        kd_ocl_program_remove(ocl, e); /* a failed build is not kept: the next need retries */
+    pthread_cond_broadcast(&ocl->programs_cond);
+    pthread_mutex_unlock(&ocl->programs_lock);
+    return rc;
+}
+
 int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                          cl_program handle, kd_err_t *err)
 {
     assert(handle != NULL);
-    if (kd_ocl_program_find(ocl, program, dtype, options) != NULL) {
+    pthread_mutex_lock(&ocl->programs_lock);
+    const int present = kd_ocl_program_find(ocl, program, dtype, options) != NULL;
+    struct kd_ocl_program_entry *e =
+        present ? NULL : kd_ocl_program_insert(ocl, program, dtype, options);
+    pthread_mutex_unlock(&ocl->programs_lock);
+    if (e == NULL) { /* built or being built already, or no memory */
         clReleaseProgram(handle);
-        return KD_OK;
+        return present ? KD_OK : kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
     }
-    if (ocl->program_count == ocl->program_cap) {
-        size_t cap = ocl->program_cap ? ocl->program_cap * 2 : 8;
-        struct kd_ocl_program_entry *grown = realloc(ocl->programs, cap * sizeof(*grown));
-        if (grown == NULL) {
-            clReleaseProgram(handle);
-            return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
-        }
-        ocl->programs = grown;
-        ocl->program_cap = cap;
-    }
-    struct kd_ocl_program_entry e = {0};
-    e.dtype = dtype;
-    e.handle = handle;
-    e.program = strdup(program);
-    e.options = strdup(options != NULL ? options : "");
-    int rc = e.program == NULL || e.options == NULL
-                 ? kd_err_set(err, KD_ENOMEM, "out of host memory caching programs")
-                 : kd_ocl_program_kernels(&e, err);
-    if (rc != KD_OK) {
-        kd_ocl_program_entry_release(&e);
-        return rc;
-    }
-    ocl->programs[ocl->program_count++] = e;
-    return KD_OK;
+    return kd_ocl_program_publish(ocl, e, handle, KD_OK, err);
 }
 
+/*
+ * The ready entry for (program, dtype, options): found, waited for while another thread builds
+ * it, or built here (*how: 0 found, 1 waited, 2 built). No two threads build the same program at
+ * once, and the lock is never held across a build.
+ */
 static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
-                              const char *options, struct kd_ocl_program_entry **out, kd_err_t *err)
+                              const char *options, struct kd_ocl_program_entry **out, int *how,
+                              kd_err_t *err)
 {
-    if ((*out = kd_ocl_program_find(ocl, program, dtype, options)) != NULL)
+    *out = NULL;
+    *how = 0;
+    pthread_mutex_lock(&ocl->programs_lock);
+    struct kd_ocl_program_entry *e;
+    while ((e = kd_ocl_program_find(ocl, program, dtype, options)) != NULL && !e->ready) {
+        *how = 1;
+        pthread_cond_wait(&ocl->programs_cond, &ocl->programs_lock);
+    }
+    if (e != NULL) {
+        pthread_mutex_unlock(&ocl->programs_lock);
+        *out = e;
         return KD_OK;
-    cl_program handle;
-    const uint64_t start = kd_clock_ns();
+    }
+    e = kd_ocl_program_insert(ocl, program, dtype, options); /* claimed: ours to build */
+    pthread_mutex_unlock(&ocl->programs_lock);
+    if (e == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
+    *how = 2;
+    cl_program handle = NULL;
     int rc = kd_ocl_program_build(ocl, program, dtype, options, &handle, err);
-    if (rc == KD_OK)
-        rc = kd_ocl_program_adopt(ocl, program, dtype, options, handle, err);
-    /* After a warm-up this is a request waiting for the compiler: say which program it was. */
-    if (rc == KD_OK)
-        KD_INFO("ocl", "program built on first use program=%s dtype=%s options=\"%s\" ms=%.1f",
-                program, kd_dtype_name(dtype), options != NULL ? options : "",
-                kd_clock_ms_since(start));
-    if (rc == KD_OK)
-        *out = kd_ocl_program_find(ocl, program, dtype, options);
+    if ((rc = kd_ocl_program_publish(ocl, e, handle, rc, err)) == KD_OK)
+        *out = e;
     return rc;
 }
 
-int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
-                  const char *kernel_name, cl_kernel *out, kd_err_t *err)
+int kd_ocl_program_ensure(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                          int *built, kd_err_t *err)
 {
-    struct kd_ocl_program_entry *e = NULL;
-    *out = NULL;
+    struct kd_ocl_program_entry *e;
+    int how = 0;
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
-    if (rc != KD_OK)
-        return rc;
-    rc = kd_ocl_program_get(ocl, program, dtype, options, &e, err);
-    if (rc != KD_OK)
-        return rc;
-    for (size_t k = 0; k < e->kernel_count; k++) {
-        if (strcmp(e->kernels[k].name, kernel_name) == 0) {
-            *out = e->kernels[k].kernel;
-            return KD_OK;
-        }
-    }
+    if (rc == KD_OK)
+        rc = kd_ocl_program_get(ocl, program, dtype, options, &e, &how, err);
+    if (built != NULL)
+        *built = how == 2;
+    return rc;
+}
+
+void kd_ocl_program_counts(const kd_ocl_t *ocl, uint64_t *built_on_request,
+                           uint64_t *waited_on_request)
+{
+    *built_on_request = atomic_load(&ocl->built_on_request);
+    *waited_on_request = atomic_load(&ocl->waited_on_request);
+}
+
+/* Create kernel_name of e's program and add it to e's list (under programs_lock). */
+static int kd_ocl_kernel_create(struct kd_ocl_program_entry *e, const char *program,
+                                const char *kernel_name, cl_kernel *out, kd_err_t *err)
+{
     if (e->kernel_count == e->kernel_cap) {
         size_t cap = e->kernel_cap ? e->kernel_cap * 2 : 8;
         struct kd_ocl_kernel_entry *grown = realloc(e->kernels, cap * sizeof(*grown));
@@ -1384,6 +1477,38 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
     e->kernel_count++;
     *out = kernel;
     return KD_OK;
+}
+
+int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                  const char *kernel_name, cl_kernel *out, kd_err_t *err)
+{
+    struct kd_ocl_program_entry *e = NULL;
+    *out = NULL;
+    int rc = kd_ocl_check_dtype(ocl, dtype, err);
+    if (rc != KD_OK)
+        return rc;
+    const uint64_t start = kd_clock_ns();
+    int how = 0;
+    if ((rc = kd_ocl_program_get(ocl, program, dtype, options, &e, &how, err)) != KD_OK)
+        return rc;
+    /* A request that waited for a compiler: say which program, and for how long. */
+    if (how != 0) {
+        atomic_fetch_add(how == 2 ? &ocl->built_on_request : &ocl->waited_on_request, 1);
+        KD_INFO("ocl", "program %s on first use program=%s dtype=%s options=\"%s\" ms=%.1f",
+                how == 2 ? "built" : "waited for (another thread was building it)", program,
+                kd_dtype_name(dtype), options != NULL ? options : "", kd_clock_ms_since(start));
+    }
+    pthread_mutex_lock(&ocl->programs_lock); /* the kernel list may grow below */
+    for (size_t k = 0; k < e->kernel_count; k++) {
+        if (strcmp(e->kernels[k].name, kernel_name) == 0) {
+            *out = e->kernels[k].kernel;
+            pthread_mutex_unlock(&ocl->programs_lock);
+            return KD_OK;
+        }
+    }
+    rc = kd_ocl_kernel_create(e, program, kernel_name, out, err);
+    pthread_mutex_unlock(&ocl->programs_lock);
+    return rc;
 }
 
 /* ---- transfers through pinned memory --------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * The OpenCL runtime for one device: platform/device discovery, a context and an in-order queue
  * (with profiling, for format timing), and a cache of programs built from the embedded kernel
  * sources with -D options for the value type. A kd_ocl_t is used by one thread at a time (the
- * device's worker); nothing here locks.
+ * device's worker), except its program table: kd_ocl_kernel, kd_ocl_program_ensure, _adopt and
+ * _ready may be called from any thread at once (the background warm-up builds while requests
+ * run); a program is built by one thread while the others that need it wait.
  */
 #ifndef KD_SOLVER_OCL_H
 #define KD_SOLVER_OCL_H
@@ -61,18 +63,26 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
                   const char *kernel_name, cl_kernel *out, kd_err_t *err);
 
 /*
- * Programs built ahead of use (the start-up warm-up, solver/programs.h). kd_ocl_program_build
- * compiles what kd_ocl_kernel would (or loads it from the program cache) without touching the
- * device's program table, so several threads may call it at once; kd_ocl_program_adopt then puts
- * the result in the table (one thread; ownership of handle passes, also on failure) with all of
- * its kernels created. kd_ocl_program_ready: 1 when the table holds it.
+ * Programs built ahead of use (the background warm-up, solver/programs.h), from any thread.
+ * kd_ocl_program_ensure puts the program in the table with all of its kernels created: found
+ * there, waited for while another thread builds it, or built here (*built = 1, when not NULL).
+ * kd_ocl_program_build compiles what kd_ocl_kernel would (or loads it from the program cache)
+ * without touching the table; kd_ocl_program_adopt puts such a result in the table (ownership of
+ * handle passes, also on failure). kd_ocl_program_ready: 1 when the table holds it built.
  */
+int kd_ocl_program_ensure(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                          int *built, kd_err_t *err);
 int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                          cl_program *out, kd_err_t *err);
 int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                          cl_program handle, kd_err_t *err);
 int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
                          const char *options);
+
+/* Programs kd_ocl_kernel built for its caller (a request that met a program not built yet), and
+ * those it waited for while another thread (the warm-up) built them. Any thread. */
+void kd_ocl_program_counts(const kd_ocl_t *ocl, uint64_t *built_on_request,
+                           uint64_t *waited_on_request);
 
 /* Binaries on disk for this device (solver/program_cache.h); the cache is not owned and must
  * outlive the device's builds. NULL: every build compiles the source. */

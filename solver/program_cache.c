@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +47,8 @@ _Static_assert(KD_P_OPTIONS + KD_PROGRAM_CACHE_OPTIONS_MAX <= KD_P_CHECKSUM,
 
 struct kd_program_cache {
     char dir[4096];
-    char *device; /* identity text, hashed into every key */
+    int64_t opened_s; /* when opened: a file another process used since then is not stale */
+    char *device;     /* identity text, hashed into every key */
     pthread_mutex_t lock;
     uint8_t (*used)[16]; /* keys loaded or stored since open */
     size_t nused, capused;
@@ -162,6 +165,14 @@ int kd_program_cache_open(const char *dir, const char *device, kd_program_cache_
     *out = NULL;
     if (strlen(dir) >= 4096 - 64)
         return kd_err_set(err, KD_EIO, "program cache path is too long");
+    char parent[4096];
+    snprintf(parent, sizeof(parent), "%s", dir);
+    for (char *slash = strchr(parent + 1, '/'); slash != NULL; slash = strchr(slash + 1, '/')) {
+        *slash = '\0'; /* ~/.cache may not exist yet on a fresh account */
+        if (mkdir(parent, 0750) != 0 && errno != EEXIST)
+            return kd_err_set(err, KD_EIO, "cannot create %s: %s", parent, strerror(errno));
+        *slash = '/';
+    }
     if (mkdir(dir, 0750) != 0 && errno != EEXIST)
         return kd_err_set(err, KD_EIO, "cannot create %s: %s", dir, strerror(errno));
     struct stat st;
@@ -174,14 +185,19 @@ int kd_program_cache_open(const char *dir, const char *device, kd_program_cache_
     }
     snprintf(c->dir, sizeof(c->dir), "%s", dir);
     pthread_mutex_init(&c->lock, NULL);
+    c->opened_s = (int64_t)time(NULL);
     DIR *d = opendir(dir);
-    if (d != NULL) { /* interrupted writes */
+    if (d != NULL) { /* interrupted writes; not another daemon's write under way (recent) */
         struct dirent *e;
         char path[KD_PATH_CAP];
+        struct stat tst;
         while ((e = readdir(d)) != NULL) {
             size_t n = strlen(e->d_name);
             if (e->d_name[0] == '.' && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
                 snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+                if (stat(path, &tst) == 0 &&
+                    (int64_t)tst.st_mtime > c->opened_s - KD_PROGRAM_CACHE_TMP_AGE_S)
+                    continue;
                 unlink(path);
             }
         }
@@ -373,7 +389,10 @@ int kd_program_cache_store(kd_program_cache_t *cache, const uint8_t key[16], con
     char hex[33];
     kd_key_hex(key, hex);
     kd_program_cache_path(cache, key, path, sizeof(path));
-    snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", cache->dir, hex);
+    /* Unique per writer: daemons sharing the directory may store the same key at once. */
+    static atomic_uint serial;
+    snprintf(tmp, sizeof(tmp), "%s/.%s.%ld.%u.tmp", cache->dir, hex, (long)getpid(),
+             atomic_fetch_add(&serial, 1));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
     if (fd < 0)
         return kd_err_set(err, KD_EIO, "cannot write %s: %s", tmp, strerror(errno));
@@ -463,7 +482,10 @@ size_t kd_program_cache_prune(kd_program_cache_t *cache, size_t max_files)
         return 0;
     }
     for (size_t i = 0; i < n; i++) { /* newest first: the oldest go beyond max_files */
-        if (kd_program_cache_was_used(cache, list[i].key) && kept < max_files) {
+        /* Used by this process, or by another sharing the directory since we opened it. */
+        const int used =
+            kd_program_cache_was_used(cache, list[i].key) || list[i].mtime_s >= cache->opened_s;
+        if (used && kept < max_files) {
             kept++;
             continue;
         }

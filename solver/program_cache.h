@@ -3,7 +3,8 @@
  * (docs/OPERATIONS.md, "Compiled programs"). One file per program:
  *
  *   DIR/<key>.kdp     a 512-byte header, then the binary clGetProgramInfo(CL_PROGRAM_BINARIES) gave
- *   DIR/.<key>.tmp    a file being written (removed when the cache is opened)
+ *   DIR/.<key>.<pid>.<n>.tmp  a file being written (removed when the cache is opened, if
+ *                     older than KD_PROGRAM_CACHE_TMP_AGE_S: another daemon may share DIR)
  *
  * The key is XXH3-128 of everything the binary depends on: the device's identity (name, vendor,
  * driver version, platform and device versions, given by the caller), the full source text (the
@@ -31,6 +32,8 @@
 #define KD_PROGRAM_CACHE_OPTIONS_MAX 384 /* the caller's options, NUL included */
 /* At most this many files are kept (the most recently used); more are removed by _prune. */
 #define KD_PROGRAM_CACHE_FILES_MAX 256
+/* A leftover temporary file older than this is an interrupted write. */
+#define KD_PROGRAM_CACHE_TMP_AGE_S 3600
 /* A binary larger than this is neither stored nor believed. */
 #define KD_PROGRAM_CACHE_BINARY_MAX ((uint64_t)256 << 20)
 
@@ -87,7 +90,9 @@ int kd_program_cache_list(kd_program_cache_t *cache, kd_program_cache_entry_t **
                           size_t *rejected, kd_err_t *err);
 
 /* Remove every file not loaded or stored since the cache was opened (stale: another source,
- * driver or device), and the least recently used beyond max_files. Returns the files removed. */
+ * driver or device), and the least recently used beyond max_files. A file whose time is not
+ * older than the open was used by another process sharing the directory and is kept. Returns
+ * the files removed. */
 size_t kd_program_cache_prune(kd_program_cache_t *cache, size_t max_files);
 
 /* The checks behind _load on one file, for tests: KD_OK when path holds a well-formed entry for

@@ -5,9 +5,12 @@
  * (tests/python/test_py_programs.py) sends every kind of request and checks that the server
  * built nothing on the way.
  *
- * Building is spread over threads: each compiles whole programs (clBuildProgram on different
- * programs is thread-safe; NVIDIA's compiler is single-threaded per build), and the results are
- * put in the device's table afterwards on the calling thread.
+ * The warm-up runs in the background while the server serves: its threads take the list's
+ * programs in order and have each put in the device's table (kd_ocl_program_ensure), so a program
+ * a request needed first is found there, and one a request is building is waited for, not built
+ * again (clBuildProgram on different programs is thread-safe; NVIDIA's compiler is
+ * single-threaded per build). Its progress (counts, and which programs are pending, building,
+ * built or failed) is kept under one lock for server.status.
  */
 #include "solver/programs.h"
 #include "common/clock.h"
@@ -127,31 +130,82 @@ int kd_programs_list(const kd_ocl_t *ocl, kd_dtype_t dtype, kd_program_spec_t *o
 
 /* ---- the warm-up -------------------------------------------------------------------------- */
 
-typedef struct kd_programs_job {
+enum { KD_PROGRAMS_CAP = 128 + KD_PROGRAM_CACHE_FILES_MAX };
+
+struct kd_programs_warmup {
     kd_ocl_t *ocl;
-    const kd_program_spec_t *specs;
-    cl_program *built; /* NULL where the build failed */
-    size_t count;
-    atomic_size_t next;
-    atomic_size_t failed;
-} kd_programs_job_t;
+    kd_program_cache_t *cache;
+    int prune; /* the whole list (no --warm-programs LIST): prune the cache when done */
+    kd_program_spec_t *specs;
+    kd_program_state_t *state; /* per spec, under lock */
+    size_t count, replayed, pruned;
+    size_t next, built, failed; /* under lock */
+    int threads, running, stop;
+    uint64_t start_ns, end_ns; /* end_ns: 0 while running */
+    pthread_mutex_t lock;
+    pthread_t tids[KD_PROGRAMS_THREADS_MAX];
+    void (*on_progress)(void *ctx);
+    void *ctx;
+};
+
+/* Take the next pending spec (KD_PROGRAMS_CAP when none is left or stop was asked). */
+static size_t kd_programs_claim(kd_programs_warmup_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    size_t i = w->stop || w->next >= w->count ? KD_PROGRAMS_CAP : w->next++;
+    if (i != KD_PROGRAMS_CAP)
+        w->state[i] = KD_PROGRAM_BUILDING;
+    pthread_mutex_unlock(&w->lock);
+    return i;
+}
+
+/* The last thread out: prune the cache (the whole list only), stamp the end. */
+static void kd_programs_finish(kd_programs_warmup_t *w)
+{
+    size_t pruned = 0;
+    pthread_mutex_lock(&w->lock);
+    const int stopped = w->stop;
+    pthread_mutex_unlock(&w->lock);
+    if (w->cache != NULL && w->prune && !stopped)
+        pruned = kd_program_cache_prune(w->cache, KD_PROGRAM_CACHE_FILES_MAX);
+    pthread_mutex_lock(&w->lock);
+    w->pruned = pruned;
+    w->end_ns = kd_clock_ns();
+    pthread_mutex_unlock(&w->lock);
+}
 
 static void *kd_programs_worker(void *arg)
 {
-    kd_programs_job_t *job = arg;
-    for (;;) {
-        size_t i = atomic_fetch_add(&job->next, 1);
-        if (i >= job->count)
-            return NULL;
-        const kd_program_spec_t *s = &job->specs[i];
+    kd_programs_warmup_t *w = arg;
+    size_t i;
+    while ((i = kd_programs_claim(w)) != KD_PROGRAMS_CAP) {
+        const kd_program_spec_t *s = &w->specs[i];
         kd_err_t err = {0};
-        if (kd_ocl_program_build(job->ocl, s->program, s->dtype, s->options, &job->built[i],
-                                 &err) != KD_OK) {
+        /* Found (a request built it), waited for (a request is building it) or built here. */
+        const int rc = kd_ocl_program_ensure(w->ocl, s->program, s->dtype, s->options, NULL, &err);
+        if (rc != KD_OK)
             KD_ERROR("ocl", "warm-up: %s (%s, \"%s\"): %s", s->program, kd_dtype_name(s->dtype),
                      s->options, err.message);
-            atomic_fetch_add(&job->failed, 1);
-        }
+        pthread_mutex_lock(&w->lock);
+        w->state[i] = rc == KD_OK ? KD_PROGRAM_BUILT : KD_PROGRAM_FAILED;
+        w->built += rc == KD_OK;
+        w->failed += rc != KD_OK;
+        const int last = w->built + w->failed == w->count;
+        pthread_mutex_unlock(&w->lock);
+        if (last)
+            kd_programs_finish(w);
+        if (w->on_progress != NULL)
+            w->on_progress(w->ctx);
     }
+    pthread_mutex_lock(&w->lock);
+    const int last_out = --w->running == 0 && w->end_ns == 0;
+    pthread_mutex_unlock(&w->lock);
+    if (last_out) { /* stopped early, or nothing to build */
+        kd_programs_finish(w);
+        if (w->on_progress != NULL)
+            w->on_progress(w->ctx);
+    }
+    return NULL;
 }
 
 /* What the program cache holds beyond the list (variants a request built before), for the
@@ -204,69 +258,140 @@ static int kd_programs_selected(const char *only, const char *program)
     return 0;
 }
 
-int kd_programs_warm(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only, int threads,
-                     kd_programs_warm_report_t *report, kd_err_t *err)
+/* The specs the warm-up builds, in order: the list for each value type the device computes in,
+ * then what the program cache holds beyond it, limited to `only`. */
+static size_t kd_programs_collect(kd_programs_warmup_t *w, const char *only)
 {
-    const uint64_t start = kd_clock_ns();
-    memset(report, 0, sizeof(*report));
-    enum { CAP = 128 + KD_PROGRAM_CACHE_FILES_MAX };
-    kd_program_spec_t *specs = calloc(CAP, sizeof(*specs));
-    cl_program *built = calloc(CAP, sizeof(*built));
-    if (specs == NULL || built == NULL) {
-        free(specs);
-        free(built);
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for the program warm-up");
-    }
-    kd_programs_builder_t b = {ocl, specs, CAP, 0, KD_OK};
+    kd_programs_builder_t b = {w->ocl, w->specs, KD_PROGRAMS_CAP, 0, KD_OK};
     int dtype_ok[KD_DTYPE_F32 > KD_DTYPE_F64 ? KD_DTYPE_F32 + 1 : KD_DTYPE_F64 + 1] = {0};
     const kd_dtype_t dtypes[] = {KD_DTYPE_F64, KD_DTYPE_F32};
     for (size_t d = 0; d < 2; d++) {
-        if (kd_ocl_check_dtype(ocl, dtypes[d], &(kd_err_t){0}) != KD_OK)
+        if (kd_ocl_check_dtype(w->ocl, dtypes[d], &(kd_err_t){0}) != KD_OK)
             continue;
         dtype_ok[dtypes[d]] = 1;
         kd_programs_list_formats(&b, dtypes[d]);
         kd_programs_list_solver(&b, dtypes[d]);
     }
     const size_t listed = b.n;
-    if (cache != NULL)
-        kd_programs_add_cached(&b, cache, dtype_ok);
+    if (w->cache != NULL)
+        kd_programs_add_cached(&b, w->cache, dtype_ok);
     size_t kept = 0; /* the selected ones, in order */
     for (size_t i = 0; i < b.n; i++) {
-        if (!kd_programs_selected(only, specs[i].program))
+        if (!kd_programs_selected(only, w->specs[i].program))
             continue;
-        report->replayed += i >= listed;
-        specs[kept++] = specs[i];
+        w->replayed += i >= listed;
+        w->specs[kept++] = w->specs[i];
     }
-    b.n = kept;
+    return kept;
+}
 
-    kd_programs_job_t job = {.ocl = ocl, .specs = specs, .built = built, .count = b.n};
-    atomic_init(&job.next, 0);
-    atomic_init(&job.failed, 0);
-    const int n = kd_programs_threads(threads, b.n);
-    pthread_t tids[KD_PROGRAMS_THREADS_MAX];
-    int started = 0;
-    for (int t = 1; t < n && t < KD_PROGRAMS_THREADS_MAX; t++)
-        if (pthread_create(&tids[started], NULL, kd_programs_worker, &job) == 0)
-            started++;
-    kd_programs_worker(&job); /* this thread is one of the builders */
-    for (int t = 0; t < started; t++)
-        pthread_join(tids[t], NULL);
+static void kd_programs_warmup_free(kd_programs_warmup_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_destroy(&w->lock);
+    free(w->specs);
+    free(w->state);
+    free(w);
+}
 
-    int rc = KD_OK;
-    for (size_t i = 0; i < b.n; i++) {
-        if (built[i] == NULL)
+int kd_programs_warmup_start(kd_ocl_t *ocl, struct kd_program_cache *cache, const char *only,
+                             int threads, void (*on_progress)(void *ctx), void *ctx,
+                             kd_programs_warmup_t **out, kd_err_t *err)
+{
+    *out = NULL;
+    kd_programs_warmup_t *w = calloc(1, sizeof(*w));
+    if (w == NULL || (w->specs = calloc(KD_PROGRAMS_CAP, sizeof(*w->specs))) == NULL ||
+        (w->state = calloc(KD_PROGRAMS_CAP, sizeof(*w->state))) == NULL) {
+        if (w != NULL)
+            free(w->specs);
+        free(w);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for the program warm-up");
+    }
+    pthread_mutex_init(&w->lock, NULL);
+    w->ocl = ocl;
+    w->cache = cache;
+    w->prune = only == NULL;
+    w->on_progress = on_progress;
+    w->ctx = ctx;
+    w->start_ns = kd_clock_ns();
+    w->count = kd_programs_collect(w, only);
+    const int n = kd_programs_threads(threads, w->count);
+    pthread_mutex_lock(&w->lock); /* no thread may count itself out before all are started */
+    for (int t = 0; t < n && t < KD_PROGRAMS_THREADS_MAX; t++)
+        if (pthread_create(&w->tids[w->threads], NULL, kd_programs_worker, w) == 0)
+            w->threads++;
+    w->running = w->threads;
+    pthread_mutex_unlock(&w->lock);
+    if (w->threads == 0) {
+        kd_programs_warmup_free(w);
+        return kd_err_set(err, KD_ENOMEM, "cannot start a thread for the program warm-up");
+    }
+    *out = w;
+    return KD_OK;
+}
+
+void kd_programs_warmup_cancel(kd_programs_warmup_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_mutex_unlock(&w->lock);
+}
+
+void kd_programs_warmup_stop(kd_programs_warmup_t *w)
+{
+    if (w == NULL)
+        return;
+    kd_programs_warmup_cancel(w);
+    kd_programs_warmup_wait(w);
+    kd_programs_warmup_free(w);
+}
+
+void kd_programs_warmup_wait(kd_programs_warmup_t *w)
+{
+    for (int t = 0; t < w->threads; t++)
+        pthread_join(w->tids[t], NULL);
+    w->threads = 0;
+}
+
+void kd_programs_warmup_progress(kd_programs_warmup_t *w, kd_programs_progress_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    p->total = w->count;
+    p->built = w->built;
+    p->failed = w->failed;
+    p->building = w->next - w->built - w->failed;
+    p->replayed = w->replayed;
+    p->pruned = w->pruned;
+    p->done = w->end_ns != 0;
+    p->ms = (double)((p->done ? w->end_ns : kd_clock_ns()) - w->start_ns) / 1e6;
+    pthread_mutex_unlock(&w->lock);
+}
+
+size_t kd_programs_warmup_labels(kd_programs_warmup_t *w, kd_program_state_t state,
+                                 char (*labels)[KD_PROGRAM_LABEL_MAX], size_t cap)
+{
+    size_t n = 0;
+    if (w == NULL)
+        return 0;
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->count && n < cap; i++) {
+        if (w->state[i] != state)
             continue;
-        int arc = kd_ocl_program_adopt(ocl, specs[i].program, specs[i].dtype, specs[i].options,
-                                       built[i], err);
-        if (arc != KD_OK && rc == KD_OK)
-            rc = arc;
+        const kd_program_spec_t *s = &w->specs[i];
+        /* A long option list is cut: the label names the program, not its whole build. */
+        int len =
+            snprintf(labels[n], KD_PROGRAM_LABEL_MAX, "%s/%s", s->program, kd_dtype_name(s->dtype));
+        if (s->options[0] != '\0' && len > 0 && len < KD_PROGRAM_LABEL_MAX - 1)
+            snprintf(labels[n] + len, (size_t)(KD_PROGRAM_LABEL_MAX - len), " %.*s",
+                     KD_PROGRAM_LABEL_MAX - len - 2, s->options);
+        n++;
     }
-    report->listed = b.n;
-    report->failed = atomic_load(&job.failed);
-    if (cache != NULL && only == NULL)
-        report->pruned = kd_program_cache_prune(cache, KD_PROGRAM_CACHE_FILES_MAX);
-    report->ms = kd_clock_ms_since(start);
-    free(specs);
-    free(built);
-    return rc;
+    pthread_mutex_unlock(&w->lock);
+    return n;
 }

@@ -30,8 +30,9 @@ typedef struct kd_daemon {
 /* Start krylovd on d->dir (which exists). */
 static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
 {
-    char port_file[320];
+    char port_file[320], cache_dir[320];
     snprintf(port_file, sizeof(port_file), "%s/port", d->dir);
+    snprintf(cache_dir, sizeof(cache_dir), "%s/cache", d->dir);
     snprintf(d->state_dir, sizeof(d->state_dir), "%s/state", d->dir);
     const char *state_dir = d->state_dir;
     unlink(port_file);
@@ -49,6 +50,9 @@ static inline int kd_daemon_launch(kd_daemon_t *d, const char *const *extra)
     argv[argc++] = port_file;
     argv[argc++] = "--state-dir";
     argv[argc++] = state_dir;
+    /* compiled programs in the test's directory, not the user's cache (extra may override) */
+    argv[argc++] = "--cache-dir";
+    argv[argc++] = cache_dir;
     argv[argc++] = "--device";
     argv[argc++] = device != NULL ? device : "auto";
     argv[argc++] = "--log-level";

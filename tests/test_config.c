@@ -79,6 +79,7 @@ static void test_file_and_overrides(void)
                      "\n"
                      "listen = 0.0.0.0:9000   # all interfaces\n"
                      "state-dir = \"/var/lib/krylovd state\"\n"
+                     "cache-dir = /var/cache/krylovd\n"
                      "  queue-depth=12\n"
                      "max-message = 16M\n"
                      "device-memory = 75%\n"
@@ -94,6 +95,7 @@ static void test_file_and_overrides(void)
     REQUIRE(parse(&c, &err, 6, argv) == 0);
     CHECK(strcmp(c.listen, "0.0.0.0:9000") == 0);
     CHECK(strcmp(c.state_dir, "/var/lib/krylovd state") == 0);
+    CHECK(strcmp(c.cache_dir, "/var/cache/krylovd") == 0);
     CHECK_EQ_INT(c.queue_depth, 99); /* the command line wins, even given before --config */
     CHECK_EQ_INT(c.max_message, 16 << 20);
     CHECK_EQ_INT(c.device_memory_bytes, (size_t)2 << 30);
@@ -243,6 +245,41 @@ static void test_bad_input(void)
     CHECK_EQ_INT(parse(&c, &err, 2, a5), KD_EBADREQ);
 }
 
+/* --cache-dir, and its default: systemd's $CACHE_DIRECTORY (the first of a list), else
+ * $XDG_CACHE_HOME/krylovd, else ~/.cache/krylovd, else none; a given one is kept. */
+static void test_cache_dir(void)
+{
+    kd_config_t c;
+    kd_err_t err;
+    kd_config_defaults(&c);
+    CHECK(c.cache_dir[0] == '\0');
+    setenv("CACHE_DIRECTORY", "/var/cache/krylovd:/var/cache/other", 1);
+    setenv("XDG_CACHE_HOME", "/xdg", 1);
+    setenv("HOME", "/home/u", 1);
+    kd_config_resolve_cache_dir(&c);
+    CHECK_MSG(strcmp(c.cache_dir, "/var/cache/krylovd") == 0, "cache_dir %s", c.cache_dir);
+    unsetenv("CACHE_DIRECTORY");
+    kd_config_defaults(&c);
+    kd_config_resolve_cache_dir(&c);
+    CHECK_MSG(strcmp(c.cache_dir, "/xdg/krylovd") == 0, "cache_dir %s", c.cache_dir);
+    setenv("XDG_CACHE_HOME", "relative", 1); /* not absolute: ignored, as the spec says */
+    kd_config_defaults(&c);
+    kd_config_resolve_cache_dir(&c);
+    CHECK_MSG(strcmp(c.cache_dir, "/home/u/.cache/krylovd") == 0, "cache_dir %s", c.cache_dir);
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("HOME");
+    kd_config_defaults(&c);
+    kd_config_resolve_cache_dir(&c);
+    CHECK_MSG(strcmp(c.cache_dir, "none") == 0, "cache_dir %s", c.cache_dir);
+    const char *given[] = {"krylovd", "--cache-dir", "/srv/kd-cache"};
+    kd_config_defaults(&c);
+    CHECK_EQ_INT(parse(&c, &err, 3, given), 0);
+    setenv("CACHE_DIRECTORY", "/var/cache/krylovd", 1);
+    kd_config_resolve_cache_dir(&c);
+    CHECK_MSG(strcmp(c.cache_dir, "/srv/kd-cache") == 0, "cache_dir %s", c.cache_dir);
+    unsetenv("CACHE_DIRECTORY");
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -255,6 +292,7 @@ int main(void)
     RUN(test_listen_and_auth_options);
     RUN(test_bad_input);
     RUN(test_warm_programs);
+    RUN(test_cache_dir);
     RUN(test_client_memory_options);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -29,6 +29,8 @@ grep -q '^ExecStart=/usr/sbin/krylovd --config /etc/krylovd/krylovd.conf --state
   || fail "ExecStart: $(grep ExecStart "$unit")"
 grep -q '^Type=notify$' "$unit" || fail "Type=notify"
 grep -q '^User=krylovd$' "$unit" || fail "User="
+# Compiled programs in a cache directory of their own, never the state directory (issue 32).
+grep -q '^CacheDirectory=krylovd$' "$unit" || fail "CacheDirectory="
 check=$dest/verify
 mkdir -p "$check"
 sed "s|/usr/sbin/krylovd|$dest/usr/sbin/krylovd|" "$unit" > "$check/krylovd.service"
@@ -43,6 +45,7 @@ munit=$dest/${unitdir#/}/krylovd-mpi.service
 grep -q '^ExecStart=/usr/bin/mpirun -np ${KD_RANKS} --bind-to none /usr/sbin/krylovd --config /etc/krylovd/krylovd.conf --state-dir /var/lib/krylovd$' "$munit" \
   || fail "krylovd-mpi ExecStart: $(grep ExecStart "$munit")"
 grep -q '^KillMode=mixed$' "$munit" || fail "krylovd-mpi KillMode=mixed"
+grep -q '^CacheDirectory=krylovd$' "$munit" || fail "krylovd-mpi CacheDirectory="
 sed "s|/usr/sbin/krylovd|$dest/usr/sbin/krylovd|" "$munit" > "$check/krylovd-mpi.service"
 if [ -x /usr/bin/mpirun ]; then
   out=$(systemd-analyze verify --man=no "$check/krylovd-mpi.service" 2>&1) \

@@ -5,7 +5,8 @@
  * (kd_permute_out on fresh random input, output poisoned, against the CPU); every kind of damaged
  * file (a flipped byte in the binary or the header, a truncation, a wrong magic, another key's
  * header, an empty file, a binary the driver refuses) is rejected, deleted and rebuilt, never
- * handed over; pruning removes what the warm-up did not use and keeps at most the cap; the
+ * handed over; pruning removes what the warm-up did not use (unless another process sharing the
+ * directory used it since) and keeps at most the cap; the
  * warm-up builds the listed programs so kd_ocl_kernel builds nothing afterwards.
  */
 #include "kd_solver_test.h"
@@ -15,6 +16,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 static kd_ocl_t *ocl;
@@ -334,15 +337,29 @@ static void test_prune(void)
         REQUIRE(kd_program_cache_store(c, keys[i], "blas", KD_DTYPE_F64, "", bin, sizeof(bin),
                                        &err) == KD_OK);
     }
-    /* a leftover temporary file goes when the cache is opened */
-    char tmp[512];
+    /* a leftover temporary file goes when the cache is opened; a recent one may be another
+     * daemon's write under way and stays */
+    char tmp[512], fresh[512];
     snprintf(tmp, sizeof(tmp), "%s/.0123.tmp", dir);
+    snprintf(fresh, sizeof(fresh), "%s/.4567.99.0.tmp", dir);
     FILE *f = fopen(tmp, "w");
     REQUIRE(f != NULL);
     fclose(f);
+    REQUIRE((f = fopen(fresh, "w")) != NULL);
+    fclose(f);
+    /* Everything so far was last used two hours ago (by this process's earlier life). */
+    const struct timeval old[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    REQUIRE(utimes(tmp, old) == 0);
+    for (int i = 0; i < 6; i++) {
+        char path[512];
+        kd_program_cache_path(c, keys[i], path, sizeof(path));
+        REQUIRE(utimes(path, old) == 0);
+    }
     kd_program_cache_close(c);
     REQUIRE(kd_program_cache_open(dir, "device=P\n", &c, &err) == KD_OK);
     CHECK(access(tmp, F_OK) != 0);
+    CHECK(access(fresh, F_OK) == 0);
+    unlink(fresh);
     /* used since this open: 0, 1, 2; the rest are stale */
     for (int i = 0; i < 3; i++) {
         uint8_t *b = NULL;
@@ -352,11 +369,17 @@ static void test_prune(void)
         CHECK(len == sizeof(bin) && b != NULL && memcmp(b, bin, len) == 0);
         free(b);
     }
-    CHECK_EQ_INT(kd_program_cache_prune(c, 2), 4); /* 3 stale, 1 beyond the cap */
-    CHECK_EQ_INT(kd_count_files(dir, ".kdp"), 2);
+    /* another daemon sharing the directory used 4 since this one opened it: not stale */
     char path[512];
+    kd_program_cache_path(c, keys[4], path, sizeof(path));
+    REQUIRE(utimes(path, NULL) == 0);
+    CHECK_EQ_INT(kd_program_cache_prune(c, 4), 2); /* 2 stale: 3 and 5 */
+    CHECK_EQ_INT(kd_count_files(dir, ".kdp"), 4);
+    CHECK(access(path, F_OK) == 0);
     kd_program_cache_path(c, keys[5], path, sizeof(path));
     CHECK(access(path, F_OK) != 0);
+    CHECK_EQ_INT(kd_program_cache_prune(c, 3), 1); /* 1 beyond the cap */
+    CHECK_EQ_INT(kd_count_files(dir, ".kdp"), 3);
     /* names too long to keep are refused, not truncated */
     char longer[KD_PROGRAM_CACHE_OPTIONS_MAX + 8];
     memset(longer, 'x', sizeof(longer) - 1);

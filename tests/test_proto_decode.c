@@ -339,6 +339,28 @@ static void test_param_names(void)
     begin(&w, "server.status", 1);
     kd_w_kv_uint(&w, "timeout_ms", UINT64_MAX);
     BAD(&w, KD_ETOOLARGE, "timeout_ms = 18446744073709551615 is too large");
+
+    /* server.status's wait_warm: a bool, false when absent; nothing else takes it */
+    begin(&w, "server.status", 2);
+    kd_w_kv_bool(&w, "wait_warm", 1);
+    kd_w_kv_int(&w, "timeout_ms", 250);
+    kd_request_t *r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->u.status.wait_warm == 1 && r->timeout_ms == 250);
+    kd_request_free(r);
+    kd_writer_init(&w);
+    begin(&w, "server.status", 0);
+    r = GOOD(&w);
+    REQUIRE(r != NULL);
+    CHECK(r->u.status.wait_warm == 0);
+    kd_request_free(r);
+    kd_writer_init(&w);
+    begin(&w, "server.status", 1);
+    kd_w_kv_int(&w, "wait_warm", 1);
+    BAD(&w, KD_EBADREQ, "wait_warm");
+    begin(&w, "matrix.list", 1);
+    kd_w_kv_bool(&w, "wait_warm", 1);
+    BAD(&w, KD_EBADREQ, "unknown parameter 'wait_warm' for matrix.list");
 }
 
 /* Bytes that the framer would not deliver still get a clean KD_EPROTO. */

@@ -22,8 +22,10 @@ for part in $parts; do
   tests)
     skip='python'
     [ ${#py[@]} -gt 0 ] && skip='soak'
+    # test_solve_history pins PoCL's exact histories on the CI machine's CPU (its header): not a
+    # GPU's rounding (bench/device/seams.sh compares a GPU with itself)
     (cd build-device && KD_TEST_DEVICE=gpu timeout 480 ctest -L 'kernel|e2e' -LE "$skip" \
-      --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
+      -E test_solve_history --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
     tail -4 "$out/ctest-gpu.log"; grep -E "\*\*\*Failed|Timeout|Not Run" "$out/ctest-gpu.log" | head -20) ;;
   startup)
     timeout 200 bash bench/device/startup32.sh build-device/bin "$out" 2>&1 | tail -30 ;;

@@ -84,6 +84,8 @@ class Daemon:
             "--listen", "127.0.0.1:0",
             "--port-file", port_file,
             "--state-dir", os.path.join(self.dir, "state"),
+            # compiled programs in the test's directory, not the user's cache (a later one wins)
+            "--cache-dir", os.path.join(self.dir, "cache"),
             "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
             "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "warn"),
             # PoCL compiles all programs in minutes on a cold cache: build on first use unless

@@ -323,6 +323,14 @@ class TestJson(unittest.TestCase):
         self.assertEqual(doc["error"]["code"], "USAGE")
         doc, _ = run_json(self, "put", matrix_path("bad/bad_header.mtx"), expect=1)
         self.assertEqual(doc["error"]["code"], "BAD_REQUEST")
+        # a file that is not there is this side's error, said plainly, with no server needed
+        missing = os.path.join(tempfile.gettempdir(), f"kd-no-such-{os.getpid()}.mtx")
+        p = run("put", missing, server=f"127.0.0.1:{port}")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stderr.strip(),
+                         f"krylov put: cannot open '{missing}': No such file or directory")
+        doc, _ = run_json(self, "put", missing, server=f"127.0.0.1:{port}", expect=1)
+        self.assertEqual(doc["error"]["code"], "FILE")
 
     def test_bench(self):
         A = load("ani4.mtx")
@@ -396,8 +404,14 @@ class TestTables(unittest.TestCase):
         p = run("status")
         self.assertEqual(p.returncode, 0, p.stderr)
         out = p.stdout
-        for key in ("server", "device", "platform", "memory", "matrices", "clients", "requests"):
+        for key in ("server", "device", "platform", "memory", "matrices", "clients", "requests",
+                    "programs"):
             self.assertRegex(out, rf"(?m)^{key}\s+\S")
+        # the shared daemon builds on first use (--warm-programs none): nothing to wait for
+        self.assertRegex(out, r"(?m)^programs\s+built on first use")
+        p = run("status", "--wait-warm=5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(run("--json", "status").stdout)["warm_up"]["state"], "off")
         self.assertIn(daemon.address, out)
         st = json.loads(run("--json", "status").stdout)
         # the per-method table agrees with the JSON (spmv does not move between the two calls)

@@ -195,9 +195,11 @@ class AuthFileTest(unittest.TestCase):
                     call()
                 self.assertIn(f"{what} needs role write", cm.exception.message)
                 self.assertIn("'alice' has role read", cm.exception.message)
-            # a read user sees what it needs to form requests, nothing about others' use
+            # a read user sees what it needs to form requests (and whether the server is warm),
+            # nothing about others' use
             status = kd.call("server.status")
-            self.assertEqual(set(status), {"version", "solvers", "device"})
+            self.assertEqual(set(status), {"version", "solvers", "device", "warm_up"})
+            self.assertEqual(status["warm_up"]["state"], "off")  # the helper's --warm-programs none
             self.assertIn("cg", status["solvers"]["methods"])
         with self.client("carol") as kd:
             self.assertEqual(kd.info(info).id, info.id)  # nothing was dropped

@@ -16,6 +16,7 @@ it, or give spmv an `out=` array to fill.
 import gzip
 import os
 import dataclasses
+import time
 from collections import namedtuple
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -129,7 +130,15 @@ class ServerStatus:
     connections: int
     queue_depth: int
     requests_by_method: dict = field(default_factory=dict)
+    # The background OpenCL program warm-up: state ("building", "done", "off"), total, built,
+    # failed, elapsed_ms, and the programs building and pending.
+    warm_up: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def warm(self):
+        """True once the server has built every OpenCL program (or builds none ahead)."""
+        return self.warm_up.get("state", "done") in ("done", "off")
 
     @classmethod
     def from_wire(cls, d):
@@ -146,6 +155,7 @@ class ServerStatus:
             connections=int(d.get("connections", 0)),
             queue_depth=int(d.get("queue_depth", 0)),
             requests_by_method=dict(d.get("requests_by_method") or {}),
+            warm_up=dict(d.get("warm_up") or {}),
             raw=d,
         )
 
@@ -683,9 +693,35 @@ class Client:
         result = self._conn.call("matrix.share", {"id": _matrix_id(matrix), "user": str(user)})
         return bool(result.get("created")) if isinstance(result, dict) else False
 
-    def status(self):
-        """The server's ServerStatus: version, device, matrices, counters."""
-        return ServerStatus.from_wire(self._conn.call("server.status"))
+    def status(self, *, wait_warm=False, timeout_ms=None):
+        """The server's ServerStatus: version, device, matrices, counters, warm_up.
+
+        wait_warm=True: the server answers once it has built its OpenCL programs (it serves
+        meanwhile, building what a request needs first), or raises Timeout after timeout_ms
+        (None: no limit; the client's own timeout= still applies).
+        """
+        params = {}
+        if wait_warm:
+            params["wait_warm"] = True
+            _optional(params, timeout_ms=timeout_ms)
+        return ServerStatus.from_wire(self._conn.call("server.status", params))
+
+    def wait_warm(self, timeout=None, *, on_progress=None, every=2.0):
+        """Wait until the server's program warm-up is done; returns its ServerStatus.
+
+        timeout: seconds (None: no limit), then Timeout. on_progress(warm_up) is called with the
+        status's warm_up map every `every` seconds while it runs.
+        """
+        start = time.monotonic()
+        while True:
+            step = every if timeout is None else min(every, timeout - (time.monotonic() - start))
+            try:
+                return self.status(wait_warm=True, timeout_ms=max(1, int(step * 1e3)))
+            except errors.Timeout:
+                if timeout is not None and time.monotonic() - start >= timeout:
+                    raise
+                if on_progress is not None:
+                    on_progress(self.status().warm_up)
 
     # arithmetic
 
