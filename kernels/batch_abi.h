@@ -15,6 +15,7 @@ enum kd_batch_slot {
     KD_BATCH_OMEGA = 4, /* bicgstab: the previous iteration's omega */
     KD_BATCH_R0 = 5,    /* bicgstab: r0hat'r0hat */
     KD_BATCH_FAIL = 6,  /* the value that stopped the system */
+    KD_BATCH_SHADOWS = 7, /* bicgstab: fresh shadow residuals taken (rho breakdowns) */
     KD_BATCH_SLOTS = 8
 };
 
