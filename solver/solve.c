@@ -47,6 +47,8 @@ const char *kd_solve_status_name(kd_solve_status_t status)
         return "breakdown";
     case KD_SOLVE_NON_FINITE:
         return "non_finite";
+    case KD_SOLVE_STAGNATED:
+        return "stagnated";
     }
     return "unknown";
 }
@@ -82,6 +84,8 @@ typedef struct kd_solve_column {
     int64_t converged_at; /* while confirming: the iteration the recurrence converged at */
     int64_t fresh_from;   /* snapshots of earlier iterations predate a restart: ignored */
     int64_t history_cap;
+    double best_miss; /* the best ||b - A x|| of a refuted convergence (INFINITY: none yet) */
+    int misses;       /* refutations since best_miss last improved (stagnation) */
 } kd_solve_column_t;
 
 /* Everything one kd_solve call holds: the method's view (run) and the driver's own. */
@@ -413,6 +417,7 @@ static void kd_solve_pick_columns(kd_solve_ctx_t *ctx, const void *b, const void
         col->threshold =
             A->dtype == KD_DTYPE_F32 ? (double)(float)(col->tol * col->tol) : col->tol * col->tol;
         col->history_cap = cap;
+        col->best_miss = INFINITY;
     }
 }
 
@@ -595,6 +600,30 @@ static int kd_solve_read_columns(kd_solve_ctx_t *ctx)
     return confirm;
 }
 
+/* A refuted convergence with true residual `truth`: whether the column has stagnated
+ * (KD_SOLVE_STAGNATION_MISSES refutations without gaining KD_SOLVE_STAGNATION_GAIN on the best);
+ * if so its result says so, with the accuracy reached. */
+static int kd_solve_stagnated(const kd_solve_ctx_t *ctx, kd_solve_column_t *col, double truth,
+                              kd_solve_result_t *res)
+{
+    if (truth < KD_SOLVE_STAGNATION_GAIN * col->best_miss) {
+        col->best_miss = truth;
+        col->misses = 0;
+        return 0;
+    }
+    if (++col->misses < KD_SOLVE_STAGNATION_MISSES)
+        return 0;
+    res->status = KD_SOLVE_STAGNATED;
+    snprintf(res->message, sizeof(res->message),
+             "stagnated at ||r|| / ||b|| = %.3g after %lld iterations (tolerance %.3g): %lld "
+             "restarts from b - A x, the last %d without improving on %.3g; the accuracy %s "
+             "reaches on this matrix",
+             truth / res->b_norm, (long long)res->iterations, col->tol / res->b_norm,
+             (long long)res->restarts, col->misses, col->best_miss / res->b_norm,
+             kd_dtype_name(ctx->run.A->dtype));
+    return 1;
+}
+
 /*
  * The recurrence says converged for the masked columns: confirm with ||b - A x|| (in q, which the
  * next SpMV overwrites; x is frozen since the convergence). A miss goes on from the true residual
@@ -631,6 +660,11 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
         res->restarts++;
         if (res->iterations >= ctx->maxiter) {
             res->status = KD_SOLVE_MAX_ITERATIONS;
+            col->done = 1;
+            ctx->mask[c] = 0;
+            continue;
+        }
+        if (kd_solve_stagnated(ctx, col, ctx->norms[c], res)) {
             col->done = 1;
             ctx->mask[c] = 0;
             continue;
