@@ -432,6 +432,8 @@ void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE
                 status = KD_KRYLOV_BREAKDOWN;
                 at = it + 1;
                 fail = diag;
+                if (hist != 0 && lid == 0 && at < hcap)
+                    hist[at] = rr; /* x stays the least-squares one of the steps before */
                 break;
             }
             it++;

@@ -616,8 +616,8 @@ static int kd_solve_stagnated(const kd_solve_ctx_t *ctx, kd_solve_column_t *col,
     res->status = KD_SOLVE_STAGNATED;
     snprintf(res->message, sizeof(res->message),
              "stagnated at ||r|| / ||b|| = %.3g after %lld iterations (tolerance %.3g): %lld "
-             "restarts from b - A x, the last %d without improving on %.3g; the accuracy %s "
-             "reaches on this matrix",
+             "restarts from b - A x, the last %d not beating %.3g: %s's limit on this A (or b "
+             "is outside its range)",
              truth / res->b_norm, (long long)res->iterations, col->tol / res->b_norm,
              (long long)res->restarts, col->misses, col->best_miss / res->b_norm,
              kd_dtype_name(ctx->run.A->dtype));

@@ -492,6 +492,7 @@ static void test_bad_requests(void)
 
     CHECK(strcmp(kd_solve_status_name(KD_SOLVE_NON_FINITE), "non_finite") == 0);
     CHECK(strcmp(kd_solve_status_name(KD_SOLVE_MAX_ITERATIONS), "max_iterations") == 0);
+    CHECK(strcmp(kd_solve_status_name(KD_SOLVE_STAGNATED), "stagnated") == 0);
     kd_solve_params_t def;
     kd_solve_params_default(&def);
     CHECK(def.method == &kd_method_cg && def.precond == &kd_precond_none && def.rtol == 1e-8 &&
