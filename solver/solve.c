@@ -104,6 +104,7 @@ typedef struct kd_solve_ctx {
     void *pack;      /* k columns of host staging */
     int64_t it, enq; /* the iteration last checked, the last enqueued */
     kd_krylov_snapshot_t snaps[2];
+    kd_multivec_t best_x; /* the best refuted iterates (stagnation), from the first refutation */
     int head, pending;
     uint64_t iterate_start_ns, iterate_end_ns;
     int64_t reductions; /* the method's kd_krylov_reduce calls in its iterations */
@@ -600,19 +601,30 @@ static int kd_solve_read_columns(kd_solve_ctx_t *ctx)
     return confirm;
 }
 
+/* What a refuted convergence does to the column's best iterate (kd_solve_stagnated). */
+enum { KD_SOLVE_BEST_KEEP = 0, KD_SOLVE_BEST_SAVE = 1, KD_SOLVE_BEST_RESTORE = 2 };
+
 /* A refuted convergence with true residual `truth`: whether the column has stagnated
  * (KD_SOLVE_STAGNATION_MISSES refutations without gaining KD_SOLVE_STAGNATION_GAIN on the best);
- * if so its result says so, with the accuracy reached. */
+ * if so its result says so, with the accuracy reached. *best: SAVE when x is the best refuted
+ * iterate so far, RESTORE when the column stagnated on a worse x than that best. */
 static int kd_solve_stagnated(const kd_solve_ctx_t *ctx, kd_solve_column_t *col, double truth,
-                              kd_solve_result_t *res)
+                              kd_solve_result_t *res, int *best)
 {
+    *best = KD_SOLVE_BEST_KEEP;
     if (truth < KD_SOLVE_STAGNATION_GAIN * col->best_miss) {
         col->best_miss = truth;
         col->misses = 0;
+        *best = KD_SOLVE_BEST_SAVE;
         return 0;
     }
     if (++col->misses < KD_SOLVE_STAGNATION_MISSES)
         return 0;
+    /* x ends as the best refuted iterate: a stall is not a licence to return a worse one */
+    if (truth > col->best_miss) {
+        *best = KD_SOLVE_BEST_RESTORE;
+        truth = col->best_miss;
+    }
     res->status = KD_SOLVE_STAGNATED;
     snprintf(res->message, sizeof(res->message),
              "stagnated at ||r|| / ||b|| = %.3g after %lld iterations (tolerance %.3g): %lld "
@@ -622,6 +634,25 @@ static int kd_solve_stagnated(const kd_solve_ctx_t *ctx, kd_solve_column_t *col,
              (long long)res->restarts, col->misses, col->best_miss / res->b_norm,
              kd_dtype_name(ctx->run.A->dtype));
     return 1;
+}
+
+/* x into ctx->best_x where best[c] is SAVE (allocated at the first), back where RESTORE. */
+static int kd_solve_keep_best(kd_solve_ctx_t *ctx, const int *best, kd_err_t *err)
+{
+    kd_solve_run_t *run = &ctx->run;
+    unsigned char *which = run->active; /* scratch: kd_solve_report resets it */
+    int rc = KD_OK;
+    if (ctx->best_x.mem == NULL)
+        rc = kd_multivec_alloc(run->ocl, run->A->rows, run->k, run->A->dtype, &ctx->best_x, err);
+    for (int64_t c = 0; c < run->k; c++)
+        which[c] = best[c] == KD_SOLVE_BEST_SAVE;
+    if (rc == KD_OK)
+        rc = kd_multivec_copy(run->ocl, &run->x, &ctx->best_x, which, err);
+    for (int64_t c = 0; c < run->k; c++)
+        which[c] = best[c] == KD_SOLVE_BEST_RESTORE;
+    if (rc == KD_OK)
+        rc = kd_multivec_copy(run->ocl, &ctx->best_x, &run->x, which, err);
+    return rc;
 }
 
 /*
@@ -635,8 +666,12 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
     const int64_t k = run->k;
     unsigned char *which = run->active;
     double *truth = malloc((size_t)k * sizeof(double));
-    if (truth == NULL)
+    int *best = calloc((size_t)k, sizeof(int)), keep_any = 0;
+    if (truth == NULL || best == NULL) {
+        free(truth);
+        free(best);
         return kd_err_set(err, KD_ENOMEM, "out of host memory");
+    }
     for (int64_t c = 0; c < k; c++)
         which[c] = ctx->mask[c] != 0;
     int rc = kd_solve_residual(run, &run->q, which, err);
@@ -664,7 +699,9 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
             ctx->mask[c] = 0;
             continue;
         }
-        if (kd_solve_stagnated(ctx, col, ctx->norms[c], res)) {
+        const int stalled = kd_solve_stagnated(ctx, col, ctx->norms[c], res, &best[c]);
+        keep_any |= best[c];
+        if (stalled) {
             col->done = 1;
             ctx->mask[c] = 0;
             continue;
@@ -677,6 +714,9 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
         restart = 1;
     }
     free(truth);
+    if (rc == KD_OK && keep_any)
+        rc = kd_solve_keep_best(ctx, best, err);
+    free(best);
     if (rc == KD_OK && restart) {
         for (int64_t c = 0; c < k; c++)
             which[c] = ctx->mask[c] != 0;
@@ -907,6 +947,7 @@ static void kd_solve_ctx_release(kd_solve_ctx_t *ctx)
     kd_multivec_release(&run->x);
     kd_multivec_release(&run->r);
     kd_multivec_release(&run->q);
+    kd_multivec_release(&ctx->best_x);
     for (int i = 0; i < KD_METHOD_WORK_MAX; i++)
         kd_multivec_release(&run->work[i]);
     free(run->active);
