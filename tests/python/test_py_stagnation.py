@@ -5,7 +5,8 @@ it: the recurrence claims convergence, b - A x refutes it, the restarts stop imp
 solve ends `stagnated` far short of maxiter (the default, 10 n = 163840), with residual_norm and
 relative_residual the accuracy reached (checked here against ||b - A x|| in double) and the
 message saying it. The same in float64 converges; so does float32 at a tolerance it can reach.
-The CLI exits 3 for it, as for any solve that did not converge.
+A batch's systems end stagnated after their 4 rounds of refuted claims. The CLI exits 3 for it,
+as for any solve that did not converge.
 """
 
 import os
@@ -62,6 +63,18 @@ class Stagnation(unittest.TestCase):
             res = self.kd.solve(kid, self.b, preconditioner=pre, rtol=1e-10)
             self.assertEqual(res.status, "converged", res.message)
             self.assertLessEqual(self.relres(res.x), 1e-10 * 1.001)
+
+    def test_batch(self):
+        """A batch (one work-group per system) stops after its 4 rounds of refuted claims:
+        stagnated, far short of maxiter, the message giving ||b - A x||."""
+        A = laplacian(48)
+        info = self.kd.put_batch([A, 2 * A], dtype="float32")
+        B = rng.standard_normal((2, A.shape[0]))
+        res = self.kd.solve_batch(info, B, rtol=1e-8, dtype="float32")
+        for s in range(2):
+            self.assertEqual(res.status[s], "stagnated", res.message[s])
+            self.assertLess(res.iterations[s], 10 * A.shape[0] // 10)
+            self.assertIn("stayed above the tolerance", res.message[s])
 
     def test_cli_exit(self):
         """The CLI reports it and exits 3 (not converged)."""
