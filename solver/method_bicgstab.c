@@ -134,14 +134,14 @@ static int kd_bicgstab_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     kd_multivec_t *shat = kd_bicgstab_hat(run, &run->r, KD_BG_SHAT);
     const cl_mem own = kd_bicgstab_own(run);
     const kd_krylov_launch_t L = kd_krylov_pass_block(kr, it, 0);
-    int rc = kd_krylov_launch(
-        kr, "bicgstab", "kd_bicgstab_direction",
-        KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
-                KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
-                KD_ARG_MEM(own), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(p->mem), KD_ARG_MEM(v->mem),
-                KD_ARG_MEM(run->work[KD_BG_PHAT].mem), KD_ARG_MEM(kr->diagonal),
-                KD_ARG_MEM(r0hat->mem)),
-        err);
+    int rc = kd_krylov_launch(kr, "bicgstab", "kd_bicgstab_direction",
+                              KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold),
+                                      KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->res_partials),
+                                      KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
+                                      KD_ARG_MEM(own), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(p->mem),
+                                      KD_ARG_MEM(v->mem), KD_ARG_MEM(run->work[KD_BG_PHAT].mem),
+                                      KD_ARG_MEM(kr->diagonal), KD_ARG_MEM(r0hat->mem)),
+                              err);
     if (rc == KD_OK && kd_bicgstab_operator(run))
         rc = kd_method_precondition(run, p, phat, err);
     if (rc == KD_OK)

@@ -510,8 +510,11 @@ static void test_bicgstab_shadow_restart(void)
         for (int global = 0; global < 2; global++) {
             double rt[3] = {rtol, rtol, rtol}, at[3] = {0};
             int64_t mi[3] = {100, 100, 100};
-            kd_batch_params_t bp = {.method = KD_BATCH_BICGSTAB, .rtol = rt, .atol = at,
-                                    .maxiter = mi, .force_global = global};
+            kd_batch_params_t bp = {.method = KD_BATCH_BICGSTAB,
+                                    .rtol = rt,
+                                    .atol = at,
+                                    .maxiter = mi,
+                                    .force_global = global};
             kd_batch_result_t br[3];
             memset(br, 0, sizeof(br));
             CHECK(kd_batch_solve(ocl, batch, bv, NULL, x, &bp, br, NULL, &err) == KD_OK);

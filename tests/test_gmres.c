@@ -2,16 +2,17 @@
  * gmres (solver/method_gmres.c, kernels/gmres.cl): restarted, right-preconditioned GMRES(m).
  * Every solve's answer is judged by the CPU's ||b - A x|| / ||b||. Checked: convergence on
  * generated nonsymmetric matrices (2-D convection-diffusion with upwinding) and the real ani4
- * and watt_2 (float64; bayer10 is left out: unpreconditioned GMRES(30) stalls on it, SciPy's too), in float64 and float32, with restart 1, 5 and 30, without a
- * preconditioner, with Jacobi and with AMG (an operator: the Z basis); against a sequential CPU
- * GMRES(m) written here (the same iterations, up to rounding); the residual history never grows
- * (GMRES minimises it); several right-hand sides each as when alone; fused and separate SpMV
- * alike; x0 (at the solution: no iteration); a 1x1 system (one step); a singular matrix with an
- * empty row ends as max_iterations, breakdown or stagnated with a finite x; the reductions an iteration
- * (two, one more per cycle end); a basis that cannot fit is KD_EDEVMEM naming restart; a
- * Hessenberg matrix singular to working precision (SciPy's nilpotent lgmres case) is a breakdown
- * whose x is the least-squares solution and whose residual history never grows, on the general
- * path and the batched one-work-group path.
+ * and watt_2 (float64; bayer10 is left out: unpreconditioned GMRES(30) stalls on it, SciPy's too),
+ * in float64 and float32, with restart 1, 5 and 30, without a preconditioner, with Jacobi and with
+ * AMG (an operator: the Z basis); against a sequential CPU GMRES(m) written here (the same
+ * iterations, up to rounding); the residual history never grows (GMRES minimises it); several
+ * right-hand sides each as when alone; fused and separate SpMV alike; x0 (at the solution: no
+ * iteration); a 1x1 system (one step); a singular matrix with an empty row ends as max_iterations,
+ * breakdown or stagnated with a finite x; the reductions an iteration (two, one more per cycle
+ * end); a basis that cannot fit is KD_EDEVMEM naming restart; a Hessenberg matrix singular to
+ * working precision (SciPy's nilpotent lgmres case) is a breakdown whose x is the least-squares
+ * solution and whose residual history never grows, on the general path and the batched
+ * one-work-group path.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
@@ -456,8 +457,12 @@ static void test_singular_hessenberg(void)
         for (int global = 0; global < 2; global++) {
             double rt[2] = {1e-8, 1e-8}, at[2] = {0};
             int64_t mi[2] = {12, 12};
-            kd_batch_params_t bp = {.method = KD_BATCH_GMRES, .rtol = rt, .atol = at,
-                                    .maxiter = mi, .force_global = global, .record_history = 1};
+            kd_batch_params_t bp = {.method = KD_BATCH_GMRES,
+                                    .rtol = rt,
+                                    .atol = at,
+                                    .maxiter = mi,
+                                    .force_global = global,
+                                    .record_history = 1};
             kd_batch_result_t br[2];
             memset(br, 0, sizeof(br));
             CHECK(kd_batch_solve(ocl, batch, bv, NULL, x, &bp, br, NULL, &err) == KD_OK);
