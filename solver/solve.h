@@ -27,8 +27,8 @@ typedef enum kd_solve_status {
  * Stagnation: the recurrence claimed convergence and b - A x refuted it (the iterates cannot get
  * nearer in the dtype: float32 CG on a 16k-row Laplacian stalls at ||r|| / ||b|| ~ 1e-4), and
  * since the best true residual of such a refutation the next KD_SOLVE_STAGNATION_MISSES did not
- * improve on it by the factor KD_SOLVE_STAGNATION_GAIN. A solve still converging slowly never
- * claims convergence early, so it never stagnates.
+ * shrink its distance to the tolerance (||r|| - tol) by the factor KD_SOLVE_STAGNATION_GAIN. A
+ * solve still converging slowly never claims convergence early, so it never stagnates.
  */
 #define KD_SOLVE_STAGNATION_MISSES 3
 #define KD_SOLVE_STAGNATION_GAIN 0.8
