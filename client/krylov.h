@@ -231,7 +231,7 @@ typedef struct krylov_solve_options {
 void krylov_solve_options_init(krylov_solve_options_t *opt);
 
 typedef struct krylov_solve_result {
-    char status[24]; /* "converged", "max_iterations", "breakdown", "non_finite" */
+    char status[24]; /* "converged", "max_iterations", "breakdown", "non_finite", "stagnated" */
     int64_t iterations;
     double residual_norm;     /* ||b - A x|| */
     double relative_residual; /* ||b - A x|| / ||b|| */

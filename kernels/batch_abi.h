@@ -8,13 +8,14 @@
 
 /* A system's scalars: scalars[system * KD_BATCH_SLOTS + slot]. */
 enum kd_batch_slot {
-    KD_BATCH_RR = 0,    /* r'r of the current residual */
-    KD_BATCH_RZ = 1,    /* cg: r'z; bicgstab: rho = r0hat'r */
-    KD_BATCH_RHO = 2,   /* bicgstab: the previous iteration's rho */
-    KD_BATCH_ALPHA = 3, /* bicgstab: the previous iteration's alpha */
-    KD_BATCH_OMEGA = 4, /* bicgstab: the previous iteration's omega */
-    KD_BATCH_R0 = 5,    /* bicgstab: r0hat'r0hat */
-    KD_BATCH_FAIL = 6,  /* the value that stopped the system */
+    KD_BATCH_RR = 0,      /* r'r of the current residual */
+    KD_BATCH_RZ = 1,      /* cg: r'z; bicgstab: rho = r0hat'r */
+    KD_BATCH_RHO = 2,     /* bicgstab: the previous iteration's rho */
+    KD_BATCH_ALPHA = 3,   /* bicgstab: the previous iteration's alpha */
+    KD_BATCH_OMEGA = 4,   /* bicgstab: the previous iteration's omega */
+    KD_BATCH_R0 = 5,      /* bicgstab: r0hat'r0hat */
+    KD_BATCH_FAIL = 6,    /* the value that stopped the system */
+    KD_BATCH_SHADOWS = 7, /* bicgstab: fresh shadow residuals taken (rho breakdowns) */
     KD_BATCH_SLOTS = 8
 };
 

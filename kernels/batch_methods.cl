@@ -114,7 +114,8 @@ void KD_BATCH_FN(kd_batch_cg_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VALUE *p
  * the same decisions and breakdown tests: rho = r0hat'r, beta = (rho / rho_old)(alpha / omega),
  * p = r + beta (p - omega v), v = A M^-1 p, alpha = rho / r0hat'v, s = r - alpha v (small: x +=
  * alpha M^-1 p, converged at the half step), t = A M^-1 s, omega = t's / t't,
- * x += alpha M^-1 p + omega M^-1 s, r = s - omega t. s overwrites r. M^-1 = diag(dinv) is applied
+ * x += alpha M^-1 p + omega M^-1 s, r = s - omega t. A rho breakdown takes a fresh shadow
+ * residual (r0hat = r) up to KD_BICGSTAB_RESTARTS times. s overwrites r. M^-1 = diag(dinv) is applied
  * inside the SpMV's gather and the update, never stored. first (the start, or the host's
  * restart after a convergence b - A x did not confirm): r = b - A x, r0hat = r, p = r.
  */
@@ -133,7 +134,7 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
     long status = st[0], it = st[1], at = st[1];
     VALUE rr = sc[KD_BATCH_RR], rho = sc[KD_BATCH_RZ], rho_old = sc[KD_BATCH_RHO];
     VALUE alpha = sc[KD_BATCH_ALPHA], omega = sc[KD_BATCH_OMEGA], r0 = sc[KD_BATCH_R0];
-    VALUE fail = sc[KD_BATCH_FAIL];
+    VALUE fail = sc[KD_BATCH_FAIL], restarts = first ? KD_ZERO : sc[KD_BATCH_SHADOWS];
     if (first) {
         VALUE u[1] = {KD_ZERO};
         for (int i = lid; i < n; i += KD_WG_SIZE) {
@@ -150,7 +151,8 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
     }
     for (int s = 0; s < count && status == KD_KRYLOV_RUNNING; s++) {
         const long iter = it + 1;
-        const int fresh = first && s == 0; /* the start, or a restart from the true residual */
+        int fresh = first && s == 0; /* the start, or a restart from the true residual */
+        int renew = 0;                /* a fresh shadow residual after a rho breakdown */
         VALUE beta = KD_ZERO;
         if (!isfinite(rr) || !isfinite(rho)) {
             status = KD_KRYLOV_NON_FINITE_RESIDUAL;
@@ -163,10 +165,17 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
             status = KD_KRYLOV_STOPPED;
             at = it;
         } else if (fabs(rho) <= KD_BATCH_EPS * sqrt(r0) * sqrt(rr)) {
-            status = KD_KRYLOV_BREAKDOWN; /* the shadow residual is orthogonal to r */
-            at = iter;
-            fail = rho;
-        } else if (!fresh) {
+            if (restarts < (VALUE)KD_BICGSTAB_RESTARTS && rr > KD_ZERO) {
+                renew = fresh = 1; /* r0hat = r, as solver/method_bicgstab.c */
+                rho = r0 = rr;
+                restarts += (VALUE)1;
+            } else {
+                status = KD_KRYLOV_BREAKDOWN; /* the shadow residual is orthogonal to r */
+                at = iter;
+                fail = rho;
+            }
+        }
+        if (status == KD_KRYLOV_RUNNING && !fresh) {
             beta = (rho / rho_old) * (alpha / omega);
             if (!isfinite(beta)) {
                 status = KD_KRYLOV_NON_FINITE_ALPHA;
@@ -176,8 +185,11 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
         }
         if (status != KD_KRYLOV_RUNNING)
             break;
-        for (int i = lid; i < n; i += KD_WG_SIZE)
+        for (int i = lid; i < n; i += KD_WG_SIZE) {
             p[i] = fresh ? r[i] : r[i] + beta * (p[i] - omega * v[i]);
+            if (renew)
+                rh[i] = r[i];
+        }
         KD_BATCH_PUBLISH;
         VALUE d2[2] = {KD_ZERO, KD_ZERO};
         for (int i = lid; i < n; i += KD_WG_SIZE) {
@@ -289,6 +301,7 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
         sc[KD_BATCH_OMEGA] = omega;
         sc[KD_BATCH_R0] = r0;
         sc[KD_BATCH_FAIL] = fail;
+        sc[KD_BATCH_SHADOWS] = restarts;
     }
 }
 
@@ -300,7 +313,9 @@ void KD_BATCH_FN(kd_batch_bicgstab_run)(KD_VS VALUE *x, KD_VS VALUE *r, KD_VS VA
  * the quantities every work-item needs passed through the sums' scratch. V holds m + 1 vectors
  * of n, w one more. A launch only starts a cycle while fewer than `count` iterations ran in it,
  * so no cycle spans two launches: each starts from r = b - A x. x is updated at every cycle's
- * end (converged, stopped or the basis full).
+ * end (converged, stopped, the basis full, or a breakdown: R's new diagonal at most
+ * KD_GMRES_SINGULAR_ULPS ulps of H's column, where x takes the least-squares solution of the
+ * columns before it instead of dividing by ~0).
  */
 void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE *w,
                                      __global const VALUE *b, __global const int *indptr,
@@ -396,6 +411,9 @@ void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE
                 }
                 const VALUE a = H[(size_t)j * m + j];
                 const VALUE r = sqrt(a * a + hn * hn);
+                VALUE hc2 = r * r; /* ||h||^2: the rotations keep the column's norm */
+                for (int l = 0; l < j; l++)
+                    hc2 += H[(size_t)l * m + j] * H[(size_t)l * m + j];
                 cs[j] = r > KD_ZERO ? a / r : (VALUE)1;
                 sn[j] = r > KD_ZERO ? hn / r : KD_ZERO;
                 H[(size_t)j * m + j] = r;
@@ -404,15 +422,18 @@ void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE
                 /* a slot the one- and two-value sums leave alone: slower work-items may still
                  * be reading ||w||^2 from scratch[0] */
                 scratch[2 * KD_WG_SIZE] = g[j + 1] * g[j + 1];
-                scratch[2 * KD_WG_SIZE + 1] = r;
+                scratch[2 * KD_WG_SIZE + 1] =
+                    r <= (VALUE)KD_GMRES_SINGULAR_ULPS * KD_BATCH_EPS * sqrt(hc2) ? KD_ZERO : r;
             }
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
             const VALUE res = scratch[2 * KD_WG_SIZE], diag = scratch[2 * KD_WG_SIZE + 1];
             barrier(CLK_LOCAL_MEM_FENCE); /* scratch is the next sum's */
-            if (diag == KD_ZERO) { /* A M^-1 v_j = 0: the least-squares system is singular */
+            if (diag == KD_ZERO) { /* R's diagonal ~0: H singular (A M^-1 on the Krylov space) */
                 status = KD_KRYLOV_BREAKDOWN;
                 at = it + 1;
                 fail = diag;
+                if (hist != 0 && lid == 0 && at < hcap)
+                    hist[at] = rr; /* x stays the least-squares one of the steps before */
                 break;
             }
             it++;
@@ -430,7 +451,7 @@ void KD_BATCH_FN(kd_batch_gmres_run)(KD_VS VALUE *x, KD_VS VALUE *V, KD_VS VALUE
         }
         /* j: the columns this cycle built (a stop at the limit built none at step j) */
         const int done = status == KD_KRYLOV_RUNNING || status == KD_KRYLOV_CONVERGED ||
-                                 status == KD_KRYLOV_STOPPED
+                                 status == KD_KRYLOV_STOPPED || status == KD_KRYLOV_BREAKDOWN
                              ? j
                              : 0;
         /* x += M^-1 V y, y the back substitution of the first `done` columns */

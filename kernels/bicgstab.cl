@@ -28,6 +28,7 @@ enum {
     KD_BG_ALPHA = 4,
     KD_BG_GO3 = 5, /* the step pass left it running */
     KD_BG_OMEGA = 6,
+    KD_BG_RESTARTS = 7, /* fresh shadow residuals taken on a rho breakdown */
     KD_BG_SLOTS = 8
 };
 enum { KD_BG_WHY_RHO = 1, KD_BG_WHY_RV = 2, KD_BG_WHY_OMEGA = 3 };
@@ -38,14 +39,18 @@ enum { KD_BG_WHY_RHO = 1, KD_BG_WHY_RV = 2, KD_BG_WHY_OMEGA = 3 };
  * Iteration L.iteration, first pass: fold r'r and r0hat'r (left by the previous update pass or a
  * restart), decide (non-finite, converged after iteration - 1, at the limit, rho breakdown), then
  * beta = (rho / rho_old)(alpha / omega) and p = r + beta (p - omega v), phat = D^-1 p with a
- * diagonal (fresh: p = r, reading neither p nor v). No partial sums. Forwards.
+ * diagonal (fresh: p = r, reading neither p nor v). A rho breakdown (r0hat orthogonal to r)
+ * restarts the column with a fresh shadow residual, r0hat = r, rho = r'r, p = r, up to
+ * KD_BICGSTAB_RESTARTS times (the usual remedy: the new r0hat'r = ||r||^2 > 0); the next one is
+ * the breakdown. No partial sums. Forwards.
  */
 __kernel KD_WG_ATTR void
 kd_bicgstab_direction(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
                       __global const long *limits, __global const VALUE *res_partials,
                       __global VALUE *scalars, __global long *state, __global VALUE *own,
                       __global const VALUE *r, __global VALUE *p, __global const VALUE *v,
-                      __global VALUE *phat, __global const VALUE *inv_diagonal)
+                      __global VALUE *phat, __global const VALUE *inv_diagonal,
+                      __global VALUE *r0hat)
 {
     KD_KRYLOV_LAUNCH_UNPACK;
     __local VALUE scratch[2 * KD_WG_SIZE];
@@ -58,9 +63,11 @@ kd_bicgstab_direction(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
     VALUE f[2];
     kd_krylov_folds(scratch, KD_RES(a, KD_KRYLOV_RES_RR), KD_RES(a, KD_KRYLOV_RES_RZ), 0, 0, 0,
                     groups, f, 2);
-    const int fresh = o_in[KD_BG_FRESH] != KD_ZERO;
-    const VALUE rr = f[0], rho = fresh ? f[0] : f[1];
-    const VALUE r0 = fresh ? f[0] : o_in[KD_BG_R0];
+    int fresh = o_in[KD_BG_FRESH] != KD_ZERO, renew = 0;
+    VALUE restarts = o_in[KD_BG_RESTARTS];
+    const VALUE rr = f[0];
+    VALUE rho = fresh ? f[0] : f[1];
+    VALUE r0 = fresh ? f[0] : o_in[KD_BG_R0];
     VALUE beta = KD_ZERO, bound = KD_ZERO;
     int why = 0;
     if (status == KD_KRYLOV_RUNNING) {
@@ -75,11 +82,18 @@ kd_bicgstab_direction(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
             status = KD_KRYLOV_STOPPED;
             at = L.iteration - 1;
         } else if (fabs(rho) <= (bound = KD_EPS * sqrt(r0) * sqrt(rr))) {
-            status = KD_KRYLOV_BREAKDOWN; /* the shadow residual is orthogonal to r */
-            at = L.iteration;
-            fail = rho;
-            why = KD_BG_WHY_RHO;
-        } else if (!fresh) {
+            if (restarts < (VALUE)KD_BICGSTAB_RESTARTS && rr > KD_ZERO) {
+                renew = fresh = 1; /* a fresh shadow residual: r0hat = r */
+                rho = r0 = rr;
+                restarts += (VALUE)1;
+            } else {
+                status = KD_KRYLOV_BREAKDOWN; /* the shadow residual is orthogonal to r */
+                at = L.iteration;
+                fail = rho;
+                why = KD_BG_WHY_RHO;
+            }
+        }
+        if (status == KD_KRYLOV_RUNNING && !fresh) {
             beta = (rho / o_in[KD_BG_RHO]) * (o_in[KD_BG_ALPHA] / o_in[KD_BG_OMEGA]);
             if (!isfinite(beta)) {
                 status = KD_KRYLOV_NON_FINITE_ALPHA;
@@ -103,11 +117,13 @@ kd_bicgstab_direction(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
         } else if (why != 0) {
             s_out[KD_KRYLOV_SLOT_PQ] = (VALUE)why;
             s_out[KD_KRYLOV_SLOT_ALPHA] = bound;
+            s_out[KD_KRYLOV_SLOT_BETA] = restarts;
         }
         o_out[KD_BG_RHO] = go ? rho : o_in[KD_BG_RHO];
         o_out[KD_BG_R0] = go ? r0 : o_in[KD_BG_R0];
         o_out[KD_BG_FRESH] = go ? KD_ZERO : o_in[KD_BG_FRESH];
         o_out[KD_BG_GO1] = (VALUE)go;
+        o_out[KD_BG_RESTARTS] = restarts;
     }
     const uint end = go ? (uint)n : 0u;
     const VALUE omega = fresh ? KD_ZERO : o_in[KD_BG_OMEGA];
@@ -117,6 +133,8 @@ kd_bicgstab_direction(KD_KRYLOV_LAUNCH, __global const VALUE *threshold,
         const size_t e = base + i;
         const VALUE pi = fresh ? r[e] : r[e] + beta * (p[e] - omega * v[e]);
         p[e] = pi;
+        if (renew)
+            r0hat[e] = pi;
         if (diag)
             phat[e] = inv_diagonal[i] * pi;
     }

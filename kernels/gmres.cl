@@ -29,6 +29,11 @@
 #include "krylov_lib.cl"
 
 #define KD_GMRES_MAX_M 200 /* solve.h's KD_SOLVE_RESTART_MAX (method_gmres.c checks) */
+#if KD_FP64
+#define KD_EPS DBL_EPSILON
+#else
+#define KD_EPS FLT_EPSILON
+#endif
 /* Basis vectors whose partial sums pass A keeps in registers in one sweep over w (w is read
  * once per chunk); a build option may raise it (a multiple of KD_GMRES_BLOCK). */
 #ifndef KD_GMRES_CHUNK
@@ -252,7 +257,10 @@ __kernel KD_WG_ATTR void kd_gmres_orthogonalise(KD_KRYLOV_LAUNCH, const int m,
  * (Pythagoras, as w' = w'' + V h2 with w'' orthogonal to V; clamped at 0, which reads as a happy
  * breakdown that the driver's b - A x confirmation judges); else w'' = w', h = h1. Then the
  * rotations, the decision, v_{j+1} = w'' / h_{j+1,j} (and u from it), and x += Z y (D^-1 V y,
- * V y) where the column stops or its cycle ends. Group 0 writes the step's data and the state.
+ * V y) where the column stops or its cycle ends. A new diagonal of R at most
+ * KD_GMRES_SINGULAR_ULPS ulps of H's column (singular H) is a breakdown with x the least-squares
+ * solution of the columns before it, so x's residual never exceeds the cycle's earlier ones.
+ * Group 0 writes the step's data and the state.
  */
 __kernel KD_WG_ATTR void
 kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VALUE *scalars,
@@ -320,6 +328,9 @@ kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VA
                 col[l] = t;
             }
             const VALUE rho = hypot(col[j], hn);
+            VALUE hc2 = rho * rho; /* ||h||^2: the rotations keep the column's norm */
+            for (int l = 0; l < j; l++)
+                hc2 += col[l] * col[l];
             const VALUE gj = gdc[KD_GMRES_GHAT(m) + j];
             const VALUE cs = rho > KD_ZERO ? col[j] / rho : (VALUE)1;
             const VALUE sn = rho > KD_ZERO ? hn / rho : KD_ZERO;
@@ -329,9 +340,12 @@ kd_gmres_finish(KD_KRYLOV_LAUNCH, const int m, __global long *state, __global VA
                 status = KD_KRYLOV_NON_FINITE_PQ;
                 at = it;
                 fail = !isfinite(nw2) ? nw2 : !isfinite(nwp2) ? nwp2 : !isfinite(rho) ? rho : gnext;
-            } else if (rho == KD_ZERO) {
-                /* H's column j is zero: A is singular on the Krylov space; x takes the least
-                 * squares solution of the first j columns. */
+            } else if (rho <= (VALUE)KD_GMRES_SINGULAR_ULPS * KD_EPS * sqrt(hc2)) {
+                /* R's new diagonal is 0 to working precision (hn ~ 0 and col[j] ~ 0: A z_j lies
+                 * in A's image of the earlier basis, e.g. a nilpotent A): H is singular and A
+                 * singular on the Krylov space. Dividing by that ~0 made y, and x, garbage (a
+                 * residual that grew); x takes the least-squares solution of the first j
+                 * columns, whose residual is the cycle's last |g_j|. */
                 status = KD_KRYLOV_BREAKDOWN;
                 at = it;
                 fail = KD_ZERO;

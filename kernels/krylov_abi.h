@@ -31,6 +31,15 @@ enum kd_krylov_status {
     KD_KRYLOV_ZERO_STEP = 7,           /* the step length underflowed to 0 in `iteration` */
 };
 
+/* BiCGSTAB's restarts with a fresh shadow residual (r0hat = r) on a rho breakdown before it
+ * reports the breakdown (kernels/bicgstab.cl, kernels/batch_methods.cl). */
+#define KD_BICGSTAB_RESTARTS 8
+
+/* GMRES's Hessenberg is singular to working precision where the new diagonal of R is at most
+ * this many ulps of H's column: A is singular on the Krylov space (kernels/gmres.cl,
+ * kernels/batch_methods.cl). */
+#define KD_GMRES_SINGULAR_ULPS 128
+
 /* A column's scalars (scalars[parity][column][slot]). */
 enum kd_krylov_slot {
     KD_KRYLOV_SLOT_RR = 0,    /* r'r of the current residual */

@@ -132,7 +132,7 @@ typedef struct kd_batch_params {
 
 #define KD_BATCH_CHUNK 512
 /* Rounds of restarts from the true residual (a recurrence that claimed convergence b - A x did
- * not confirm) before such a system is reported as max_iterations. */
+ * not confirm) before such a system is reported as stagnated. */
 #define KD_BATCH_RESTARTS 4
 /* record_history holds count x (max maxiter + 1) values on the device: at most this many. */
 #define KD_BATCH_HISTORY_MAX ((int64_t)1 << 24)

@@ -327,6 +327,10 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
             continue;
         res->status = kd_batch_status(st[2 * s]);
         res->iterations = st[2 * s + 1];
+        /* stopped short of maxiter with restarts: kd_batch_confirm's rounds were spent */
+        if (res->status == KD_SOLVE_MAX_ITERATIONS && res->restarts > 0 &&
+            res->iterations < p->maxiter[s])
+            res->status = KD_SOLVE_STAGNATED;
         res->residual_norm = sqrt(truth[s]);
         res->relative_residual = res->b_norm > 0.0 ? res->residual_norm / res->b_norm : 0.0;
         const double fail =
@@ -360,7 +364,8 @@ static int kd_batch_collect(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_p
  * Iterate, then confirm every claimed convergence with the true residual b - A x: a system whose
  * recurrence drifted (float32, ill-conditioned systems) goes on from the true residual (the
  * kernel's start, its iteration count kept) for up to KD_BATCH_RESTARTS rounds, after which it
- * is reported as max_iterations. truth: the final ||b_s - A_s x_s||^2.
+ * is reported as stagnated (max_iterations where it also reached its maxiter). truth: the final
+ * ||b_s - A_s x_s||^2.
  */
 static int kd_batch_confirm(kd_ocl_t *ocl, const kd_batch_t *A, const kd_batch_params_t *p,
                             kd_batch_run_t *r, int local, int64_t limit, const double *threshold,

@@ -21,9 +21,12 @@
  * (kd_krylov_csr_spmv_dots3 with ops WITH_RQ leaves r0hat'v / s't and v'v / t't where
  * kd_bicgstab_dots does). With an operator preconditioner phat and shat are its launches
  * (kd_method_precondition) after the direction and step passes; without one phat is p and shat
- * is s. Breakdowns (status breakdown, the reason in the message): rho = r0hat'r ~ 0 against
- * ||r0hat|| ||r||, r0hat'v ~ 0 against ||r0hat|| ||v||, omega = 0 (t's or t't = 0). A restart
- * (the driver's, after a convergence it could not confirm) takes r0hat = the new r.
+ * is s. A rho = r0hat'r ~ 0 against ||r0hat|| ||r|| restarts the column on the device with a
+ * fresh shadow residual r0hat = r (and p = r), up to KD_BICGSTAB_RESTARTS times (SciPy's
+ * nonsymposdef case hits rho = 0 exactly at iteration 5 and converges after one). Breakdowns
+ * (status breakdown, the reason in the message): rho ~ 0 once the restarts are spent, r0hat'v ~ 0
+ * against ||r0hat|| ||v||, omega = 0 (t's or t't = 0). A restart (the driver's, after a
+ * convergence it could not confirm) takes r0hat = the new r.
  */
 #include "solver/method.h"
 
@@ -131,13 +134,14 @@ static int kd_bicgstab_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     kd_multivec_t *shat = kd_bicgstab_hat(run, &run->r, KD_BG_SHAT);
     const cl_mem own = kd_bicgstab_own(run);
     const kd_krylov_launch_t L = kd_krylov_pass_block(kr, it, 0);
-    int rc = kd_krylov_launch(
-        kr, "bicgstab", "kd_bicgstab_direction",
-        KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold), KD_ARG_MEM(kr->limits),
-                KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
-                KD_ARG_MEM(own), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(p->mem), KD_ARG_MEM(v->mem),
-                KD_ARG_MEM(run->work[KD_BG_PHAT].mem), KD_ARG_MEM(kr->diagonal)),
-        err);
+    int rc = kd_krylov_launch(kr, "bicgstab", "kd_bicgstab_direction",
+                              KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_MEM(kr->threshold),
+                                      KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->res_partials),
+                                      KD_ARG_MEM(kr->scalars), KD_ARG_MEM(kr->state),
+                                      KD_ARG_MEM(own), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(p->mem),
+                                      KD_ARG_MEM(v->mem), KD_ARG_MEM(run->work[KD_BG_PHAT].mem),
+                                      KD_ARG_MEM(kr->diagonal), KD_ARG_MEM(r0hat->mem)),
+                              err);
     if (rc == KD_OK && kd_bicgstab_operator(run))
         rc = kd_method_precondition(run, p, phat, err);
     if (rc == KD_OK)
@@ -205,8 +209,9 @@ static int kd_bicgstab_check(const kd_solve_run_t *run, const kd_krylov_column_t
     case KD_BG_WHY_RHO:
         snprintf(res->message, sizeof(res->message),
                  "rho = r0hat'r = %.3g at iteration %lld (||r0hat|| ||r|| eps = %.3g): the "
-                 "shadow residual is orthogonal to r",
-                 st->fail, at, st->alpha);
+                 "shadow residual is orthogonal to r after %d restarts with a fresh one "
+                 "(r0hat = r); try gmres",
+                 st->fail, at, st->alpha, (int)st->beta);
         break;
     case KD_BG_WHY_RV:
         snprintf(res->message, sizeof(res->message),

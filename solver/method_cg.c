@@ -23,6 +23,8 @@
  */
 #include "solver/method.h"
 
+#include <stdio.h>
+
 #include <assert.h>
 #include <stdlib.h>
 
@@ -166,9 +168,16 @@ static int kd_cg_restart(kd_solve_run_t *run, int *mask, int64_t it, kd_err_t *e
 int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, int64_t skip,
                        kd_solve_result_t *res)
 {
-    return kd_method_explain(st, skip, "p'Ap",
-                             run->kr.diagonal != NULL || run->kr.operator_z != NULL ? "r'z" : "r'r",
-                             res);
+    const int final = kd_method_explain(
+        st, skip, "p'Ap", run->kr.diagonal != NULL || run->kr.operator_z != NULL ? "r'z" : "r'r",
+        res);
+    /* On a symmetric A, p'Ap <= 0 says A is indefinite: name the method that solves it. */
+    if (final && st->status == KD_KRYLOV_BREAKDOWN && run->A->scan.symmetric)
+        snprintf(res->message, sizeof(res->message),
+                 "p'Ap = %.2g <= 0 at iteration %lld: the matrix is symmetric but not positive "
+                 "definite; try method minres",
+                 st->fail, (long long)st->iteration);
+    return final;
 }
 
 static void kd_cg_finish(kd_solve_run_t *run)

@@ -306,10 +306,10 @@ static int kd_gmres_check(const kd_solve_run_t *run, const kd_krylov_column_t *s
         res->status = KD_SOLVE_BREAKDOWN;
         res->iterations = st->iteration - skip;
         snprintf(res->message, sizeof(res->message),
-                 "GMRES breakdown at iteration %lld: the Hessenberg matrix is singular (A z_j lies "
-                 "in the span of the earlier basis vectors): A is singular on the Krylov space; x "
-                 "is the least-squares solution of the basis before it",
-                 at);
+                 "GMRES breakdown at iteration %lld: the Hessenberg matrix is singular to working "
+                 "precision, so A is singular on the Krylov space (b may be outside its range); "
+                 "x is the least-squares solution of the basis before it, ||r|| = %.3g",
+                 at, sqrt(st->rr));
         return 1;
     case KD_KRYLOV_NON_FINITE_PQ:
         res->status = KD_SOLVE_NON_FINITE;

@@ -47,6 +47,8 @@ const char *kd_solve_status_name(kd_solve_status_t status)
         return "breakdown";
     case KD_SOLVE_NON_FINITE:
         return "non_finite";
+    case KD_SOLVE_STAGNATED:
+        return "stagnated";
     }
     return "unknown";
 }
@@ -82,6 +84,8 @@ typedef struct kd_solve_column {
     int64_t converged_at; /* while confirming: the iteration the recurrence converged at */
     int64_t fresh_from;   /* snapshots of earlier iterations predate a restart: ignored */
     int64_t history_cap;
+    double best_miss; /* the best ||b - A x|| of a refuted convergence (INFINITY: none yet) */
+    int misses;       /* refutations since best_miss last improved (stagnation) */
 } kd_solve_column_t;
 
 /* Everything one kd_solve call holds: the method's view (run) and the driver's own. */
@@ -100,6 +104,7 @@ typedef struct kd_solve_ctx {
     void *pack;      /* k columns of host staging */
     int64_t it, enq; /* the iteration last checked, the last enqueued */
     kd_krylov_snapshot_t snaps[2];
+    kd_multivec_t best_x; /* the best refuted iterates (stagnation), from the first refutation */
     int head, pending;
     uint64_t iterate_start_ns, iterate_end_ns;
     int64_t reductions; /* the method's kd_krylov_reduce calls in its iterations */
@@ -413,6 +418,7 @@ static void kd_solve_pick_columns(kd_solve_ctx_t *ctx, const void *b, const void
         col->threshold =
             A->dtype == KD_DTYPE_F32 ? (double)(float)(col->tol * col->tol) : col->tol * col->tol;
         col->history_cap = cap;
+        col->best_miss = INFINITY;
     }
 }
 
@@ -595,6 +601,63 @@ static int kd_solve_read_columns(kd_solve_ctx_t *ctx)
     return confirm;
 }
 
+/* What a refuted convergence does to the column's best iterate (kd_solve_stagnated). */
+enum { KD_SOLVE_BEST_KEEP = 0, KD_SOLVE_BEST_SAVE = 1, KD_SOLVE_BEST_RESTORE = 2 };
+
+/* A refuted convergence with true residual `truth`: whether the column has stagnated
+ * (KD_SOLVE_STAGNATION_MISSES refutations without shrinking the best one's gap to the tolerance
+ * by the factor KD_SOLVE_STAGNATION_GAIN);
+ * if so its result says so, with the accuracy reached. *best: SAVE when x is the best refuted
+ * iterate so far, RESTORE when the column stagnated on a worse x than that best. */
+static int kd_solve_stagnated(const kd_solve_ctx_t *ctx, kd_solve_column_t *col, double truth,
+                              kd_solve_result_t *res, int *best)
+{
+    *best = KD_SOLVE_BEST_KEEP;
+    /* progress is the gap to the tolerance closing: a miss just above it (GMRES on watt_2 in
+     * double, 1.0000x the tolerance each time) still counts while the gap shrinks */
+    if (truth - col->tol < KD_SOLVE_STAGNATION_GAIN * (col->best_miss - col->tol)) {
+        col->best_miss = truth;
+        col->misses = 0;
+        *best = KD_SOLVE_BEST_SAVE;
+        return 0;
+    }
+    if (++col->misses < KD_SOLVE_STAGNATION_MISSES)
+        return 0;
+    /* x ends as the best refuted iterate: a stall is not a licence to return a worse one */
+    if (truth > col->best_miss) {
+        *best = KD_SOLVE_BEST_RESTORE;
+        truth = col->best_miss;
+    }
+    res->status = KD_SOLVE_STAGNATED;
+    snprintf(res->message, sizeof(res->message),
+             "stagnated at ||r|| / ||b|| = %.3g after %lld iterations (tolerance %.3g): %lld "
+             "restarts from b - A x, the last %d not beating %.3g: %s's limit on this A (or b "
+             "is outside its range)",
+             truth / res->b_norm, (long long)res->iterations, col->tol / res->b_norm,
+             (long long)res->restarts, col->misses, col->best_miss / res->b_norm,
+             kd_dtype_name(ctx->run.A->dtype));
+    return 1;
+}
+
+/* x into ctx->best_x where best[c] is SAVE (allocated at the first), back where RESTORE. */
+static int kd_solve_keep_best(kd_solve_ctx_t *ctx, const int *best, kd_err_t *err)
+{
+    kd_solve_run_t *run = &ctx->run;
+    unsigned char *which = run->active; /* scratch: kd_solve_report resets it */
+    int rc = KD_OK;
+    if (ctx->best_x.mem == NULL)
+        rc = kd_multivec_alloc(run->ocl, run->A->rows, run->k, run->A->dtype, &ctx->best_x, err);
+    for (int64_t c = 0; c < run->k; c++)
+        which[c] = best[c] == KD_SOLVE_BEST_SAVE;
+    if (rc == KD_OK)
+        rc = kd_multivec_copy(run->ocl, &run->x, &ctx->best_x, which, err);
+    for (int64_t c = 0; c < run->k; c++)
+        which[c] = best[c] == KD_SOLVE_BEST_RESTORE;
+    if (rc == KD_OK)
+        rc = kd_multivec_copy(run->ocl, &ctx->best_x, &run->x, which, err);
+    return rc;
+}
+
 /*
  * The recurrence says converged for the masked columns: confirm with ||b - A x|| (in q, which the
  * next SpMV overwrites; x is frozen since the convergence). A miss goes on from the true residual
@@ -606,8 +669,12 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
     const int64_t k = run->k;
     unsigned char *which = run->active;
     double *truth = malloc((size_t)k * sizeof(double));
-    if (truth == NULL)
+    int *best = calloc((size_t)k, sizeof(int)), keep_any = 0;
+    if (truth == NULL || best == NULL) {
+        free(truth);
+        free(best);
         return kd_err_set(err, KD_ENOMEM, "out of host memory");
+    }
     for (int64_t c = 0; c < k; c++)
         which[c] = ctx->mask[c] != 0;
     int rc = kd_solve_residual(run, &run->q, which, err);
@@ -635,6 +702,13 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
             ctx->mask[c] = 0;
             continue;
         }
+        const int stalled = kd_solve_stagnated(ctx, col, ctx->norms[c], res, &best[c]);
+        keep_any |= best[c];
+        if (stalled) {
+            col->done = 1;
+            ctx->mask[c] = 0;
+            continue;
+        }
         /* Frozen since converged_at, running again from enq: those iterations do not count. */
         col->skip += ctx->enq - col->converged_at;
         col->fresh_from = ctx->enq + 1;
@@ -643,6 +717,9 @@ static int kd_solve_confirm(kd_solve_ctx_t *ctx, kd_err_t *err)
         restart = 1;
     }
     free(truth);
+    if (rc == KD_OK && keep_any)
+        rc = kd_solve_keep_best(ctx, best, err);
+    free(best);
     if (rc == KD_OK && restart) {
         for (int64_t c = 0; c < k; c++)
             which[c] = ctx->mask[c] != 0;
@@ -873,6 +950,7 @@ static void kd_solve_ctx_release(kd_solve_ctx_t *ctx)
     kd_multivec_release(&run->x);
     kd_multivec_release(&run->r);
     kd_multivec_release(&run->q);
+    kd_multivec_release(&ctx->best_x);
     for (int i = 0; i < KD_METHOD_WORK_MAX; i++)
         kd_multivec_release(&run->work[i]);
     free(run->active);

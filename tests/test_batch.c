@@ -10,7 +10,7 @@
  *  - a batch holding a system with a NaN, an indefinite one (cg: breakdown), a zero diagonal
  *    under jacobi and b = 0 among converging ones: each gets its own status and the others the
  *    iteration counts and x they get in a batch without them, bit for bit;
- *  - the global-memory variant and a chunk of 5 iterations per launch give the same results as
+ *  - the global-memory variant and a chunk of 3 iterations per launch give the same results as
  *    the local one; per-system rtol and maxiter (a system stopped by its limit exactly); the
  *    residual history; refusals (batch 0, non-square solve, bad rtol, history too large).
  */
@@ -378,7 +378,7 @@ static void test_isolation(kd_dtype_t dtype, kd_batch_method_t method)
     kd_csr_free(p);
 }
 
-/* Local vs global variant, one launch vs chunks of 5, limits, per-system rtol, history. */
+/* Local vs global variant, one launch vs chunks of 3, limits, per-system rtol, history. */
 static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
 {
     kd_csr_t *p = kd_test_spd_matrix(700, 6, 0.05);
@@ -391,16 +391,16 @@ static void test_variants(kd_dtype_t dtype, kd_batch_method_t method)
     kd_batch_t *b = upload(p, values, k, dtype);
     outcome_t ol = {0}, og = {0}, oh = {0};
     if (b != NULL && solve_batch(b, bw, method, 1, rtol, 1000, 0, 0, 1, &ol) == KD_OK &&
-        solve_batch(b, bw, method, 1, rtol, 1000, 1, 5, 0, &og) == KD_OK) {
+        solve_batch(b, bw, method, 1, rtol, 1000, 1, 3, 0, &og) == KD_OK) {
         /* (a gmres launch always finishes a cycle it started) */
         CHECK_MSG(!og.report.local && (og.report.launches > 2 || method == KD_BATCH_GMRES),
-                  "global variant: local %d, %lld launches", og.report.local,
-                  (long long)og.report.launches);
+                  "global variant, %s %s: local %d, %lld launches", kd_batch_method_name(method),
+                  kd_dtype_name(dtype), og.report.local, (long long)og.report.launches);
         for (int64_t s = 0; s < k; s++) {
             CHECK_MSG(ol.res[s].status == KD_SOLVE_CONVERGED &&
                           ol.res[s].iterations == og.res[s].iterations &&
                           memcmp(ol.x + s * n, og.x + s * n, (size_t)n * sizeof(double)) == 0,
-                      "%s system %lld: local %lld iterations, global in chunks of 5 %lld",
+                      "%s system %lld: local %lld iterations, global in chunks of 3 %lld",
                       kd_batch_method_name(method), (long long)s, (long long)ol.res[s].iterations,
                       (long long)og.res[s].iterations);
             const kd_batch_result_t *r = &ol.res[s];
@@ -526,8 +526,9 @@ static void test_confirmation(void)
                           "system %lld converged with b - A x at %g (host %g) over %g",
                           (long long)s, r->relative_residual, truth, rtol);
             else
-                CHECK_MSG(r->status == KD_SOLVE_MAX_ITERATIONS &&
-                              (r->iterations == maxiter || r->message[0] != '\0'),
+                CHECK_MSG((r->status == KD_SOLVE_MAX_ITERATIONS && r->iterations == maxiter) ||
+                              (r->status == KD_SOLVE_STAGNATED && r->iterations < maxiter &&
+                               r->message[0] != '\0'),
                           "494_bus float32 system %lld: %s in %lld (%s)", (long long)s,
                           kd_solve_status_name(r->status), (long long)r->iterations, r->message);
         }

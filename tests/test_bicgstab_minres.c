@@ -8,11 +8,14 @@
  * and the check schedule change nothing; x0 is honoured (a warm start at the solution takes at
  * most one iteration); 1x1 systems; a singular matrix (an empty row) ends cleanly; the breakdowns
  * (bicgstab's rho, r0hat'v and omega on small exact systems; minres with an indefinite M) are
- * reported as breakdown with the reason. SciPy's iteration counts:
+ * reported as breakdown with the reason; SciPy's nonsymposdef case, whose rho = r0hat'r is 0 at
+ * iteration 5, converges after a fresh shadow residual (r0hat = r), on the device path and the
+ * batched (one work-group) path. SciPy's iteration counts:
  * tests/python/test_py_bicgstab_minres.py.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
+#include "solver/batch.h"
 #include "solver/method.h"
 #include "solver/precond.h"
 #include "solver/solve.h"
@@ -436,7 +439,9 @@ static void test_bicgstab_breakdowns(void)
         const char *what;
         int64_t iterations;
     } cases[] = {{2, perm, perm_b, "r0hat'v", 0},
-                 {3, rho, rho_b, "rho = r0hat'r", 1},
+                 /* rho = r0hat'r = 0 at iteration 2: the fresh shadow residual r0hat = r
+                  * it takes there is orthogonal to v = A r, the breakdown that stands */
+                 {3, rho, rho_b, "r0hat'v", 1},
                  {3, om, om_b, "omega", 0}};
     kd_dtype_t dt[2];
     int nd = kd_test_dtypes(ocl, dt);
@@ -456,6 +461,81 @@ static void test_bicgstab_breakdowns(void)
             kd_solve_result_free(&res);
             kd_test_problem_free(&p);
         }
+}
+
+/* SciPy's nonsymposdef (10 x 10, 2 on the diagonal, -1 below it, b = 0..9): rho = r0hat'r
+ * vanishes at iteration 5 (in exact arithmetic; to rounding or exactly on the device). BiCGSTAB
+ * restarts with r0hat = r and converges, by the host's ||b - A x||, on the general path and on
+ * the batched one-work-group path (kernels/batch_methods.cl), local and global memory. */
+static void test_bicgstab_shadow_restart(void)
+{
+    enum { N = 10 };
+    kd_dtype_t dt[2];
+    int nd = kd_test_dtypes(ocl, dt);
+    double a[N * N] = {0}, b[N];
+    for (int i = 0; i < N; i++) {
+        a[i * N + i] = 2.0;
+        if (i > 0)
+            a[i * N + i - 1] = -1.0;
+        b[i] = (double)i;
+    }
+    for (int d = 0; d < nd; d++) {
+        const double rtol = dt[d] == KD_DTYPE_F64 ? 1e-10 : 1e-5;
+        problem_t p;
+        small_system(&p, N, a, b, dt[d]);
+        kd_solve_params_t prm = params("bicgstab", "none", rtol);
+        prm.check_every = 1;
+        kd_solve_result_t res;
+        kd_err_t err = {0};
+        CHECK(kd_solve(ocl, p.A, 1, p.b, NULL, p.x, &prm, &res, &err) == KD_OK);
+        fprintf(stderr, "  nonsymposdef %s: %s after %lld its: %s\n", kd_dtype_name(dt[d]),
+                kd_solve_status_name(res.status), (long long)res.iterations, res.message);
+        CHECK_EQ_INT(res.status, KD_SOLVE_CONVERGED);
+        CHECK(res.iterations < 30);
+        CHECK(kd_test_true_relres(&p, p.x, 0) <= rtol * 1.05);
+        kd_solve_result_free(&res);
+
+        /* The batched path: 3 copies of the system, each converging alone. */
+        kd_batch_t *batch = NULL;
+        void *vals = malloc((size_t)(3 * p.csr->nnz) * 8 + 8);
+        void *bv = malloc(3 * N * 8), *x = malloc(3 * N * 8);
+        for (int64_t s = 0; s < 3; s++) {
+            for (int64_t e = 0; e < p.csr->nnz; e++)
+                kd_store_real(vals, dt[d], (size_t)(s * p.csr->nnz + e),
+                              kd_load_real(p.csr->values, dt[d], (size_t)e));
+            for (int i = 0; i < N; i++)
+                kd_store_real(bv, dt[d], (size_t)(s * N + i), b[i]);
+        }
+        REQUIRE(kd_batch_upload(ocl, p.csr, vals, 3, &batch, &err) == KD_OK);
+        for (int global = 0; global < 2; global++) {
+            double rt[3] = {rtol, rtol, rtol}, at[3] = {0};
+            int64_t mi[3] = {100, 100, 100};
+            kd_batch_params_t bp = {.method = KD_BATCH_BICGSTAB,
+                                    .rtol = rt,
+                                    .atol = at,
+                                    .maxiter = mi,
+                                    .force_global = global};
+            kd_batch_result_t br[3];
+            memset(br, 0, sizeof(br));
+            CHECK(kd_batch_solve(ocl, batch, bv, NULL, x, &bp, br, NULL, &err) == KD_OK);
+            for (int s = 0; s < 3; s++) {
+                fprintf(stderr, "  nonsymposdef batched %s%s: %s after %lld its: %s\n",
+                        kd_dtype_name(dt[d]), global ? " (global)" : "",
+                        kd_solve_status_name(br[s].status), (long long)br[s].iterations,
+                        br[s].message);
+                CHECK_EQ_INT(br[s].status, KD_SOLVE_CONVERGED);
+                CHECK(br[s].iterations < 30);
+                CHECK(kd_test_true_relres(&p, (char *)x + (size_t)(s * N) * kd_dtype_size(dt[d]),
+                                          0) <= rtol * 1.05);
+                kd_batch_result_free(&br[s]);
+            }
+        }
+        kd_batch_free(batch);
+        free(vals);
+        free(bv);
+        free(x);
+        kd_test_problem_free(&p);
+    }
 }
 
 /* minres: an AMG V-cycle on an indefinite matrix is not a positive definite M (breakdown naming
@@ -506,6 +586,7 @@ int main(void)
         return 1;
     kd_test_seed();
     test_bicgstab_breakdowns();
+    test_bicgstab_shadow_restart();
     test_x0();
     test_singular();
     test_overflow();

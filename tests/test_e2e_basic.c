@@ -370,7 +370,7 @@ static void test_indefinite_and_bad_solves(void)
     krylov_solve_result_t res;
     REQUIRE(krylov_solve(client, info.id, b, 24, &opt, x, &res) == KRYLOV_OK);
     CHECK_MSG(strcmp(res.status, "breakdown") == 0 || strcmp(res.status, "max_iterations") == 0 ||
-                  strcmp(res.status, "converged") == 0,
+                  strcmp(res.status, "converged") == 0 || strcmp(res.status, "stagnated") == 0,
               "status %s", res.status);
     CHECK(res.iterations <= 500);
 

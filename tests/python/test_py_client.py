@@ -418,7 +418,7 @@ class TestSolve(ClientTest):
         if res.status == "converged":
             self.assertLessEqual(true_rel_residual(P, b, res.x), 1e-8)
         else:
-            self.assertIn(res.status, ("breakdown", "max_iterations"))
+            self.assertIn(res.status, ("breakdown", "max_iterations", "stagnated"))
         if res.status == "breakdown":
             self.assertIn("positive definite", res.message)
         # + 4 I is SPD
@@ -608,7 +608,8 @@ print("finished", flush=True)
             res = self.kd.solve(self.info, self.b, method=method, rtol=1e-14, maxiter=400,
                                 callback=seen.append)
             self.assertEqual(res.method, method)
-            self.assertIn(res.status, ("max_iterations", "converged"), method)
+            # 1e-14 may be below what the method's iterates reach: stagnated says so
+            self.assertIn(res.status, ("max_iterations", "converged", "stagnated"), method)
             self.assertGreaterEqual(len(seen), 1, method)
             its = [p.iteration for p in seen]
             self.assertEqual(its, sorted(its), method)

@@ -131,9 +131,9 @@ def result_from_wire(result, k, n, wire_dtype):
 @dataclass(frozen=True)
 class ItemResult:
     """One item of solve_many: x (its rows, None for an item that failed its checks), status
-    ("converged", "max_iterations", "breakdown", "non_finite", or "error" when the item could not
-    run: .error is then the KrylovError it got, e.g. NotFound for an unknown id), iterations,
-    residual (||b - A x||), relative_residual, message; history with history=True."""
+    ("converged", "max_iterations", "breakdown", "non_finite", "stagnated", or "error" when the
+    item could not run: .error is then the KrylovError it got, e.g. NotFound for an unknown id),
+    iterations, residual (||b - A x||), relative_residual, message; history with history=True."""
 
     x: Optional[np.ndarray]
     status: str

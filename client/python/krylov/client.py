@@ -165,7 +165,8 @@ class SolveResult:
     """What a solve returned.
 
     With a 1-D b: x has shape (n,); status ("converged", "max_iterations", "breakdown",
-    "non_finite"), iterations, residual (||b - A x||, recomputed at the end), relative_residual
+    "non_finite", or "stagnated": the residual stopped improving short of the tolerance, the
+    accuracy the dtype reaches on the matrix, which relative_residual and message give), iterations, residual (||b - A x||, recomputed at the end), relative_residual
     (residual / ||b||) and message are scalars; history (with history=True) is an array of the
     residual norm at each check. With a 2-D b (n x k): x is (n, k) and those fields are lists /
     arrays with one entry per right-hand side. time_ms is the whole solve on the server. method
