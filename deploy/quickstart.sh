@@ -33,8 +33,15 @@ export KRYLOV_SERVER="127.0.0.1:$(cat "$work/port")"
 krylov="$bin/krylov"
 
 echo "== krylovd on $KRYLOV_SERVER"
-# As long as the build takes (KRYLOV_WARM_WAIT seconds at most; 0: no limit), with its progress.
-"$krylov" status --wait-warm="${KRYLOV_WARM_WAIT:-0}"
+# krylovd builds its OpenCL programs in the background; a request waits only for the ones it
+# needs. KRYLOV_WARM_WAIT=SECONDS (0: no limit) waits for all of them first, with the progress.
+if [ -n "${KRYLOV_WARM_WAIT:-}" ]; then
+  "$krylov" status --wait-warm="$KRYLOV_WARM_WAIT"
+else
+  "$krylov" status
+  echo "(each request below first builds the OpenCL programs it needs that the background"
+  echo " warm-up has not built yet: with an empty kernel cache on a CPU, a minute or two)"
+fi
 echo
 echo "== upload $matrix"
 id=$("$krylov" put "$matrix" --name "$(basename "$matrix" .mtx)")
