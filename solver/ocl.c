@@ -48,6 +48,10 @@ struct kd_ocl_program_entry {
     kd_dtype_t dtype;
     char *options;
     int ready;
+    /* compiled from source for a request, which writes no binary: the warm-up, when it comes to
+     * this program, writes it under this key (kd_ocl_program_get) */
+    int unstored;
+    uint8_t key[16];
     cl_program handle;
     struct kd_ocl_kernel_entry *kernels;
     size_t kernel_count;
@@ -1160,7 +1164,8 @@ static int kd_ocl_build_failed(kd_ocl_t *ocl, cl_program program, const char *na
  * touches only the atomic counters and the (locked) program cache.
  */
 static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
-                        const char *options, const char *cache_as, cl_program *out, kd_err_t *err)
+                        const char *options, const char *cache_as, int store, uint8_t *unstored,
+                        cl_program *out, kd_err_t *err)
 {
     char *flags = NULL;
     cl_program program = NULL;
@@ -1213,8 +1218,12 @@ static int kd_ocl_build(kd_ocl_t *ocl, const char *name, const char *source, kd_
         goto fail;
     }
     atomic_fetch_add(&ocl->built_from_source, 1);
-    if (cached)
+    if (cached && store)
         kd_ocl_store_binary(ocl, key, cache_as, dtype, extra, program);
+    else if (cached && unstored != NULL) {
+        unstored[0] = 1;
+        memcpy(unstored + 1, key, sizeof(key));
+    }
 done:
     free(flags);
     free(text.data);
@@ -1231,7 +1240,7 @@ fail:
 int kd_ocl_build_source(kd_ocl_t *ocl, const char *name, const char *source, kd_dtype_t dtype,
                         const char *options, cl_program *out, kd_err_t *err)
 {
-    return kd_ocl_build(ocl, name, source, dtype, options, NULL, out, err);
+    return kd_ocl_build(ocl, name, source, dtype, options, NULL, 0, NULL, out, err);
 }
 
 static int kd_ocl_same_options(const char *a, const char *b)
@@ -1264,8 +1273,11 @@ int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dt
     return ready;
 }
 
-int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
-                         cl_program *out, kd_err_t *err)
+/* kd_ocl_program_build; store, unstored: kd_ocl_build's (unstored: 17 bytes, a flag and the key
+ * of a binary compiled and not written). */
+static int kd_ocl_program_compile(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
+                                  const char *options, int store, uint8_t *unstored,
+                                  cl_program *out, kd_err_t *err)
 {
     *out = NULL;
     const kd_kernel_source_t *src = kd_kernel_source_find(program);
@@ -1274,7 +1286,14 @@ int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, c
                           program);
     char name[96];
     snprintf(name, sizeof(name), "kernels/%s.cl", program);
-    return kd_ocl_build(ocl, name, src->source, dtype, options, program, out, err);
+    return kd_ocl_build(ocl, name, src->source, dtype, options, program, store, unstored, out,
+                        err);
+}
+
+int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
+                         cl_program *out, kd_err_t *err)
+{
+    return kd_ocl_program_compile(ocl, program, dtype, options, 1, NULL, out, err);
 }
 
 /* Every kernel of e's program, created once (clCreateKernel on a request costs time too). */
@@ -1395,8 +1414,8 @@ int kd_ocl_program_adopt(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, c
  * once, and the lock is never held across a build.
  */
 static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype,
-                              const char *options, struct kd_ocl_program_entry **out, int *how,
-                              kd_err_t *err)
+                              const char *options, int store, struct kd_ocl_program_entry **out,
+                              int *how, kd_err_t *err)
 {
     *out = NULL;
     *how = 0;
@@ -1407,7 +1426,17 @@ static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dty
         pthread_cond_wait(&ocl->programs_cond, &ocl->programs_lock);
     }
     if (e != NULL) {
+        /* the warm-up writes what a request compiled before it came to this program */
+        const int store_now = store && e->unstored;
+        if (store_now)
+            e->unstored = 0;
         pthread_mutex_unlock(&ocl->programs_lock);
+        if (store_now) {
+            KD_DEBUG("ocl", "keeping the binary a request compiled program=%s dtype=%s", program,
+                     kd_dtype_name(dtype));
+            kd_ocl_store_binary(ocl, e->key, program, dtype, options != NULL ? options : "",
+                                e->handle);
+        }
         *out = e;
         return KD_OK;
     }
@@ -1417,7 +1446,19 @@ static int kd_ocl_program_get(kd_ocl_t *ocl, const char *program, kd_dtype_t dty
         return kd_err_set(err, KD_ENOMEM, "out of host memory caching programs");
     *how = 2;
     cl_program handle = NULL;
-    int rc = kd_ocl_program_build(ocl, program, dtype, options, &handle, err);
+    /* A request waits for its build, so it uses a cached binary but writes none (store 0):
+     * asking the driver for the binary (CL_PROGRAM_BINARIES) is not free. PoCL compiles every
+     * kernel of the program to machine code for it, holding the program's lock and its kernel
+     * cache's lock, where a launch compiles only the kernel launched: for kernels/batch.cl (a
+     * batch's spmv beside the batched CG, BiCGSTAB and GMRES, twice) 100 s on two CPU cores with
+     * a cold PoCL cache against 1.5 s (test_e2e_crash's spmv timed out). The warm-up writes it
+     * when it comes to the program (above), on its own thread. */
+    uint8_t unstored[17] = {0};
+    int rc = kd_ocl_program_compile(ocl, program, dtype, options, store, unstored, &handle, err);
+    if (rc == KD_OK && unstored[0]) { /* before it is ready: nobody else reads these yet */
+        e->unstored = 1;
+        memcpy(e->key, unstored + 1, sizeof(e->key));
+    }
     if ((rc = kd_ocl_program_publish(ocl, e, handle, rc, err)) == KD_OK)
         *out = e;
     return rc;
@@ -1430,7 +1471,7 @@ int kd_ocl_program_ensure(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, 
     int how = 0;
     int rc = kd_ocl_check_dtype(ocl, dtype, err);
     if (rc == KD_OK)
-        rc = kd_ocl_program_get(ocl, program, dtype, options, &e, &how, err);
+        rc = kd_ocl_program_get(ocl, program, dtype, options, 1, &e, &how, err);
     if (built != NULL)
         *built = how == 2;
     return rc;
@@ -1489,7 +1530,7 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
         return rc;
     const uint64_t start = kd_clock_ns();
     int how = 0;
-    if ((rc = kd_ocl_program_get(ocl, program, dtype, options, &e, &how, err)) != KD_OK)
+    if ((rc = kd_ocl_program_get(ocl, program, dtype, options, 0, &e, &how, err)) != KD_OK)
         return rc;
     /* A request that waited for a compiler: say which program, and for how long. */
     if (how != 0) {

@@ -67,7 +67,9 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
  * kd_ocl_program_ensure puts the program in the table with all of its kernels created: found
  * there, waited for while another thread builds it, or built here (*built = 1, when not NULL).
  * kd_ocl_program_build compiles what kd_ocl_kernel would (or loads it from the program cache)
- * without touching the table; kd_ocl_program_adopt puts such a result in the table (ownership of
+ * without touching the table. Both write what they compiled to the program cache; a build on
+ * a request (kd_ocl_kernel) writes nothing there: it keeps the request waiting, and on PoCL
+ * fetching a binary compiles every kernel of the program (100 s for kernels/batch.cl cold); kd_ocl_program_adopt puts such a result in the table (ownership of
  * handle passes, also on failure). kd_ocl_program_ready: 1 when the table holds it built.
  */
 int kd_ocl_program_ensure(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,

@@ -6,8 +6,10 @@
  * file (a flipped byte in the binary or the header, a truncation, a wrong magic, another key's
  * header, an empty file, a binary the driver refuses) is rejected, deleted and rebuilt, never
  * handed over; pruning removes what the warm-up did not use (unless another process sharing the
- * directory used it since) and keeps at most the cap; the
- * warm-up builds the listed programs so kd_ocl_kernel builds nothing afterwards.
+ * directory used it since) and keeps at most the cap; the warm-up builds the listed programs so
+ * kd_ocl_kernel builds nothing afterwards. The warm-up's builds (kd_ocl_program_build,
+ * kd_ocl_program_ensure) write the cache; a build on first use (kd_ocl_kernel, a request
+ * waiting) loads from it but writes nothing.
  */
 #include "kd_solver_test.h"
 #include "solver/program_cache.h"
@@ -61,6 +63,15 @@ static kd_ocl_t *kd_fresh_device(kd_program_cache_t *cache)
     if (o != NULL)
         kd_ocl_set_program_cache(o, cache);
     return o;
+}
+
+/* permute built on o as the warm-up builds it: kd_ocl_program_build writes the program cache. */
+static void kd_warm_permute(kd_ocl_t *o, kd_dtype_t dtype)
+{
+    kd_err_t err = {0};
+    cl_program p = NULL;
+    REQUIRE(kd_ocl_program_build(o, "permute", dtype, kOptions, &p, &err) == KD_OK);
+    REQUIRE(kd_ocl_program_adopt(o, "permute", dtype, kOptions, p, &err) == KD_OK);
 }
 
 /* y = alpha P^T y_p + beta y through kd_permute_out on o, checked against the CPU. */
@@ -153,11 +164,21 @@ static void test_round_trip(void)
     kd_dtype_t dtypes[2];
     int nd = kd_test_dtypes(ocl, dtypes);
     for (int d = 0; d < nd; d++) {
+        /* built on first use: computed right, nothing written */
+        kd_ocl_t *on_use = kd_fresh_device(cache);
+        REQUIRE(on_use != NULL);
+        kd_check_permute_out(on_use, dtypes[d], 1 + kd_test_rand_below(3000));
+        kd_ocl_program_stats_t s;
+        kd_ocl_program_stats(on_use, &s);
+        CHECK_EQ_INT(s.built_from_source, 1);
+        CHECK_EQ_INT(kd_count_files(dir, ".kdp"), d);
+        kd_ocl_close(on_use);
+
         kd_ocl_t *first = kd_fresh_device(cache);
         REQUIRE(first != NULL);
+        kd_warm_permute(first, dtypes[d]);
         kd_check_permute_out(first, dtypes[d], 1);
         kd_check_permute_out(first, dtypes[d], 1000 + kd_test_rand_below(3000));
-        kd_ocl_program_stats_t s;
         kd_ocl_program_stats(first, &s);
         CHECK_EQ_INT(s.built_from_source, 1);
         CHECK_EQ_INT(s.loaded_from_binary, 0);
@@ -244,8 +265,7 @@ static void test_damaged_files(void)
         kd_clear_dir();
         kd_ocl_t *o = kd_fresh_device(cache);
         REQUIRE(o != NULL);
-        cl_kernel k;
-        REQUIRE(kd_ocl_kernel(o, "permute", dtype, kOptions, "kd_permute_out", &k, &err) == KD_OK);
+        kd_warm_permute(o, dtype);
         kd_ocl_close(o);
         char path[512];
         REQUIRE(kd_only_file(path, sizeof(path)));
@@ -304,6 +324,7 @@ static void test_damaged_files(void)
                       kDamage[damage]);
         o = kd_fresh_device(cache);
         REQUIRE(o != NULL);
+        kd_warm_permute(o, dtype);
         kd_check_permute_out(o, dtype, 1 + kd_test_rand_below(2000));
         kd_ocl_program_stats_t s;
         kd_ocl_program_stats(o, &s);

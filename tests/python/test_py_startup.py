@@ -65,7 +65,8 @@ class StartupTest(unittest.TestCase):
                 "--port-file", port_file, "--state-dir", self.state,
                 "--cache-dir", cache or self.cache,
                 "--device", os.environ.get("KD_TEST_DEVICE", "auto"),
-                "--log-level", "info", "--log-file", log, "--format", "csr_scalar"] + list(extra)
+                "--log-level", os.environ.get("KD_TEST_LOG_LEVEL", "info"), "--log-file", log,
+                "--format", "csr_scalar"] + list(extra)
         env = dict(os.environ, NOTIFY_SOCKET=notify_path, POCL_CACHE_DIR=self.pocl)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)
@@ -169,6 +170,9 @@ class StartupTest(unittest.TestCase):
         self.stop(proc)
 
         # the binaries are in the cache directory, none in the state directory
+        if len(glob.glob(os.path.join(self.cache, "*.kdp"))) < total:
+            with open(log) as f:
+                print(f.read()[-6000:])
         self.assertGreaterEqual(len(glob.glob(os.path.join(self.cache, "*.kdp"))), total)
         in_state = []  # program files by their magic (pattern files are .kdp too)
         for d, _, names in os.walk(self.state):
