@@ -171,8 +171,17 @@ int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, 
     const int final = kd_method_explain(
         st, skip, "p'Ap", run->kr.diagonal != NULL || run->kr.operator_z != NULL ? "r'z" : "r'r",
         res);
-    /* On a symmetric A, p'Ap <= 0 says A is indefinite: name the method that solves it. */
-    if (final && st->status == KD_KRYLOV_BREAKDOWN && run->A->scan.symmetric)
+    /* p'Ap exactly 0 with r'r far below rounding of ||b|| is a direction that vanished, not an
+     * indefinite A: the recurrence's residual underflowed (a tolerance of 0 asks for that) */
+    const double eps = run->A->dtype == KD_DTYPE_F32 ? 1.1920928955078125e-07 : 2.220446049250313e-16;
+    if (final && st->status == KD_KRYLOV_BREAKDOWN && st->fail == 0.0 &&
+        st->rr <= eps * eps * res->b_norm * res->b_norm)
+        snprintf(res->message, sizeof(res->message),
+                 "p'Ap = 0 at iteration %lld: the search direction vanished (the residual "
+                 "recurrence underflowed past rounding); a tolerance above 0 stops before",
+                 (long long)st->iteration);
+    /* On a symmetric A, p'Ap < 0 says A is indefinite: name the method that solves it. */
+    else if (final && st->status == KD_KRYLOV_BREAKDOWN && run->A->scan.symmetric)
         snprintf(res->message, sizeof(res->message),
                  "p'Ap = %.2g <= 0 at iteration %lld: the matrix is symmetric but not positive "
                  "definite; try method minres",
