@@ -38,6 +38,16 @@ def laplacian(nx):
     return a
 
 
+def spd_matrix(n, rng):
+    """A random sparse SPD matrix (diagonally dominant, about 4 entries a row), CSR."""
+    import scipy.sparse as sp
+
+    A = sp.random(n, n, density=4.0 / n, random_state=int(rng.integers(1 << 31)), format="csr")
+    A = A + A.T
+    A = A + sp.diags(np.asarray(abs(A).sum(axis=1)).ravel() + 1.0)
+    return A.tocsr()
+
+
 def metric_sample(text, name, labels=""):
     """The value of one sample line `name{labels} value` in a Prometheus exposition."""
     import re

@@ -22,21 +22,12 @@ import time
 import unittest
 
 import numpy as np
-import scipy.sparse as sp
 
 import krylov
-from kd_daemon import BIN_DIR, make_rng
+from kd_daemon import BIN_DIR, make_rng, spd_matrix
 
 # A few programs, in both value types: each compiles from nothing in seconds on PoCL.
 WARM = "csr_scalar,krylov,blas,cg1"
-
-
-def spd_matrix(n, rng):
-    """A random sparse SPD matrix (diagonally dominant), CSR."""
-    A = sp.random(n, n, density=4.0 / n, random_state=int(rng.integers(1 << 31)), format="csr")
-    A = A + A.T
-    A = A + sp.diags(np.asarray(abs(A).sum(axis=1)).ravel() + 1.0)
-    return A.tocsr()
 
 
 class StartupTest(unittest.TestCase):
