@@ -3,6 +3,8 @@
 #   make run        install what is missing, build, start krylovd on loopback, solve a bundled matrix
 #   make test       install what is missing, build, run the whole test suite (ctest)
 #   make test-asan  unit and end-to-end tests built with ASan + UBSan (build-asan/)
+#   make test-oclgrind  kernel tests on Oclgrind, which reports data races, barriers not every
+#                   work-item reaches and out-of-bounds accesses (tests/oclgrind.sh)
 #   make fuzz       the libFuzzer targets, FUZZ_SECONDS each (clang; build-fuzz/)
 #   make bench      build and run krylov-bench on the default device
 #   make bench-load the service load benchmark: 64 clients x 200 requests (bench/load.c)
@@ -24,7 +26,7 @@ SOAK_OUT ?= $(BUILD)/soak
 SOAK_FLAGS ?=
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps configure build test test-asan fuzz run bench bench-load soak clean format
+.PHONY: all deps configure build test test-asan test-oclgrind fuzz run bench bench-load soak clean format
 
 all: build
 
@@ -45,6 +47,9 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	  ctest --output-on-failure -j $(JOBS) -L 'unit|e2e' -LE mpi $(CTEST_FLAGS)
+
+test-oclgrind: build
+	bash tests/oclgrind.sh $(BUILD)
 
 fuzz: deps
 	CC=clang cmake -S . -B build-fuzz -DKD_FUZZ=ON -DKD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)

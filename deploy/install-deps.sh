@@ -25,8 +25,9 @@ packages=(
   python3-xxhash
   # the Python client's packaging (pip install client/python, offline) and `krylov solve --plot`
   python3-pip python3-venv python3-setuptools python3-wheel gnuplot-nox
-  # tests: unit verification (systemd-analyze)
-  systemd
+  # tests: unit verification (systemd-analyze); kernels on a simulated device that reports races,
+  # divergent barriers and out-of-bounds accesses (`make test-oclgrind`)
+  systemd oclgrind
   # one matrix over several devices and hosts: krylovd ranks under mpirun (optional at build: CMake
   # finds MPI, -DKD_MPI=OFF builds without it)
   openmpi-bin libopenmpi-dev
