@@ -855,9 +855,14 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
         }
-        for (int x = lane; x < nnz; x += lanes) {
-            c_indices[c0 + x] = table[x];
-            c_values[c0 + x] = tvals[x];
+        /* a fixed trip count, guarded: PoCL 3.1's loopvec ran the first iteration of
+         * `for (x = lane; x < nnz; x += lanes)` here on lanes past nnz (docs/ARCHITECTURE.md) */
+        for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+            const int x = lane + i * lanes;
+            if (x < nnz) {
+                c_indices[c0 + x] = table[x];
+                c_values[c0 + x] = tvals[x];
+            }
         }
     }
 }
