@@ -123,7 +123,8 @@ int kd_spgemm_pick(const int8 v, const int b)
 /* The vector with 1 in component b (0 everywhere for b outside 0..7). */
 int8 kd_spgemm_one_hot(const int b)
 {
-    return -((int8)(0, 1, 2, 3, 4, 5, 6, 7) == (int8)(b)); /* vector compares give -1 */
+    /* scalar compares (1 or 0): Oclgrind 21.10 gets a vector compare's -1 wrong */
+    return (int8)(b == 0, b == 1, b == 2, b == 3, b == 4, b == 5, b == 6, b == 7);
 }
 
 /* ---- bins ------------------------------------------------------------------------------------ */
@@ -340,14 +341,13 @@ __kernel KD_WG_ATTR void kd_spgemm_bin_scatter(const int rows, __global const uc
 /* ---- rows in local hash tables ---------------------------------------------------------- */
 
 /* 1 when col was not in the table (it is now). The table never fills (it has at least as many
- * slots as the row has columns). A plain read first: a slot's key never changes once set. */
+ * slots as the row has columns). Every access to a slot is atomic: other work-items claim slots
+ * in the same phase, and a plain read racing with their atomic_cmpxchg is a data race. */
 int kd_spgemm_insert(__local int *table, const int mask, const int col)
 {
     int h = (int)(((uint)col * 107u) & (uint)mask);
     for (;;) {
-        int old = table[h];
-        if (old == KD_SPGEMM_FREE)
-            old = atomic_cmpxchg(&table[h], KD_SPGEMM_FREE, col);
+        const int old = atomic_cmpxchg(&table[h], KD_SPGEMM_FREE, col);
         if (old == KD_SPGEMM_FREE)
             return 1;
         if (old == col)
@@ -361,9 +361,7 @@ int kd_spgemm_slot(__local int *table, const int mask, const int col)
 {
     int h = (int)(((uint)col * 107u) & (uint)mask);
     for (;;) {
-        int old = table[h];
-        if (old == KD_SPGEMM_FREE)
-            old = atomic_cmpxchg(&table[h], KD_SPGEMM_FREE, col);
+        const int old = atomic_cmpxchg(&table[h], KD_SPGEMM_FREE, col);
         if (old == KD_SPGEMM_FREE || old == col)
             return h;
         h = (h + 1) & mask;
@@ -461,16 +459,23 @@ void kd_spgemm_add_ordered(__local VALUE *sums, __local int *claims, const int m
             if (slot[i] >= 0)
                 atomic_min(&claims[slot[i] & mask], order[i]);
         barrier(CLK_LOCAL_MEM_FENCE);
-        int left = 0;
+        int left = 0, won = 0;
         for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
             if (slot[i] < 0)
                 continue;
             if (claims[slot[i] & mask] == order[i]) {
                 sums[slot[i]] += value[i];
-                claims[slot[i] & mask] = INT_MAX;
-                slot[i] = -1;
+                won |= 1 << i;
             } else {
                 left = 1;
+            }
+        }
+        /* the winners free their claims only once every work-item has read them */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = 0; i < KD_SPGEMM_WINDOW_ITEMS; i++) {
+            if (won & (1 << i)) {
+                claims[slot[i] & mask] = INT_MAX;
+                slot[i] = -1;
             }
         }
         if (left)
@@ -850,9 +855,14 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
         }
-        for (int x = lane; x < nnz; x += lanes) {
-            c_indices[c0 + x] = table[x];
-            c_values[c0 + x] = tvals[x];
+        /* a fixed trip count, guarded: PoCL 3.1's loopvec ran the first iteration of
+         * `for (x = lane; x < nnz; x += lanes)` here on lanes past nnz (docs/ARCHITECTURE.md) */
+        for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+            const int x = lane + i * lanes;
+            if (x < nnz) {
+                c_indices[c0 + x] = table[x];
+                c_values[c0 + x] = tvals[x];
+            }
         }
     }
 }

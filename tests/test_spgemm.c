@@ -481,7 +481,9 @@ static void test_real_matrices(void)
             kd_csr_t *L2 = NULL, *R2 = NULL;
             REQUIRE(kd_csr_convert(L, KD_DTYPE_F64, &L2, &err) == KD_OK);
             REQUIRE(kd_csr_convert(R, KD_DTYPE_F64, &R2, &err) == KD_OK);
-            only_dtype = op == 0 && kd_ocl_desc(ocl)->has_fp64 ? KD_DTYPE_F64 : KD_DTYPE_F32;
+            /* bayer10 in both: issue 32's race showed there (AVX-512 PoCL), in each precision */
+            if (strcmp(files[f], "bayer10.mtx") != 0)
+                only_dtype = op == 0 && kd_ocl_desc(ocl)->has_fp64 ? KD_DTYPE_F64 : KD_DTYPE_F32;
             product_case(name, L2, R2);
             only_dtype = -1;
         }
