@@ -600,7 +600,12 @@ void kd_spgemm_rank_bitmap(const int lanes, const int nnz, __local const int *ta
     incl[lid] = mine;
     barrier(CLK_LOCAL_MEM_FENCE);
     KD_SPGEMM_SCAN_TEAM(int, incl, lid, lane, lanes);
-    for (int x = lane; x < nnz; x += lanes) {
+    /* a fixed trip count guarded by x < nnz, as the bitonic write-out (PoCL 3.1's loopvec ran
+     * the first iteration of `x = lane; x < nnz` on every lane there) */
+    for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) {
+        const int x = lane + i * lanes;
+        if (x >= nnz)
+            continue;
         const int d = table[x] - lo, w = d >> 5, owner = w / KD_SPGEMM_WINDOW_ITEMS;
         int rank = owner > 0 ? tincl[owner - 1] : 0;
         for (int v = owner * KD_SPGEMM_WINDOW_ITEMS; v < w; v++)
@@ -818,7 +823,10 @@ void kd_spgemm_numeric_team(const int lanes, const int count, const int start,
     const int nnz = counts[team];
     const int c0 = row >= 0 ? c_indptr[row] : 0;
     if (lanes < 32) { /* small rows: rank each column by counting the smaller ones */
-        for (int x = lane; x < nnz; x += lanes) {
+        for (int i = 0; i < KD_SPGEMM_LANE_SLOTS; i++) { /* fixed trip count, as below */
+            const int x = lane + i * lanes;
+            if (x >= nnz)
+                continue;
             const int key = table[x];
             int rank = 0;
             for (int y = 0; y < nnz; y++)

@@ -30,11 +30,6 @@ kd_add_test(test_amg SOURCES test_amg.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
 # and real matrices, with its refusals (sizes, limits, mismatches).
 kd_add_test(test_spgemm SOURCES test_spgemm.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
             LIBS kd_solver kd_protocol PkgConfig::ZLIB LABELS kernel TIMEOUT 240)
-# The same under PoCL's cbs work-group method, which runs a group's work-items differently from
-# the default loopvec (a kernel that leans on one compiler's work-item loops shows up here).
-add_test(NAME test_spgemm_cbs COMMAND test_spgemm)
-set_tests_properties(test_spgemm_cbs PROPERTIES LABELS kernel TIMEOUT 240
-                     ENVIRONMENT "POCL_WORK_GROUP_METHOD=cbs")
 # The incomplete factorisations ilu0 and ic0: host factors against a dense reference, the device
 # triangular solves against the host's, CG with ic0 against CG with jacobi, refusals.
 kd_add_test(test_ilu SOURCES test_ilu.c ${PROJECT_SOURCE_DIR}/client/mtx_file.c
