@@ -24,11 +24,11 @@ for part in $parts; do
     [ ${#py[@]} -gt 0 ] && skip='soak'
     # test_solve_history pins PoCL's exact histories on the CI machine's CPU (its header): not a
     # GPU's rounding (bench/device/seams.sh compares a GPU with itself)
-    (cd build-device && KD_TEST_DEVICE=gpu timeout 480 ctest -L 'kernel|e2e' -LE "$skip" \
+    (cd build-device && KD_TEST_DEVICE=gpu timeout 270 ctest -L 'kernel|e2e' -LE "$skip" \
       -E test_solve_history --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
     tail -4 "$out/ctest-gpu.log"; grep -E "\*\*\*Failed|Timeout|Not Run" "$out/ctest-gpu.log" | head -20) ;;
   startup)
-    timeout 200 bash bench/device/startup32.sh build-device/bin "$out" 2>&1 | tail -30 ;;
+    timeout 100 bash bench/device/startup32.sh build-device/bin "$out" 2>&1 | tail -30 ;;
   esac
 done
 exit 0
