@@ -48,6 +48,16 @@ def spd_matrix(n, rng):
     return A.tocsr()
 
 
+def scipy_tol(value):
+    """SciPy's iterative solvers' relative tolerance as a keyword: `tol` up to SciPy 1.11 (Debian
+    12 has 1.10), `rtol` from 1.12 (`tol` was removed in 1.14)."""
+    import inspect
+
+    import scipy.sparse.linalg as spla
+
+    return {"rtol" if "rtol" in inspect.signature(spla.cg).parameters else "tol": value}
+
+
 def metric_sample(text, name, labels=""):
     """The value of one sample line `name{labels} value` in a Prometheus exposition."""
     import re

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import krylov
-from kd_daemon import matrix_path, shared_daemon
+from kd_daemon import matrix_path, shared_daemon, scipy_tol
 
 daemon = None
 rng = None
@@ -75,7 +75,7 @@ def scipy_cg(A, b, rtol, M=None):
     try:
         x, _ = spla.cg(A, b, rtol=rtol, atol=0.0, maxiter=20000, M=M, callback=cb)
     except TypeError:  # SciPy before 1.12 calls it tol
-        x, _ = spla.cg(A, b, tol=rtol, atol=0.0, maxiter=20000, M=M, callback=cb)
+        x, _ = spla.cg(A, b, **scipy_tol(rtol), atol=0.0, maxiter=20000, M=M, callback=cb)
     return x, count[0]
 
 

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import krylov
-from kd_daemon import matrix_path, shared_daemon
+from kd_daemon import matrix_path, shared_daemon, scipy_tol
 
 daemon = None
 rng = None
@@ -49,7 +49,7 @@ def scipy_cg_iterations(A, b, rtol):
     try:
         spla.cg(A, b, rtol=rtol, atol=0.0, maxiter=20000, callback=cb)
     except TypeError:  # SciPy before 1.12 calls it tol
-        spla.cg(A, b, tol=rtol, atol=0.0, maxiter=20000, callback=cb)
+        spla.cg(A, b, **scipy_tol(rtol), atol=0.0, maxiter=20000, callback=cb)
     return count[0]
 
 

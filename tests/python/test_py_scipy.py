@@ -12,7 +12,7 @@ import scipy.sparse.linalg as spla
 
 import krylov
 from krylov.scipy import ResidentOperator
-from kd_daemon import matrix_path, shared_daemon
+from kd_daemon import matrix_path, shared_daemon, scipy_tol
 
 daemon = None
 rng = None
@@ -55,7 +55,7 @@ class TestResidentOperator(unittest.TestCase):
         b = rng.uniform(-1, 1, A.shape[0])
         counting = CountingOperator(op)
         before = self.spmv_requests()
-        x, info = spla.cg(counting, b, tol=1e-10, atol=0.0, maxiter=20000)
+        x, info = spla.cg(counting, b, **scipy_tol(1e-10), atol=0.0, maxiter=20000)
         self.assertEqual(info, 0)
         # SciPy stops on its recurrence's residual; the true one drifts from it by the
         # operator's rounding, which differs from A @ x's in summation order (494_bus: cond 4e6;
@@ -66,7 +66,7 @@ class TestResidentOperator(unittest.TestCase):
         self.assertEqual(self.spmv_requests() - before, counting.count)
         # the solution SciPy's CG finds on the local matrix, to within what the residuals allow:
         # x - x_local = A^-1 (r_local - r), and ||A^-1|| = 1 / lambda_min
-        x_local, info_local = spla.cg(A, b, tol=1e-10, atol=0.0, maxiter=20000)
+        x_local, info_local = spla.cg(A, b, **scipy_tol(1e-10), atol=0.0, maxiter=20000)
         self.assertEqual(info_local, 0)
         lambda_min = np.linalg.eigvalsh(A.toarray())[0]
         bound = np.linalg.norm((b - A @ x) - (b - A @ x_local)) / lambda_min
@@ -81,7 +81,7 @@ class TestResidentOperator(unittest.TestCase):
         self.assertTrue(op.symmetric)
         b = rng.uniform(-1, 1, A.shape[0])
         before = self.spmv_requests()
-        x, status = spla.gmres(op, b, tol=1e-8, atol=0.0, restart=50, maxiter=200)
+        x, status = spla.gmres(op, b, **scipy_tol(1e-8), atol=0.0, restart=50, maxiter=200)
         self.assertEqual(status, 0)
         self.assertLessEqual(np.linalg.norm(b - A @ x) / np.linalg.norm(b), 1e-8)
         self.assertGreater(self.spmv_requests() - before, 50)
@@ -91,7 +91,7 @@ class TestResidentOperator(unittest.TestCase):
         op = ResidentOperator(self.kd, self.kd.put(A).id)  # from an id: info fetched
         self.assertEqual(op.info.nnz, A.nnz)
         b = rng.uniform(-1, 1, A.shape[0])
-        x, status = spla.bicgstab(op, b, tol=1e-8, atol=0.0, maxiter=5000)
+        x, status = spla.bicgstab(op, b, **scipy_tol(1e-8), atol=0.0, maxiter=5000)
         self.assertEqual(status, 0)
         self.assertLessEqual(np.linalg.norm(b - A @ x) / np.linalg.norm(b), 1e-7)
 
