@@ -48,6 +48,23 @@ def spd_matrix(n, rng):
     return A.tocsr()
 
 
+def exercise_put_spmv_cg(test, kd, n):
+    """A put, an spmv and a CG solve of a random SPD matrix of n rows in both value types through
+    the Python client kd, each checked against SciPy by test (a unittest.TestCase); returns A."""
+    A = spd_matrix(n, test.rng)
+    for dtype, tol in (("float64", 1e-10), ("float32", 1e-4)):
+        info = kd.put(A, dtype=dtype)
+        x = test.rng.uniform(-1, 1, A.shape[0])
+        y = kd.spmv(info, x)
+        want = A @ x
+        test.assertLessEqual(np.max(np.abs(y - want)) / np.max(np.abs(want)), tol * 10)
+        b = test.rng.uniform(-1, 1, A.shape[0])
+        res = kd.solve(info, b, method="cg", rtol=1e-4 if dtype == "float32" else 1e-8)
+        relres = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
+        test.assertLessEqual(relres, 1e-3 if dtype == "float32" else 1e-7)
+    return A
+
+
 def scipy_tol(value):
     """SciPy's iterative solvers' relative tolerance as a keyword: `tol` up to SciPy 1.11 (Debian
     12 has 1.10), `rtol` from 1.12 (`tol` was removed in 1.14)."""

@@ -22,7 +22,7 @@ import unittest
 import numpy as np
 
 import krylov
-from kd_daemon import BIN_DIR, make_rng, spd_matrix
+from kd_daemon import BIN_DIR, exercise_put_spmv_cg, make_rng
 
 WARM = "krylov,csr_scalar,blas"
 
@@ -81,18 +81,7 @@ class ProgramsTest(unittest.TestCase):
 
     def exercise(self, kd):
         """A put, spmv and CG solve in both value types, checked against SciPy."""
-        A = spd_matrix(300 + int(self.rng.integers(200)), self.rng)
-        for dtype, tol in (("float64", 1e-10), ("float32", 1e-4)):
-            info = kd.put(A, dtype=dtype)
-            x = self.rng.uniform(-1, 1, A.shape[0])
-            y = kd.spmv(info, x)
-            want = A @ x
-            self.assertLessEqual(np.max(np.abs(y - want)) / np.max(np.abs(want)), tol * 10)
-            b = self.rng.uniform(-1, 1, A.shape[0])
-            res = kd.solve(info, b, method="cg", rtol=1e-4 if dtype == "float32" else 1e-8)
-            relres = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
-            self.assertLessEqual(relres, 1e-3 if dtype == "float32" else 1e-7)
-        return A
+        return exercise_put_spmv_cg(self, kd, 300 + int(self.rng.integers(200)))
 
     def test_ready_at_listen_and_nothing_built_on_request_after_warm_up(self):
         proc, address, ready = self.start()

@@ -21,10 +21,9 @@ import tempfile
 import time
 import unittest
 
-import numpy as np
 
 import krylov
-from kd_daemon import BIN_DIR, make_rng, spd_matrix
+from kd_daemon import BIN_DIR, exercise_put_spmv_cg, make_rng
 
 # A few programs, in both value types: each compiles from nothing in seconds on PoCL.
 WARM = "csr_scalar,krylov,blas,cg1"
@@ -90,17 +89,7 @@ class StartupTest(unittest.TestCase):
 
     def exercise(self, kd):
         """A put, spmv and CG solve in both value types, checked against SciPy."""
-        A = spd_matrix(200 + int(self.rng.integers(200)), self.rng)
-        for dtype, tol in (("float64", 1e-10), ("float32", 1e-4)):
-            info = kd.put(A, dtype=dtype)
-            x = self.rng.uniform(-1, 1, A.shape[0])
-            y = kd.spmv(info, x)
-            want = A @ x
-            self.assertLessEqual(np.max(np.abs(y - want)) / np.max(np.abs(want)), tol * 10)
-            b = self.rng.uniform(-1, 1, A.shape[0])
-            res = kd.solve(info, b, method="cg", rtol=1e-4 if dtype == "float32" else 1e-8)
-            relres = np.linalg.norm(b - A @ res.x) / np.linalg.norm(b)
-            self.assertLessEqual(relres, 1e-3 if dtype == "float32" else 1e-7)
+        return exercise_put_spmv_cg(self, kd, 200 + int(self.rng.integers(200)))
 
     def test_serves_during_warm_up_and_waits_for_it_on_request(self):
         # an older krylovd kept binaries in the state directory: cleared at start
