@@ -290,8 +290,8 @@ static int kd_frame_move(kd_frame_t *f, size_t cap, size_t keep)
 }
 
 /* Make room for `want` more bytes after tail: move the held bytes to the front if that is not
- * enough, then grow (to the declared size of the message under way, else doubling, so a large
- * message costs few copies) but never past what the held bytes plus `want` need or max_message
+ * enough, then grow (to the declared size of the message under way, by half at least, else
+ * doubling, so a large message costs few copies) but never past what the held bytes plus `want` need or max_message
  * plus `want`, whichever is larger. */
 static int kd_frame_make_room(kd_frame_t *f, size_t want)
 {
@@ -318,8 +318,14 @@ static int kd_frame_make_room(kd_frame_t *f, size_t want)
      * exact, because a request keeps its buffer and is charged for all of it. */
     const uint64_t declared = kd_frame_declared(f);
     size_t cap = f->cap > SIZE_MAX / 2 ? SIZE_MAX : f->cap * 2;
-    if (declared > f->tail && declared <= f->limits.max_message)
+    if (declared > f->tail && declared <= f->limits.max_message) {
         cap = (size_t)declared + KD_FRAME_SLACK;
+        /* Many small declarations (an array of 16,384 maps, each a small bin) move the declared
+         * size a little per read: grow by half at least, or every read copies the whole buffer. */
+        const size_t floor = f->cap > SIZE_MAX / 3 * 2 ? SIZE_MAX : f->cap + f->cap / 2;
+        if (cap < floor)
+            cap = floor;
+    }
     if (cap < need)
         cap = need;
     if (cap > bound)

@@ -24,6 +24,7 @@
 #include "solver/solve.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -515,6 +516,42 @@ done:
     return rc;
 }
 
+/* The values per row a solve of `columns` right-hand sides holds on the device beside its
+ * matrix: b, x and the methods' vectors (6 + columns, a rough count), plus GMRES(m)'s basis,
+ * (m + 1) vectors a column and m more with a preconditioner applied as an operator (amg, ilu0,
+ * ...): up to 401 x b's bytes for restart = 200, so charged to the budget before the solve
+ * allocates it. "auto" counts the basis on a matrix it would solve with gmres (not symmetric). */
+static int64_t kd_solve_values_per_row(const kd_solve_request_t *q, int64_t columns,
+                                       const kd_store_entry_t *entry)
+{
+    int64_t per_row = 6 + columns;
+    const int gmres = strcmp(q->method, "gmres") == 0 ||
+                      (strcmp(q->method, KD_METHOD_AUTO) == 0 && entry->meta.symmetric != 1);
+    if (!gmres)
+        return per_row;
+    const int64_t m = q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT;
+    const int diagonal = q->preconditioner[0] == '\0' || strcmp(q->preconditioner, "none") == 0 ||
+                         strcmp(q->preconditioner, "jacobi") == 0;
+    const int64_t basis = m + 1 + (diagonal ? 0 : m); /* restart <= 200, columns <= 4096 */
+    return per_row + basis * columns;
+}
+
+/* Room for the solve's vectors and GMRES basis beside the matrix (KD_EDEVMEM naming restart). */
+static int kd_solve_reserve(kd_server_t *server, const kd_solve_request_t *q, int64_t columns,
+                            kd_store_entry_t *entry, kd_err_t *err)
+{
+    const int64_t per_row = kd_solve_values_per_row(q, columns, entry);
+    if (per_row == 6 + columns)
+        return KD_OK; /* kd_cache_use charged these */
+    char what[128];
+    snprintf(what, sizeof(what),
+             "gmres restart = %lld with %lld right-hand sides (its basis; use a smaller restart)",
+             (long long)(q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT),
+             (long long)columns);
+    return kd_cache_reserve(server, kd_handlers_vector_bytes(server, q->id, per_row, 0), entry,
+                            what, err);
+}
+
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
@@ -533,7 +570,8 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
         return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
                           entry->meta.hex, (long long)entry->meta.rows,
                           (long long)entry->meta.cols);
-    if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK)
+    if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK ||
+        (rc = kd_solve_reserve(server, q, q->nrhs, entry, err)) != KD_OK)
         return rc;
     if (entry->dist != NULL) { /* spread over ranks: alone, through them (never batched) */
         kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
@@ -562,7 +600,8 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
     /* Room for the batch's vectors beside its matrix; without it, each alone. */
     if (columns > q->nrhs) {
         kd_err_t room = {0};
-        size_t bytes = kd_handlers_vector_bytes(server, q->id, 6 + columns, 0);
+        size_t bytes =
+            kd_handlers_vector_bytes(server, q->id, kd_solve_values_per_row(q, columns, entry), 0);
         if (kd_cache_reserve(server, bytes, entry, "the vectors of a batch of solves", &room) !=
             KD_OK)
             columns = -1;

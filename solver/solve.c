@@ -249,6 +249,10 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
     const int64_t rows = p->spread != NULL ? p->spread->rows : A->rows;
     ctx->maxiter =
         p->maxiter == KD_SOLVE_MAXITER_AUTO ? KD_SOLVE_MAXITER_PER_ROW * rows : p->maxiter;
+    /* maxiter up to 2^63 - 1 is no more than "never stop counting": the limit plus a column's
+     * skipped iterations and a chunk must not overflow */
+    if (ctx->maxiter > INT64_MAX / 4)
+        ctx->maxiter = INT64_MAX / 4;
     if (p->spread != NULL)
         p->spread->comm->stop_wanted = p->spread->comm->stop_agreed = 0;
     if ((ctx->cols = calloc((size_t)ctx->nrhs, sizeof(*ctx->cols))) == NULL)
