@@ -24,6 +24,7 @@
 #include "kernels/batch_abi.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,6 +188,34 @@ static int kd_batch_use(struct kd_server *server, const uint8_t id[16], int64_t 
                          kd_dtype_size(e->meta.dtype), &bytes))
         bytes = SIZE_MAX;
     return kd_cache_use(server, id, bytes, entry, err);
+}
+
+/* A solve with history keeps k x (the largest maxiter + 1) values on the device (at most
+ * KD_BATCH_HISTORY_MAX, more is refused by the solve) and reads them back: charged with the
+ * vectors kd_batch_use reserved before anything is allocated for them. */
+static int kd_batch_reserve_history(struct kd_server *server, kd_store_entry_t *entry,
+                                    int64_t vectors, const int64_t *maxiter, kd_err_t *err)
+{
+    const int64_t k = entry->dev->batch->count;
+    int64_t limit = 0;
+    for (int64_t s = 0; s < k; s++)
+        if (maxiter[s] > limit)
+            limit = maxiter[s];
+    int64_t cells;
+    if (kd_mul_overflow_i64(k, limit > INT64_MAX - 1 ? limit : limit + 1, &cells) ||
+        cells > KD_BATCH_HISTORY_MAX)
+        return KD_OK; /* the solve refuses it, naming the cap */
+    const kd_matrix_meta_t *m = &entry->meta;
+    const size_t vsize = kd_dtype_size(m->dtype);
+    const size_t n = (size_t)(m->rows > m->cols ? m->rows : m->cols);
+    size_t vec, hist, total;
+    if (kd_mul3_overflow((size_t)vectors, n, vsize, &vec) ||
+        kd_mul_overflow((size_t)cells, vsize, &hist) || kd_add_overflow(vec, hist, &total))
+        total = SIZE_MAX;
+    char what[128];
+    snprintf(what, sizeof(what), "the history of %lld systems x %lld iterations (maxiter + 1)",
+             (long long)k, (long long)(limit + 1));
+    return kd_cache_reserve(server, total, entry, what, err);
 }
 
 /* n values of dtype, or NULL with err set. */
@@ -399,6 +428,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
         maxiter[s] = q->maxiters.present ? kd_load_i64(q->maxiters.data, (size_t)s)
                      : q->maxiter >= 0   ? q->maxiter
                                          : KD_SOLVE_MAXITER_PER_ROW * B->rows;
+    if (q->history && (rc = kd_batch_reserve_history(server, entry, vectors, maxiter, err)) != KD_OK)
+        goto done;
     prm.rtol = rtol;
     prm.atol = atol;
     prm.maxiter = maxiter;

@@ -117,8 +117,8 @@ static void kd_items_run_free(kd_items_run_t *r)
 
 /* The device bytes the solve may take at once: every running system's batch and vectors (the
  * groups run one at a time, so this bounds the largest), in float64. */
-static size_t kd_items_plan_bytes(int64_t count, int64_t rows, int64_t nnz,
-                                  const kd_batch_params_t *prm)
+static size_t kd_items_plan_bytes(int64_t count, int64_t rows, int64_t nnz, int64_t max_rows,
+                                  const kd_solve_batch_request_t *q, const kd_batch_params_t *prm)
 {
     const size_t batch = kd_batch_systems_plan_bytes(count, rows, nnz, KD_DTYPE_F64);
     const int64_t vectors = 3 + kd_batch_method_vectors(prm->method, prm->restart); /* b, x */
@@ -129,6 +129,16 @@ static size_t kd_items_plan_bytes(int64_t count, int64_t rows, int64_t nnz,
         kd_mul3_overflow((size_t)count, (size_t)per_system, 8, &small) ||
         kd_add_overflow(batch, vec, &total) || kd_add_overflow(total, small, &total))
         return SIZE_MAX;
+    if (prm->record_history) { /* count x (the largest maxiter + 1) values, at most 2^24 */
+        const int64_t maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_PER_ROW * max_rows;
+        size_t cells, hist;
+        if (kd_mul_overflow((size_t)count, (size_t)maxiter + 1, &cells))
+            return SIZE_MAX;
+        if (cells > (size_t)KD_BATCH_HISTORY_MAX)
+            cells = (size_t)KD_BATCH_HISTORY_MAX; /* more is refused by the solve */
+        if (kd_mul_overflow(cells, 8, &hist) || kd_add_overflow(total, hist, &total))
+            return SIZE_MAX;
+    }
     return total;
 }
 
@@ -283,12 +293,14 @@ static int kd_items_check(kd_server_t *server, const kd_job_t *job, const kd_bat
                           kd_items_run_t *r, kd_err_t *err)
 {
     const kd_solve_batch_request_t *q = &job->req->u.solve_batch;
-    int64_t count = 0, rows = 0, nnz = 0;
+    int64_t count = 0, rows = 0, nnz = 0, max_rows = 0;
     for (int64_t i = 0; i < q->nitems; i++) {
         kd_item_check(server, job, &q->items[i], &r->state[i]);
         if (r->state[i].code != KD_OK)
             continue;
         count++;
+        if (r->state[i].rows > max_rows)
+            max_rows = r->state[i].rows;
         rows += r->state[i].rows; /* each b's count: the decoder bounded their sum */
         if (kd_add_overflow_i64(nnz, r->state[i].nnz, &nnz))
             nnz = INT64_MAX;
@@ -304,7 +316,7 @@ static int kd_items_check(kd_server_t *server, const kd_job_t *job, const kd_bat
     char what[96];
     snprintf(what, sizeof(what), "solve.batch of %lld systems (%lld rows)", (long long)count,
              (long long)rows);
-    const size_t bytes = kd_items_plan_bytes(count, rows, nnz, prm);
+    const size_t bytes = kd_items_plan_bytes(count, rows, nnz, max_rows, q, prm);
     if (bytes == SIZE_MAX)
         return kd_err_set(err, KD_ETOOLARGE, "%s: its device sizes overflow", what);
     /* The items' CSRs are copied back to back on the host too: many items naming one matrix

@@ -262,6 +262,9 @@ class SizesTest(unittest.TestCase):
                                                            maxiter=[m, 1, 1], history=True))
         self.probe("batch maxiter 2^30 each, history", "solve",
                    dict(id=self.batch_id, b=bk, maxiter=[2**30] * 3, history=True))
+        # 3 x 5,000,000 history cells: under the 2^24 cap, 120 MB of float64 (64 MB budget)
+        self.probe("batch maxiter 5e6 each, history", "solve",
+                   dict(id=self.batch_id, b=bk, maxiter=[5_000_000] * 3, history=True))
         self.probe("batch rtol array of 5000", "solve",
                    dict(id=self.batch_id, b=bk, rtol=[1e-8] * 5000))
         self.probe("batch gmres restart=200", "solve",
@@ -277,6 +280,8 @@ class SizesTest(unittest.TestCase):
         for m in BIG:
             self.probe(f"maxiter={m} history", "solve.batch", dict(items=[item] * 4, maxiter=m,
                                                                    history=True))
+        self.probe("maxiter 4e6 history, 4 items", "solve.batch",
+                   dict(items=[item] * 4, maxiter=4_000_000, history=True))
         for r in (200, 201, 2**62, -1):
             self.probe(f"gmres restart={r}", "solve.batch",
                        dict(items=[item] * 4, method="gmres", restart=r))
