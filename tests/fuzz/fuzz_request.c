@@ -8,8 +8,9 @@
  *     their counts agree with each other as the decoder promises (indptr = rows + 1, ...);
  *   - a refusal carries a message and a code from the documented set;
  *   - the framer never holds more than max_message plus one read's worth of bytes.
- * Seed corpus: tests/fuzz/corpus/request/ (one request per method and form, written by
- * tests/fuzz/gen_request_corpus.c).
+ * Seed corpus: tests/fuzz/corpus/request/ (one request per method and form, and requests
+ * declaring extreme sizes, written by tests/fuzz/gen_request_corpus.c); dictionary:
+ * tests/fuzz/request.dict (method and parameter names, integers at the edges of int32/int64).
  */
 #include "protocol/frame.h"
 #include "protocol/request.h"
@@ -92,6 +93,10 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
     case KD_METHOD_SPMV:
         touch(&req->u.spmv.x);
         touch(&req->u.spmv.y);
+        /* ncols multiplies the matrix's rows on the server: bounded here, before any lookup */
+        if (req->u.spmv.ncols < 1 || req->u.spmv.ncols > lim->max_nrhs ||
+            req->u.spmv.x.count % req->u.spmv.ncols != 0)
+            abort();
         break;
     case KD_METHOD_SOLVE:
         touch(&req->u.solve.b);

@@ -34,6 +34,100 @@ static void begin(kd_writer_t *w, uint64_t msgid, const char *method, uint32_t n
     kd_w_map(w, n);
 }
 
+/* Issue 33: small requests declaring sizes near and past 2^31, 2^32 and 2^63 (test_py_sizes.py
+ * sends the same to a real server); the fuzzer mutates the integers from here. */
+static void save_extreme_sizes(const char *id, const double *x)
+{
+    static const int32_t zero[1] = {0};
+    static const double one[1] = {1};
+    kd_writer_t w;
+
+    begin(&w, 20, "matrix.put", 5); /* issue 33's 73-byte put */
+    kd_w_kv_int(&w, "rows", INT32_MAX - 1);
+    kd_w_kv_int(&w, "cols", INT32_MAX);
+    kd_w_kv_bin(&w, "row", zero, sizeof(zero));
+    kd_w_kv_bin(&w, "col", zero, sizeof(zero));
+    kd_w_kv_bin(&w, "values", one, sizeof(one));
+    save("size_put_coo_2e31", &w);
+
+    begin(&w, 21, "matrix.put", 1);
+    kd_w_kv_str(&w, "mtx", "%%MatrixMarket matrix coordinate real general\n16777216 16777216 1\n"
+                           "1 1 1.0\n");
+    save("size_put_mtx_2e24", &w);
+
+    begin(&w, 22, "matrix.put", 6);
+    kd_w_kv_int(&w, "rows", 1);
+    kd_w_kv_int(&w, "cols", 1);
+    kd_w_kv_int(&w, "batch", INT64_MAX / 2);
+    kd_w_kv_bin(&w, "indptr", (const int32_t[2]){0, 1}, 2 * sizeof(int32_t));
+    kd_w_kv_bin(&w, "indices", zero, sizeof(zero));
+    kd_w_kv_bin(&w, "values", one, sizeof(one));
+    save("size_put_batch_2e62", &w);
+
+    begin(&w, 23, "spmv", 3);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "x", x, 3 * sizeof(double));
+    kd_w_kv_int(&w, "ncols", (int64_t)1 << 62);
+    save("size_spmv_ncols_2e62", &w);
+
+    begin(&w, 24, "solve", 7);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, 3 * sizeof(double));
+    kd_w_kv_uint(&w, "nrhs", UINT64_MAX);
+    kd_w_kv_int(&w, "maxiter", INT64_MAX);
+    kd_w_kv_int(&w, "restart", (int64_t)UINT32_MAX + 1);
+    kd_w_kv_int(&w, "check_every", INT64_MIN);
+    kd_w_kv_bool(&w, "history", 1);
+    save("size_solve_int64", &w);
+
+    begin(&w, 25, "solve", 5);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, 3 * sizeof(double));
+    kd_w_kv_str(&w, "preconditioner", "amg");
+    kd_w_key(&w, "preconditioner_options");
+    kd_w_map(&w, 3);
+    kd_w_kv_double(&w, "max_levels", 4294967296.0);
+    kd_w_kv_double(&w, "coarse_size", 1e300);
+    kd_w_kv_int(&w, "block_size", INT32_MIN);
+    kd_w_kv_bool(&w, "history", 1);
+    save("size_solve_amg_levels", &w);
+
+    begin(&w, 26, "solve", 3);
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_bin(&w, "b", x, 3 * sizeof(double));
+    kd_w_key(&w, "maxiter");
+    kd_w_array(&w, 3);
+    kd_w_int(&w, INT64_MAX);
+    kd_w_int(&w, (int64_t)1 << 31);
+    kd_w_int(&w, -1);
+    save("size_solve_maxiter_array", &w);
+
+    begin(&w, 27, "solve.batch", 4);
+    kd_w_key(&w, "items");
+    kd_w_array(&w, 2);
+    for (int i = 0; i < 2; i++) {
+        kd_w_map(&w, 2);
+        kd_w_kv_str(&w, "id", id);
+        kd_w_kv_bin(&w, "b", x, 3 * sizeof(double));
+    }
+    kd_w_kv_int(&w, "maxiter", INT64_MAX);
+    kd_w_kv_int(&w, "restart", INT32_MAX);
+    kd_w_kv_bool(&w, "history", 1);
+    save("size_solve_batch_int64", &w);
+
+    /* an items array declaring 2^32 - 1 maps in a few bytes: refused by its declared size */
+    begin(&w, 28, "solve.batch", 1);
+    kd_w_key(&w, "items");
+    kd_w_array(&w, UINT32_MAX);
+    kd_w_map(&w, 0);
+    save("size_solve_batch_declared", &w);
+
+    begin(&w, 29, "job.cancel", 2);
+    kd_w_kv_int(&w, "msgid", INT64_MIN);
+    kd_w_kv_int(&w, "timeout_ms", INT64_MAX);
+    save("size_cancel_int64", &w);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -231,5 +325,7 @@ int main(int argc, char **argv)
     kd_w_str(&w, "solve.progress");
     kd_w_array(&w, 0);
     save("notification", &w);
+
+    save_extreme_sizes(id, x);
     return 0;
 }

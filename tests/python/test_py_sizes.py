@@ -78,6 +78,10 @@ class SizesTest(unittest.TestCase):
         big.sum_duplicates()
         cls.big_rows = n
         cls.big_id = c.put_csr(big)["id"]
+        # 500,000 x 1: one column, so x is tiny and y (rows x ncols) is not
+        tall = sp.csr_matrix((np.ones(500_000), (np.arange(500_000), np.zeros(500_000))),
+                             shape=(500_000, 1))
+        cls.tall_id = c.put_csr(tall)["id"]
         p = laplacian(4)
         vals = np.concatenate([p.data * (1 + 0.1 * s) for s in range(3)])
         cls.batch_id = c.call("matrix.put", rows=16, cols=16, batch=3,
@@ -210,6 +214,12 @@ class SizesTest(unittest.TestCase):
                                                    ncols=64))
         self.probe("ncols=8 on a batch", "spmv", dict(id=self.batch_id, x=np.ones(48).tobytes(),
                                                        ncols=8))
+        # y of 500,000 x 64 values (256 MB) from an x of 64: over the 64 MB budget
+        answer = self.probe("tall, ncols=64", "spmv", dict(id=self.tall_id, x=np.ones(64).tobytes(),
+                                                          ncols=64))
+        self.assertTrue(answer.startswith("DEVICE_MEMORY"), answer)
+        self.probe("tall, ncols=2", "spmv", dict(id=self.tall_id, x=np.ones(2).tobytes(), ncols=2),
+                   ok_bytes=3 * 500_000 * 2 * 8)
         self.probe("x of 1 value, big matrix", "spmv", dict(id=self.big_id, x=np.ones(1).tobytes()))
         self.probe("rectangular, wrong x", "spmv", dict(id=self.rect_id, x=np.ones(40).tobytes()))
         self.check_all()
