@@ -301,6 +301,12 @@ class SizesTest(unittest.TestCase):
         # 4,000: 8 MB of b make a 60 MB batch, over 2 x --max-message (16M here)
         answer = self.probe("4000 items", "solve.batch", dict(items=[item] * 4000, maxiter=2))
         self.assertIn("--max-message", answer)
+        # 7,000 small bins (14 MB) once made the framer copy its whole buffer at every read:
+        # 3.5 s of the event loop; 0.1 s now
+        t0 = time.monotonic()
+        self.probe("7000 items of an unknown matrix", "solve.batch",
+                   dict(items=[{"id": "0" * 32, "b": b}] * 7000))
+        self.assertLess(time.monotonic() - t0, 1.5, "14 MB of small bins took this long")
         self.check_all()
 
     def test_multiply(self):
