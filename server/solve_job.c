@@ -516,23 +516,48 @@ done:
     return rc;
 }
 
+/* The work vectors a column of the method a request names holds (the most any method holds
+ * for "auto", whose fallback runs another, and for a name the solve will refuse). */
+static int64_t kd_solve_work_vectors(const char *name)
+{
+    for (size_t i = 0; i < kd_method_alias_count; i++)
+        if (strcmp(name, kd_method_aliases[i].name) == 0)
+            name = kd_method_aliases[i].method;
+    const kd_method_ops_t *m = kd_method_find(name[0] != '\0' ? name : "cg");
+    if (m != NULL)
+        return m->work_vectors;
+    int64_t most = 0;
+    for (size_t i = 0; i < kd_method_count; i++)
+        if (kd_method_table[i]->work_vectors > most)
+            most = kd_method_table[i]->work_vectors;
+    return most;
+}
+
+/* Whether the solve runs GMRES: asked for, or "auto" on a matrix that is not symmetric. */
+static int kd_solve_runs_gmres(const kd_solve_request_t *q, const kd_store_entry_t *entry)
+{
+    return strcmp(q->method, "gmres") == 0 ||
+           (strcmp(q->method, KD_METHOD_AUTO) == 0 && entry->meta.symmetric != 1);
+}
+
 /* The values per row a solve of `columns` right-hand sides holds on the device beside its
- * matrix: b, x and the methods' vectors (6 + columns, a rough count), plus GMRES(m)'s basis,
- * (m + 1) vectors a column and m more with a preconditioner applied as an operator (amg, ilu0,
- * ...): up to 401 x b's bytes for restart = 200, so charged to the budget before the solve
- * allocates it. "auto" counts the basis on a matrix it would solve with gmres (not symmetric). */
+ * matrix: b, x, r, q, the best x and the method's work vectors a column (at least the
+ * documented 6 + columns), plus GMRES(m)'s basis, (m + 1) vectors a column and m more with a
+ * preconditioner applied as an operator (amg, ilu0, ...): up to 401 x b's bytes for restart =
+ * 200, so charged to the budget before the solve allocates it. "auto" counts the basis on a
+ * matrix it would solve with gmres (not symmetric). restart <= 200, columns <= 4096. */
 static int64_t kd_solve_values_per_row(const kd_solve_request_t *q, int64_t columns,
                                        const kd_store_entry_t *entry)
 {
-    int64_t per_row = 6 + columns;
-    const int gmres = strcmp(q->method, "gmres") == 0 ||
-                      (strcmp(q->method, KD_METHOD_AUTO) == 0 && entry->meta.symmetric != 1);
-    if (!gmres)
+    int64_t per_row = (5 + kd_solve_work_vectors(q->method)) * columns;
+    if (per_row < 6 + columns)
+        per_row = 6 + columns;
+    if (!kd_solve_runs_gmres(q, entry))
         return per_row;
     const int64_t m = q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT;
     const int diagonal = q->preconditioner[0] == '\0' || strcmp(q->preconditioner, "none") == 0 ||
                          strcmp(q->preconditioner, "jacobi") == 0;
-    const int64_t basis = m + 1 + (diagonal ? 0 : m); /* restart <= 200, columns <= 4096 */
+    const int64_t basis = m + 1 + (diagonal ? 0 : m) + 2; /* and its u and z vectors */
     return per_row + basis * columns;
 }
 
@@ -543,11 +568,16 @@ static int kd_solve_reserve(kd_server_t *server, const kd_solve_request_t *q, in
     const int64_t per_row = kd_solve_values_per_row(q, columns, entry);
     if (per_row == 6 + columns)
         return KD_OK; /* kd_cache_use charged these */
-    char what[128];
-    snprintf(what, sizeof(what),
-             "gmres restart = %lld with %lld right-hand sides (its basis; use a smaller restart)",
-             (long long)(q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT),
-             (long long)columns);
+    char what[160];
+    if (kd_solve_runs_gmres(q, entry))
+        snprintf(what, sizeof(what),
+                 "gmres restart = %lld with %lld right-hand sides (its basis; use a smaller "
+                 "restart)",
+                 (long long)(q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT),
+                 (long long)columns);
+    else
+        snprintf(what, sizeof(what), "the vectors of a %s solve of %lld right-hand sides",
+                 q->method[0] != '\0' ? q->method : "cg", (long long)columns);
     return kd_cache_reserve(server, kd_handlers_vector_bytes(server, q->id, per_row, 0), entry,
                             what, err);
 }

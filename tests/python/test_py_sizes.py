@@ -78,6 +78,9 @@ class SizesTest(unittest.TestCase):
         big.sum_duplicates()
         cls.big_rows = n
         cls.big_id = c.put_csr(big)["id"]
+        mid = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(20_000, 20_000), format="csr")
+        mid.sum_duplicates()
+        cls.mid_id = c.put_csr(mid)["id"]
         # 500,000 x 1: one column, so x is tiny and y (rows x ncols) is not
         tall = sp.csr_matrix((np.ones(500_000), (np.arange(500_000), np.zeros(500_000))),
                              shape=(500_000, 1))
@@ -252,6 +255,13 @@ class SizesTest(unittest.TestCase):
                             dict(id=self.big_id, b=bb, method="auto", restart=200, maxiter=210,
                                  rtol=1e-30))
         self.assertIn("restart", answer)
+        # 64 right-hand sides of 20,000 rows: b is 10 MB, bicgstab's 10 vectors a column 100 MB
+        bm = np.ones(20_000 * 64).tobytes()
+        for method in ("bicgstab", "minres", "cg"):
+            answer = self.probe(f"mid {method} nrhs=64", "solve",
+                                dict(id=self.mid_id, b=bm, nrhs=64, method=method, maxiter=5))
+            if method != "cg":
+                self.assertTrue(answer.startswith("DEVICE_MEMORY"), answer)
         self.probe("big nrhs=64 with b of 1 column", "solve", dict(id=self.big_id, b=bb, nrhs=64))
         options = [("amg", {"max_levels": 2**31}), ("amg", {"coarse_size": 1e18}),
                    ("amg", {"degree": -1}), ("amg", {"tail_rows": 2**40}),
