@@ -85,6 +85,9 @@ static int kd_on_progress(void *ctx, int64_t rhs, int64_t iteration, double resi
  * for one that is not set up on the matrix yet, room in the device budget for its setup and,
  * when its setup needs it, the matrix's host CSR (*owned: a copy read from the state file, for
  * the caller to free after the solve). */
+static int64_t kd_solve_values_per_row(const kd_solve_request_t *q, int64_t columns,
+                                       const kd_store_entry_t *entry);
+
 /*
  * The request's preconditioner: options checked, device room reserved, the host CSR where setup
  * needs it. On a matrix put with like (server/like.c), the like matrix's setup where it holds
@@ -129,7 +132,13 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
         char what[96];
         snprintf(what, sizeof(what), "preconditioner %s of matrix %s", params->precond->name,
                  entry->meta.hex);
-        rc = kd_cache_reserve(server, params->precond->plan_bytes(entry->dev), entry, what, err);
+        /* beside the solve's vectors: a reservation makes room, it does not hold it */
+        const size_t vectors = kd_handlers_vector_bytes(
+            server, q->id, kd_solve_values_per_row(q, q->nrhs, entry), 0);
+        size_t bytes;
+        if (kd_add_overflow(params->precond->plan_bytes(entry->dev), vectors, &bytes))
+            bytes = SIZE_MAX;
+        rc = kd_cache_reserve(server, bytes, entry, what, err);
         if (rc != KD_OK)
             return rc;
     }
