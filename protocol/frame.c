@@ -291,8 +291,8 @@ static int kd_frame_move(kd_frame_t *f, size_t cap, size_t keep)
 
 /* Make room for `want` more bytes after tail: move the held bytes to the front if that is not
  * enough, then grow (to the declared size of the message under way, by half at least, else
- * doubling, so a large message costs few copies) but never past what the held bytes plus `want` need or max_message
- * plus `want`, whichever is larger. */
+ * doubling, so a large message costs few copies) but never past what the held bytes plus `want`
+ * need or max_message plus `want`, whichever is larger. */
 static int kd_frame_make_room(kd_frame_t *f, size_t want)
 {
     if (f->head == f->tail)

@@ -428,7 +428,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
         maxiter[s] = q->maxiters.present ? kd_load_i64(q->maxiters.data, (size_t)s)
                      : q->maxiter >= 0   ? q->maxiter
                                          : KD_SOLVE_MAXITER_PER_ROW * B->rows;
-    if (q->history && (rc = kd_batch_reserve_history(server, entry, vectors, maxiter, err)) != KD_OK)
+    if (q->history &&
+        (rc = kd_batch_reserve_history(server, entry, vectors, maxiter, err)) != KD_OK)
         goto done;
     prm.rtol = rtol;
     prm.atol = atol;

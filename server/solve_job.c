@@ -133,8 +133,8 @@ static int kd_solve_job_precond(kd_server_t *server, kd_store_entry_t *entry,
         snprintf(what, sizeof(what), "preconditioner %s of matrix %s", params->precond->name,
                  entry->meta.hex);
         /* beside the solve's vectors: a reservation makes room, it does not hold it */
-        const size_t vectors = kd_handlers_vector_bytes(
-            server, q->id, kd_solve_values_per_row(q, q->nrhs, entry), 0);
+        const size_t vectors =
+            kd_handlers_vector_bytes(server, q->id, kd_solve_values_per_row(q, q->nrhs, entry), 0);
         size_t bytes;
         if (kd_add_overflow(params->precond->plan_bytes(entry->dev), vectors, &bytes))
             bytes = SIZE_MAX;

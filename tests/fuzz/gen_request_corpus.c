@@ -51,8 +51,9 @@ static void save_extreme_sizes(const char *id, const double *x)
     save("size_put_coo_2e31", &w);
 
     begin(&w, 21, "matrix.put", 1);
-    kd_w_kv_str(&w, "mtx", "%%MatrixMarket matrix coordinate real general\n16777216 16777216 1\n"
-                           "1 1 1.0\n");
+    kd_w_kv_str(&w, "mtx",
+                "%%MatrixMarket matrix coordinate real general\n16777216 16777216 1\n"
+                "1 1 1.0\n");
     save("size_put_mtx_2e24", &w);
 
     begin(&w, 22, "matrix.put", 6);
