@@ -152,8 +152,11 @@ int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, co
         return KD_OK;
     }
     kd_id_to_hex(meta->id, meta->hex);
-    /* The count first, before the device does any work; the sizes once they are known. */
-    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK ||
+    /* The count and the least the matrix can take on the device (its CSR arrays, spread over
+     * the ranks at best) first, before the device does any work; the sizes once they are known. */
+    const size_t least =
+        kd_csr_bytes(csr->rows, csr->nnz, csr->dtype) / (size_t)kd_spread_ranks(server);
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, least, 0, err)) != KD_OK ||
         (rc = upload(server, entry, csr, arg, err)) != KD_OK)
         goto fail;
     size_t file_bytes = 0;
@@ -186,8 +189,8 @@ fail:
 
 /* kd_handlers_admit's upload: spread over the ranks, or in the format the selection picks (or
  * opt->format forces, or the server's default). */
-int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                       void *arg, kd_err_t *err)
+int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr, void *arg,
+                       kd_err_t *err)
 {
     const kd_matrix_options_t *opt = arg;
     /* A forced format is built as named; otherwise the formats are measured (or chosen from the
@@ -254,20 +257,23 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     int rc;
     if (p->kind == KD_PUT_LIKE)
         return kd_handle_put_like(server, job, w, err);
+    /* a matrix may be spread over every rank's budget (kd_spread_wanted decides once built) */
+    kd_csr_limits_t limits = server->csr_limits;
+    limits.max_device_bytes =
+        kd_sat_mad(0, kd_spread_ranks(server), server->csr_limits.max_device_bytes);
     switch (p->kind) {
     case KD_PUT_CSR:
         rc = kd_csr_from_csr_arrays(p->rows, p->cols, p->indices.count, p->indptr.data,
                                     p->indptr.dtype, p->indices.data, p->indices.dtype,
-                                    p->values.data, p->values.dtype, p->dtype, &server->csr_limits,
-                                    &csr, err);
+                                    p->values.data, p->values.dtype, p->dtype, &limits, &csr, err);
         break;
     case KD_PUT_COO:
         rc = kd_csr_from_coo_arrays(p->rows, p->cols, p->row.count, p->row.data, p->col.data,
                                     p->row.dtype, p->values.data, p->values.dtype, p->dtype,
-                                    &server->csr_limits, &csr, err);
+                                    &limits, &csr, err);
         break;
     default:
-        rc = kd_mtx_read_matrix(p->mtx, p->mtx_len, p->dtype, &server->csr_limits, &csr, err);
+        rc = kd_mtx_read_matrix(p->mtx, p->mtx_len, p->dtype, &limits, &csr, err);
         if (rc != KD_OK)
             kd_err_prefix(err, "mtx");
         break;

@@ -12,6 +12,7 @@
  */
 #include "server/server.h"
 #include "common/clock.h"
+#include "common/checked.h"
 #include "common/log.h"
 #include "common/recycle.h"
 #include "server/metrics.h"
@@ -277,15 +278,22 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     /* Large message and response buffers kept for the next request (common/recycle.h): idle,
      * at most half the client memory cap (kd_hostmem_check leaves twice the cap for clients)
      * and 1 GiB. */
-    kd_recycle_set_limit(server->climem.cap / 2 < ((size_t)1 << 30) ? server->climem.cap / 2
-                                                                     : (size_t)1 << 30,
-                         4);
+    kd_recycle_set_limit(
+        server->climem.cap / 2 < ((size_t)1 << 30) ? server->climem.cap / 2 : (size_t)1 << 30, 4);
     rc = kd_store_new(&server->store);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot create the matrix store");
     rc = kd_cache_open(server, err);
     if (rc != KD_OK)
         return rc;
+    /* Charged before a matrix is built from a request (common/csr.h): its build within one
+     * upload's share of host memory (kd_hostmem_check reserves 2 x --max-message for it), its
+     * CSR arrays within the device budget (the put handler scales that by the ranks a matrix
+     * may be spread over). */
+    server->csr_limits.max_build_bytes = kd_sat_add(cfg->max_message, cfg->max_message);
+    server->csr_limits.build_limit = "2 x --max-message: raise --max-message";
+    server->csr_limits.max_device_bytes = server->device_budget;
+    server->csr_limits.device_limit = "--device-memory, or a larger device";
     kd_warm_open_cache(server); /* before the worker: requests build through it */
 
     if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
