@@ -65,10 +65,10 @@ int kd_csr_charge(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, siz
                           limits->build_limit != NULL ? limits->build_limit : "the server's limit");
     const size_t device = kd_csr_bytes(rows, nnz, dtype);
     if (limits->max_device_bytes > 0 && device > limits->max_device_bytes)
-        return kd_err_set(err, KD_ETOOLARGE,
+        return kd_err_set(err, KD_EDEVMEM,
                           "a %lld x %lld matrix with %lld nonzeros (%s) needs at least %zu bytes "
-                          "of device memory (its CSR arrays), over the whole device budget of "
-                          "%zu bytes (%s)",
+                          "of device memory (its CSR arrays), more than the whole budget of %zu "
+                          "bytes (%s)",
                           (long long)rows, (long long)cols, (long long)nnz, kd_dtype_name(dtype),
                           device, limits->max_device_bytes,
                           limits->device_limit != NULL ? limits->device_limit

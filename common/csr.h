@@ -81,8 +81,9 @@ int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_lim
 size_t kd_csr_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype);
 
 /* Charge a build before it allocates: build_bytes (what the builder will hold on the host,
- * saturating) against limits->max_build_bytes, and kd_csr_bytes against max_device_bytes.
- * KD_ETOOLARGE naming the figure, the limit and how to raise it; KD_OK when limits is NULL. */
+ * saturating) against limits->max_build_bytes (KD_ETOOLARGE), and kd_csr_bytes against
+ * max_device_bytes (KD_EDEVMEM, as a matrix over the whole budget is once built), each naming
+ * the figure, the limit and how to raise it; KD_OK when limits is NULL. */
 int kd_csr_charge(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, size_t build_bytes,
                   const kd_csr_limits_t *limits, kd_err_t *err);
 
