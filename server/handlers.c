@@ -139,7 +139,7 @@ static int kd_handlers_keep_held(kd_server_t *server, const kd_job_t *job,
     *created = !owned;
     if (owned) {
         kd_store_note_use(server->store, existing->meta.id, user);
-        return pin == 1 ? kd_cache_set_pinned(server, existing, user, 1, err) : KD_OK;
+        return pin == 1 ? kd_cache_set_pinned(server, existing, user, 1, NULL, err) : KD_OK;
     }
     if ((rc = kd_quota_check_matrix(&job->quota, user, use, existing->meta.device_bytes,
                                     existing->meta.file_bytes, err)) != KD_OK)
@@ -149,10 +149,7 @@ static int kd_handlers_keep_held(kd_server_t *server, const kd_job_t *job,
         if ((rc = kd_cache_use(server, existing->meta.id, 0, &loaded, err)) != KD_OK)
             return rc;
     }
-    if ((rc = kd_cache_set_pinned(server, existing, user, pin == 1, err)) != KD_OK)
-        return rc;
-    kd_store_set_owner_label(server->store, existing, user, kd_handlers_label(job));
-    return KD_OK;
+    return kd_cache_set_pinned(server, existing, user, pin == 1, kd_handlers_label(job), err);
 }
 
 int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, const uint8_t id[16],
@@ -358,7 +355,8 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     /* An admin that holds no reference pins or unpins every owner's. */
     const int owner = kd_meta_owner(&entry->meta, job->user) >= 0;
     int rc =
-        kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned, err);
+        kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned, NULL,
+                            err);
     if (rc != KD_OK)
         return rc;
     kd_matrix_meta_t copy;
@@ -379,7 +377,7 @@ static int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     const int i = kd_meta_owner(&entry->meta, q->user);
     const int created = i < 0;
     if (created) {
-        int rc = kd_cache_set_pinned(server, entry, q->user, 0, err);
+        int rc = kd_cache_set_pinned(server, entry, q->user, 0, NULL, err);
         if (rc != KD_OK)
             return rc;
         KD_INFO("store", "share id=%s user=%s by=%s", entry->meta.hex, q->user, job->user);
