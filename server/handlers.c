@@ -354,9 +354,8 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         return kd_not_found(err, job->req->u.id.id);
     /* An admin that holds no reference pins or unpins every owner's. */
     const int owner = kd_meta_owner(&entry->meta, job->user) >= 0;
-    int rc =
-        kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned, NULL,
-                            err);
+    int rc = kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned,
+                                 NULL, err);
     if (rc != KD_OK)
         return rc;
     kd_matrix_meta_t copy;
@@ -490,8 +489,7 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     return evicted > 0;
 }
 
-void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w,
-                         kd_err_t *err)
+void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
 {
     const kd_method_t method = job->req->method;
     if (rc == KD_OK && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||

@@ -294,7 +294,7 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     if (entry != NULL) {
         memcpy(entry->meta.pattern, hash, 16);
         entry->meta.has_pattern = 1;
-        (void)kd_like_keep_pattern(entry, pattern);         /* for its own puts with like */
+        (void)kd_like_keep_pattern(entry, pattern); /* for its own puts with like */
         /* its solves refresh like's setup, when this put stored it (one reference: the
          * user's), not when it found another user's matrix held */
         if (created && entry->meta.nowners == 1 && memcmp(meta.id, p->like, 16) != 0) {
