@@ -214,7 +214,8 @@ class TenantsTest(unittest.TestCase):
 
     def put_raw(self, kd, A, **options):
         A = sp.csr_matrix(A)
-        params = {"rows": A.shape[0], "cols": A.shape[1], "indptr": A.indptr.astype(np.int32).tobytes(),
+        params = {"rows": A.shape[0], "cols": A.shape[1],
+                  "indptr": A.indptr.astype(np.int32).tobytes(),
                   "indices": A.indices.astype(np.int32).tobytes(), "values": A.data.tobytes(),
                   "dtype": "float64"}
         params.update(options)
