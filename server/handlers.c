@@ -189,6 +189,8 @@ int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, co
     if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK ||
         (rc = upload(server, entry, csr, arg, err)) != KD_OK)
         goto fail;
+    if (meta->alone_bytes == 0) /* (new values on a held pattern set it: they share arrays) */
+        meta->alone_bytes = meta->device_bytes;
     size_t file_bytes = 0;
     if (server->state != NULL &&
         (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
@@ -495,6 +497,9 @@ void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t
     if (rc == KD_OK && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||
                         method == KD_METHOD_MATRIX_PIN)) /* the user's own `uses` */
         kd_store_note_use(server->store, kd_handlers_target(job), job->user);
+    if (rc == KD_OK && method == KD_METHOD_SOLVE_BATCH)
+        for (int64_t i = 0; i < job->req->u.solve_batch.nitems; i++)
+            kd_store_note_use(server->store, job->req->u.solve_batch.items[i].id, job->user);
     kd_writer_t own;
     if (w == NULL) {
         kd_writer_init(&own);

@@ -189,6 +189,8 @@ static void kd_like_describe(kd_matrix_meta_t *meta, const kd_matrix_meta_t *lik
     meta->dtype = like->dtype;
     meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
+    /* alone it would take what the like matrix's format takes (its pattern, its format) */
+    meta->alone_bytes = like->alone_bytes != 0 ? like->alone_bytes : like->device_bytes;
     kd_matrix_describe(dev, &meta->detail);
     meta->pinned = opt->pin == 1;
     meta->stats = like->stats;

@@ -286,6 +286,8 @@ void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scop
     if (meta->tenant[0] != '\0' && strcmp(meta->tenant, user) == 0)
         return; /* its own copy: the selection timed it for this user */
     meta->hide_selection = 1;
+    if (meta->alone_bytes != 0) /* not another user's preconditioners or shared arrays */
+        meta->device_bytes = meta->alone_bytes;
     meta->has_pattern = 0;
     meta->has_like = 0;
 }

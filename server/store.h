@@ -58,6 +58,10 @@ typedef struct kd_matrix_meta {
     kd_dtype_t dtype;
     kd_format_t format;
     size_t device_bytes;
+    /* the stored format's own device bytes, as its upload made them: no arrays shared with another
+     * matrix, no preconditioners (a user's view of shared content shows these: kd_meta_view);
+     * kept in the state file's header; 0: not known (a file from before it) */
+    size_t alone_bytes;
     kd_csr_stats_t stats;
     int pinned;  /* some owner pinned it: what eviction and the state header go by */
     int nowners; /* the references; 0 only while start-up reads the state */
@@ -167,8 +171,9 @@ int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin);
 /* meta as user sees it: `pinned` is its own reference's pin (an admin that holds no reference
  * sees whether anyone pinned it). KD_META_OWN also makes `uses` and `name` the user's own and,
  * unless the copy is the user's alone (meta->tenant), leaves out what the upload measured
- * (hide_selection) and what other users' puts with like move (pattern, like): a put of content
- * another user holds then answers as a put of new content would. */
+ * (hide_selection) and what other users' requests move (pattern, like, and device_bytes beyond
+ * alone_bytes): a put of content another user holds then answers as a put of new content
+ * would. */
 void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scope);
 
 /* The id of content id stored for user alone (--tenant-dedupe off): id changed by the name, so

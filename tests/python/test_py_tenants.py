@@ -233,7 +233,7 @@ class TenantsTest(unittest.TestCase):
             a = alice.put(A, name="alice's secret")
             for _ in range(9):
                 alice.spmv(a, x)
-            alice.solve(a, x)
+            alice.solve(a, x, preconditioner="jacobi")  # kept with the matrix on the device
             self.assertEqual(alice.info(a).uses, 10)
             held = self.put_raw(carol, A, name="carol's")
             new = self.put_raw(carol, fresh, name="carol's")
@@ -268,8 +268,38 @@ class TenantsTest(unittest.TestCase):
             self.assertEqual(total["uses"], root.info(a).uses)
             self.assertGreaterEqual(total["uses"], 12)
             self.assertIn("candidates", total)
+            # ... and the device memory alice's preconditioner takes with it; carol does not
+            self.assertGreater(total["device_bytes"], held["device_bytes"])
             carol.drop(held["id"])
             carol.drop(new["id"])
+            alice.drop(a)
+
+    def test_held_content_shows_nothing_of_anothers_put_with_like(self):
+        A = self.matrix()
+        A2 = A.copy()
+        A2.data = A2.data * 3.0  # new values on A's pattern
+        fresh = (A * 5.0).tocsr()
+        x = np.ones(A.shape[1])
+        with self.client("alice") as alice, self.client("carol") as carol:
+            a = alice.put(A)
+            a2 = alice.put(A2, like=a)
+            alice.solve(a2, x)
+            self.assertTrue(a2.pattern)
+            self.assertIn("pattern", alice.call("matrix.info", {"id": a.id}) | a2.raw)
+            held = self.put_raw(carol, A2)
+            new = self.put_raw(carol, fresh)
+            self.assertEqual(held["id"], a2.id)
+            self.assertEqual(self.without(held), self.without(new))
+            for key in ("pattern", "preconditioners_refreshed", "candidates"):
+                self.assertNotIn(key, held)
+                self.assertNotIn(key, carol.call("matrix.info", {"id": held["id"]}))
+            # uses from solve.batch count too, for carol alone
+            carol.solve_many([(held["id"], x), (held["id"], x)])
+            self.assertEqual(carol.info(held["id"]).uses, 2)
+            self.assertEqual(alice.info(a2).uses, 1)
+            for m in (held["id"], new["id"]):
+                carol.drop(m)
+            alice.drop(a2)
             alice.drop(a)
 
     def test_put_of_held_evicted_content_is_resident(self):
