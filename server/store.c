@@ -286,6 +286,11 @@ void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scop
     if (meta->tenant[0] != '\0' && strcmp(meta->tenant, user) == 0)
         return; /* its own copy: the selection timed it for this user */
     meta->hide_selection = 1;
+    if (strstr(meta->reorder_reason, " ms") != NULL) { /* "rcm: 0.0675 ms ...": the upload's */
+        const size_t kind = strcspn(meta->reorder_reason, ":");
+        snprintf(meta->reorder_reason + kind, sizeof(meta->reorder_reason) - kind,
+                 ": timed at upload");
+    }
     if (meta->alone_bytes != 0) /* not another user's preconditioners or shared arrays */
         meta->device_bytes = meta->alone_bytes;
     meta->has_pattern = 0;

@@ -171,7 +171,7 @@ int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin);
 /* meta as user sees it: `pinned` is its own reference's pin (an admin that holds no reference
  * sees whether anyone pinned it). KD_META_OWN also makes `uses` and `name` the user's own and,
  * unless the copy is the user's alone (meta->tenant), leaves out what the upload measured
- * (hide_selection) and what other users' requests move (pattern, like, and device_bytes beyond
+ * (hide_selection, the timings of reorder_reason) and what other users' requests move (pattern, like, and device_bytes beyond
  * alone_bytes): a put of content another user holds then answers as a put of new content
  * would. */
 void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scope);
