@@ -568,6 +568,15 @@ class DedupeOffTest(unittest.TestCase):
             self.assertEqual(carol.info(c).uses, 3)  # her second put, an spmv, a solve
             self.assertTrue(carol.pin(c).pinned)
             self.assertFalse(alice.info(a).pinned)
+            # new values on each one's own pattern: again one copy each
+            A2 = (A * 3.0).tocsr()
+            a2, c2 = alice.put(A2, like=a), carol.put(A2, like=c)
+            self.assertTrue(a2.created and c2.created)
+            self.assertNotEqual(a2.id, c2.id)
+            self.assertEqual(carol.info(c2).raw["preconditioners_refreshed"], 0)
+            np.testing.assert_allclose(carol.spmv(c2, x), A2 @ x, rtol=1e-12)
+            alice.drop(a2)
+            carol.drop(c2)
         self.assertEqual(len([f for f in self.files() if f.startswith((a.id, c.id))]), 2)
         assert self.daemon.stop() == 0
         self.start()  # reloaded from the state files: each copy's id checked against its user
