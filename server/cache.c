@@ -598,7 +598,7 @@ static int kd_cache_refs_record(kd_server_t *server, kd_store_entry_t *entry,
 }
 
 int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char *user, int pinned,
-                        kd_err_t *err)
+                        const char *label, kd_err_t *err)
 {
     if (pinned && entry->dev == NULL && entry->dist == NULL) {
         kd_store_entry_t *loaded;
@@ -613,6 +613,8 @@ int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char
         int rc = kd_store_add_owner(server->store, entry, user, pinned, err);
         if (rc != KD_OK)
             return rc;
+        if (label != NULL)
+            kd_store_set_owner_label(server->store, entry, user, label);
         now = entry->meta.pinned;
     } else {
         now = kd_store_set_owner_pin(server->store, entry, NULL, pinned);

@@ -23,6 +23,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_connections = 1024;
     cfg->max_connection_jobs = 64;
     cfg->spin_us = -1;
+    cfg->tenant_dedupe = 1;
     cfg->queue_depth = 256;
     cfg->max_rows = INT32_MAX - 1;
     cfg->max_cols = INT32_MAX;
@@ -119,6 +120,10 @@ void kd_config_print_usage(const char *argv0)
         "Security);\n"
         "                             SIGHUP reloads it\n"
         "  --no-auth                  allow a non-loopback --listen without --auth-file\n"
+        "  --tenant-dedupe on|off     with --auth-file: content several users put is stored once\n"
+        "                             (on, the default) or once per user (off: no user's put\n"
+        "                             or timing depends on another's; docs/OPERATIONS.md,\n"
+        "                             Security)\n"
         "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
@@ -257,6 +262,15 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
             cfg->no_auth = 0;
         else
             return kd_err_set(err, KD_EBADREQ, "no-auth: '%s' is not true or false", val);
+        return KD_OK;
+    }
+    if (strcmp(name, "tenant-dedupe") == 0) {
+        if (strcmp(val, "on") == 0)
+            cfg->tenant_dedupe = 1;
+        else if (strcmp(val, "off") == 0)
+            cfg->tenant_dedupe = 0;
+        else
+            return kd_err_set(err, KD_EBADREQ, "tenant-dedupe: '%s' is not on or off", val);
         return KD_OK;
     }
     if (strcmp(name, "warm-programs") == 0) {

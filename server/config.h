@@ -27,7 +27,10 @@ typedef struct kd_config {
     char listen_unix[108]; /* --listen unix:PATH: a Unix socket too (sun_path's size) */
     char unix_group[64];   /* the Unix socket's group ("" = the daemon's) */
     char auth_file[KD_PATH_MAX]; /* users, roles, token hashes; "" = no authentication */
-    int no_auth;     /* --no-auth: listen beyond loopback without an auth file, on purpose */
+    int no_auth; /* --no-auth: listen beyond loopback without an auth file, on purpose */
+    /* --tenant-dedupe on (1): content two users put is stored once; off (0): each user's copy is
+     * its own (docs/OPERATIONS.md, "Security") */
+    int tenant_dedupe;
     char device[64]; /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
     char cache_dir[KD_PATH_MAX];         /* compiled programs (--cache-dir); "" until resolved,

@@ -79,8 +79,9 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
     /* a batch shows one system's shape and how many systems it holds */
     const int64_t k = meta->batch > 0 ? meta->batch : 1;
-    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) +
-                    (meta->has_pattern ? 1 : 0) + (meta->has_like ? 1 : 0) + extra);
+    kd_w_map(w, 19 + (meta->hide_selection ? 0 : 1) + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) +
+                    (meta->batch > 0 ? 1 : 0) + (meta->has_pattern ? 1 : 0) +
+                    (meta->has_like ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows / k);
@@ -95,7 +96,8 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_kv_bool(w, "resident", meta->resident);
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
-    kd_reply_candidates(w, meta);
+    if (!meta->hide_selection)
+        kd_reply_candidates(w, meta);
     kd_reply_detail(w, &meta->detail);
     kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
     kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
@@ -120,9 +122,10 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
-void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user, int owners)
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user,
+                         kd_meta_scope_t scope, int owners)
 {
-    kd_meta_view(meta, user);
+    kd_meta_view(meta, user, scope);
     kd_reply_meta_extra(w, meta, -1, owners ? 1 : 0);
     if (!owners)
         return;

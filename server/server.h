@@ -241,6 +241,20 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req);
  * (docs/OPERATIONS.md, "Host memory"). After the device is open, before the cache. */
 int kd_hostmem_check(kd_server_t *server, kd_err_t *err);
 
+/* How much of a matrix's metadata a reply to a user shows (store.h, kd_meta_view): with an auth
+ * file (tenants) a user that is not an admin sees only its own figures. */
+static inline kd_meta_scope_t kd_server_meta_scope(const kd_server_t *server, int admin)
+{
+    return server->cfg.auth_file[0] != '\0' && !admin ? KD_META_OWN : KD_META_ALL;
+}
+
+/* With an auth file and --tenant-dedupe off: the user whose own copy content put now becomes
+ * (store.h, kd_id_mix_tenant); NULL: the content is stored once for every user. */
+static inline const char *kd_server_tenant(const kd_server_t *server, const char *user)
+{
+    return server->cfg.auth_file[0] != '\0' && !server->cfg.tenant_dedupe ? user : NULL;
+}
+
 /* dispatch.c: count an error answer (errors, errors_by_code). */
 void kd_server_count_error(kd_server_t *server, int code);
 /* dispatch.c: one decoded request from conn (ownership of req passes). */

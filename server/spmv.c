@@ -370,9 +370,9 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
             kd_writer_t iw;
             kd_writer_init(&iw);
             kd_spmv_encode(it, &iw, ms);
-            kd_handlers_respond(it->job, KD_OK, &iw, &it->err);
+            kd_handlers_respond(server, it->job, KD_OK, &iw, &it->err);
         } else if (it->rc != KD_SPMV_ALONE && !(it->rc == KD_EDEVMEM && !it->budget)) {
-            kd_handlers_respond(it->job, it->rc, NULL, &it->err);
+            kd_handlers_respond(server, it->job, it->rc, NULL, &it->err);
         }
         if (it->entry != NULL)
             it->entry->busy--;
