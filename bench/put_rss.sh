@@ -21,7 +21,7 @@ export KRYLOV_SERVER=127.0.0.1:$(cat "$work/port")
 kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$pid/status"; }
 "$bin/krylov" status > /dev/null
 # the first put builds the selection's programs (LLVM's memory on PoCL): not a put's cost
-wid=$("$bin/krylov" put "$here/tests/matrices/watt_2.mtx" | grep -oE '[0-9a-f]{32}' | head -1)
+wid=$("$bin/krylov" put "$here/tests/matrices/watt_2.mtx" 2>/dev/null | grep -oE '[0-9a-f]{32}' | head -1)
 "$bin/krylov" drop "$wid" > /dev/null
 printf '%-28s %12s %12s %12s %7s  %s\n' case sent_bytes csr_bytes peak_growth ratio answer
 one() { # name file rows nnz
