@@ -257,6 +257,10 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
         {KD_STORE_CORRUPT, "krylovd_state_corrupt_files_total", "State files moved aside."},
         {KD_STORE_DEVMEM_RETRIES, "krylovd_device_memory_retries_total",
          "Driver allocation failures retried after evicting."},
+        {KD_STORE_MEMORY_WAITS, "krylovd_device_memory_waits_total",
+         "Requests that waited for matrices in use by others to make room."},
+        {KD_STORE_MEMORY_WAIT_MS, "krylovd_device_memory_wait_ms_total",
+         "Milliseconds requests waited for device memory, summed."},
     };
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
         kd_text_metric(&t, cache[i].name, "counter", cache[i].help,

@@ -232,7 +232,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "queue_depth", (int64_t)kd_worker_queued(server->worker));
     kd_w_kv_int(w, "jobs_in_flight", (int64_t)server->jobs_in_flight);
     kd_w_str(w, "cache");
-    kd_w_map(w, 7);
+    kd_w_map(w, 9);
     kd_w_kv_int(w, "hits", (int64_t)totals.counters[KD_STORE_HITS]);
     kd_w_kv_int(w, "misses", (int64_t)totals.counters[KD_STORE_MISSES]);
     kd_w_kv_int(w, "reloads", (int64_t)totals.counters[KD_STORE_RELOADS]);
@@ -240,6 +240,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "disk_evictions", (int64_t)totals.counters[KD_STORE_DISK_EVICTIONS]);
     kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
     kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
+    kd_w_kv_int(w, "memory_waits", (int64_t)totals.counters[KD_STORE_MEMORY_WAITS]);
+    kd_w_kv_int(w, "memory_wait_ms", (int64_t)totals.counters[KD_STORE_MEMORY_WAIT_MS]);
     kd_ocl_program_stats_t ps;
     kd_ocl_program_stats(server->ocl, &ps);
     kd_w_str(w, "programs");

@@ -104,6 +104,7 @@ typedef struct kd_server {
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
     int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
     int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
