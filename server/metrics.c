@@ -215,6 +215,12 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_client_memory_bytes", "gauge",
                    "Bytes every connection holds: buffers, requests in flight, unread replies.",
                    (double)server->climem.used);
+    kd_text_metric(&t, "krylovd_rss_bytes", "gauge",
+                   "The process's resident memory (/proc/self/statm).",
+                   (double)kd_trim_rss_bytes());
+    kd_text_metric(&t, "krylovd_memory_trims_total", "counter",
+                   "Times freed host memory was given back to the system after a load.",
+                   (double)server->trim.trims);
     kd_text_metric(&t, "krylovd_client_memory_peak_bytes", "gauge",
                    "The most krylovd_client_memory_bytes has been.", (double)server->climem.peak);
     kd_text_metric(&t, "krylovd_client_memory_limit_bytes", "gauge",

@@ -17,6 +17,7 @@
 #include "server/stats.h"
 #include "server/state.h"
 #include "server/store.h"
+#include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
 #include "solver/ocl.h"
@@ -128,6 +129,10 @@ typedef struct kd_server {
     uint64_t start_ns;
     kd_server_counters_t counters;
     kd_client_mem_t climem;
+    uv_timer_t trim_timer; /* --memory-trim-ms: memory back to the system when idle (trim.c) */
+    int trim_timer_open;
+    uint64_t trim_seen_requests; /* counters.requests at the last tick */
+    kd_trim_stats_t trim;
     kd_latency_t latency[KD_METHOD_COUNT]; /* per method, loop thread */
     struct kd_metrics *metrics;            /* --metrics, or NULL */
     uv_timer_t watchdog;                   /* systemd WatchdogSec= pings */

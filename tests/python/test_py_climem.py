@@ -51,6 +51,7 @@ HOSTILE = 12
 HOSTILE_SECONDS = 8.0
 HONEST_LIMIT_S = 1.0
 RECONNECT_S = 0.2
+SETTLE_S = 6.0
 
 
 def rss_bytes(pid):
@@ -124,7 +125,7 @@ class ClientMemoryTest(unittest.TestCase):
         mport_file = os.path.join(work, "metrics-port")
         d = Daemon("--client-memory", str(CAP), "--metrics", "127.0.0.1:0",
                    "--metrics-port-file", mport_file, "--log-file", log_path,
-                   "--log-level", "warn").start()
+                   "--log-level", "warn", *os.environ.get("KD_TEST_EXTRA", "").split()).start()
         try:
             self.hostile_run(d, rng, log_path, mport_file)
         finally:
@@ -218,6 +219,24 @@ class ClientMemoryTest(unittest.TestCase):
                 break
             time.sleep(0.05)
         self.assertEqual(used, 0, f"{used} bytes still counted with no client connected")
+        # Memory goes back: a few seconds after the load, the resident size is near its resting
+        # one (the idle trim, server/trim.h), and /metrics reports it.
+        bound = rest * 1.25 + RSS_SLACK
+        settle_end = time.monotonic() + SETTLE_S
+        while True:
+            after = rss_bytes(pid)
+            if after <= bound or time.monotonic() > settle_end:
+                break
+            time.sleep(0.25)
+        text = scrape(mport)
+        reported = sample(text, "krylovd_rss_bytes")
+        print(f"RSS {after / MiB:.0f} MiB {SETTLE_S - (settle_end - time.monotonic()):.1f} s after "
+              f"the load (resting {rest / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB); reported "
+              f"{reported / MiB:.0f} MiB; trims {sample(text, 'krylovd_memory_trims_total')}",
+              flush=True)
+        self.assertLess(abs(reported - rss_bytes(pid)), 16 * MiB)
+        if not asan:
+            self.assertLessEqual(after, bound, f"RSS stayed at {after / MiB:.0f} MiB")
         self.assertEqual(sample(text, "krylovd_client_memory_limit_bytes"), CAP)
         self.assertGreaterEqual(
             sample(text, "krylovd_client_evictions_total", 'reason="client_memory"'),
