@@ -226,7 +226,8 @@ void kd_cache_wait_end(kd_server_t *server, uint64_t *since_ns)
 {
     if (*since_ns == 0)
         return;
-    kd_store_count_add(server->store, KD_STORE_MEMORY_WAIT_MS, (kd_clock_ns() - *since_ns) / 1000000u);
+    kd_store_count_add(server->store, KD_STORE_MEMORY_WAIT_MS,
+                       (kd_clock_ns() - *since_ns) / 1000000u);
     *since_ns = 0;
 }
 

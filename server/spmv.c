@@ -45,7 +45,7 @@
 #include <string.h>
 
 #define KD_SPMV_ALONE 1 /* kd_spmv_resolve: not for a group; kd_spmv_post runs it alone */
-#define KD_SPMV_WAIT 2  /* kd_spmv_group: items[0] waits for memory; kd_handle_spmv runs it alone */
+#define KD_SPMV_WAIT 2  /* kd_spmv_group: items[0] waits for memory (kd_handle_spmv: alone) */
 /* x and y bytes of a run past which packing them into the pinned image costs more (a copy of
  * each on the host) than it saves (one transfer instead of one per request). */
 #define KD_SPMV_DIRECT_BYTES ((size_t)4 << 20)

@@ -5,7 +5,8 @@
  * its peak though nothing is counted in use. A timer on the loop thread checks once a tick: when
  * no request (server.status aside) came or ran during a whole tick and the resident size stands
  * more than KD_TRIM_SLACK_BYTES above where the last trim left it, the shelf is emptied and
- * malloc_trim(0) returns the arenas' free pages to the system. docs/OPERATIONS.md, "Host memory", has numbers.
+ * malloc_trim(0) returns the arenas' free pages to the system. docs/OPERATIONS.md, "Host memory",
+ * has numbers.
  */
 #ifndef KD_SERVER_TRIM_H
 #define KD_SERVER_TRIM_H
