@@ -46,13 +46,15 @@ static uint64_t kd_trim_work(const kd_server_t *server)
     return c->requests - c->by_method[KD_METHOD_SERVER_STATUS];
 }
 
-/* A whole tick without such a request arriving or running, and the resident size well above
- * where the last trim left it: give it back. */
+/* A whole tick without such a request arriving or running, the clients holding next to nothing
+ * (paused readers' unread answers are not idle memory), and the resident size well above where
+ * the last trim left it: give it back. */
 static void kd_trim_tick(uv_timer_t *timer)
 {
     kd_server_t *server = timer->data;
     const uint64_t work = kd_trim_work(server);
-    const int idle = work == server->trim_seen_requests && server->jobs_in_flight == 0;
+    const int idle = work == server->trim_seen_requests && server->jobs_in_flight == 0 &&
+                     server->climem.used <= KD_TRIM_CLIENT_BYTES;
     server->trim_seen_requests = work;
     if (!idle)
         return;

@@ -3,10 +3,10 @@
  * arenas (one per thread that allocated), and the recycle shelf (common/recycle.h) keeps a few
  * large buffers for the next request: after the load ends the process's resident size stays near
  * its peak though nothing is counted in use. A timer on the loop thread checks once a tick: when
- * no request (server.status aside) came or ran during a whole tick and the resident size stands
- * more than KD_TRIM_SLACK_BYTES above where the last trim left it, the shelf is emptied and
- * malloc_trim(0) returns the arenas' free pages to the system. docs/OPERATIONS.md, "Host memory",
- * has numbers.
+ * no request (server.status aside) came or ran during a whole tick, the clients hold at most
+ * KD_TRIM_CLIENT_BYTES (client memory) and the resident size stands more than KD_TRIM_SLACK_BYTES
+ * above where the last trim left it, the shelf is emptied and malloc_trim(0) returns the arenas'
+ * free pages to the system. docs/OPERATIONS.md, "Host memory", has numbers.
  */
 #ifndef KD_SERVER_TRIM_H
 #define KD_SERVER_TRIM_H
@@ -17,6 +17,7 @@
 struct kd_server;
 
 #define KD_TRIM_SLACK_BYTES ((size_t)32 << 20)
+#define KD_TRIM_CLIENT_BYTES ((size_t)4 << 20) /* client memory that still counts as idle */
 
 typedef struct kd_trim_stats {
     uint64_t trims;          /* times memory was given back */
