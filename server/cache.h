@@ -70,6 +70,11 @@ int kd_cache_set_pinned(struct kd_server *server, kd_store_entry_t *entry, const
  * device copy and state file. KD_ENOTFOUND, KD_EIO. */
 int kd_cache_drop(struct kd_server *server, const uint8_t id[16], const char *user, kd_err_t *err);
 
+/* Any thread: a request's wait for device memory began (*since_ns set to now, counted) or ended
+ * (its milliseconds counted, *since_ns back to 0; nothing when it did not wait). */
+void kd_cache_wait_begin(struct kd_server *server, uint64_t *since_ns);
+void kd_cache_wait_end(struct kd_server *server, uint64_t *since_ns);
+
 /* After the driver refused an allocation: evict every unpinned resident matrix except `keep`
  * (may be NULL). Returns how many were evicted. */
 size_t kd_cache_evict_all(struct kd_server *server, const kd_store_entry_t *keep);

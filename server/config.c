@@ -32,6 +32,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->distribute_nnz = KD_CONFIG_DISTRIBUTE_NNZ;
     cfg->max_pending_write = (size_t)64 << 20;
     cfg->idle_timeout_ms = 600000;
+    cfg->memory_trim_ms = 1000;
     cfg->message_timeout_ms = 120000;
     cfg->shutdown_grace_ms = 10000;
     cfg->device_memory_percent = 90.0;
@@ -156,6 +157,8 @@ void kd_config_print_usage(const char *argv0)
         "                             reading it pauses (default 0: min(client-memory/8, 32M))\n"
         "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
         "never)\n"
+        "  --memory-trim-ms MS        after this long without requests, give freed host memory\n"
+        "                             back to the system (default 1000; 0 = never)\n"
         "  --message-timeout-ms MS    close a connection whose message takes longer to arrive\n"
         "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
@@ -241,6 +244,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("distribute-nnz", distribute_nnz, 1, INT64_MAX)
     KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
+    KD_INT_OPT("memory-trim-ms", memory_trim_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
     KD_INT_OPT("warm-threads", warm_threads, 0, 8)
     KD_INT_OPT("spin-us", spin_us, -1, 10000)

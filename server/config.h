@@ -57,6 +57,7 @@ typedef struct kd_config {
                                    may hold before its reading pauses; 0 = auto:
                                    min(client_memory / 8, 32 MiB) */
     int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
+    int64_t memory_trim_ms;     /* idle this long: freed host memory back to the system (trim.c) */
     int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */
     int shutdown_grace_ms;      /* SIGTERM: how long running jobs may finish */
     char default_format[32];    /* "" = choose per matrix */

@@ -149,6 +149,7 @@ static void kd_job_answer(kd_server_t *server, kd_job_t *job, int code, const ch
     kd_w_error_response(&w, job->msgid, code, message);
     job->error_code = code;
     job->response = kd_writer_release(&w, &job->response_len);
+    kd_cache_wait_end(server, &job->mem_wait_ns); /* out of the queue: the worker is done with it */
     kd_dispatch_job_done(server, job);
 }
 

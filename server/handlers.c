@@ -542,6 +542,7 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
                         (long long)job->req->timeout_ms);
     } else {
         server->budget_refused = 0;
+        server->budget_wait = 0;
         rc = kd_handlers_dispatch(server, job, &w, &err);
         if (rc == KD_EDEVMEM && !server->budget_refused &&
             kd_handlers_evict_for_retry(server, job, &err)) {
@@ -553,4 +554,6 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
         }
     }
     kd_handlers_respond(server, job, rc, &w, &err);
+    if (!(rc == KD_EDEVMEM && server->budget_wait)) /* else it may wait on: spmv.c */
+        kd_cache_wait_end(server, &job->mem_wait_ns);
 }

@@ -374,6 +374,8 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         uv_timer_start(&server->sweep_timer, kd_on_sweep, every, every);
     }
     signal(SIGPIPE, SIG_IGN);
+    if ((rc = kd_trim_start(server)) != KD_OK)
+        return kd_err_set(err, rc, "cannot start the memory trim timer");
 
     if (cfg->metrics[0] != '\0') {
         int metrics_port = 0;
@@ -424,6 +426,7 @@ static void kd_server_worker_closed(void *arg)
     uv_close((uv_handle_t *)&server->sighup, NULL);
     uv_close((uv_handle_t *)&server->grace_timer, NULL);
     uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+    kd_trim_stop(server);
     kd_notify_watchdog_stop(&server->watchdog);
     kd_warm_close(server);
 }
@@ -436,6 +439,8 @@ static void kd_server_finish(kd_server_t *server)
     server->finishing = 1;
     uv_timer_stop(&server->grace_timer);
     uv_timer_stop(&server->sweep_timer);
+    if (server->trim_timer_open)
+        uv_timer_stop(&server->trim_timer);
     kd_conn_t *c = server->conns;
     while (c != NULL) {
         kd_conn_t *next = c->next;

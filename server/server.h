@@ -17,6 +17,7 @@
 #include "server/stats.h"
 #include "server/state.h"
 #include "server/store.h"
+#include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
 #include "solver/ocl.h"
@@ -104,6 +105,7 @@ typedef struct kd_server {
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
     int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
     int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
@@ -127,6 +129,10 @@ typedef struct kd_server {
     uint64_t start_ns;
     kd_server_counters_t counters;
     kd_client_mem_t climem;
+    uv_timer_t trim_timer; /* --memory-trim-ms: memory back to the system when idle (trim.c) */
+    int trim_timer_open;
+    uint64_t trim_seen_requests; /* counters.requests at the last tick */
+    kd_trim_stats_t trim;
     kd_latency_t latency[KD_METHOD_COUNT]; /* per method, loop thread */
     struct kd_metrics *metrics;            /* --metrics, or NULL */
     uv_timer_t watchdog;                   /* systemd WatchdogSec= pings */

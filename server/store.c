@@ -247,6 +247,23 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     return best;
 }
 
+void kd_store_held_device_bytes(kd_store_t *store, const kd_store_entry_t *except, size_t *fixed,
+                                size_t *busy)
+{
+    *fixed = *busy = 0;
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count; i++) {
+        const kd_store_entry_t *e = store->entries[i];
+        if (e == except || !e->meta.resident)
+            continue;
+        if (e->meta.pinned || !e->meta.stored || e->meta.distributed)
+            *fixed += e->meta.device_bytes;
+        else if (e->busy > 0)
+            *busy += e->meta.device_bytes;
+    }
+    pthread_mutex_unlock(&store->lock);
+}
+
 size_t kd_store_evictable_file_bytes(kd_store_t *store)
 {
     pthread_mutex_lock(&store->lock);
@@ -412,6 +429,13 @@ void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
 {
     pthread_mutex_lock(&store->lock);
     store->counters[counter]++;
+    pthread_mutex_unlock(&store->lock);
+}
+
+void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t n)
+{
+    pthread_mutex_lock(&store->lock);
+    store->counters[counter] += n;
     pthread_mutex_unlock(&store->lock);
 }
 

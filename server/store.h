@@ -236,6 +236,12 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
  * victims taken. */
 size_t kd_store_evictable_file_bytes(kd_store_t *store);
 
+/* Worker thread: the device bytes of resident entries other than `except` (may be NULL) that no
+ * eviction can free now: *fixed those that stay whatever happens (pinned, without a file, spread
+ * over ranks), *busy those that only requests in flight hold (busy > 0), free once they end. */
+void kd_store_held_device_bytes(kd_store_t *store, const kd_store_entry_t *except, size_t *fixed,
+                                size_t *busy);
+
 /* What one user's references hold (quotas, server.status `users`): a matrix two users hold counts
  * for both; device_bytes is each matrix's size on the device, resident or not. */
 typedef struct kd_usage {
@@ -256,10 +262,13 @@ typedef enum kd_store_counter {
     KD_STORE_DISK_EVICTIONS, /* matrices forgotten to keep the state directory under its limit */
     KD_STORE_CORRUPT,        /* state files moved aside */
     KD_STORE_DEVMEM_RETRIES, /* driver allocation failures retried after evicting */
+    KD_STORE_MEMORY_WAITS,   /* requests that waited for matrices in use to make room */
+    KD_STORE_MEMORY_WAIT_MS, /* ... the milliseconds they waited, summed */
     KD_STORE_COUNTER_COUNT
 } kd_store_counter_t;
 
 void kd_store_count(kd_store_t *store, kd_store_counter_t counter);
+void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t n);
 
 /* Any thread: a copy of the metadata. KD_ENOTFOUND. */
 int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t *out);
