@@ -413,7 +413,8 @@ static int kd_put_like_file(kd_cli_t *cli, const char *path, const char *like,
     size_t len = 0;
     kd_err_t err = {0};
     kd_csr_t *csr = NULL;
-    const kd_csr_limits_t limits = {KD_CSR_INDEX_MAX, KD_CSR_INDEX_MAX, KD_CSR_INDEX_MAX};
+    const kd_csr_limits_t limits = {
+        .max_rows = KD_CSR_INDEX_MAX, .max_cols = KD_CSR_INDEX_MAX, .max_nnz = KD_CSR_INDEX_MAX};
     int rc = kd_mtx_file_read(path, 0, &text, &len, &err);
     if (rc == KD_OK)
         rc = kd_mtx_read_matrix(text, len, KD_DTYPE_F64, &limits, &csr, &err);

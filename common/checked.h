@@ -39,6 +39,23 @@ static inline int kd_mul3_overflow(size_t a, size_t b, size_t c, size_t *out)
     return kd_mul_overflow(ab, c, out);
 }
 
+/* Saturating byte counts, for charges compared against a limit: SIZE_MAX stands for "more than
+ * any limit", so a sum of products from the network never wraps into a small figure. */
+static inline size_t kd_sat_add(size_t a, size_t b)
+{
+    size_t r;
+    return kd_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+/* acc + count * each, saturating; a negative count counts as 0. */
+static inline size_t kd_sat_mad(size_t acc, int64_t count, size_t each)
+{
+    size_t r;
+    if (count <= 0)
+        return acc;
+    return kd_mul_overflow((size_t)count, each, &r) ? SIZE_MAX : kd_sat_add(acc, r);
+}
+
 /* malloc of count * size bytes (at least 1), NULL on overflow or when out of memory. */
 static inline void *kd_malloc_array(size_t count, size_t size)
 {

@@ -43,6 +43,39 @@ int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_lim
     return KD_OK;
 }
 
+size_t kd_csr_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype)
+{
+    return kd_sat_mad(kd_sat_mad(0, rows + 1, sizeof(int32_t)), nnz,
+                      sizeof(int32_t) + kd_dtype_size(dtype));
+}
+
+int kd_csr_charge(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, size_t build_bytes,
+                  const kd_csr_limits_t *limits, kd_err_t *err)
+{
+    if (limits == NULL)
+        return KD_OK;
+    if (limits->max_build_bytes > 0 && build_bytes > limits->max_build_bytes)
+        return kd_err_set(err, KD_ETOOLARGE,
+                          "a %lld x %lld matrix with %lld nonzeros takes %s%zu bytes of host "
+                          "memory to build, over the %zu bytes one upload may use (%s)",
+                          (long long)rows, (long long)cols, (long long)nnz,
+                          build_bytes == SIZE_MAX ? "more than " : "",
+                          build_bytes == SIZE_MAX ? SIZE_MAX - 1 : build_bytes,
+                          limits->max_build_bytes,
+                          limits->build_limit != NULL ? limits->build_limit : "the server's limit");
+    const size_t device = kd_csr_bytes(rows, nnz, dtype);
+    if (limits->max_device_bytes > 0 && device > limits->max_device_bytes)
+        return kd_err_set(err, KD_EDEVMEM,
+                          "a %lld x %lld matrix with %lld nonzeros (%s) needs at least %zu bytes "
+                          "of device memory (its CSR arrays), more than the whole budget of %zu "
+                          "bytes (%s)",
+                          (long long)rows, (long long)cols, (long long)nnz, kd_dtype_name(dtype),
+                          device, limits->max_device_bytes,
+                          limits->device_limit != NULL ? limits->device_limit
+                                                       : "the server's limit");
+    return KD_OK;
+}
+
 int kd_csr_validate(const kd_csr_t *csr, kd_err_t *err)
 {
     int rc = kd_csr_check_shape(csr->rows, csr->cols, csr->nnz, NULL, err);
@@ -70,9 +103,8 @@ int kd_csr_validate(const kd_csr_t *csr, kd_err_t *err)
             const int64_t j = csr->indices[k];
             if (j <= prev || j >= csr->cols)
                 return kd_err_set(
-                    err, KD_EINTERNAL,
-                    "invalid matrix: row %lld, entry %lld has column %lld (%s)", (long long)i,
-                    (long long)k, (long long)j,
+                    err, KD_EINTERNAL, "invalid matrix: row %lld, entry %lld has column %lld (%s)",
+                    (long long)i, (long long)k, (long long)j,
                     j >= csr->cols || j < 0 ? "out of range" : "not after the previous one");
             prev = j;
         }
@@ -238,10 +270,9 @@ static int kd_entry_cmp(const void *a, const void *b)
  * Entries grouped by row: row r owns positions rowptr[r] .. rowptr[r+1]-1 of col[] and val[].
  * Sorts rows in place where needed, sums duplicates, and writes a new canonical matrix.
  */
-static int csr_canonicalize(int64_t rows, int64_t cols, const int64_t *rowptr, int32_t *col,
+static int csr_canonicalize(int64_t rows, int64_t cols, const int32_t *rowptr, int32_t *col,
                             double *val, kd_dtype_t out_dtype, kd_csr_t **out, kd_err_t *err)
 {
-    int64_t nnz = rowptr[rows];
     struct kd_entry *scratch = NULL;
     size_t scratch_cap = 0;
     int64_t unique = 0;
@@ -306,7 +337,6 @@ static int csr_canonicalize(int64_t rows, int64_t cols, const int64_t *rowptr, i
             kd_store_real(csr->values, out_dtype, (size_t)w, sum);
         csr->indptr[r + 1] = (int32_t)(w + 1);
     }
-    (void)nnz;
     *out = csr;
     return KD_OK;
 }
@@ -363,6 +393,14 @@ int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
         }
     }
 
+    /* the canonical matrix, and for one to sort: offsets, indices and float64 values beside it
+     * (rows is carried by indptr's bytes here, so this is a few times the request at most) */
+    size_t build = kd_csr_bytes(rows, nnz, out_dtype);
+    if (!canonical)
+        build = kd_sat_mad(kd_sat_mad(build, rows + 1, sizeof(int32_t)), nnz,
+                           sizeof(int32_t) + sizeof(double));
+    if ((rc = kd_csr_charge(rows, cols, nnz, out_dtype, build, limits, err)) != KD_OK)
+        return rc;
     if (canonical) {
         kd_csr_t *csr;
         rc = kd_csr_alloc(rows, cols, nnz, out_dtype, &csr, err);
@@ -380,15 +418,15 @@ int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
         return KD_OK;
     }
 
-    int64_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
+    int32_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int32_t));
     int32_t *col = kd_malloc_array((size_t)nnz, sizeof(int32_t));
     double *val = kd_malloc_array((size_t)nnz, sizeof(double));
     if (rowptr == NULL || col == NULL || val == NULL) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld nonzeros", (long long)nnz);
         goto done;
     }
-    for (int64_t r = 0; r <= rows; r++)
-        rowptr[r] = kd_load_index(indptr, indptr_type, (size_t)r);
+    for (int64_t r = 0; r <= rows; r++) /* in 0..nnz, checked above: nnz fits int32 */
+        rowptr[r] = (int32_t)kd_load_index(indptr, indptr_type, (size_t)r);
     for (int64_t k = 0; k < nnz; k++) {
         col[k] = (int32_t)kd_load_index(indices, index_type, (size_t)k);
         val[k] = kd_load_real(values, value_type, (size_t)k);
@@ -399,6 +437,14 @@ done:
     free(col);
     free(val);
     return rc;
+}
+
+size_t kd_csr_coo_build_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype)
+{
+    /* the offsets with the entries grouped by row, and the canonical matrix beside them */
+    return kd_sat_add(
+        kd_sat_mad(kd_sat_mad(0, nnz, sizeof(int32_t) + sizeof(double)), rows + 1, sizeof(int32_t)),
+        kd_csr_bytes(rows, nnz, dtype));
 }
 
 int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *row,
@@ -419,30 +465,38 @@ int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
             return kd_err_set(err, KD_EBADREQ, "col[%lld] = %lld is outside 0..%lld", (long long)k,
                               (long long)c, (long long)(cols - 1));
     }
-    int64_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
-    int64_t *fill = kd_malloc_array((size_t)rows + 1, sizeof(int64_t));
+    /* rows is declared, not sent: its offsets are charged before they are allocated */
+    rc = kd_csr_charge(rows, cols, nnz, out_dtype, kd_csr_coo_build_bytes(rows, nnz, out_dtype),
+                       limits, err);
+    if (rc != KD_OK)
+        return rc;
+    /* counts and offsets fit int32: nnz <= KD_CSR_INDEX_MAX (kd_csr_check_shape) */
+    int32_t *rowptr = kd_malloc_array((size_t)rows + 1, sizeof(int32_t));
     int32_t *col = kd_malloc_array((size_t)nnz, sizeof(int32_t));
     double *val = kd_malloc_array((size_t)nnz, sizeof(double));
-    if (rowptr == NULL || fill == NULL || col == NULL || val == NULL) {
+    if (rowptr == NULL || col == NULL || val == NULL) {
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld nonzeros", (long long)nnz);
         goto done;
     }
-    memset(rowptr, 0, ((size_t)rows + 1) * sizeof(int64_t));
+    memset(rowptr, 0, ((size_t)rows + 1) * sizeof(int32_t));
     for (int64_t k = 0; k < nnz; k++)
         rowptr[kd_load_index(row, index_type, (size_t)k) + 1]++;
     for (int64_t r = 0; r < rows; r++)
         rowptr[r + 1] += rowptr[r];
-    memcpy(fill, rowptr, ((size_t)rows + 1) * sizeof(int64_t));
+    /* rowptr[r] is row r's next free slot while scattering (so it ends at row r + 1's start),
+     * shifted back afterwards: no second array of rows */
     for (int64_t k = 0; k < nnz; k++) {
         int64_t r = kd_load_index(row, index_type, (size_t)k);
-        int64_t at = fill[r]++;
+        int32_t at = rowptr[r]++;
         col[at] = (int32_t)kd_load_index(col_in, index_type, (size_t)k);
         val[at] = values != NULL ? kd_load_real(values, value_type, (size_t)k) : 1.0;
     }
+    for (int64_t r = rows; r > 0; r--)
+        rowptr[r] = rowptr[r - 1];
+    rowptr[0] = 0;
     rc = csr_canonicalize(rows, cols, rowptr, col, val, out_dtype, out, err);
 done:
     free(rowptr);
-    free(fill);
     free(col);
     free(val);
     return rc;

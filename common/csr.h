@@ -50,6 +50,15 @@ typedef struct kd_csr_limits {
     int64_t max_rows;
     int64_t max_cols;
     int64_t max_nnz;
+    /* Charged by the builders below before they allocate (kd_csr_charge): the host bytes that
+     * building one matrix may hold, and the device bytes of its smallest form (its CSR arrays,
+     * kd_csr_bytes). A request's rows cost memory its bytes need not carry (a COO or Matrix
+     * Market upload declares rows, it does not send them): these bound what it can make the
+     * server hold. build_limit and device_limit name each limit and how to raise it. */
+    size_t max_build_bytes;
+    const char *build_limit;
+    size_t max_device_bytes;
+    const char *device_limit;
 } kd_csr_limits_t;
 
 /* Row-length statistics, for format selection and for matrix.info. */
@@ -66,6 +75,17 @@ typedef struct kd_csr_stats {
  * negative size, KD_ETOOLARGE over a limit. */
 int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_limits_t *limits,
                        kd_err_t *err);
+
+/* Bytes of a canonical matrix's arrays: 4 (rows + 1) + (4 + value size) nnz, saturating at
+ * SIZE_MAX. */
+size_t kd_csr_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype);
+
+/* Charge a build before it allocates: build_bytes (what the builder will hold on the host,
+ * saturating) against limits->max_build_bytes (KD_ETOOLARGE), and kd_csr_bytes against
+ * max_device_bytes (KD_EDEVMEM, as a matrix over the whole budget is once built), each naming
+ * the figure, the limit and how to raise it; KD_OK when limits is NULL. */
+int kd_csr_charge(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, size_t build_bytes,
+                  const kd_csr_limits_t *limits, kd_err_t *err);
 
 /*
  * Check that csr is canonical, as the builders make it: a shape within KD_CSR_INDEX_MAX,
@@ -93,6 +113,10 @@ int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
                            kd_dtype_t indptr_type, const void *indices, kd_dtype_t index_type,
                            const void *values, kd_dtype_t value_type, kd_dtype_t out_dtype,
                            const kd_csr_limits_t *limits, kd_csr_t **out, kd_err_t *err);
+
+/* The most host memory kd_csr_from_coo_arrays holds for that shape (saturating), the triplets
+ * it reads aside. */
+size_t kd_csr_coo_build_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype);
 
 /* Build a canonical matrix from COO triplets (any order; duplicates summed). `values` may be NULL
  * for a pattern matrix (all ones). row/col are int32 or int64 (index_type). */

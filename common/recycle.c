@@ -145,6 +145,21 @@ void kd_recycle_set_limit(size_t bytes, int buffers)
         free(drop[i]);
 }
 
+void kd_recycle_release_idle(void)
+{
+    void *drop[KD_RECYCLE_SHELF_MAX];
+    int ndrop = 0;
+    pthread_mutex_lock(&kd_recycle_lock);
+    while (kd_shelf_count > 0) {
+        kd_recycle_buf_t *b = &kd_shelf[--kd_shelf_count];
+        kd_shelf_bytes -= b->cap;
+        drop[ndrop++] = b->p;
+    }
+    pthread_mutex_unlock(&kd_recycle_lock);
+    for (int i = 0; i < ndrop; i++)
+        free(drop[i]);
+}
+
 size_t kd_recycle_idle_bytes(void)
 {
     pthread_mutex_lock(&kd_recycle_lock);

@@ -28,6 +28,8 @@ void kd_recycle_free(void *p);
 size_t kd_recycle_capacity(const void *p, size_t len);
 /* The shelf's bounds: total bytes kept idle and buffers kept (0 bytes: nothing kept). */
 void kd_recycle_set_limit(size_t bytes, int buffers);
+/* Every idle buffer back to the system, the limits kept (after a load: server/trim.h). */
+void kd_recycle_release_idle(void);
 /* Bytes idle on the shelf now (server.status, tests). */
 size_t kd_recycle_idle_bytes(void);
 

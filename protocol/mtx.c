@@ -612,6 +612,18 @@ int kd_mtx_read_matrix(const char *text, size_t len, kd_dtype_t dtype,
         rc = kd_err_set(err, KD_ETOOLARGE, "line %lld: too many entries", (long long)rd.size_line);
         goto fail;
     }
+    /* the entries' arrays here, then the build from them (which charges itself again with
+     * the count read): a header that declares more rows than the server builds is refused
+     * before the text is read */
+    rc = kd_csr_charge(
+        h->rows, h->cols, cap, dtype,
+        kd_sat_add(kd_sat_mad(0, cap, 2 * sizeof(int32_t) + (with_values ? sizeof(double) : 0)),
+                   kd_csr_coo_build_bytes(h->rows, cap, dtype)),
+        limits, err);
+    if (rc != KD_OK) {
+        kd_err_prefix(err, "line %lld", (long long)rd.size_line);
+        goto fail;
+    }
     row = malloc(index_bytes);
     col = malloc(index_bytes);
     val = with_values ? malloc(value_bytes) : NULL;

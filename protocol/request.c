@@ -563,19 +563,20 @@ static int kd_decode_put_batch(struct kd_decoder *d, kd_dtype_t index_dtype,
 static int kd_decode_put_like(struct kd_decoder *d)
 {
     kd_put_request_t *put = &d->req->u.put;
-    static const enum kd_param pattern[] = {KD_P_ROWS,  KD_P_COLS, KD_P_INDPTR,
-                                            KD_P_INDICES, KD_P_ROW, KD_P_COL,
-                                            KD_P_MTX,   KD_P_INDEX_DTYPE, KD_P_BATCH};
-    static const enum kd_param chosen[] = {KD_P_FORMAT, KD_P_SELECT, KD_P_REORDER,
-                                           KD_P_DISTRIBUTE};
+    static const enum kd_param pattern[] = {KD_P_ROWS,    KD_P_COLS,        KD_P_INDPTR,
+                                            KD_P_INDICES, KD_P_ROW,         KD_P_COL,
+                                            KD_P_MTX,     KD_P_INDEX_DTYPE, KD_P_BATCH};
+    static const enum kd_param chosen[] = {KD_P_FORMAT, KD_P_SELECT, KD_P_REORDER, KD_P_DISTRIBUTE};
     int rc;
     for (size_t i = 0; i < sizeof(pattern) / sizeof(pattern[0]); i++)
-        if ((rc = kd_forbid(d, pattern[i], "with like (the pattern is the like matrix's: send "
-                                           "values alone)")) != KD_OK)
+        if ((rc = kd_forbid(d, pattern[i],
+                            "with like (the pattern is the like matrix's: send "
+                            "values alone)")) != KD_OK)
             return rc;
     for (size_t i = 0; i < sizeof(chosen) / sizeof(chosen[0]); i++)
-        if ((rc = kd_forbid(d, chosen[i], "with like (the new values are kept as the like matrix "
-                                          "is: its format, reordering and spread)")) != KD_OK)
+        if ((rc = kd_forbid(d, chosen[i],
+                            "with like (the new values are kept as the like matrix "
+                            "is: its format, reordering and spread)")) != KD_OK)
             return rc;
     put->kind = KD_PUT_LIKE;
     put->dtype_given = d->param[KD_P_DTYPE] != NULL;
@@ -588,7 +589,9 @@ static int kd_decode_put_like(struct kd_decoder *d)
     put->has_pattern = d->param[KD_P_PATTERN] != NULL;
     if (put->has_pattern && (rc = kd_param_id(d, KD_P_PATTERN, put->pattern)) != KD_OK)
         return kd_err_prefix(d->err, "pattern (the canonical pattern's hash, docs/PROTOCOL.md)");
-    kd_csr_limits_t limits = {d->limits->max_rows, d->limits->max_cols, d->limits->max_nnz};
+    kd_csr_limits_t limits = {.max_rows = d->limits->max_rows,
+                              .max_cols = d->limits->max_cols,
+                              .max_nnz = d->limits->max_nnz};
     if (put->values.count > limits.max_nnz)
         return kd_err_set(d->err, KD_ETOOLARGE, "values has %lld entries; the limit is %lld",
                           (long long)put->values.count, (long long)limits.max_nnz);
@@ -655,7 +658,9 @@ static int kd_decode_put(struct kd_decoder *d)
     if ((rc = kd_param_required_array(d, KD_P_VALUES, put->dtype, &put->values)) != KD_OK)
         return rc;
 
-    kd_csr_limits_t limits = {d->limits->max_rows, d->limits->max_cols, d->limits->max_nnz};
+    kd_csr_limits_t limits = {.max_rows = d->limits->max_rows,
+                              .max_cols = d->limits->max_cols,
+                              .max_nnz = d->limits->max_nnz};
     int64_t nnz = put->values.count;
     if (put->batch > 0)
         return kd_decode_put_batch(d, index_dtype, &limits);
@@ -1188,9 +1193,8 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
     rc = kd_decode_envelope(&d, &req->owned->unpacked.data, derr);
     if (rc != KD_OK)
         goto fail;
-    req->owned->bytes +=
-        sizeof(*block) + kd_recycle_capacity(buf, len) +
-        kd_object_count(&req->owned->unpacked.data) * sizeof(msgpack_object);
+    req->owned->bytes += sizeof(*block) + kd_recycle_capacity(buf, len) +
+                         kd_object_count(&req->owned->unpacked.data) * sizeof(msgpack_object);
     *out = req;
     return KD_OK;
 fail:

@@ -9,7 +9,9 @@
  * recently used unpinned resident matrices are evicted: their device copies are freed, and their
  * state files stay, so they reload on next use. A matrix without a state file (no --state-dir) is
  * never evicted, since it could not come back. If evicting every candidate would still not make
- * room, nothing is evicted and the request fails with DEVICE_MEMORY naming the sizes.
+ * room, nothing is evicted and the request fails with DEVICE_MEMORY naming the sizes; if it would
+ * once the requests in flight release the matrices they use (busy), the caller is told to wait
+ * (server->budget_wait) and the request runs again after them (spmv.c).
  *
  * Disk. Every accepted matrix gets a state file before matrix.put answers. --state-max-bytes
  * bounds the files' total: the least recently used unpinned matrices are forgotten (file and
@@ -162,12 +164,17 @@ static int kd_cache_reserve_budget(kd_server_t *server, size_t bytes, const kd_s
                           "%s needs %zu bytes of device memory, more than the whole budget of "
                           "%zu bytes (--device-memory)",
                           what, bytes, budget);
-    /* What eviction could free: every resident, unpinned, stored matrix but `keep`. */
-    size_t fixed = t.pinned_bytes;
-    if (keep != NULL && keep->dev != NULL && !keep->meta.pinned)
+    /* What eviction can never free (pinned matrices, those without a file or spread, `keep`),
+     * and what requests in flight hold until they end: a need that fits beside the first but not
+     * beside both waits for them (server->budget_wait) instead of being refused. */
+    size_t fixed, busy;
+    kd_store_held_device_bytes(server->store, keep, &fixed, &busy);
+    if (keep != NULL && keep->meta.resident)
         fixed += keep->meta.device_bytes;
-    if (server->state == NULL) /* nothing is evictable without a state file */
+    if (server->state == NULL) { /* nothing is evictable without a state file */
         fixed = t.device_bytes;
+        busy = 0;
+    }
     if (fixed > budget || bytes > budget - fixed)
         return kd_err_set(err, KD_EDEVMEM,
                           "%s needs %zu bytes of device memory; the budget is %zu bytes "
@@ -176,6 +183,14 @@ static int kd_cache_reserve_budget(kd_server_t *server, size_t bytes, const kd_s
                           what, bytes, budget, t.device_bytes, t.resident, t.pinned_bytes,
                           keep != NULL ? " and the matrix this request uses" : "",
                           server->state == NULL ? " (without --state-dir nothing is evicted)" : "");
+    if (busy > budget - fixed - bytes) {
+        server->budget_wait = 1;
+        return kd_err_set(err, KD_EDEVMEM,
+                          "%s needs %zu bytes of device memory; the budget is %zu bytes "
+                          "(--device-memory), %zu of them held by matrices that requests in "
+                          "flight use",
+                          what, bytes, budget, busy);
+    }
     size_t used = t.device_bytes;
     while (used > budget || bytes > budget - used) {
         kd_store_entry_t *victim = kd_store_lru_victim(server->store, keep, 1);
@@ -197,6 +212,23 @@ int kd_cache_reserve(kd_server_t *server, size_t bytes, const kd_store_entry_t *
     if (rc == KD_EDEVMEM)
         server->budget_refused = 1; /* evicting more and retrying cannot help */
     return rc;
+}
+
+void kd_cache_wait_begin(kd_server_t *server, uint64_t *since_ns)
+{
+    if (*since_ns != 0)
+        return;
+    *since_ns = kd_clock_ns();
+    kd_store_count(server->store, KD_STORE_MEMORY_WAITS);
+}
+
+void kd_cache_wait_end(kd_server_t *server, uint64_t *since_ns)
+{
+    if (*since_ns == 0)
+        return;
+    kd_store_count_add(server->store, KD_STORE_MEMORY_WAIT_MS,
+                       (kd_clock_ns() - *since_ns) / 1000000u);
+    *since_ns = 0;
 }
 
 size_t kd_cache_evict_all(kd_server_t *server, const kd_store_entry_t *keep)
@@ -598,7 +630,7 @@ static int kd_cache_refs_record(kd_server_t *server, kd_store_entry_t *entry,
 }
 
 int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char *user, int pinned,
-                        kd_err_t *err)
+                        const char *label, kd_err_t *err)
 {
     if (pinned && entry->dev == NULL && entry->dist == NULL) {
         kd_store_entry_t *loaded;
@@ -613,6 +645,8 @@ int kd_cache_set_pinned(kd_server_t *server, kd_store_entry_t *entry, const char
         int rc = kd_store_add_owner(server->store, entry, user, pinned, err);
         if (rc != KD_OK)
             return rc;
+        if (label != NULL)
+            kd_store_set_owner_label(server->store, entry, user, label);
         now = entry->meta.pinned;
     } else {
         now = kd_store_set_owner_pin(server->store, entry, NULL, pinned);

@@ -61,14 +61,19 @@ int kd_cache_host_pattern(struct kd_server *server, const uint8_t id[16], const 
                           kd_csr_t **owned, kd_err_t *err);
 
 /* Pin (loading the matrix if it is not resident) or unpin user's reference (NULL: every
- * reference; a user with none gets one), and record it: the state file's header keeps whether
- * anyone pinned it, STATE_DIR/owners whose pin it is. */
+ * reference; a user with none gets one, named label unless that is NULL), and record it: the
+ * state file's header keeps whether anyone pinned it, STATE_DIR/owners whose pin it is. */
 int kd_cache_set_pinned(struct kd_server *server, kd_store_entry_t *entry, const char *user,
-                        int pinned, kd_err_t *err);
+                        int pinned, const char *label, kd_err_t *err);
 
 /* Take user's reference to a matrix away (NULL: everyone's); with the last one the matrix goes,
  * device copy and state file. KD_ENOTFOUND, KD_EIO. */
 int kd_cache_drop(struct kd_server *server, const uint8_t id[16], const char *user, kd_err_t *err);
+
+/* Any thread: a request's wait for device memory began (*since_ns set to now, counted) or ended
+ * (its milliseconds counted, *since_ns back to 0; nothing when it did not wait). */
+void kd_cache_wait_begin(struct kd_server *server, uint64_t *since_ns);
+void kd_cache_wait_end(struct kd_server *server, uint64_t *since_ns);
 
 /* After the driver refused an allocation: evict every unpinned resident matrix except `keep`
  * (may be NULL). Returns how many were evicted. */

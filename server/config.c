@@ -23,6 +23,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_connections = 1024;
     cfg->max_connection_jobs = 64;
     cfg->spin_us = -1;
+    cfg->tenant_dedupe = 1;
     cfg->queue_depth = 256;
     cfg->max_rows = INT32_MAX - 1;
     cfg->max_cols = INT32_MAX;
@@ -31,6 +32,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->distribute_nnz = KD_CONFIG_DISTRIBUTE_NNZ;
     cfg->max_pending_write = (size_t)64 << 20;
     cfg->idle_timeout_ms = 600000;
+    cfg->memory_trim_ms = 1000;
     cfg->message_timeout_ms = 120000;
     cfg->shutdown_grace_ms = 10000;
     cfg->device_memory_percent = 90.0;
@@ -119,6 +121,10 @@ void kd_config_print_usage(const char *argv0)
         "Security);\n"
         "                             SIGHUP reloads it\n"
         "  --no-auth                  allow a non-loopback --listen without --auth-file\n"
+        "  --tenant-dedupe on|off     with --auth-file: content several users put is stored once\n"
+        "                             (on, the default) or once per user (off: no user's put\n"
+        "                             or timing depends on another's; docs/OPERATIONS.md,\n"
+        "                             Security)\n"
         "  --device auto|gpu|cpu|N    OpenCL device (default auto: a GPU if present, else CPU)\n"
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
@@ -151,6 +157,8 @@ void kd_config_print_usage(const char *argv0)
         "                             reading it pauses (default 0: min(client-memory/8, 32M))\n"
         "  --idle-timeout-ms MS       close a connection idle this long (default 600000; 0 = "
         "never)\n"
+        "  --memory-trim-ms MS        after this long without requests, give freed host memory\n"
+        "                             back to the system (default 1000; 0 = never)\n"
         "  --message-timeout-ms MS    close a connection whose message takes longer to arrive\n"
         "                             (default 120000; 0 = never)\n"
         "  --shutdown-grace-ms MS     how long running jobs may finish on SIGTERM (default 10000)\n"
@@ -236,6 +244,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_INT_OPT("distribute-nnz", distribute_nnz, 1, INT64_MAX)
     KD_INT_OPT("idle-timeout-ms", idle_timeout_ms, 0, INT32_MAX)
     KD_INT_OPT("message-timeout-ms", message_timeout_ms, 0, INT32_MAX)
+    KD_INT_OPT("memory-trim-ms", memory_trim_ms, 0, INT32_MAX)
     KD_INT_OPT("shutdown-grace-ms", shutdown_grace_ms, 0, 3600000)
     KD_INT_OPT("warm-threads", warm_threads, 0, 8)
     KD_INT_OPT("spin-us", spin_us, -1, 10000)
@@ -257,6 +266,15 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
             cfg->no_auth = 0;
         else
             return kd_err_set(err, KD_EBADREQ, "no-auth: '%s' is not true or false", val);
+        return KD_OK;
+    }
+    if (strcmp(name, "tenant-dedupe") == 0) {
+        if (strcmp(val, "on") == 0)
+            cfg->tenant_dedupe = 1;
+        else if (strcmp(val, "off") == 0)
+            cfg->tenant_dedupe = 0;
+        else
+            return kd_err_set(err, KD_EBADREQ, "tenant-dedupe: '%s' is not on or off", val);
         return KD_OK;
     }
     if (strcmp(name, "warm-programs") == 0) {

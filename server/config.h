@@ -27,7 +27,10 @@ typedef struct kd_config {
     char listen_unix[108]; /* --listen unix:PATH: a Unix socket too (sun_path's size) */
     char unix_group[64];   /* the Unix socket's group ("" = the daemon's) */
     char auth_file[KD_PATH_MAX]; /* users, roles, token hashes; "" = no authentication */
-    int no_auth;     /* --no-auth: listen beyond loopback without an auth file, on purpose */
+    int no_auth; /* --no-auth: listen beyond loopback without an auth file, on purpose */
+    /* --tenant-dedupe on (1): content two users put is stored once; off (0): each user's copy is
+     * its own (docs/OPERATIONS.md, "Security") */
+    int tenant_dedupe;
     char device[64]; /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
     char cache_dir[KD_PATH_MAX];         /* compiled programs (--cache-dir); "" until resolved,
@@ -54,6 +57,7 @@ typedef struct kd_config {
                                    may hold before its reading pauses; 0 = auto:
                                    min(client_memory / 8, 32 MiB) */
     int64_t idle_timeout_ms;    /* close a connection with nothing in flight, silent this long */
+    int64_t memory_trim_ms;     /* idle this long: freed host memory back to the system (trim.c) */
     int64_t message_timeout_ms; /* close a connection whose message takes longer to arrive */
     int shutdown_grace_ms;      /* SIGTERM: how long running jobs may finish */
     char default_format[32];    /* "" = choose per matrix */

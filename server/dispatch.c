@@ -60,8 +60,24 @@ static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
-    kd_reply_meta_owned(&w, &meta, conn->user.name, admin && conn->server->auth != NULL);
+    kd_reply_meta_owned(&w, &meta, conn->user.name, kd_server_meta_scope(conn->server, admin),
+                        admin && conn->server->auth != NULL);
     kd_send_writer(conn, &w, req->msgid);
+}
+
+/* list (every entry one of user's references) sorted by when each became user's: an insertion
+ * sort, stable, on the few hundred entries a server holds at most. */
+static void kd_answer_list_order(kd_matrix_meta_t *list, size_t count, const char *user)
+{
+    for (size_t i = 0; i < count; i++)
+        list[i].created_ns = list[i].owners[kd_meta_owner(&list[i], user)].added_ns;
+    for (size_t i = 1; i < count; i++) {
+        kd_matrix_meta_t m = list[i];
+        size_t j = i;
+        for (; j > 0 && list[j - 1].created_ns > m.created_ns; j--)
+            list[j] = list[j - 1];
+        list[j] = m;
+    }
 }
 
 static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
@@ -73,10 +89,13 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
         return;
     }
     const int admin = conn->user.role == KD_ROLE_ADMIN;
+    const kd_meta_scope_t scope = kd_server_meta_scope(conn->server, admin);
     size_t shown = 0;
     for (size_t i = 0; i < count; i++)
         if (kd_meta_visible(&list[i], conn->user.name, admin))
             list[shown++] = list[i];
+    if (scope == KD_META_OWN) /* in the order the user put them, not the content's first put */
+        kd_answer_list_order(list, shown, conn->user.name);
     kd_writer_t w;
     kd_writer_init(&w);
     kd_w_result_begin(&w, req->msgid);
@@ -84,7 +103,8 @@ static void kd_answer_list(kd_conn_t *conn, const kd_request_t *req)
     kd_w_str(&w, "matrices");
     kd_w_array(&w, (uint32_t)shown);
     for (size_t i = 0; i < shown; i++)
-        kd_reply_meta_owned(&w, &list[i], conn->user.name, admin && conn->server->auth != NULL);
+        kd_reply_meta_owned(&w, &list[i], conn->user.name, scope,
+                            admin && conn->server->auth != NULL);
     free(list);
     kd_send_writer(conn, &w, req->msgid);
 }
@@ -129,6 +149,7 @@ static void kd_job_answer(kd_server_t *server, kd_job_t *job, int code, const ch
     kd_w_error_response(&w, job->msgid, code, message);
     job->error_code = code;
     job->response = kd_writer_release(&w, &job->response_len);
+    kd_cache_wait_end(server, &job->mem_wait_ns); /* out of the queue: the worker is done with it */
     kd_dispatch_job_done(server, job);
 }
 

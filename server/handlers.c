@@ -116,6 +116,42 @@ static void kd_handlers_describe(kd_matrix_meta_t *meta, const kd_csr_t *csr,
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", sel->reorder_reason);
 }
 
+/* The name the job's put gives its matrix ("" when none). */
+static const char *kd_handlers_label(const kd_job_t *job)
+{
+    if (job->req->method == KD_METHOD_MATRIX_MULTIPLY)
+        return job->req->u.multiply.options.name;
+    if (job->req->method == KD_METHOD_MATRIX_PUT)
+        return job->req->u.put.options.name;
+    return "";
+}
+
+/* Content another user holds becomes user's as a put of new content would leave it: resident,
+ * under the name user gave, counted against user's quotas; or it stays user's own (nothing
+ * changes but a pin asked for, and a use counted). */
+static int kd_handlers_keep_held(kd_server_t *server, const kd_job_t *job,
+                                 kd_store_entry_t *existing, int pin, const kd_usage_t *use,
+                                 int *created, kd_err_t *err)
+{
+    const char *user = job->user;
+    const int owned = kd_meta_owner(&existing->meta, user) >= 0;
+    int rc;
+    *created = !owned;
+    if (owned) {
+        kd_store_note_use(server->store, existing->meta.id, user);
+        return pin == 1 ? kd_cache_set_pinned(server, existing, user, 1, NULL, err) : KD_OK;
+    }
+    if ((rc = kd_quota_check_matrix(&job->quota, user, use, existing->meta.device_bytes,
+                                    existing->meta.file_bytes, err)) != KD_OK)
+        return rc;
+    if (existing->dev == NULL && existing->dist == NULL) {
+        kd_store_entry_t *loaded;
+        if ((rc = kd_cache_use(server, existing->meta.id, 0, &loaded, err)) != KD_OK)
+            return rc;
+    }
+    return kd_cache_set_pinned(server, existing, user, pin == 1, kd_handlers_label(job), err);
+}
+
 int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, const uint8_t id[16],
                      int pin, kd_handlers_upload_fn upload, void *arg, kd_matrix_meta_t *out,
                      int *created, kd_err_t *err)
@@ -130,32 +166,34 @@ int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, co
     kd_matrix_meta_t *meta = &entry->meta;
     memcpy(meta->id, id, sizeof(meta->id));
     const char *user = job->user;
+    const char *tenant = kd_server_tenant(server, user);
+    if (tenant != NULL) { /* --tenant-dedupe off: the user's own copy, under its own id */
+        kd_id_mix_tenant(meta->id, tenant);
+        snprintf(meta->tenant, sizeof(meta->tenant), "%s", tenant);
+    }
+    const kd_meta_scope_t scope = kd_server_meta_scope(server, job->admin);
     kd_usage_t use;
     kd_store_usage(server->store, user, &use);
     kd_store_entry_t *existing = kd_store_lookup(server->store, meta->id);
     if (existing != NULL) {
-        /* Held already: by this user, nothing changes (but a pin asked for); by others only, the
-         * user gets its own reference and, as far as it can tell, created the matrix. */
-        const int owned = kd_meta_owner(&existing->meta, user) >= 0;
-        if (!owned &&
-            (rc = kd_quota_check_matrix(&job->quota, user, &use, existing->meta.device_bytes,
-                                        existing->meta.file_bytes, err)) != KD_OK)
-            goto fail;
-        if ((!owned || pin == 1) &&
-            (rc = kd_cache_set_pinned(server, existing, user, pin == 1, err)) != KD_OK)
+        if ((rc = kd_handlers_keep_held(server, job, existing, pin, &use, created, err)) != KD_OK)
             goto fail;
         kd_store_get_meta(server->store, meta->id, out);
-        kd_meta_view(out, user);
-        *created = !owned;
+        kd_meta_view(out, user, scope);
         free(entry);
         kd_csr_free(csr);
         return KD_OK;
     }
     kd_id_to_hex(meta->id, meta->hex);
-    /* The count first, before the device does any work; the sizes once they are known. */
-    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, 0, 0, err)) != KD_OK ||
+    /* The count and the least the matrix can take on the device (its CSR arrays, spread over
+     * the ranks at best) first, before the device does any work; the sizes once they are known. */
+    const size_t least =
+        kd_csr_bytes(csr->rows, csr->nnz, csr->dtype) / (size_t)kd_spread_ranks(server);
+    if ((rc = kd_quota_check_matrix(&job->quota, user, &use, least, 0, err)) != KD_OK ||
         (rc = upload(server, entry, csr, arg, err)) != KD_OK)
         goto fail;
+    if (meta->alone_bytes == 0) /* (new values on a held pattern set it: they share arrays) */
+        meta->alone_bytes = meta->device_bytes;
     size_t file_bytes = 0;
     if (server->state != NULL &&
         (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
@@ -165,13 +203,15 @@ int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, co
         goto fail;
     meta->nowners = 1;
     snprintf(meta->owners[0].name, sizeof(meta->owners[0].name), "%s", user);
+    snprintf(meta->owners[0].label, sizeof(meta->owners[0].label), "%s", kd_handlers_label(job));
     meta->owners[0].pinned = meta->pinned;
+    meta->owners[0].added_ns = kd_clock_ns();
     kd_matrix_meta_t copy = *meta;
     rc = kd_cache_admit(server, entry, csr, err); /* persists; takes entry and csr */
     if (rc != KD_OK)
         return rc;
     kd_store_get_meta(server->store, copy.id, out);
-    kd_meta_view(out, user);
+    kd_meta_view(out, user, scope);
     *created = 1;
     return KD_OK;
 fail:
@@ -186,8 +226,8 @@ fail:
 
 /* kd_handlers_admit's upload: spread over the ranks, or in the format the selection picks (or
  * opt->format forces, or the server's default). */
-int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                       void *arg, kd_err_t *err)
+int kd_handlers_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr, void *arg,
+                       kd_err_t *err)
 {
     const kd_matrix_options_t *opt = arg;
     /* A forced format is built as named; otherwise the formats are measured (or chosen from the
@@ -254,20 +294,23 @@ static int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
     int rc;
     if (p->kind == KD_PUT_LIKE)
         return kd_handle_put_like(server, job, w, err);
+    /* a matrix may be spread over every rank's budget (kd_spread_wanted decides once built) */
+    kd_csr_limits_t limits = server->csr_limits;
+    limits.max_device_bytes =
+        kd_sat_mad(0, kd_spread_ranks(server), server->csr_limits.max_device_bytes);
     switch (p->kind) {
     case KD_PUT_CSR:
         rc = kd_csr_from_csr_arrays(p->rows, p->cols, p->indices.count, p->indptr.data,
                                     p->indptr.dtype, p->indices.data, p->indices.dtype,
-                                    p->values.data, p->values.dtype, p->dtype, &server->csr_limits,
-                                    &csr, err);
+                                    p->values.data, p->values.dtype, p->dtype, &limits, &csr, err);
         break;
     case KD_PUT_COO:
         rc = kd_csr_from_coo_arrays(p->rows, p->cols, p->row.count, p->row.data, p->col.data,
                                     p->row.dtype, p->values.data, p->values.dtype, p->dtype,
-                                    &server->csr_limits, &csr, err);
+                                    &limits, &csr, err);
         break;
     default:
-        rc = kd_mtx_read_matrix(p->mtx, p->mtx_len, p->dtype, &server->csr_limits, &csr, err);
+        rc = kd_mtx_read_matrix(p->mtx, p->mtx_len, p->dtype, &limits, &csr, err);
         if (rc != KD_OK)
             kd_err_prefix(err, "mtx");
         break;
@@ -319,13 +362,13 @@ static int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_
         return kd_not_found(err, job->req->u.id.id);
     /* An admin that holds no reference pins or unpins every owner's. */
     const int owner = kd_meta_owner(&entry->meta, job->user) >= 0;
-    int rc =
-        kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned, err);
+    int rc = kd_cache_set_pinned(server, entry, owner ? job->user : NULL, job->req->u.id.pinned,
+                                 NULL, err);
     if (rc != KD_OK)
         return rc;
     kd_matrix_meta_t copy;
     kd_store_get_meta(server->store, entry->meta.id, &copy);
-    kd_meta_view(&copy, job->user);
+    kd_meta_view(&copy, job->user, kd_server_meta_scope(server, job->admin));
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta(w, &copy, -1);
     return KD_OK;
@@ -341,7 +384,7 @@ static int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, k
     const int i = kd_meta_owner(&entry->meta, q->user);
     const int created = i < 0;
     if (created) {
-        int rc = kd_cache_set_pinned(server, entry, q->user, 0, err);
+        int rc = kd_cache_set_pinned(server, entry, q->user, 0, NULL, err);
         if (rc != KD_OK)
             return rc;
         KD_INFO("store", "share id=%s user=%s by=%s", entry->meta.hex, q->user, job->user);
@@ -454,8 +497,15 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
     return evicted > 0;
 }
 
-void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
+void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
 {
+    const kd_method_t method = job->req->method;
+    if (rc == KD_OK && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||
+                        method == KD_METHOD_MATRIX_PIN)) /* the user's own `uses` */
+        kd_store_note_use(server->store, kd_handlers_target(job), job->user);
+    if (rc == KD_OK && method == KD_METHOD_SOLVE_BATCH)
+        for (int64_t i = 0; i < job->req->u.solve_batch.nitems; i++)
+            kd_store_note_use(server->store, job->req->u.solve_batch.items[i].id, job->user);
     kd_writer_t own;
     if (w == NULL) {
         kd_writer_init(&own);
@@ -492,6 +542,7 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
                         (long long)job->req->timeout_ms);
     } else {
         server->budget_refused = 0;
+        server->budget_wait = 0;
         rc = kd_handlers_dispatch(server, job, &w, &err);
         if (rc == KD_EDEVMEM && !server->budget_refused &&
             kd_handlers_evict_for_retry(server, job, &err)) {
@@ -502,5 +553,7 @@ void kd_handlers_run(void *ctx, kd_job_t *job)
             rc = kd_handlers_dispatch(server, job, &w, &err);
         }
     }
-    kd_handlers_respond(job, rc, &w, &err);
+    kd_handlers_respond(server, job, rc, &w, &err);
+    if (!(rc == KD_EDEVMEM && server->budget_wait)) /* else it may wait on: spmv.c */
+        kd_cache_wait_end(server, &job->mem_wait_ns);
 }

@@ -64,8 +64,9 @@ size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64
 int kd_handlers_precheck(kd_server_t *server, const kd_job_t *job, kd_err_t *err);
 
 /* Leave job's response: w's result when rc is KD_OK (w may be NULL for an error), else an error
- * response with err's message. Sets job->error_code. */
-void kd_handlers_respond(kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
+ * response with err's message. Sets job->error_code; a successful spmv, solve, pin or solve of
+ * many systems counts a use on the user's reference (store.h, kd_store_note_use). */
+void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
 
 /* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);

@@ -189,6 +189,8 @@ static void kd_like_describe(kd_matrix_meta_t *meta, const kd_matrix_meta_t *lik
     meta->dtype = like->dtype;
     meta->format = dev->format;
     meta->device_bytes = dev->device_bytes;
+    /* alone it would take what the like matrix's format takes (its pattern, its format) */
+    meta->alone_bytes = like->alone_bytes != 0 ? like->alone_bytes : like->device_bytes;
     kd_matrix_describe(dev, &meta->detail);
     meta->pinned = opt->pin == 1;
     meta->stats = like->stats;
@@ -294,13 +296,17 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     if (entry != NULL) {
         memcpy(entry->meta.pattern, hash, 16);
         entry->meta.has_pattern = 1;
-        (void)kd_like_keep_pattern(entry, pattern);         /* for its own puts with like */
-        if (created && memcmp(meta.id, p->like, 16) != 0) { /* its solves refresh like's setup */
+        (void)kd_like_keep_pattern(entry, pattern); /* for its own puts with like */
+        /* its solves refresh like's setup, when this put stored it (one reference: the
+         * user's), not when it found another user's matrix held */
+        if (created && entry->meta.nowners == 1 && memcmp(meta.id, p->like, 16) != 0) {
             memcpy(entry->meta.like, p->like, 16);
             entry->meta.has_like = 1;
         }
-        meta.has_like = entry->meta.has_like;
-        meta.preconds_refreshed = entry->meta.preconds_refreshed;
+        if (!meta.hide_selection) { /* (a user's view of shared content leaves them out) */
+            meta.has_like = entry->meta.has_like;
+            meta.preconds_refreshed = entry->meta.preconds_refreshed;
+        }
     }
     memcpy(meta.pattern, hash, 16);
     meta.has_pattern = 1;

@@ -215,6 +215,12 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_client_memory_bytes", "gauge",
                    "Bytes every connection holds: buffers, requests in flight, unread replies.",
                    (double)server->climem.used);
+    kd_text_metric(&t, "krylovd_rss_bytes", "gauge",
+                   "The process's resident memory (/proc/self/statm).",
+                   (double)kd_trim_rss_bytes());
+    kd_text_metric(&t, "krylovd_memory_trims_total", "counter",
+                   "Times freed host memory was given back to the system after a load.",
+                   (double)server->trim.trims);
     kd_text_metric(&t, "krylovd_client_memory_peak_bytes", "gauge",
                    "The most krylovd_client_memory_bytes has been.", (double)server->climem.peak);
     kd_text_metric(&t, "krylovd_client_memory_limit_bytes", "gauge",
@@ -257,6 +263,10 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
         {KD_STORE_CORRUPT, "krylovd_state_corrupt_files_total", "State files moved aside."},
         {KD_STORE_DEVMEM_RETRIES, "krylovd_device_memory_retries_total",
          "Driver allocation failures retried after evicting."},
+        {KD_STORE_MEMORY_WAITS, "krylovd_device_memory_waits_total",
+         "Requests that waited for matrices in use by others to make room."},
+        {KD_STORE_MEMORY_WAIT_MS, "krylovd_device_memory_wait_ms_total",
+         "Milliseconds requests waited for device memory, summed."},
     };
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
         kd_text_metric(&t, cache[i].name, "counter", cache[i].help,

@@ -48,11 +48,17 @@ int kd_owners_save(kd_server_t *server, kd_err_t *err)
         free(list);
         return kd_err_set(err, KD_ENOMEM, "out of host memory listing owners");
     }
-    fprintf(mem, "# krylovd owners: <id> <user> <pinned>\n");
+    fprintf(mem, "# krylovd owners: <id> <user> <pinned> [<the user's name for it, in hex>]\n");
     for (size_t i = 0; i < count; i++)
-        for (int o = 0; o < list[i].nowners; o++)
-            fprintf(mem, "%s %s %d\n", list[i].hex, list[i].owners[o].name,
-                    list[i].owners[o].pinned != 0);
+        for (int o = 0; o < list[i].nowners; o++) {
+            const kd_owner_t *own = &list[i].owners[o];
+            fprintf(mem, "%s %s %d", list[i].hex, own->name, own->pinned != 0);
+            if (own->label[0] != '\0')
+                fputc(' ', mem);
+            for (const char *c = own->label; *c != '\0'; c++)
+                fprintf(mem, "%02x", (unsigned char)*c);
+            fputc('\n', mem);
+        }
     free(list);
     if (fclose(mem) != 0) {
         free(text);
@@ -92,13 +98,33 @@ int kd_owners_save(kd_server_t *server, kd_err_t *err)
     return KD_OK;
 }
 
-/* One line "<hex> <name> <0|1>" into its matrix's references; 0, or -1 when it is malformed. */
+/* The label of an owners line: hex pairs into out (KD_NAME_MAX bytes); 0, or -1. */
+static int kd_owners_label(const char *hex, char *out)
+{
+    const size_t n = strlen(hex);
+    if (n % 2 != 0 || n / 2 >= KD_NAME_MAX)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned byte;
+        if (sscanf(hex + 2 * i, "%2x", &byte) != 1 || byte == 0)
+            return -1;
+        out[i] = (char)byte;
+    }
+    out[n / 2] = '\0';
+    return 0;
+}
+
+/* One line "<hex> <name> <0|1> [<label hex>]" into its matrix's references; 0, or -1 when it is
+ * malformed. */
 static int kd_owners_line(kd_server_t *server, char *line, kd_err_t *err)
 {
-    char hex[KD_ID_HEX_LEN + 2], name[KD_AUTH_NAME_MAX + 1], extra[2];
+    char hex[KD_ID_HEX_LEN + 2], name[KD_AUTH_NAME_MAX + 1], labelhex[2 * KD_NAME_MAX + 1];
+    char label[KD_NAME_MAX] = "", extra[2];
     int pinned = -1;
-    if (sscanf(line, "%33s %64s %d %1s", hex, name, &pinned, extra) != 3 ||
-        (pinned != 0 && pinned != 1) || strlen(name) >= KD_AUTH_NAME_MAX)
+    labelhex[0] = '\0';
+    const int got = sscanf(line, "%33s %64s %d %256s %1s", hex, name, &pinned, labelhex, extra);
+    if ((got != 3 && got != 4) || (pinned != 0 && pinned != 1) ||
+        strlen(name) >= KD_AUTH_NAME_MAX || kd_owners_label(labelhex, label) != 0)
         return -1;
     uint8_t id[16];
     if (kd_id_from_hex(hex, strlen(hex), id) != 0)
@@ -108,6 +134,8 @@ static int kd_owners_line(kd_server_t *server, char *line, kd_err_t *err)
         return 0; /* its file went (dropped, evicted from disk, moved aside) */
     if (kd_store_add_owner(server->store, entry, name, pinned, err) != KD_OK)
         KD_WARN("owners", "%s", err->message);
+    else
+        kd_store_set_owner_label(server->store, entry, name, label);
     return 0;
 }
 
@@ -125,7 +153,7 @@ int kd_owners_load(kd_server_t *server, kd_err_t *err)
         return kd_err_set(err, KD_EIO, "cannot read %s: %s", path, strerror(errno));
     size_t lines = 0, bad = 0;
     if (f != NULL) {
-        char line[256];
+        char line[512];
         while (fgets(line, sizeof(line), f) != NULL) {
             lines++;
             if (line[0] == '#' || line[0] == '\n')

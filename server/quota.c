@@ -3,13 +3,9 @@
  * limit anyway.
  */
 #include "server/quota.h"
+#include "common/checked.h"
 
 #include <stdint.h>
-
-static size_t kd_sat_add(size_t a, size_t b)
-{
-    return a > SIZE_MAX - b ? SIZE_MAX : a + b;
-}
 
 static int kd_quota_over(const char *user, const char *what, const char *limit, size_t want,
                          size_t max, kd_err_t *err)

@@ -3,6 +3,7 @@
  * docs/PROTOCOL.md; keep the two in step.
  */
 #include "server/replies.h"
+#include "common/recycle.h"
 #include "solver/program_cache.h"
 #include "solver/method.h"
 #include "solver/precond.h"
@@ -79,8 +80,9 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
     /* a batch shows one system's shape and how many systems it holds */
     const int64_t k = meta->batch > 0 ? meta->batch : 1;
-    kd_w_map(w, 20 + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) + (meta->batch > 0 ? 1 : 0) +
-                    (meta->has_pattern ? 1 : 0) + (meta->has_like ? 1 : 0) + extra);
+    kd_w_map(w, 19 + (meta->hide_selection ? 0 : 1) + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) +
+                    (meta->batch > 0 ? 1 : 0) + (meta->has_pattern ? 1 : 0) +
+                    (meta->has_like ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
     kd_w_kv_str(w, "name", meta->name);
     kd_w_kv_int(w, "rows", meta->rows / k);
@@ -95,7 +97,8 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_kv_bool(w, "resident", meta->resident);
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
-    kd_reply_candidates(w, meta);
+    if (!meta->hide_selection)
+        kd_reply_candidates(w, meta);
     kd_reply_detail(w, &meta->detail);
     kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
     kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
@@ -120,9 +123,10 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
         kd_w_kv_bool(w, "created", created);
 }
 
-void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user, int owners)
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user,
+                         kd_meta_scope_t scope, int owners)
 {
-    kd_meta_view(meta, user);
+    kd_meta_view(meta, user, scope);
     kd_reply_meta_extra(w, meta, -1, owners ? 1 : 0);
     if (!owners)
         return;
@@ -180,6 +184,19 @@ static void kd_reply_client_memory(kd_writer_t *w, const kd_client_mem_t *m)
         kd_w_kv_int(w, kd_evict_reason_name((kd_evict_reason_t)r), (int64_t)m->evictions[r]);
 }
 
+/* The process's resident size beside what is counted (client_memory, the recycle shelf), and
+ * what the idle trims gave back (trim.h). */
+static void kd_reply_host_memory(kd_writer_t *w, const kd_server_t *server)
+{
+    kd_w_str(w, "host_memory");
+    kd_w_map(w, 5);
+    kd_w_kv_int(w, "rss_bytes", (int64_t)kd_trim_rss_bytes());
+    kd_w_kv_int(w, "recycle_idle_bytes", (int64_t)kd_recycle_idle_bytes());
+    kd_w_kv_int(w, "settled_rss_bytes", (int64_t)server->trim.settled_bytes);
+    kd_w_kv_int(w, "trims", (int64_t)server->trim.trims);
+    kd_w_kv_int(w, "trimmed_bytes", (int64_t)server->trim.released_bytes);
+}
+
 void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
 {
     const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
@@ -191,7 +208,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 27 + (users ? 1 : 0) : 4);
+    kd_w_map(w, full ? 28 + (users ? 1 : 0) : 4);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* For everyone: a client that wants a warm server can see how far it is. */
     kd_w_str(w, "warm_up");
@@ -232,7 +249,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "queue_depth", (int64_t)kd_worker_queued(server->worker));
     kd_w_kv_int(w, "jobs_in_flight", (int64_t)server->jobs_in_flight);
     kd_w_str(w, "cache");
-    kd_w_map(w, 7);
+    kd_w_map(w, 9);
     kd_w_kv_int(w, "hits", (int64_t)totals.counters[KD_STORE_HITS]);
     kd_w_kv_int(w, "misses", (int64_t)totals.counters[KD_STORE_MISSES]);
     kd_w_kv_int(w, "reloads", (int64_t)totals.counters[KD_STORE_RELOADS]);
@@ -240,6 +257,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "disk_evictions", (int64_t)totals.counters[KD_STORE_DISK_EVICTIONS]);
     kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
     kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
+    kd_w_kv_int(w, "memory_waits", (int64_t)totals.counters[KD_STORE_MEMORY_WAITS]);
+    kd_w_kv_int(w, "memory_wait_ms", (int64_t)totals.counters[KD_STORE_MEMORY_WAIT_MS]);
     kd_ocl_program_stats_t ps;
     kd_ocl_program_stats(server->ocl, &ps);
     kd_w_str(w, "programs");
@@ -283,6 +302,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "auth_failures", (int64_t)c->auth_failures);
     kd_w_kv_int(w, "closed_auth", (int64_t)c->connections_auth);
     kd_reply_client_memory(w, &server->climem);
+    kd_reply_host_memory(w, server);
     kd_w_str(w, "requests_by_method");
     kd_w_map(w, KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++)

@@ -13,9 +13,11 @@ void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created);
 /* The same map with `extra` more entries, which the caller writes next (matrix.multiply). */
 void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra);
 
-/* The metadata map as user sees it (matrix.info / matrix.list): its own pin; with owners (an admin
- * on a server with an auth file) also {"owners": [{user, pinned}]}. Changes meta's pinned. */
-void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user, int owners);
+/* The metadata map as user sees it (matrix.info / matrix.list: kd_meta_view in scope); with
+ * owners (an admin on a server with an auth file) also {"owners": [{user, pinned}]}. Changes
+ * meta. */
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user,
+                         kd_meta_scope_t scope, int owners);
 
 /* A whole response to server.status: in full for an admin; otherwise only what a client needs
  * to form requests (version, solvers, device), nothing about other clients' use. */

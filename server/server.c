@@ -12,6 +12,7 @@
  */
 #include "server/server.h"
 #include "common/clock.h"
+#include "common/checked.h"
 #include "common/log.h"
 #include "common/recycle.h"
 #include "server/metrics.h"
@@ -277,15 +278,22 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     /* Large message and response buffers kept for the next request (common/recycle.h): idle,
      * at most half the client memory cap (kd_hostmem_check leaves twice the cap for clients)
      * and 1 GiB. */
-    kd_recycle_set_limit(server->climem.cap / 2 < ((size_t)1 << 30) ? server->climem.cap / 2
-                                                                     : (size_t)1 << 30,
-                         4);
+    kd_recycle_set_limit(
+        server->climem.cap / 2 < ((size_t)1 << 30) ? server->climem.cap / 2 : (size_t)1 << 30, 4);
     rc = kd_store_new(&server->store);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot create the matrix store");
     rc = kd_cache_open(server, err);
     if (rc != KD_OK)
         return rc;
+    /* Charged before a matrix is built from a request (common/csr.h): its build within one
+     * upload's share of host memory (kd_hostmem_check reserves 2 x --max-message for it), its
+     * CSR arrays within the device budget (the put handler scales that by the ranks a matrix
+     * may be spread over). */
+    server->csr_limits.max_build_bytes = kd_sat_add(cfg->max_message, cfg->max_message);
+    server->csr_limits.build_limit = "2 x --max-message: raise --max-message";
+    server->csr_limits.max_device_bytes = server->device_budget;
+    server->csr_limits.device_limit = "--device-memory, or a larger device";
     kd_warm_open_cache(server); /* before the worker: requests build through it */
 
     if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
@@ -366,6 +374,8 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         uv_timer_start(&server->sweep_timer, kd_on_sweep, every, every);
     }
     signal(SIGPIPE, SIG_IGN);
+    if ((rc = kd_trim_start(server)) != KD_OK)
+        return kd_err_set(err, rc, "cannot start the memory trim timer");
 
     if (cfg->metrics[0] != '\0') {
         int metrics_port = 0;
@@ -416,6 +426,7 @@ static void kd_server_worker_closed(void *arg)
     uv_close((uv_handle_t *)&server->sighup, NULL);
     uv_close((uv_handle_t *)&server->grace_timer, NULL);
     uv_close((uv_handle_t *)&server->sweep_timer, NULL);
+    kd_trim_stop(server);
     kd_notify_watchdog_stop(&server->watchdog);
     kd_warm_close(server);
 }
@@ -428,6 +439,8 @@ static void kd_server_finish(kd_server_t *server)
     server->finishing = 1;
     uv_timer_stop(&server->grace_timer);
     uv_timer_stop(&server->sweep_timer);
+    if (server->trim_timer_open)
+        uv_timer_stop(&server->trim_timer);
     kd_conn_t *c = server->conns;
     while (c != NULL) {
         kd_conn_t *next = c->next;

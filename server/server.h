@@ -17,6 +17,7 @@
 #include "server/stats.h"
 #include "server/state.h"
 #include "server/store.h"
+#include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
 #include "solver/ocl.h"
@@ -104,6 +105,7 @@ typedef struct kd_server {
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
     int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
     int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
@@ -127,6 +129,10 @@ typedef struct kd_server {
     uint64_t start_ns;
     kd_server_counters_t counters;
     kd_client_mem_t climem;
+    uv_timer_t trim_timer; /* --memory-trim-ms: memory back to the system when idle (trim.c) */
+    int trim_timer_open;
+    uint64_t trim_seen_requests; /* counters.requests at the last tick */
+    kd_trim_stats_t trim;
     kd_latency_t latency[KD_METHOD_COUNT]; /* per method, loop thread */
     struct kd_metrics *metrics;            /* --metrics, or NULL */
     uv_timer_t watchdog;                   /* systemd WatchdogSec= pings */
@@ -240,6 +246,20 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req);
  * refuse a configuration whose worst-case host memory exceeds the machine's RAM
  * (docs/OPERATIONS.md, "Host memory"). After the device is open, before the cache. */
 int kd_hostmem_check(kd_server_t *server, kd_err_t *err);
+
+/* How much of a matrix's metadata a reply to a user shows (store.h, kd_meta_view): with an auth
+ * file (tenants) a user that is not an admin sees only its own figures. */
+static inline kd_meta_scope_t kd_server_meta_scope(const kd_server_t *server, int admin)
+{
+    return server->cfg.auth_file[0] != '\0' && !admin ? KD_META_OWN : KD_META_ALL;
+}
+
+/* With an auth file and --tenant-dedupe off: the user whose own copy content put now becomes
+ * (store.h, kd_id_mix_tenant); NULL: the content is stored once for every user. */
+static inline const char *kd_server_tenant(const kd_server_t *server, const char *user)
+{
+    return server->cfg.auth_file[0] != '\0' && !server->cfg.tenant_dedupe ? user : NULL;
+}
 
 /* dispatch.c: count an error answer (errors, errors_by_code). */
 void kd_server_count_error(kd_server_t *server, int code);

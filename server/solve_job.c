@@ -507,7 +507,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
             rc = prc;
             *err = perr;
         } else {
-            kd_handlers_respond(p->job, prc, prc == KD_OK ? pw : NULL, &perr);
+            kd_handlers_respond(server, p->job, prc, prc == KD_OK ? pw : NULL, &perr);
         }
     }
 done:

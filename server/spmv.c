@@ -23,6 +23,14 @@
  * deadline) and gets its own answer; one that fails does not fail the others. The matrices a
  * group uses are marked busy while it runs, so that making room for one request's matrix cannot
  * evict another's from under it.
+ *
+ * Waiting for device memory. A request whose matrix (and vectors) would fit the budget once the
+ * requests in flight release the matrices they use is not refused: it waits (job->mem_wait_ns).
+ * In a group it runs alone after the group; beside a solve, when the solve's matrix still leaves
+ * no room, it goes back to the head of the worker's queue and runs after the solve. Fair: the
+ * requests of a group behind a waiting one that need a matrix loaded wait behind it too, and once
+ * one waits at the queue's head a solve serves nothing more beside it. The wait ends at the
+ * request's deadline (TIMEOUT), checked at every yield as well as by the loop's timer.
  */
 #include "common/checked.h"
 #include "common/clock.h"
@@ -37,6 +45,7 @@
 #include <string.h>
 
 #define KD_SPMV_ALONE 1 /* kd_spmv_resolve: not for a group; kd_spmv_post runs it alone */
+#define KD_SPMV_WAIT 2  /* kd_spmv_group: items[0] waits for memory (kd_handle_spmv: alone) */
 /* x and y bytes of a run past which packing them into the pinned image costs more (a copy of
  * each on the host) than it saves (one transfer instead of one per request). */
 #define KD_SPMV_DIRECT_BYTES ((size_t)4 << 20)
@@ -53,6 +62,7 @@ typedef struct kd_spmv_item {
     void *dev;               /* y in the matrix's dtype, when that differs */
     int rc;
     int budget; /* rc is a KD_EDEVMEM of the budget, not the driver's */
+    int wait;   /* ... that fits once the requests in flight end: it runs after them */
     kd_err_t err;
 } kd_spmv_item_t;
 
@@ -68,6 +78,8 @@ typedef struct kd_spmv_run {
 
 typedef struct kd_spmv_take {
     size_t bytes;
+    int beside_solve; /* a yield: take nothing from the first request waiting for memory on */
+    int blocked;
 } kd_spmv_take_t;
 
 /* Host bytes of a request's vectors: what a group may hold at once. */
@@ -82,6 +94,10 @@ static int kd_spmv_match(void *arg, const kd_job_t *job)
     kd_spmv_take_t *take = arg;
     if (job->req->method != KD_METHOD_SPMV)
         return 0;
+    if (take->beside_solve && (take->blocked || job->mem_wait_ns != 0)) {
+        take->blocked = 1;
+        return 0;
+    }
     size_t bytes = kd_spmv_request_bytes(&job->req->u.spmv);
     if (take->bytes + bytes > KD_SPMV_GROUP_BYTES)
         return 0;
@@ -115,9 +131,11 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
     const int64_t k = q->ncols;
     kd_store_entry_t *entry;
     server->budget_refused = 0;
+    server->budget_wait = 0;
     rc = kd_cache_use(server, q->id, kd_handlers_vector_bytes(server, q->id, k, k), &entry, err);
     if (rc != KD_OK) {
         it->budget = server->budget_refused;
+        it->wait = rc == KD_EDEVMEM && server->budget_wait;
         return rc;
     }
     /* the shape from the metadata: a spread matrix has no entry->dev */
@@ -308,6 +326,13 @@ static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
     it->out = NULL;
 }
 
+/* Whether the job's matrix is resident (or spread): using it takes no room for a matrix. */
+static int kd_spmv_resident(kd_server_t *server, const kd_job_t *job)
+{
+    const kd_store_entry_t *e = kd_store_find(server->store, job->req->u.spmv.id);
+    return e == NULL || e->dev != NULL || e->dist != NULL;
+}
+
 /*
  * Serve items[0..n) as one group. Items from `checked` on are checked here for their owner,
  * cancel flag and deadline (the worker checked the one it runs). With w, items[0] answers
@@ -320,10 +345,19 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
 {
     uint64_t t0 = kd_clock_ns();
     kd_spmv_run_t runs[KD_SPMV_GROUP_MAX];
-    int nruns = 0;
+    int nruns = 0, waiting = 0;
     for (size_t i = 0; i < n; i++) {
         items[i].run = -1;
-        items[i].rc = kd_spmv_resolve(server, &items[i], i >= checked);
+        if (waiting && !kd_spmv_resident(server, items[i].job)) { /* behind the one waiting */
+            items[i].rc = KD_EDEVMEM;
+            items[i].budget = items[i].wait = 1;
+        } else {
+            items[i].rc = kd_spmv_resolve(server, &items[i], i >= checked);
+        }
+        if (items[i].wait) {
+            waiting = 1;
+            kd_cache_wait_begin(server, &items[i].job->mem_wait_ns);
+        }
         if (items[i].rc == KD_OK && !items[i].spread)
             items[i].run = kd_spmv_place(&items[i], runs, &nruns);
     }
@@ -364,15 +398,19 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
                 kd_spmv_encode(it, w, ms);
             else if (rc == KD_SPMV_ALONE) /* cannot happen: dispatch gives batches to batch.c */
                 rc = kd_err_set(err, KD_EINTERNAL, "spmv on a batch reached the group path");
+            else if (it->wait && n > 1)
+                rc = KD_SPMV_WAIT;
             else
                 *err = it->err;
         } else if (it->rc == KD_OK) {
             kd_writer_t iw;
             kd_writer_init(&iw);
             kd_spmv_encode(it, &iw, ms);
-            kd_handlers_respond(it->job, KD_OK, &iw, &it->err);
-        } else if (it->rc != KD_SPMV_ALONE && !(it->rc == KD_EDEVMEM && !it->budget)) {
-            kd_handlers_respond(it->job, it->rc, NULL, &it->err);
+            kd_handlers_respond(server, it->job, KD_OK, &iw, &it->err);
+            kd_cache_wait_end(server, &it->job->mem_wait_ns);
+        } else if (it->rc != KD_SPMV_ALONE && !it->wait && !(it->rc == KD_EDEVMEM && !it->budget)) {
+            kd_handlers_respond(server, it->job, it->rc, NULL, &it->err);
+            kd_cache_wait_end(server, &it->job->mem_wait_ns);
         }
         if (it->entry != NULL)
             it->entry->busy--;
@@ -384,19 +422,49 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
     return rc;
 }
 
-/* Post items[from..n)'s answers; one the driver refused memory for runs again on its own
- * (through the worker's evict-and-retry) first. */
-static void kd_spmv_post(kd_server_t *server, kd_spmv_item_t *items, size_t from, size_t n)
+/* Whether the job's alone run (kd_handlers_run) was refused memory that requests in flight
+ * still hold: its error response is dropped, for it to wait on. */
+static int kd_spmv_still_waits(kd_server_t *server, kd_job_t *job)
 {
+    if (job->error_code != KD_EDEVMEM || !server->budget_wait)
+        return 0;
+    free(job->response);
+    free(job->response_tail); /* none on an error */
+    job->response = job->response_tail = NULL;
+    job->response_len = job->response_tail_len = 0;
+    job->error_code = KD_OK;
+    return 1;
+}
+
+/* Post items[from..n)'s answers; one the driver refused memory for, or that waited for the
+ * group's matrices, runs again on its own (through the worker's evict-and-retry) first. Beside a
+ * solve (can_wait), one that still finds no room goes back to the queue's head, and so do the
+ * waiting ones after it, in order. */
+static void kd_spmv_post(kd_server_t *server, kd_spmv_item_t *items, size_t from, size_t n,
+                         int can_wait)
+{
+    kd_job_t *again[KD_SPMV_GROUP_MAX];
+    size_t nagain = 0;
     for (size_t i = from; i < n; i++) {
         kd_job_t *job = items[i].job;
+        if (job->response == NULL && items[i].wait && nagain > 0) {
+            again[nagain++] = job;
+            continue;
+        }
         if (job->response == NULL) {
             server->spmv_alone++;
             kd_handlers_run(server, job);
             server->spmv_alone--;
+            if (can_wait && kd_spmv_still_waits(server, job)) {
+                again[nagain++] = job;
+                continue;
+            }
         }
         kd_worker_finish(server->worker, job);
     }
+    if (nagain > 0)
+        KD_DEBUG("spmv", "%zu requests wait for device memory until the solve ends", nagain);
+    kd_worker_requeue(server->worker, again, nagain);
 }
 
 static size_t kd_spmv_items(kd_spmv_item_t *items, kd_job_t **jobs, size_t n)
@@ -419,8 +487,37 @@ int kd_handle_spmv(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t 
     }
     kd_spmv_items(items, jobs, n);
     int rc = kd_spmv_group(server, items, n, 1, w, err);
-    kd_spmv_post(server, items, 1, n);
+    if (rc == KD_SPMV_WAIT) { /* the group's other matrices are free now: the oldest goes first */
+        kd_spmv_item_t first;
+        kd_spmv_items(&first, jobs, 1);
+        server->spmv_alone++;
+        rc = kd_spmv_group(server, &first, 1, 1, w, err);
+        server->spmv_alone--;
+    }
+    kd_spmv_post(server, items, 1, n, 0);
     return rc;
+}
+
+static int kd_spmv_expired(void *arg, const kd_job_t *job)
+{
+    (void)arg;
+    return job->mem_wait_ns != 0 && (atomic_load(&job->cancel) != 0 ||
+                                     (job->deadline_ns != 0 && kd_clock_ns() > job->deadline_ns));
+}
+
+/* Answer the requests waiting for memory at the queue's head whose deadline passed (or that were
+ * cancelled) while a solve runs: the loop's timer may have fired while one was taken. */
+static void kd_spmv_expire(kd_server_t *server)
+{
+    kd_job_t *jobs[KD_SPMV_GROUP_MAX];
+    size_t n = kd_worker_take(server->worker, kd_spmv_expired, NULL, jobs, KD_SPMV_GROUP_MAX);
+    for (size_t i = 0; i < n; i++) {
+        kd_err_t err = {0};
+        int rc = kd_handlers_precheck(server, jobs[i], &err); /* the cancel or the timeout */
+        kd_handlers_respond(server, jobs[i], rc, NULL, &err);
+        kd_cache_wait_end(server, &jobs[i]->mem_wait_ns);
+        kd_worker_finish(server->worker, jobs[i]);
+    }
 }
 
 void kd_spmv_yield(void *ctx)
@@ -428,9 +525,10 @@ void kd_spmv_yield(void *ctx)
     kd_server_t *server = ctx;
     if (server->spmv_alone != 0)
         return;
+    kd_spmv_expire(server);
     kd_job_t *jobs[KD_SPMV_GROUP_MAX];
     kd_spmv_item_t items[KD_SPMV_GROUP_MAX];
-    kd_spmv_take_t take = {0};
+    kd_spmv_take_t take = {.beside_solve = 1};
     size_t n = kd_worker_take(server->worker, kd_spmv_match, &take, jobs, KD_SPMV_GROUP_MAX);
     if (n == 0)
         return;
@@ -440,7 +538,7 @@ void kd_spmv_yield(void *ctx)
     server->spmv_alone++; /* nothing below takes more jobs or yields again */
     kd_spmv_items(items, jobs, n);
     kd_spmv_group(server, items, n, 0, NULL, NULL);
-    kd_spmv_post(server, items, 0, n);
+    kd_spmv_post(server, items, 0, n, 1);
     server->spmv_alone--;
     kd_ocl_express(server->ocl, 0, &xerr);
     atomic_fetch_add(&server->spmv_stats.beside_solve, (uint64_t)n);

@@ -61,6 +61,10 @@ enum {
     KD_H_CANDIDATES = 288, /* KD_FMT_COUNT x {u32 format, u32 0, f64 time_ms, char dropped[96]} */
     KD_H_CANDIDATE_BYTES = 112,
     KD_H_PATTERN = 1296, /* version 2: the pattern file's key (16 bytes) */
+    /* the user a --tenant-dedupe off copy was stored for (KD_AUTH_NAME_MAX bytes, NUL-padded;
+     * zero in files from before it and for shared content: the id is the content's) */
+    KD_H_TENANT = 1312,
+    KD_H_ALONE_BYTES = 1376, /* u64 kd_matrix_meta_t.alone_bytes; zero in files from before it */
     /* u64 systems of a batched matrix (zero in files from before batches: one matrix) */
     KD_H_BATCH = 1520,
     KD_H_DETAIL = 1536, /* u32 count, u32 0, then KD_FORMAT_DETAIL_MAX x {char name[24], u64} */
@@ -85,6 +89,10 @@ _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <
                "state header too small for the format detail");
 _Static_assert(KD_FORMAT_DETAIL_NAME == 24, "format detail name size changed");
 _Static_assert(KD_H_NAME + KD_NAME_MAX <= KD_H_NCANDIDATES, "state header: name overlaps");
+_Static_assert(KD_H_PATTERN + 16 <= KD_H_TENANT &&
+                   KD_H_TENANT + KD_AUTH_NAME_MAX <= KD_H_ALONE_BYTES &&
+                   KD_H_ALONE_BYTES + 8 <= KD_H_BATCH,
+               "state header: the tenant overlaps");
 _Static_assert(KD_H_DETAIL + 8 + KD_FORMAT_DETAIL_MAX * KD_H_DETAIL_ITEM_BYTES <= KD_H_REORDER &&
                    KD_H_REORDER + KD_H_REORDER_BYTES <= KD_H_CHECKSUM,
                "state header: the reordering overlaps");
@@ -262,6 +270,8 @@ static void kd_header_encode(const kd_matrix_meta_t *m, const kd_layout_t *layou
         kd_put_u64(d + KD_FORMAT_DETAIL_NAME, (uint64_t)m->detail.items[i].value);
     }
     kd_put_u64(h + KD_H_BATCH, (uint64_t)m->batch);
+    memcpy(h + KD_H_TENANT, m->tenant, strnlen(m->tenant, KD_AUTH_NAME_MAX - 1));
+    kd_put_u64(h + KD_H_ALONE_BYTES, (uint64_t)m->alone_bytes);
     kd_put_u32(h + KD_H_REORDER, (uint32_t)m->reorder);
     kd_put_u64(h + KD_H_REORDER + 8, (uint64_t)m->bandwidth_before);
     kd_put_u64(h + KD_H_REORDER + 16, (uint64_t)m->bandwidth_after);
@@ -326,6 +336,10 @@ static int kd_header_decode(const uint8_t h[KD_STATE_HEADER_BYTES], kd_matrix_me
     if (batch > 0 && layout->split)
         return kd_err_set(err, KD_EIO, "a batch in a values file");
     m->batch = (int64_t)batch;
+    if (memchr(h + KD_H_TENANT, '\0', KD_AUTH_NAME_MAX) == NULL)
+        return kd_err_set(err, KD_EIO, "tenant is not terminated");
+    memcpy(m->tenant, h + KD_H_TENANT, KD_AUTH_NAME_MAX);
+    m->alone_bytes = (size_t)kd_get_u64(h + KD_H_ALONE_BYTES);
     const uint8_t *st = h + KD_H_STATS;
     m->stats.min_row = (int64_t)kd_get_u64(st);
     m->stats.max_row = (int64_t)kd_get_u64(st + 8);
@@ -657,11 +671,14 @@ int kd_state_check_pattern(const kd_csr_t *m)
     return 0;
 }
 
-/* The id of content hash h: a batch's is changed by its size (solver/batch.h). */
-static const uint8_t *kd_state_content_id(uint8_t h[16], int64_t batch)
+/* The id of content hash h: a batch's is changed by its size (solver/batch.h), a copy stored for
+ * one user by the name (store.h, kd_id_mix_tenant). */
+static const uint8_t *kd_state_content_id(uint8_t h[16], int64_t batch, const char *tenant)
 {
     if (batch > 0)
         kd_batch_id_mix(h, batch);
+    if (tenant[0] != '\0')
+        kd_id_mix_tenant(h, tenant);
     return h;
 }
 
@@ -672,7 +689,7 @@ static int kd_state_check_id(const kd_csr_t *csr, const kd_matrix_meta_t *m, con
     uint8_t check[16];
     if (kd_csr_hash(csr, check) != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    if (memcmp(kd_state_content_id(check, m->batch), id, 16) != 0) {
+    if (memcmp(kd_state_content_id(check, m->batch, m->tenant), id, 16) != 0) {
         *corrupt = 1;
         return kd_err_set(err, KD_EIO, "content hash does not match the id");
     }

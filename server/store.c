@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 struct kd_store {
     pthread_mutex_t lock;
@@ -246,6 +247,23 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
     return best;
 }
 
+void kd_store_held_device_bytes(kd_store_t *store, const kd_store_entry_t *except, size_t *fixed,
+                                size_t *busy)
+{
+    *fixed = *busy = 0;
+    pthread_mutex_lock(&store->lock);
+    for (size_t i = 0; i < store->count; i++) {
+        const kd_store_entry_t *e = store->entries[i];
+        if (e == except || !e->meta.resident)
+            continue;
+        if (e->meta.pinned || !e->meta.stored || e->meta.distributed)
+            *fixed += e->meta.device_bytes;
+        else if (e->busy > 0)
+            *busy += e->meta.device_bytes;
+    }
+    pthread_mutex_unlock(&store->lock);
+}
+
 size_t kd_store_evictable_file_bytes(kd_store_t *store)
 {
     pthread_mutex_lock(&store->lock);
@@ -270,11 +288,61 @@ int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin)
     return admin || kd_meta_owner(meta, user) >= 0;
 }
 
-void kd_meta_view(kd_matrix_meta_t *meta, const char *user)
+void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scope)
 {
     int i = kd_meta_owner(meta, user);
     if (i >= 0)
         meta->pinned = meta->owners[i].pinned;
+    if (scope == KD_META_ALL)
+        return;
+    if (i >= 0) {
+        meta->uses = meta->owners[i].uses;
+        if (meta->owners[i].label[0] != '\0')
+            snprintf(meta->name, sizeof(meta->name), "%s", meta->owners[i].label);
+    }
+    if (meta->tenant[0] != '\0' && strcmp(meta->tenant, user) == 0)
+        return; /* its own copy: the selection timed it for this user */
+    meta->hide_selection = 1;
+    if (strstr(meta->reorder_reason, " ms") != NULL) { /* "rcm: 0.0675 ms ...": the upload's */
+        const size_t kind = strcspn(meta->reorder_reason, ":");
+        snprintf(meta->reorder_reason + kind, sizeof(meta->reorder_reason) - kind,
+                 ": timed at upload");
+    }
+    if (meta->alone_bytes != 0) /* not another user's preconditioners or shared arrays */
+        meta->device_bytes = meta->alone_bytes;
+    meta->has_pattern = 0;
+    meta->has_like = 0;
+}
+
+void kd_id_mix_tenant(uint8_t id[16], const char *user)
+{
+    uint8_t buf[16 + KD_AUTH_NAME_MAX];
+    const size_t n = strnlen(user, KD_AUTH_NAME_MAX - 1);
+    memcpy(buf, id, 16);
+    memcpy(buf + 16, user, n);
+    XXH128_canonical_t h;
+    XXH128_canonicalFromHash(&h, XXH3_128bits_withSeed(buf, 16 + n, 0x74656e616e74ULL));
+    memcpy(id, h.digest, 16);
+}
+
+void kd_store_note_use(kd_store_t *store, const uint8_t id[16], const char *user)
+{
+    pthread_mutex_lock(&store->lock);
+    kd_store_entry_t *e = kd_store_locate(store, id, NULL);
+    int i = e != NULL ? kd_meta_owner(&e->meta, user) : -1;
+    if (i >= 0)
+        e->meta.owners[i].uses++;
+    pthread_mutex_unlock(&store->lock);
+}
+
+void kd_store_set_owner_label(kd_store_t *store, kd_store_entry_t *entry, const char *user,
+                              const char *label)
+{
+    pthread_mutex_lock(&store->lock);
+    int i = kd_meta_owner(&entry->meta, user);
+    if (i >= 0)
+        snprintf(entry->meta.owners[i].label, sizeof(entry->meta.owners[i].label), "%s", label);
+    pthread_mutex_unlock(&store->lock);
 }
 
 /* The entry's pinned flag from its references. The lock is held. */
@@ -301,6 +369,7 @@ int kd_store_add_owner(kd_store_t *store, kd_store_entry_t *entry, const char *u
         i = m->nowners++;
         memset(&m->owners[i], 0, sizeof(m->owners[i]));
         snprintf(m->owners[i].name, sizeof(m->owners[i].name), "%s", user);
+        m->owners[i].added_ns = kd_clock_ns();
     }
     m->owners[i].pinned = pinned != 0;
     kd_store_repin(m);
@@ -360,6 +429,13 @@ void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
 {
     pthread_mutex_lock(&store->lock);
     store->counters[counter]++;
+    pthread_mutex_unlock(&store->lock);
+}
+
+void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t n)
+{
+    pthread_mutex_lock(&store->lock);
+    store->counters[counter] += n;
     pthread_mutex_unlock(&store->lock);
 }
 

@@ -31,12 +31,22 @@ typedef struct kd_candidate {
 } kd_candidate_t;
 
 /* One user's reference to a matrix (tenants: docs/PROTOCOL.md, "Owners"). A matrix is stored once
- * however many users put it; each has its own reference and its own pin. */
+ * however many users put it; each has its own reference, its own pin, the name it gave and its
+ * own count of uses, so that nothing of one user's use shows in another's replies. */
 #define KD_OWNERS_MAX 32
 typedef struct kd_owner {
     char name[KD_AUTH_NAME_MAX];
     int pinned;
+    char label[KD_NAME_MAX]; /* the matrix's name in this user's put ("" : the stored one) */
+    uint64_t uses;           /* this user's requests on it (kd_store_note_use) */
+    uint64_t added_ns;       /* CLOCK_MONOTONIC: when it became this user's (matrix.list order) */
 } kd_owner_t;
+
+/* How much of a matrix's metadata a reply shows (kd_meta_view). */
+typedef enum kd_meta_scope {
+    KD_META_ALL = 0, /* no auth file, or an admin: every figure, uses summed over all users */
+    KD_META_OWN,     /* a user among tenants: its own figures, none that another user's use moves */
+} kd_meta_scope_t;
 
 #define KD_META_RANKS_MAX 64
 
@@ -48,6 +58,10 @@ typedef struct kd_matrix_meta {
     kd_dtype_t dtype;
     kd_format_t format;
     size_t device_bytes;
+    /* the stored format's own device bytes, as its upload made them: no arrays shared with another
+     * matrix, no preconditioners (a user's view of shared content shows these: kd_meta_view);
+     * kept in the state file's header; 0: not known (a file from before it) */
+    size_t alone_bytes;
     kd_csr_stats_t stats;
     int pinned;  /* some owner pinned it: what eviction and the state header go by */
     int nowners; /* the references; 0 only while start-up reads the state */
@@ -87,6 +101,12 @@ typedef struct kd_matrix_meta {
     int has_like;
     uint8_t like[16];
     int64_t preconds_refreshed;
+    /* --tenant-dedupe off: the user this copy was stored for (its id is the content's mixed with
+     * the name: kd_id_mix_tenant), kept in the state file's header; "": content shared by id */
+    char tenant[KD_AUTH_NAME_MAX];
+    /* Set by kd_meta_view for a user that may share the stored copy with others: the reply leaves
+     * out the upload's selection (candidates and their timings) */
+    int hide_selection;
 } kd_matrix_meta_t;
 
 typedef struct kd_store_entry {
@@ -149,8 +169,23 @@ int kd_meta_owner(const kd_matrix_meta_t *meta, const char *user);
 int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin);
 
 /* meta as user sees it: `pinned` is its own reference's pin (an admin that holds no reference
- * sees whether anyone pinned it). */
-void kd_meta_view(kd_matrix_meta_t *meta, const char *user);
+ * sees whether anyone pinned it). KD_META_OWN also makes `uses` and `name` the user's own and,
+ * unless the copy is the user's alone (meta->tenant), leaves out what the upload measured
+ * (hide_selection, the timings of reorder_reason) and what other users' requests move (pattern, like, and device_bytes beyond
+ * alone_bytes): a put of content another user holds then answers as a put of new content
+ * would. */
+void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scope);
+
+/* The id of content id stored for user alone (--tenant-dedupe off): id changed by the name, so
+ * no two users' copies share an id and no user's copy has the shared content id. */
+void kd_id_mix_tenant(uint8_t id[16], const char *user);
+
+/* Worker thread: count one request of user's on matrix id (its reference's `uses`). */
+void kd_store_note_use(kd_store_t *store, const uint8_t id[16], const char *user);
+
+/* Worker thread (or start-up): the name user gave the matrix (its reference's label). */
+void kd_store_set_owner_label(kd_store_t *store, kd_store_entry_t *entry, const char *user,
+                              const char *label);
 
 /* Worker thread (or start-up): give user a reference (pinned or not; an existing one only changes
  * its pin) and set the entry's pinned flag from all references. KD_ETOOLARGE when the matrix
@@ -201,6 +236,12 @@ kd_store_entry_t *kd_store_lru_victim(kd_store_t *store, const kd_store_entry_t 
  * victims taken. */
 size_t kd_store_evictable_file_bytes(kd_store_t *store);
 
+/* Worker thread: the device bytes of resident entries other than `except` (may be NULL) that no
+ * eviction can free now: *fixed those that stay whatever happens (pinned, without a file, spread
+ * over ranks), *busy those that only requests in flight hold (busy > 0), free once they end. */
+void kd_store_held_device_bytes(kd_store_t *store, const kd_store_entry_t *except, size_t *fixed,
+                                size_t *busy);
+
 /* What one user's references hold (quotas, server.status `users`): a matrix two users hold counts
  * for both; device_bytes is each matrix's size on the device, resident or not. */
 typedef struct kd_usage {
@@ -221,10 +262,13 @@ typedef enum kd_store_counter {
     KD_STORE_DISK_EVICTIONS, /* matrices forgotten to keep the state directory under its limit */
     KD_STORE_CORRUPT,        /* state files moved aside */
     KD_STORE_DEVMEM_RETRIES, /* driver allocation failures retried after evicting */
+    KD_STORE_MEMORY_WAITS,   /* requests that waited for matrices in use to make room */
+    KD_STORE_MEMORY_WAIT_MS, /* ... the milliseconds they waited, summed */
     KD_STORE_COUNTER_COUNT
 } kd_store_counter_t;
 
 void kd_store_count(kd_store_t *store, kd_store_counter_t counter);
+void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t n);
 
 /* Any thread: a copy of the metadata. KD_ENOTFOUND. */
 int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t *out);

@@ -210,6 +210,21 @@ size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, kd_jo
     return n;
 }
 
+void kd_worker_requeue(kd_worker_t *w, kd_job_t **jobs, size_t n)
+{
+    if (n == 0)
+        return;
+    for (size_t i = 0; i + 1 < n; i++)
+        jobs[i]->queue_next = jobs[i + 1];
+    pthread_mutex_lock(&w->lock);
+    jobs[n - 1]->queue_next = w->head;
+    if (w->head == NULL)
+        w->tail = jobs[n - 1];
+    w->head = jobs[0];
+    w->queued += n;
+    pthread_mutex_unlock(&w->lock);
+}
+
 void kd_worker_finish(kd_worker_t *w, kd_job_t *job)
 {
     kd_event_t *ev = calloc(1, sizeof(*ev));

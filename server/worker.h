@@ -53,6 +53,12 @@ typedef int (*kd_worker_match_fn)(void *arg, const struct kd_job *job);
 size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, struct kd_job **out,
                       size_t max);
 
+/* From the worker thread: put jobs[0..n) taken with kd_worker_take back at the head of the queue,
+ * in that order, ahead of every job queued now (they were queued before those): a request that
+ * waits for something the running job holds (device memory, server/spmv.c) runs after it. The
+ * loop may remove them again (timeout, cancel) as any queued job. */
+void kd_worker_requeue(kd_worker_t *w, struct kd_job **jobs, size_t n);
+
 /* From the worker thread: post a job taken with kd_worker_take, its response set, to the loop
  * (the job run through kd_worker_run_fn is posted by the worker itself). */
 void kd_worker_finish(kd_worker_t *w, struct kd_job *job);

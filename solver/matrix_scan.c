@@ -62,7 +62,8 @@ kd_count_non_finite(const void *values, kd_dtype_t t, int64_t n, int64_t *first)
 /* What one slice of rows [r0, r1) found; the slices' findings merge in row order. */
 typedef struct kd_scan_slice {
     const kd_csr_t *csr;
-    void *inv; /* NULL unless square */
+    void *inv; /* 1/a_ii, where it is kept (square, with an entry a row at least) */
+    int square;
     int64_t r0, r1;
     int64_t non_finite_entry, non_finite_count, bad_row, neg_row;
     double bad_value, neg_value;
@@ -130,9 +131,9 @@ static void kd_scan_upper(kd_scan_slice_t *sl)
         for (k += k < end && indices[k] == r; k < end; k++) {
             const int64_t m = kd_scan_find(indptr, indices, indices[k], r);
             upper++;
-            if (m < 0 || !kd_scan_same(csr, r, indices[k],
-                                       kd_load_real(csr->values, csr->dtype, (size_t)k),
-                                       kd_load_real(csr->values, csr->dtype, (size_t)m))) {
+            if (m < 0 ||
+                !kd_scan_same(csr, r, indices[k], kd_load_real(csr->values, csr->dtype, (size_t)k),
+                              kd_load_real(csr->values, csr->dtype, (size_t)m))) {
                 sl->upper_mismatch = 1;
                 break;
             }
@@ -185,7 +186,7 @@ static void *kd_scan_slice(void *arg)
     sl->bad_row = sl->neg_row = -1;
     sl->bad_value = sl->neg_value = 0.0;
     sl->asym_row = sl->asym_col = -1;
-    if (sl->inv == NULL)
+    if (!sl->square)
         return NULL;
     kd_scan_upper(sl);
     const int32_t *indptr = csr->indptr, *indices = csr->indices;
@@ -198,11 +199,14 @@ static void *kd_scan_slice(void *arg)
          * not). */
         int usable = isfinite(diag) && diag != 0.0;
         if (usable) {
-            kd_store_real(sl->inv, t, (size_t)r, 1.0 / diag);
-            usable = isfinite(kd_load_real(sl->inv, t, (size_t)r));
+            const double inv = 1.0 / diag;
+            usable = isfinite(t == KD_DTYPE_F32 ? (double)(float)inv : inv);
+            if (sl->inv != NULL)
+                kd_store_real(sl->inv, t, (size_t)r, usable ? inv : 0.0);
         }
         if (!usable) {
-            kd_store_real(sl->inv, t, (size_t)r, 0.0);
+            if (sl->inv != NULL)
+                kd_store_real(sl->inv, t, (size_t)r, 0.0);
             if (sl->bad_row < 0) {
                 sl->bad_row = r;
                 sl->bad_value = diag;
@@ -257,7 +261,10 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
     const int square = csr->rows == csr->cols && csr->rows > 0;
     void *inv = NULL;
     size_t bytes = 0;
-    if (square) {
+    /* 1/a_ii for Jacobi and AMG's smoothers, kept only where every row can have its diagonal:
+     * with fewer entries than rows one row is empty, and a matrix of mostly empty rows (a put
+     * may declare its rows without sending them) costs no array of its rows here */
+    if (square && csr->nnz >= csr->rows) {
         if (kd_mul_overflow((size_t)csr->rows, kd_dtype_size(t), &bytes) ||
             (inv = malloc(bytes)) == NULL)
             return kd_err_set(err, KD_ENOMEM, "out of host memory for the matrix diagonal");
@@ -270,7 +277,8 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
     int n = kd_slices_count(csr->nnz);
     kd_slices_rows(csr, n, 1, bounds);
     for (int i = 0; i < n; i++)
-        slices[i] = (kd_scan_slice_t){.csr = csr, .inv = inv, .r0 = bounds[i], .r1 = bounds[i + 1]};
+        slices[i] = (kd_scan_slice_t){
+            .csr = csr, .inv = inv, .square = square, .r0 = bounds[i], .r1 = bounds[i + 1]};
     kd_slices_run(kd_scan_slice, slices, sizeof(slices[0]), n);
     for (int i = 0; i < n; i++) {
         const kd_scan_slice_t *sl = &slices[i];

@@ -91,6 +91,13 @@ static double kd_select_min_bytes(const kd_csr_t *csr)
            (double)csr->rows * v;
 }
 
+int kd_select_vector_bound(const kd_csr_t *csr)
+{
+    const double v = (double)kd_dtype_size(csr->dtype);
+    return ((double)csr->rows + (double)csr->cols) * v >
+           (double)csr->nnz * (v + 4.0) + ((double)csr->rows + 1.0) * 4.0;
+}
+
 int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr)
 {
     double bw = kd_ocl_copy_bandwidth(ocl);
@@ -107,6 +114,9 @@ kd_format_t kd_select_heuristic(const kd_csr_t *csr, const kd_csr_stats_t *st, i
     if (csr->rows == 0 || csr->nnz == 0) {
         f = KD_FMT_CSR_SCALAR;
         why = "no entries";
+    } else if (mean < 1.0) {
+        f = KD_FMT_CSR_SCALAR;
+        why = "fewer entries than rows: a work-item a row, most only write their zero";
     } else if (!gpu) {
         f = KD_FMT_CSR_SCALAR;
         why = "a CPU device: a thread walks whole rows, the kernels with barriers cost more there";
@@ -367,7 +377,7 @@ static int kd_select_forced(kd_ocl_t *ocl, kd_format_source_t *src, const char *
 }
 
 static int kd_select_heuristic_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd_matrix_t **out,
-                                      kd_select_result_t *res, kd_err_t *err)
+                                      kd_select_result_t *res, const char *note, kd_err_t *err)
 {
     const char *why = NULL;
     kd_format_t f = kd_select_heuristic(src->csr, &src->stats, kd_ocl_desc(ocl)->is_gpu,
@@ -385,7 +395,8 @@ static int kd_select_heuristic_upload(kd_ocl_t *ocl, kd_format_source_t *src, kd
     res->format = f;
     res->ncandidates = 1;
     res->candidates[0].format = f;
-    snprintf(res->candidates[0].dropped, sizeof(res->candidates[0].dropped), "heuristic: %s", why);
+    snprintf(res->candidates[0].dropped, sizeof(res->candidates[0].dropped), "heuristic: %s%s",
+             note, why);
     return KD_OK;
 }
 
@@ -535,6 +546,13 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     if (rc != KD_OK)
         return rc;
     int forced = forced_format != NULL && forced_format[0] != '\0';
+    /* Timing puts x and y on the device beside the matrix. Where they outweigh its arrays (about
+     * one entry a row or fewer) the vectors' traffic is the SpMV whatever the format, and they
+     * are memory the upload did not carry (a put declares rows and cols, it need not send
+     * them): the statistics choose. */
+    const int vector_bound = !forced && mode == KD_SELECT_MEASURE && kd_select_vector_bound(csr);
+    if (vector_bound)
+        mode = KD_SELECT_HEURISTIC;
     if (forced || mode == KD_SELECT_HEURISTIC) {
         kd_csr_row_stats(csr, &stats);
         result->plan_ms = kd_clock_ms() - t0;
@@ -550,9 +568,10 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
                         pthread_create(&scan_thread, NULL, kd_select_scan, &scan) == 0;
     if (forced)
         rc = kd_select_forced(ocl, &src, forced_format, out, result, err);
-    else if (mode == KD_SELECT_HEURISTIC)
-        rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
-    else {
+    else if (mode == KD_SELECT_HEURISTIC) {
+        rc = kd_select_heuristic_upload(ocl, &src, out, result,
+                                        vector_bound ? "x and y outweigh the matrix, " : "", err);
+    } else {
         rc = kd_select_measure(ocl, &src, out, result, err);
         if (rc == KD_EDEVMEM) {
             /* Timing needs room beside the matrix (vectors, a second format at once); when the
@@ -560,7 +579,7 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
             kd_csr_row_stats(csr, &src.stats);
             memset(result, 0, sizeof(*result));
             kd_err_clear(err);
-            rc = kd_select_heuristic_upload(ocl, &src, out, result, err);
+            rc = kd_select_heuristic_upload(ocl, &src, out, result, "", err);
         }
     }
     if (scan_threaded)
@@ -838,6 +857,8 @@ int kd_select_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, const char *f
         why = "auto: not square";
     else if (csr->rows < KD_SELECT_REORDER_MIN_ROWS || kd_select_launch_bound(ocl, csr))
         why = "auto: too small to pay back";
+    else if (kd_select_vector_bound(csr))
+        why = "auto: x and y outweigh the matrix, no order shortens their traffic";
     if (why == NULL)
         return kd_select_auto(ocl, csr, out, result, err);
     int rc = kd_select_upload(ocl, csr, forced_format, mode, out, result, err);

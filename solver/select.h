@@ -86,6 +86,10 @@ int kd_select_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, const char *f
                                kd_select_mode_t mode, kd_reorder_t reorder, kd_matrix_t **out,
                                kd_select_result_t *result, kd_err_t *err);
 
+/* 1 when x and y (rows + cols values) hold more bytes than csr's arrays: about one entry a row or
+ * fewer. Such a matrix is not timed (the statistics choose) nor reordered. */
+int kd_select_vector_bound(const kd_csr_t *csr);
+
 /* 1 when all of csr's SpMV traffic (the minimal-bytes model) takes under 5 us at the device's
  * copy bandwidth: every format then runs in the launch latency, and measuring is noise. */
 int kd_select_launch_bound(kd_ocl_t *ocl, const kd_csr_t *csr);

@@ -19,7 +19,7 @@ foreach(module test_py_client test_py_scipy test_py_multiply test_py_amg test_py
                test_py_preconds test_py_ilu_match test_py_auth test_py_programs
                test_py_tls test_py_tenants test_py_batch test_py_like test_py_climem
                test_py_solve_many test_py_state_pattern test_py_vectors test_py_startup
-               test_py_scipy_cases test_py_stagnation test_py_sizes)
+               test_py_scipy_cases test_py_stagnation test_py_pressure test_py_sizes)
   add_test(NAME ${module} COMMAND ${KD_PYTHON} -m unittest -v ${module}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/python)
   set_tests_properties(${module} PROPERTIES

@@ -175,6 +175,36 @@ static void test_listen_and_auth_options(void)
     CHECK_STR_CONTAINS(err.message, "unix:PATH needs a path");
 }
 
+/* --tenant-dedupe on (the default) or off, on the command line or in the file; nothing else. */
+static void test_tenant_dedupe(void)
+{
+    kd_config_t c;
+    kd_err_t err;
+    const char *none[] = {"krylovd"};
+    REQUIRE(parse(&c, &err, 1, none) == 0);
+    CHECK_EQ_INT(c.tenant_dedupe, 1);
+    const char *off[] = {"krylovd", "--tenant-dedupe", "off"};
+    REQUIRE(parse(&c, &err, 3, off) == 0);
+    CHECK_EQ_INT(c.tenant_dedupe, 0);
+    const char *on[] = {"krylovd", "--tenant-dedupe=off", "--tenant-dedupe", "on"};
+    REQUIRE(parse(&c, &err, 4, on) == 0);
+    CHECK_EQ_INT(c.tenant_dedupe, 1);
+    const char *bad[] = {"krylovd", "--tenant-dedupe", "yes"};
+    CHECK_EQ_INT(parse(&c, &err, 3, bad), KD_EBADREQ);
+    CHECK_STR_CONTAINS(err.message, "tenant-dedupe: 'yes' is not on or off");
+
+    char path[300], opt[320];
+    snprintf(path, sizeof(path), "%s/dedupe.conf", dir);
+    snprintf(opt, sizeof(opt), "--config=%s", path);
+    write_file(path, "tenant-dedupe = off\n");
+    const char *file[] = {"krylovd", opt};
+    REQUIRE(parse(&c, &err, 2, file) == 0);
+    CHECK_EQ_INT(c.tenant_dedupe, 0);
+    const char *over[] = {"krylovd", opt, "--tenant-dedupe", "on"}; /* the command line wins */
+    REQUIRE(parse(&c, &err, 4, over) == 0);
+    CHECK_EQ_INT(c.tenant_dedupe, 1);
+}
+
 /* all (the default), none, a list of program names; anything else is refused by name. */
 static void test_warm_programs(void)
 {
@@ -290,6 +320,7 @@ int main(void)
     RUN(test_file_and_overrides);
     RUN(test_device_memory_values);
     RUN(test_listen_and_auth_options);
+    RUN(test_tenant_dedupe);
     RUN(test_bad_input);
     RUN(test_warm_programs);
     RUN(test_cache_dir);

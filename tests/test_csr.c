@@ -158,6 +158,121 @@ static void test_coo_and_hash_independent_of_order(void)
     kd_csr_free(b);
 }
 
+/* Builds are charged before they allocate: a size the request declares but does not send (a
+ * 73-byte COO put declared 2^31 - 2 rows and grew the server to 23.6 GB) is refused TOO_LARGE,
+ * naming the figure and the limit, and a build at the limit's exact figure goes through. */
+static void test_build_charges(void)
+{
+    const int32_t one[1] = {0};
+    const double v[1] = {2.5};
+    kd_csr_limits_t lim = {.max_build_bytes = (size_t)1 << 20,
+                           .build_limit = "2 x --max-message: raise --max-message",
+                           .max_device_bytes = (size_t)1 << 20,
+                           .device_limit = "--device-memory"};
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    CHECK_EQ_INT(kd_csr_from_coo_arrays(INT32_MAX - 1, INT32_MAX, 1, one, one, KD_DTYPE_I32, v,
+                                        KD_DTYPE_F64, KD_DTYPE_F64, &lim, &m, &err),
+                 KD_ETOOLARGE);
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(err.message, "2147483646 x 2147483647 matrix with 1 nonzeros");
+    CHECK_STR_CONTAINS(err.message, "raise --max-message");
+    char figure[96];
+    snprintf(figure, sizeof(figure), "takes %zu bytes of host memory",
+             kd_csr_coo_build_bytes(INT32_MAX - 1, 1, KD_DTYPE_F64));
+    CHECK_STR_CONTAINS(err.message, figure);
+    /* the figure: offsets and grouped entries, and the canonical matrix beside them */
+    CHECK_EQ_INT(kd_csr_coo_build_bytes(1000, 10, KD_DTYPE_F64),
+                 4 * 1001 + 12 * 10 + 4 * 1001 + 12 * 10);
+    CHECK_EQ_INT(kd_csr_bytes(3, 5, KD_DTYPE_F64), 4 * 4 + 12 * 5);
+    CHECK_EQ_INT(kd_csr_bytes(3, 5, KD_DTYPE_F32), 4 * 4 + 8 * 5);
+    CHECK(kd_csr_bytes(INT64_MAX, INT64_MAX, KD_DTYPE_F64) == SIZE_MAX);
+    CHECK(kd_csr_coo_build_bytes(INT64_MAX - 1, INT64_MAX, KD_DTYPE_F64) == SIZE_MAX);
+
+    /* at the limit's figure exactly: built, and right; a byte less: refused */
+    const int64_t rows = 10000;
+    lim.max_build_bytes = kd_csr_coo_build_bytes(rows, 1, KD_DTYPE_F64);
+    const int32_t last[1] = {(int32_t)rows - 1};
+    REQUIRE(kd_csr_from_coo_arrays(rows, rows, 1, last, one, KD_DTYPE_I32, v, KD_DTYPE_F64,
+                                   KD_DTYPE_F64, &lim, &m, &err) == KD_OK);
+    CHECK_EQ_INT(m->nnz, 1);
+    CHECK_EQ_INT(m->indptr[rows - 1], 0);
+    CHECK_EQ_INT(m->indptr[rows], 1);
+    CHECK(kd_csr_validate(m, &err) == KD_OK);
+    kd_csr_free(m);
+    m = NULL;
+    lim.max_build_bytes -= 1;
+    CHECK_EQ_INT(kd_csr_from_coo_arrays(rows, rows, 1, last, one, KD_DTYPE_I32, v, KD_DTYPE_F64,
+                                        KD_DTYPE_F64, &lim, &m, &err),
+                 KD_ETOOLARGE);
+    CHECK(m == NULL);
+
+    /* the device: the CSR arrays over the whole budget, named */
+    lim.max_build_bytes = 0;
+    lim.max_device_bytes = kd_csr_bytes(rows, 1, KD_DTYPE_F32) - 1;
+    CHECK_EQ_INT(kd_csr_from_coo_arrays(rows, rows, 1, last, one, KD_DTYPE_I32, v, KD_DTYPE_F64,
+                                        KD_DTYPE_F32, &lim, &m, &err),
+                 KD_EDEVMEM);
+    CHECK_STR_CONTAINS(err.message, "more than the whole budget");
+    CHECK_STR_CONTAINS(err.message, "--device-memory");
+    snprintf(figure, sizeof(figure), "needs at least %zu bytes of device memory",
+             kd_csr_bytes(rows, 1, KD_DTYPE_F32));
+    CHECK_STR_CONTAINS(err.message, figure);
+
+    /* CSR arrays carry their rows: charged the canonical matrix (and, unsorted, the copy it is
+     * sorted in) */
+    const int32_t indptr[4] = {0, 2, 2, 3}, indices[3] = {1, 0, 2};
+    const double values[3] = {1.0, 2.0, 3.0};
+    lim.max_device_bytes = 0;
+    lim.max_build_bytes = kd_csr_bytes(3, 3, KD_DTYPE_F64);
+    CHECK_EQ_INT(kd_csr_from_csr_arrays(3, 3, 3, indptr, KD_DTYPE_I32, indices, KD_DTYPE_I32,
+                                        values, KD_DTYPE_F64, KD_DTYPE_F64, &lim, &m, &err),
+                 KD_ETOOLARGE); /* row 0 is unsorted: a copy beside */
+    lim.max_build_bytes += 4 * 4 + 12 * 3;
+    REQUIRE(kd_csr_from_csr_arrays(3, 3, 3, indptr, KD_DTYPE_I32, indices, KD_DTYPE_I32, values,
+                                   KD_DTYPE_F64, KD_DTYPE_F64, &lim, &m, &err) == KD_OK);
+    CHECK(kd_csr_validate(m, &err) == KD_OK);
+    CHECK_EQ_INT(m->indices[0], 0);
+    CHECK(kd_csr_value(m, 0) == 2.0);
+    kd_csr_free(m);
+}
+
+/* COO triplets on mostly empty rows (the first and last among the filled ones), duplicates and
+ * rows in any order: the build's in-place cursors against a dense reference. */
+static void test_coo_mostly_empty_rows(void)
+{
+    enum { N = 6000, C = 5, NNZ = 40 };
+    int32_t row[NNZ], col[NNZ];
+    double val[NNZ];
+    static double dense[N][C];
+    memset(dense, 0, sizeof(dense));
+    for (int k = 0; k < NNZ; k++) {
+        row[k] = k == 0 ? 0 : k == 1 ? N - 1 : (int32_t)kd_test_rand_below(N);
+        if (k >= 2 && k % 7 == 0)
+            row[k] = row[k - 1]; /* a few rows with several entries */
+        col[k] = (int32_t)kd_test_rand_below(C);
+        val[k] = (double)kd_test_rand_below(64) / 4.0;
+        dense[row[k]][col[k]] += val[k];
+    }
+    kd_csr_t *m = NULL;
+    kd_err_t err = {0};
+    REQUIRE(kd_csr_from_coo_arrays(N, C, NNZ, row, col, KD_DTYPE_I32, val, KD_DTYPE_F64,
+                                   KD_DTYPE_F64, NULL, &m, &err) == KD_OK);
+    CHECK(kd_csr_validate(m, &err) == KD_OK);
+    int64_t seen = 0;
+    for (int r = 0; r < N; r++) {
+        double got[C] = {0};
+        for (int32_t k = m->indptr[r]; k < m->indptr[r + 1]; k++)
+            got[m->indices[k]] = kd_csr_value(m, k);
+        for (int c = 0; c < C; c++)
+            CHECK_MSG(got[c] == dense[r][c], "row %d col %d: %g, want %g", r, c, got[c],
+                      dense[r][c]);
+        seen += m->indptr[r + 1] - m->indptr[r];
+    }
+    CHECK_EQ_INT(seen, m->nnz);
+    kd_csr_free(m);
+}
+
 static void test_coo_bad_index(void)
 {
     int64_t row[] = {0, 3};
@@ -366,6 +481,8 @@ int main(void)
     RUN(test_shape_limits);
     RUN(test_coo_and_hash_independent_of_order);
     RUN(test_coo_bad_index);
+    RUN(test_build_charges);
+    RUN(test_coo_mostly_empty_rows);
     RUN(test_reference_spmv_and_stats);
     RUN(test_slices);
     RUN(test_shared_pattern_versions);

@@ -39,6 +39,7 @@ static outcome_t outcome_of(const kd_solve_result_t *r, int64_t status)
 }
 
 static int64_t last_restarts[2]; /* compare's first column: spread, single */
+static int last_stagnated;        /* and whether the single-process solve of it stagnated */
 
 static int rank(void)
 {
@@ -162,13 +163,13 @@ static void compare(const kd_csr_t *A, kd_dtype_t dtype, const char *method, con
                   (long long)j, kd_solve_status_name((kd_solve_status_t)got[j].status),
                   kd_solve_status_name((kd_solve_status_t)ref[j].status));
         /* A stagnated solve stopped where b - A x refuted its claims three times running, which
-         * moves with every rounding: its count is not comparable, the accuracy it reached is */
-        const double slack = ref[j].status == KD_SOLVE_STAGNATED
-                                 ? (double)ref[j].iterations
-                                 : ceil(iter_slack * (double)ref[j].iterations);
-        CHECK_MSG(llabs(got[j].iterations - ref[j].iterations) <= (long long)slack,
-                  "%s col %lld: %lld iterations, single %lld", what, (long long)j,
-                  (long long)got[j].iterations, (long long)ref[j].iterations);
+         * moves with every rounding (CI saw 3348 spread against 1662 single on 494_bus float32):
+         * its count is not comparable, the accuracy it reached is */
+        if (ref[j].status != KD_SOLVE_STAGNATED)
+            CHECK_MSG(llabs(got[j].iterations - ref[j].iterations) <=
+                          (long long)ceil(iter_slack * (double)ref[j].iterations),
+                      "%s col %lld: %lld iterations, single %lld", what, (long long)j,
+                      (long long)got[j].iterations, (long long)ref[j].iterations);
         if (ref[j].status == KD_SOLVE_STAGNATED)
             CHECK_MSG(got[j].residual <= 10.0 * ref[j].residual &&
                           ref[j].residual <= 10.0 * got[j].residual,
@@ -204,6 +205,7 @@ static void compare(const kd_csr_t *A, kd_dtype_t dtype, const char *method, con
     check_same_everywhere(got, nrhs, what);
     last_restarts[0] = got[0].restarts;
     last_restarts[1] = ref[0].restarts;
+    last_stagnated = ref[0].status == KD_SOLVE_STAGNATED;
     /* the true residual of the gathered x, on the host */
     double *x = rank() == 0 ? malloc((size_t)(n * nrhs) * 8 + 8) : NULL;
     void *xc = rank() == 0 ? malloc((size_t)n * 8 + 8) : NULL;
@@ -237,9 +239,10 @@ static void compare(const kd_csr_t *A, kd_dtype_t dtype, const char *method, con
     }
     if (rank() == 0)
         fprintf(stderr,
-                "   %s: %lld iterations (single %lld), ||r|| %.3g (single %.3g), restarts %lld "
-                "(single %lld)\n",
-                what, (long long)got[0].iterations, (long long)ref[0].iterations, got[0].residual,
+                "   %s: %s, %lld iterations (single %lld), ||r|| %.3g (single %.3g), restarts "
+                "%lld (single %lld)\n",
+                what, kd_solve_status_name((kd_solve_status_t)got[0].status),
+                (long long)got[0].iterations, (long long)ref[0].iterations, got[0].residual,
                 ref[0].residual, (long long)got[0].restarts, (long long)ref[0].restarts);
     for (int64_t j = 0; j < nrhs; j++)
         kd_solve_result_free(&res[j]);
@@ -296,8 +299,11 @@ static void test_494_bus(void)
      * restarts' residual recomputations combine only the restarted columns' sums) */
     compare(A, KD_DTYPE_F32, "pcg", NULL, 3, 1, 0.05, "494_bus pcg float32 k=3 x0 (restarts)");
     CHECK(last_restarts[0] > 0 && last_restarts[1] > 0);
-    CHECK_MSG(llabs(last_restarts[0] - last_restarts[1]) <= 3, "restarts %lld, single %lld",
-              (long long)last_restarts[0], (long long)last_restarts[1]);
+    /* (a stagnated column restarts as often as its run is long, which rounding moves: CI saw
+     * 10 restarts in 3336 iterations spread against 5 in 1756 single) */
+    if (!last_stagnated)
+        CHECK_MSG(llabs(last_restarts[0] - last_restarts[1]) <= 3, "restarts %lld, single %lld",
+                  (long long)last_restarts[0], (long long)last_restarts[1]);
     kd_csr_free(A);
 }
 

@@ -51,6 +51,9 @@ HOSTILE = 12
 HOSTILE_SECONDS = 8.0
 HONEST_LIMIT_S = 1.0
 RECONNECT_S = 0.2
+SETTLE_S = 6.0
+READERS = 24
+READERS_SECONDS = 4.0
 
 
 def rss_bytes(pid):
@@ -124,7 +127,7 @@ class ClientMemoryTest(unittest.TestCase):
         mport_file = os.path.join(work, "metrics-port")
         d = Daemon("--client-memory", str(CAP), "--metrics", "127.0.0.1:0",
                    "--metrics-port-file", mport_file, "--log-file", log_path,
-                   "--log-level", "warn").start()
+                   "--log-level", "warn", *os.environ.get("KD_TEST_EXTRA", "").split()).start()
         try:
             self.hostile_run(d, rng, log_path, mport_file)
         finally:
@@ -218,6 +221,24 @@ class ClientMemoryTest(unittest.TestCase):
                 break
             time.sleep(0.05)
         self.assertEqual(used, 0, f"{used} bytes still counted with no client connected")
+        # Memory goes back: a few seconds after the load, the resident size is near its resting
+        # one (the idle trim, server/trim.h), and /metrics reports it.
+        bound = rest * 1.25 + RSS_SLACK
+        settle_end = time.monotonic() + SETTLE_S
+        while True:
+            after = rss_bytes(pid)
+            if after <= bound or time.monotonic() > settle_end:
+                break
+            time.sleep(0.25)
+        text = scrape(mport)
+        reported = sample(text, "krylovd_rss_bytes")
+        print(f"RSS {after / MiB:.0f} MiB {SETTLE_S - (settle_end - time.monotonic()):.1f} s after "
+              f"the load (resting {rest / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB); reported "
+              f"{reported / MiB:.0f} MiB; trims {sample(text, 'krylovd_memory_trims_total')}",
+              flush=True)
+        self.assertLess(abs(reported - rss_bytes(pid)), 16 * MiB)
+        if not asan:
+            self.assertLessEqual(after, bound, f"RSS stayed at {after / MiB:.0f} MiB")
         self.assertEqual(sample(text, "krylovd_client_memory_limit_bytes"), CAP)
         self.assertGreaterEqual(
             sample(text, "krylovd_client_evictions_total", 'reason="client_memory"'),
@@ -225,6 +246,70 @@ class ClientMemoryTest(unittest.TestCase):
         with open(log_path) as f:
             log = f.read()
         self.assertRegex(log, r"evicting conn=\d+ peer=127\.0\.0\.1:\d+: it holds \d+ bytes")
+
+    def test_never_readers_memory_goes_back(self):
+        """READERS connections pipeline spmv requests with 800 kB answers and never read, for
+        READERS_SECONDS, then reset: a few seconds later the daemon's RSS is back within 25%
+        (+64 MiB) of its resting size (the idle trim, server/trim.h; without it glibc and the
+        recycle shelf kept twice the resting size here), and server.status reports it."""
+        rng = make_rng()
+        work = tempfile.mkdtemp(prefix="krylovd-climem-")
+        mport_file = os.path.join(work, "metrics-port")
+        d = Daemon("--client-memory", "256M", "--metrics", "127.0.0.1:0",
+                   "--metrics-port-file", mport_file, "--log-level", "warn",
+                   *os.environ.get("KD_TEST_EXTRA", "").split()).start()
+        try:
+            pid = d.proc.pid
+            with open(mport_file) as f:
+                mport = int(f.read())
+            tall = sp.csr_matrix(rng.standard_normal((100000, 1)))
+            c = kd_rpc.Client(d.port)
+            tall_id = c.put_csr(tall)["id"]
+            c.call("spmv", id=tall_id, x=np.ones(1).tobytes())
+            c.close()
+            time.sleep(0.5)
+            rest = rss_bytes(pid)
+            request = msgpack.packb([0, 1, "spmv", [{"id": tall_id, "x": np.ones(1).tobytes()}]],
+                                    use_bin_type=True)
+            socks = [socket.create_connection(("127.0.0.1", d.port)) for _ in range(READERS)]
+            for s in socks:
+                s.setblocking(False)
+            peak = rest
+            end = time.monotonic() + READERS_SECONDS
+            while time.monotonic() < end:
+                for s in socks:
+                    try:
+                        for _ in range(10):
+                            s.send(request)
+                    except OSError:  # paused (a full buffer) or evicted
+                        pass
+                peak = max(peak, rss_bytes(pid))
+                time.sleep(0.05)
+            for s in socks:  # a reset, as a killed client's
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                s.close()
+            bound = rest * 1.25 + RSS_SLACK
+            settle_end = time.monotonic() + SETTLE_S
+            while True:
+                after = rss_bytes(pid)
+                if after <= bound or time.monotonic() > settle_end:
+                    break
+                time.sleep(0.25)
+            text = scrape(mport)
+            print(f"never-readers: resting RSS {rest / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, "
+                  f"{after / MiB:.0f} MiB {SETTLE_S - (settle_end - time.monotonic()):.1f} s after "
+                  f"the load (bound {bound / MiB:.0f} MiB); trims "
+                  f"{sample(text, 'krylovd_memory_trims_total'):.0f}", flush=True)
+            c = kd_rpc.Client(d.port)
+            host = c.call("server.status")["host_memory"]
+            c.close()
+            self.assertLess(abs(host["rss_bytes"] - rss_bytes(pid)), 16 * MiB)
+            if not sanitized(pid):
+                self.assertLessEqual(after, bound, f"RSS stayed at {after / MiB:.0f} MiB")
+        finally:
+            status = d.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        self.assertEqual(status, 0, f"krylovd exited with status {status}")
 
     def refused(self, *args):
         """krylovd's exit status and stderr for a configuration it must refuse at start."""

@@ -3,7 +3,9 @@
 NOT_FOUND with the very code and message an id that does not exist gets; `created` is per user;
 drop takes the caller's reference and the data (state file included) goes with the last one; pins
 are per user; an admin sees every matrix with its owners and may share one; a restart keeps who
-owns what, and a state directory from before owners were recorded belongs to "anonymous".
+owns what, and a state directory from before owners were recorded belongs to "anonymous". One
+tenant learns nothing of another's use: a put of content another user holds answers as a put of
+new content would, and with --tenant-dedupe off each user's copy is its own.
 """
 
 import os
@@ -29,8 +31,8 @@ class TenantsTest(unittest.TestCase):
         cls.state = os.path.join(cls.dir, "state")
         cls.tokens = {}
         lines = []
-        for name, role in (("alice", "write"), ("bob", "write"), ("root", "admin"),
-                           ("reader", "read")):
+        for name, role in (("alice", "write"), ("bob", "write"), ("carol", "write"),
+                           ("root", "admin"), ("reader", "read")):
             cls.tokens[name], line = token_new(name, role)
             lines.append(line)
         cls.auth_file = os.path.join(cls.dir, "auth")
@@ -207,6 +209,123 @@ class TenantsTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.state_file(a)))
         self.assertFalse(os.path.exists(self.state_file(b)))
 
+    # what differs between two puts of the same shape whatever else: the id and the elapsed time
+    PER_REQUEST = ("id", "time_ms")
+
+    def put_raw(self, kd, A, **options):
+        A = sp.csr_matrix(A)
+        params = {"rows": A.shape[0], "cols": A.shape[1],
+                  "indptr": A.indptr.astype(np.int32).tobytes(),
+                  "indices": A.indices.astype(np.int32).tobytes(), "values": A.data.tobytes(),
+                  "dtype": "float64"}
+        params.update(options)
+        return kd.call("matrix.put", params)
+
+    def without(self, reply, keys=PER_REQUEST):
+        return {k: v for k, v in reply.items() if k not in keys}
+
+    def test_put_of_held_content_answers_as_new_content(self):
+        A = self.matrix()
+        fresh = (A * 2.0).tocsr()  # the same shape, pattern and row statistics; content not held
+        x = np.ones(A.shape[1])
+        with self.client("alice") as alice, self.client("carol") as carol, \
+                self.client("root") as root:
+            a = alice.put(A, name="alice's secret")
+            for _ in range(9):
+                alice.spmv(a, x)
+            alice.solve(a, x, preconditioner="jacobi")  # kept with the matrix on the device
+            self.assertEqual(alice.info(a).uses, 10)
+            held = self.put_raw(carol, A, name="carol's")
+            new = self.put_raw(carol, fresh, name="carol's")
+            self.assertEqual(held["id"], a.id)  # stored once (--tenant-dedupe on)
+            self.assertEqual(self.without(held), self.without(new))
+            self.assertTrue(held["created"])
+            self.assertEqual(held["uses"], 0)
+            self.assertEqual(held["name"], "carol's")
+            self.assertNotIn("candidates", held)  # the upload's timings are alice's
+            # matrix.info and matrix.list: carol's own use only
+            info = carol.call("matrix.info", {"id": held["id"]})
+            self.assertEqual(self.without(info),
+                             self.without(carol.call("matrix.info", {"id": new["id"]})))
+            self.assertEqual(info["uses"], 0)
+            listed = {m["id"]: m for m in carol.call("matrix.list")["matrices"]}
+            self.assertEqual(self.without(listed[held["id"]]), self.without(listed[new["id"]]))
+            # carol's list in the order carol put them, not in the content's first put's
+            order = [m["id"] for m in carol.call("matrix.list")["matrices"]]
+            self.assertLess(order.index(held["id"]), order.index(new["id"]))
+            np.testing.assert_allclose(carol.spmv(held["id"], x), A @ x, rtol=1e-12)
+            np.testing.assert_allclose(carol.spmv(new["id"], x), fresh @ x, rtol=1e-12)
+            self.assertEqual(carol.info(held["id"]).uses, 1)
+            self.assertEqual(alice.info(a).uses, 10)  # and alice sees none of carol's
+            self.assertEqual(alice.info(a).name, "alice's secret")
+            # carol's second put: as a second put of new content
+            again = self.put_raw(carol, A, name="carol's")
+            self.assertEqual(self.without(again),
+                             self.without(self.put_raw(carol, fresh, name="carol's")))
+            self.assertFalse(again["created"])
+            # an admin sees the totals and the selection
+            total = root.call("matrix.info", {"id": a.id})
+            self.assertEqual(total["uses"], root.info(a).uses)
+            self.assertGreaterEqual(total["uses"], 12)
+            self.assertIn("candidates", total)
+            # ... and the device memory alice's preconditioner takes with it; carol does not
+            self.assertGreater(total["device_bytes"], held["device_bytes"])
+            carol.drop(held["id"])
+            carol.drop(new["id"])
+            alice.drop(a)
+
+    def test_held_content_shows_nothing_of_anothers_put_with_like(self):
+        A = self.matrix()
+        A2 = A.copy()
+        A2.data = A2.data * 3.0  # new values on A's pattern
+        fresh = (A * 5.0).tocsr()
+        x = np.ones(A.shape[1])
+        with self.client("alice") as alice, self.client("carol") as carol:
+            a = alice.put(A)
+            a2 = alice.put(A2, like=a)
+            alice.solve(a2, x)
+            self.assertTrue(a2.pattern)
+            self.assertIn("pattern", alice.call("matrix.info", {"id": a.id}) | a2.raw)
+            held = self.put_raw(carol, A2)
+            new = self.put_raw(carol, fresh)
+            self.assertEqual(held["id"], a2.id)
+            self.assertEqual(self.without(held), self.without(new))
+            for key in ("pattern", "preconditioners_refreshed", "candidates"):
+                self.assertNotIn(key, held)
+                self.assertNotIn(key, carol.call("matrix.info", {"id": held["id"]}))
+            # uses from solve.batch count too, for carol alone
+            carol.solve_many([(held["id"], x), (held["id"], x)])
+            self.assertEqual(carol.info(held["id"]).uses, 2)
+            self.assertEqual(alice.info(a2).uses, 1)
+            for m in (held["id"], new["id"]):
+                carol.drop(m)
+            alice.drop(a2)
+            alice.drop(a)
+
+    def test_put_of_held_evicted_content_is_resident(self):
+        A = self.matrix()
+        with self.client("alice") as alice:
+            a = alice.put(A)
+        self.restart()  # nothing resident after a restart
+        with self.client("alice") as alice, self.client("carol") as carol:
+            self.assertFalse(alice.info(a).resident)
+            held = self.put_raw(carol, A)
+            self.assertTrue(held["resident"] and held["created"])
+            carol.drop(held["id"])
+            alice.drop(a)
+
+    def test_names_and_uses_survive_a_restart(self):
+        A = self.matrix()
+        with self.client("alice") as alice, self.client("carol") as carol:
+            a = alice.put(A, name="first")
+            c = carol.put(A, name="sp\u00e4ter name")
+        self.restart()
+        with self.client("alice") as alice, self.client("carol") as carol:
+            self.assertEqual(alice.info(a).name, "first")
+            self.assertEqual(carol.info(c).name, "sp\u00e4ter name")
+            carol.drop(c)
+            alice.drop(a)
+
     def test_state_without_owners_belongs_to_anonymous(self):
         A = self.matrix()
         with self.client("alice") as alice:
@@ -379,6 +498,96 @@ class QuotaTest(unittest.TestCase):
             mq.drop(a)
             users = root.call("server.status")["users"]
             self.assertEqual((users["mq"]["matrices"], users["mq"]["state_bytes"]), (0, 0))
+
+
+class DedupeOffTest(unittest.TestCase):
+    """--tenant-dedupe off: each user's put of the same content is stored, timed and charged as
+    its own copy, under an id of its own, and each works (spmv, solve, drop, a restart) alone."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.rng = make_rng()
+        cls.dir = tempfile.mkdtemp(prefix="krylovd-dedupe-off-")
+        cls.state = os.path.join(cls.dir, "state")
+        cls.tokens = {}
+        lines = []
+        for name, role in (("alice", "write"), ("carol", "write"), ("root", "admin")):
+            cls.tokens[name], line = token_new(name, role)
+            lines.append(line)
+        cls.auth_file = os.path.join(cls.dir, "auth")
+        with open(cls.auth_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        cls.start()
+
+    @classmethod
+    def start(cls):
+        cls.daemon = Daemon("--auth-file", cls.auth_file, "--state-dir", cls.state,
+                            "--tenant-dedupe", "off").start()
+        cls.addr = cls.daemon.address
+
+    @classmethod
+    def tearDownClass(cls):
+        status = cls.daemon.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+        assert status == 0, f"krylovd exited with status {status}"
+
+    def client(self, name):
+        return krylov.Client(self.addr, user=name, token=self.tokens[name])
+
+    def files(self):
+        return sorted(os.listdir(os.path.join(self.state, "matrices")))
+
+    def test_each_user_its_own_copy(self):
+        n = 40
+        A = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+        x = self.rng.standard_normal(n)
+        b = A @ x
+        with self.client("alice") as alice, self.client("carol") as carol, \
+                self.client("root") as root:
+            before = root.call("server.status")["matrices"]
+            a = alice.put(A)
+            for _ in range(5):
+                alice.spmv(a, x)
+            c = carol.put(A)
+            self.assertTrue(a.created and c.created)
+            self.assertNotEqual(a.id, c.id)  # not the content's id: each user's own
+            self.assertEqual(c.uses, 0)
+            self.assertTrue(c.candidates)  # its own copy: timed for carol, shown to carol
+            self.assertEqual(root.call("server.status")["matrices"], before + 2)
+            users = root.call("server.status")["users"]
+            self.assertGreater(users["carol"]["device_bytes"], 0)  # each charged for its copy
+            self.assertEqual(users["alice"]["device_bytes"], users["carol"]["device_bytes"])
+            self.assertNotIn(c.id, [m.id for m in alice.list()])
+            self.assertNotIn(a.id, [m.id for m in carol.list()])
+            self.assertFalse(carol.put(A).created)  # carol's own second put finds hers
+            for kd, m in ((alice, a), (carol, c)):
+                np.testing.assert_allclose(kd.spmv(m, x), b, rtol=1e-12)
+                res = kd.solve(m, b, rtol=1e-10)
+                np.testing.assert_allclose(res.x, x, rtol=1e-6)
+            self.assertEqual(alice.info(a).uses, 7)
+            self.assertEqual(carol.info(c).uses, 3)  # her second put, an spmv, a solve
+            self.assertTrue(carol.pin(c).pinned)
+            self.assertFalse(alice.info(a).pinned)
+            # new values on each one's own pattern: again one copy each
+            A2 = (A * 3.0).tocsr()
+            a2, c2 = alice.put(A2, like=a), carol.put(A2, like=c)
+            self.assertTrue(a2.created and c2.created)
+            self.assertNotEqual(a2.id, c2.id)
+            self.assertEqual(carol.info(c2).raw["preconditioners_refreshed"], 0)
+            np.testing.assert_allclose(carol.spmv(c2, x), A2 @ x, rtol=1e-12)
+            alice.drop(a2)
+            carol.drop(c2)
+        self.assertEqual(len([f for f in self.files() if f.startswith((a.id, c.id))]), 2)
+        assert self.daemon.stop() == 0
+        self.start()  # reloaded from the state files: each copy's id checked against its user
+        with self.client("alice") as alice, self.client("carol") as carol:
+            np.testing.assert_allclose(carol.spmv(c, x), b, rtol=1e-12)
+            alice.drop(a)
+            self.assertFalse(any(f.startswith(a.id) for f in self.files()))
+            np.testing.assert_allclose(carol.solve(c, b, rtol=1e-10).x, x, rtol=1e-6)
+            self.assertTrue(carol.info(c).pinned)
+            carol.drop(c)
+            self.assertFalse(any(f.startswith(c.id) for f in self.files()))
 
 
 class NoAuthFileTest(unittest.TestCase):

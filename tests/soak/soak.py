@@ -253,6 +253,7 @@ def run(args, daemon, shared, rng):
     writer = csv.writer(out)
     writer.writerow(columns)
     rows = []
+    resting = rss_bytes(pid)  # prepared, before the load
     threads = start_threads(args, daemon.port, shared, stats, stop, rng)
     start = time.monotonic()
     duration = args.minutes * 60
@@ -310,8 +311,27 @@ def run(args, daemon, shared, rng):
     out.close()
     ok, lines = verdict(args, rows, stats, failures)
     if daemon.proc.poll() is None:
+        line, settled = settles(pid, resting)
+        lines.append(line)
+        ok = ok and settled
         lines.append(at_rest(pid, not args.no_trim and shutil.which("gdb") is not None, args.out))
     return rows, stats, lines, ok
+
+
+def settles(pid, resting):
+    """Whether the daemon's RSS comes back within SETTLE_FACTOR of its resting size plus
+    SETTLE_SLACK within SETTLE_S after the load (its idle trim, server/trim.h), and a line."""
+    bound = resting * SETTLE_FACTOR + SETTLE_SLACK
+    t0 = time.monotonic()
+    while True:
+        rss = rss_bytes(pid)
+        if rss <= bound or time.monotonic() - t0 > SETTLE_S:
+            break
+        time.sleep(0.25)
+    ok = rss <= bound
+    return (f"{'settled' if ok else 'FAIL: not settled'}: VmRSS {rss / 1048576:.1f} MiB "
+            f"{time.monotonic() - t0:.1f} s after the load, resting {resting / 1048576:.1f} MiB "
+            f"(bound {bound / 1048576:.1f} MiB)"), ok
 
 
 def at_rest(pid, trim, out_dir):
@@ -355,6 +375,8 @@ def malloc_in_use(path):
 
 
 LOST_JOIN_S = honest.LOST_AFTER_S + 10
+# After the load, RSS back within 25% (+64 MiB) of its size before it, within SETTLE_S.
+SETTLE_FACTOR, SETTLE_SLACK, SETTLE_S = 1.25, 64 << 20, 10.0
 
 
 def verdict(args, rows, stats, failures):
