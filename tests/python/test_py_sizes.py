@@ -10,10 +10,10 @@ inside krylovd instead of taking the machine, and with a small device budget (--
 so that a request whose device memory is not charged shows up as RSS growth. Peak RSS is VmHWM
 after writing 5 to /proc/PID/clear_refs before each request.
 
-PUT_CASES holds the matrix.put cases of issue 33's first report; they pass once the put path
-charges its sizes (the lead's fix). Until then they and test_put_cases' other extreme shapes run
-with their checks reported, not asserted, each printed as "pending lead fix: ... PROBLEM: ...":
-set PUT_CASES_ENFORCED = True to assert them.
+PUT_CASES holds the matrix.put cases of issue 33's first report; they pass since the put path
+charges its sizes (the lead's fix) and are asserted with test_put_cases' other extreme shapes.
+PUT_CASES_ENFORCED = False turns them back into reports ("pending lead fix: ... PROBLEM: ...")
+for a branch without that fix.
 """
 
 import shutil
@@ -30,7 +30,7 @@ from kd_rpc import Client, RpcError
 MB = 1 << 20
 SLACK = 32 * MB  # growth allowed beyond 4 x the request's bytes and the accepted matrices
 AS_CAP = 8 << 30  # krylovd's address space: PoCL maps a few GB of its own
-PUT_CASES_ENFORCED = False  # the lead's matrix.put fix switches this on
+PUT_CASES_ENFORCED = True  # on since the lead's matrix.put charge (main, issue 33 part 1)
 
 # The error codes a refused size may get.
 CLEAN = {"TOO_LARGE", "BAD_REQUEST", "QUOTA", "DEVICE_MEMORY", "NOT_FOUND", "UNSUPPORTED",
@@ -171,7 +171,7 @@ class SizesTest(unittest.TestCase):
             except (RpcError, OSError, RuntimeError) as e:
                 problems.append(f"server.status after it failed: {e}")
         line = f"{method} {what}: {answer[:200]} (+{grown / MB:.1f} MB, sent {sent} B)"
-        print(("pending lead fix: " if pending else "") + line +
+        print(("pending lead fix: " if pending and not PUT_CASES_ENFORCED else "") + line +
               (" PROBLEM: " + "; ".join(problems) if problems else ""), flush=True)
         if problems:
             (self.pending if pending and not PUT_CASES_ENFORCED else self.failures).append(
