@@ -24,11 +24,11 @@ for part in $parts; do
     skip='python'
     [ ${#py[@]} -gt 0 ] && skip='soak'
     # test_solve_history pins PoCL's exact histories on the CI machine's CPU (its header)
-    (cd build-device && KD_TEST_DEVICE=gpu timeout 300 ctest -L 'kernel|e2e' -LE "$skip" \
+    (cd build-device && KD_TEST_DEVICE=gpu timeout "${KD_I33_CTEST_TIMEOUT:-300}" ctest -L 'kernel|e2e' -LE "$skip" \
       -E test_solve_history --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
     tail -4 "$out/ctest-gpu.log"; grep -E "\*\*\*Failed|Timeout|Not Run" "$out/ctest-gpu.log" | head -20) ;;
   putrss)
-    timeout 120 bash bench/put_rss.sh build-device/bin gpu > "$out/put-rss-gpu.txt" 2>&1
+    timeout 60 bash bench/put_rss.sh build-device/bin gpu > "$out/put-rss-gpu.txt" 2>&1
     cat "$out/put-rss-gpu.txt" ;;
   spgemm)
     KD_BENCH_TESTS=0 KD_BENCH_RUNS=${KD_BENCH_RUNS:-8} KD_SPGEMM_ALGS=${KD_SPGEMM_ALGS:-default} \
