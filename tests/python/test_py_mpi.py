@@ -396,7 +396,15 @@ class TestMpi(unittest.TestCase):
         """A matrix over rank 0's device budget whole, under it spread (its part and vectors)."""
         if RANKS == 1:
             return
-        a = laplace2d(250)  # 62,500 rows, 311,500 nonzeros: about 4 MB of CSR
+        # spread matrices are never evicted: the earlier tests' would crowd rank 0's budget (on
+        # a GPU, whose formats take more room than PoCL's, the solve's vectors found no room)
+        for m in self.c.call("matrix.list")["matrices"]:
+            self.c.call("matrix.drop", id=m["id"])
+        # 9 entries a row, so that the matrix outweighs a solve's vectors: 32,400 rows, 3.6 MB
+        # of CSR whole; rank 0's half (1.8 MB) and its share of cg1's 8 vectors (1.0 MB) fit
+        # (a 5-point Laplacian's half and vectors weigh as much as it does whole)
+        e = sp.diags([1.0, 1.0, 1.0], [-1, 0, 1], shape=(180, 180))
+        a = (9.0 * sp.identity(180 * 180) - sp.kron(e, e)).tocsr()
         with self.assertRaises(RpcError) as e:
             self.c.put_csr(a, distribute=False)
         self.assertEqual(e.exception.code, "DEVICE_MEMORY")

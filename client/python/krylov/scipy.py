@@ -61,7 +61,10 @@ class ResidentOperator(LinearOperator):
 
     def _matvec(self, x):
         x = np.asarray(x).reshape(-1)
-        return self.client.spmv(self.id, x, dtype=self._wire_dtype)
+        y = self.client.spmv(self.id, x, dtype=self._wire_dtype)
+        # a view of the received bytes is read-only; SciPy's solvers may update a product in
+        # place (gmres since SciPy 1.18: `w -= ...`)
+        return y if y.flags.writeable else y.copy()
 
     def _rmatvec(self, x):
         if not self.symmetric:
