@@ -33,7 +33,7 @@ one() { # name file rows nnz
   csr=$(( 4 * ($3 + 1) + 12 * $4 ))
   local grow=$(( (after - before) * 1024 ))
   printf '%-28s %12d %12d %12d %7.2f  %.90s\n' "$1" "$(stat -c %s "$2")" "$csr" "$grow" \
-    "$(echo "$grow / $csr" | bc -l)" "$out"
+    "$(awk -v g="$grow" -v c="$csr" 'BEGIN { print g / c }')" "$out"
   id=$(echo "$out" | grep -oE '[0-9a-f]{32}' | head -1)
   [ -n "$id" ] && "$bin/krylov" drop "$id" > /dev/null
 }
