@@ -12,21 +12,11 @@ out=${OUT:-/tmp/kd-i33}
 mkdir -p "$out"
 parts=${KD_I33_PARTS:-tests putrss spgemm}
 source bench/device/setup.sh
-kd_mpi_setup
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-py=()
-python3 -c "import numpy, scipy, msgpack" 2>/dev/null && py=(-DKD_PYTHON="$(command -v python3)")
-kd_device_build "${KD_MPI_FLAGS[@]}" -DMPIEXEC_EXECUTABLE="$mpirun" "${py[@]}" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+kd_suite_build || exit 1
 for part in $parts; do
   case $part in
   tests)
-    skip='python'
-    [ ${#py[@]} -gt 0 ] && skip='soak'
-    # test_solve_history pins PoCL's exact histories on the CI machine's CPU (its header)
-    (cd build-device && KD_TEST_DEVICE=gpu timeout "${KD_I33_CTEST_TIMEOUT:-300}" ctest -L 'kernel|e2e' -LE "$skip" \
-      -E test_solve_history --output-on-failure -j 8 > "$out/ctest-gpu.log" 2>&1
-    tail -4 "$out/ctest-gpu.log"; grep -E "\*\*\*Failed|Timeout|Not Run" "$out/ctest-gpu.log" | head -20) ;;
+    kd_suite "$out" "${KD_I33_CTEST_TIMEOUT:-300}" ;;
   putrss)
     timeout 60 bash bench/put_rss.sh build-device/bin gpu > "$out/put-rss-gpu.txt" 2>&1
     cat "$out/put-rss-gpu.txt" ;;

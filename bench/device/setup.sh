@@ -43,3 +43,27 @@ kd_mpi_setup() {
   KD_MPI_FLAGS=(-DKD_MPI=ON -DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$ompi/include"
     -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$ompi/lib/libmpi.so")
 }
+
+# The whole build for the suite: MPI, and the Python tests where this host's python3 imports
+# numpy, scipy and msgpack (kd_py_args holds the CMake option, empty otherwise).
+kd_suite_build() {
+  kd_mpi_setup || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  kd_py_args=()
+  python3 -c "import numpy, scipy, msgpack" 2>/dev/null && kd_py_args=(-DKD_PYTHON="$(command -v python3)")
+  kd_device_build "${KD_MPI_FLAGS[@]}" -DMPIEXEC_EXECUTABLE="$mpirun" "${kd_py_args[@]}"
+}
+
+# kd_suite OUT SECONDS: the kernel + end-to-end suite on the GPU (the Python tests where built),
+# its log in OUT/ctest-gpu.log, the failures printed. test_solve_history pins PoCL's exact
+# histories on the CI machine's CPU (its header): not a GPU's rounding.
+kd_suite() {
+  local skip='python'
+  [ ${#kd_py_args[@]} -gt 0 ] && skip='soak'
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  (cd build-device && KD_TEST_DEVICE=gpu timeout "$2" ctest -L 'kernel|e2e' -LE "$skip" \
+    -E test_solve_history --output-on-failure -j 8 > "$1/ctest-gpu.log" 2>&1)
+  tail -4 "$1/ctest-gpu.log"
+  grep -E "\*\*\*Failed|Timeout|Not Run" "$1/ctest-gpu.log" | head -20
+}
+

@@ -64,6 +64,18 @@ def rss_bytes(pid):
     raise AssertionError("no VmRSS")
 
 
+def settled_rss(pid, rest):
+    """RSS once it is back within 25% (+RSS_SLACK) of `rest`, or at SETTLE_S: (RSS, the bound,
+    the seconds waited)."""
+    bound = rest * 1.25 + RSS_SLACK
+    start = time.monotonic()
+    while True:
+        after = rss_bytes(pid)
+        if after <= bound or time.monotonic() - start > SETTLE_S:
+            return after, bound, time.monotonic() - start
+        time.sleep(0.25)
+
+
 def sanitized(pid):
     with open(f"/proc/{pid}/maps") as f:
         return any("libasan" in line for line in f)
@@ -223,16 +235,10 @@ class ClientMemoryTest(unittest.TestCase):
         self.assertEqual(used, 0, f"{used} bytes still counted with no client connected")
         # Memory goes back: a few seconds after the load, the resident size is near its resting
         # one (the idle trim, server/trim.h), and /metrics reports it.
-        bound = rest * 1.25 + RSS_SLACK
-        settle_end = time.monotonic() + SETTLE_S
-        while True:
-            after = rss_bytes(pid)
-            if after <= bound or time.monotonic() > settle_end:
-                break
-            time.sleep(0.25)
+        after, bound, waited = settled_rss(pid, rest)
         text = scrape(mport)
         reported = sample(text, "krylovd_rss_bytes")
-        print(f"RSS {after / MiB:.0f} MiB {SETTLE_S - (settle_end - time.monotonic()):.1f} s after "
+        print(f"RSS {after / MiB:.0f} MiB {waited:.1f} s after "
               f"the load (resting {rest / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB); reported "
               f"{reported / MiB:.0f} MiB; trims {sample(text, 'krylovd_memory_trims_total')}",
               flush=True)
@@ -288,16 +294,10 @@ class ClientMemoryTest(unittest.TestCase):
             for s in socks:  # a reset, as a killed client's
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
                 s.close()
-            bound = rest * 1.25 + RSS_SLACK
-            settle_end = time.monotonic() + SETTLE_S
-            while True:
-                after = rss_bytes(pid)
-                if after <= bound or time.monotonic() > settle_end:
-                    break
-                time.sleep(0.25)
+            after, bound, waited = settled_rss(pid, rest)
             text = scrape(mport)
             print(f"never-readers: resting RSS {rest / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, "
-                  f"{after / MiB:.0f} MiB {SETTLE_S - (settle_end - time.monotonic()):.1f} s after "
+                  f"{after / MiB:.0f} MiB {waited:.1f} s after "
                   f"the load (bound {bound / MiB:.0f} MiB); trims "
                   f"{sample(text, 'krylovd_memory_trims_total'):.0f}", flush=True)
             c = kd_rpc.Client(d.port)

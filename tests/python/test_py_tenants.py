@@ -22,7 +22,12 @@ from test_ops import sample, scrape
 from test_py_auth import token_new
 
 
-class TenantsTest(unittest.TestCase):
+class AuthDaemonCase(unittest.TestCase):
+    """A krylovd with an auth file of USERS (name, role) and a state directory kept across
+    restarts, started with EXTRA; client(name) speaks as that user."""
+
+    USERS = ()
+    EXTRA = ()
 
     @classmethod
     def setUpClass(cls):
@@ -31,8 +36,7 @@ class TenantsTest(unittest.TestCase):
         cls.state = os.path.join(cls.dir, "state")
         cls.tokens = {}
         lines = []
-        for name, role in (("alice", "write"), ("bob", "write"), ("carol", "write"),
-                           ("root", "admin"), ("reader", "read")):
+        for name, role in cls.USERS:
             cls.tokens[name], line = token_new(name, role)
             lines.append(line)
         cls.auth_file = os.path.join(cls.dir, "auth")
@@ -43,7 +47,8 @@ class TenantsTest(unittest.TestCase):
 
     @classmethod
     def start(cls):
-        cls.daemon = Daemon("--auth-file", cls.auth_file, "--state-dir", cls.state).start()
+        cls.daemon = Daemon("--auth-file", cls.auth_file, "--state-dir", cls.state,
+                            *cls.EXTRA).start()
         cls.addr = cls.daemon.address
 
     @classmethod
@@ -59,6 +64,11 @@ class TenantsTest(unittest.TestCase):
 
     def client(self, name):
         return krylov.Client(self.addr, user=name, token=self.tokens[name])
+
+
+class TenantsTest(AuthDaemonCase):
+    USERS = (("alice", "write"), ("bob", "write"), ("carol", "write"), ("root", "admin"),
+             ("reader", "read"))
 
     def matrix(self, n=30):
         A = sp.random(n, n, density=0.15, random_state=int(self.rng.integers(1 << 31)),
@@ -500,39 +510,12 @@ class QuotaTest(unittest.TestCase):
             self.assertEqual((users["mq"]["matrices"], users["mq"]["state_bytes"]), (0, 0))
 
 
-class DedupeOffTest(unittest.TestCase):
+class DedupeOffTest(AuthDaemonCase):
     """--tenant-dedupe off: each user's put of the same content is stored, timed and charged as
     its own copy, under an id of its own, and each works (spmv, solve, drop, a restart) alone."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.rng = make_rng()
-        cls.dir = tempfile.mkdtemp(prefix="krylovd-dedupe-off-")
-        cls.state = os.path.join(cls.dir, "state")
-        cls.tokens = {}
-        lines = []
-        for name, role in (("alice", "write"), ("carol", "write"), ("root", "admin")):
-            cls.tokens[name], line = token_new(name, role)
-            lines.append(line)
-        cls.auth_file = os.path.join(cls.dir, "auth")
-        with open(cls.auth_file, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        cls.start()
-
-    @classmethod
-    def start(cls):
-        cls.daemon = Daemon("--auth-file", cls.auth_file, "--state-dir", cls.state,
-                            "--tenant-dedupe", "off").start()
-        cls.addr = cls.daemon.address
-
-    @classmethod
-    def tearDownClass(cls):
-        status = cls.daemon.stop()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert status == 0, f"krylovd exited with status {status}"
-
-    def client(self, name):
-        return krylov.Client(self.addr, user=name, token=self.tokens[name])
+    USERS = (("alice", "write"), ("carol", "write"), ("root", "admin"))
+    EXTRA = ("--tenant-dedupe", "off")
 
     def files(self):
         return sorted(os.listdir(os.path.join(self.state, "matrices")))
