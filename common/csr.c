@@ -43,10 +43,15 @@ int kd_csr_check_shape(int64_t rows, int64_t cols, int64_t nnz, const kd_csr_lim
     return KD_OK;
 }
 
+/* 4 (rows + 1), saturating: added, so that rows = INT64_MAX saturates rather than overflows */
+static size_t kd_csr_offsets_bytes(int64_t rows)
+{
+    return kd_sat_add(kd_sat_mad(0, rows, sizeof(int32_t)), sizeof(int32_t));
+}
+
 size_t kd_csr_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype)
 {
-    return kd_sat_mad(kd_sat_mad(0, rows + 1, sizeof(int32_t)), nnz,
-                      sizeof(int32_t) + kd_dtype_size(dtype));
+    return kd_sat_mad(kd_csr_offsets_bytes(rows), nnz, sizeof(int32_t) + kd_dtype_size(dtype));
 }
 
 int kd_csr_charge(int64_t rows, int64_t cols, int64_t nnz, kd_dtype_t dtype, size_t build_bytes,
@@ -397,7 +402,7 @@ int kd_csr_from_csr_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *
      * (rows is carried by indptr's bytes here, so this is a few times the request at most) */
     size_t build = kd_csr_bytes(rows, nnz, out_dtype);
     if (!canonical)
-        build = kd_sat_mad(kd_sat_mad(build, rows + 1, sizeof(int32_t)), nnz,
+        build = kd_sat_mad(kd_sat_add(build, kd_csr_offsets_bytes(rows)), nnz,
                            sizeof(int32_t) + sizeof(double));
     if ((rc = kd_csr_charge(rows, cols, nnz, out_dtype, build, limits, err)) != KD_OK)
         return rc;
@@ -442,9 +447,9 @@ done:
 size_t kd_csr_coo_build_bytes(int64_t rows, int64_t nnz, kd_dtype_t dtype)
 {
     /* the offsets with the entries grouped by row, and the canonical matrix beside them */
-    return kd_sat_add(
-        kd_sat_mad(kd_sat_mad(0, nnz, sizeof(int32_t) + sizeof(double)), rows + 1, sizeof(int32_t)),
-        kd_csr_bytes(rows, nnz, dtype));
+    return kd_sat_add(kd_sat_add(kd_sat_mad(0, nnz, sizeof(int32_t) + sizeof(double)),
+                                 kd_csr_offsets_bytes(rows)),
+                      kd_csr_bytes(rows, nnz, dtype));
 }
 
 int kd_csr_from_coo_arrays(int64_t rows, int64_t cols, int64_t nnz, const void *row,
