@@ -275,11 +275,13 @@ static void compare_single(const char *name, const kd_csr_t *p, const double *va
             /* gmres: modified Gram-Schmidt here, classical with reorthogonalisation alone;
              * bicgstab: its residual is not monotone, so the sums' other order can move the
              * crossing of rtol by a few iterations (seed 1795675794597341618: 36 against 34 in
-             * float64, on the tree before this check was widened too) */
-            const int64_t allowed = method == KD_BATCH_GMRES || method == KD_BATCH_BICGSTAB
-                                        ? 1 + res.iterations / 10
-                                    : dtype == KD_DTYPE_F64 ? 1
-                                                            : 1 + res.iterations / 20;
+             * float64, on the tree before this check was widened too; in float32 on 494_bus,
+             * condition 3e6, seed 1795944900821365746: 19 against 16) */
+            const int64_t allowed =
+                method == KD_BATCH_BICGSTAB && dtype == KD_DTYPE_F32      ? 1 + res.iterations / 4
+                : method == KD_BATCH_GMRES || method == KD_BATCH_BICGSTAB ? 1 + res.iterations / 10
+                : dtype == KD_DTYPE_F64                                   ? 1
+                                                                          : 1 + res.iterations / 20;
             CHECK_MSG(br->status == res.status && llabs(d) <= allowed,
                       "%s %s %s k=%lld system %lld: batch %s in %lld, alone %s in %lld", name,
                       kd_batch_method_name(method), kd_dtype_name(dtype), (long long)k,
