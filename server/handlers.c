@@ -500,10 +500,13 @@ static int kd_handlers_evict_for_retry(kd_server_t *server, kd_job_t *job, const
 void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err)
 {
     const kd_method_t method = job->req->method;
-    if (rc == KD_OK && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||
-                        method == KD_METHOD_MATRIX_PIN)) /* the user's own `uses` */
+    /* The user's own `uses`, which only a non-admin under an auth file is shown (kd_meta_view):
+     * without one, no second search of the store on every request's answer. */
+    const int per_user = rc == KD_OK && server->cfg.auth_file[0] != '\0';
+    if (per_user && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||
+                     method == KD_METHOD_MATRIX_PIN))
         kd_store_note_use(server->store, kd_handlers_target(job), job->user);
-    if (rc == KD_OK && method == KD_METHOD_SOLVE_BATCH)
+    if (per_user && method == KD_METHOD_SOLVE_BATCH)
         for (int64_t i = 0; i < job->req->u.solve_batch.nitems; i++)
             kd_store_note_use(server->store, job->req->u.solve_batch.items[i].id, job->user);
     kd_writer_t own;
