@@ -26,11 +26,11 @@ static kd_recycle_buf_t kd_out[KD_RECYCLE_OUT_MAX];
 static size_t kd_limit_bytes = (size_t)256 << 20;
 static int kd_limit_buffers = 4;
 
-/* Under the lock: free the oldest idle buffers until the shelf is within its limits. */
-static void kd_recycle_trim_locked(void **drop, int *ndrop)
+/* Under the lock: take the oldest idle buffers off the shelf (into drop, freed after the lock)
+ * until it holds at most `buffers` of them and `bytes` together. */
+static void kd_recycle_trim_locked(void **drop, int *ndrop, int buffers, size_t bytes)
 {
-    while (kd_shelf_count > 0 &&
-           (kd_shelf_count > kd_limit_buffers || kd_shelf_bytes > kd_limit_bytes)) {
+    while (kd_shelf_count > 0 && (kd_shelf_count > buffers || kd_shelf_bytes > bytes)) {
         kd_recycle_buf_t *b = &kd_shelf[--kd_shelf_count];
         kd_shelf_bytes -= b->cap;
         drop[(*ndrop)++] = b->p;
@@ -106,7 +106,7 @@ void kd_recycle_free(void *p)
             kd_shelf_count++;
             kd_shelf_bytes += cap;
             kept = 1;
-            kd_recycle_trim_locked(drop, &ndrop);
+            kd_recycle_trim_locked(drop, &ndrop, kd_limit_buffers, kd_limit_bytes);
         }
         break;
     }
@@ -139,7 +139,7 @@ void kd_recycle_set_limit(size_t bytes, int buffers)
     kd_limit_buffers = buffers < 0                      ? 0
                        : buffers > KD_RECYCLE_SHELF_MAX ? KD_RECYCLE_SHELF_MAX
                                                         : buffers;
-    kd_recycle_trim_locked(drop, &ndrop);
+    kd_recycle_trim_locked(drop, &ndrop, kd_limit_buffers, kd_limit_bytes);
     pthread_mutex_unlock(&kd_recycle_lock);
     for (int i = 0; i < ndrop; i++)
         free(drop[i]);
@@ -150,11 +150,7 @@ void kd_recycle_release_idle(void)
     void *drop[KD_RECYCLE_SHELF_MAX];
     int ndrop = 0;
     pthread_mutex_lock(&kd_recycle_lock);
-    while (kd_shelf_count > 0) {
-        kd_recycle_buf_t *b = &kd_shelf[--kd_shelf_count];
-        kd_shelf_bytes -= b->cap;
-        drop[ndrop++] = b->p;
-    }
+    kd_recycle_trim_locked(drop, &ndrop, 0, 0);
     pthread_mutex_unlock(&kd_recycle_lock);
     for (int i = 0; i < ndrop; i++)
         free(drop[i]);

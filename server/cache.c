@@ -219,6 +219,7 @@ void kd_cache_wait_begin(kd_server_t *server, uint64_t *since_ns)
     if (*since_ns != 0)
         return;
     *since_ns = kd_clock_ns();
+    atomic_fetch_add(&server->mem_waiting, 1);
     kd_store_count(server->store, KD_STORE_MEMORY_WAITS);
 }
 
@@ -229,6 +230,7 @@ void kd_cache_wait_end(kd_server_t *server, uint64_t *since_ns)
     kd_store_count_add(server->store, KD_STORE_MEMORY_WAIT_MS,
                        (kd_clock_ns() - *since_ns) / 1000000u);
     *since_ns = 0;
+    atomic_fetch_sub(&server->mem_waiting, 1);
 }
 
 size_t kd_cache_evict_all(kd_server_t *server, const kd_store_entry_t *keep)

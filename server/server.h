@@ -106,6 +106,7 @@ typedef struct kd_server {
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
     int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
     int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
+    atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */
     int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at

@@ -509,6 +509,8 @@ static int kd_spmv_expired(void *arg, const kd_job_t *job)
  * cancelled) while a solve runs: the loop's timer may have fired while one was taken. */
 static void kd_spmv_expire(kd_server_t *server)
 {
+    if (atomic_load(&server->mem_waiting) == 0) /* the common case: no queue scan per check */
+        return;
     kd_job_t *jobs[KD_SPMV_GROUP_MAX];
     size_t n = kd_worker_take(server->worker, kd_spmv_expired, NULL, jobs, KD_SPMV_GROUP_MAX);
     for (size_t i = 0; i < n; i++) {

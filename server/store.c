@@ -427,9 +427,7 @@ void kd_store_usage(kd_store_t *store, const char *user, kd_usage_t *out)
 
 void kd_store_count(kd_store_t *store, kd_store_counter_t counter)
 {
-    pthread_mutex_lock(&store->lock);
-    store->counters[counter]++;
-    pthread_mutex_unlock(&store->lock);
+    kd_store_count_add(store, counter, 1);
 }
 
 void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t n)
