@@ -169,7 +169,7 @@ static size_t kd_climem_add(size_t a, size_t b)
 size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
 {
     size_t bytes = kd_climem_add(kd_request_host_bytes(req), sizeof(kd_job_t));
-    kd_matrix_meta_t meta;
+    int64_t mrows, mcols;
     switch (req->method) {
     case KD_METHOD_SPMV: {
         /* y (rows x ncols) three times: converted from the matrix's dtype, in the request's,
@@ -177,8 +177,8 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
         const kd_spmv_request_t *q = &req->u.spmv;
         int64_t k = q->ncols > 0 ? q->ncols : 1;
         int64_t rows = q->x.count / k;
-        if (kd_store_get_meta(server->store, q->id, &meta) == KD_OK)
-            rows = meta.rows;
+        if (kd_store_get_shape(server->store, q->id, &mrows, &mcols) == KD_OK)
+            rows = mrows;
         bytes = kd_climem_add(
             bytes, kd_climem_mul((size_t)(rows > 0 ? rows : 0), (size_t)k, 3 * sizeof(double)));
         break;
@@ -188,8 +188,8 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
         const kd_solve_request_t *q = &req->u.solve;
         int64_t k = q->nrhs > 0 ? q->nrhs : 1;
         int64_t rows = q->b.count / k;
-        if (kd_store_get_meta(server->store, q->id, &meta) == KD_OK)
-            rows = meta.rows > meta.cols ? meta.rows : meta.cols;
+        if (kd_store_get_shape(server->store, q->id, &mrows, &mcols) == KD_OK)
+            rows = mrows > mcols ? mrows : mcols;
         bytes = kd_climem_add(
             bytes, kd_climem_mul((size_t)(rows > 0 ? rows : 0), (size_t)k, 5 * sizeof(double)));
         break;

@@ -447,6 +447,18 @@ int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t 
     return e != NULL ? KD_OK : KD_ENOTFOUND;
 }
 
+int kd_store_get_shape(kd_store_t *store, const uint8_t id[16], int64_t *rows, int64_t *cols)
+{
+    pthread_mutex_lock(&store->lock);
+    const kd_store_entry_t *e = kd_store_locate(store, id, NULL);
+    if (e != NULL) {
+        *rows = e->meta.rows;
+        *cols = e->meta.cols;
+    }
+    pthread_mutex_unlock(&store->lock);
+    return e != NULL ? KD_OK : KD_ENOTFOUND;
+}
+
 int kd_store_list(kd_store_t *store, kd_matrix_meta_t **out, size_t *count)
 {
     pthread_mutex_lock(&store->lock);

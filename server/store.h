@@ -125,8 +125,8 @@ typedef struct kd_store_entry {
     int keep_recent;
     struct kd_dist_matrix *dist; /* worker thread only: rank 0's part of a spread matrix (then
                                     dev is NULL), or NULL; never evicted (server/spread.c) */
-    int busy;         /* worker thread only: jobs using it across a yield or in a group (spmv.c);
-                         never evicted or removed while > 0 */
+    int busy; /* worker thread only: jobs using it across a yield or in a group (spmv.c);
+                 never evicted or removed while > 0 */
 } kd_store_entry_t;
 
 typedef struct kd_store kd_store_t;
@@ -171,9 +171,9 @@ int kd_meta_visible(const kd_matrix_meta_t *meta, const char *user, int admin);
 /* meta as user sees it: `pinned` is its own reference's pin (an admin that holds no reference
  * sees whether anyone pinned it). KD_META_OWN also makes `uses` and `name` the user's own and,
  * unless the copy is the user's alone (meta->tenant), leaves out what the upload measured
- * (hide_selection, the timings of reorder_reason) and what other users' requests move (pattern, like, and device_bytes beyond
- * alone_bytes): a put of content another user holds then answers as a put of new content
- * would. */
+ * (hide_selection, the timings of reorder_reason) and what other users' requests move (pattern,
+ * like, and device_bytes beyond alone_bytes): a put of content another user holds then answers as a
+ * put of new content would. */
 void kd_meta_view(kd_matrix_meta_t *meta, const char *user, kd_meta_scope_t scope);
 
 /* The id of content id stored for user alone (--tenant-dedupe off): id changed by the name, so
@@ -272,6 +272,9 @@ void kd_store_count_add(kd_store_t *store, kd_store_counter_t counter, uint64_t 
 
 /* Any thread: a copy of the metadata. KD_ENOTFOUND. */
 int kd_store_get_meta(kd_store_t *store, const uint8_t id[16], kd_matrix_meta_t *out);
+/* The matrix's rows and cols alone (KD_ENOTFOUND when there is none): what a charge on the loop
+ * thread needs, without copying its metadata (10 KB with its owners) under the lock. */
+int kd_store_get_shape(kd_store_t *store, const uint8_t id[16], int64_t *rows, int64_t *cols);
 
 /* Any thread: copies of every entry's metadata, oldest first (*out malloc'd, may be NULL when
  * *count is 0). */
