@@ -621,11 +621,8 @@ static int kd_cache_refs_record(kd_server_t *server, kd_store_entry_t *entry,
     if (rc == KD_OK)
         rc = kd_owners_save(server, err);
     if (rc != KD_OK) {
-        kd_err_t ignored = {0};
-        kd_store_remove_owner(server->store, entry, NULL);
-        for (int i = 0; i < refs->nowners; i++)
-            kd_store_add_owner(server->store, entry, refs->owners[i].name, refs->owners[i].pinned,
-                               &ignored);
+        /* whole: names, pins, labels, uses and the order the user's list follows */
+        kd_store_restore_owners(server->store, entry, refs->owners, refs->nowners);
         kd_store_set_pinned(server->store, entry, refs->pinned);
     }
     return rc;

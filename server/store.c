@@ -353,6 +353,16 @@ static void kd_store_repin(kd_matrix_meta_t *meta)
         meta->pinned |= meta->owners[i].pinned != 0;
 }
 
+void kd_store_restore_owners(kd_store_t *store, kd_store_entry_t *entry, const kd_owner_t *owners,
+                             int n)
+{
+    pthread_mutex_lock(&store->lock);
+    memcpy(entry->meta.owners, owners, (size_t)n * sizeof(*owners));
+    entry->meta.nowners = n;
+    kd_store_repin(&entry->meta);
+    pthread_mutex_unlock(&store->lock);
+}
+
 int kd_store_add_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user, int pinned,
                        kd_err_t *err)
 {

@@ -195,6 +195,10 @@ int kd_store_add_owner(kd_store_t *store, kd_store_entry_t *entry, const char *u
 
 /* Worker thread: take user's reference away (NULL: every reference); returns how many remain. */
 int kd_store_remove_owner(kd_store_t *store, kd_store_entry_t *entry, const char *user);
+/* Put entry's references back as a snapshot of them had them (n of owners: names, pins, labels,
+ * uses and order), its pin following. */
+void kd_store_restore_owners(kd_store_t *store, kd_store_entry_t *entry, const kd_owner_t *owners,
+                             int n);
 
 /* Worker thread: set the pin of user's reference (NULL: of every reference) and the entry's
  * pinned flag from all of them; returns that flag. */
