@@ -323,8 +323,7 @@ static int kd_items_check(kd_server_t *server, const kd_job_t *job, const kd_bat
      * make a batch far larger than the request, so it is held to what the host sets aside for
      * one request's copies (2 x --max-message, docs/OPERATIONS.md "Host memory"). */
     const size_t host = kd_batch_systems_plan_bytes(count, rows, nnz, KD_DTYPE_F64);
-    const size_t host_max =
-        server->cfg.max_message > SIZE_MAX / 2 ? SIZE_MAX : 2 * server->cfg.max_message;
+    const size_t host_max = server->csr_limits.max_build_bytes; /* 2 x --max-message */
     if (host == SIZE_MAX || host > host_max)
         return kd_err_set(err, KD_ETOOLARGE,
                           "%s: its items' matrices (%lld nonzeros in all) make a batch of %zu "

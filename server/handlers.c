@@ -503,8 +503,8 @@ void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t
     /* The user's own `uses`, which only a non-admin under an auth file is shown (kd_meta_view):
      * without one, no second search of the store on every request's answer. */
     const int per_user = rc == KD_OK && server->cfg.auth_file[0] != '\0';
-    if (per_user && (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE ||
-                     method == KD_METHOD_MATRIX_PIN))
+    if (per_user &&
+        (method == KD_METHOD_SPMV || method == KD_METHOD_SOLVE || method == KD_METHOD_MATRIX_PIN))
         kd_store_note_use(server->store, kd_handlers_target(job), job->user);
     if (per_user && method == KD_METHOD_SOLVE_BATCH)
         for (int64_t i = 0; i < job->req->u.solve_batch.nitems; i++)

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include <assert.h>
+#include <float.h>
 #include <stdlib.h>
 
 enum { KD_CG_D = 0 }; /* the work vector: the direction */
@@ -81,16 +82,14 @@ static int kd_cg_iterate_chunk(kd_solve_run_t *run, int64_t first, int64_t count
                       (size_t)run->A->rows <= KD_CG_SMALL_R * wg &&
                       kd_ocl_desc(run->ocl)->local_mem_bytes >= (KD_CG_SMALL_R + 4) * wg * vsize;
     if (count > INT32_MAX)
-        return kd_err_set(err, KD_EINTERNAL, "cg: %lld iterations in one launch",
-                          (long long)count);
+        return kd_err_set(err, KD_EINTERNAL, "cg: %lld iterations in one launch", (long long)count);
     return kd_krylov_launch_groups(
         kr, "cg_small", local ? "kd_cg_small_local" : "kd_cg_small", 1,
         KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(count), KD_ARG_MEM(kr->threshold),
                 KD_ARG_MEM(kr->limits), KD_ARG_MEM(kr->res_partials), KD_ARG_MEM(kr->scalars),
                 KD_ARG_MEM(kr->state), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
-                KD_ARG_MEM(A->values), KD_ARG_MEM(run->work[KD_CG_D].mem),
-                KD_ARG_MEM(run->q.mem), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(run->x.mem),
-                KD_ARG_MEM(kr->diagonal)),
+                KD_ARG_MEM(A->values), KD_ARG_MEM(run->work[KD_CG_D].mem), KD_ARG_MEM(run->q.mem),
+                KD_ARG_MEM(run->r.mem), KD_ARG_MEM(run->x.mem), KD_ARG_MEM(kr->diagonal)),
         err);
 }
 
@@ -173,7 +172,7 @@ int kd_method_cg_check(const kd_solve_run_t *run, const kd_krylov_column_t *st, 
         res);
     /* p'Ap exactly 0 with r'r far below rounding of ||b|| is a direction that vanished, not an
      * indefinite A: the recurrence's residual underflowed (a tolerance of 0 asks for that) */
-    const double eps = run->A->dtype == KD_DTYPE_F32 ? 1.1920928955078125e-07 : 2.220446049250313e-16;
+    const double eps = run->A->dtype == KD_DTYPE_F32 ? FLT_EPSILON : DBL_EPSILON;
     if (final && st->status == KD_KRYLOV_BREAKDOWN && st->fail == 0.0 &&
         st->rr <= eps * eps * res->b_norm * res->b_norm)
         snprintf(res->message, sizeof(res->message),
