@@ -201,9 +201,8 @@ static int kd_batch_reserve_history(struct kd_server *server, kd_store_entry_t *
     for (int64_t s = 0; s < k; s++)
         if (maxiter[s] > limit)
             limit = maxiter[s];
-    int64_t cells;
-    if (kd_mul_overflow_i64(k, limit > INT64_MAX - 1 ? limit : limit + 1, &cells) ||
-        cells > KD_BATCH_HISTORY_MAX)
+    const int64_t cells = kd_batch_history_cells(k, limit);
+    if (cells < 0)
         return KD_OK; /* the solve refuses it, naming the cap */
     const kd_matrix_meta_t *m = &entry->meta;
     const size_t vsize = kd_dtype_size(m->dtype);

@@ -131,12 +131,10 @@ static size_t kd_items_plan_bytes(int64_t count, int64_t rows, int64_t nnz, int6
         return SIZE_MAX;
     if (prm->record_history) { /* count x (the largest maxiter + 1) values, at most 2^24 */
         const int64_t maxiter = q->maxiter >= 0 ? q->maxiter : KD_SOLVE_MAXITER_PER_ROW * max_rows;
-        size_t cells, hist;
-        if (kd_mul_overflow((size_t)count, (size_t)maxiter + 1, &cells))
-            return SIZE_MAX;
-        if (cells > (size_t)KD_BATCH_HISTORY_MAX)
-            cells = (size_t)KD_BATCH_HISTORY_MAX; /* more is refused by the solve */
-        if (kd_mul_overflow(cells, 8, &hist) || kd_add_overflow(total, hist, &total))
+        const int64_t cells = kd_batch_history_cells(count, maxiter);
+        size_t hist; /* more than the cap is refused by the solve: charged the cap */
+        if (kd_mul_overflow((size_t)(cells < 0 ? KD_BATCH_HISTORY_MAX : cells), 8, &hist) ||
+            kd_add_overflow(total, hist, &total))
             return SIZE_MAX;
     }
     return total;

@@ -14,6 +14,7 @@
 #ifndef KD_SOLVER_BATCH_H
 #define KD_SOLVER_BATCH_H
 
+#include "common/checked.h"
 #include "common/csr.h"
 #include "solver/matrix.h"
 #include "solver/ocl.h"
@@ -136,6 +137,17 @@ typedef struct kd_batch_params {
 #define KD_BATCH_RESTARTS 4
 /* record_history holds count x (max maxiter + 1) values on the device: at most this many. */
 #define KD_BATCH_HISTORY_MAX ((int64_t)1 << 24)
+
+/* The values the history of k systems to at most `limit` iterations holds, k x (limit + 1), or
+ * -1 when that overflows or passes KD_BATCH_HISTORY_MAX (the solve refuses it). */
+static inline int64_t kd_batch_history_cells(int64_t k, int64_t limit)
+{
+    int64_t cells;
+    if (k < 0 || limit < 0 || limit == INT64_MAX || kd_mul_overflow_i64(k, limit + 1, &cells) ||
+        cells > KD_BATCH_HISTORY_MAX)
+        return -1;
+    return cells;
+}
 
 typedef struct kd_batch_result {
     kd_solve_status_t status;

@@ -462,8 +462,7 @@ int kd_batch_solve(kd_ocl_t *ocl, const kd_batch_t *A, const void *b, const void
     if (!any || A->row_start[k] == 0)
         goto done;
     if (params->record_history) {
-        int64_t cells;
-        if (kd_mul_overflow_i64(k, limit + 1, &cells) || cells > KD_BATCH_HISTORY_MAX) {
+        if (kd_batch_history_cells(k, limit) < 0) {
             rc = kd_err_set(err, KD_ETOOLARGE,
                             "history of %lld systems x %lld iterations: over %lld values",
                             (long long)k, (long long)(limit + 1), (long long)KD_BATCH_HISTORY_MAX);
