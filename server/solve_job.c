@@ -525,15 +525,15 @@ done:
     return rc;
 }
 
-/* The work vectors a column of the method a request names holds (the most any method holds
- * for "auto", whose fallback runs another, and for a name the solve will refuse). */
-static int64_t kd_solve_work_vectors(const char *name)
+/* The work vectors a column of the method a request names holds, resolved as the solve resolves
+ * it (kd_method_choose: aliases, the default); the most any method holds for "auto", whose
+ * fallback runs another, and for a choice the solve will refuse. */
+static int64_t kd_solve_work_vectors(const kd_solve_request_t *q)
 {
-    for (size_t i = 0; i < kd_method_alias_count; i++)
-        if (strcmp(name, kd_method_aliases[i].name) == 0)
-            name = kd_method_aliases[i].method;
-    const kd_method_ops_t *m = kd_method_find(name[0] != '\0' ? name : "cg");
-    if (m != NULL)
+    const kd_method_ops_t *m;
+    const kd_precond_ops_t *p;
+    kd_err_t ignored = {0};
+    if (kd_method_choose(q->method, q->preconditioner, &m, &p, &ignored) == KD_OK)
         return m->work_vectors;
     int64_t most = 0;
     for (size_t i = 0; i < kd_method_count; i++)
@@ -558,7 +558,7 @@ static int kd_solve_runs_gmres(const kd_solve_request_t *q, const kd_store_entry
 static int64_t kd_solve_values_per_row(const kd_solve_request_t *q, int64_t columns,
                                        const kd_store_entry_t *entry)
 {
-    int64_t per_row = (5 + kd_solve_work_vectors(q->method)) * columns;
+    int64_t per_row = (5 + kd_solve_work_vectors(q)) * columns;
     if (per_row < 6 + columns)
         per_row = 6 + columns;
     if (!kd_solve_runs_gmres(q, entry))
