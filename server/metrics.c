@@ -155,9 +155,9 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                     kd_method_name((kd_method_t)m), (unsigned long long)c->by_method[m]);
     kd_text_add(&t, "# HELP krylovd_errors_total Error responses, by wire error code.\n"
                     "# TYPE krylovd_errors_total counter\n");
-    static const char *codes[] = {"BAD_REQUEST",  "NOT_FOUND", "TOO_LARGE", "DEVICE_MEMORY",
-                                  "DEVICE_ERROR", "BUSY",      "CANCELLED", "TIMEOUT",
-                                  "UNSUPPORTED",  "NOT_SPD",   "INTERNAL",  "UNAUTHENTICATED",
+    static const char *codes[] = {"BAD_REQUEST",  "NOT_FOUND", "TOO_LARGE",   "DEVICE_MEMORY",
+                                  "DEVICE_ERROR", "BUSY",      "CANCELLED",   "TIMEOUT",
+                                  "UNSUPPORTED",  "NOT_SPD",   "INTERNAL",    "UNAUTHENTICATED",
                                   "FORBIDDEN",    "QUOTA",     "STORAGE_FULL"};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         uint64_t n = 0;
@@ -218,6 +218,9 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
     kd_text_metric(&t, "krylovd_rss_bytes", "gauge",
                    "The process's resident memory (/proc/self/statm).",
                    (double)kd_trim_rss_bytes());
+    kd_text_metric(&t, "krylovd_malloc_in_use_bytes", "gauge",
+                   "Bytes malloc has handed out and not had back (mallinfo2; 0 where unknown).",
+                   (double)kd_trim_malloc_in_use());
     kd_text_metric(&t, "krylovd_memory_trims_total", "counter",
                    "Times freed host memory was given back to the system after a load.",
                    (double)server->trim.trims);

@@ -184,13 +184,14 @@ static void kd_reply_client_memory(kd_writer_t *w, const kd_client_mem_t *m)
         kd_w_kv_int(w, kd_evict_reason_name((kd_evict_reason_t)r), (int64_t)m->evictions[r]);
 }
 
-/* The process's resident size beside what is counted (client_memory, the recycle shelf), and
- * what the idle trims gave back (trim.h). */
+/* The process's resident size beside what malloc holds in use and what is counted
+ * (client_memory, the recycle shelf), and what the idle trims gave back (trim.h). */
 static void kd_reply_host_memory(kd_writer_t *w, const kd_server_t *server)
 {
     kd_w_str(w, "host_memory");
-    kd_w_map(w, 5);
+    kd_w_map(w, 6);
     kd_w_kv_int(w, "rss_bytes", (int64_t)kd_trim_rss_bytes());
+    kd_w_kv_int(w, "malloc_in_use_bytes", (int64_t)kd_trim_malloc_in_use());
     kd_w_kv_int(w, "recycle_idle_bytes", (int64_t)kd_recycle_idle_bytes());
     kd_w_kv_int(w, "settled_rss_bytes", (int64_t)server->trim.settled_bytes);
     kd_w_kv_int(w, "trims", (int64_t)server->trim.trims);

@@ -22,6 +22,16 @@ size_t kd_trim_rss_bytes(void)
     return n == 2 && page > 0 ? (size_t)resident * (size_t)page : 0;
 }
 
+size_t kd_trim_malloc_in_use(void)
+{
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+#else
+    return 0;
+#endif
+}
+
 size_t kd_trim_now(kd_server_t *server)
 {
     const size_t before = kd_trim_rss_bytes();

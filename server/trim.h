@@ -28,6 +28,11 @@ typedef struct kd_trim_stats {
 /* Any thread: the process's resident set (/proc/self/statm), 0 when it cannot be read. */
 size_t kd_trim_rss_bytes(void);
 
+/* Any thread: the bytes malloc has handed out and not had back (glibc's mallinfo2: arena chunks
+ * in use plus mmapped chunks), 0 where that is not known. Unlike the resident size it does not
+ * hold what freed memory the arenas keep, so growth in it under a steady load is a leak. */
+size_t kd_trim_malloc_in_use(void);
+
 /* Loop thread: start the timer (--memory-trim-ms; 0: no timer); stop it at shutdown. */
 int kd_trim_start(struct kd_server *server);
 void kd_trim_stop(struct kd_server *server);

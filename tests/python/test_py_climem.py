@@ -305,6 +305,10 @@ class ClientMemoryTest(unittest.TestCase):
             c.close()
             self.assertLess(abs(host["rss_bytes"] - rss_bytes(pid)), 16 * MiB)
             if not sanitized(pid):
+                # Every client gone: what malloc holds is what krylovd keeps (its matrices,
+                # programs, the shelf), a fraction of what it held under the load.
+                self.assertGreater(host["malloc_in_use_bytes"], 0)
+                self.assertLess(host["malloc_in_use_bytes"], peak)
                 self.assertLessEqual(after, bound, f"RSS stayed at {after / MiB:.0f} MiB")
         finally:
             status = d.stop()

@@ -73,7 +73,10 @@ def plot(csv_path, svg_path, title="krylovd soak", warmup=0.2):
     windows = [(0, w, "#eeeeee"), (w, 2 * w, "#dbe9f6"), (tmax - w, tmax, "#fde3cc")]
     cols = rows[0].keys()
     panels = [
-        ([("VmRSS", [v / MIB for v in num("rss_bytes")])], "krylovd resident memory (MiB)"),
+        ([("VmRSS", [v / MIB for v in num("rss_bytes")])]
+         + ([("malloc in use", [v / MIB for v in num("malloc_in_use_bytes")]),
+             ("kept (in use less clients')", [v / MIB for v in num("kept_bytes")])]
+            if "kept_bytes" in cols else []), "krylovd host memory (MiB)"),
         ([("open fds", num("fds")), ("connections", num("connections"))],
          "open descriptors and connections"),
         ([("device_bytes_used", [v / MIB for v in num("device_bytes")])], "device memory (MiB)"),
