@@ -1,6 +1,6 @@
 /*
  * BLAS-1 (solver/blas.c drives them; solver/blas.h explains the scalars buffer). The solvers'
- * fused multi-column steps are in kernels/krylov.cl.
+ * fused multi-column steps are in kernels/methods/krylov.cl.
  *
  * Thread mapping, two kinds of kernel:
  *  - element-wise kernels (axpy, xpay, scale): one work-item per element, the global size rounded

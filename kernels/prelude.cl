@@ -1,5 +1,5 @@
 /*
- * The common prelude, prepended by solver/ocl.c to every program it builds (it is never built on
+ * The common prelude, prepended by solver/runtime/ocl.c to every program it builds (it is never built on
  * its own). It turns the build options into types and helpers the format and BLAS kernels share:
  *
  *   -DKD_FP64=1|0    VALUE is double (and cl_khr_fp64 is enabled) or float

@@ -1,5 +1,5 @@
 /*
- * BLAS-1 on device vectors. (The solvers' fused, multi-column steps are in solver/krylov.h.)
+ * BLAS-1 on device vectors. (The solvers' fused, multi-column steps are in solver/methods/krylov.h.)
  *
  * A kd_blas_t belongs to one caller on one device and one value type. It owns two small device
  * buffers:
@@ -19,7 +19,7 @@
 #ifndef KD_SOLVER_BLAS_H
 #define KD_SOLVER_BLAS_H
 
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 #include "solver/vector.h"
 
 /* Slots of the scalars buffer. */

@@ -1,15 +1,15 @@
 /*
  * Device-resident matrices and SpMV (see matrix.h): the format names, the table of implemented
- * formats (solver/format.h), the shared source a format is built from, and the checks every
+ * formats (solver/formats/format.h), the shared source a format is built from, and the checks every
  * format can rely on. The formats themselves live in solver/format_<name>.c.
  */
 #include "solver/matrix.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 #include "common/clock.h"
 #include "common/checked.h"
-#include "solver/format.h"
+#include "solver/formats/format.h"
 #include "solver/matrix_scan.h"
-#include "solver/precond.h"
+#include "solver/precond/precond.h"
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /*
  * A sparse matrix resident in device memory, in one storage format, and SpMV on it. Each format
- * lives in its own solver/format_*.c behind the private ops table in solver/format.h; this header
+ * lives in its own solver/format_*.c behind the private ops table in solver/formats/format.h; this header
  * is what the rest of krylovd sees.
  */
 #ifndef KD_SOLVER_MATRIX_H
@@ -8,7 +8,7 @@
 
 #include "common/csr.h"
 #include "common/reorder.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 #include "solver/vector.h"
 
 typedef enum kd_format {
@@ -97,11 +97,11 @@ typedef struct kd_matrix {
      * the device once); NULL otherwise. Format-independent: built from the host CSR by
      * solver/matrix_scan.c, not counted in device_bytes. */
     void *inv_diagonal;
-    /* Preconditioners set up on this matrix (solver/precond.h), counted in device_bytes and freed
+    /* Preconditioners set up on this matrix (solver/precond/precond.h), counted in device_bytes and freed
      * with it; kd_precond_get adds to the list. */
     struct kd_precond *preconds;
     kd_matrix_order_t order;
-    /* A batched matrix (solver/batch.h), owned: ops is NULL and rows, cols, nnz are the block
+    /* A batched matrix (solver/batch/batch.h), owned: ops is NULL and rows, cols, nnz are the block
      * diagonal's totals (kd_batch_matrix_wrap); NULL for every other matrix. */
     struct kd_batch *batch;
     /* The pattern arrays this matrix shares with matrices of other values (kd_matrix_with_values);
@@ -138,7 +138,7 @@ int kd_matrix_spmv_inner(kd_ocl_t *ocl, const kd_matrix_t *m, double alpha, cons
 /*
  * Y = alpha * A * X + beta * Y for the k columns of X (the matrix's columns) and Y (its rows), one
  * launch where the format has an SpMM kernel (the matrix read once per chunk of 8 columns, not
- * once per column: solver/format.h), column by column otherwise. When beta == 0, Y is only
+ * once per column: solver/formats/format.h), column by column otherwise. When beta == 0, Y is only
  * written. kd_matrix_spmm takes the client's order; kd_matrix_spmm_inner the stored one (the
  * solver's; a reordered matrix's client-order SpMM runs column by column).
  */

@@ -6,7 +6,7 @@
  * SpMV, which the selection counts because it times a reordered candidate through
  * kd_matrix_spmv. The solver uses kd_matrix_spmv_inner and permutes b and x once per solve.
  */
-#include "solver/format.h"
+#include "solver/formats/format.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,7 @@
  * next one (kd_matrix_shares says whether the caller should look at its other matrices' sizes
  * again).
  */
-#include "solver/format.h"
+#include "solver/formats/format.h"
 #include "solver/matrix_scan.h"
 
 #include <math.h>

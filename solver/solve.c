@@ -1,5 +1,5 @@
 /*
- * The solve driver: what every Krylov method shares (solver/method.h says what a method does).
+ * The solve driver: what every Krylov method shares (solver/methods/method.h says what a method does).
  * kd_solve runs five steps:
  *
  *   setup    check the parameters, set up the preconditioner on the matrix
@@ -27,8 +27,8 @@
 #include "solver/solve.h"
 #include "common/clock.h"
 #include "solver/comm.h"
-#include "solver/format.h"
-#include "solver/method.h"
+#include "solver/formats/format.h"
+#include "solver/methods/method.h"
 
 #include <assert.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
- * Solving A X = B on a resident matrix with a Krylov method (solver/method.h: cg, sd, ...) and a
- * preconditioner (solver/precond.h: none, jacobi, ...), several right-hand sides in lock step.
+ * Solving A X = B on a resident matrix with a Krylov method (solver/methods/method.h: cg, sd, ...) and a
+ * preconditioner (solver/precond/precond.h: none, jacobi, ...), several right-hand sides in lock step.
  * Vectors stay on the device; the host reads back one small block per convergence check. The
  * residual reported at the end is recomputed as ||b - A x||.
  */
@@ -84,7 +84,7 @@ typedef struct kd_solve_params {
     int64_t reduction_groups; /* tuning (benchmarks): work-groups per right-hand side in the
                                  vector kernels' reductions; 0 = automatic */
     int passes;      /* tuning (benchmarks): vector passes per CG iteration, 2 or 3, or 1 for two
-                        lean ones (see solver/method_cg.c); 0 = automatic (2) */
+                        lean ones (see solver/methods/cg.c); 0 = automatic (2) */
     int spmv_fusion; /* tuning (benchmarks, tests): for a csr_scalar matrix, KD_SOLVE_FUSION_ON
                         runs the SpMV inside the method's first vector pass (kd_krylov_dots3 with
                         the matrix), KD_SOLVE_FUSION_OFF apart; 0 = automatic: fused on GPUs,
@@ -108,7 +108,7 @@ typedef struct kd_solve_params {
     void *yield_ctx;
     int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
                         arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
-                        work-group per right-hand side (kernels/cg_small.cl), KD_SOLVE_SMALL_OFF
+                        work-group per right-hand side (kernels/methods/cg_small.cl), KD_SOLVE_SMALL_OFF
                         never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
                         unless spmv_fusion is KD_SOLVE_FUSION_ON */
     const kd_solve_spread_t *spread; /* NULL: A is the whole matrix (see kd_solve_spread_t) */

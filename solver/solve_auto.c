@@ -5,7 +5,7 @@
  * each message says so, rather than answer "breakdown" to a caller who asked for the choice. The
  * server and krylov-bench both solve through here, so a benchmark row is what a client gets.
  */
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <stdio.h>
 #include <string.h>

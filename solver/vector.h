@@ -5,7 +5,7 @@
 #ifndef KD_SOLVER_VECTOR_H
 #define KD_SOLVER_VECTOR_H
 
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 typedef struct kd_vec {
     cl_mem mem; /* NULL for n == 0 */

@@ -1,0 +1,318 @@
+/*
+ * The multigrid V-cycle's own kernels (solver/precond/amg/amg.c, solver/precond/amg/fused.c).
+ *
+ * The straightforward V-cycle runs the level matrices, the restriction and the prolongation
+ * through their formats' SpMV, and these vector kernels, one work-item per row, every access
+ * coalesced:
+ * kd_amg_chebyshev: one Chebyshev step of the smoother on one level: r = b - q (q = A x from the
+ * SpMV before it; b alone when x starts at 0), d = c_d d + c_r D^-1 r (c_r D^-1 r alone on the
+ * first step), x += d (x = d from 0). Reads b, q, 1/diag, d, x; writes d, x.
+ * kd_amg_residual: q = b - q after q = A x: the residual the restriction reads.
+ * kd_amg_scale: y = s .* x (the Lanczos estimate's D^-1/2).
+ * kd_amg_dense_mv: x = M b on the coarsest level, M its dense inverse (row-major, n <= a few
+ * hundred): one work-group per row, its lanes read consecutive entries of the row, then a tree
+ * in local memory in a fixed order (deterministic).
+ *
+ * The fused V-cycle keeps levels >= 1 (and every P and R) in CSR and fuses each level's vector
+ * step into its SpMV, the csr_vector mapping: KD_TPR work-items per row (-DKD_TPR, the smallest
+ * power of two at least the matrix's mean row length, so a typical row is one or two coalesced
+ * steps of the lanes), row = global id / KD_TPR, lanes read entries lane, lane + KD_TPR, ... of
+ * the row, then a tree of their partial sums in local memory; lane 0 finishes the row. Rows are
+ * independent, so a step that rewrites x reads x_in and writes x_out (ping-pong):
+ * kd_amg_csr_chebyshev: s = (A x_in)_i; the Chebyshev step above with q_i = s; x_out = x_in + d.
+ * kd_amg_csr_residual: q = b - A x.
+ * kd_amg_csr_restrict: b_c = R q; with `smooth`, also the coarse level's first Chebyshev step
+ * from 0 (d_c = x_c = c_r D_c^-1 b_c), which reads only the row's own values.
+ * kd_amg_csr_prolong: x += P x_c.
+ *
+ * kd_amg_product: C = A B on C's pattern, known beforehand (a refresh: the setup's SpGEMM made it,
+ * solver/precond/amg/amg.c), one work-item per row of C: the row is zeroed, then each product
+ * a_ik b_kj is added at column j, found by bisection in the row (columns ascending). The products
+ * come in kd_spgemm's order (k ascending along A's row, each (i, j) once per k) and FP_CONTRACT
+ * is off in both, so an entry is the same sum kd_spgemm's numeric phase forms. No hashing, no
+ * counting, no sorting: that was the symbolic phase's, and the pattern's columns are already
+ * sorted.
+ *
+ * A fused hierarchy's refresh (solver/precond/amg/refresh.c) also computes on the device, one work-item
+ * per row, on patterns the setup made:
+ * kd_amg_prolong: the smoothed prolongator's values P = (I - omega D^-1 A) T on P's pattern, T
+ * from the aggregates (agg, -1: none) and their scale 1/sqrt(|aggregate|), as the host's
+ * kd_amg_prolongator forms them: T's own entry first, then - (omega / a_ii) a_ik scale_j for the
+ * row's entries in order, each landing at its aggregate's column (bisection in P's row).
+ * kd_amg_gather: dst[t] = src[map[t]] (R = P^T's values from P's).
+ * kd_amg_diagonal: a_ii of each row (0 when not stored), by bisection.
+ *
+ * kd_amg_tail: the V-cycle of the last few small levels, from the first one's b to its x, in ONE
+ * work-group of KD_WG_SIZE work-items, as the list of steps solver/precond/amg/tail.c made at setup
+ * (kernels/precond/amg/amg_abi.h): pre-smoothing, residual and restriction level by level down, the coarsest
+ * solve (its dense inverse as a CSR matrix, or smoothing), prolongation and post-smoothing level
+ * by level up. A matrix step gives each row M.lanes work-items (WG / lanes rows a pass, the
+ * lanes' sums folded in local memory in the same order as the device-wide kernels); a Chebyshev
+ * step gives work-item lid rows lid, lid + WG, ... Every step ends with a barrier (global and
+ * local fences), so the next one sees all its rows. One flat loop with three barriers: every
+ * trip count is the same for the whole group and nothing returns early, so every barrier is
+ * reached by all work-items (and PoCL compiles it in seconds; nested helpers with barriers took
+ * it minutes).
+ */
+#pragma OPENCL FP_CONTRACT OFF
+
+#include "amg_abi.h"
+
+#ifndef KD_TPR
+#define KD_TPR 1
+#endif
+
+__kernel void kd_amg_chebyshev(const int n, const int from_zero, const int first, const VALUE c_d,
+                               const VALUE c_r, __global const VALUE *b, __global const VALUE *q,
+                               __global const VALUE *inv_diagonal, __global VALUE *d,
+                               __global VALUE *x)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const VALUE r = from_zero ? b[i] : b[i] - q[i];
+    const VALUE step = c_r * (inv_diagonal[i] * r);
+    const VALUE di = first ? step : c_d * d[i] + step;
+    d[i] = di;
+    x[i] = from_zero ? di : x[i] + di;
+}
+
+/* The position of column j in the sorted columns idx[lo..hi) (hi - 1 when absent). */
+static int kd_amg_find(__global const int *idx, int lo, int hi, const int j)
+{
+    hi--;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (idx[mid] < j)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+__kernel void kd_amg_product(const int rows, __global const int *a_ptr,
+                             __global const int *a_idx, __global const VALUE *a_val,
+                             __global const int *b_ptr, __global const int *b_idx,
+                             __global const VALUE *b_val, __global const int *c_ptr,
+                             __global const int *c_idx, __global VALUE *c_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    const int c0 = c_ptr[i], c1 = c_ptr[i + 1];
+    for (int p = c0; p < c1; p++)
+        c_val[p] = (VALUE)0;
+    for (int ka = a_ptr[i]; ka < a_ptr[i + 1]; ka++) {
+        const int k = a_idx[ka];
+        const VALUE a = a_val[ka];
+        for (int kb = b_ptr[k]; kb < b_ptr[k + 1]; kb++) {
+            c_val[kd_amg_find(c_idx, c0, c1, b_idx[kb])] += a * b_val[kb];
+        }
+    }
+}
+
+__kernel void kd_amg_prolong(const int n, const VALUE omega, __global const int *a_ptr,
+                             __global const int *a_idx, __global const VALUE *a_val,
+                             __global const int *agg, __global const VALUE *scale,
+                             __global const int *p_ptr, __global const int *p_idx,
+                             __global VALUE *p_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int p0 = p_ptr[i], p1 = p_ptr[i + 1], a0 = a_ptr[i], a1 = a_ptr[i + 1];
+    if (p0 == p1)
+        return;
+    for (int p = p0; p < p1; p++)
+        p_val[p] = (VALUE)0;
+    const int d = a0 < a1 ? kd_amg_find(a_idx, a0, a1, i) : a0;
+    const VALUE w = omega / (d < a1 && a_idx[d] == i ? a_val[d] : (VALUE)1);
+    if (agg[i] >= 0)
+        p_val[kd_amg_find(p_idx, p0, p1, agg[i])] = scale[agg[i]];
+    for (int k = a0; k < a1; k++) {
+        const int j = agg[a_idx[k]];
+        if (j >= 0)
+            p_val[kd_amg_find(p_idx, p0, p1, j)] -= w * a_val[k] * scale[j];
+    }
+}
+
+__kernel void kd_amg_gather(const int n, __global const int *map, __global const VALUE *src,
+                            __global VALUE *dst)
+{
+    const int t = (int)get_global_id(0);
+    if (t < n)
+        dst[t] = src[map[t]];
+}
+
+__kernel void kd_amg_diagonal(const int n, __global const int *ptr, __global const int *idx,
+                              __global const VALUE *val, __global VALUE *diag)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int a0 = ptr[i], a1 = ptr[i + 1];
+    const int d = a0 < a1 ? kd_amg_find(idx, a0, a1, i) : a0;
+    diag[i] = d < a1 && idx[d] == i ? val[d] : (VALUE)0;
+}
+
+__kernel void kd_amg_residual(const int n, __global const VALUE *b, __global VALUE *q)
+{
+    const int i = (int)get_global_id(0);
+    if (i < n)
+        q[i] = b[i] - q[i];
+}
+
+__kernel void kd_amg_scale(const int n, __global const VALUE *s, __global const VALUE *x,
+                           __global VALUE *y)
+{
+    const int i = (int)get_global_id(0);
+    if (i < n)
+        y[i] = s[i] * x[i];
+}
+
+__kernel KD_WG_ATTR void kd_amg_dense_mv(const int n, __global const VALUE *M,
+                                         __global const VALUE *b, __global VALUE *x)
+{
+    __local VALUE scratch[KD_WG_SIZE];
+    const int row = (int)get_group_id(0), lane = (int)get_local_id(0);
+    VALUE s = (VALUE)0;
+    for (int j = lane; j < n; j += KD_WG_SIZE)
+        s += M[(size_t)row * (size_t)n + (size_t)j] * b[j];
+    scratch[lane] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = KD_WG_SIZE / 2; w > 0; w >>= 1) {
+        if (lane < w)
+            scratch[lane] += scratch[lane + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lane == 0)
+        x[row] = scratch[0];
+}
+
+/* (M v)_row by `lanes` work-items (lane = lid % lanes), valid in lane 0; all the group's
+ * work-items call it (barriers), rows past `rows` contribute nothing. */
+VALUE kd_amg_row_sum(const int lanes, const int row, const int rows, __global const int *indptr,
+                     __global const int *indices, __global const VALUE *values,
+                     __global const VALUE *v, __local VALUE *partial)
+{
+    const int lid = (int)get_local_id(0), lane = lid & (lanes - 1);
+    VALUE s = KD_ZERO;
+    if (row < rows)
+        for (int k = indptr[row] + lane; k < indptr[row + 1]; k += lanes)
+            s += values[k] * v[indices[k]];
+    partial[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = lanes / 2; w > 0; w >>= 1) {
+        if (lane < w)
+            partial[lid] += partial[lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return partial[lid];
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_chebyshev(const int n, const int first, const VALUE c_d,
+                                              const VALUE c_r, __global const int *indptr,
+                                              __global const int *indices,
+                                              __global const VALUE *values, __global const VALUE *b,
+                                              __global const VALUE *inv_diagonal, __global VALUE *d,
+                                              __global const VALUE *x_in, __global VALUE *x_out)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_in, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0) {
+        const VALUE r = b[row] - s;
+        const VALUE step = c_r * (inv_diagonal[row] * r);
+        const VALUE di = first ? step : c_d * d[row] + step;
+        d[row] = di;
+        x_out[row] = x_in[row] + di;
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_residual(const int n, __global const int *indptr,
+                                             __global const int *indices,
+                                             __global const VALUE *values, __global const VALUE *x,
+                                             __global const VALUE *b, __global VALUE *q)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
+        q[row] = b[row] - s;
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_restrict(const int n, const int smooth, const VALUE c_r,
+                                             __global const int *indptr,
+                                             __global const int *indices,
+                                             __global const VALUE *values, __global const VALUE *q,
+                                             __global VALUE *b, __global const VALUE *inv_diagonal,
+                                             __global VALUE *d, __global VALUE *x)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, q, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0) {
+        b[row] = s;
+        if (smooth) {
+            const VALUE di = c_r * (inv_diagonal[row] * s);
+            d[row] = di;
+            x[row] = di;
+        }
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_csr_prolong(const int n, __global const int *indptr,
+                                            __global const int *indices,
+                                            __global const VALUE *values,
+                                            __global const VALUE *x_coarse, __global VALUE *x)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_coarse, partial);
+    if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
+        x[row] = s + x[row];
+}
+
+__global VALUE *kd_amg_tail_vector(const int ref, __global VALUE *scratch, __global VALUE *b_first,
+                                   __global VALUE *x_first)
+{
+    return ref == KD_AMG_TAIL_B ? b_first : ref == KD_AMG_TAIL_X ? x_first : scratch + ref;
+}
+
+__kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail_step_t *step,
+                                     __global const int *index, __global const VALUE *value,
+                                     __global VALUE *scratch, __global VALUE *b_first,
+                                     __global VALUE *x_first)
+{
+    __local VALUE partial[KD_WG_SIZE];
+    const int lid = (int)get_local_id(0);
+    for (int s = 0; s < steps; s++) {
+        const kd_amg_tail_step_t S = step[s];
+        __global VALUE *x = kd_amg_tail_vector(S.x, scratch, b_first, x_first);
+        __global VALUE *b = kd_amg_tail_vector(S.b, scratch, b_first, x_first);
+        __global VALUE *q = kd_amg_tail_vector(S.q, scratch, b_first, x_first);
+        const int chebyshev = S.kind == KD_AMG_TAIL_CHEBYSHEV, lanes = S.M.lanes;
+        const int matrix_rows = chebyshev ? 0 : S.rows;
+        for (int first = 0; first < matrix_rows; first += KD_WG_SIZE / lanes) {
+            const int row = first + lid / lanes;
+            const VALUE sum = kd_amg_row_sum(lanes, row, S.rows, index + S.M.indptr,
+                                             index + S.M.indices, value + S.M.values, x, partial);
+            if (row < S.rows && (lid & (lanes - 1)) == 0)
+                q[row] = S.kind == KD_AMG_TAIL_SPMV       ? sum
+                         : S.kind == KD_AMG_TAIL_RESIDUAL ? b[row] - sum
+                                                          : sum + q[row];
+        }
+        __global VALUE *d = kd_amg_tail_vector(S.d, scratch, b_first, x_first);
+        __global const VALUE *inv_diagonal = value + S.inv_diagonal;
+        const VALUE c_d = value[S.chebyshev], c_r = value[S.chebyshev + 1];
+        for (int i = lid; i < (chebyshev ? S.rows : 0); i += KD_WG_SIZE) {
+            const VALUE r = S.zero ? b[i] : b[i] - q[i];
+            const VALUE step_i = c_r * (inv_diagonal[i] * r);
+            const VALUE di = S.first ? step_i : c_d * d[i] + step_i;
+            d[i] = di;
+            x[i] = S.zero ? di : x[i] + di;
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    }
+}

@@ -1,0 +1,943 @@
+/*
+ * Smoothed-aggregation algebraic multigrid as CG's preconditioner: M^-1 r is one V-cycle.
+ *
+ * Setup (once per matrix, kept with it like every preconditioner), level by level from A's
+ * canonical host CSR (in the order the matrix stores it):
+ *   - the level's matrix on the device (level 0 is A itself; coarser ones in the format the
+ *     selection's heuristic picks) and its 1/a_ii;
+ *   - lambda_max of D^-1 A by Lanczos on the device (D^-1/2 A D^-1/2, a few steps, the largest
+ *     Ritz value from the tridiagonal): the Chebyshev smoother's interval and the prolongator's
+ *     damping omega = 4 / (3 lambda);
+ *   - on the host (solver/precond/amg/coarsen.c): aggregates of the strength graph, the smoothed
+ *     prolongator P = (I - omega D^-1 A) T, R = P^T;
+ *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h), read
+ *     back for the next level's aggregation;
+ * until a level has coarse_size rows or fewer, where the dense inverse (Cholesky on the host) is
+ * kept on the device.
+ *
+ * Refresh (new values on the pattern of a matrix that holds a hierarchy, kd_amg_refresh): the
+ * aggregates, levels and products' patterns are kept, the values computed again (on the device
+ * for the fused hierarchy: solver/precond/amg/refresh.c).
+ *
+ * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
+ * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
+ * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
+ * the coarsest level.
+ */
+#include "solver/precond/amg/amg.h"
+#include "solver/precond/amg/cycle.h"
+#include "solver/blas.h"
+#include "solver/formats/format.h"
+#include "solver/precond/precond.h"
+#include "solver/formats/select.h"
+#include "solver/products/spgemm.h"
+
+#include "common/checked.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/reorder.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
+
+static const char *const kd_amg_option_names[] = {
+    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows", NULL};
+
+/* The request's options over the defaults, each checked. */
+static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *opt, kd_err_t *err)
+{
+    kd_amg_options_default(opt);
+    opt->threshold = kd_precond_option(o, "threshold", opt->threshold);
+    const double levels = kd_precond_option(o, "max_levels", opt->max_levels);
+    const double coarse = kd_precond_option(o, "coarse_size", (double)opt->coarse_size);
+    const double degree = kd_precond_option(o, "degree", opt->degree);
+    const double block = kd_precond_option(o, "block_size", opt->block_size);
+    const double fused = kd_precond_option(o, "fused", opt->fused);
+    const double tail = kd_precond_option(o, "tail_rows", (double)opt->tail_rows);
+    if (fused != 0.0 && fused != 1.0)
+        return kd_err_set(err, KD_EBADREQ, "amg: fused = %g is not 0 or 1", fused);
+    if (!(tail >= 0 && tail <= KD_AMG_TAIL_ROWS_MAX) || tail != floor(tail))
+        return kd_err_set(err, KD_EBADREQ, "amg: tail_rows = %g is not an integer in 0..%d", tail,
+                          KD_AMG_TAIL_ROWS_MAX);
+    opt->fused = (int)fused;
+    opt->tail_rows = (int64_t)tail;
+    if (!(block >= 1 && block <= 8) || block != floor(block))
+        return kd_err_set(err, KD_EBADREQ, "amg: block_size = %g is not an integer in 1..8", block);
+    opt->block_size = (int)block;
+    if (!(opt->threshold >= 0.0 && opt->threshold < 1.0))
+        return kd_err_set(err, KD_EBADREQ, "amg: threshold = %g is not in [0, 1)", opt->threshold);
+    if (!(levels >= 1 && levels <= KD_AMG_LEVELS_MAX) || levels != floor(levels))
+        return kd_err_set(err, KD_EBADREQ, "amg: max_levels = %g is not an integer in 1..%d",
+                          levels, KD_AMG_LEVELS_MAX);
+    if (!(coarse >= 1 && coarse <= KD_AMG_DENSE_MAX) || coarse != floor(coarse))
+        return kd_err_set(err, KD_EBADREQ, "amg: coarse_size = %g is not an integer in 1..%d",
+                          coarse, KD_AMG_DENSE_MAX);
+    if (!(degree >= 1 && degree <= 8) || degree != floor(degree))
+        return kd_err_set(err, KD_EBADREQ, "amg: degree = %g is not an integer in 1..8", degree);
+    opt->max_levels = (int)levels;
+    opt->coarse_size = (int64_t)coarse;
+    opt->degree = (int)degree;
+    return KD_OK;
+}
+
+static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
+{
+    /* A typical hierarchy: the levels' matrices and transfers about A's size again, four vectors
+     * per row over the levels. Corrected after setup. */
+    return A->device_bytes + (size_t)A->rows * 6 * kd_dtype_size(A->dtype);
+}
+
+/* A host vector of n values of dtype into a new device buffer. */
+int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
+                         const char *what, cl_mem *out, kd_err_t *err)
+{
+    size_t bytes;
+    if (kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes))
+        return kd_err_set(err, KD_ETOOLARGE, "amg: %s is too large", what);
+    return kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)values,
+                                what, out, err);
+}
+
+int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, size_t global,
+                  size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
+{
+    char options[48];
+    if (lanes > 0)
+        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu -DKD_TPR=%d", amg->wg, lanes);
+    else
+        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", amg->wg);
+    cl_kernel kernel;
+    int rc = kd_ocl_kernel(ocl, "amg", amg->dtype, options, name, &kernel, err);
+    if (rc != KD_OK)
+        return rc;
+    return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, local), args, nargs, NULL, err);
+}
+
+size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
+{
+    return ((size_t)n + amg->wg - 1) / amg->wg * amg->wg;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Apply: the V-cycle. */
+
+static int kd_amg_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, double alpha, const kd_vec_t *x,
+                       double beta, kd_vec_t *y, kd_err_t *err)
+{
+    return kd_matrix_spmv_inner(ocl, M, alpha, x, beta, y, err);
+}
+
+void kd_amg_chebyshev_coefficients(const kd_amg_t *amg, const kd_amg_level_t *L, int step,
+                                   double *c_d, double *c_r)
+{
+    const double upper = amg->opt.upper * L->lambda, lower = amg->opt.lower * L->lambda;
+    const double theta = 0.5 * (upper + lower), delta = 0.5 * (upper - lower);
+    const double sigma = theta / delta;
+    double rho = 1.0 / sigma;
+    *c_d = 0.0;
+    *c_r = 1.0 / theta;
+    for (int k = 1; k <= step; k++) {
+        const double rho_next = 1.0 / (2.0 * sigma - rho);
+        *c_d = rho_next * rho;
+        *c_r = 2.0 * rho_next / delta;
+        rho = rho_next;
+    }
+}
+
+int kd_amg_steps(const kd_amg_t *amg, int l)
+{
+    return l == amg->levels - 1 ? 4 * amg->opt.degree : amg->opt.degree;
+}
+
+int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b, kd_vec_t *x,
+                  int from_zero, int degree, kd_err_t *err)
+{
+    int rc = KD_OK;
+    for (int step = 0; step < degree && rc == KD_OK; step++) {
+        const int zero = from_zero && step == 0;
+        if (!zero && (rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err)) != KD_OK)
+            break;
+        double c_d, c_r;
+        kd_amg_chebyshev_coefficients(amg, L, step, &c_d, &c_r);
+        rc = kd_amg_launch(ocl, amg, "kd_amg_chebyshev", 0, kd_amg_global(amg, L->n), amg->wg,
+                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(zero), KD_ARG_INT(step == 0),
+                                   KD_ARG_VALUE(amg->dtype, c_d), KD_ARG_VALUE(amg->dtype, c_r),
+                                   KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem),
+                                   KD_ARG_MEM(L->inv_diagonal), KD_ARG_MEM(L->d.mem),
+                                   KD_ARG_MEM(x->mem)),
+                           err);
+    }
+    return rc;
+}
+
+int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
+                  kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    if (l == amg->levels - 1) {
+        if (amg->coarse_inverse == NULL)
+            return kd_amg_smooth(ocl, amg, L, b, x, 1, kd_amg_steps(amg, l), err);
+        return kd_amg_launch(ocl, amg, "kd_amg_dense_mv", 0, (size_t)L->n * amg->wg, amg->wg,
+                             KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(amg->coarse_inverse),
+                                     KD_ARG_MEM(b->mem), KD_ARG_MEM(x->mem)),
+                             err);
+    }
+    kd_amg_level_t *C = &amg->level[l + 1];
+    int rc = kd_amg_smooth(ocl, amg, L, b, x, 1, amg->opt.degree, err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err);
+    if (rc == KD_OK)
+        rc =
+            kd_amg_launch(ocl, amg, "kd_amg_residual", 0, kd_amg_global(amg, L->n), amg->wg,
+                          KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem)), err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->R, 1.0, &L->q, 0.0, &C->b, err);
+    if (rc == KD_OK)
+        rc = kd_amg_vcycle(ocl, amg, l + 1, &C->b, &C->x, err);
+    if (rc == KD_OK)
+        rc = kd_amg_spmv(ocl, L->P, 1.0, &C->x, 1.0, x, err);
+    if (rc == KD_OK)
+        rc = kd_amg_smooth(ocl, amg, L, b, x, 0, amg->opt.degree, err);
+    return rc;
+}
+
+/* x = M^-1 b by the V-cycle the options ask for. */
+static int kd_amg_cycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x, kd_err_t *err)
+{
+    if (amg->opt.fused && amg->levels > 1)
+        return kd_amg_fused_vcycle(ocl, amg, b, x, err);
+    return kd_amg_vcycle(ocl, amg, 0, b, x, err);
+}
+
+static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
+                        kd_multivec_t *z, kd_err_t *err)
+{
+    assert(P != NULL && r != NULL && z != NULL && r->k == z->k);
+    kd_amg_t *amg = P->impl;
+    int rc = KD_OK;
+    for (int64_t c = 0; c < r->k && rc == KD_OK; c++)
+        rc = kd_amg_cycle(ocl, amg, &r->cols[c], &z->cols[c], err);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Setup. */
+
+/* lambda_max(D^-1 A) of level L: Lanczos on S = D^-1/2 A D^-1/2 from a fixed pseudo-random
+ * start, the largest Ritz value. */
+static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
+                           const void *inv_diagonal, kd_err_t *err)
+{
+    const int64_t n = L->n;
+    const int steps = amg->opt.lanczos_steps < n ? amg->opt.lanczos_steps : (int)n;
+    const size_t vsize = kd_dtype_size(amg->dtype);
+    kd_blas_t blas = {0};
+    kd_vec_t v = {0}, v_prev = {0}, w = {0}, t = {0};
+    cl_mem sqrt_dinv = NULL;
+    double alpha[64], beta[64];
+    unsigned char *host = malloc((size_t)n * vsize + 1);
+    int rc = host != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc != KD_OK)
+        return rc;
+    for (int64_t i = 0; i < n; i++) /* sqrt(1/a_ii) */
+        kd_store_real(host, amg->dtype, (size_t)i,
+                      sqrt(fabs(kd_load_real(inv_diagonal, amg->dtype, (size_t)i))));
+    rc = kd_amg_upload_values(ocl, host, n, amg->dtype, "amg D^-1/2", &sqrt_dinv, err);
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        kd_store_real(host, amg->dtype, (size_t)i, (double)(seed >> 11) / 9007199254740992.0 - 0.5);
+    }
+    if (rc == KD_OK)
+        rc = kd_blas_init(ocl, amg->dtype, &blas, err);
+    kd_vec_t *vecs[] = {&v, &v_prev, &w, &t};
+    for (int i = 0; i < 4 && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_vec_write(ocl, &v, host, amg->dtype, err);
+    if (rc == KD_OK)
+        rc = kd_vec_fill(ocl, &v_prev, 0.0, err);
+    double norm = 0.0;
+    if (rc == KD_OK)
+        rc = kd_blas_nrm2(&blas, &v, &norm, err);
+    if (rc == KD_OK)
+        rc = kd_blas_scale(&blas, norm > 0.0 ? 1.0 / norm : 1.0, &v, err);
+    int m = 0;
+    double b_prev = 0.0;
+    for (int j = 0; j < steps && j < 64 && rc == KD_OK; j++) {
+        rc = kd_amg_launch(
+            ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
+            KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(v.mem), KD_ARG_MEM(t.mem)),
+            err);
+        if (rc == KD_OK)
+            rc = kd_amg_spmv(ocl, L->A, 1.0, &t, 0.0, &w, err);
+        if (rc == KD_OK)
+            rc = kd_amg_launch(
+                ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
+                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(w.mem), KD_ARG_MEM(w.mem)),
+                err);
+        double a = 0.0, b = 0.0;
+        if (rc == KD_OK)
+            rc = kd_blas_dot(&blas, &w, &v, &a, err);
+        if (rc == KD_OK)
+            rc = kd_blas_axpy(&blas, -a, &v, &w, err);
+        if (rc == KD_OK)
+            rc = kd_blas_axpy(&blas, -b_prev, &v_prev, &w, err);
+        if (rc == KD_OK)
+            rc = kd_blas_nrm2(&blas, &w, &b, err);
+        if (rc != KD_OK)
+            break;
+        alpha[m] = a;
+        beta[m] = b;
+        m++;
+        if (!(b > 1e-12 * fabs(a)) || !isfinite(b))
+            break; /* an invariant subspace: the Ritz values are exact */
+        if ((rc = kd_blas_copy(&blas, &v, &v_prev, err)) == KD_OK &&
+            (rc = kd_blas_copy(&blas, &w, &v, err)) == KD_OK)
+            rc = kd_blas_scale(&blas, 1.0 / b, &v, err);
+        b_prev = b;
+    }
+    if (rc == KD_OK) {
+        L->lambda = m > 0 ? kd_amg_tridiagonal_max(alpha, beta, m) : 1.0;
+        if (!(L->lambda > 0.0) || !isfinite(L->lambda))
+            rc = kd_err_set(err, KD_ENOTSPD,
+                            "amg: level %lld rows: D^-1 A has no positive eigenvalue estimate "
+                            "(%g): the matrix is not symmetric positive definite",
+                            (long long)n, L->lambda);
+    }
+    for (int i = 0; i < 4; i++)
+        kd_vec_release(vecs[i]);
+    kd_blas_release(&blas);
+    if (sqrt_dinv != NULL)
+        clReleaseMemObject(sqrt_dinv);
+    free(host);
+    return rc;
+}
+
+/* A level's matrix on the device in the format the selection's heuristic picks for it; in CSR
+ * (csr_scalar, whose arrays the fused kernels read) for the fused V-cycle. */
+static int kd_amg_upload_level(kd_ocl_t *ocl, const kd_amg_t *amg, const kd_csr_t *csr,
+                               kd_matrix_t **out, kd_err_t *err)
+{
+    if (amg->opt.fused)
+        return kd_matrix_upload(ocl, csr, KD_FMT_CSR_SCALAR, out, err);
+    kd_csr_stats_t stats;
+    kd_csr_row_stats(csr, &stats);
+    const kd_format_t f = kd_select_heuristic(csr, &stats, kd_ocl_desc(ocl)->is_gpu,
+                                              kd_select_launch_bound(ocl, csr), NULL);
+    return kd_matrix_upload(ocl, csr, f, out, err);
+}
+
+/* Level L's transfers P and R on the device (as kd_amg_upload_level) and their lanes per row:
+ * what a setup and a refresh of a level both do. */
+static int kd_amg_upload_transfers(kd_ocl_t *ocl, const kd_amg_t *amg, kd_amg_level_t *L,
+                                   const kd_csr_t *P, const kd_csr_t *R, kd_err_t *err)
+{
+    int rc = kd_amg_upload_level(ocl, amg, P, &L->P, err);
+    if (rc == KD_OK)
+        rc = kd_amg_upload_level(ocl, amg, R, &L->R, err);
+    if (rc != KD_OK)
+        return rc;
+    L->lanes_p = kd_amg_lanes(amg, (double)P->nnz / (double)P->rows);
+    L->lanes_r = kd_amg_lanes(amg, (double)R->nnz / (double)R->rows);
+    return KD_OK;
+}
+
+int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    int rc = kd_amg_upload_values(ocl, inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
+                                  &L->inv_diagonal, err);
+    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
+    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
+    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
+        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
+    if (rc == KD_OK)
+        rc = kd_amg_estimate(ocl, amg, L, inv_diagonal, err);
+    return rc;
+}
+
+/* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
+static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
+                             const kd_csr_t *csr, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    L->n = csr->rows;
+    L->nnz = csr->nnz;
+    int rc;
+    if (l == 0) {
+        L->A = (kd_matrix_t *)A0;
+    } else if ((rc = kd_amg_upload_level(ocl, amg, csr, &L->A, err)) != KD_OK) {
+        return rc;
+    }
+    if (L->A->scan.bad_diagonal_row >= 0 || L->A->inv_diagonal == NULL)
+        return kd_err_set(err, l == 0 ? KD_EBADREQ : KD_ENOTSPD,
+                          "amg: level %d: the diagonal entry of row %lld is zero, missing or "
+                          "not finite",
+                          l, (long long)L->A->scan.bad_diagonal_row);
+    if (L->A->scan.negative_diagonal_row >= 0)
+        return kd_err_set(err, KD_ENOTSPD,
+                          "amg: level %d: the diagonal entry of row %lld is negative: the matrix "
+                          "is not symmetric positive definite",
+                          l, (long long)L->A->scan.negative_diagonal_row);
+    return kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
+}
+
+/* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
+/* m's CSR arrays as an SpGEMM operand: the device arrays of a csr_scalar matrix (the fused
+ * levels', P's and R's), retained so kd_csr_device_release leaves m's alone; otherwise host's
+ * uploaded (level 0 in another format). */
+int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
+                   kd_err_t *err)
+{
+    const kd_format_csr_t *arrays = m != NULL ? kd_format_csr_scalar_arrays(m) : NULL;
+    if (arrays == NULL)
+        return kd_csr_device_upload(ocl, host, out, err);
+    *out = (kd_csr_device_t){.rows = host->rows,
+                             .cols = host->cols,
+                             .nnz = host->nnz,
+                             .dtype = host->dtype,
+                             .indptr = arrays->indptr,
+                             .indices = arrays->indices,
+                             .values = arrays->values};
+    const cl_mem mems[3] = {out->indptr, out->indices, out->values};
+    for (int i = 0; i < 3; i++)
+        if (mems[i] != NULL)
+            clRetainMemObject(mems[i]);
+    return KD_OK;
+}
+
+/* dev's pattern (row pointers and columns, retained) into *keep, values NULL. */
+void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
+{
+    if (dev->indptr == NULL) {
+        memset(keep, 0, sizeof(*keep));
+        return;
+    }
+    *keep = *dev;
+    keep->values = NULL;
+    keep->device_bytes = ((size_t)dev->rows + 1 + (size_t)dev->nnz) * sizeof(int32_t);
+    if (keep->indptr != NULL)
+        clRetainMemObject(keep->indptr);
+    if (keep->indices != NULL)
+        clRetainMemObject(keep->indices);
+}
+
+/* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back; the
+ * products' patterns are kept for a refresh. */
+static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *A,
+                           const kd_csr_t *P, const kd_csr_t *R, kd_csr_t **coarse, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+    /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
+     * aggregate's), or csr_scalar for the fused cycle, whose arrays then serve the products. */
+    int rc = kd_amg_upload_transfers(ocl, amg, L, P, R, err);
+    if (rc != KD_OK)
+        return rc;
+    const uint64_t t0 = kd_clock_ns();
+    rc = kd_amg_operand(ocl, L->A, A, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->P, P, &dP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->R, R, &dR, err);
+    if (rc == KD_OK)
+        rc = kd_spgemm(ocl, &dA, &dP, NULL, &dAP, NULL, err);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    if (rc == KD_OK)
+        rc = kd_spgemm(ocl, &dR, &dAP, NULL, &dC, NULL, err);
+    kd_csr_device_release(&dR);
+    if (rc == KD_OK) {
+        kd_amg_keep_pattern(&dAP, &L->ap);
+        if (!amg->opt.fused) /* fused, the next level's csr_scalar arrays are this pattern */
+            kd_amg_keep_pattern(&dC, &L->coarse);
+    }
+    kd_csr_device_release(&dAP);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dC, coarse, err);
+    kd_csr_device_release(&dC);
+    amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
+    return rc;
+}
+
+/* C = A B on C's pattern (kernels/precond/amg/amg.cl's kd_amg_product). */
+int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
+                   kd_csr_device_t *C, kd_err_t *err)
+{
+    if (C->nnz == 0) /* else A and B have entries: C's pattern is their symbolic product */
+        return KD_OK;
+    return kd_amg_launch(ocl, amg, "kd_amg_product", 0, kd_amg_global(amg, C->rows), amg->wg,
+                         KD_ARGS(KD_ARG_INT(C->rows), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
+                                 KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),
+                                 KD_ARG_MEM(B->indices), KD_ARG_MEM(B->values),
+                                 KD_ARG_MEM(C->indptr), KD_ARG_MEM(C->indices),
+                                 KD_ARG_MEM(C->values)),
+                         err);
+}
+
+/* A device CSR on a kept pattern (retained) with values of its own, allocated. */
+int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
+                      kd_err_t *err)
+{
+    *out = *pattern;
+    out->values = NULL;
+    const cl_mem mems[2] = {out->indptr, out->indices};
+    for (int i = 0; i < 2; i++)
+        if (mems[i] != NULL)
+            clRetainMemObject(mems[i]);
+    if (out->nnz == 0)
+        return KD_OK;
+    return kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE,
+                                (size_t)out->nnz * kd_dtype_size(out->dtype), NULL,
+                                "amg Galerkin values", &out->values, err);
+}
+
+/* A refresh's Galerkin product: as kd_amg_galerkin, but A P and R (A P) are only the numeric
+ * phase, on the patterns `old` kept. */
+static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_amg_level_t *old,
+                                   const kd_csr_t *A, const kd_csr_t *P, const kd_csr_t *R,
+                                   kd_csr_t **coarse, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
+    if (old->ap.indptr == NULL || old->coarse.indptr == NULL || old->ap.rows != A->rows ||
+        old->ap.cols != P->cols || old->coarse.rows != R->rows)
+        return kd_err_set(err, KD_EINTERNAL, "amg: level %d has no Galerkin pattern to refresh", l);
+    int rc = kd_amg_upload_transfers(ocl, amg, L, P, R, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_amg_keep_pattern(&old->ap, &L->ap);
+    kd_amg_keep_pattern(&old->coarse, &L->coarse);
+    const uint64_t t0 = kd_clock_ns();
+    rc = kd_amg_operand(ocl, L->A, A, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->P, P, &dP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_operand(ocl, L->R, R, &dR, err);
+    if (rc == KD_OK)
+        rc = kd_amg_on_pattern(ocl, &old->ap, &dAP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_on_pattern(ocl, &old->coarse, &dC, err);
+    if (rc == KD_OK)
+        rc = kd_amg_product(ocl, amg, &dA, &dP, &dAP, err);
+    if (rc == KD_OK)
+        rc = kd_amg_product(ocl, amg, &dR, &dAP, &dC, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dC, coarse, err);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    kd_csr_device_release(&dR);
+    kd_csr_device_release(&dAP);
+    kd_csr_device_release(&dC);
+    amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
+    return rc;
+}
+
+/* The coarsest level's dense inverse on the device (or nothing: it is smoothed instead). */
+int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
+{
+    const int64_t n = csr->rows;
+    amg->coarse_n = n;
+    if (n > KD_AMG_DENSE_MAX)
+        return KD_OK;
+    double *dense = calloc((size_t)(n * n) + 1, sizeof(double));
+    void *values = malloc((size_t)(n * n) * kd_dtype_size(amg->dtype) + 1);
+    int rc = dense != NULL && values != NULL
+                 ? KD_OK
+                 : kd_err_set(err, KD_ENOMEM, "amg: out of host memory for the coarsest level");
+    if (rc == KD_OK) {
+        for (int64_t i = 0; i < n; i++)
+            for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++)
+                dense[i * n + csr->indices[k]] = kd_csr_value(csr, k);
+        rc = kd_amg_dense_inverse(dense, n, err);
+    }
+    if (rc == KD_OK) {
+        for (int64_t i = 0; i < n * n; i++)
+            kd_store_real(values, amg->dtype, (size_t)i, dense[i]);
+        rc = kd_amg_upload_values(ocl, values, n * n, amg->dtype, "amg coarsest inverse",
+                                  &amg->coarse_inverse, err);
+    }
+    free(dense);
+    free(values);
+    return rc;
+}
+
+static void kd_amg_release(kd_precond_t *P);
+
+static size_t kd_amg_device_bytes(const kd_amg_t *amg)
+{
+    const size_t v = kd_dtype_size(amg->dtype);
+    size_t bytes = amg->coarse_inverse != NULL ? (size_t)(amg->coarse_n * amg->coarse_n) * v : 0;
+    bytes += amg->tail.device_bytes;
+    for (int l = 0; l < amg->levels; l++) {
+        const kd_amg_level_t *L = &amg->level[l];
+        bytes += (size_t)L->n * v * (l == 0 ? 3 : amg->opt.fused ? 6 : 5);
+        if (l > 0 && L->A != NULL)
+            bytes += L->A->device_bytes;
+        bytes += L->P != NULL ? L->P->device_bytes : 0;
+        bytes += L->R != NULL ? L->R->device_bytes : 0;
+        /* counted in every hierarchy sharing them: each keeps them alive alone */
+        bytes += L->ap.device_bytes + L->coarse.device_bytes;
+    }
+    return bytes;
+}
+
+/* The aggregates of level l: computed, or (a refresh) old's copied. *naggs 0: l is the
+ * coarsest. */
+static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, const kd_csr_t *csr,
+                                   int64_t *naggs, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    const int64_t n = csr->rows;
+    *naggs = 0;
+    if (old != NULL ? l + 1 >= old->levels
+                    : !(n > amg->opt.coarse_size && l + 1 < amg->opt.max_levels &&
+                        l + 1 < KD_AMG_LEVELS_MAX))
+        return KD_OK;
+    L->agg = kd_malloc_array((size_t)n + 1, sizeof(int32_t));
+    if (L->agg == NULL)
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (old == NULL)
+        return kd_amg_aggregate(csr, amg->opt.threshold, amg->opt.block_size, L->agg, naggs, err);
+    const kd_amg_level_t *O = &old->level[l];
+    if (O->agg == NULL || O->n != n)
+        return kd_err_set(err, KD_EINTERNAL, "amg: level %d has no aggregates to refresh", l);
+    memcpy(L->agg, O->agg, (size_t)n * sizeof(int32_t));
+    *naggs = O->naggs;
+    return KD_OK;
+}
+
+/* tmap[t] = the entry of P that entry t of R = P^T is (kd_csr_transpose fills R's rows in
+ * ascending P row, so the same walk finds each): what a refresh gathers R's values with. */
+static int kd_amg_transpose_map(const kd_csr_t *P, const kd_csr_t *R, int32_t **tmap, kd_err_t *err)
+{
+    free(*tmap);
+    *tmap = kd_malloc_array((size_t)P->nnz + 1, sizeof(int32_t));
+    int32_t *fill = kd_malloc_array((size_t)R->rows + 1, sizeof(int32_t));
+    int rc = *tmap != NULL && fill != NULL ? KD_OK
+                                           : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc == KD_OK)
+        memcpy(fill, R->indptr, (size_t)R->rows * sizeof(int32_t));
+    for (int64_t i = 0; rc == KD_OK && i < P->rows; i++)
+        for (int32_t k = P->indptr[i]; k < P->indptr[i + 1]; k++) {
+            const int32_t t = fill[P->indices[k]]++;
+            if (R->indices[t] != i)
+                rc = kd_err_set(err, KD_EINTERNAL, "amg: R is not P's transpose");
+            (*tmap)[t] = k;
+        }
+    free(fill);
+    return rc;
+}
+
+/* The hierarchy on fine; with old (a refresh: fine has old's pattern), old's levels, aggregates
+ * and Galerkin patterns, only the values recomputed. */
+static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_csr_t *fine,
+                        const kd_amg_t *old, kd_err_t *err)
+{
+    kd_csr_t *level_csr = fine; /* owned from level 1 on */
+    int rc = KD_OK;
+    for (int l = 0; rc == KD_OK; l++) {
+        amg->levels = l + 1;
+        if ((rc = kd_amg_level_init(ocl, amg, l, A, level_csr, err)) != KD_OK)
+            break;
+        const int64_t n = level_csr->rows;
+        int64_t naggs = 0;
+        const uint64_t t_host = kd_clock_ns();
+        rc = kd_amg_level_aggregates(amg, l, old, level_csr, &naggs, err);
+        amg->level[l].naggs = naggs;
+        if (rc != KD_OK)
+            break;
+        if (naggs == 0 || naggs >= n) { /* the coarsest level (or coarsening stalled) */
+            free(amg->level[l].agg);
+            amg->level[l].agg = NULL;
+            rc = old != NULL && l + 1 != old->levels
+                     ? kd_err_set(err, KD_EINTERNAL, "amg: refreshed with fewer levels")
+                     : kd_amg_coarsest(ocl, amg, level_csr, err);
+            break;
+        }
+        kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
+        rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
+                                4.0 / (3.0 * amg->level[l].lambda), &P, err);
+        if (rc == KD_OK)
+            rc = kd_csr_transpose(P, &R, err);
+        if (rc == KD_OK)
+            rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
+        amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
+        if (rc == KD_OK && old != NULL)
+            rc =
+                kd_amg_galerkin_numeric(ocl, amg, l, &old->level[l], level_csr, P, R, &coarse, err);
+        else if (rc == KD_OK)
+            rc = kd_amg_galerkin(ocl, amg, l, level_csr, P, R, &coarse, err);
+        kd_csr_free(P);
+        kd_csr_free(R);
+        if (level_csr != fine)
+            kd_csr_free(level_csr);
+        level_csr = coarse;
+        if (rc == KD_OK && coarse == NULL)
+            rc = kd_err_set(err, KD_EINTERNAL, "amg: no coarse level");
+    }
+    if (level_csr != fine)
+        kd_csr_free(level_csr);
+    return rc;
+}
+
+/* What setup and refresh refuse on A before building anything. */
+static int kd_amg_check_matrix(const kd_matrix_t *A, const kd_csr_t *csr, kd_err_t *err)
+{
+    if (A->rows != A->cols)
+        return kd_err_set(err, KD_EBADREQ, "amg needs a square matrix, not %lld x %lld",
+                          (long long)A->rows, (long long)A->cols);
+    if (csr->rows != A->rows || csr->nnz != A->nnz)
+        return kd_err_set(err, KD_EINTERNAL, "amg: the host CSR is not the matrix's");
+    if (A->scan.non_finite_row >= 0)
+        return kd_err_set(err, KD_EBADREQ, "amg: entry (%lld, %lld) is %g",
+                          (long long)A->scan.non_finite_row, (long long)A->scan.non_finite_col,
+                          A->scan.non_finite_value);
+    if (A->scan.bad_diagonal_row >= 0)
+        return kd_err_set(err, KD_EBADREQ,
+                          "amg: the diagonal entry of row %lld is %g: smoothed aggregation needs "
+                          "a nonzero diagonal",
+                          (long long)A->scan.bad_diagonal_row, A->scan.bad_diagonal_value);
+    if (A->scan.negative_diagonal_row >= 0)
+        return kd_err_set(err, KD_ENOTSPD,
+                          "amg: the diagonal entry of row %lld is %g < 0: the matrix is not "
+                          "symmetric positive definite",
+                          (long long)A->scan.negative_diagonal_row,
+                          A->scan.negative_diagonal_value);
+    /* the upload's scan decided symmetry (to rounding) once for every consumer */
+    if (!A->scan.symmetric) {
+        if (A->scan.asymmetric_row < 0)
+            return kd_err_set(err, KD_EBADREQ, "amg needs a symmetric matrix");
+        char mirror[48];
+        if (A->scan.asymmetric_mirror_stored)
+            snprintf(mirror, sizeof(mirror), "= %g", A->scan.asymmetric_mirror);
+        else
+            snprintf(mirror, sizeof(mirror), "is not stored");
+        return kd_err_set(err, KD_EBADREQ,
+                          "amg needs a symmetric matrix: a(%lld, %lld) = %g but "
+                          "a(%lld, %lld) %s",
+                          (long long)A->scan.asymmetric_row, (long long)A->scan.asymmetric_col,
+                          A->scan.asymmetric_value, (long long)A->scan.asymmetric_col,
+                          (long long)A->scan.asymmetric_row, mirror);
+    }
+    return KD_OK;
+}
+
+/* Setup, or with old (refresh) setup on old's aggregates and patterns. */
+static int kd_amg_make(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
+                       const kd_amg_t *old, kd_precond_t *P, kd_err_t *err)
+{
+    assert(ocl != NULL && A != NULL && P != NULL && csr != NULL);
+    int rc = kd_amg_check_matrix(A, csr, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_amg_t *amg = calloc(1, sizeof(*amg));
+    if (amg == NULL)
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    P->impl = amg;
+    if ((rc = kd_amg_read_options(&P->options, &amg->opt, err)) != KD_OK)
+        return rc;
+    amg->dtype = A->dtype;
+    amg->wg = kd_ocl_work_group_size(ocl);
+    amg->gpu_lanes = kd_ocl_desc(ocl)->is_gpu || kd_amg_test_gpu_lanes;
+    const uint64_t t0 = kd_clock_ns();
+    /* The levels follow the matrix as stored: P A P^T when it is reordered. */
+    kd_csr_t *fine = (kd_csr_t *)csr, *permuted = NULL;
+    if (A->order.kind != KD_REORDER_NONE) {
+        if ((rc = kd_reorder_apply(csr, A->order.perm, &permuted, err)) != KD_OK)
+            return rc;
+        fine = permuted;
+    }
+    /* kd_precond_refresh matched the options; the shape is checked here all the same */
+    if (old != NULL && (old->dtype != amg->dtype || old->level[0].n != A->rows))
+        rc = kd_err_set(err, KD_EINTERNAL, "amg: refreshed from another matrix's hierarchy");
+    amg->refreshed = old != NULL;
+    if (rc == KD_OK && old != NULL && amg->opt.fused)
+        rc = kd_amg_refresh_device(ocl, amg, old, A, fine, err);
+    else if (rc == KD_OK)
+        rc = kd_amg_build(ocl, amg, A, fine, old, err);
+    kd_csr_free(permuted);
+    if (rc == KD_OK && amg->opt.fused)
+        rc = kd_amg_tail_build(ocl, amg, err);
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    if (rc != KD_OK)
+        return rc; /* kd_precond_get releases */
+    amg->setup_ms = (double)(kd_clock_ns() - t0) / 1e6;
+    P->device_bytes = kd_amg_device_bytes(amg);
+    int64_t nnz = 0;
+    for (int l = 0; l < amg->levels; l++)
+        nnz += amg->level[l].nnz;
+    KD_INFO("amg",
+            "%s rows=%lld levels=%d coarsest=%lld operator_complexity=%.2f setup_ms=%.1f "
+            "spgemm_ms=%.1f device_bytes=%zu",
+            old != NULL ? "refresh" : "setup", (long long)A->rows, amg->levels,
+            (long long)amg->coarse_n, A->nnz > 0 ? (double)nnz / (double)A->nnz : 0.0,
+            amg->setup_ms, amg->spgemm_ms, P->device_bytes);
+    return KD_OK;
+}
+
+static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr, kd_precond_t *P,
+                        kd_err_t *err)
+{
+    return kd_amg_make(ocl, A, csr, NULL, P, err);
+}
+
+/*
+ * New values on old's pattern: the aggregates, the levels and the Galerkin products' patterns
+ * are old's; everything that depends on the values is computed again, level by level as setup
+ * does: the level's matrix and 1/a_ii, lambda_max (the Chebyshev interval and the prolongator's
+ * damping), the smoothed prolongator's values (P = (I - omega D^-1 A) T on the kept aggregates:
+ * its pattern is A's and theirs) and R = P^T, then A P and R (A P) by their numeric phase alone
+ * (kernels/precond/amg/amg.cl's kd_amg_product on the kept patterns: no symbolic pass, no hashing, no sort),
+ * and the coarsest level's dense inverse. The strength graph is not looked at again: with a
+ * threshold > 0 the new values could have drawn other aggregates, which is the price of reuse
+ * (the hierarchy stays a valid one; a matrix that changed that much wants a fresh setup).
+ */
+static int kd_amg_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,
+                          const kd_csr_t *csr, kd_precond_t *P, int *declined, kd_err_t *err)
+{
+    assert(old != NULL);
+    *declined = 0;
+    return kd_amg_make(ocl, A, csr, old->impl, P, err);
+}
+
+static void kd_amg_release(kd_precond_t *P)
+{
+    kd_amg_t *amg = P->impl;
+    if (amg == NULL)
+        return;
+    for (int l = 0; l < amg->levels; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        free(L->agg);
+        free(L->tmap);
+        kd_csr_device_release(&L->ap);
+        kd_csr_device_release(&L->coarse);
+        if (l > 0)
+            kd_matrix_free(L->A);
+        kd_matrix_free(L->P);
+        kd_matrix_free(L->R);
+        if (L->inv_diagonal != NULL)
+            clReleaseMemObject(L->inv_diagonal);
+        kd_vec_release(&L->b);
+        kd_vec_release(&L->x);
+        kd_vec_release(&L->q);
+        kd_vec_release(&L->d);
+        kd_vec_release(&L->x_other);
+    }
+    kd_amg_tail_release(&amg->tail);
+    if (amg->coarse_inverse != NULL)
+        clReleaseMemObject(amg->coarse_inverse);
+    free(amg);
+    P->impl = NULL;
+}
+
+const kd_precond_ops_t kd_precond_amg = {
+    .name = "amg",
+    .summary = "smoothed-aggregation algebraic multigrid: one V-cycle with Chebyshev smoothing",
+    .forms = KD_PRECOND_OPERATOR,
+    .symmetric = 1,
+    .needs_csr = 1,
+    .option_names = kd_amg_option_names,
+    .plan_bytes = kd_amg_plan_bytes,
+    .setup = kd_amg_setup,
+    .apply = kd_amg_apply,
+    .release = kd_amg_release,
+    .refresh = kd_amg_refresh,
+};
+
+int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
+{
+    assert(P != NULL && out != NULL);
+    if (P->ops != &kd_precond_amg || P->impl == NULL)
+        return kd_err_set(err, KD_EBADREQ, "not an amg preconditioner");
+    const kd_amg_t *amg = P->impl;
+    memset(out, 0, sizeof(*out));
+    out->levels = amg->levels;
+    out->tail_level = amg->tail.first;
+    int64_t nnz = 0;
+    for (int l = 0; l < amg->levels; l++) {
+        out->rows[l] = amg->level[l].n;
+        out->nnz[l] = amg->level[l].nnz;
+        nnz += amg->level[l].nnz;
+    }
+    out->operator_complexity =
+        amg->level[0].nnz > 0 ? (double)nnz / (double)amg->level[0].nnz : 0.0;
+    out->setup_ms = amg->setup_ms;
+    out->spgemm_ms = amg->spgemm_ms;
+    out->host_ms = amg->host_ms;
+    out->refreshed = amg->refreshed;
+    return KD_OK;
+}
+
+/* Device ms of `runs` launches of what fn enqueues, divided. */
+static int kd_amg_time_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, kd_vec_t *x, kd_vec_t *y, int runs,
+                            double *ms, kd_err_t *err)
+{
+    *ms = 0.0;
+    if (M == NULL)
+        return KD_OK;
+    kd_ocl_timing_begin(ocl);
+    int rc = KD_OK;
+    for (int r = 0; r < runs && rc == KD_OK; r++)
+        rc = kd_amg_spmv(ocl, M, 1.0, x, 0.0, y, err);
+    double span = 0.0;
+    const int rc2 = kd_ocl_timing_end(ocl, &span, err);
+    *ms = span / runs;
+    return rc != KD_OK ? rc : rc2;
+}
+
+int kd_amg_profile(kd_ocl_t *ocl, const kd_precond_t *P, int runs, kd_amg_profile_t *out,
+                   kd_err_t *err)
+{
+    assert(ocl != NULL && P != NULL && out != NULL && runs > 0);
+    if (P->ops != &kd_precond_amg || P->impl == NULL)
+        return kd_err_set(err, KD_EBADREQ, "not an amg preconditioner");
+    kd_amg_t *amg = P->impl;
+    memset(out, 0, sizeof(*out));
+    const int64_t n = amg->level[0].n;
+    kd_vec_t b = {0}, x = {0}, t = {0};
+    int rc = kd_vec_alloc(ocl, n, amg->dtype, &b, err);
+    if (rc == KD_OK)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, &x, err);
+    if (rc == KD_OK)
+        rc = kd_vec_alloc(ocl, n, amg->dtype, &t, err);
+    if (rc == KD_OK)
+        rc = kd_vec_fill(ocl, &b, 1.0, err);
+    for (int l = 0; l < amg->levels && rc == KD_OK; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        kd_vec_t xl = {.mem = b.mem, .n = L->n, .dtype = amg->dtype};
+        kd_vec_t yl = {.mem = t.mem, .n = L->n, .dtype = amg->dtype};
+        rc = kd_amg_time_spmv(ocl, L->A, &xl, &yl, runs, &out->a_ms[l], err);
+        if (rc == KD_OK && L->P != NULL) {
+            kd_vec_t xc = {.mem = b.mem, .n = L->P->cols, .dtype = amg->dtype};
+            rc = kd_amg_time_spmv(ocl, L->P, &xc, &yl, runs, &out->p_ms[l], err);
+            kd_vec_t yc = {.mem = x.mem, .n = L->R->rows, .dtype = amg->dtype};
+            if (rc == KD_OK)
+                rc = kd_amg_time_spmv(ocl, L->R, &yl, &yc, runs, &out->r_ms[l], err);
+        }
+    }
+    if (rc == KD_OK)
+        rc = kd_amg_cycle(ocl, amg, &b, &x, err); /* warm */
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    const uint64_t t0 = kd_clock_ns(), launches = kd_ocl_launch_count(ocl);
+    kd_ocl_timing_begin(ocl);
+    for (int r = 0; r < runs && rc == KD_OK; r++)
+        rc = kd_amg_cycle(ocl, amg, &b, &x, err);
+    out->vcycle_launches = (double)(kd_ocl_launch_count(ocl) - launches) / runs;
+    double span = 0.0;
+    const int rc2 = kd_ocl_timing_end(ocl, &span, err);
+    out->vcycle_wall_ms = (double)(kd_clock_ns() - t0) / 1e6 / runs;
+    out->vcycle_device_ms = span / runs;
+    kd_vec_release(&b);
+    kd_vec_release(&x);
+    kd_vec_release(&t);
+    return rc != KD_OK ? rc : rc2;
+}
