@@ -27,8 +27,8 @@
 #include "bench/bench.h"
 #include "common/clock.h"
 #include "bench/matgen.h"
-#include "solver/method.h"
-#include "solver/select.h"
+#include "solver/methods/method.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 #include <math.h>
@@ -191,9 +191,8 @@ static void kd_bs_anatomy(kd_ocl_t *ocl, kd_matrix_t *A, int64_t k, const void *
                    "(%.4f each, %lld checks), final residual %.3f, download %.3f; all but the "
                    "iterations %.3f\n",
                    (long long)its, kd_solve_status_name(res[0].status), total, res[0].time_ms,
-                   a->setup_ms, a->host_ms, a->alloc_ms, a->upload_ms, a->start_ms,
-                   a->iterate_ms, iter_each, (long long)a->checks, a->final_ms, a->download_ms,
-                   rest);
+                   a->setup_ms, a->host_ms, a->alloc_ms, a->upload_ms, a->start_ms, a->iterate_ms,
+                   iter_each, (long long)a->checks, a->final_ms, a->download_ms, rest);
         }
         for (int64_t c = 0; c < k; c++)
             kd_solve_result_free(&res[c]);

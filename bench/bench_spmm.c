@@ -10,7 +10,7 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "solver/matrix.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,14 +30,13 @@ static int kd_bm_spmm_run(void *ctx, kd_err_t *err)
 
 static void kd_bm_usage(void)
 {
-    fprintf(stderr,
-            "usage: krylov-bench spmm [options] MATRIX...\n"
-            "  --device SEL     auto | gpu | cpu | N (default auto)\n"
-            "  --dtype T        float64 (default) | float32\n"
-            "  --formats LIST   comma-separated; auto = the measured choice (default\n"
-            "                   auto,csr_scalar,csr_vector,ellpack_r,sell_c_sigma)\n"
-            "  --ks LIST        columns (default 1,8,32)\n"
-            "  --runs N         timed launches per row, median (default 30)\n");
+    fprintf(stderr, "usage: krylov-bench spmm [options] MATRIX...\n"
+                    "  --device SEL     auto | gpu | cpu | N (default auto)\n"
+                    "  --dtype T        float64 (default) | float32\n"
+                    "  --formats LIST   comma-separated; auto = the measured choice (default\n"
+                    "                   auto,csr_scalar,csr_vector,ellpack_r,sell_c_sigma)\n"
+                    "  --ks LIST        columns (default 1,8,32)\n"
+                    "  --runs N         timed launches per row, median (default 30)\n");
 }
 
 int kd_bench_spmm_main(int argc, char **argv)
@@ -103,8 +102,8 @@ int kd_bench_spmm_main(int argc, char **argv)
              f = strtok_r(NULL, ",", &save)) {
             kd_matrix_t *A = NULL;
             kd_select_result_t sr;
-            if (kd_select_upload(ocl, csr, strcmp(f, "auto") == 0 ? NULL : f, KD_SELECT_MEASURE,
-                                 &A, &sr, &err) != KD_OK) {
+            if (kd_select_upload(ocl, csr, strcmp(f, "auto") == 0 ? NULL : f, KD_SELECT_MEASURE, &A,
+                                 &sr, &err) != KD_OK) {
                 printf("%-14s %-13s refused: %.90s\n", argv[mi], f, err.message);
                 continue;
             }
@@ -140,8 +139,7 @@ int kd_bench_spmm_main(int argc, char **argv)
                 if (k == 1)
                     base = ms;
                 const double floor_ms =
-                    (matrix_bytes + (double)k * v * (double)(csr->rows + csr->cols)) /
-                    (gbs * 1e6);
+                    (matrix_bytes + (double)k * v * (double)(csr->rows + csr->cols)) / (gbs * 1e6);
                 printf("%-14s %-13s %-5s %4lld %9.4f %9.4f %8.3f %9.4f %7.1f%%\n", argv[mi], shown,
                        kd_matrix_has_spmm(A) ? "yes" : "no", (long long)k, ms, ms / (double)k,
                        base > 0 ? ms / (double)k / base : 0.0, floor_ms, 100.0 * floor_ms / ms);

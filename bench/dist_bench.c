@@ -13,15 +13,16 @@
  * drained (a CG iteration waits at its reductions anyway), and the diagonal block's multiply
  * alone beside it: what the halo adds to a call, against the host time it takes, is how much of
  * it the diagonal multiply hides. Each of --methods (cg, cg1, pcg, sd; default cg,cg1) runs a
- * fixed number of iterations (rtol 0; only on a matrix that looks SPD). Times are the slowest rank's (each rank's share of the
- * parts is printed too). With one rank the single-process SpMV and kd_solve on the whole matrix are
- * measured beside them: what the distributed path costs before any exchange.
+ * fixed number of iterations (rtol 0; only on a matrix that looks SPD). Times are the slowest
+ * rank's (each rank's share of the parts is printed too). With one rank the single-process SpMV and
+ * kd_solve on the whole matrix are measured beside them: what the distributed path costs before any
+ * exchange.
  */
 #include "bench/matgen.h"
 #include "common/clock.h"
 #include "dist/dist_matrix.h"
 #include "dist/scatter.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <mpi.h>
 #include <stdarg.h>
@@ -203,8 +204,7 @@ static int bench_spmv(kd_dist_matrix_t *m, const dist_bench_args_t *a, kd_err_t 
 
 /* One round of a reduction behind a one-entry kernel (x NULL) or the diagonal multiply: the
  * work, one value read back, summed over the ranks, written back without waiting. */
-static int roundtrip_once(kd_dist_matrix_t *m, kd_vec_t *v, kd_vec_t *x, kd_vec_t *y,
-                          kd_err_t *err)
+static int roundtrip_once(kd_dist_matrix_t *m, kd_vec_t *v, kd_vec_t *x, kd_vec_t *y, kd_err_t *err)
 {
     double value = 0.0;
     int rc = x != NULL ? kd_matrix_spmv(m->ocl, m->diag, 1.0, x, 0.0, y, err)

@@ -14,7 +14,7 @@
  *   krylov-ocl-latency [--device SEL] [--n 1024] [--runs 5000]
  */
 #include "common/clock.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,8 +135,8 @@ int main(int argc, char **argv)
     }
     const char *names[] = {"pinned-async", "pinned-block", "pageable", "zero-copy", "launch-only"};
     double *t = malloc((size_t)runs * sizeof(double));
-    printf("# %s, n = %d doubles (%zu bytes each way), %d runs\n", kd_ocl_desc(ocl)->name, n,
-           bytes, runs);
+    printf("# %s, n = %d doubles (%zu bytes each way), %d runs\n", kd_ocl_desc(ocl)->name, n, bytes,
+           runs);
     for (int v = 0; v < 5; v++) {
         int wrong = 0;
         for (int r = 0; r < 200; r++)

@@ -2,8 +2,8 @@
  * Symmetric reorderings of a host CSR matrix: a permutation P chosen on the host so that P A P^T
  * has a smaller bandwidth (reverse Cuthill-McKee), and the permuted matrix itself. Pure host code
  * with no OpenCL: the solver keeps the permutation beside the device matrix (solver/matrix.h),
- * the selection computes it beside the transfer (solver/select.c), and a reload recomputes it
- * from the stored matrix (it is deterministic), so nothing about it is persisted but its kind.
+ * the selection computes it beside the transfer (solver/formats/select.c), and a reload recomputes
+ * it from the stored matrix (it is deterministic), so nothing about it is persisted but its kind.
  *
  * Convention everywhere: perm[new] = old. Row i of P A P^T is row perm[i] of A, x_p[i] =
  * x[perm[i]], and y[perm[i]] = y_p[i].

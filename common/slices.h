@@ -1,7 +1,7 @@
 /*
  * Host work on a CSR matrix cut into slices of about equal nonzeros, a thread each: how many
  * slices, where they cut, and running them. The upload's scan of the values (solver/matrix_scan.c)
- * and the tiled format's analysis (solver/format_tiled.c) use it; both join their slices' results
+ * and the tiled format's analysis (solver/formats/tiled.c) use it; both join their slices' results
  * in row order, so what they produce does not depend on the number of threads.
  */
 #ifndef KD_COMMON_SLICES_H

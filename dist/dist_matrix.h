@@ -1,9 +1,9 @@
 /*
  * A matrix spread over the ranks of an MPI job, one device each (docs/ARCHITECTURE.md,
  * "Distributed matrices"): each rank holds its block (dist/block.h) on its own device, the
- * diagonal block in the format its own selection picks (solver/select.h) and the off-diagonal
- * block as CSR on the ghost vector, with the halo plan's buffers. Every function here is
- * collective: all ranks of the communicator call it, in the same order, with the same arguments
+ * diagonal block in the format its own selection picks (solver/formats/select.h) and the
+ * off-diagonal block as CSR on the ghost vector, with the halo plan's buffers. Every function here
+ * is collective: all ranks of the communicator call it, in the same order, with the same arguments
  * but their own block and their own rows of every vector; a failure on one rank (device memory,
  * bad input) fails on all with that rank's message (kd_dist_agree) and leaves nothing behind.
  *
@@ -18,7 +18,7 @@
 #include "dist/block.h"
 #include "dist/comm_mpi.h"
 #include "solver/matrix.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 /* Where a distributed SpMV's host time went (accumulated over calls; ns). */

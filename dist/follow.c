@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "dist/scatter.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,8 +136,8 @@ static int kd_dist_op_put(kd_dist_node_t *node, const kd_dist_cmd_t *cmd, const 
                (m->block.offd != NULL ? m->block.offd->nnz : 0),
         .ghosts = m->block.ghosts,
         .sends = m->block.neighbours > 0 ? m->block.send_start[m->block.neighbours] : 0,
-        .device_bytes = (int64_t)((m->diag != NULL ? m->diag->device_bytes : 0) +
-                                  m->offd.device_bytes)};
+        .device_bytes =
+            (int64_t)((m->diag != NULL ? m->diag->device_bytes : 0) + m->offd.device_bytes)};
     if (MPI_Gather(&mine, (int)sizeof(mine), MPI_BYTE, info, (int)sizeof(mine), MPI_BYTE, 0,
                    node->mpi) != MPI_SUCCESS)
         rc = kd_err_set(err, KD_EINTERNAL, "MPI_Gather of the spread's sizes failed");

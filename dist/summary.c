@@ -1,7 +1,7 @@
 /*
  * The whole matrix's scan as every block carries it (block.h's kd_dist_summary_t), and back as
  * the solver's kd_matrix_scan_t, so a spread solve checks and words its refusals exactly as a
- * solve on the whole matrix would (solver/method.c, solver/precond_jacobi.c read the scan).
+ * solve on the whole matrix would (solver/methods/method.c, solver/precond/jacobi.c read the scan).
  */
 #include "dist/summary.h"
 #include "solver/matrix_scan.h"

@@ -2,14 +2,14 @@
  * Batched matrices on the wire (docs/PROTOCOL.md, "Batched matrices"): matrix.put with
  * `batch`, and spmv and solve on a batch's id, run on the worker thread like every handler.
  * A batch is kept as its block-diagonal CSR (hashed, persisted and reloaded as any matrix, with
- * the system count in its metadata) and held on the device as a kd_batch_t (solver/batch.h).
+ * the system count in its metadata) and held on the device as a kd_batch_t (solver/batch/batch.h).
  */
 #ifndef KD_SERVER_BATCH_H
 #define KD_SERVER_BATCH_H
 
 #include "protocol/writer.h"
 #include "server/job.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 
 struct kd_server;
 

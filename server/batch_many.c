@@ -3,9 +3,10 @@
  * patterns in one request, each item a resident matrix and its b. The items are checked one by
  * one against the store (an item that fails gets its own error entry and the others still run),
  * the request as a whole against the limits and the device budget before anything is allocated
- * for it, and the items that pass are solved together by kd_batch_solve_items (solver/batch.h:
- * grouped by size class into a few launches). The matrices' canonical host CSR arrays are what
- * is uploaded into the groups: small by construction (KD_BATCH_SYSTEM_ROWS_MAX rows an item).
+ * for it, and the items that pass are solved together by kd_batch_solve_items
+ * (solver/batch/batch.h: grouped by size class into a few launches). The matrices' canonical host
+ * CSR arrays are what is uploaded into the groups: small by construction (KD_BATCH_SYSTEM_ROWS_MAX
+ * rows an item).
  *
  * Steps: the method; each item's checks; the totals and the budget; the items' host CSRs (one
  * load per distinct matrix) and their b, x0 in the matrix's dtype; the solve; the answer, one
@@ -13,7 +14,7 @@
  */
 #include "common/checked.h"
 #include "common/clock.h"
-#include "kernels/batch_abi.h"
+#include "kernels/batch/batch_abi.h"
 #include "server/batch.h"
 #include "server/cache.h"
 #include "server/handlers.h"

@@ -7,18 +7,18 @@
  * copies, which are in whatever SpMV format the selection chose (and maybe reordered). What can be
  * refused is refused before anything big exists: ids, dtypes and shapes from the metadata, then
  * the products' count from A's column indices and B's row lengths (O(nnz(A)) on the host). Then
- * op(A) and B go to the device as plain CSR inside the device budget, solver/spgemm.c multiplies
- * them under the server's limits (max-nnz, the budget left), C comes back, the device copies are
- * freed, and C goes through kd_handlers_admit: content id, the same product twice is one matrix,
- * format selection, state file.
+ * op(A) and B go to the device as plain CSR inside the device budget, solver/products/spgemm.c
+ * multiplies them under the server's limits (max-nnz, the budget left), C comes back, the device
+ * copies are freed, and C goes through kd_handlers_admit: content id, the same product twice is one
+ * matrix, format selection, state file.
  */
 #include "common/clock.h"
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/handlers.h"
 #include "server/replies.h"
-#include "solver/ocl_fault.h"
-#include "solver/spgemm.h"
+#include "solver/runtime/ocl_fault.h"
+#include "solver/products/spgemm.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -20,8 +20,8 @@
 #include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
-#include "solver/ocl.h"
-#include "solver/programs.h"
+#include "solver/runtime/ocl.h"
+#include "solver/runtime/programs.h"
 
 #include <uv.h>
 
@@ -104,13 +104,13 @@ typedef struct kd_server {
     struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
-    int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
+    int budget_refused;     /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_wait;        /* worker: ... and would fit once requests in flight end (cache.c) */
     atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */
-    int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
+    int has_like_recent;    /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
-    struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
-                             most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
+    struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/runtime/pool.h):
+                             at most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
     int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
     atomic_uint_fast64_t solves_batched;   /* solve requests that ran in a batch of several */

@@ -9,7 +9,7 @@
  * - Batches. Within a group, requests on the same matrix with the same alpha and beta = 0 become
  *   one run: their columns side by side in one multivector, one SpMM launch for all of them (the
  *   matrix is read once), as inference servers batch concurrent requests.
- * - Vectors come from the worker's pool (solver/pool.h) instead of the driver.
+ * - Vectors come from the worker's pool (solver/runtime/pool.h) instead of the driver.
  * - Served beside a long solve. A solve calls kd_spmv_yield after each check's read-back: the
  *   spmv requests waiting then run as a group on the device's express queue, concurrently with
  *   the solve's queued iterations, so none waits for the solve to end (docs/ARCHITECTURE.md).
@@ -39,7 +39,7 @@
 #include "server/handlers.h"
 #include "server/spmv.h"
 #include "server/spread.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 #include <stdlib.h>
 #include <string.h>

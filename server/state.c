@@ -23,7 +23,7 @@
 #include "server/config.h"
 #include "server/state_io.h"
 #include "server/state_priv.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -671,8 +671,8 @@ int kd_state_check_pattern(const kd_csr_t *m)
     return 0;
 }
 
-/* The id of content hash h: a batch's is changed by its size (solver/batch.h), a copy stored for
- * one user by the name (store.h, kd_id_mix_tenant). */
+/* The id of content hash h: a batch's is changed by its size (solver/batch/batch.h), a copy stored
+ * for one user by the name (store.h, kd_id_mix_tenant). */
 static const uint8_t *kd_state_content_id(uint8_t h[16], int64_t batch, const char *tenant)
 {
     if (batch > 0)

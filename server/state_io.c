@@ -61,8 +61,8 @@ static void kd_fault_read(void)
 }
 
 /* Bytes of the regular files in dir and, depth times more, in its subdirectories, but for the
- * program cache's (solver/program_cache.c writes there itself, and how much depends on which
- * programs a run happens to build). */
+ * program cache's (solver/runtime/program_cache.c writes there itself, and how much depends on
+ * which programs a run happens to build). */
 static long long kd_fault_usage(const char *dir, int depth)
 {
     DIR *d = opendir(dir);

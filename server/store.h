@@ -81,8 +81,8 @@ typedef struct kd_matrix_meta {
     /* The upload's scan: a_ij == a_ji exactly (kd_matrix_scan_t.symmetric); -1: not known (a
      * state file from before it, until the matrix is loaded again) */
     int symmetric;
-    /* 0: one matrix; k >= 1: a batch of k systems (solver/batch.h), rows, cols and nnz being the
-     * block diagonal's totals */
+    /* 0: one matrix; k >= 1: a batch of k systems (solver/batch/batch.h), rows, cols and nnz being
+     * the block diagonal's totals */
     int64_t batch;
     /* Spread over the ranks of an MPI job (server/spread.c): distributed from matrix.put on
      * (kept in the state file's header), ranks > 0 once rank 0 spread it in this process; then

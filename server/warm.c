@@ -1,8 +1,8 @@
 /*
  * The OpenCL program warm-up as the server sees it (issue 32). krylovd listens at once and builds
- * its programs behind that, on the warm-up's own threads (solver/programs.c); a request that
- * needs a program not built yet has it built first, or waits for the warm-up thread building it
- * (solver/ocl.c's program table), on the device worker, never on the loop thread.
+ * its programs behind that, on the warm-up's own threads (solver/runtime/programs.c); a request
+ * that needs a program not built yet has it built first, or waits for the warm-up thread building
+ * it (solver/runtime/ocl.c's program table), on the device worker, never on the loop thread.
  *
  * The warm-up threads report progress through an async handle; on the loop thread this file logs
  * it (the start, every KD_WARM_LOG_EVERY_MS, the end), keeps systemd's STATUS= line current and
@@ -19,7 +19,7 @@
 #include "server/notify.h"
 #include "server/replies.h"
 #include "server/server.h"
-#include "solver/program_cache.h"
+#include "solver/runtime/program_cache.h"
 
 #include <dirent.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
 /*
- * BLAS-1 on device vectors. (The solvers' fused, multi-column steps are in solver/methods/krylov.h.)
+ * BLAS-1 on device vectors. (The solvers' fused, multi-column steps are in
+ * solver/methods/krylov.h.)
  *
  * A kd_blas_t belongs to one caller on one device and one value type. It owns two small device
  * buffers:

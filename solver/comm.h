@@ -7,8 +7,8 @@
  * Every rank of a spread solve runs the same driver on its own rows in lock step: the same
  * launches, the same reductions in the same order, the same decisions, because every decision
  * is taken from sums that are bit for bit the same everywhere. kd_krylov_reduce is where the
- * partial sums meet (solver/methods/krylov_combine.c); a stop that one rank wants (cancel, deadline)
- * rides on the next of those sums, so every rank stops at the same check.
+ * partial sums meet (solver/methods/krylov_combine.c); a stop that one rank wants (cancel,
+ * deadline) rides on the next of those sums, so every rank stops at the same check.
  */
 #ifndef KD_SOLVER_COMM_H
 #define KD_SOLVER_COMM_H

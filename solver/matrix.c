@@ -426,8 +426,7 @@ static int kd_matrix_spmm_check(const kd_matrix_t *m, const kd_multivec_t *x,
     if (x->n != m->cols || y->n != m->rows)
         return kd_err_set(err, KD_EBADREQ,
                           "spmm: X has %lld rows and Y %lld, but the matrix is %lld x %lld",
-                          (long long)x->n, (long long)y->n, (long long)m->rows,
-                          (long long)m->cols);
+                          (long long)x->n, (long long)y->n, (long long)m->rows, (long long)m->cols);
     if (x->mem != NULL && x->mem == y->mem)
         return kd_err_set(err, KD_EBADREQ, "spmm needs X and Y in different buffers");
     return KD_OK;

@@ -1,7 +1,7 @@
 /*
  * A sparse matrix resident in device memory, in one storage format, and SpMV on it. Each format
- * lives in its own solver/format_*.c behind the private ops table in solver/formats/format.h; this header
- * is what the rest of krylovd sees.
+ * lives in its own solver/format_*.c behind the private ops table in solver/formats/format.h; this
+ * header is what the rest of krylovd sees.
  */
 #ifndef KD_SOLVER_MATRIX_H
 #define KD_SOLVER_MATRIX_H
@@ -97,8 +97,8 @@ typedef struct kd_matrix {
      * the device once); NULL otherwise. Format-independent: built from the host CSR by
      * solver/matrix_scan.c, not counted in device_bytes. */
     void *inv_diagonal;
-    /* Preconditioners set up on this matrix (solver/precond/precond.h), counted in device_bytes and freed
-     * with it; kd_precond_get adds to the list. */
+    /* Preconditioners set up on this matrix (solver/precond/precond.h), counted in device_bytes and
+     * freed with it; kd_precond_get adds to the list. */
     struct kd_precond *preconds;
     kd_matrix_order_t order;
     /* A batched matrix (solver/batch/batch.h), owned: ops is NULL and rows, cols, nnz are the block
@@ -175,8 +175,8 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
  * (tiled), for a batched matrix, an empty matrix, or a pattern whose format arrays turn out to
  * depend on more than the pattern: build from csr instead.
  */
-int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
-                          kd_matrix_t **out, kd_err_t *err);
+int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
+                          kd_err_t *err);
 int kd_matrix_shares(const kd_matrix_t *m);
 /* The device bytes kd_matrix_with_values(like, ...) allocates at most, the moment's staging and
  * the first call's probe included (for a budget check before it). */

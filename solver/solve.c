@@ -1,6 +1,6 @@
 /*
- * The solve driver: what every Krylov method shares (solver/methods/method.h says what a method does).
- * kd_solve runs five steps:
+ * The solve driver: what every Krylov method shares (solver/methods/method.h says what a method
+ * does). kd_solve runs five steps:
  *
  *   setup    check the parameters, set up the preconditioner on the matrix
  *   pack     answer on the host the columns that need no device (NaN/Inf in b or x0, b = 0, a
@@ -233,9 +233,8 @@ static int kd_solve_setup(kd_solve_ctx_t *ctx, kd_ocl_t *ocl, kd_matrix_t *A, kd
     if (from != A && (from->rows != A->rows || from->cols != A->cols || from->dtype != A->dtype))
         return kd_err_set(err, KD_EINTERNAL,
                           "a preconditioner of a %lld x %lld %s matrix for a %lld x %lld %s one",
-                          (long long)from->rows, (long long)from->cols,
-                          kd_dtype_name(from->dtype), (long long)A->rows, (long long)A->cols,
-                          kd_dtype_name(A->dtype));
+                          (long long)from->rows, (long long)from->cols, kd_dtype_name(from->dtype),
+                          (long long)A->rows, (long long)A->cols, kd_dtype_name(A->dtype));
     if ((rc = kd_precond_get(ocl, from, p->precond, p->precond_options, from == A ? p->csr : NULL,
                              &ctx->run.precond, err)) != KD_OK)
         return rc;
@@ -499,9 +498,8 @@ static int kd_solve_write_columns(kd_solve_ctx_t *ctx, const void *from, kd_mult
         return kd_multivec_zero(ctx->run.ocl, to, err);
     for (int64_t c = 0; c < k; c++) {
         char *dst = (char *)ctx->pack + (size_t)c * ctx->colbytes;
-        kd_solve_permute_column(ctx->run.A,
-                                (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes, dst,
-                                0);
+        kd_solve_permute_column(
+            ctx->run.A, (const char *)from + (size_t)ctx->cols[c].rhs * ctx->colbytes, dst, 0);
     }
     return kd_multivec_write(ctx->run.ocl, to, ctx->pack, err);
 }
@@ -521,10 +519,10 @@ static int kd_solve_pack(kd_solve_ctx_t *ctx, const void *b, const void *x0, voi
         return rc;
     /* Fused by default on a GPU for one column; for several, the SpMM launch reads the matrix
      * once for all of them where the fused passes would read it once per column. */
-    const int fuse = ctx->params->spmv_fusion != 0
-                         ? ctx->params->spmv_fusion == KD_SOLVE_FUSION_ON
-                         : kd_ocl_desc(run->ocl)->is_gpu &&
-                               (run->k == 1 || !kd_matrix_has_spmm(run->A));
+    const int fuse =
+        ctx->params->spmv_fusion != 0
+            ? ctx->params->spmv_fusion == KD_SOLVE_FUSION_ON
+            : kd_ocl_desc(run->ocl)->is_gpu && (run->k == 1 || !kd_matrix_has_spmm(run->A));
     run->csr = fuse ? kd_format_csr_scalar_arrays(run->A) : NULL;
     if ((rc = kd_solve_write_columns(ctx, b, &run->b, err)) != KD_OK ||
         (rc = kd_solve_write_columns(ctx, x0, &run->x, err)) != KD_OK)

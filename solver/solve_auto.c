@@ -26,8 +26,8 @@ int kd_solve_auto(kd_ocl_t *ocl, kd_matrix_t *A, int64_t nrhs, const void *b, co
         return KD_OK;
     char why[160];
     snprintf(why, sizeof(why), "auto: %s broke down at iteration %lld (%.80s); %s ran instead",
-             params->method->name, (long long)results[broke].iterations + 1,
-             results[broke].message, next->name);
+             params->method->name, (long long)results[broke].iterations + 1, results[broke].message,
+             next->name);
     for (int64_t k = 0; k < nrhs; k++) {
         kd_solve_result_free(&results[k]);
         memset(&results[k], 0, sizeof(results[k]));

@@ -44,7 +44,7 @@ add_dependencies(test_e2e_general krylovd)
 kd_add_test(test_e2e_tls SOURCES test_e2e_tls.c LIBS krylov kd_protocol LABELS e2e)
 add_dependencies(test_e2e_tls krylovd)
 # Device faults (issue 21): the k-th allocation, launch, read-back or upload of a put, an spmv and
-# a solve fails (solver/ocl_fault.h) for every k; a clean error, no device bytes lost, the next
+# a solve fails (solver/runtime/ocl_fault.h) for every k; a clean error, no device bytes lost, the next
 # request right. Needs the hook compiled in.
 if(KD_TEST_HOOKS)
   kd_add_test(test_e2e_devfault SOURCES test_e2e_devfault.c LIBS kd_server krylov LABELS e2e

@@ -1,11 +1,11 @@
 /*
- * Host references for the incomplete factorisations' triangular solves (solver/ilu.h), shared by
- * test_ilu and test_ilu_match: the exact solve and the Jacobi sweeps the device runs.
+ * Host references for the incomplete factorisations' triangular solves (solver/precond/ilu.h),
+ * shared by test_ilu and test_ilu_match: the exact solve and the Jacobi sweeps the device runs.
  */
 #ifndef KD_TEST_ILU_H
 #define KD_TEST_ILU_H
 
-#include "solver/ilu.h"
+#include "solver/precond/ilu.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,20 +1,20 @@
 /*
- * The smoothed-aggregation AMG preconditioner (solver/precond_amg.c, solver/amg_coarsen.c).
- * Host pieces against independent checks: the dense inverse (A A^-1 = I), the tridiagonal's
- * largest eigenvalue (a closed form), aggregates that cover every row, the prolongator's rows.
- * AMG-PCG on the device: converges on generated 2-D and 3-D Laplacians, a reordered matrix and
- * the real SPD matrices by the CPU's measure of ||b - A x||, in far fewer iterations than
- * Jacobi-PCG (asserted), with several right-hand sides each as alone, in float64 and float32; the
- * V-cycle is symmetric (x'M^-1 y = y'M^-1 x to rounding, so CG stays valid); the hierarchy is
- * built once and lives with the matrix; a zero diagonal, a nonsymmetric matrix and a missing host
- * CSR are clear errors. The fused V-cycle (solver/amg_fused.c) applies the same operator as
- * the straightforward one, a launch per step: M^-1 r by both agree to rounding.
+ * The smoothed-aggregation AMG preconditioner (solver/precond/amg/amg.c,
+ * solver/precond/amg/coarsen.c). Host pieces against independent checks: the dense inverse (A A^-1
+ * = I), the tridiagonal's largest eigenvalue (a closed form), aggregates that cover every row, the
+ * prolongator's rows. AMG-PCG on the device: converges on generated 2-D and 3-D Laplacians, a
+ * reordered matrix and the real SPD matrices by the CPU's measure of ||b - A x||, in far fewer
+ * iterations than Jacobi-PCG (asserted), with several right-hand sides each as alone, in float64
+ * and float32; the V-cycle is symmetric (x'M^-1 y = y'M^-1 x to rounding, so CG stays valid); the
+ * hierarchy is built once and lives with the matrix; a zero diagonal, a nonsymmetric matrix and a
+ * missing host CSR are clear errors. The fused V-cycle (solver/precond/amg/fused.c) applies the
+ * same operator as the straightforward one, a launch per step: M^-1 r by both agree to rounding.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/amg.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/amg/amg.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -1,5 +1,5 @@
 /*
- * Batched matrices and solves (solver/batch.h, kernels/batch.cl):
+ * Batched matrices and solves (solver/batch/batch.h, kernels/batch/batch.cl):
  *  - the batched SpMV against a CPU reference per system on fresh random values (the host
  *    output poisoned first), on patterns with empty rows, a dense row, 1x1, rectangular;
  *  - batched CG and BiCGSTAB (none and jacobi) against the single-system path (kd_solve) on
@@ -17,8 +17,8 @@
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 

@@ -1,6 +1,6 @@
 /*
- * Batches of systems of their own patterns (solver/batch.h: kd_batch_upload_systems,
- * kd_batch_solve_items; kernels/batch.cl through the systems table):
+ * Batches of systems of their own patterns (solver/batch/batch.h: kd_batch_upload_systems,
+ * kd_batch_solve_items; kernels/batch/batch.cl through the systems table):
  *  - the SpMV of such a batch against a CPU reference per system on fresh random values (the
  *    host output poisoned first), on systems with empty rows, a dense row, 1x1 and more rows
  *    than a work-group, side by side;
@@ -17,8 +17,8 @@
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /*
- * bicgstab and minres (solver/method_bicgstab.c, solver/method_minres.c). Each converges to the
+ * bicgstab and minres (solver/methods/bicgstab.c, solver/methods/minres.c). Each converges to the
  * tolerance by the CPU's measure of ||b - A x|| (computed here, in double): bicgstab on
  * nonsymmetric matrices (an upwind convection-diffusion operator, ani4, watt_2, bayer10), minres
  * on symmetric indefinite ones (a shifted Laplacian with negative eigenvalues, a saddle point
@@ -15,9 +15,9 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;
@@ -107,8 +107,7 @@ static kd_csr_t *saddle_point(int64_t nx, int64_t m)
  */
 /* A BiCGSTAB near breakdown in float32: rho or r0hat'v within rounding of 0 (the two messages the
  * device writes for them). */
-static int float32_near_breakdown(kd_dtype_t dtype, const char *method,
-                                  const kd_solve_result_t *r)
+static int float32_near_breakdown(kd_dtype_t dtype, const char *method, const kd_solve_result_t *r)
 {
     return dtype == KD_DTYPE_F32 && strcmp(method, "bicgstab") == 0 &&
            r->status == KD_SOLVE_BREAKDOWN &&
@@ -177,9 +176,10 @@ static int64_t converges(const char *name, kd_csr_t *csr64, kd_dtype_t dtype, co
         memcpy(xc, xr, col);
         free(xr);
         const double truth = kd_test_true_relres(&p, p.x, c);
-        fprintf(stderr, "  %-18s col %d: restarted from x after the breakdown: %s %lld its, true "
-                "%.3g\n", name, c, kd_solve_status_name(one.status), (long long)one.iterations,
-                truth);
+        fprintf(stderr,
+                "  %-18s col %d: restarted from x after the breakdown: %s %lld its, true "
+                "%.3g\n",
+                name, c, kd_solve_status_name(one.status), (long long)one.iterations, truth);
         CHECK_MSG(one.status == KD_SOLVE_CONVERGED && truth <= rtol * slack,
                   "%s col %d restarted: %s, true %.3g", name, c, kd_solve_status_name(one.status),
                   truth);
@@ -213,14 +213,12 @@ static void test_bicgstab_converges(void)
         converges("laplacian 40", kd_test_laplacian_2d(40, 40), dt[d], "bicgstab", "amg", rtol);
         converges("convdiff 1x1", convection_diffusion(1, 0.5), dt[d], "bicgstab", "none", rtol);
         /* ilu0: a nonsymmetric operator M; fewer iterations than none */
-        const int64_t plain =
-            converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d], "bicgstab", "none",
-                      rtol);
-        const int64_t ilu =
-            converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d], "bicgstab", "ilu0",
-                      rtol);
-        CHECK_MSG(ilu > 0 && ilu * 2 < plain, "bicgstab + ilu0 %lld its, none %lld",
-                  (long long)ilu, (long long)plain);
+        const int64_t plain = converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d],
+                                        "bicgstab", "none", rtol);
+        const int64_t ilu = converges("convdiff 40 w=1", convection_diffusion(40, 1.0), dt[d],
+                                      "bicgstab", "ilu0", rtol);
+        CHECK_MSG(ilu > 0 && ilu * 2 < plain, "bicgstab + ilu0 %lld its, none %lld", (long long)ilu,
+                  (long long)plain);
     }
     /* watt_2 and bayer10 defeat unpreconditioned BiCGSTAB (SciPy's too: it diverges to 1e19 in
      * 20000 iterations) and Jacobi refuses them (a negative, a zero diagonal entry): the solve
@@ -466,7 +464,7 @@ static void test_bicgstab_breakdowns(void)
 /* SciPy's nonsymposdef (10 x 10, 2 on the diagonal, -1 below it, b = 0..9): rho = r0hat'r
  * vanishes at iteration 5 (in exact arithmetic; to rounding or exactly on the device). BiCGSTAB
  * restarts with r0hat = r and converges, by the host's ||b - A x||, on the general path and on
- * the batched one-work-group path (kernels/batch_methods.cl), local and global memory. */
+ * the batched one-work-group path (kernels/batch/batch_methods.cl), local and global memory. */
 static void test_bicgstab_shadow_restart(void)
 {
     enum { N = 10 };

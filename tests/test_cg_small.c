@@ -1,5 +1,5 @@
 /*
- * The small-system path of cg / pcg (kernels/cg_small.cl: many iterations per launch, one
+ * The small-system path of cg / pcg (kernels/methods/cg_small.cl: many iterations per launch, one
  * work-group per right-hand side) against the general path on the same problem: the same
  * statuses, iteration counts within 1% in float64 (plus one: the sums are taken in another
  * order; 5% in float32, where that order moves an ill-conditioned matrix's count more), true
@@ -11,7 +11,7 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 
@@ -76,10 +76,10 @@ static int run(const char *name, const kd_csr_t *csr64, kd_format_t format, kd_d
         out->truth[c] = bb > 0 ? sqrt(rr / bb) : sqrt(rr);
         /* the reported residual is the host's (in float32 the device's own b - A x of an
          * ill-conditioned matrix, 494_bus, differs from the host's by up to 20%, on both paths) */
-        CHECK_MSG(dtype == KD_DTYPE_F32 ||
-                      fabs(res[c].relative_residual - out->truth[c]) <= 0.05 * out->truth[c] + 1e-12,
-                  "%s col %lld: reported %g, host %g", name, (long long)c,
-                  res[c].relative_residual, out->truth[c]);
+        CHECK_MSG(dtype == KD_DTYPE_F32 || fabs(res[c].relative_residual - out->truth[c]) <=
+                                               0.05 * out->truth[c] + 1e-12,
+                  "%s col %lld: reported %g, host %g", name, (long long)c, res[c].relative_residual,
+                  out->truth[c]);
         free(xw);
         free(r);
         kd_solve_result_free(&res[c]);
@@ -123,12 +123,13 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
     }
     const double rtol = dtype == KD_DTYPE_F64 ? 1e-9 : 1e-4;
     for (int64_t c = 0; c < k; c++) {
-        fprintf(stderr, "  %-24s %s %-6s col %lld: small %s %lld its, general %s %lld its\n",
-                name, kd_dtype_name(dtype), precond ? precond : "none", (long long)c,
+        fprintf(stderr, "  %-24s %s %-6s col %lld: small %s %lld its, general %s %lld its\n", name,
+                kd_dtype_name(dtype), precond ? precond : "none", (long long)c,
                 kd_solve_status_name(small.status[c]), (long long)small.iterations[c],
                 kd_solve_status_name(general.status[c]), (long long)general.iterations[c]);
         /* the two small variants do the same sums in the same order: the same outcome */
-        CHECK_MSG(small.status[c] == global.status[c] && small.iterations[c] == global.iterations[c],
+        CHECK_MSG(small.status[c] == global.status[c] &&
+                      small.iterations[c] == global.iterations[c],
                   "%s col %lld: local %lld its, global %lld", name, (long long)c,
                   (long long)small.iterations[c], (long long)global.iterations[c]);
         CHECK_MSG(small.status[c] == general.status[c], "%s col %lld: %s against %s", name,
@@ -137,10 +138,11 @@ static void compare(const char *name, kd_csr_t *csr64, kd_format_t format, kd_dt
         const int64_t g = general.iterations[c];
         /* 1% in float64; 3% for unpreconditioned CG on 494_bus (condition 2.4e6: the order of
          * the sums alone moves its count between 1711 and 1737); 5% in float32 */
-        const int64_t slack =
-            1 + (dtype == KD_DTYPE_F32 ? g / 20 : ill_conditioned ? 3 * g / 100 : g / 100);
-        CHECK_MSG(llabs(small.iterations[c] - g) <= slack, "%s col %lld: %lld against %lld",
-                  name, (long long)c, (long long)small.iterations[c], (long long)g);
+        const int64_t slack = 1 + (dtype == KD_DTYPE_F32 ? g / 20
+                                   : ill_conditioned     ? 3 * g / 100
+                                                         : g / 100);
+        CHECK_MSG(llabs(small.iterations[c] - g) <= slack, "%s col %lld: %lld against %lld", name,
+                  (long long)c, (long long)small.iterations[c], (long long)g);
         if (small.status[c] == KD_SOLVE_CONVERGED)
             CHECK_MSG(small.truth[c] <= rtol * (dtype == KD_DTYPE_F32 ? 1.5 : 1.0 + 1e-6),
                       "%s col %lld: true %g", name, (long long)c, small.truth[c]);
@@ -157,20 +159,20 @@ static void test_agrees_with_the_general_path(void)
         /* 494_bus (condition 2.4e6) in float64 only: in float32 rtol 1e-4 is at its attainable
          * accuracy and either path's count (or status) is a coin toss */
         if (dt[d] == KD_DTYPE_F64) {
-            compare("494_bus", kd_test_load_mtx("494_bus.mtx", 0.0), KD_FMT_CSR_SCALAR, dt[d],
-                    NULL, 1, -1, 0, 0);
+            compare("494_bus", kd_test_load_mtx("494_bus.mtx", 0.0), KD_FMT_CSR_SCALAR, dt[d], NULL,
+                    1, -1, 0, 0);
             compare("494_bus pcg", kd_test_load_mtx("494_bus.mtx", 0.0), KD_FMT_CSR_SCALAR, dt[d],
                     "jacobi", 3, -1, 0, 1);
         }
         compare("laplacian 60x50 pcg", kd_test_laplacian_2d(60, 50), KD_FMT_CSR_SCALAR, dt[d],
                 "jacobi", 3, -1, 0, 1);
         /* beyond the local variant's rows (16 per work-item): both runs take the global one */
-        compare("laplacian 90x50", kd_test_laplacian_2d(90, 50), KD_FMT_CSR_SCALAR, dt[d], NULL,
-                1, -1, 0, 0);
+        compare("laplacian 90x50", kd_test_laplacian_2d(90, 50), KD_FMT_CSR_SCALAR, dt[d], NULL, 1,
+                -1, 0, 0);
         compare("laplacian 40x30", kd_test_laplacian_2d(40, 30), KD_FMT_CSR_VECTOR, dt[d], NULL, 4,
                 -1, 0, 0);
-        compare("spd 700", kd_test_spd_matrix(700, 6, 0.5), KD_FMT_CSR_ADAPTIVE, dt[d], "jacobi",
-                2, -1, 0, 1);
+        compare("spd 700", kd_test_spd_matrix(700, 6, 0.5), KD_FMT_CSR_ADAPTIVE, dt[d], "jacobi", 2,
+                -1, 0, 1);
     }
 }
 
@@ -180,8 +182,8 @@ static void test_limits_breakdown_chunks(void)
     compare("laplacian maxiter 25", kd_test_laplacian_2d(30, 30), KD_FMT_CSR_SCALAR, KD_DTYPE_F64,
             NULL, 2, 25, 7, 0);
     /* one iteration per launch, and one launch for the whole solve */
-    compare("laplacian check 1", kd_test_laplacian_2d(12, 9), KD_FMT_CSR_SCALAR, KD_DTYPE_F64,
-            NULL, 1, -1, 1, 0);
+    compare("laplacian check 1", kd_test_laplacian_2d(12, 9), KD_FMT_CSR_SCALAR, KD_DTYPE_F64, NULL,
+            1, -1, 1, 0);
     compare("laplacian check 5000", kd_test_laplacian_2d(12, 9), KD_FMT_CSR_SCALAR, KD_DTYPE_F64,
             NULL, 3, -1, 5000, 1);
     /* indefinite (a pattern file of ones): breakdown at the same iteration */
@@ -190,8 +192,8 @@ static void test_limits_breakdown_chunks(void)
     compare("dwt_878", kd_test_load_mtx("dwt_878.mtx", 0.0), KD_FMT_CSR_SCALAR, KD_DTYPE_F64, NULL,
             1, -1, 0, 0);
     /* 1x1 */
-    compare("1x1", kd_test_random_matrix(1, 1, (int64_t[]){1}, 0), KD_FMT_CSR_SCALAR,
-            KD_DTYPE_F64, NULL, 1, -1, 0, 0);
+    compare("1x1", kd_test_random_matrix(1, 1, (int64_t[]){1}, 0), KD_FMT_CSR_SCALAR, KD_DTYPE_F64,
+            NULL, 1, -1, 0, 0);
 }
 
 static void test_only_csr_formats(void)

@@ -1,17 +1,17 @@
 /*
  * Distributed CG, PCG (Jacobi) and SD under mpirun (dist/dist_solve.c through solver/solve.c's
- * spread seam and solver/krylov_combine.c): every column's status and iteration count against the
- * single-process kd_solve on the whole matrix (run on rank 0), residuals to rounding, the same
- * results bit for bit on every rank, and the true residual ||b - A x|| / ||b|| of the gathered x
- * on the host. float64 and float32, one and three right-hand sides with x0, a generated SPD
- * matrix, a 2-D Laplacian, 494_bus; 1 and 2 rows over up to 3 ranks (ranks without rows); the
+ * spread seam and solver/methods/krylov_combine.c): every column's status and iteration count
+ * against the single-process kd_solve on the whole matrix (run on rank 0), residuals to rounding,
+ * the same results bit for bit on every rank, and the true residual ||b - A x|| / ||b|| of the
+ * gathered x on the host. float64 and float32, one and three right-hand sides with x0, a generated
+ * SPD matrix, a 2-D Laplacian, 494_bus; 1 and 2 rows over up to 3 ranks (ranks without rows); the
  * host's answers (b = 0, NaN in b) with the whole vector's row numbers; cancel on one rank and a
  * deadline passed on another stop every rank at the same iteration; refusals worded as the
  * single-process solve words them.
  */
 #include "kd_dist_mpi_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 
@@ -39,7 +39,7 @@ static outcome_t outcome_of(const kd_solve_result_t *r, int64_t status)
 }
 
 static int64_t last_restarts[2]; /* compare's first column: spread, single */
-static int last_stagnated;        /* and whether the single-process solve of it stagnated */
+static int last_stagnated;       /* and whether the single-process solve of it stagnated */
 
 static int rank(void)
 {

@@ -1,6 +1,6 @@
 /*
  * Device faults in the middle of a request (issue 21): with the test fault hook
- * (solver/ocl_fault.h, KD_TEST_HOOKS) the k-th buffer allocation, kernel launch, read-back,
+ * (solver/runtime/ocl_fault.h, KD_TEST_HOOKS) the k-th buffer allocation, kernel launch, read-back,
  * upload or device-side kernel run of a request fails as the driver would report it, for every k
  * the request reaches.
  *
@@ -25,8 +25,8 @@
 #include "kd_test.h"
 #include "krylov.h"
 #include "server/server.h"
-#include "solver/ocl_fault.h"
-#include "solver/pool.h"
+#include "solver/runtime/ocl_fault.h"
+#include "solver/runtime/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

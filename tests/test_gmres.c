@@ -1,7 +1,7 @@
 /*
- * gmres (solver/method_gmres.c, kernels/gmres.cl): restarted, right-preconditioned GMRES(m).
- * Every solve's answer is judged by the CPU's ||b - A x|| / ||b||. Checked: convergence on
- * generated nonsymmetric matrices (2-D convection-diffusion with upwinding) and the real ani4
+ * gmres (solver/methods/gmres.c, kernels/methods/gmres.cl): restarted, right-preconditioned
+ * GMRES(m). Every solve's answer is judged by the CPU's ||b - A x|| / ||b||. Checked: convergence
+ * on generated nonsymmetric matrices (2-D convection-diffusion with upwinding) and the real ani4
  * and watt_2 (float64; bayer10 is left out: unpreconditioned GMRES(30) stalls on it, SciPy's too),
  * in float64 and float32, with restart 1, 5 and 30, without a preconditioner, with Jacobi and with
  * AMG (an operator: the Z basis); against a sequential CPU GMRES(m) written here (the same
@@ -16,13 +16,13 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;
-static const char *kernel_options; /* kernels/gmres.cl's build options for measuring */
+static const char *kernel_options; /* kernels/methods/gmres.cl's build options for measuring */
 
 typedef kd_test_problem_t problem_t;
 
@@ -62,12 +62,14 @@ static kd_solve_params_t params(const char *precond, double rtol, int64_t restar
     return prm;
 }
 
-/* ---- a sequential CPU GMRES(m), the reference for iteration counts ---------------------------- */
+/* ---- a sequential CPU GMRES(m), the reference for iteration counts ----------------------------
+ */
 
 /* Right-preconditioned by nothing, MGS Arnoldi, Givens; stops when the least-squares residual
  * |g_{j+1}| <= tol (as the device does), confirms with b - A x at a stop. Returns the inner
  * iterations, or -1 without convergence in maxiter. */
-static int64_t ref_gmres(const kd_csr_t *A, const double *b, int64_t m, double rtol, int64_t maxiter)
+static int64_t ref_gmres(const kd_csr_t *A, const double *b, int64_t m, double rtol,
+                         int64_t maxiter)
 {
     const int64_t n = A->rows;
     double *x = calloc((size_t)n, sizeof(double)), *r = malloc((size_t)n * sizeof(double));
@@ -206,8 +208,8 @@ static int64_t solve_check(const char *name, kd_csr_t *csr64, kd_dtype_t dtype, 
         if (with_ref && c == 0) {
             CHECK_MSG(ref >= 0, "%s: the CPU GMRES did not converge", name);
             CHECK_MSG(llabs(res[c].iterations - ref) <= 1 + ref / 10,
-                      "%s: %lld iterations, the CPU GMRES %lld", name,
-                      (long long)res[c].iterations, (long long)ref);
+                      "%s: %lld iterations, the CPU GMRES %lld", name, (long long)res[c].iterations,
+                      (long long)ref);
         }
         /* GMRES minimises ||r|| over a growing space: the estimates never grow (up to
          * rounding; a restart's true residual may sit a little above the estimate). */
@@ -239,8 +241,8 @@ static void test_convergence(void)
                 solve_check("convdiff 24x20", convdiff(24, 20, 1.5, 0.5), dt[d], pcs[j], restart,
                             rtol, 3, f64 && j == 0);
             /* amg takes symmetric matrices only: the operator form (the Z basis) on a Laplacian. */
-            solve_check("laplacian 24x20", convdiff(24, 20, 0.0, 0.0), dt[d], "amg", restart,
-                        rtol, 3, 0);
+            solve_check("laplacian 24x20", convdiff(24, 20, 0.0, 0.0), dt[d], "amg", restart, rtol,
+                        3, 0);
         }
         solve_check("convdiff 64x64", convdiff(64, 64, 3.0, 1.0), dt[d], "none", 0, rtol, 2, f64);
         solve_check("convdiff 64x64", convdiff(64, 64, 3.0, 1.0), dt[d], "jacobi", 20, rtol, 1, 0);
@@ -253,10 +255,10 @@ static void test_convergence(void)
         }
         /* ilu0 (a nonsymmetric operator M, the Z basis): converges, in fewer iterations than
          * none, both with exact (level-scheduled) and swept triangular solves */
-        const int64_t plain =
-            solve_check("convdiff 48x48", convdiff(48, 48, 3.0, 1.0), dt[d], "none", 30, rtol, 1, 0);
-        const int64_t ilu =
-            solve_check("convdiff 48x48", convdiff(48, 48, 3.0, 1.0), dt[d], "ilu0", 30, rtol, 2, 0);
+        const int64_t plain = solve_check("convdiff 48x48", convdiff(48, 48, 3.0, 1.0), dt[d],
+                                          "none", 30, rtol, 1, 0);
+        const int64_t ilu = solve_check("convdiff 48x48", convdiff(48, 48, 3.0, 1.0), dt[d], "ilu0",
+                                        30, rtol, 2, 0);
         CHECK_MSG(ilu > 0 && ilu * 2 < plain, "gmres + ilu0 %lld its, none %lld", (long long)ilu,
                   (long long)plain);
         solve_check("ani4", kd_test_load_mtx("ani4.mtx", 0.0), dt[d], "ilu0", 30, rtol, 1, 0);
@@ -271,7 +273,8 @@ static void test_convergence(void)
     }
 }
 
-/* ---- schedules: lock step, fusion, check interval --------------------------------------------- */
+/* ---- schedules: lock step, fusion, check interval ---------------------------------------------
+ */
 
 /* Three columns together, each alone, fused SpMV or not, check every iteration or every 16: the
  * same x and iterations, bit for bit (column 1 has b = 0). */

@@ -1,6 +1,6 @@
 /*
- * The incomplete factorisation preconditioners ilu0 and ic0 (solver/precond_ilu.c,
- * solver/ilu_factor.c, kernels/ilu.cl).
+ * The incomplete factorisation preconditioners ilu0 and ic0 (solver/precond/ilu.c,
+ * solver/precond/ilu_factor.c, kernels/precond/ilu.cl).
  *   - The host factors against a dense reference (Saad's IKJ ILU(0), the row-wise IC(0)) and
  *     against their defining property, (L U)_ij = a_ij on A's pattern (L L^T on its lower
  *     triangle), on random diagonally dominant matrices, 1x1, a diagonal matrix, a dense last row
@@ -20,9 +20,9 @@
 #include "kd_solver_test.h"
 #include "kd_test_ilu.h"
 #include "kd_test_mtx.h"
-#include "solver/ilu.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/ilu.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

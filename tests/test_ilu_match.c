@@ -1,6 +1,6 @@
 /*
- * ilu0's row matching (solver/match.c; solver/precond_ilu.c, option `matching`), for matrices with
- * zero or missing diagonal entries (circuits, chemical processes).
+ * ilu0's row matching (solver/precond/match.c; solver/precond/ilu.c, option `matching`), for
+ * matrices with zero or missing diagonal entries (circuits, chemical processes).
  *   - kd_match_rows against brute force: on random small sparse matrices (some structurally
  *     singular), it finds a permutation exactly when one of the n! does; what it returns is a
  *     permutation with every a(perm[i], i) nonzero, for every flag combination; a larger random
@@ -18,10 +18,10 @@
 #include "kd_solver_test.h"
 #include "kd_test_ilu.h"
 #include "kd_test_mtx.h"
-#include "solver/ilu.h"
-#include "solver/match.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/ilu.h"
+#include "solver/precond/match.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -1,8 +1,8 @@
 /*
- * The lock-step Krylov kernels (solver/krylov.h) one step at a time against the same arithmetic
- * on the CPU, for CG, Jacobi-PCG and steepest descent, float64 and float32, with three columns
- * that take different paths in the same launches: column 0 steps normally (alpha, the new r,
- * r'r, r'z, beta, x and d checked), column 1 breaks down (p'q < 0) and column 2 has converged
+ * The lock-step Krylov kernels (solver/methods/krylov.h) one step at a time against the same
+ * arithmetic on the CPU, for CG, Jacobi-PCG and steepest descent, float64 and float32, with three
+ * columns that take different paths in the same launches: column 0 steps normally (alpha, the new
+ * r, r'r, r'z, beta, x and d checked), column 1 breaks down (p'q < 0) and column 2 has converged
  * before the step. Then: the first event is kept and a frozen column's x, r and d stay bit for bit
  * even when q turns NaN; NaN in p'q is non_finite, not breakdown; a masked restart revives one
  * column only; kd_krylov_stop freezes one; norms; a non-finite refreshed residual is flagged.
@@ -10,7 +10,7 @@
  * lean variant) the same way, read through the packed snapshot, and the device-side limit.
  */
 #include "kd_solver_test.h"
-#include "solver/krylov.h"
+#include "solver/methods/krylov.h"
 
 static kd_ocl_t *ocl;
 

@@ -1,20 +1,20 @@
 /*
- * The method and preconditioner tables (solver/method.h, solver/precond.h), and cg1, the method
- * added through them. The tables: every row complete and found by its name, aliases, the errors
- * kd_method_choose gives (listing the known names), method "auto" (kd_method_auto: cg on an
- * SPD-looking matrix, minres on a symmetric one, gmres otherwise, passing to the next this build
- * has and that takes the preconditioner), every method x preconditioner it takes
- * runs and makes exactly the reductions per iteration it declares. The preconditioner lives with
- * the matrix: set up once, counted in its device bytes. cg1 (Chronopoulos-Gear CG): converges on
- * generated and real SPD matrices to the tolerance by the CPU's measure of ||b - A x||, in the
+ * The method and preconditioner tables (solver/methods/method.h, solver/precond/precond.h), and
+ * cg1, the method added through them. The tables: every row complete and found by its name,
+ * aliases, the errors kd_method_choose gives (listing the known names), method "auto"
+ * (kd_method_auto: cg on an SPD-looking matrix, minres on a symmetric one, gmres otherwise, passing
+ * to the next this build has and that takes the preconditioner), every method x preconditioner it
+ * takes runs and makes exactly the reductions per iteration it declares. The preconditioner lives
+ * with the matrix: set up once, counted in its device bytes. cg1 (Chronopoulos-Gear CG): converges
+ * on generated and real SPD matrices to the tolerance by the CPU's measure of ||b - A x||, in the
  * iterations CG takes (the same Krylov space), with and without Jacobi, in float64 and float32;
  * fused and separate SpMV bit for bit; several right-hand sides each as alone; the check schedule
  * changes nothing; an indefinite matrix is a breakdown.
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -1,12 +1,12 @@
 /*
- * The multivector pool (solver/pool.h) and the column-range transfers the spmv groups use: a
- * multivector given back comes back for the same shape (same buffer, views intact) and never for
+ * The multivector pool (solver/runtime/pool.h) and the column-range transfers the spmv groups use:
+ * a multivector given back comes back for the same shape (same buffer, views intact) and never for
  * another; the pool stays under its byte limit, drops the least recently given back first, keeps
  * nothing over its item limit, and empties on clear; and columns written and read by range land
  * exactly where they belong (neighbours poisoned first stay untouched).
  */
 #include "kd_solver_test.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 static kd_ocl_t *ocl;
 

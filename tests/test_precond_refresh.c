@@ -1,8 +1,8 @@
 /*
- * kd_precond_refresh (solver/precond.h): a preconditioner set up on A1 and refreshed onto A2 (the
- * same pattern, other values) must act as one set up on A2 from scratch, leave A1's untouched,
- * outlive A1, and give PCG the same iteration counts (AMG: within 10%); a pattern that is not
- * A1's is refused with KD_EBADREQ; what cannot be refreshed is built fresh and says so.
+ * kd_precond_refresh (solver/precond/precond.h): a preconditioner set up on A1 and refreshed onto
+ * A2 (the same pattern, other values) must act as one set up on A2 from scratch, leave A1's
+ * untouched, outlive A1, and give PCG the same iteration counts (AMG: within 10%); a pattern that
+ * is not A1's is refused with KD_EBADREQ; what cannot be refreshed is built fresh and says so.
  *
  * Matrices: a weighted 2-D Laplacian (edge weights and a diagonal shift that change between A1
  * and A2, SPD for any positive ones), and 494_bus with A2 = S A1 S + D (S, D positive diagonal:
@@ -10,9 +10,9 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/amg.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/amg/amg.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 #include <math.h>

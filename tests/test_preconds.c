@@ -1,6 +1,6 @@
 /*
- * The block Jacobi and Chebyshev polynomial preconditioners (solver/precond_block_jacobi.c,
- * solver/precond_chebyshev.c).
+ * The block Jacobi and Chebyshev polynomial preconditioners (solver/precond/block_jacobi.c,
+ * solver/precond/chebyshev.c).
  *
  * Apply against CPU references on fresh random r (z poisoned with NaN first), several columns,
  * float64 and float32: block Jacobi's z = B^-1 r against a Gaussian elimination of each dense
@@ -22,9 +22,9 @@
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/chebyshev.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/chebyshev.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -1,19 +1,19 @@
 /*
- * Compiled programs on disk (solver/program_cache.c) and the warm-up's list (solver/programs.c):
- * keys differ with the source, flags, value type and device; a program stored by one device
- * handle loads from its binary in a fresh one and computes what the source-built one computes
- * (kd_permute_out on fresh random input, output poisoned, against the CPU); every kind of damaged
- * file (a flipped byte in the binary or the header, a truncation, a wrong magic, another key's
- * header, an empty file, a binary the driver refuses) is rejected, deleted and rebuilt, never
- * handed over; pruning removes what the warm-up did not use (unless another process sharing the
- * directory used it since) and keeps at most the cap; the warm-up builds the listed programs so
- * kd_ocl_kernel builds nothing afterwards. The warm-up's builds (kd_ocl_program_build,
- * kd_ocl_program_ensure) write the cache; a build on first use (kd_ocl_kernel, a request
- * waiting) loads from it but writes nothing.
+ * Compiled programs on disk (solver/runtime/program_cache.c) and the warm-up's list
+ * (solver/runtime/programs.c): keys differ with the source, flags, value type and device; a program
+ * stored by one device handle loads from its binary in a fresh one and computes what the
+ * source-built one computes (kd_permute_out on fresh random input, output poisoned, against the
+ * CPU); every kind of damaged file (a flipped byte in the binary or the header, a truncation, a
+ * wrong magic, another key's header, an empty file, a binary the driver refuses) is rejected,
+ * deleted and rebuilt, never handed over; pruning removes what the warm-up did not use (unless
+ * another process sharing the directory used it since) and keeps at most the cap; the warm-up
+ * builds the listed programs so kd_ocl_kernel builds nothing afterwards. The warm-up's builds
+ * (kd_ocl_program_build, kd_ocl_program_ensure) write the cache; a build on first use
+ * (kd_ocl_kernel, a request waiting) loads from it but writes nothing.
  */
 #include "kd_solver_test.h"
-#include "solver/program_cache.h"
-#include "solver/programs.h"
+#include "solver/runtime/program_cache.h"
+#include "solver/runtime/programs.h"
 
 #include <dirent.h>
 #include <fcntl.h>

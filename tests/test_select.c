@@ -1,8 +1,8 @@
 /*
- * Format selection at upload (solver/select.h): formats that would waste memory are dropped with a
- * reason before anything is allocated (ELL on a matrix with one dense row), dominated formats are
- * dropped with theirs (COO; ELL beside ELLPACK-R; SELL-C-sigma and HYB where ELLPACK-R pads
- * little; one work-item per row on a row of thousands), a launch-bound matrix is not measured,
+ * Format selection at upload (solver/formats/select.h): formats that would waste memory are dropped
+ * with a reason before anything is allocated (ELL on a matrix with one dense row), dominated
+ * formats are dropped with theirs (COO; ELL beside ELLPACK-R; SELL-C-sigma and HYB where ELLPACK-R
+ * pads little; one work-item per row on a row of thousands), a launch-bound matrix is not measured,
  * the format kept is the fastest of those timed, forced formats are built as named and nothing
  * else, the heuristic times nothing, bad names are refused, and degenerate shapes still upload.
  * Every matrix that comes back is checked with one SpMV against the CPU reference. What is timed
@@ -10,7 +10,7 @@
  * the assertions are about invariants and reasons, which hold on PoCL and on a GPU.
  */
 #include "kd_solver_test.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 
 static kd_ocl_t *ocl;
 

@@ -12,7 +12,7 @@
  */
 #include "kd_solver_test.h"
 #include "common/clock.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;
@@ -1009,7 +1009,8 @@ static void test_reordered_solve(void)
     for (int d = 0; d < nd; d++) {
         for (int mi = 0; mi < 2; mi++) {
             problem_t p;
-            kd_csr_t *csr64 = mi == 0 ? kd_test_laplacian_2d(37, 29) : kd_test_spd_matrix(900, 6, 0.05);
+            kd_csr_t *csr64 =
+                mi == 0 ? kd_test_laplacian_2d(37, 29) : kd_test_spd_matrix(900, 6, 0.05);
             REQUIRE(problem_make(&p, csr64, dt[d]) == 0);
             kd_err_t err = {0};
             kd_matrix_t *R = NULL;

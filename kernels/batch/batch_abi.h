@@ -1,7 +1,7 @@
 /*
  * The contract between solver/batch/solve.c and kernels/batch/batch.cl: the per-system scalars a
- * batched solve keeps on the device between launches. The statuses are kernels/methods/krylov_abi.h's
- * (enum kd_krylov_status). Plain C that OpenCL C also compiles.
+ * batched solve keeps on the device between launches. The statuses are
+ * kernels/methods/krylov_abi.h's (enum kd_krylov_status). Plain C that OpenCL C also compiles.
  */
 #ifndef KD_BATCH_ABI_H
 #define KD_BATCH_ABI_H

@@ -1,7 +1,7 @@
 /*
  * The contract between the tiled format's host analysis (solver/formats/tiled.c) and its kernels
- * (kernels/formats/tiled.cl): the tile size, the lanes per unit of work and the per-tile format codes.
- * Plain C that OpenCL C also compiles (the kernels `#include "tiled_abi.h"`).
+ * (kernels/formats/tiled.cl): the tile size, the lanes per unit of work and the per-tile format
+ * codes. Plain C that OpenCL C also compiles (the kernels `#include "tiled_abi.h"`).
  *
  * A tile's code byte is kind | param << KD_TILED_KIND_BITS, param being the ELL part's width for
  * ELL and HYB (1..15) and 0 otherwise. The codes are in the order ties are broken in: when two
@@ -10,7 +10,7 @@
 #ifndef KD_TILED_ABI_H
 #define KD_TILED_ABI_H
 
-#define KD_TILED_SIZE 16 /* a tile is 16 x 16; in-tile rows and columns fit in 4 bits */
+#define KD_TILED_SIZE 16  /* a tile is 16 x 16; in-tile rows and columns fit in 4 bits */
 #define KD_TILED_LANES 16 /* work-items per chunk of a tile row: one per row of the tile row */
 #define KD_TILED_CHUNK_TILES 32 /* tiles per chunk at most (each lane stages two) */
 #define KD_TILED_KIND_BITS 3

@@ -1,11 +1,11 @@
 /*
- * The contract between the host side of the Krylov kernels (solver/methods/krylov.c) and the kernels
- * (kernels/methods/krylov.cl and every method's own .cl file): a column's statuses, its scalar slots, the
- * mask bits, the bits that say which vector operations a pass does, the partial-sum layout, the
- * launch block every Krylov kernel takes first, and a snapshot's row. Plain C that OpenCL C also
- * compiles: solver/methods/krylov.h includes it, and the kernels `#include "krylov_abi.h"` (solver/runtime/ocl.c
- * expands that from the embedded copy). Enums and fixed-size structs only; a struct's fields are
- * ordered by size so both compilers lay it out alike.
+ * The contract between the host side of the Krylov kernels (solver/methods/krylov.c) and the
+ * kernels (kernels/methods/krylov.cl and every method's own .cl file): a column's statuses, its
+ * scalar slots, the mask bits, the bits that say which vector operations a pass does, the
+ * partial-sum layout, the launch block every Krylov kernel takes first, and a snapshot's row. Plain
+ * C that OpenCL C also compiles: solver/methods/krylov.h includes it, and the kernels `#include
+ * "krylov_abi.h"` (solver/runtime/ocl.c expands that from the embedded copy). Enums and fixed-size
+ * structs only; a struct's fields are ordered by size so both compilers lay it out alike.
  */
 #ifndef KD_KRYLOV_ABI_H
 #define KD_KRYLOV_ABI_H
@@ -61,10 +61,10 @@ enum kd_krylov_mask {
 
 /* What a pass does besides its method's core (kd_krylov_launch_t.ops). */
 enum kd_krylov_op {
-    KD_KRYLOV_OP_DIAGONAL = 1, /* z = D^-1 r with a diagonal preconditioner's vector */
-    KD_KRYLOV_OP_ALONG_R = 2,  /* the direction is r itself: x += alpha r (steepest descent) */
-    KD_KRYLOV_OP_WITH_RQ = 4,  /* two passes: read r for r'Mq (else r'Mq = p'q) */
-    KD_KRYLOV_OP_FOLD = 8,     /* a snapshot folds the residual partial sums first */
+    KD_KRYLOV_OP_DIAGONAL = 1,  /* z = D^-1 r with a diagonal preconditioner's vector */
+    KD_KRYLOV_OP_ALONG_R = 2,   /* the direction is r itself: x += alpha r (steepest descent) */
+    KD_KRYLOV_OP_WITH_RQ = 4,   /* two passes: read r for r'Mq (else r'Mq = p'q) */
+    KD_KRYLOV_OP_FOLD = 8,      /* a snapshot folds the residual partial sums first */
     KD_KRYLOV_OP_OPERATOR = 16, /* z = M^-1 r is a vector an operator wrote (column stride ld) */
 };
 

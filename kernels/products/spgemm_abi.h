@@ -1,8 +1,8 @@
 /*
- * The contract between solver/products/spgemm.c and kernels/products/spgemm.cl: the bins rows are sorted into, the
- * team size of each bin, the byte a row's bins are recorded in, and the layout of the small header
- * the host reads back twice (the products' total with the symbolic bins' sizes, then C's nnz with
- * the numeric bins' sizes). Plain C that OpenCL C also compiles (the kernels
+ * The contract between solver/products/spgemm.c and kernels/products/spgemm.cl: the bins rows are
+ * sorted into, the team size of each bin, the byte a row's bins are recorded in, and the layout of
+ * the small header the host reads back twice (the products' total with the symbolic bins' sizes,
+ * then C's nnz with the numeric bins' sizes). Plain C that OpenCL C also compiles (the kernels
  * `#include "spgemm_abi.h"`).
  */
 #ifndef KD_SPGEMM_ABI_H

@@ -1,12 +1,11 @@
 /*
- * A batched matrix on the device (solver/batch/batch.h): the shared CSR pattern once and the k value
- * sets back to back, or systems of their own patterns with their CSR arrays back to back; the
- * systems table (kernels/batch/batch_abi.h) saying where each is; and for square systems the inverse
- * diagonals Jacobi needs, built on the host while the values are scanned (one pass: non-finite
- * entries, diagonals). CSR rather than ELL:
- * one work-group per system walks its rows round-robin, and the pattern's arrays, shared by every
- * group, stay in cache; ELL's padding would only add traffic for the irregular power-network
- * patterns this is for (not measured against ELL).
+ * A batched matrix on the device (solver/batch/batch.h): the shared CSR pattern once and the k
+ * value sets back to back, or systems of their own patterns with their CSR arrays back to back; the
+ * systems table (kernels/batch/batch_abi.h) saying where each is; and for square systems the
+ * inverse diagonals Jacobi needs, built on the host while the values are scanned (one pass:
+ * non-finite entries, diagonals). CSR rather than ELL: one work-group per system walks its rows
+ * round-robin, and the pattern's arrays, shared by every group, stay in cache; ELL's padding would
+ * only add traffic for the irregular power-network patterns this is for (not measured against ELL).
  */
 #include "solver/batch/batch.h"
 

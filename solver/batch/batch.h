@@ -1,10 +1,10 @@
 /*
  * Batched matrices and batched solves: k small systems solved all at once, one work-group per
- * system (kernels/batch/batch.cl). Either k systems that share one sparsity pattern (the power-flow or
- * chemistry case: one structure, many value sets), held on the device as one CSR pattern and
- * k x nnz values, or k square systems of their own patterns and sizes, their CSR arrays back to
- * back (solve.batch: many resident matrices in one request). A table on the device says where
- * each system's rows, pattern and values are (kernels/batch/batch_abi.h, KD_BATCH_SYS_*). Each system
+ * system (kernels/batch/batch.cl). Either k systems that share one sparsity pattern (the power-flow
+ * or chemistry case: one structure, many value sets), held on the device as one CSR pattern and k x
+ * nnz values, or k square systems of their own patterns and sizes, their CSR arrays back to back
+ * (solve.batch: many resident matrices in one request). A table on the device says where each
+ * system's rows, pattern and values are (kernels/batch/batch_abi.h, KD_BATCH_SYS_*). Each system
  * iterates, stops and reports on its own: one that breaks down or meets a non-finite value
  * leaves the others untouched.
  *

@@ -1,7 +1,7 @@
 /*
- * The batched solve (solver/batch/batch.h): every system of a batched matrix at once, one work-group
- * per system (kernels/batch/batch.cl), in a few launches of `chunk` iterations each. The host reads
- * the k statuses only between launches; nothing inside a launch waits for it.
+ * The batched solve (solver/batch/batch.h): every system of a batched matrix at once, one
+ * work-group per system (kernels/batch/batch.cl), in a few launches of `chunk` iterations each. The
+ * host reads the k statuses only between launches; nothing inside a launch waits for it.
  *
  * Steps: check the parameters; sort the systems into those the host answers (b = 0, non-finite
  * input, an unusable Jacobi diagonal) and those that iterate; upload b, x0 and each system's

@@ -2,8 +2,8 @@
  * COO: row indices made on the device from the CSR row pointers (kd_coo_rows_from_csr, a binary
  * search per entry), with the source's column indices and values shared, plus two partial sums
  * per chunk of KD_WG_SIZE entries. SpMV is y = beta * y (kd_coo_scale) followed by the segmented
- * reduction of kernels/formats/coo.cl (kd_coo_chunks, then kd_coo_fix for rows that cross chunks), which
- * needs no atomics and balances any row-length distribution perfectly, at the price of 4 more
+ * reduction of kernels/formats/coo.cl (kd_coo_chunks, then kd_coo_fix for rows that cross chunks),
+ * which needs no atomics and balances any row-length distribution perfectly, at the price of 4 more
  * bytes per entry than CSR and a scan per chunk. The kd_coo_part_* functions are shared with HYB,
  * whose overflow entries are a COO part. Device memory: nnz * (8 + sizeof(value)) bytes plus 2
  * values per chunk.

@@ -1,7 +1,7 @@
 /*
- * CSR adaptive: the shared CSR arrays plus a table of row blocks (kernels/formats/csr_adaptive.cl explains
- * the three kinds of block and their thread mapping). The table is made here, on the host, in one
- * pass over the row pointers:
+ * CSR adaptive: the shared CSR arrays plus a table of row blocks (kernels/formats/csr_adaptive.cl
+ * explains the three kinds of block and their thread mapping). The table is made here, on the host,
+ * in one pass over the row pointers:
  *
  *  - consecutive rows of at most CAP entries are packed into a stream block while the block holds
  *    at most CAP entries and at most WG rows (CAP = WG * 8 entries of local memory, fewer when the

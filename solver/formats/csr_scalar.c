@@ -1,9 +1,9 @@
 /*
  * CSR scalar: the matrix's own CSR arrays on the device, one work-item per row
- * (kernels/formats/csr_scalar.cl). The baseline every other format is measured against, and the fastest
- * for regular matrices with short rows of similar length. Device memory: (rows + 1) * 4 bytes of
- * row pointers, nnz * 4 of column indices, nnz * sizeof(value) of values — the source's arrays,
- * shared by reference with the other CSR formats built from the same source.
+ * (kernels/formats/csr_scalar.cl). The baseline every other format is measured against, and the
+ * fastest for regular matrices with short rows of similar length. Device memory: (rows + 1) * 4
+ * bytes of row pointers, nnz * 4 of column indices, nnz * sizeof(value) of values — the source's
+ * arrays, shared by reference with the other CSR formats built from the same source.
  */
 #include "solver/formats/format.h"
 
@@ -53,8 +53,8 @@ static int csr_scalar_spmm(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, doubl
     const kd_format_csr_t *impl = m->impl;
     return kd_format_run(ocl, m->dtype, "csr_scalar", NULL, "kd_csr_scalar_spmm", (size_t)m->rows,
                          KD_ARGS(KD_ARG_INT(m->rows), KD_ARG_INT(k), KD_ARG_MEM(impl->indptr),
-                                 KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values),
-                                 KD_ARG_MEM(x), KD_ARG_LONG(ldx), KD_ARG_MEM(y), KD_ARG_LONG(ldy),
+                                 KD_ARG_MEM(impl->indices), KD_ARG_MEM(impl->values), KD_ARG_MEM(x),
+                                 KD_ARG_LONG(ldx), KD_ARG_MEM(y), KD_ARG_LONG(ldy),
                                  KD_ARG_VALUE(m->dtype, alpha), KD_ARG_VALUE(m->dtype, beta)),
                          err);
 }

@@ -1,9 +1,9 @@
 /*
- * CSR vector: the shared CSR arrays with a group of T work-items per row (kernels/formats/csr_vector.cl),
- * T a power of two from 2 to 64 chosen at upload from the mean row length (the smallest T at
- * least the mean, so a typical row takes one or two coalesced steps). For matrices whose rows are
- * long enough that one work-item per row would read them serially. Device memory: the same as
- * csr_scalar (the source's arrays, shared).
+ * CSR vector: the shared CSR arrays with a group of T work-items per row
+ * (kernels/formats/csr_vector.cl), T a power of two from 2 to 64 chosen at upload from the mean row
+ * length (the smallest T at least the mean, so a typical row takes one or two coalesced steps). For
+ * matrices whose rows are long enough that one work-item per row would read them serially. Device
+ * memory: the same as csr_scalar (the source's arrays, shared).
  */
 #include "solver/formats/format.h"
 

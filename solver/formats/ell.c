@@ -1,10 +1,10 @@
 /*
  * ELL: every row padded to the longest row's width W, stored column-major with leading dimension
- * ld = rows rounded up to 32 (kernels/formats/ell.cl has the layout and the thread mapping). Built on the
- * device from the source's CSR arrays by kd_ell_from_csr; the CSR arrays are not kept. Device
- * memory: W * ld * (4 + sizeof(value)) bytes, which is why the selection drops ELL when one long
- * row would pad every other row to its length (plan_bytes, before anything is allocated).
- * The ELL part (format.h) is HYB's too.
+ * ld = rows rounded up to 32 (kernels/formats/ell.cl has the layout and the thread mapping). Built
+ * on the device from the source's CSR arrays by kd_ell_from_csr; the CSR arrays are not kept.
+ * Device memory: W * ld * (4 + sizeof(value)) bytes, which is why the selection drops ELL when one
+ * long row would pad every other row to its length (plan_bytes, before anything is allocated). The
+ * ELL part (format.h) is HYB's too.
  */
 #include "solver/formats/format.h"
 

@@ -1,9 +1,9 @@
 /*
  * ELLPACK-R: ELL's padded column-major arrays (width W = the longest row, leading dimension ld =
  * rows rounded up to 32) plus an array of row lengths, so the kernel loops exactly each row's
- * length and never touches padding (kernels/formats/ellpack_r.cl). Built on the device from the source's
- * CSR arrays by kd_ellpack_r_from_csr. Device memory: W * ld * (4 + sizeof(value)) + 4 * rows
- * bytes; dropped by the selection like ELL when padding would waste memory.
+ * length and never touches padding (kernels/formats/ellpack_r.cl). Built on the device from the
+ * source's CSR arrays by kd_ellpack_r_from_csr. Device memory: W * ld * (4 + sizeof(value)) + 4 *
+ * rows bytes; dropped by the selection like ELL when padding would waste memory.
  */
 #include "solver/formats/format.h"
 

@@ -4,10 +4,10 @@
  * (from a histogram of row lengths, O(rows + longest row) on the host), so the ELL part is mostly
  * real entries and the few long rows go to COO, where their length costs nothing extra. SpMV is
  * the ELL kernel (y = alpha * A_ell x + beta * y) followed by the COO part's segmented reduction
- * adding alpha * A_coo x (kernels/formats/hyb.cl, ell.cl, coo.cl). Both parts are built on the device from
- * the source's CSR arrays; the only host array sent is the COO part's per-row offsets, freed
- * after the conversion. Device memory: K * ld * (4 + sizeof(value)) for the ELL part and
- * (8 + sizeof(value)) per overflow entry plus 2 values per chunk for the COO part.
+ * adding alpha * A_coo x (kernels/formats/hyb.cl, ell.cl, coo.cl). Both parts are built on the
+ * device from the source's CSR arrays; the only host array sent is the COO part's per-row offsets,
+ * freed after the conversion. Device memory: K * ld * (4 + sizeof(value)) for the ELL part and (8 +
+ * sizeof(value)) per overflow entry plus 2 values per chunk for the COO part.
  */
 #include "solver/formats/format.h"
 

@@ -9,8 +9,8 @@
  *    remaining candidate is built from them on the device, run once to warm up and timed for a
  *    few runs with profiling events, and the fastest is kept (the others are freed as soon as
  *    they lose). A launch-bound matrix is not measured (the statistics choose), and measuring
- *    stops once a candidate reaches 90% of the device's copy bandwidth: solver/formats/select.c says
- *    why each shortcut is safe.
+ *    stops once a candidate reaches 90% of the device's copy bandwidth: solver/formats/select.c
+ * says why each shortcut is safe.
  *  - heuristic: a choice from the statistics alone, nothing timed.
  *
  * The solver never includes server/: the server copies kd_select_candidate_t into its own

@@ -1,9 +1,9 @@
 /*
  * SELL-C-sigma with C = 32 rows per slice (a warp on NVIDIA; 8 slices per work-group of 256) and
- * sigma = 1024 rows per sorting window (kernels/formats/sell_c_sigma.cl has the layout and the thread
- * mapping). The permutation and the slice pointers are made here in O(rows): inside each window a
- * stable counting sort by length, longest first (a comparison sort for the rare window whose
- * longest row is much longer than the window), so rows of equal length keep their order and
+ * sigma = 1024 rows per sorting window (kernels/formats/sell_c_sigma.cl has the layout and the
+ * thread mapping). The permutation and the slice pointers are made here in O(rows): inside each
+ * window a stable counting sort by length, longest first (a comparison sort for the rare window
+ * whose longest row is much longer than the window), so rows of equal length keep their order and
  * x and y accesses keep their locality. The slots are then filled on the device from the source's
  * CSR arrays by kd_sell_from_csr.
  *
@@ -160,7 +160,8 @@ static void sell_release(kd_matrix_t *m)
     m->impl = NULL;
 }
 
-/* The build option that sets the slice height in kernels/formats/sell_c_sigma.cl: "-DKD_SELL_C=32". */
+/* The build option that sets the slice height in kernels/formats/sell_c_sigma.cl: "-DKD_SELL_C=32".
+ */
 #define KD_SELL_QUOTE(x) #x
 #define KD_SELL_OPTION(c) "-DKD_SELL_C=" KD_SELL_QUOTE(c)
 #define KD_SELL_OPTIONS KD_SELL_OPTION(KD_SELL_C)

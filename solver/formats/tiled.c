@@ -1,8 +1,8 @@
 /*
  * Tiled (TileSpMV, Niu et al., IPDPS 2021): the matrix cut into 16 x 16 tiles, each stored in
  * whichever of seven small formats takes the fewest bytes for its structure, with 4-bit in-tile
- * rows and columns, so indices cost about a byte an entry (CSR: four). kernels/formats/tiled.cl has the
- * thread mapping; kernels/formats/tiled_abi.h the tile codes.
+ * rows and columns, so indices cost about a byte an entry (CSR: four). kernels/formats/tiled.cl has
+ * the thread mapping; kernels/formats/tiled_abi.h the tile codes.
  *
  * Layout (device arrays):
  *   chunk_tile, chunk_row, chunk_slot   the tile pointer, cut into chunks of at most

@@ -51,7 +51,8 @@ static int kd_cg_passes(const kd_solve_run_t *run)
     return p == 3 ? 3 : p == 1 ? 1 : 2;
 }
 
-#define KD_CG_SMALL_R 16 /* kernels/methods/cg_small.cl's KD_SMALL_R: rows per work-item on chip */
+#define KD_CG_SMALL_R 16 /* kernels/methods/cg_small.cl's KD_SMALL_R: rows per work-item on chip   \
+                          */
 
 /* Many iterations per launch (kernels/methods/cg_small.cl): two passes with r'Mq (the default), an
  * identity or diagonal M, a format that keeps CSR arrays; by default on a GPU for a small

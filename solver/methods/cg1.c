@@ -5,8 +5,8 @@
  * two inner products of an iteration (r'u and w'u, u = M^-1 r, w = A u) are taken together, so an
  * iteration has one reduction where CG has two: one synchronisation when the matrix is spread
  * over several ranks. Per iteration: the SpMV w = A u with the dot w'u (fused on a csr_scalar
- * matrix on a GPU), then one pass (kernels/methods/cg1.cl) over p, s, x, r and u. It reads a little more
- * than two-pass CG (p and s besides d), so on one device it is no faster; it is here for the
+ * matrix on a GPU), then one pass (kernels/methods/cg1.cl) over p, s, x, r and u. It reads a little
+ * more than two-pass CG (p and s besides d), so on one device it is no faster; it is here for the
  * distributed solver and as the worked example of adding a method (docs/ARCHITECTURE.md).
  */
 #include "solver/methods/method.h"

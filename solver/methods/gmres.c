@@ -47,12 +47,12 @@ _Static_assert(KD_SOLVE_RESTART_MAX <= KD_GMRES_MAX_M, "kernels/methods/gmres.cl
 
 typedef struct kd_gmres {
     int m;
-    int operator_form;  /* Z stored, M^-1 applied by the operator */
-    cl_mem V, Z;        /* basis, preconditioned basis (operator only) */
-    kd_multivec_t u;    /* the next SpMV's input, v_j with an operator (identity: v_j too) */
-    kd_multivec_t zop;  /* the operator's z_j */
-    cl_mem gd;          /* Givens data per column */
-    cl_mem cstart;      /* k cl_long: each column's cycle start */
+    int operator_form; /* Z stored, M^-1 applied by the operator */
+    cl_mem V, Z;       /* basis, preconditioned basis (operator only) */
+    kd_multivec_t u;   /* the next SpMV's input, v_j with an operator (identity: v_j too) */
+    kd_multivec_t zop; /* the operator's z_j */
+    cl_mem gd;         /* Givens data per column */
+    cl_mem cstart;     /* k cl_long: each column's cycle start */
     cl_mem part_a, part_b, rpart;
     cl_mem sums_a, sums_b; /* part_a, part_b folded: k (m + 2) */
     int64_t *cstart_host;
@@ -124,9 +124,9 @@ static void kd_gmres_finish_state(kd_solve_run_t *run)
 static int kd_gmres_write_cstart(kd_solve_run_t *run, kd_err_t *err)
 {
     kd_gmres_t *g = run->method_state;
-    cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(run->ocl), g->cstart, CL_TRUE, 0,
-                                     (size_t)run->k * sizeof(cl_long), g->cstart_host, 0, NULL,
-                                     NULL);
+    cl_int st =
+        kd_ocl_enqueue_write(kd_ocl_queue(run->ocl), g->cstart, CL_TRUE, 0,
+                             (size_t)run->k * sizeof(cl_long), g->cstart_host, 0, NULL, NULL);
     return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clEnqueueWriteBuffer (gmres cycles)");
 }
 
@@ -162,8 +162,8 @@ static int kd_gmres_setup(kd_solve_run_t *run, kd_err_t *err)
          (rc = kd_multivec_alloc(run->ocl, run->kr.n, k, run->kr.dtype, &g->zop, err)) != KD_OK) ||
         (rc = kd_gmres_buffer(run, givens * (size_t)k, vsize, "gmres rotations", &g->gd, err)) !=
             KD_OK ||
-        (rc = kd_gmres_buffer(run, (size_t)k, sizeof(cl_long), "gmres cycles", &g->cstart,
-                              err)) != KD_OK ||
+        (rc = kd_gmres_buffer(run, (size_t)k, sizeof(cl_long), "gmres cycles", &g->cstart, err)) !=
+            KD_OK ||
         (rc = kd_gmres_buffer(run, (size_t)k * groups * ((size_t)m + 1), vsize,
                               "gmres partial sums", &g->part_a, err)) != KD_OK ||
         (rc = kd_gmres_buffer(run, (size_t)k * groups * ((size_t)m + 1), vsize,
@@ -215,13 +215,13 @@ static int kd_gmres_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
     kd_krylov_launch_t L = kd_krylov_pass_block(kr, it, 0);
     int rc = KD_OK;
     if (kd_gmres_any_at(run, it, 0))
-        rc = kd_krylov_launch(
-            kr, "gmres", "kd_gmres_start",
-            KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m), KD_ARG_MEM(kr->state),
-                    KD_ARG_MEM(kr->scalars), KD_ARG_MEM(g->cstart), KD_ARG_MEM(g->rpart),
-                    KD_ARG_MEM(g->gd), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(g->V),
-                    KD_ARG_MEM(g->u.mem), KD_ARG_MEM(kr->diagonal)),
-            err);
+        rc = kd_krylov_launch(kr, "gmres", "kd_gmres_start",
+                              KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m),
+                                      KD_ARG_MEM(kr->state), KD_ARG_MEM(kr->scalars),
+                                      KD_ARG_MEM(g->cstart), KD_ARG_MEM(g->rpart),
+                                      KD_ARG_MEM(g->gd), KD_ARG_MEM(run->r.mem), KD_ARG_MEM(g->V),
+                                      KD_ARG_MEM(g->u.mem), KD_ARG_MEM(kr->diagonal)),
+                              err);
     if (rc == KD_OK && g->operator_form)
         rc = kd_method_precondition(run, &g->u, &g->zop, err);
     kd_multivec_t *z = g->operator_form ? &g->zop : &g->u;
@@ -271,15 +271,15 @@ static int kd_gmres_iterate(kd_solve_run_t *run, int64_t it, kd_err_t *err)
             rc = kd_matrix_spmv_inner(run->ocl, run->A, 1.0, &run->x.cols[c], 0.0, &run->q.cols[c],
                                       err);
     if (rc == KD_OK)
-        rc = kd_krylov_launch(
-            kr, "gmres", "kd_gmres_residual",
-            KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m), KD_ARG_MEM(g->cstart),
-                    KD_ARG_MEM(run->b.mem), KD_ARG_MEM(run->q.mem), KD_ARG_MEM(run->x.mem),
-                    KD_ARG_MEM(run->r.mem), KD_ARG_MEM(g->rpart),
-                    KD_ARG_MEM(A != NULL ? A->indptr : NULL),
-                    KD_ARG_MEM(A != NULL ? A->indices : NULL),
-                    KD_ARG_MEM(A != NULL ? A->values : NULL)),
-            err);
+        rc =
+            kd_krylov_launch(kr, "gmres", "kd_gmres_residual",
+                             KD_ARGS(KD_KRYLOV_LAUNCH_ARGS(L), KD_ARG_INT(m), KD_ARG_MEM(g->cstart),
+                                     KD_ARG_MEM(run->b.mem), KD_ARG_MEM(run->q.mem),
+                                     KD_ARG_MEM(run->x.mem), KD_ARG_MEM(run->r.mem),
+                                     KD_ARG_MEM(g->rpart), KD_ARG_MEM(A != NULL ? A->indptr : NULL),
+                                     KD_ARG_MEM(A != NULL ? A->indices : NULL),
+                                     KD_ARG_MEM(A != NULL ? A->values : NULL)),
+                             err);
     if (rc == KD_OK)
         rc = kd_krylov_reduce(kr, "r'r at a cycle's end", err);
     return rc;

@@ -1,8 +1,8 @@
 /*
  * The vector operations Krylov methods are written with: k lock-step columns on the device, each
  * with its own status, scalars, threshold on r'r and iteration limit, and the fused passes that
- * update them (the host side of kernels/methods/krylov.cl, which holds the thread mapping). A method
- * (solver/method_*.c) composes an iteration from these and the matrix's SpMV; solver/solve.c
+ * update them (the host side of kernels/methods/krylov.cl, which holds the thread mapping). A
+ * method (solver/method_*.c) composes an iteration from these and the matrix's SpMV; solver/solve.c
  * runs the iterations and reads the state back through snapshots on a second queue.
  *
  * A kd_krylov_t belongs to one solve: one value type, k columns of n values with column stride ld

@@ -1,8 +1,8 @@
 /*
- * kd_krylov_reduce for a solve spread over ranks (solver/methods/krylov.h, solver/comm.h). The passes
- * leave one partial sum per (sum, column, work-group) on each rank's device; here the ones that
- * are new cross to the host, each column's partials are folded in group order, one sum over the
- * ranks combines every column's at once (with the stop flags riding along), and the totals go
+ * kd_krylov_reduce for a solve spread over ranks (solver/methods/krylov.h, solver/comm.h). The
+ * passes leave one partial sum per (sum, column, work-group) on each rank's device; here the ones
+ * that are new cross to the host, each column's partials are folded in group order, one sum over
+ * the ranks combines every column's at once (with the stop flags riding along), and the totals go
  * back as [total, 0, ..., 0], where the consumer's own fold (unchanged kernels) reads the total.
  * A column whose partials the pass did not write keeps them untouched: they are a frozen
  * column's, carried over from a reduction already combined, and summing them again would count

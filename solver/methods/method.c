@@ -14,12 +14,8 @@
 #include <string.h>
 
 const kd_method_ops_t *const kd_method_table[] = {
-    &kd_method_cg,
-    &kd_method_sd,
-    &kd_method_cg1,
-    &kd_method_bicgstab,
-    &kd_method_minres,
-    &kd_method_gmres,
+    &kd_method_cg,       &kd_method_sd,     &kd_method_cg1,
+    &kd_method_bicgstab, &kd_method_minres, &kd_method_gmres,
 };
 const size_t kd_method_count = sizeof(kd_method_table) / sizeof(kd_method_table[0]);
 
@@ -147,8 +143,7 @@ int kd_method_auto(const kd_matrix_t *A, const kd_precond_ops_t *p, const kd_met
                       p->name);
 }
 
-const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed,
-                                           const kd_precond_ops_t *p)
+const kd_method_ops_t *kd_method_auto_next(const kd_method_ops_t *failed, const kd_precond_ops_t *p)
 {
     static const char *const order[] = {"minres", "gmres", "bicgstab"};
     assert(failed != NULL && p != NULL);

@@ -1,16 +1,18 @@
 /*
  * Krylov methods as a table. Each method is one file, solver/method_<name>.c, exporting one
- * kd_method_ops_t, and one row of kd_method_table (solver/methods/method.c), where the protocol finds it
- * by its wire name and server.status lists it. A method is written against solver/methods/krylov.h's
- * vector operations (fused dot products, axpy-like updates, kd_krylov_reduce), the matrix's SpMV
- * (kd_solve_spmv) and its preconditioner; it never sees the host's checks, confirmations,
- * restarts' bookkeeping or results, which solver/solve.c runs the same way for every method.
+ * kd_method_ops_t, and one row of kd_method_table (solver/methods/method.c), where the protocol
+ * finds it by its wire name and server.status lists it. A method is written against
+ * solver/methods/krylov.h's vector operations (fused dot products, axpy-like updates,
+ * kd_krylov_reduce), the matrix's SpMV (kd_solve_spmv) and its preconditioner; it never sees the
+ * host's checks, confirmations, restarts' bookkeeping or results, which solver/solve.c runs the
+ * same way for every method.
  *
  * What every method shares: the driver computes r = b - A x0 into run->r, then calls setup
  * (which sets the first direction and the column state of iteration 0), then iterate once per
  * iteration (nothing waits), and from time to time reads the columns' device state (statuses and
- * scalars in kernels/methods/krylov_abi.h). A column whose recurrence claims convergence is confirmed
- * with b - A x; a miss puts the true residual in run->r and calls restart for that column.
+ * scalars in kernels/methods/krylov_abi.h). A column whose recurrence claims convergence is
+ * confirmed with b - A x; a miss puts the true residual in run->r and calls restart for that
+ * column.
  */
 #ifndef KD_SOLVER_METHOD_H
 #define KD_SOLVER_METHOD_H

@@ -6,9 +6,9 @@
  * per column and parity; every group of the update pass runs the recurrence (group 0 writes), so
  * nothing waits on the host.
  *
- * An iteration (kernels/methods/minres.cl): the SpMV q = A y with the partials of y'q (one launch on a
- * csr_scalar matrix with fusion; alfa = v'Av = y'q / beta^2 since v = y / beta is never formed),
- * then one update pass that folds y'q and beta^2 = r2'y (reduction 1 and the previous
+ * An iteration (kernels/methods/minres.cl): the SpMV q = A y with the partials of y'q (one launch
+ * on a csr_scalar matrix with fusion; alfa = v'Av = y'q / beta^2 since v = y / beta is never
+ * formed), then one update pass that folds y'q and beta^2 = r2'y (reduction 1 and the previous
  * iteration's reduction 2), applies the previous rotation and updates w and x, and takes the
  * Lanczos step r_new = q / beta - (beta / oldb) r1 - (alfa / beta) r2 with the partials of
  * r_new'M^-1 r_new (reduction 2). With an operator M, the operator and a small reducing pass

@@ -4,8 +4,8 @@
  * the scaled Chebyshev polynomial, smallest on the interval). Applied as the Chebyshev iteration
  * for A z = r from z = 0 (Saad, Iterative Methods, alg. 12.1 with the Jacobi scaling): `degree`
  * SpMVs per column in the matrix's own format, each followed by one fused vector pass of six
- * vectors (kernels/precond/chebyshev.cl); no triangular solve, so an apply costs `degree` SpMVs and nothing
- * waits on the host.
+ * vectors (kernels/precond/chebyshev.cl); no triangular solve, so an apply costs `degree` SpMVs and
+ * nothing waits on the host.
  *
  * The interval, at setup, on the device: 16 Lanczos steps on S = D^-1/2 A D^-1/2 (similar to
  * D^-1 A) from a fixed pseudo-random start, as the AMG setup does; the device because it already

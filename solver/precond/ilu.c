@@ -3,8 +3,8 @@
  * positive definite A; M = L L^T, symmetric, so CG may use it). Both are an operator:
  * z = U^-1 L^-1 r for every column.
  *
- * Setup factors A on the host (solver/precond/ilu_factor.c says why) in the order the matrix stores it,
- * P A P^T for a reordered one (the solve runs in that order throughout), and uploads the two
+ * Setup factors A on the host (solver/precond/ilu_factor.c says why) in the order the matrix stores
+ * it, P A P^T for a reordered one (the solve runs in that order throughout), and uploads the two
  * triangles, each as its off-diagonal entries in CSR and 1/t_ii.
  *
  * Apply solves the two triangles on the device in one of two ways, option `sweeps`:
@@ -170,8 +170,8 @@ static int kd_ilu_zero_diagonal(const kd_csr_t *csr)
 
 /*
  * ilu0's row matching: when asked to, *matched = Q stored with Q a maximum transversal
- * (solver/precond/match.h), *names the client's names of its rows (for the factorisation's messages) and
- * ilu->gather Q on the device; else all three stay NULL.
+ * (solver/precond/match.h), *names the client's names of its rows (for the factorisation's
+ * messages) and ilu->gather Q on the device; else all three stay NULL.
  */
 static int kd_ilu_match(kd_ocl_t *ocl, kd_ilu_t *ilu, int matching, const kd_csr_t *stored,
                         const int32_t *rows, kd_csr_t **matched, int32_t **names, size_t *bytes,

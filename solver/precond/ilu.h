@@ -1,6 +1,6 @@
 /*
- * Incomplete factorisations on A's own pattern, on the host (solver/precond/ilu_factor.c), for the ilu0
- * and ic0 preconditioners (solver/precond/ilu.c): A ~ L U with L and U holding nonzeros only
+ * Incomplete factorisations on A's own pattern, on the host (solver/precond/ilu_factor.c), for the
+ * ilu0 and ic0 preconditioners (solver/precond/ilu.c): A ~ L U with L and U holding nonzeros only
  * where A does.
  *
  *   ILU(0): L unit lower, U upper; (L U)_ij = a_ij wherever a_ij is stored.

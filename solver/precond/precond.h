@@ -3,8 +3,8 @@
  * fewer iterations. Each is one file, solver/precond_<name>.c, exporting one kd_precond_ops_t,
  * and one row of kd_precond_table (solver/precond/precond.c), where the protocol finds it by name.
  *
- * A preconditioner offers itself in one or more forms, and a method (solver/methods/method.h) says which
- * forms it can apply: the identity (nothing to do), a diagonal (the vector passes multiply by
+ * A preconditioner offers itself in one or more forms, and a method (solver/methods/method.h) says
+ * which forms it can apply: the identity (nothing to do), a diagonal (the vector passes multiply by
  * 1/m_ii on the fly, fused into what they read anyway), or an operator (a launch that writes z
  * from r). What setup builds lives with the matrix: kd_precond_get sets it up on first use, keeps
  * it in the matrix (counted in its device_bytes) and frees it with the matrix, so an evicted

@@ -1,7 +1,7 @@
 /*
- * C = A B on the device (solver/products/spgemm.h is the contract; kernels/products/spgemm.cl has the kernels, their
- * thread mapping, memory access and the determinism argument). The host's part is a sequence of
- * steps around two read-backs of a small header:
+ * C = A B on the device (solver/products/spgemm.h is the contract; kernels/products/spgemm.cl has
+ * the kernels, their thread mapping, memory access and the determinism argument). The host's part
+ * is a sequence of steps around two read-backs of a small header:
  *
  *   count    ub_i (int64) per row of A and its symbolic bin, per-group sums; one work-group turns
  *            them into the products' total and each bin's size and start.      -> read back #1
@@ -15,10 +15,10 @@
  *   numeric  one launch per non-empty numeric bin fills C's rows, sorted by column (the global
  *            bin: two, its columns then its values).
  *
- * Bins (kernels/products/spgemm_abi.h). A work-group's tables hold WG * L slots (L = 8 per work-item
- * where local memory allows: 24 KiB of keys and float64 values for WG = 256). A short row shares
- * a work-group with others in a team of 4..64 work-items: at least its mean B row length (the
- * parallelism of one entry of A), with 8 slots per work-item; a longer one gets a whole group.
+ * Bins (kernels/products/spgemm_abi.h). A work-group's tables hold WG * L slots (L = 8 per
+ * work-item where local memory allows: 24 KiB of keys and float64 values for WG = 256). A short row
+ * shares a work-group with others in a team of 4..64 work-items: at least its mean B row length
+ * (the parallelism of one entry of A), with 8 slots per work-item; a longer one gets a whole group.
  * Symbolic tables must hold every product's column (min(ub, n)); numeric ones are sized from the
  * exact count (at most half full in teams, 3/4 in a group), so rows whose products collide a lot
  * (A A of a mesh: 49 products, 25 columns; Galerkin products) run in smaller teams.

@@ -10,9 +10,9 @@
  * failed build is not cached: the error, with the build log, is returned each time it is asked.
  * With a program cache on disk (kd_ocl_set_program_cache), a build first looks for the binary
  * of the same source, flags and device there and stores what it compiled. The server builds
- * every program on background threads while it serves (solver/runtime/programs.c); the table is shared
- * with them under one lock: an entry is claimed (inserted not ready) by the thread that builds
- * it, and any other thread that needs it waits on a condition variable, so nothing is built
+ * every program on background threads while it serves (solver/runtime/programs.c); the table is
+ * shared with them under one lock: an entry is claimed (inserted not ready) by the thread that
+ * builds it, and any other thread that needs it waits on a condition variable, so nothing is built
  * twice at once and nobody holds the lock across a compiler.
  */
 #include "solver/runtime/ocl.h"
@@ -1286,8 +1286,7 @@ static int kd_ocl_program_compile(kd_ocl_t *ocl, const char *program, kd_dtype_t
                           program);
     char name[96];
     snprintf(name, sizeof(name), "kernels/%s.cl", program);
-    return kd_ocl_build(ocl, name, src->source, dtype, options, program, store, unstored, out,
-                        err);
+    return kd_ocl_build(ocl, name, src->source, dtype, options, program, store, unstored, out, err);
 }
 
 int kd_ocl_program_build(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,

@@ -1,7 +1,8 @@
 /*
- * The test-only fault hook (see solver/runtime/ocl_fault.h): per kind, a count of operations and a countdown to
- * the one that fails; and the bytes of live device buffers, kept by a destructor callback on
- * each buffer so that what the driver really freed is counted, not what the code meant to free.
+ * The test-only fault hook (see solver/runtime/ocl_fault.h): per kind, a count of operations and a
+ * countdown to the one that fails; and the bytes of live device buffers, kept by a destructor
+ * callback on each buffer so that what the driver really freed is counted, not what the code meant
+ * to free.
  */
 #include "solver/runtime/ocl_fault.h"
 
@@ -159,7 +160,8 @@ void kd_ocl_fault_from_env(void)
         }
     }
     KD_WARN("ocl",
-            "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K, write:K, exec:K or product:K (K >= 1)",
+            "KD_FAULT=%s ignored: expected alloc:K, launch:K, read:K, write:K, exec:K or product:K "
+            "(K >= 1)",
             spec);
 }
 

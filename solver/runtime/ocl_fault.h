@@ -7,8 +7,9 @@
  *
  * Every allocation goes through kd_ocl_buffer_create, every launch through kd_ocl_run /
  * kd_ocl_launch, every read-back and upload through kd_ocl_enqueue_read / kd_ocl_enqueue_write
- * (solver/runtime/ocl.h): those are the points that consult the hook. The state is process-wide (a test
- * server has one device) and atomic, so a test thread may arm it while the device's worker runs.
+ * (solver/runtime/ocl.h): those are the points that consult the hook. The state is process-wide (a
+ * test server has one device) and atomic, so a test thread may arm it while the device's worker
+ * runs.
  *
  * A daemon built with the hooks also reads KD_FAULT=KIND:K (alloc, launch, read, write, exec)
  * once, at the first kd_ocl_open: its K-th operation of that kind fails.

@@ -1,7 +1,7 @@
 /*
- * Compiled programs on disk (see solver/runtime/program_cache.h). The header is encoded field by field in
- * little-endian at fixed offsets, as the state directory's matrix files are, so the format does
- * not depend on the compiler; docs/OPERATIONS.md has the table.
+ * Compiled programs on disk (see solver/runtime/program_cache.h). The header is encoded field by
+ * field in little-endian at fixed offsets, as the state directory's matrix files are, so the format
+ * does not depend on the compiler; docs/OPERATIONS.md has the table.
  *
  * A reader trusts nothing: the size, magic, version, header checksum, key and the binary's
  * checksum are all checked before a byte goes to clCreateProgramWithBinary, and a file that fails

@@ -52,8 +52,8 @@ typedef struct kd_programs_warmup kd_programs_warmup_t;
  * Start building, in the background, every listed program for each value type the device
  * computes in (float64 when it has it, float32), plus whatever the program cache holds for this
  * device, on up to `threads` threads (0: one per CPU, at most 8), into ocl's program table, which
- * requests use meanwhile (solver/runtime/ocl.h). only: NULL, or a comma-separated list of program names
- * to limit it to (nothing is pruned then). With the whole list and a program cache, files the
+ * requests use meanwhile (solver/runtime/ocl.h). only: NULL, or a comma-separated list of program
+ * names to limit it to (nothing is pruned then). With the whole list and a program cache, files the
  * warm-up did not use are stale and are removed at the end. A failed build is logged and
  * counted, not fatal. on_progress (may be NULL) is called from a warm-up thread after each
  * program and once at the end (progress.done); it must not block.

@@ -1,7 +1,7 @@
 /*
- * The contract between solver/precond/amg/tail.c and kernels/precond/amg/amg.cl's kd_amg_tail: the last levels of
- * the V-cycle as a list of steps that one work-group runs in order, made once at setup. The
- * steps point by offset into three buffers: an int32 index pack (row pointers and column
+ * The contract between solver/precond/amg/tail.c and kernels/precond/amg/amg.cl's kd_amg_tail: the
+ * last levels of the V-cycle as a list of steps that one work-group runs in order, made once at
+ * setup. The steps point by offset into three buffers: an int32 index pack (row pointers and column
  * indices), a VALUE pack (matrix entries, 1/a_ii, Chebyshev coefficients) and a VALUE scratch
  * (the levels' vectors; the first level's b and x are the kernel's arguments). Plain C that
  * OpenCL C also compiles; int32 fields only, so both compilers lay the structs out alike.

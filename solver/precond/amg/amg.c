@@ -10,10 +10,9 @@
  *     damping omega = 4 / (3 lambda);
  *   - on the host (solver/precond/amg/coarsen.c): aggregates of the strength graph, the smoothed
  *     prolongator P = (I - omega D^-1 A) T, R = P^T;
- *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h), read
- *     back for the next level's aggregation;
- * until a level has coarse_size rows or fewer, where the dense inverse (Cholesky on the host) is
- * kept on the device.
+ *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h),
+ * read back for the next level's aggregation; until a level has coarse_size rows or fewer, where
+ * the dense inverse (Cholesky on the host) is kept on the device.
  *
  * Refresh (new values on the pattern of a matrix that holds a hierarchy, kd_amg_refresh): the
  * aggregates, levels and products' patterns are kept, the values computed again (on the device
@@ -795,9 +794,9 @@ static int kd_amg_setup(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr
  * does: the level's matrix and 1/a_ii, lambda_max (the Chebyshev interval and the prolongator's
  * damping), the smoothed prolongator's values (P = (I - omega D^-1 A) T on the kept aggregates:
  * its pattern is A's and theirs) and R = P^T, then A P and R (A P) by their numeric phase alone
- * (kernels/precond/amg/amg.cl's kd_amg_product on the kept patterns: no symbolic pass, no hashing, no sort),
- * and the coarsest level's dense inverse. The strength graph is not looked at again: with a
- * threshold > 0 the new values could have drawn other aggregates, which is the price of reuse
+ * (kernels/precond/amg/amg.cl's kd_amg_product on the kept patterns: no symbolic pass, no hashing,
+ * no sort), and the coarsest level's dense inverse. The strength graph is not looked at again: with
+ * a threshold > 0 the new values could have drawn other aggregates, which is the price of reuse
  * (the hierarchy stays a valid one; a matrix that changed that much wants a fresh setup).
  */
 static int kd_amg_refresh(kd_ocl_t *ocl, const kd_precond_t *old, const kd_matrix_t *A,

@@ -1,9 +1,9 @@
 /*
  * Smoothed-aggregation algebraic multigrid (Vanek, Mandel and Brezina 1996), the host half: the
  * strength graph, the aggregates and the smoothed prolongator of one level, from its canonical
- * host CSR. solver/precond/amg/amg.c builds the hierarchy from these (the Galerkin products R A P on
- * the device with solver/products/spgemm.h) and runs the V-cycle. Everything here is deterministic: the
- * same matrix gives the same aggregates, in index order.
+ * host CSR. solver/precond/amg/amg.c builds the hierarchy from these (the Galerkin products R A P
+ * on the device with solver/products/spgemm.h) and runs the V-cycle. Everything here is
+ * deterministic: the same matrix gives the same aggregates, in index order.
  */
 #ifndef KD_SOLVER_AMG_H
 #define KD_SOLVER_AMG_H
@@ -24,9 +24,9 @@ typedef struct kd_amg_options {
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
-    int fused;           /* 1: the fused V-cycle (solver/precond/amg/fused.c); 0: a launch per step */
-    int64_t tail_rows;   /* fused: the levels from the first one >= 1 with at most this many rows
-                            (and few enough entries) run as one single-work-group launch; 0: never */
+    int fused;         /* 1: the fused V-cycle (solver/precond/amg/fused.c); 0: a launch per step */
+    int64_t tail_rows; /* fused: the levels from the first one >= 1 with at most this many rows
+                          (and few enough entries) run as one single-work-group launch; 0: never */
 } kd_amg_options_t;
 
 #define KD_AMG_TAIL_ROWS_MAX 16384

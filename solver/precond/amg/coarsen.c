@@ -1,7 +1,7 @@
 /*
- * The host half of smoothed aggregation (solver/precond/amg/amg.h): strength, aggregates, the smoothed
- * prolongator, and the small dense pieces (the Lanczos tridiagonal's largest eigenvalue, the
- * coarsest level's inverse). All O(nnz) except the dense inverse, which only the coarsest level
+ * The host half of smoothed aggregation (solver/precond/amg/amg.h): strength, aggregates, the
+ * smoothed prolongator, and the small dense pieces (the Lanczos tridiagonal's largest eigenvalue,
+ * the coarsest level's inverse). All O(nnz) except the dense inverse, which only the coarsest level
  * (a few hundred rows) meets.
  */
 #include "solver/precond/amg/amg.h"

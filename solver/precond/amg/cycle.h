@@ -1,9 +1,10 @@
 /*
  * The set-up hierarchy of solver/precond/amg/amg.c as its two V-cycles see it (private to the AMG
- * files). solver/precond/amg/amg.c builds it and runs the straightforward V-cycle, a launch per SpMV and per
- * vector step through each level matrix's format; solver/precond/amg/fused.c runs the same V-cycle in
- * fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual fused into their
- * SpMVs, and the small levels at the bottom in one single-work-group launch (the "tail").
+ * files). solver/precond/amg/amg.c builds it and runs the straightforward V-cycle, a launch per
+ * SpMV and per vector step through each level matrix's format; solver/precond/amg/fused.c runs the
+ * same V-cycle in fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual
+ * fused into their SpMVs, and the small levels at the bottom in one single-work-group launch (the
+ * "tail").
  */
 #ifndef KD_SOLVER_AMG_CYCLE_H
 #define KD_SOLVER_AMG_CYCLE_H
@@ -57,8 +58,8 @@ typedef struct kd_amg {
     int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
 } kd_amg_t;
 
-/* Launch a kernel of kernels/precond/amg/amg.cl over `global` work-items in groups of `local`, built with
- * -DKD_TPR=lanes when lanes > 0. */
+/* Launch a kernel of kernels/precond/amg/amg.cl over `global` work-items in groups of `local`,
+ * built with -DKD_TPR=lanes when lanes > 0. */
 int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, size_t global,
                   size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
 
@@ -83,9 +84,9 @@ int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_
 int kd_amg_fused_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x,
                         kd_err_t *err);
 
-/* The fused V-cycle's tail (kernels/precond/amg/amg_abi.h): the longest run of levels >= 1 down to the
- * coarsest that fit one work-group, packed onto the device; none when even the coarsest does not
- * fit. */
+/* The fused V-cycle's tail (kernels/precond/amg/amg_abi.h): the longest run of levels >= 1 down to
+ * the coarsest that fit one work-group, packed onto the device; none when even the coarsest does
+ * not fit. */
 int kd_amg_tail_build(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err);
 void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released one */
 
@@ -97,7 +98,8 @@ int kd_amg_lanes(const kd_amg_t *amg, double mean);
 
 extern int kd_amg_test_gpu_lanes; /* kd_amg_test_set_gpu_lanes */
 
-/* ---- setup's pieces that a refresh (solver/precond/amg/refresh.c) shares ---------------------------- */
+/* ---- setup's pieces that a refresh (solver/precond/amg/refresh.c) shares
+ * ---------------------------- */
 
 /* Level l's 1/a_ii (inv_diagonal: host, n values of the dtype) onto the device, its vectors and
  * lambda (L->A, L->n and L->nnz set). */
@@ -118,7 +120,8 @@ void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep);
 /* A device CSR on pattern's arrays (retained) with a new values buffer of its own. */
 int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
                       kd_err_t *err);
-/* C = A B on C's known pattern, the numeric phase alone (kernels/precond/amg/amg.cl kd_amg_product). */
+/* C = A B on C's known pattern, the numeric phase alone (kernels/precond/amg/amg.cl
+ * kd_amg_product). */
 int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
                    kd_csr_device_t *C, kd_err_t *err);
 

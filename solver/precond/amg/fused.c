@@ -1,7 +1,7 @@
 /*
- * The AMG preconditioner's fused V-cycle: the same operator as solver/precond/amg/amg.c's straightforward
- * one (kd_amg_vcycle) in exact arithmetic, in fewer launches, because on a GPU every launch costs
- * ~12 us however small and the coarse levels are all launch latency.
+ * The AMG preconditioner's fused V-cycle: the same operator as solver/precond/amg/amg.c's
+ * straightforward one (kd_amg_vcycle) in exact arithmetic, in fewer launches, because on a GPU
+ * every launch costs ~12 us however small and the coarse levels are all launch latency.
  *
  * Level 0 is the solve's matrix in its own format and runs as before (kd_amg_smooth, SpMV and
  * kd_amg_residual). Levels >= 1, every P and every R are csr_scalar matrices whose arrays the

@@ -1,13 +1,13 @@
 /*
- * The fused AMG hierarchy's refresh (solver/precond/amg/amg.c's kd_amg_refresh): new values on a held
- * pattern, every value computed on the device from old's aggregates and patterns, nothing read
+ * The fused AMG hierarchy's refresh (solver/precond/amg/amg.c's kd_amg_refresh): new values on a
+ * held pattern, every value computed on the device from old's aggregates and patterns, nothing read
  * back but each coarse level's diagonal (its checks and the Lanczos estimate's D^-1/2) and the
  * coarsest level (its dense inverse).
  *
  * Level by level, as setup (the same formulas, in the same order):
  *   - 1/a_ii on the device, the vectors, lambda_max by Lanczos (kd_amg_level_setup);
- *   - P's values on P's pattern (kernels/precond/amg/amg.cl kd_amg_prolong) from the level's CSR arrays and
- *     old's aggregates, R's by a gather through the setup's transpose map;
+ *   - P's values on P's pattern (kernels/precond/amg/amg.cl kd_amg_prolong) from the level's CSR
+ * arrays and old's aggregates, R's by a gather through the setup's transpose map;
  *   - A P and R (A P) by their numeric phase alone on the kept patterns (kd_amg_product);
  *   - the next level's matrix: the product's arrays, kept as they are.
  * P, R and the coarse levels are csr_scalar matrices built around device arrays (the fused

@@ -1,9 +1,9 @@
 /*
- * The fused V-cycle's tail (solver/precond/amg/fused.c launches it, kernels/precond/amg/amg.cl's kd_amg_tail runs
- * it): the levels from the first one (>= 1) that fits one work-group down to the coarsest,
- * packed once at setup into the buffers of kernels/precond/amg/amg_abi.h, and the V-cycle over them written
- * out as the list of steps the kernel walks (the same sequence as kd_amg_vcycle). The level
- * matrices are read back from their csr_scalar arrays: the tail's levels are small by
+ * The fused V-cycle's tail (solver/precond/amg/fused.c launches it, kernels/precond/amg/amg.cl's
+ * kd_amg_tail runs it): the levels from the first one (>= 1) that fits one work-group down to the
+ * coarsest, packed once at setup into the buffers of kernels/precond/amg/amg_abi.h, and the V-cycle
+ * over them written out as the list of steps the kernel walks (the same sequence as kd_amg_vcycle).
+ * The level matrices are read back from their csr_scalar arrays: the tail's levels are small by
  * construction (at most tail_rows rows and KD_AMG_TAIL_ENTRIES_PER_ITEM entries a work-item).
  */
 #include "solver/precond/amg/cycle.h"
