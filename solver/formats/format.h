@@ -1,9 +1,10 @@
 /*
- * The private seam between solver/matrix.c, solver/formats/select.c and the storage formats. Each format
- * lives in its own solver/format_<name>.c with its kernels in kernels/<name>.cl, and exports one
- * kd_format_ops table; matrix.c lists the tables by kd_format_t, and a format is "available" when
- * its entry is not NULL. Adding a format is: write the .c and .cl, add the table to
- * kd_format_table in matrix.c. Nothing outside solver/ includes this header.
+ * The private seam between solver/matrix.c, solver/formats/select.c and the storage formats. Each
+ * format lives in its own solver/formats/<name>.c with its kernels in kernels/formats/<name>.cl,
+ * and exports one kd_format_ops table; solver/formats/table.c lists the tables by kd_format_t, and
+ * a format is "available" when its entry is not NULL. Adding a format is: write the .c and .cl, add
+ * the table to kd_format_table in table.c. The helpers every format uses live in format.c and
+ * launch.c, which name no format. Nothing outside solver/ includes this header.
  *
  * Every format is built from a kd_format_source: the host CSR, its row statistics, and the CSR
  * arrays on the device, uploaded once. The CSR formats keep references to those device arrays;
