@@ -5,6 +5,8 @@
  * (kernels/permute.cl): two launches and about rows * (8 + 4 * sizeof(value)) bytes more per
  * SpMV, which the selection counts because it times a reordered candidate through
  * kd_matrix_spmv. The solver uses kd_matrix_spmv_inner and permutes b and x once per solve.
+ * Building a reordered matrix (kd_matrix_upload_reordered) is matrix.c's; this file only attaches
+ * an order to a built matrix, runs its SpMV and releases it, and calls no matrix function.
  */
 #include "solver/formats/format.h"
 
@@ -83,30 +85,4 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
     m->device_bytes += 2 * (size_t)n * kd_dtype_size(m->dtype);
     kd_matrix_order_unpermute_scan(&m->scan, perm);
     return KD_OK;
-}
-
-int kd_matrix_upload_reordered(kd_ocl_t *ocl, const kd_csr_t *csr, kd_format_t format,
-                               kd_reorder_t kind, kd_matrix_t **out, kd_err_t *err)
-{
-    *out = NULL;
-    if (kind == KD_REORDER_NONE)
-        return kd_matrix_upload(ocl, csr, format, out, err);
-    int32_t *perm = NULL;
-    kd_csr_t *permuted = NULL;
-    int rc = kd_reorder_compute(csr, kind, &perm, err);
-    if (rc == KD_OK)
-        rc = kd_reorder_apply(csr, perm, &permuted, err);
-    if (rc == KD_OK)
-        rc = kd_matrix_upload(ocl, permuted, format, out, err);
-    if (rc == KD_OK) {
-        rc = kd_matrix_attach_order(ocl, *out, kind, perm, err);
-        perm = NULL;
-    }
-    if (rc != KD_OK) {
-        kd_matrix_free(*out);
-        *out = NULL;
-    }
-    free(perm);
-    kd_csr_free(permuted);
-    return rc;
 }

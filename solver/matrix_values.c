@@ -28,21 +28,12 @@
  */
 #include "solver/formats/format.h"
 #include "solver/matrix_scan.h"
+#include "solver/matrix_share.h"
 
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct kd_matrix_share {
-    kd_matrix_t **members; /* members[0] carries `bytes` in its device_bytes */
-    size_t nmembers, cap;
-    size_t bytes;    /* pattern arrays + the order's two permutations + the maps */
-    int unshareable; /* the probe disagreed: build from the CSR */
-    int narrays;
-    cl_mem maps[KD_FORMAT_ARRAYS_MAX]; /* values arrays only; NULL: identity */
-    size_t slots[KD_FORMAT_ARRAYS_MAX];
-};
 
 static size_t kd_mem_size(cl_mem mem)
 {
@@ -51,51 +42,6 @@ static size_t kd_mem_size(cl_mem mem)
         clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof(bytes), &bytes, NULL) != CL_SUCCESS)
         bytes = 0;
     return bytes;
-}
-
-int kd_matrix_shares(const kd_matrix_t *m)
-{
-    return m != NULL && m->share != NULL && m->share->nmembers > 1;
-}
-
-void kd_matrix_share_leave(kd_matrix_t *m)
-{
-    kd_matrix_share_t *s = m->share;
-    if (s == NULL)
-        return;
-    m->share = NULL;
-    size_t i = 0;
-    while (i < s->nmembers && s->members[i] != m)
-        i++;
-    if (i == s->nmembers)
-        return;
-    memmove(&s->members[i], &s->members[i + 1], (s->nmembers - i - 1) * sizeof(s->members[0]));
-    s->nmembers--;
-    if (i == 0) {
-        m->device_bytes -= s->bytes < m->device_bytes ? s->bytes : m->device_bytes;
-        if (s->nmembers > 0)
-            s->members[0]->device_bytes += s->bytes;
-    }
-    if (s->nmembers > 0)
-        return;
-    kd_format_release_mems(s->maps, KD_FORMAT_ARRAYS_MAX);
-    free(s->members);
-    free(s);
-}
-
-static int kd_share_join(kd_matrix_share_t *s, kd_matrix_t *m, kd_err_t *err)
-{
-    if (s->nmembers == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 4;
-        kd_matrix_t **p = realloc(s->members, cap * sizeof(*p));
-        if (p == NULL)
-            return kd_err_set(err, KD_ENOMEM, "out of host memory for a shared pattern");
-        s->members = p;
-        s->cap = cap;
-    }
-    s->members[s->nmembers++] = m;
-    m->share = s;
-    return KD_OK;
 }
 
 /* Read `bytes` of mem into a new host buffer. */
@@ -272,7 +218,7 @@ static int kd_share_build(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *patt
     if (rc == KD_OK && like->order.kind != KD_REORDER_NONE)
         s->bytes += kd_mem_size(like->order.perm_dev) + kd_mem_size(like->order.iperm_dev);
     if (rc == KD_OK)
-        rc = kd_share_join(s, like, err);
+        rc = kd_matrix_share_join(s, like, err);
     if (rc != KD_OK) {
         kd_format_release_mems(s->maps, KD_FORMAT_ARRAYS_MAX);
         free(s->members);
@@ -470,7 +416,7 @@ int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
     if (rc == KD_OK && scan.rc != KD_OK)
         rc = kd_err_set(err, scan.rc, "%s", scan.err.message);
     if (rc == KD_OK)
-        rc = kd_share_join(s, m, err);
+        rc = kd_matrix_share_join(s, m, err);
     if (rc != KD_OK) {
         kd_err_prefix(err, "new values on a %s matrix's pattern", kd_format_name(like->format));
         kd_matrix_free(m);

@@ -123,25 +123,6 @@ static void kd_solve_mark(kd_solve_ctx_t *ctx, double *slot)
     ctx->mark_ns = now;
 }
 
-int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err)
-{
-    const kd_solve_spread_t *spread = run->params->spread;
-    if (spread != NULL)
-        return spread->spmm(spread->ctx, run->ocl, 1.0, p, 0.0, q, run->active, err);
-    int64_t active = 0;
-    for (int64_t c = 0; c < run->k; c++)
-        active += run->active[c] != 0;
-    /* One SpMM over every column while at least half still run (a finished column's q is
-     * scratch: computing it wastes its vector bytes, not the matrix's); then column by column. */
-    if (active > 1 && 2 * active >= run->k && kd_matrix_has_spmm(run->A))
-        return kd_matrix_spmm_inner(run->ocl, run->A, 1.0, p, 0.0, q, err);
-    int rc = KD_OK;
-    for (int64_t c = 0; rc == KD_OK && c < run->k; c++)
-        if (run->active[c])
-            rc = kd_matrix_spmv_inner(run->ocl, run->A, 1.0, &p->cols[c], 0.0, &q->cols[c], err);
-    return rc;
-}
-
 /* t = b - A x for the columns with which[c] (NULL: all). */
 static int kd_solve_residual(kd_solve_run_t *run, kd_multivec_t *t, const unsigned char *which,
                              kd_err_t *err)

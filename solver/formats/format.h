@@ -1,9 +1,10 @@
 /*
  * The private seam between solver/matrix.c, solver/formats/select.c and the storage formats. Each
- * format lives in its own solver/format_<name>.c with its kernels in kernels/<name>.cl, and exports
- * one kd_format_ops table; matrix.c lists the tables by kd_format_t, and a format is "available"
- * when its entry is not NULL. Adding a format is: write the .c and .cl, add the table to
- * kd_format_table in matrix.c. Nothing outside solver/ includes this header.
+ * format lives in its own solver/formats/<name>.c with its kernels in kernels/formats/<name>.cl,
+ * and exports one kd_format_ops table; solver/formats/table.c lists the tables by kd_format_t, and
+ * a format is "available" when its entry is not NULL. Adding a format is: write the .c and .cl, add
+ * the table to kd_format_table in table.c. The helpers every format uses live in format.c and
+ * launch.c, which name no format. Nothing outside solver/ includes this header.
  *
  * Every format is built from a kd_format_source: the host CSR, its row statistics, and the CSR
  * arrays on the device, uploaded once. The CSR formats keep references to those device arrays;
@@ -114,8 +115,8 @@ typedef struct kd_format_ops {
      * column-major with leading dimensions ldx >= cols and ldy >= rows (elements); column c
      * starts at c * ld. When beta == 0, Y is only written. rows > 0. Without it, kd_matrix_spmm
      * runs spmv column by column. */
-    int (*spmm)(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x, int64_t ldx,
-                double beta, cl_mem y, int64_t ldy, kd_err_t *err);
+    int (*spmm)(kd_ocl_t *ocl, const kd_matrix_t *m, int64_t k, double alpha, cl_mem x,
+                int64_t ldx, double beta, cl_mem y, int64_t ldy, kd_err_t *err);
     /* Free m->impl and its device buffers; m->impl may be NULL or partly built. */
     void (*release)(kd_matrix_t *m);
     /* Optional: the CSR arrays as the format keeps them (the CSR formats share the source's),
@@ -134,6 +135,7 @@ extern const kd_format_ops_t kd_format_sell_c_sigma_ops;
 extern const kd_format_ops_t kd_format_hyb_ops;
 extern const kd_format_ops_t kd_format_coo_ops;
 extern const kd_format_ops_t kd_format_tiled_ops;
+
 
 void kd_format_share_csr(kd_matrix_t *m, const kd_format_source_t *src, kd_format_csr_t *out);
 void kd_format_release_csr(kd_format_csr_t *csr);
@@ -226,10 +228,9 @@ size_t kd_format_size_mad(size_t a, size_t b, size_t c);
 
 /*
  * The part of an ELL matrix HYB shares with ELL: `width` slots per row, column-major with leading
- * dimension ld = rows rounded up to KD_ELL_ALIGN (kernels/formats/ell.cl), built on the device from
- * the source's CSR arrays by kd_ell_from_csr (a row longer than width keeps its first width
- * entries: HYB's COO part holds the rest). kd_ell_part_spmv enqueues y = alpha * A_part * x + beta
- * * y.
+ * dimension ld = rows rounded up to KD_ELL_ALIGN (kernels/formats/ell.cl), built on the device from the
+ * source's CSR arrays by kd_ell_from_csr (a row longer than width keeps its first width entries:
+ * HYB's COO part holds the rest). kd_ell_part_spmv enqueues y = alpha * A_part * x + beta * y.
  */
 #define KD_ELL_ALIGN 32
 typedef struct kd_ell_part {

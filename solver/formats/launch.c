@@ -1,11 +1,19 @@
 /*
  * The one launch path of the formats' kernels: build options, kernel lookup, arguments and a 1-D
  * range of one work-item per item, so each format's spmv and conversion is one call naming its
- * kernel and its arguments.
+ * kernel and its arguments. The start-up warm-up (solver/runtime/programs.c) builds with the same
+ * options.
  */
 #include "solver/formats/format.h"
 
 #include <assert.h>
+#include <stdio.h>
+
+void kd_format_options(const kd_ocl_t *ocl, const char *extra, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "-DKD_WG_SIZE=%zu%s%s", kd_ocl_work_group_size(ocl),
+             extra != NULL ? " " : "", extra != NULL ? extra : "");
+}
 
 int kd_format_run(kd_ocl_t *ocl, kd_dtype_t dtype, const char *program, const char *extra,
                   const char *name, size_t items, const kd_ocl_arg_t *args, size_t nargs,

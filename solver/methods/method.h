@@ -1,11 +1,11 @@
 /*
- * Krylov methods as a table. Each method is one file, solver/method_<name>.c, exporting one
- * kd_method_ops_t, and one row of kd_method_table (solver/methods/method.c), where the protocol
+ * Krylov methods as a table. Each method is one file, solver/methods/<name>.c, exporting one
+ * kd_method_ops_t, and one row of kd_method_table (solver/methods/table.c), where the protocol
  * finds it by its wire name and server.status lists it. A method is written against
  * solver/methods/krylov.h's vector operations (fused dot products, axpy-like updates,
- * kd_krylov_reduce), the matrix's SpMV (kd_solve_spmv) and its preconditioner; it never sees the
- * host's checks, confirmations, restarts' bookkeeping or results, which solver/solve.c runs the
- * same way for every method.
+ * kd_krylov_reduce), the matrix's SpMV (kd_solve_spmv) and its preconditioner (both in
+ * solver/methods/method.c, which names no method); it never sees the host's checks, confirmations,
+ * restarts' bookkeeping or results, which solver/solve.c runs the same way for every method.
  *
  * What every method shares: the driver computes r = b - A x0 into run->r, then calls setup
  * (which sets the first direction and the column state of iteration 0), then iterate once per
@@ -160,7 +160,8 @@ struct kd_solve_run {
     void *method_state;         /* the method's own, freed by finish */
 };
 
-/* q = A p for every active column (one SpMV launch per column, the matrix's format). */
+/* q = A p for every active column (one SpMV launch per column, the matrix's format; one SpMM
+ * while at least half the columns run; the spread's SpMM across ranks). solver/methods/method.c. */
 int kd_solve_spmv(kd_solve_run_t *run, const kd_multivec_t *p, kd_multivec_t *q, kd_err_t *err);
 
 /*

@@ -1,7 +1,8 @@
 /*
- * The preconditioner table: every kd_precond_ops_t of this build, found by its wire name, and the
- * preconditioners kept with a matrix. To add one: write solver/precond_<name>.c exporting a
- * kd_precond_ops_t, declare it in precond.h and add one row to kd_precond_table.
+ * What every preconditioner shares (precond.h): the identity ("none"), the options a request
+ * passes, setup on first use kept with the matrix, a refresh from a held setup onto a new
+ * matrix's values, and the release of those kept. It names no other preconditioner: the table
+ * (table.c) does.
  */
 #include "solver/precond/precond.h"
 
@@ -17,31 +18,6 @@ const kd_precond_ops_t kd_precond_none = {
     .forms = KD_PRECOND_IDENTITY,
     .symmetric = 1,
 };
-
-const kd_precond_ops_t *const kd_precond_table[] = {
-    &kd_precond_none, &kd_precond_jacobi,       &kd_precond_amg,       &kd_precond_ilu0,
-    &kd_precond_ic0,  &kd_precond_block_jacobi, &kd_precond_chebyshev,
-};
-const size_t kd_precond_count = sizeof(kd_precond_table) / sizeof(kd_precond_table[0]);
-
-const kd_precond_ops_t *kd_precond_find(const char *name)
-{
-    assert(name != NULL);
-    for (size_t i = 0; i < kd_precond_count; i++)
-        if (strcmp(kd_precond_table[i]->name, name) == 0)
-            return kd_precond_table[i];
-    return NULL;
-}
-
-void kd_precond_names(char *out, size_t cap)
-{
-    size_t w = 0;
-    assert(out != NULL && cap > 0);
-    out[0] = '\0';
-    for (size_t i = 0; i < kd_precond_count && w < cap; i++)
-        w += (size_t)snprintf(out + w, cap - w, "%s%s", i > 0 ? ", " : "",
-                              kd_precond_table[i]->name);
-}
 
 double kd_precond_option(const kd_precond_options_t *opt, const char *name, double fallback)
 {

@@ -1,7 +1,8 @@
 /*
  * Preconditioners: an M close to A whose z = M^-1 r is cheap, so that a Krylov method converges in
- * fewer iterations. Each is one file, solver/precond_<name>.c, exporting one kd_precond_ops_t,
- * and one row of kd_precond_table (solver/precond/precond.c), where the protocol finds it by name.
+ * fewer iterations. Each is one file, solver/precond/<name>.c, exporting one kd_precond_ops_t,
+ * and one row of kd_precond_table (solver/precond/table.c), where the protocol finds it by name;
+ * what they all share is solver/precond/precond.c, which names none of them.
  *
  * A preconditioner offers itself in one or more forms, and a method (solver/methods/method.h) says
  * which forms it can apply: the identity (nothing to do), a diagonal (the vector passes multiply by

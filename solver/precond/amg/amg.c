@@ -18,6 +18,10 @@
  * aggregates, levels and products' patterns are kept, the values computed again (on the device
  * for the fused hierarchy: solver/precond/amg/refresh.c).
  *
+ * This file is the preconditioner's ops and the order of setup's steps; the steps on one level
+ * that the cycles and the refresh share (launches, the smoother, Lanczos, the coarsest inverse,
+ * the products' operands) are solver/precond/amg/level.c's, below every other AMG file.
+ *
  * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
  * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
  * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
@@ -25,7 +29,6 @@
  */
 #include "solver/precond/amg/amg.h"
 #include "solver/precond/amg/cycle.h"
-#include "solver/blas.h"
 #include "solver/formats/format.h"
 #include "solver/precond/precond.h"
 #include "solver/formats/select.h"
@@ -41,8 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
 
 static const char *const kd_amg_option_names[] = {
     "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows", NULL};
@@ -91,88 +92,8 @@ static size_t kd_amg_plan_bytes(const kd_matrix_t *A)
     return A->device_bytes + (size_t)A->rows * 6 * kd_dtype_size(A->dtype);
 }
 
-/* A host vector of n values of dtype into a new device buffer. */
-int kd_amg_upload_values(kd_ocl_t *ocl, const void *values, int64_t n, kd_dtype_t dtype,
-                         const char *what, cl_mem *out, kd_err_t *err)
-{
-    size_t bytes;
-    if (kd_mul_overflow((size_t)n, kd_dtype_size(dtype), &bytes))
-        return kd_err_set(err, KD_ETOOLARGE, "amg: %s is too large", what);
-    return kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)values,
-                                what, out, err);
-}
-
-int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, size_t global,
-                  size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err)
-{
-    char options[48];
-    if (lanes > 0)
-        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu -DKD_TPR=%d", amg->wg, lanes);
-    else
-        snprintf(options, sizeof(options), "-DKD_WG_SIZE=%zu", amg->wg);
-    cl_kernel kernel;
-    int rc = kd_ocl_kernel(ocl, "amg", amg->dtype, options, name, &kernel, err);
-    if (rc != KD_OK)
-        return rc;
-    return kd_ocl_run(ocl, kernel, name, kd_ocl_range_1d(global, local), args, nargs, NULL, err);
-}
-
-size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
-{
-    return ((size_t)n + amg->wg - 1) / amg->wg * amg->wg;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Apply: the V-cycle. */
-
-static int kd_amg_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, double alpha, const kd_vec_t *x,
-                       double beta, kd_vec_t *y, kd_err_t *err)
-{
-    return kd_matrix_spmv_inner(ocl, M, alpha, x, beta, y, err);
-}
-
-void kd_amg_chebyshev_coefficients(const kd_amg_t *amg, const kd_amg_level_t *L, int step,
-                                   double *c_d, double *c_r)
-{
-    const double upper = amg->opt.upper * L->lambda, lower = amg->opt.lower * L->lambda;
-    const double theta = 0.5 * (upper + lower), delta = 0.5 * (upper - lower);
-    const double sigma = theta / delta;
-    double rho = 1.0 / sigma;
-    *c_d = 0.0;
-    *c_r = 1.0 / theta;
-    for (int k = 1; k <= step; k++) {
-        const double rho_next = 1.0 / (2.0 * sigma - rho);
-        *c_d = rho_next * rho;
-        *c_r = 2.0 * rho_next / delta;
-        rho = rho_next;
-    }
-}
-
-int kd_amg_steps(const kd_amg_t *amg, int l)
-{
-    return l == amg->levels - 1 ? 4 * amg->opt.degree : amg->opt.degree;
-}
-
-int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b, kd_vec_t *x,
-                  int from_zero, int degree, kd_err_t *err)
-{
-    int rc = KD_OK;
-    for (int step = 0; step < degree && rc == KD_OK; step++) {
-        const int zero = from_zero && step == 0;
-        if (!zero && (rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err)) != KD_OK)
-            break;
-        double c_d, c_r;
-        kd_amg_chebyshev_coefficients(amg, L, step, &c_d, &c_r);
-        rc = kd_amg_launch(ocl, amg, "kd_amg_chebyshev", 0, kd_amg_global(amg, L->n), amg->wg,
-                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(zero), KD_ARG_INT(step == 0),
-                                   KD_ARG_VALUE(amg->dtype, c_d), KD_ARG_VALUE(amg->dtype, c_r),
-                                   KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem),
-                                   KD_ARG_MEM(L->inv_diagonal), KD_ARG_MEM(L->d.mem),
-                                   KD_ARG_MEM(x->mem)),
-                           err);
-    }
-    return rc;
-}
 
 int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
                   kd_err_t *err)
@@ -189,17 +110,17 @@ int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec
     kd_amg_level_t *C = &amg->level[l + 1];
     int rc = kd_amg_smooth(ocl, amg, L, b, x, 1, amg->opt.degree, err);
     if (rc == KD_OK)
-        rc = kd_amg_spmv(ocl, L->A, 1.0, x, 0.0, &L->q, err);
+        rc = kd_matrix_spmv_inner(ocl, L->A, 1.0, x, 0.0, &L->q, err);
     if (rc == KD_OK)
         rc =
             kd_amg_launch(ocl, amg, "kd_amg_residual", 0, kd_amg_global(amg, L->n), amg->wg,
                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_MEM(b->mem), KD_ARG_MEM(L->q.mem)), err);
     if (rc == KD_OK)
-        rc = kd_amg_spmv(ocl, L->R, 1.0, &L->q, 0.0, &C->b, err);
+        rc = kd_matrix_spmv_inner(ocl, L->R, 1.0, &L->q, 0.0, &C->b, err);
     if (rc == KD_OK)
         rc = kd_amg_vcycle(ocl, amg, l + 1, &C->b, &C->x, err);
     if (rc == KD_OK)
-        rc = kd_amg_spmv(ocl, L->P, 1.0, &C->x, 1.0, x, err);
+        rc = kd_matrix_spmv_inner(ocl, L->P, 1.0, &C->x, 1.0, x, err);
     if (rc == KD_OK)
         rc = kd_amg_smooth(ocl, amg, L, b, x, 0, amg->opt.degree, err);
     return rc;
@@ -226,97 +147,6 @@ static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_
 
 /* ---------------------------------------------------------------------------------------------
  * Setup. */
-
-/* lambda_max(D^-1 A) of level L: Lanczos on S = D^-1/2 A D^-1/2 from a fixed pseudo-random
- * start, the largest Ritz value. */
-static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
-                           const void *inv_diagonal, kd_err_t *err)
-{
-    const int64_t n = L->n;
-    const int steps = amg->opt.lanczos_steps < n ? amg->opt.lanczos_steps : (int)n;
-    const size_t vsize = kd_dtype_size(amg->dtype);
-    kd_blas_t blas = {0};
-    kd_vec_t v = {0}, v_prev = {0}, w = {0}, t = {0};
-    cl_mem sqrt_dinv = NULL;
-    double alpha[64], beta[64];
-    unsigned char *host = malloc((size_t)n * vsize + 1);
-    int rc = host != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-    if (rc != KD_OK)
-        return rc;
-    for (int64_t i = 0; i < n; i++) /* sqrt(1/a_ii) */
-        kd_store_real(host, amg->dtype, (size_t)i,
-                      sqrt(fabs(kd_load_real(inv_diagonal, amg->dtype, (size_t)i))));
-    rc = kd_amg_upload_values(ocl, host, n, amg->dtype, "amg D^-1/2", &sqrt_dinv, err);
-    uint64_t seed = 0x9e3779b97f4a7c15u;
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005u + 1442695040888963407u;
-        kd_store_real(host, amg->dtype, (size_t)i, (double)(seed >> 11) / 9007199254740992.0 - 0.5);
-    }
-    if (rc == KD_OK)
-        rc = kd_blas_init(ocl, amg->dtype, &blas, err);
-    kd_vec_t *vecs[] = {&v, &v_prev, &w, &t};
-    for (int i = 0; i < 4 && rc == KD_OK; i++)
-        rc = kd_vec_alloc(ocl, n, amg->dtype, vecs[i], err);
-    if (rc == KD_OK)
-        rc = kd_vec_write(ocl, &v, host, amg->dtype, err);
-    if (rc == KD_OK)
-        rc = kd_vec_fill(ocl, &v_prev, 0.0, err);
-    double norm = 0.0;
-    if (rc == KD_OK)
-        rc = kd_blas_nrm2(&blas, &v, &norm, err);
-    if (rc == KD_OK)
-        rc = kd_blas_scale(&blas, norm > 0.0 ? 1.0 / norm : 1.0, &v, err);
-    int m = 0;
-    double b_prev = 0.0;
-    for (int j = 0; j < steps && j < 64 && rc == KD_OK; j++) {
-        rc = kd_amg_launch(
-            ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
-            KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(v.mem), KD_ARG_MEM(t.mem)),
-            err);
-        if (rc == KD_OK)
-            rc = kd_amg_spmv(ocl, L->A, 1.0, &t, 0.0, &w, err);
-        if (rc == KD_OK)
-            rc = kd_amg_launch(
-                ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
-                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(w.mem), KD_ARG_MEM(w.mem)),
-                err);
-        double a = 0.0, b = 0.0;
-        if (rc == KD_OK)
-            rc = kd_blas_dot(&blas, &w, &v, &a, err);
-        if (rc == KD_OK)
-            rc = kd_blas_axpy(&blas, -a, &v, &w, err);
-        if (rc == KD_OK)
-            rc = kd_blas_axpy(&blas, -b_prev, &v_prev, &w, err);
-        if (rc == KD_OK)
-            rc = kd_blas_nrm2(&blas, &w, &b, err);
-        if (rc != KD_OK)
-            break;
-        alpha[m] = a;
-        beta[m] = b;
-        m++;
-        if (!(b > 1e-12 * fabs(a)) || !isfinite(b))
-            break; /* an invariant subspace: the Ritz values are exact */
-        if ((rc = kd_blas_copy(&blas, &v, &v_prev, err)) == KD_OK &&
-            (rc = kd_blas_copy(&blas, &w, &v, err)) == KD_OK)
-            rc = kd_blas_scale(&blas, 1.0 / b, &v, err);
-        b_prev = b;
-    }
-    if (rc == KD_OK) {
-        L->lambda = m > 0 ? kd_amg_tridiagonal_max(alpha, beta, m) : 1.0;
-        if (!(L->lambda > 0.0) || !isfinite(L->lambda))
-            rc = kd_err_set(err, KD_ENOTSPD,
-                            "amg: level %lld rows: D^-1 A has no positive eigenvalue estimate "
-                            "(%g): the matrix is not symmetric positive definite",
-                            (long long)n, L->lambda);
-    }
-    for (int i = 0; i < 4; i++)
-        kd_vec_release(vecs[i]);
-    kd_blas_release(&blas);
-    if (sqrt_dinv != NULL)
-        clReleaseMemObject(sqrt_dinv);
-    free(host);
-    return rc;
-}
 
 /* A level's matrix on the device in the format the selection's heuristic picks for it; in CSR
  * (csr_scalar, whose arrays the fused kernels read) for the fused V-cycle. */
@@ -347,20 +177,6 @@ static int kd_amg_upload_transfers(kd_ocl_t *ocl, const kd_amg_t *amg, kd_amg_le
     return KD_OK;
 }
 
-int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diagonal, kd_err_t *err)
-{
-    kd_amg_level_t *L = &amg->level[l];
-    int rc = kd_amg_upload_values(ocl, inv_diagonal, L->n, amg->dtype, "amg 1/a_ii",
-                                  &L->inv_diagonal, err);
-    L->lanes_a = kd_amg_lanes(amg, (double)L->nnz / (double)L->n);
-    kd_vec_t *vecs[] = {&L->q, &L->d, &L->b, &L->x, &L->x_other};
-    for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
-        rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
-    if (rc == KD_OK)
-        rc = kd_amg_estimate(ocl, amg, L, inv_diagonal, err);
-    return rc;
-}
-
 /* The level's device matrix (from level 1 on), 1/a_ii, vectors and lambda. */
 static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matrix_t *A0,
                              const kd_csr_t *csr, kd_err_t *err)
@@ -385,46 +201,6 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           "is not symmetric positive definite",
                           l, (long long)L->A->scan.negative_diagonal_row);
     return kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
-}
-
-/* A_c = R (A P) on the device; P and R (host) also become the level's transfer matrices. */
-/* m's CSR arrays as an SpGEMM operand: the device arrays of a csr_scalar matrix (the fused
- * levels', P's and R's), retained so kd_csr_device_release leaves m's alone; otherwise host's
- * uploaded (level 0 in another format). */
-int kd_amg_operand(kd_ocl_t *ocl, const kd_matrix_t *m, const kd_csr_t *host, kd_csr_device_t *out,
-                   kd_err_t *err)
-{
-    const kd_format_csr_t *arrays = m != NULL ? kd_format_csr_scalar_arrays(m) : NULL;
-    if (arrays == NULL)
-        return kd_csr_device_upload(ocl, host, out, err);
-    *out = (kd_csr_device_t){.rows = host->rows,
-                             .cols = host->cols,
-                             .nnz = host->nnz,
-                             .dtype = host->dtype,
-                             .indptr = arrays->indptr,
-                             .indices = arrays->indices,
-                             .values = arrays->values};
-    const cl_mem mems[3] = {out->indptr, out->indices, out->values};
-    for (int i = 0; i < 3; i++)
-        if (mems[i] != NULL)
-            clRetainMemObject(mems[i]);
-    return KD_OK;
-}
-
-/* dev's pattern (row pointers and columns, retained) into *keep, values NULL. */
-void kd_amg_keep_pattern(const kd_csr_device_t *dev, kd_csr_device_t *keep)
-{
-    if (dev->indptr == NULL) {
-        memset(keep, 0, sizeof(*keep));
-        return;
-    }
-    *keep = *dev;
-    keep->values = NULL;
-    keep->device_bytes = ((size_t)dev->rows + 1 + (size_t)dev->nnz) * sizeof(int32_t);
-    if (keep->indptr != NULL)
-        clRetainMemObject(keep->indptr);
-    if (keep->indices != NULL)
-        clRetainMemObject(keep->indices);
 }
 
 /* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back; the
@@ -465,38 +241,6 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     return rc;
 }
 
-/* C = A B on C's pattern (kernels/precond/amg/amg.cl's kd_amg_product). */
-int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
-                   kd_csr_device_t *C, kd_err_t *err)
-{
-    if (C->nnz == 0) /* else A and B have entries: C's pattern is their symbolic product */
-        return KD_OK;
-    return kd_amg_launch(ocl, amg, "kd_amg_product", 0, kd_amg_global(amg, C->rows), amg->wg,
-                         KD_ARGS(KD_ARG_INT(C->rows), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
-                                 KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),
-                                 KD_ARG_MEM(B->indices), KD_ARG_MEM(B->values),
-                                 KD_ARG_MEM(C->indptr), KD_ARG_MEM(C->indices),
-                                 KD_ARG_MEM(C->values)),
-                         err);
-}
-
-/* A device CSR on a kept pattern (retained) with values of its own, allocated. */
-int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_device_t *out,
-                      kd_err_t *err)
-{
-    *out = *pattern;
-    out->values = NULL;
-    const cl_mem mems[2] = {out->indptr, out->indices};
-    for (int i = 0; i < 2; i++)
-        if (mems[i] != NULL)
-            clRetainMemObject(mems[i]);
-    if (out->nnz == 0)
-        return KD_OK;
-    return kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE,
-                                (size_t)out->nnz * kd_dtype_size(out->dtype), NULL,
-                                "amg Galerkin values", &out->values, err);
-}
-
 /* A refresh's Galerkin product: as kd_amg_galerkin, but A P and R (A P) are only the numeric
  * phase, on the patterns `old` kept. */
 static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_amg_level_t *old,
@@ -535,35 +279,6 @@ static int kd_amg_galerkin_numeric(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd
     kd_csr_device_release(&dAP);
     kd_csr_device_release(&dC);
     amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
-    return rc;
-}
-
-/* The coarsest level's dense inverse on the device (or nothing: it is smoothed instead). */
-int kd_amg_coarsest(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_t *csr, kd_err_t *err)
-{
-    const int64_t n = csr->rows;
-    amg->coarse_n = n;
-    if (n > KD_AMG_DENSE_MAX)
-        return KD_OK;
-    double *dense = calloc((size_t)(n * n) + 1, sizeof(double));
-    void *values = malloc((size_t)(n * n) * kd_dtype_size(amg->dtype) + 1);
-    int rc = dense != NULL && values != NULL
-                 ? KD_OK
-                 : kd_err_set(err, KD_ENOMEM, "amg: out of host memory for the coarsest level");
-    if (rc == KD_OK) {
-        for (int64_t i = 0; i < n; i++)
-            for (int32_t k = csr->indptr[i]; k < csr->indptr[i + 1]; k++)
-                dense[i * n + csr->indices[k]] = kd_csr_value(csr, k);
-        rc = kd_amg_dense_inverse(dense, n, err);
-    }
-    if (rc == KD_OK) {
-        for (int64_t i = 0; i < n * n; i++)
-            kd_store_real(values, amg->dtype, (size_t)i, dense[i]);
-        rc = kd_amg_upload_values(ocl, values, n * n, amg->dtype, "amg coarsest inverse",
-                                  &amg->coarse_inverse, err);
-    }
-    free(dense);
-    free(values);
     return rc;
 }
 
@@ -885,7 +600,7 @@ static int kd_amg_time_spmv(kd_ocl_t *ocl, const kd_matrix_t *M, kd_vec_t *x, kd
     kd_ocl_timing_begin(ocl);
     int rc = KD_OK;
     for (int r = 0; r < runs && rc == KD_OK; r++)
-        rc = kd_amg_spmv(ocl, M, 1.0, x, 0.0, y, err);
+        rc = kd_matrix_spmv_inner(ocl, M, 1.0, x, 0.0, y, err);
     double span = 0.0;
     const int rc2 = kd_ocl_timing_end(ocl, &span, err);
     *ms = span / runs;

@@ -5,6 +5,11 @@
  * same V-cycle in fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual
  * fused into their SpMVs, and the small levels at the bottom in one single-work-group launch (the
  * "tail").
+ *
+ * The files call down, never up: amg.c (the ops, setup, the straightforward V-cycle) calls
+ * fused.c, tail.c and refresh.c; each of those calls level.c (one level's device steps, which
+ * every cycle and the refresh share), which calls none of them. Each declaration below names
+ * its file.
  */
 #ifndef KD_SOLVER_AMG_CYCLE_H
 #define KD_SOLVER_AMG_CYCLE_H
@@ -14,7 +19,8 @@
 #include "solver/products/spgemm.h"
 #include "solver/vector.h"
 
-#define KD_AMG_STEPS_MAX 32 /* Chebyshev steps on one level: 4 x degree on a smoothed coarsest */
+#define KD_AMG_STEPS_MAX 32  /* Chebyshev steps on one level: 4 x degree on a smoothed coarsest */
+#define KD_AMG_DENSE_MAX 600 /* a coarsest level larger than this is smoothed, not inverted */
 
 typedef struct kd_amg_level {
     kd_matrix_t *A;      /* owned from level 1 on; level 0 is the solve's matrix */
@@ -58,8 +64,10 @@ typedef struct kd_amg {
     int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
 } kd_amg_t;
 
-/* Launch a kernel of kernels/precond/amg/amg.cl over `global` work-items in groups of `local`,
- * built with -DKD_TPR=lanes when lanes > 0. */
+/* ---- level.c: one level's device steps, shared by every file below --------------------------- */
+
+/* Launch a kernel of kernels/precond/amg/amg.cl over `global` work-items in groups of `local`, built with
+ * -DKD_TPR=lanes when lanes > 0. */
 int kd_amg_launch(kd_ocl_t *ocl, kd_amg_t *amg, const char *name, int lanes, size_t global,
                   size_t local, const kd_ocl_arg_t *args, size_t nargs, kd_err_t *err);
 
@@ -70,25 +78,10 @@ void kd_amg_chebyshev_coefficients(const kd_amg_t *amg, const kd_amg_level_t *L,
 /* Smoothing steps each way on level l: degree, or 4 x degree on a smoothed coarsest. */
 int kd_amg_steps(const kd_amg_t *amg, int l);
 
-/* The straightforward V-cycle from level l: x = M_l^-1 b. */
-int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
-                  kd_err_t *err);
-
 /* `degree` Chebyshev steps on level L for A x = b through its format, from x = 0 (from_zero) or
  * from x. */
 int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_t *b, kd_vec_t *x,
                   int from_zero, int degree, kd_err_t *err);
-
-/* The fused V-cycle: x = M^-1 b, the same operator as kd_amg_vcycle(.., 0, ..) in exact
- * arithmetic. */
-int kd_amg_fused_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x,
-                        kd_err_t *err);
-
-/* The fused V-cycle's tail (kernels/precond/amg/amg_abi.h): the longest run of levels >= 1 down to
- * the coarsest that fit one work-group, packed onto the device; none when even the coarsest does
- * not fit. */
-int kd_amg_tail_build(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err);
-void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released one */
 
 /* Work-items per row for a fused kernel on rows of mean length `mean`: on a GPU the smallest power
  * of two in 1..64 at least the mean (at most the work-group size), so a row is one or two
@@ -97,9 +90,6 @@ void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released o
 int kd_amg_lanes(const kd_amg_t *amg, double mean);
 
 extern int kd_amg_test_gpu_lanes; /* kd_amg_test_set_gpu_lanes */
-
-/* ---- setup's pieces that a refresh (solver/precond/amg/refresh.c) shares
- * ---------------------------- */
 
 /* Level l's 1/a_ii (inv_diagonal: host, n values of the dtype) onto the device, its vectors and
  * lambda (L->A, L->n and L->nnz set). */
@@ -124,6 +114,27 @@ int kd_amg_on_pattern(kd_ocl_t *ocl, const kd_csr_device_t *pattern, kd_csr_devi
  * kd_amg_product). */
 int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const kd_csr_device_t *B,
                    kd_csr_device_t *C, kd_err_t *err);
+
+/* ---- amg.c: the straightforward V-cycle ------------------------------------------------------ */
+
+/* The straightforward V-cycle from level l: x = M_l^-1 b. */
+int kd_amg_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_vec_t *b, kd_vec_t *x,
+                  kd_err_t *err);
+
+/* ---- fused.c and tail.c: the fused V-cycle --------------------------------------------------- */
+
+/* The fused V-cycle: x = M^-1 b, the same operator as kd_amg_vcycle(.., 0, ..) in exact
+ * arithmetic. */
+int kd_amg_fused_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_t *x,
+                        kd_err_t *err);
+
+/* The fused V-cycle's tail (kernels/precond/amg/amg_abi.h): the longest run of levels >= 1 down to the
+ * coarsest that fit one work-group, packed onto the device; none when even the coarsest does not
+ * fit. */
+int kd_amg_tail_build(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err);
+void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released one */
+
+/* ---- refresh.c: new values on a kept fused hierarchy ----------------------------------------- */
 
 /* The fused hierarchy's refresh (solver/precond/amg/refresh.c): amg, with old's options, levels,
  * aggregates and patterns, for A (fine: its host CSR in the stored order), every value computed

@@ -25,23 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kd_amg_test_gpu_lanes = 0;
-
-void kd_amg_test_set_gpu_lanes(int on)
-{
-    kd_amg_test_gpu_lanes = on;
-}
-
-int kd_amg_lanes(const kd_amg_t *amg, double mean)
-{
-    int lanes = 1;
-    while (amg->gpu_lanes && lanes < 64 && (double)lanes < mean)
-        lanes *= 2;
-    while ((size_t)lanes > amg->wg && lanes > 1)
-        lanes /= 2;
-    return lanes;
-}
-
 /* Work-items for `rows` rows of `lanes` each, rounded up to whole groups. */
 static size_t kd_amg_items(const kd_amg_t *amg, int64_t rows, int lanes)
 {
