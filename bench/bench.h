@@ -8,7 +8,7 @@
 #define KD_BENCH_H
 
 #include "common/csr.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,10 +10,10 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "common/clock.h"
-#include "solver/amg.h"
-#include "solver/method.h"
-#include "solver/precond.h"
-#include "solver/select.h"
+#include "solver/precond/amg/amg.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 #include <math.h>

@@ -18,8 +18,8 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "common/clock.h"
-#include "solver/batch.h"
-#include "solver/method.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -27,8 +27,8 @@
 #include "bench/bench.h"
 #include "common/clock.h"
 #include "bench/matgen.h"
-#include "solver/method.h"
-#include "solver/select.h"
+#include "solver/methods/method.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 #include <math.h>

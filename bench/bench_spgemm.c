@@ -26,7 +26,7 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "common/clock.h"
-#include "solver/spgemm.h"
+#include "solver/products/spgemm.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #include "bench/bench.h"
 #include "bench/matgen.h"
 #include "solver/matrix.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,7 +23,7 @@
 #include "common/clock.h"
 #include "bench/matgen.h"
 #include "solver/matrix.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 #include "solver/vector.h"
 
 #include <math.h>

@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "dist/dist_matrix.h"
 #include "dist/scatter.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <mpi.h>
 #include <stdarg.h>

@@ -14,7 +14,7 @@
  *   krylov-ocl-latency [--device SEL] [--n 1024] [--runs 5000]
  */
 #include "common/clock.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

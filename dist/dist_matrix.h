@@ -18,7 +18,7 @@
 #include "dist/block.h"
 #include "dist/comm_mpi.h"
 #include "solver/matrix.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 /* Where a distributed SpMV's host time went (accumulated over calls; ns). */

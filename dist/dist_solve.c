@@ -13,7 +13,7 @@
  */
 #include "dist/dist_matrix.h"
 #include "dist/summary.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <assert.h>
 #include <math.h>

@@ -7,7 +7,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "dist/scatter.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,8 +20,8 @@
 #include "server/replies.h"
 #include "server/server.h"
 #include "server/state.h"
-#include "solver/batch.h"
-#include "kernels/batch_abi.h"
+#include "solver/batch/batch.h"
+#include "kernels/batch/batch_abi.h"
 
 #include <math.h>
 #include <stdio.h>

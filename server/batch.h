@@ -9,7 +9,7 @@
 
 #include "protocol/writer.h"
 #include "server/job.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 
 struct kd_server;
 

@@ -13,7 +13,7 @@
  */
 #include "common/checked.h"
 #include "common/clock.h"
-#include "kernels/batch_abi.h"
+#include "kernels/batch/batch_abi.h"
 #include "server/batch.h"
 #include "server/cache.h"
 #include "server/handlers.h"

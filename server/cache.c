@@ -23,7 +23,7 @@
  * instead, where host-side work (matrix.multiply) finds it.
  */
 #include "server/cache.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 #include "common/clock.h"
 #include "common/checked.h"
 #include "common/log.h"
@@ -31,7 +31,7 @@
 #include "server/owners.h"
 #include "server/spread.h"
 #include "server/state.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 #include <math.h>
 #include <stdio.h>

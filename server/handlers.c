@@ -22,11 +22,11 @@
 #include "server/replies.h"
 #include "server/spmv.h"
 #include "server/spread.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 #include "server/server.h"
-#include "solver/select.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/formats/select.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 #include <math.h>

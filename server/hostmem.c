@@ -20,7 +20,7 @@
  */
 #include "common/log.h"
 #include "server/server.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 #include <unistd.h>
 

@@ -10,7 +10,7 @@
 #include "server/config.h"
 #include "server/notify.h"
 #include "server/server.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 #ifdef KD_MPI
 #include "dist/follow.h"

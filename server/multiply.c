@@ -17,8 +17,8 @@
 #include "common/log.h"
 #include "server/handlers.h"
 #include "server/replies.h"
-#include "solver/ocl_fault.h"
-#include "solver/spgemm.h"
+#include "solver/runtime/ocl_fault.h"
+#include "solver/products/spgemm.h"
 
 #include <stdio.h>
 #include <string.h>

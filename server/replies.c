@@ -4,9 +4,9 @@
  */
 #include "server/replies.h"
 #include "common/recycle.h"
-#include "solver/program_cache.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/runtime/program_cache.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "common/clock.h"
 
 #include <string.h>

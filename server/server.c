@@ -17,8 +17,8 @@
 #include "common/recycle.h"
 #include "server/metrics.h"
 #include "server/notify.h"
-#include "solver/pool.h"
-#include "solver/program_cache.h"
+#include "solver/runtime/pool.h"
+#include "solver/runtime/program_cache.h"
 #include "server/tls.h"
 
 #include <errno.h>

@@ -20,8 +20,8 @@
 #include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
-#include "solver/ocl.h"
-#include "solver/programs.h"
+#include "solver/runtime/ocl.h"
+#include "solver/runtime/programs.h"
 
 #include <uv.h>
 

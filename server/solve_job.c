@@ -19,8 +19,8 @@
 #include "server/handlers.h"
 #include "server/spmv.h"
 #include "server/spread.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 #include <stdint.h>

@@ -39,7 +39,7 @@
 #include "server/handlers.h"
 #include "server/spmv.h"
 #include "server/spread.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 #include <stdlib.h>
 #include <string.h>

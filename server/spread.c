@@ -6,8 +6,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "server/handlers.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 
 #ifdef KD_MPI
 #include "dist/follow.h"

@@ -15,7 +15,7 @@
 
 #include "protocol/writer.h"
 #include "server/server.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 #include "solver/solve.h"
 
 /* The job's ranks: 1 for a single process. */

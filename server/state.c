@@ -23,7 +23,7 @@
 #include "server/config.h"
 #include "server/state_io.h"
 #include "server/state_priv.h"
-#include "solver/batch.h"
+#include "solver/batch/batch.h"
 
 #include <dirent.h>
 #include <errno.h>

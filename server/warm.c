@@ -19,7 +19,7 @@
 #include "server/notify.h"
 #include "server/replies.h"
 #include "server/server.h"
-#include "solver/program_cache.h"
+#include "solver/runtime/program_cache.h"
 
 #include <dirent.h>
 #include <stdio.h>

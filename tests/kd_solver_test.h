@@ -12,7 +12,7 @@
 #include "common/reorder.h"
 #include "kd_test.h"
 #include "solver/matrix.h"
-#include "solver/ocl.h"
+#include "solver/runtime/ocl.h"
 
 /* Open KD_TEST_DEVICE or "auto"; prints the device; NULL (after printing why) on failure. */
 static inline kd_ocl_t *kd_test_open_device(void)

@@ -5,7 +5,7 @@
 #ifndef KD_TEST_ILU_H
 #define KD_TEST_ILU_H
 
-#include "solver/ilu.h"
+#include "solver/precond/ilu.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,8 +17,8 @@
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 

@@ -15,9 +15,9 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/batch.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/batch/batch.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -11,7 +11,7 @@
  */
 #include "kd_dist_mpi_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 
 #include <math.h>
 

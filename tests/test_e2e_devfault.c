@@ -25,8 +25,8 @@
 #include "kd_test.h"
 #include "krylov.h"
 #include "server/server.h"
-#include "solver/ocl_fault.h"
-#include "solver/pool.h"
+#include "solver/runtime/ocl_fault.h"
+#include "solver/runtime/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -20,9 +20,9 @@
 #include "kd_solver_test.h"
 #include "kd_test_ilu.h"
 #include "kd_test_mtx.h"
-#include "solver/ilu.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/ilu.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -10,7 +10,7 @@
  * lean variant) the same way, read through the packed snapshot, and the device-side limit.
  */
 #include "kd_solver_test.h"
-#include "solver/krylov.h"
+#include "solver/methods/krylov.h"
 
 static kd_ocl_t *ocl;
 

@@ -15,7 +15,7 @@
  * KD_EUNSUPPORTED (the server then builds from the CSR).
  */
 #include "kd_solver_test.h"
-#include "solver/format.h"
+#include "solver/formats/format.h"
 #include "solver/matrix.h"
 
 #include <stdlib.h>

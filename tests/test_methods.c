@@ -13,8 +13,8 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

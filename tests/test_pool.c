@@ -6,7 +6,7 @@
  * exactly where they belong (neighbours poisoned first stay untouched).
  */
 #include "kd_solver_test.h"
-#include "solver/pool.h"
+#include "solver/runtime/pool.h"
 
 static kd_ocl_t *ocl;
 

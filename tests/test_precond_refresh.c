@@ -10,9 +10,9 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/amg.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/amg/amg.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 #include <math.h>

@@ -22,9 +22,9 @@
 #include "bench/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/chebyshev.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/precond/chebyshev.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -12,8 +12,8 @@
  * waiting) loads from it but writes nothing.
  */
 #include "kd_solver_test.h"
-#include "solver/program_cache.h"
-#include "solver/programs.h"
+#include "solver/runtime/program_cache.h"
+#include "solver/runtime/programs.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
  * the assertions are about invariants and reasons, which hold on PoCL and on a GPU.
  */
 #include "kd_solver_test.h"
-#include "solver/select.h"
+#include "solver/formats/select.h"
 
 static kd_ocl_t *ocl;
 

@@ -12,7 +12,7 @@
  */
 #include "kd_solver_test.h"
 #include "common/clock.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

@@ -14,7 +14,7 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/method.h"
+#include "solver/methods/method.h"
 #include "solver/solve.h"
 
 static kd_ocl_t *ocl;

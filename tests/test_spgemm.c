@@ -23,8 +23,8 @@
  */
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
-#include "solver/spgemm.h"
-#include "kernels/spgemm_abi.h"
+#include "solver/products/spgemm.h"
+#include "kernels/products/spgemm_abi.h"
 
 /* Real matrices with more products than this are left to the benchmark (PoCL takes seconds). */
 #define KD_TEST_MAX_PRODUCTS 2000000

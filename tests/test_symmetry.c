@@ -14,8 +14,8 @@
 #include "common/slices.h"
 #include "kd_solver_test.h"
 #include "solver/matrix_scan.h"
-#include "solver/method.h"
-#include "solver/precond.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
 #include "solver/solve.h"
 
 #include <float.h>
