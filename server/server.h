@@ -11,12 +11,12 @@
 #include "protocol/frame.h"
 #include "protocol/request.h"
 #include "server/auth.h"
-#include "server/cache.h"
+#include "server/store/cache.h"
 #include "server/config.h"
 #include "server/job.h"
 #include "server/stats.h"
-#include "server/state.h"
-#include "server/store.h"
+#include "server/store/state.h"
+#include "server/store/store.h"
 #include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
@@ -104,10 +104,10 @@ typedef struct kd_server {
     struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
-    int budget_refused;  /* worker: the last KD_EDEVMEM came from the budget, not the driver */
-    int budget_wait;     /* worker: ... and would fit once requests in flight end (cache.c) */
+    int budget_refused;     /* worker: the last KD_EDEVMEM came from the budget, not the driver */
+    int budget_wait;        /* worker: ... and would fit once requests in flight end (cache.c) */
     atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */
-    int has_like_recent; /* worker: like_recent names the entry holding `recent` (store.h) */
+    int has_like_recent;    /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/pool.h): at
                              most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */

@@ -1,8 +1,8 @@
 /*
- * Solving A X = B on a resident matrix with a Krylov method (solver/methods/method.h: cg, sd, ...) and a
- * preconditioner (solver/precond/precond.h: none, jacobi, ...), several right-hand sides in lock step.
- * Vectors stay on the device; the host reads back one small block per convergence check. The
- * residual reported at the end is recomputed as ||b - A x||.
+ * Solving A X = B on a resident matrix with a Krylov method (solver/methods/method.h: cg, sd, ...)
+ * and a preconditioner (solver/precond/precond.h: none, jacobi, ...), several right-hand sides in
+ * lock step. Vectors stay on the device; the host reads back one small block per convergence check.
+ * The residual reported at the end is recomputed as ||b - A x||.
  */
 #ifndef KD_SOLVER_SOLVE_H
 #define KD_SOLVER_SOLVE_H
@@ -97,26 +97,26 @@ typedef struct kd_solve_params {
                                     setup (of `precond` with `precond_options`) is applied as it
                                     is: one of A's pattern, order and dtype with other values
                                     (PETSc's reuse of a preconditioner across a Newton loop) */
-    const char *kernel_options; /* tuning (benchmarks): extra build options for the Krylov
-                                   kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
+    const char *kernel_options;  /* tuning (benchmarks): extra build options for the Krylov
+                                    kernels on a new device ("-cl-nv-maxrregcount=32"), or NULL */
     int64_t restart; /* gmres: the Krylov basis size m of GMRES(m), 1..KD_SOLVE_RESTART_MAX;
                         0 = KD_SOLVE_RESTART_DEFAULT; other methods ignore it */
     int time_phases; /* benchmarks: drain the device between the phases of result.anatomy */
     void (*yield)(void *ctx); /* may be NULL: called after each check's read-back, when the
                                  device has the next chunk of iterations queued; the server
-                                 serves short requests there (server/spmv.c) */
+                                 serves short requests there (server/handlers/spmv.c) */
     void *yield_ctx;
-    int small;       /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
-                        arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
-                        work-group per right-hand side (kernels/methods/cg_small.cl), KD_SOLVE_SMALL_OFF
-                        never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
-                        unless spmv_fusion is KD_SOLVE_FUSION_ON */
+    int small; /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
+                  arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one
+                  work-group per right-hand side (kernels/methods/cg_small.cl), KD_SOLVE_SMALL_OFF
+                  never; 0 = automatic: on GPUs for at most KD_SOLVE_SMALL_ROWS rows,
+                  unless spmv_fusion is KD_SOLVE_FUSION_ON */
     const kd_solve_spread_t *spread; /* NULL: A is the whole matrix (see kd_solve_spread_t) */
 } kd_solve_params_t;
 
 #define KD_SOLVE_SMALL_ON 1
 #define KD_SOLVE_SMALL_OFF (-1)
-#define KD_SOLVE_SMALL_GLOBAL 2 /* on, the variant with the vectors in global memory (tests) */
+#define KD_SOLVE_SMALL_GLOBAL 2  /* on, the variant with the vectors in global memory (tests) */
 #define KD_SOLVE_SMALL_ROWS 4096 /* the automatic choice's limit (docs/BENCHMARKS.md) */
 #define KD_SOLVE_SMALL_CHECK 128 /* iterations per launch (and check) on that path */
 
@@ -160,12 +160,12 @@ typedef struct kd_solve_result {
                         replaced by ||b - A x|| when the recurrence
                         claims convergence) */
     int64_t history_len;
-    int64_t restarts;  /* times the recurrence's convergence was not confirmed by
-                          b - A x and the iteration went on from the true residual */
-    double time_ms;    /* the whole solve (all right-hand sides), transfers included */
-    double iterate_ms; /* of which the iterations: from the first check to the last */
-    int spmv_fused;    /* the SpMV ran fused with the method's first vector pass */
-    int chunked;       /* many iterations ran per launch (cg's small-system path) */
+    int64_t restarts;           /* times the recurrence's convergence was not confirmed by
+                                   b - A x and the iteration went on from the true residual */
+    double time_ms;             /* the whole solve (all right-hand sides), transfers included */
+    double iterate_ms;          /* of which the iterations: from the first check to the last */
+    int spmv_fused;             /* the SpMV ran fused with the method's first vector pass */
+    int chunked;                /* many iterations ran per launch (cg's small-system path) */
     kd_solve_anatomy_t anatomy; /* the whole solve's (the same in every column's result) */
     double reductions_per_iteration; /* the method's kd_krylov_reduce calls per iteration run */
     char message[256]; /* for breakdown / non_finite / stagnated: what happened, where */

@@ -69,8 +69,9 @@ int kd_ocl_kernel(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const ch
  * kd_ocl_program_build compiles what kd_ocl_kernel would (or loads it from the program cache)
  * without touching the table. Both write what they compiled to the program cache; a build on
  * a request (kd_ocl_kernel) writes nothing there: it keeps the request waiting, and on PoCL
- * fetching a binary compiles every kernel of the program (100 s for kernels/batch/batch.cl cold); kd_ocl_program_adopt puts such a result in the table (ownership of
- * handle passes, also on failure). kd_ocl_program_ready: 1 when the table holds it built.
+ * fetching a binary compiles every kernel of the program (100 s for kernels/batch/batch.cl cold);
+ * kd_ocl_program_adopt puts such a result in the table (ownership of handle passes, also on
+ * failure). kd_ocl_program_ready: 1 when the table holds it built.
  */
 int kd_ocl_program_ensure(kd_ocl_t *ocl, const char *program, kd_dtype_t dtype, const char *options,
                           int *built, kd_err_t *err);
@@ -86,8 +87,8 @@ int kd_ocl_program_ready(const kd_ocl_t *ocl, const char *program, kd_dtype_t dt
 void kd_ocl_program_counts(const kd_ocl_t *ocl, uint64_t *built_on_request,
                            uint64_t *waited_on_request);
 
-/* Binaries on disk for this device (solver/runtime/program_cache.h); the cache is not owned and must
- * outlive the device's builds. NULL: every build compiles the source. */
+/* Binaries on disk for this device (solver/runtime/program_cache.h); the cache is not owned and
+ * must outlive the device's builds. NULL: every build compiles the source. */
 struct kd_program_cache;
 void kd_ocl_set_program_cache(kd_ocl_t *ocl, struct kd_program_cache *cache);
 
@@ -112,7 +113,6 @@ int kd_ocl_fail(kd_err_t *err, cl_int status, const char *what);
 
 /* Wait for the queue to drain. */
 int kd_ocl_finish(kd_ocl_t *ocl, kd_err_t *err);
-
 
 /* KD_OK when the device computes in `dtype`: KD_EUNSUPPORTED for float64 on a device without
  * cl_khr_fp64, KD_EINTERNAL for a type that is not float32/float64. */
@@ -207,11 +207,11 @@ int kd_ocl_read_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, vo
 
 /*
  * A second in-order queue on the same device, for short requests served while a long solve has
- * work queued (server/spmv.c): on, everything enqueued through ocl goes to the express queue (made
- * on first use) and is not ordered after the main queue's work; off, back to the main queue. The
- * caller must make sure that what the express work reads is complete on the main queue (the solve
- * calls its yield hook only after a check's read-back returned, which in an in-order queue means
- * every earlier command finished) and that the two queues never write the same buffer.
+ * work queued (server/handlers/spmv.c): on, everything enqueued through ocl goes to the express
+ * queue (made on first use) and is not ordered after the main queue's work; off, back to the main
+ * queue. The caller must make sure that what the express work reads is complete on the main queue
+ * (the solve calls its yield hook only after a check's read-back returned, which in an in-order
+ * queue means every earlier command finished) and that the two queues never write the same buffer.
  */
 int kd_ocl_express(kd_ocl_t *ocl, int on, kd_err_t *err);
 

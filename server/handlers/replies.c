@@ -1,0 +1,354 @@
+/*
+ * Encoding of the result maps in replies.h. Field names and meanings are documented in
+ * docs/PROTOCOL.md; keep the two in step.
+ */
+#include "server/handlers/replies.h"
+#include "common/recycle.h"
+#include "solver/runtime/program_cache.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
+#include "common/clock.h"
+
+#include <string.h>
+
+static void kd_reply_stats(kd_writer_t *w, const kd_csr_stats_t *st)
+{
+    kd_w_str(w, "stats");
+    kd_w_map(w, 6);
+    kd_w_kv_int(w, "min_row", st->min_row);
+    kd_w_kv_int(w, "max_row", st->max_row);
+    kd_w_kv_double(w, "mean_row", st->mean_row);
+    kd_w_kv_double(w, "stddev_row", st->stddev_row);
+    kd_w_kv_int(w, "empty_rows", st->empty_rows);
+    kd_w_kv_int(w, "nonfinite", st->nonfinite);
+}
+
+static void kd_reply_candidates(kd_writer_t *w, const kd_matrix_meta_t *meta)
+{
+    kd_w_str(w, "candidates");
+    kd_w_array(w, (uint32_t)meta->ncandidates);
+    for (int i = 0; i < meta->ncandidates; i++) {
+        const kd_candidate_t *c = &meta->candidates[i];
+        kd_w_map(w, 2);
+        kd_w_kv_str(w, "format", kd_format_name(c->format));
+        if (c->dropped[0] != '\0')
+            kd_w_kv_str(w, "dropped", c->dropped);
+        else
+            kd_w_kv_double(w, "time_ms", c->time_ms);
+    }
+}
+
+static void kd_reply_detail(kd_writer_t *w, const kd_format_detail_t *detail)
+{
+    kd_w_str(w, "format_detail");
+    kd_w_map(w, (uint32_t)detail->count);
+    for (int i = 0; i < detail->count; i++)
+        kd_w_kv_int(w, detail->items[i].name, detail->items[i].value);
+}
+
+static void kd_reply_ints(kd_writer_t *w, const char *key, const int64_t *v, int n)
+{
+    kd_w_str(w, key);
+    kd_w_array(w, (uint32_t)n);
+    for (int i = 0; i < n; i++)
+        kd_w_int(w, v[i]);
+}
+
+/* How the matrix is spread over an MPI job's ranks (server/handlers/spread.c): `distributed` (put
+ * so), `ranks` (1: whole on rank 0), and per rank when spread. */
+static void kd_reply_spread(kd_writer_t *w, const kd_matrix_meta_t *meta, int spread)
+{
+    kd_w_kv_bool(w, "distributed", meta->distributed);
+    kd_w_kv_int(w, "ranks", meta->ranks > 1 ? meta->ranks : 1);
+    if (!spread)
+        return;
+    kd_reply_ints(w, "rows_per_rank", meta->rank_rows, meta->ranks);
+    kd_reply_ints(w, "nnz_per_rank", meta->rank_nnz, meta->ranks);
+    kd_w_str(w, "halo");
+    kd_w_map(w, 2);
+    kd_reply_ints(w, "ghosts", meta->rank_ghosts, meta->ranks);
+    kd_reply_ints(w, "sends", meta->rank_sends, meta->ranks);
+}
+
+void kd_reply_meta(kd_writer_t *w, const kd_matrix_meta_t *meta, int created)
+{
+    kd_reply_meta_extra(w, meta, created, 0);
+}
+
+void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int created, uint32_t extra)
+{
+    const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
+    /* a batch shows one system's shape and how many systems it holds */
+    const int64_t k = meta->batch > 0 ? meta->batch : 1;
+    kd_w_map(w, 19 + (meta->hide_selection ? 0 : 1) + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) +
+                    (meta->batch > 0 ? 1 : 0) + (meta->has_pattern ? 1 : 0) +
+                    (meta->has_like ? 1 : 0) + extra);
+    kd_w_kv_str(w, "id", meta->hex);
+    kd_w_kv_str(w, "name", meta->name);
+    kd_w_kv_int(w, "rows", meta->rows / k);
+    kd_w_kv_int(w, "cols", meta->cols / k);
+    kd_w_kv_int(w, "nnz", meta->nnz / k);
+    if (meta->batch > 0)
+        kd_w_kv_int(w, "batch", meta->batch);
+    kd_w_kv_str(w, "dtype", kd_dtype_name(meta->dtype));
+    kd_w_kv_str(w, "format", kd_format_name(meta->format));
+    kd_w_kv_int(w, "device_bytes", (int64_t)meta->device_bytes);
+    kd_w_kv_bool(w, "pinned", meta->pinned);
+    kd_w_kv_bool(w, "resident", meta->resident);
+    kd_w_kv_int(w, "uses", (int64_t)meta->uses);
+    kd_reply_stats(w, &meta->stats);
+    if (!meta->hide_selection)
+        kd_reply_candidates(w, meta);
+    kd_reply_detail(w, &meta->detail);
+    kd_w_kv_str(w, "reorder", kd_reorder_name(meta->reorder));
+    kd_w_kv_str(w, "reorder_reason", meta->reorder_reason);
+    kd_w_str(w, "symmetric");
+    if (meta->symmetric >= 0)
+        kd_w_bool(w, meta->symmetric);
+    else
+        kd_w_nil(w); /* a state file from before the scan, not loaded since */
+    kd_w_str(w, "bandwidth");
+    kd_w_map(w, 2);
+    kd_w_kv_int(w, "before", meta->bandwidth_before);
+    kd_w_kv_int(w, "after", meta->bandwidth_after);
+    kd_reply_spread(w, meta, spread);
+    if (meta->has_pattern) {
+        char hex[KD_ID_HEX_LEN + 1];
+        kd_id_to_hex(meta->pattern, hex);
+        kd_w_kv_str(w, "pattern", hex);
+    }
+    if (meta->has_like) /* the like matrix's preconditioners its solves refreshed */
+        kd_w_kv_int(w, "preconditioners_refreshed", meta->preconds_refreshed);
+    if (created >= 0)
+        kd_w_kv_bool(w, "created", created);
+}
+
+void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user,
+                         kd_meta_scope_t scope, int owners)
+{
+    kd_meta_view(meta, user, scope);
+    kd_reply_meta_extra(w, meta, -1, owners ? 1 : 0);
+    if (!owners)
+        return;
+    kd_w_str(w, "owners");
+    kd_w_array(w, (uint32_t)meta->nowners);
+    for (int i = 0; i < meta->nowners; i++) {
+        kd_w_map(w, 2);
+        kd_w_kv_str(w, "user", meta->owners[i].name);
+        kd_w_kv_bool(w, "pinned", meta->owners[i].pinned);
+    }
+}
+
+/* {"users": {NAME: {matrices, device_bytes, state_bytes, jobs, and its max_* limits}}}: every
+ * user of the auth file, what its references hold (store.h, kd_usage_t) and its requests in
+ * flight. */
+static void kd_reply_users(kd_writer_t *w, kd_server_t *server)
+{
+    const size_t n = kd_auth_count(server->auth);
+    kd_w_str(w, "users");
+    kd_w_map(w, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        const kd_user_t *u = kd_auth_user(server->auth, i);
+        kd_usage_t use;
+        kd_store_usage(server->store, u->name, &use);
+        const kd_quota_t *q = &u->quota;
+        kd_w_str(w, u->name);
+        kd_w_map(w, 9);
+        kd_w_kv_str(w, "role", kd_role_name(u->role));
+        kd_w_kv_int(w, "matrices", (int64_t)use.matrices);
+        kd_w_kv_int(w, "device_bytes", (int64_t)use.device_bytes);
+        kd_w_kv_int(w, "state_bytes", (int64_t)use.state_bytes);
+        kd_w_kv_int(w, "jobs", (int64_t)kd_dispatch_user_jobs(server, u->name));
+        kd_w_kv_int(w, "max_matrices", (int64_t)q->max_matrices); /* 0: no limit */
+        kd_w_kv_int(w, "max_device_bytes", (int64_t)q->max_device_bytes);
+        kd_w_kv_int(w, "max_state_bytes", (int64_t)q->max_state_bytes);
+        kd_w_kv_int(w, "max_jobs", (int64_t)q->max_jobs);
+    }
+}
+
+/* --client-memory (climem.c): what the connections hold, the cap, and the evictions by reason. */
+static void kd_reply_client_memory(kd_writer_t *w, const kd_client_mem_t *m)
+{
+    kd_w_str(w, "client_memory");
+    kd_w_map(w, 8);
+    kd_w_kv_int(w, "used_bytes", (int64_t)m->used);
+    kd_w_kv_int(w, "closing_bytes", (int64_t)m->closing);
+    kd_w_kv_int(w, "peak_bytes", (int64_t)m->peak);
+    kd_w_kv_int(w, "open_peak_bytes", (int64_t)m->open_peak);
+    kd_w_kv_int(w, "cap_bytes", (int64_t)m->cap);
+    kd_w_kv_int(w, "connection_share_bytes", (int64_t)m->share);
+    kd_w_kv_int(w, "pauses", (int64_t)m->pauses);
+    kd_w_str(w, "evictions");
+    kd_w_map(w, KD_EVICT_REASONS);
+    for (int r = 0; r < KD_EVICT_REASONS; r++)
+        kd_w_kv_int(w, kd_evict_reason_name((kd_evict_reason_t)r), (int64_t)m->evictions[r]);
+}
+
+/* The process's resident size beside what malloc holds in use and what is counted
+ * (client_memory, the recycle shelf), and what the idle trims gave back (trim.h). */
+static void kd_reply_host_memory(kd_writer_t *w, const kd_server_t *server)
+{
+    kd_w_str(w, "host_memory");
+    kd_w_map(w, 6);
+    kd_w_kv_int(w, "rss_bytes", (int64_t)kd_trim_rss_bytes());
+    kd_w_kv_int(w, "malloc_in_use_bytes", (int64_t)kd_trim_malloc_in_use());
+    kd_w_kv_int(w, "recycle_idle_bytes", (int64_t)kd_recycle_idle_bytes());
+    kd_w_kv_int(w, "settled_rss_bytes", (int64_t)server->trim.settled_bytes);
+    kd_w_kv_int(w, "trims", (int64_t)server->trim.trims);
+    kd_w_kv_int(w, "trimmed_bytes", (int64_t)server->trim.released_bytes);
+}
+
+void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full)
+{
+    const kd_ocl_device_desc_t *d = kd_ocl_desc(server->ocl);
+    const kd_server_counters_t *c = &server->counters;
+    kd_store_totals_t totals;
+    kd_store_totals(server->store, &totals);
+    size_t paused = 0;
+    for (const kd_conn_t *conn = server->conns; conn != NULL; conn = conn->next)
+        paused += conn->read_paused != 0;
+    const int users = full && server->auth != NULL;
+    kd_w_result_begin(w, msgid);
+    kd_w_map(w, full ? 28 + (users ? 1 : 0) : 4);
+    kd_w_kv_str(w, "version", KD_VERSION);
+    /* For everyone: a client that wants a warm server can see how far it is. */
+    kd_w_str(w, "warm_up");
+    kd_reply_warm_up(w, server);
+    /* What solve takes, from the tables themselves: a client lists them without guessing. */
+    kd_w_str(w, "solvers");
+    kd_w_map(w, 2);
+    kd_w_str(w, "methods");
+    kd_w_map(w, (uint32_t)kd_method_count);
+    for (size_t i = 0; i < kd_method_count; i++)
+        kd_w_kv_str(w, kd_method_table[i]->name, kd_method_table[i]->summary);
+    kd_w_str(w, "preconditioners");
+    kd_w_map(w, (uint32_t)kd_precond_count);
+    for (size_t i = 0; i < kd_precond_count; i++)
+        kd_w_kv_str(w, kd_precond_table[i]->name, kd_precond_table[i]->summary);
+    kd_w_str(w, "device");
+    kd_w_map(w, 8);
+    kd_w_kv_str(w, "name", d->name);
+    kd_w_kv_str(w, "platform", d->platform);
+    kd_w_kv_str(w, "vendor", d->vendor);
+    kd_w_kv_str(w, "version", d->version);
+    kd_w_kv_str(w, "type", d->is_gpu ? "gpu" : (d->is_cpu ? "cpu" : "other"));
+    kd_w_kv_int(w, "global_mem_bytes", (int64_t)d->global_mem_bytes);
+    kd_w_kv_int(w, "compute_units", d->compute_units);
+    kd_w_kv_bool(w, "fp64", d->has_fp64);
+    if (!full)
+        return;
+    kd_w_kv_int(w, "matrices", (int64_t)totals.matrices);
+    kd_w_kv_int(w, "resident_matrices", (int64_t)totals.resident);
+    kd_w_kv_int(w, "device_bytes_used", (int64_t)totals.device_bytes);
+    kd_w_kv_int(w, "device_budget_bytes", (int64_t)server->device_budget);
+    kd_w_kv_int(w, "state_bytes", (int64_t)totals.file_bytes);
+    kd_w_kv_int(w, "state_max_bytes", (int64_t)server->cfg.state_max_bytes);
+    kd_w_kv_double(w, "uptime_s", (double)(kd_clock_ns() - server->start_ns) / 1e9);
+    kd_w_kv_int(w, "requests", (int64_t)c->requests);
+    kd_w_kv_int(w, "errors", (int64_t)c->errors);
+    kd_w_kv_int(w, "connections", (int64_t)server->nconns);
+    kd_w_kv_int(w, "queue_depth", (int64_t)kd_worker_queued(server->worker));
+    kd_w_kv_int(w, "jobs_in_flight", (int64_t)server->jobs_in_flight);
+    kd_w_str(w, "cache");
+    kd_w_map(w, 9);
+    kd_w_kv_int(w, "hits", (int64_t)totals.counters[KD_STORE_HITS]);
+    kd_w_kv_int(w, "misses", (int64_t)totals.counters[KD_STORE_MISSES]);
+    kd_w_kv_int(w, "reloads", (int64_t)totals.counters[KD_STORE_RELOADS]);
+    kd_w_kv_int(w, "evictions", (int64_t)totals.counters[KD_STORE_EVICTIONS]);
+    kd_w_kv_int(w, "disk_evictions", (int64_t)totals.counters[KD_STORE_DISK_EVICTIONS]);
+    kd_w_kv_int(w, "corrupt_files", (int64_t)totals.counters[KD_STORE_CORRUPT]);
+    kd_w_kv_int(w, "devmem_retries", (int64_t)totals.counters[KD_STORE_DEVMEM_RETRIES]);
+    kd_w_kv_int(w, "memory_waits", (int64_t)totals.counters[KD_STORE_MEMORY_WAITS]);
+    kd_w_kv_int(w, "memory_wait_ms", (int64_t)totals.counters[KD_STORE_MEMORY_WAIT_MS]);
+    kd_ocl_program_stats_t ps;
+    kd_ocl_program_stats(server->ocl, &ps);
+    kd_w_str(w, "programs");
+    kd_programs_progress_t wp;
+    kd_programs_warmup_progress(server->warmup, &wp);
+    uint64_t on_request, waited;
+    kd_ocl_program_counts(server->ocl, &on_request, &waited);
+    kd_w_map(w, 11);
+    kd_w_kv_str(w, "warm_up", server->warmup != NULL ? "all" : "none");
+    kd_w_kv_int(w, "warmed", (int64_t)wp.built);
+    kd_w_kv_int(w, "warm_from_cache_list", (int64_t)wp.replayed);
+    kd_w_kv_double(w, "warm_ms", wp.done ? wp.ms : 0.0);
+    kd_w_kv_bool(w, "cache", server->programs != NULL);
+    kd_w_kv_str(w, "cache_dir",
+                server->programs != NULL ? kd_program_cache_dir(server->programs) : "");
+    kd_w_kv_int(w, "compiled", (int64_t)ps.built_from_source);
+    kd_w_kv_int(w, "loaded", (int64_t)ps.loaded_from_binary);
+    kd_w_kv_int(w, "binaries_rejected", (int64_t)ps.binaries_rejected);
+    kd_w_kv_int(w, "built_on_request", (int64_t)on_request);
+    kd_w_kv_int(w, "waited_on_request", (int64_t)waited);
+    kd_w_kv_int(w, "solves_batched", (int64_t)atomic_load(&server->solves_batched));
+    kd_w_kv_double(w, "worker_busy_s", (double)kd_worker_busy_ns(server->worker) / 1e9);
+    /* The loop thread: its life minus its time waiting in the poll (0 when not measured). */
+    uint64_t idle = uv_metrics_idle_time(server->loop);
+    double life = (double)(kd_clock_ns() - server->start_ns) / 1e9;
+    kd_w_kv_double(w, "loop_busy_s", idle > 0 ? life - (double)idle / 1e9 : 0.0);
+    kd_w_str(w, "spmv");
+    kd_w_map(w, 4);
+    kd_w_kv_int(w, "grouped", (int64_t)atomic_load(&server->spmv_stats.grouped));
+    kd_w_kv_int(w, "batched", (int64_t)atomic_load(&server->spmv_stats.batched));
+    kd_w_kv_int(w, "launches", (int64_t)atomic_load(&server->spmv_stats.launches));
+    kd_w_kv_int(w, "beside_solve", (int64_t)atomic_load(&server->spmv_stats.beside_solve));
+    kd_w_str(w, "connection_stats");
+    kd_w_map(w, 8);
+    kd_w_kv_int(w, "accepted", (int64_t)c->connections_total);
+    kd_w_kv_int(w, "refused", (int64_t)c->connections_refused);
+    kd_w_kv_int(w, "closed_idle", (int64_t)c->connections_idle);
+    kd_w_kv_int(w, "closed_slow", (int64_t)c->connections_slow);
+    kd_w_kv_int(w, "paused", (int64_t)paused);
+    kd_w_kv_int(w, "timeouts_in_queue", (int64_t)c->timeouts_queued);
+    kd_w_kv_int(w, "auth_failures", (int64_t)c->auth_failures);
+    kd_w_kv_int(w, "closed_auth", (int64_t)c->connections_auth);
+    kd_reply_client_memory(w, &server->climem);
+    kd_reply_host_memory(w, server);
+    kd_w_str(w, "requests_by_method");
+    kd_w_map(w, KD_METHOD_COUNT);
+    for (int m = 0; m < KD_METHOD_COUNT; m++)
+        kd_w_kv_int(w, kd_method_name((kd_method_t)m), (int64_t)c->by_method[m]);
+    /* Several internal codes share a wire name (KD_ENOMEM, KD_EIO -> INTERNAL): sum by name. */
+    kd_w_str(w, "errors_by_code");
+    const char *names[KD_ERROR_COUNT];
+    uint64_t counts[KD_ERROR_COUNT];
+    uint32_t nnames = 0;
+    for (int e = 1; e < KD_ERROR_COUNT; e++) {
+        if (c->errors_by_code[e] == 0)
+            continue;
+        const char *name = kd_error_wire_name(-e);
+        uint32_t k = 0;
+        while (k < nnames && strcmp(names[k], name) != 0)
+            k++;
+        if (k == nnames) {
+            names[nnames] = name;
+            counts[nnames++] = 0;
+        }
+        counts[k] += c->errors_by_code[e];
+    }
+    kd_w_map(w, nnames);
+    for (uint32_t k = 0; k < nnames; k++)
+        kd_w_kv_int(w, names[k], (int64_t)counts[k]);
+
+    /* Latency per method that has been called: count, p50/p90/p99 and max in milliseconds. */
+    kd_w_str(w, "latency_ms");
+    uint32_t nmethods = 0;
+    for (int m = 0; m < KD_METHOD_COUNT; m++)
+        nmethods += server->latency[m].count > 0;
+    kd_w_map(w, nmethods);
+    for (int m = 0; m < KD_METHOD_COUNT; m++) {
+        const kd_latency_t *lat = &server->latency[m];
+        if (lat->count == 0)
+            continue;
+        kd_w_str(w, kd_method_name((kd_method_t)m));
+        kd_w_map(w, 6);
+        kd_w_kv_int(w, "count", (int64_t)lat->count);
+        kd_w_kv_double(w, "mean", lat->sum_s / (double)lat->count * 1e3);
+        kd_w_kv_double(w, "p50", kd_latency_quantile(lat, 0.50) * 1e3);
+        kd_w_kv_double(w, "p90", kd_latency_quantile(lat, 0.90) * 1e3);
+        kd_w_kv_double(w, "p99", kd_latency_quantile(lat, 0.99) * 1e3);
+        kd_w_kv_double(w, "max", lat->max_s * 1e3);
+    }
+    if (users)
+        kd_reply_users(w, server);
+}
