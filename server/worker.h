@@ -59,6 +59,11 @@ size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, struc
  * The loop may remove them again (timeout, cancel) as any queued job. */
 void kd_worker_requeue(kd_worker_t *w, struct kd_job **jobs, size_t n);
 
+/* From the worker thread, during run: run a job taken with kd_worker_take through the run
+ * callback, as if the worker had taken it itself (one that must run alone after all); its
+ * response is set, and the caller still posts it with kd_worker_finish. */
+void kd_worker_run(kd_worker_t *w, struct kd_job *job);
+
 /* From the worker thread: post a job taken with kd_worker_take, its response set, to the loop
  * (the job run through kd_worker_run_fn is posted by the worker itself). */
 void kd_worker_finish(kd_worker_t *w, struct kd_job *job);

@@ -23,6 +23,7 @@
 #include "common/checked.h"
 #include "common/log.h"
 #include "server/server.h"
+#include "server/dispatch/dispatch.h"
 
 #include <stdint.h>
 
@@ -60,7 +61,7 @@ static void kd_climem_evict(kd_server_t *server)
                 "unread responses); open clients hold %zu bytes, over --client-memory %zu",
                 (unsigned long long)largest->id, largest->peer, largest->mem, largest->mem_jobs,
                 largest->write_pending, kd_climem_open_bytes(m), m->cap);
-        kd_conn_abort(largest);
+        kd_net_abort(largest);
     }
     m->evicting = 0;
 }
@@ -105,7 +106,7 @@ static void kd_climem_pressure(kd_conn_t *conn)
                  max_write);
     } else if (in_flight <= share / 2 && conn->write_pending <= max_write / 2) {
         conn->read_paused = 0;
-        kd_conn_resume_reading(conn);
+        kd_net_resume_reading(conn);
     }
 }
 

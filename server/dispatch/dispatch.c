@@ -16,6 +16,8 @@
 #include "server/store/quota.h"
 #include "server/handlers/replies.h"
 #include "server/server.h"
+#include "server/dispatch/dispatch.h"
+#include "server/dispatch/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,10 +28,10 @@ static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
     size_t len;
     void *bytes = kd_writer_release(w, &len);
     if (bytes == NULL) {
-        kd_conn_send_error(conn, msgid, KD_ENOMEM, "out of host memory encoding a response");
+        kd_net_send_error(conn, msgid, KD_ENOMEM, "out of host memory encoding a response");
         return;
     }
-    kd_conn_send(conn, bytes, len);
+    kd_net_send(conn, bytes, len);
 }
 
 void kd_server_count_error(kd_server_t *server, int code)
@@ -42,7 +44,7 @@ void kd_server_count_error(kd_server_t *server, int code)
 static void kd_answer_error(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
 {
     kd_server_count_error(conn->server, code);
-    kd_conn_send_error(conn, msgid, code, message);
+    kd_net_send_error(conn, msgid, code, message);
 }
 
 static void kd_answer_info(kd_conn_t *conn, const kd_request_t *req)
@@ -226,15 +228,6 @@ static void kd_answer_cancel(kd_conn_t *conn, const kd_request_t *req)
     }
 }
 
-size_t kd_dispatch_user_jobs(const kd_server_t *server, const char *user)
-{
-    size_t n = 0;
-    for (const kd_conn_t *c = server->conns; c != NULL; c = c->next)
-        if (strcmp(c->user.name, user) == 0)
-            n += c->njobs;
-    return n;
-}
-
 static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
 {
     kd_server_t *server = conn->server;
@@ -381,17 +374,17 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job)
              kd_method_name(job->req->method), ms, kd_error_wire_name(job->error_code));
     conn->last_activity_ns = kd_clock_ns();
     /* dropped if the client left */
-    kd_conn_send_parts(conn, job->response, job->response_len, job->response_tail,
-                       job->response_tail_len);
+    kd_net_send_parts(conn, job->response, job->response_len, job->response_tail,
+                      job->response_tail_len);
     job->response = job->response_tail = NULL;
     kd_job_free(job);
     kd_climem_account(conn); /* its charge has gone (the response, if sent, is counted now) */
-    kd_conn_unref(conn);
-    kd_server_job_finished(server);
+    kd_net_unref(conn);
+    server->net->job_finished(server);
 }
 
 void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len)
 {
     (void)ctx;
-    kd_conn_send(job->conn, bytes, len);
+    kd_net_send(job->conn, bytes, len);
 }

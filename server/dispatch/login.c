@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "protocol/writer.h"
 #include "server/server.h"
+#include "server/dispatch/dispatch.h"
 
 #include <openssl/crypto.h>
 
@@ -110,7 +111,7 @@ static void kd_backoff_clear(kd_conn_t *conn)
 static void kd_login_refuse(kd_conn_t *conn, uint64_t msgid, int code, const char *message)
 {
     kd_server_count_error(conn->server, code);
-    kd_conn_send_error(conn, msgid, code, message);
+    kd_net_send_error(conn, msgid, code, message);
 }
 
 static void kd_hold_closed(uv_handle_t *handle)
@@ -118,7 +119,7 @@ static void kd_hold_closed(uv_handle_t *handle)
     struct kd_login_hold *hold = handle->data;
     kd_conn_t *conn = hold->conn;
     free(hold);
-    kd_conn_unref(conn);
+    kd_net_unref(conn);
 }
 
 static void kd_hold_release(struct kd_login_hold *hold)
@@ -135,9 +136,9 @@ static void kd_hold_expired(uv_timer_t *timer)
     int close_after = hold->close_after;
     kd_hold_release(hold);
     if (close_after)
-        kd_conn_close(conn);
+        kd_net_close(conn);
     else
-        kd_conn_resume_reading(conn);
+        kd_net_resume_reading(conn);
 }
 
 void kd_login_conn_closed(kd_conn_t *conn)
@@ -186,7 +187,7 @@ static void kd_login_failed(kd_conn_t *conn, uint64_t msgid, const char *name)
         free(hold);
         kd_login_refuse(conn, msgid, KD_EUNAUTH, message);
         if (close_after)
-            kd_conn_close(conn);
+            kd_net_close(conn);
         return;
     }
     hold->conn = conn;
@@ -236,7 +237,7 @@ static void kd_login_answer(kd_conn_t *conn, kd_request_t *req)
     if (bytes == NULL)
         kd_login_refuse(conn, req->msgid, KD_ENOMEM, "out of host memory encoding a response");
     else
-        kd_conn_send(conn, bytes, len);
+        kd_net_send(conn, bytes, len);
 }
 
 int kd_login_check(kd_conn_t *conn, kd_request_t *req)

@@ -19,6 +19,8 @@
 #include "server/notify.h"
 #include "server/handlers/replies.h"
 #include "server/server.h"
+#include "server/dispatch/status.h"
+#include "server/dispatch/dispatch.h"
 #include "solver/runtime/program_cache.h"
 
 #include <dirent.h>
@@ -141,7 +143,7 @@ static void kd_warm_answer(kd_server_t *server, struct kd_warm_waiter *waiter, i
     conn->warm_waits--;
     conn->last_activity_ns = kd_clock_ns();
     if (code != KD_OK) { /* not counted as an error: a client polling the warm-up asks again */
-        kd_conn_send_error(conn, waiter->msgid, code, message);
+        kd_net_send_error(conn, waiter->msgid, code, message);
     } else {
         kd_writer_t w;
         kd_writer_init(&w);
@@ -149,11 +151,11 @@ static void kd_warm_answer(kd_server_t *server, struct kd_warm_waiter *waiter, i
         size_t len;
         void *bytes = kd_writer_release(&w, &len);
         if (bytes != NULL)
-            kd_conn_send(conn, bytes, len);
+            kd_net_send(conn, bytes, len);
         else
-            kd_conn_send_error(conn, waiter->msgid, KD_ENOMEM, "out of host memory");
+            kd_net_send_error(conn, waiter->msgid, KD_ENOMEM, "out of host memory");
     }
-    kd_conn_unref(conn);
+    kd_net_unref(conn);
     waiter->timer.data = waiter;
     uv_close((uv_handle_t *)&waiter->timer, kd_warm_waiter_closed);
 }
@@ -184,7 +186,7 @@ void kd_warm_wait(kd_conn_t *conn, const kd_request_t *req)
     const int admin = conn->user.role == KD_ROLE_ADMIN;
     struct kd_warm_waiter *waiter = calloc(1, sizeof(*waiter));
     if (waiter == NULL) {
-        kd_conn_send_error(conn, req->msgid, KD_ENOMEM, "out of host memory");
+        kd_net_send_error(conn, req->msgid, KD_ENOMEM, "out of host memory");
         return;
     }
     waiter->conn = conn;

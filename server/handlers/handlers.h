@@ -1,7 +1,8 @@
 /*
- * What the worker's job handlers share across files: handlers.c runs every job and handles put,
- * drop, pin, spmv and solve; multiply.c handles matrix.multiply, whose product is kept the way
- * matrix.put keeps an upload (kd_handlers_admit).
+ * The worker's job handlers, one file per request family, and what they share: run.c runs every
+ * job through its family's handler (matrices.c: put, drop, pin, share; like.c; multiply.c;
+ * spmv.c; solve_job.c; batch.c); keep.c keeps a new matrix the way matrix.put does
+ * (kd_handlers_keep, _admit); common.c has a job's checks, vectors and response.
  */
 #ifndef KD_SERVER_HANDLERS_H
 #define KD_SERVER_HANDLERS_H
@@ -48,7 +49,13 @@ int kd_handlers_admit(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr,
                       const kd_matrix_options_t *opt, kd_matrix_meta_t *meta, int *created,
                       kd_err_t *err);
 
-/* matrix.put with like (server/handlers/like.c): new values on a held matrix's pattern. */
+/* matrix.put, matrix.drop, matrix.pin and matrix.share (matrices.c). */
+int kd_handle_put(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+int kd_handle_drop(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+int kd_handle_pin(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+int kd_handle_share(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
+
+/* matrix.put with like (like.c): new values on a held matrix's pattern. */
 int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 
 /* n values of `dtype` in a fresh buffer (at least 1 byte); KD_ETOOLARGE / KD_ENOMEM in err. */
@@ -58,6 +65,13 @@ void *kd_handlers_alloc_values(int64_t n, kd_dtype_t dtype, kd_err_t *err);
  * there is no such matrix: kd_cache_use reports that). */
 size_t kd_handlers_vector_bytes(kd_server_t *server, const uint8_t id[16], int64_t per_row,
                                 int64_t per_col);
+
+/* KD_ENOTFOUND for matrix id, with the message every handler gives (common.c). */
+int kd_handlers_not_found(kd_err_t *err, const uint8_t id[16]);
+
+/* KD_ENOTFOUND, as for an id that does not exist, when the matrix job names is another user's
+ * (common.c); KD_OK when it names none. */
+int kd_handlers_visible(kd_server_t *server, const kd_job_t *job, kd_err_t *err);
 
 /* What the worker checks before it runs a job, for a job taken from the queue another way
  * (spmv.c): its cancel flag, its deadline, and that its user may see the matrix it names. */

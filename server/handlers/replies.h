@@ -1,6 +1,6 @@
 /*
  * Result maps shared by the loop-thread answers and the worker's handlers: a matrix's metadata
- * (matrix.put / matrix.info / matrix.list) and the server status.
+ * (matrix.put / matrix.info / matrix.list); server.status is dispatch/status.h's.
  */
 #ifndef KD_SERVER_REPLIES_H
 #define KD_SERVER_REPLIES_H
@@ -18,12 +18,5 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
  * meta. */
 void kd_reply_meta_owned(kd_writer_t *w, kd_matrix_meta_t *meta, const char *user,
                          kd_meta_scope_t scope, int owners);
-
-/* A whole response to server.status: in full for an admin; otherwise only what a client needs
- * to form requests (version, solvers, device), nothing about other clients' use. */
-void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int full);
-/* The warm_up map of server.status (warm.c): state, counts and the programs building and
- * pending. */
-void kd_reply_warm_up(kd_writer_t *w, kd_server_t *server);
 
 #endif

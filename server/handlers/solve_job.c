@@ -362,7 +362,7 @@ static void kd_solve_post(kd_server_t *server, kd_solve_part_t *parts, size_t n)
         kd_job_t *job = parts[i].job;
         if (job->response == NULL) {
             server->solve_alone++;
-            kd_handlers_run(server, job);
+            kd_worker_run(server->worker, job);
             server->solve_alone--;
         }
         kd_worker_finish(server->worker, job);
@@ -615,7 +615,7 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
         return rc;
     if (entry->dist != NULL) { /* spread over ranks: alone, through them (never batched) */
         kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
-        return kd_spread_solve(server, entry, job, kd_on_progress, &pc, w, err);
+        return kd_spread_solve(server, entry, job, kd_on_progress, &pc, kd_solve_job_reply, w, err);
     }
     if (server->solve_alone == 0 && kd_solve_batchable(job)) {
         kd_solve_take_t take = {

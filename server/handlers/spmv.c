@@ -454,7 +454,7 @@ static void kd_spmv_post(kd_server_t *server, kd_spmv_item_t *items, size_t from
         }
         if (job->response == NULL) {
             server->spmv_alone++;
-            kd_handlers_run(server, job);
+            kd_worker_run(server->worker, job);
             server->spmv_alone--;
             if (can_wait && kd_spmv_still_waits(server, job)) {
                 again[nagain++] = job;

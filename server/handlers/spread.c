@@ -192,7 +192,8 @@ static int kd_spread_method(const kd_solve_request_t *q, kd_solve_params_t *para
 }
 
 int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
-                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err)
+                    kd_solve_progress_fn progress, void *ctx, kd_spread_reply_fn reply,
+                    kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     kd_solve_params_t params;
@@ -238,8 +239,7 @@ int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
     if (rc != KD_OK)
         goto done;
     kd_convert_real(xout, q->dtype, x, dt, (size_t)count);
-    kd_solve_job_reply(w, job, &params, results, xout, t0, (double)(kd_clock_ns() - t0) / 1e6,
-                       NULL);
+    reply(w, job, &params, results, xout, t0, (double)(kd_clock_ns() - t0) / 1e6, NULL);
 done:
     if (results != NULL)
         for (int64_t j = 0; j < nrhs; j++)
@@ -287,9 +287,10 @@ int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_r
 }
 
 int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
-                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err)
+                    kd_solve_progress_fn progress, void *ctx, kd_spread_reply_fn reply,
+                    kd_writer_t *w, kd_err_t *err)
 {
-    (void)server, (void)entry, (void)job, (void)progress, (void)ctx, (void)w;
+    (void)server, (void)entry, (void)job, (void)progress, (void)ctx, (void)reply, (void)w;
     return kd_err_set(err, KD_EINTERNAL, "a spread matrix in a build without MPI");
 }
 

@@ -52,10 +52,18 @@ int kd_spread_again(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t
 int kd_spread_spmv(kd_server_t *server, kd_store_entry_t *entry, const kd_spmv_request_t *q,
                    void **out, kd_err_t *err);
 
+/* How a solve is answered (solve_job.c's kd_solve_job_reply, handlers.h), passed in by the solve
+ * handler that calls kd_spread_solve: this file sits below it. */
+typedef void (*kd_spread_reply_fn)(kd_writer_t *w, const kd_job_t *job,
+                                   const kd_solve_params_t *params,
+                                   const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                                   double total_ms, const char *setup);
+
 /* solve on a spread matrix (lengths checked): cg, pcg (jacobi) and sd; anything else is
  * KD_EBADREQ naming what runs spread. progress (with ctx) is called on this rank at the checks,
- * as on one process. Answers through w as a solve on one process does. */
+ * as on one process. Answers through w with reply, as a solve on one process does. */
 int kd_spread_solve(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
-                    kd_solve_progress_fn progress, void *ctx, kd_writer_t *w, kd_err_t *err);
+                    kd_solve_progress_fn progress, void *ctx, kd_spread_reply_fn reply,
+                    kd_writer_t *w, kd_err_t *err);
 
 #endif

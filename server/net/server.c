@@ -11,6 +11,8 @@
  * it, so it listens only on loopback and Unix sockets unless --no-auth says otherwise.
  */
 #include "server/server.h"
+#include "server/dispatch/dispatch.h"
+#include "server/handlers/spread.h"
 #include "common/clock.h"
 #include "common/checked.h"
 #include "common/log.h"
@@ -210,10 +212,33 @@ uint64_t kd_server_programs_built_on_request(const kd_server_t *server)
     return built;
 }
 
+static void kd_server_job_finished(kd_server_t *server);
+
+/* The layers below reach up only through these (dispatch.h, cache.h): registered first thing. */
+static const kd_dispatch_net_t kd_server_net = {
+    .send = kd_conn_send,
+    .send_parts = kd_conn_send_parts,
+    .send_error = kd_conn_send_error,
+    .close = kd_conn_close,
+    .abort = kd_conn_abort,
+    .resume_reading = kd_conn_resume_reading,
+    .unref = kd_conn_unref,
+    .job_finished = kd_server_job_finished,
+};
+
+static const kd_cache_spread_t kd_server_spread = {
+    .ranks = kd_spread_ranks,
+    .again = kd_spread_again,
+    .discard = kd_spread_discard,
+    .forget = kd_spread_forget,
+};
+
 static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
                           kd_err_t *err)
 {
     memset(server, 0, sizeof(*server));
+    server->net = &kd_server_net;
+    server->spread = &kd_server_spread;
     server->loop = loop;
     server->cfg = *cfg;
     server->start_ns = kd_clock_ns();
@@ -489,7 +514,7 @@ void kd_server_shutdown(kd_server_t *server)
                    (uint64_t)server->cfg.shutdown_grace_ms, 0);
 }
 
-void kd_server_job_finished(kd_server_t *server)
+static void kd_server_job_finished(kd_server_t *server)
 {
     if (server->shutting_down && server->jobs_in_flight == 0)
         kd_server_finish(server);

@@ -29,7 +29,6 @@
 #include "common/log.h"
 #include "server/server.h"
 #include "server/store/owners.h"
-#include "server/handlers/spread.h"
 #include "server/store/state.h"
 #include "solver/runtime/pool.h"
 
@@ -406,13 +405,13 @@ static int kd_cache_respread(kd_server_t *server, kd_store_entry_t *entry, kd_er
     rc = kd_cache_load(server, entry, &csr, err);
     if (rc != KD_OK)
         return rc;
-    rc = kd_spread_again(server, entry, csr, err);
+    rc = server->spread->again(server, entry, csr, err);
     kd_csr_free(csr);
     if (rc != KD_OK)
         return kd_err_prefix(err, "reloading matrix %s", entry->meta.hex);
     kd_store_count(server->store, KD_STORE_RELOADS);
     KD_INFO("cache", "reload id=%s spread over %d ranks ms=%.1f", entry->meta.hex,
-            kd_spread_ranks(server), (double)(kd_clock_ns() - t0) / 1e6);
+            server->spread->ranks(server), (double)(kd_clock_ns() - t0) / 1e6);
     return KD_OK;
 }
 
@@ -433,7 +432,7 @@ int kd_cache_use(kd_server_t *server, const uint8_t id[16], size_t extra, kd_sto
     int rc;
     if (entry->dev != NULL || entry->dist != NULL) {
         kd_store_count(server->store, KD_STORE_HITS);
-    } else if (entry->meta.distributed && kd_spread_ranks(server) > 1) {
+    } else if (entry->meta.distributed && server->spread->ranks(server) > 1) {
         if ((rc = kd_cache_respread(server, entry, err)) != KD_OK)
             return rc;
     } else if ((rc = kd_cache_reload(server, entry, extra, err)) != KD_OK) {
@@ -592,7 +591,7 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     return KD_OK;
 fail:
     kd_csr_free(csr);
-    kd_spread_discard(server, entry); /* the other ranks' parts too */
+    server->spread->discard(server, entry); /* the other ranks' parts too */
     kd_store_entry_free(entry);
     return rc;
 }
@@ -683,7 +682,7 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
     }
     KD_INFO("store", "drop id=%s user=%s", entry->meta.hex, user != NULL ? user : "*");
     if (entry->dist != NULL)
-        kd_spread_forget(server, id);
+        server->spread->forget(server, id);
     kd_store_entry_free(kd_store_remove(server->store, id));
     kd_store_refresh_all_bytes(server->store); /* a freed sharer's pattern bytes moved */
     if (server->state != NULL) /* its pattern file's charge, moved to another matrix */

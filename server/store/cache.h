@@ -17,6 +17,19 @@
 
 struct kd_server;
 
+/* Matrices spread over MPI ranks (handlers/spread.c) as the cache needs them: the store below
+ * cannot call the handlers above it, so kd_server_init registers these in server->spread.
+ * ranks: the job's ranks (1 on one process); again: re-spread entry from csr (its file's matrix)
+ * after a restart; discard: a spread entry that was not admitted, every rank's part freed;
+ * forget: the other ranks drop matrix id. */
+typedef struct kd_cache_spread {
+    int (*ranks)(const struct kd_server *server);
+    int (*again)(struct kd_server *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                 kd_err_t *err);
+    void (*discard)(struct kd_server *server, kd_store_entry_t *entry);
+    void (*forget)(struct kd_server *server, const uint8_t id[16]);
+} kd_cache_spread_t;
+
 /* Start-up, before the worker runs: compute the device budget, open and lock the state directory
  * and register every good matrix file in it (headers only; nothing is loaded). */
 int kd_cache_open(struct kd_server *server, kd_err_t *err);
