@@ -1,6 +1,6 @@
 /*
  * Fixed-width little-endian fields in byte buffers, whatever the host's order: the formats krylovd
- * writes to disk (state files, server/state.c; compiled program files,
+ * writes to disk (state files, server/store/state.c; compiled program files,
  * solver/runtime/program_cache.c) read the same on every machine.
  */
 #ifndef KD_COMMON_LE_H

@@ -42,7 +42,8 @@ typedef struct kd_job {
     int has_timer;             /* deadline_timer was initialised (then freed in its close cb) */
     size_t mem_bytes;          /* counted in its connection's client memory (loop thread) */
     /* Worker thread (the loop reads it once the job is out of the queue): when it began waiting
-     * for device memory that requests in flight hold (server/spmv.c), 0 = it does not wait. */
+     * for device memory that requests in flight hold (server/handlers/spmv.c), 0 = it does not
+     * wait. */
     uint64_t mem_wait_ns;
 } kd_job_t;
 

@@ -1,9 +1,11 @@
 /*
  * The krylovd server: one libuv loop thread that owns every socket, a device worker thread that
- * owns the OpenCL device, and the matrix store between them. server.c accepts connections and
- * handles signals, connection timeouts and shutdown; conn.c reads, frames and writes one client's
- * bytes; dispatch.c turns decoded requests into immediate answers or jobs; handlers.c runs jobs
- * on the worker; cache.c and state.c keep matrices within the device budget and on disk.
+ * owns the OpenCL device, and the matrix store between them. net/server.c accepts connections and
+ * handles signals, connection timeouts and shutdown; net/conn.c reads, frames and writes one
+ * client's bytes; dispatch/dispatch.c turns decoded requests into immediate answers or jobs;
+ * handlers/run.c runs jobs on the worker; store/cache.c and store/state.c keep matrices within the
+ * device budget and on disk. Calls go one way, net/ -> dispatch/ -> handlers/ -> store/; the
+ * struct fields below are shared by all.
  */
 #ifndef KD_SERVER_SERVER_H
 #define KD_SERVER_SERVER_H
@@ -11,12 +13,12 @@
 #include "protocol/frame.h"
 #include "protocol/request.h"
 #include "server/auth.h"
-#include "server/cache.h"
+#include "server/store/cache.h"
 #include "server/config.h"
 #include "server/job.h"
 #include "server/stats.h"
-#include "server/state.h"
-#include "server/store.h"
+#include "server/store/state.h"
+#include "server/store/store.h"
 #include "server/trim.h"
 #include "server/worker.h"
 #include <stdatomic.h>
@@ -78,6 +80,11 @@ typedef struct kd_login_backoff {
 } kd_login_backoff_t;
 
 typedef struct kd_server {
+    /* How the lower layers reach the upper ones, set by kd_server_init: dispatch/ asks net/ to
+     * answer and pace connections (dispatch/dispatch.h), the cache asks the spread matrices'
+     * code to re-spread or forget one (store/cache.h). */
+    const struct kd_dispatch_net *net;
+    const struct kd_cache_spread *spread;
     uv_loop_t *loop;
     kd_config_t cfg;
     uv_tcp_t listener;
@@ -198,8 +205,6 @@ int kd_server_init(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
 int kd_server_run(kd_server_t *server);
 /* Begin a graceful shutdown (signals call this). */
 void kd_server_shutdown(kd_server_t *server);
-/* Dispatch calls this after each job completes, so a shutdown can finish. */
-void kd_server_job_finished(kd_server_t *server);
 
 /* "127.0.0.1:7373", "[::1]:7373", "localhost:7373" -> a socket address; `what` names the option
  * in messages. */
@@ -273,7 +278,8 @@ void kd_dispatch_job_done(void *ctx, kd_job_t *job);
  * set to code instead, when cancel_running. */
 void kd_dispatch_stop_jobs(kd_server_t *server, kd_conn_t *conn, int code, const char *message,
                            int cancel_running);
-/* Loop thread: requests queued or running for user, over all its connections (max_jobs). */
+/* Loop thread: requests queued or running for user, over all its connections (max_jobs;
+ * dispatch/status.c). */
 size_t kd_dispatch_user_jobs(const kd_server_t *server, const char *user);
 
 void kd_dispatch_job_notify(void *ctx, kd_job_t *job, void *bytes, size_t len);
@@ -292,7 +298,7 @@ void kd_login_conn_closed(kd_conn_t *conn);
 /* login.c: (re)read --auth-file; on error the old table stays and the error is returned. */
 int kd_login_load(kd_server_t *server, kd_err_t *err);
 
-/* handlers.c: runs on the worker thread. */
+/* handlers/run.c: the worker's run callback, on the worker thread. */
 void kd_handlers_run(void *ctx, kd_job_t *job);
 
 #endif

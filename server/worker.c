@@ -35,7 +35,7 @@ struct kd_worker {
     kd_worker_callbacks_t cb;
     void (*closed)(void *arg);
     void *closed_arg;
-    atomic_uint_fast64_t spin_ns; /* kd_worker_set_spin (set while the thread runs) */
+    atomic_uint_fast64_t spin_ns;   /* kd_worker_set_spin (set while the thread runs) */
     atomic_uint_fast64_t submitted; /* jobs ever submitted: what a spinning worker watches */
     atomic_uint_fast64_t busy_ns;   /* time spent running jobs */
 };
@@ -223,6 +223,11 @@ void kd_worker_requeue(kd_worker_t *w, kd_job_t **jobs, size_t n)
     w->head = jobs[0];
     w->queued += n;
     pthread_mutex_unlock(&w->lock);
+}
+
+void kd_worker_run(kd_worker_t *w, kd_job_t *job)
+{
+    w->cb.run(w->cb.ctx, job);
 }
 
 void kd_worker_finish(kd_worker_t *w, kd_job_t *job)

@@ -48,16 +48,21 @@ int kd_worker_remove(kd_worker_t *w, struct kd_job *job);
  * true out of the queue, in queue order, into out (match runs under the queue's lock: it may
  * read the job's request, nothing else). Each taken job is then the caller's to run and to hand
  * back through kd_worker_finish; the loop can no longer remove it. Returns how many. Dynamic
- * batching (server/spmv.c) and serving short requests inside a long one use it. */
+ * batching (server/handlers/spmv.c) and serving short requests inside a long one use it. */
 typedef int (*kd_worker_match_fn)(void *arg, const struct kd_job *job);
 size_t kd_worker_take(kd_worker_t *w, kd_worker_match_fn match, void *arg, struct kd_job **out,
                       size_t max);
 
 /* From the worker thread: put jobs[0..n) taken with kd_worker_take back at the head of the queue,
  * in that order, ahead of every job queued now (they were queued before those): a request that
- * waits for something the running job holds (device memory, server/spmv.c) runs after it. The
- * loop may remove them again (timeout, cancel) as any queued job. */
+ * waits for something the running job holds (device memory, server/handlers/spmv.c) runs after it.
+ * The loop may remove them again (timeout, cancel) as any queued job. */
 void kd_worker_requeue(kd_worker_t *w, struct kd_job **jobs, size_t n);
+
+/* From the worker thread, during run: run a job taken with kd_worker_take through the run
+ * callback, as if the worker had taken it itself (one that must run alone after all); its
+ * response is set, and the caller still posts it with kd_worker_finish. */
+void kd_worker_run(kd_worker_t *w, struct kd_job *job);
 
 /* From the worker thread: post a job taken with kd_worker_take, its response set, to the loop
  * (the job run through kd_worker_run_fn is posted by the worker itself). */

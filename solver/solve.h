@@ -104,7 +104,7 @@ typedef struct kd_solve_params {
     int time_phases; /* benchmarks: drain the device between the phases of result.anatomy */
     void (*yield)(void *ctx); /* may be NULL: called after each check's read-back, when the
                                  device has the next chunk of iterations queued; the server
-                                 serves short requests there (server/spmv.c) */
+                                 serves short requests there (server/handlers/spmv.c) */
     void *yield_ctx;
     int small; /* tuning (benchmarks, tests): cg / pcg on a matrix whose format keeps CSR
                   arrays, KD_SOLVE_SMALL_ON runs many iterations per launch in one

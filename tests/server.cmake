@@ -3,16 +3,16 @@
 kd_add_test(test_state SOURCES test_state.c LIBS kd_server LABELS unit)
 kd_add_test(test_config SOURCES test_config.c LIBS kd_server LABELS unit)
 kd_add_test(test_auth SOURCES test_auth.c LIBS kd_server LABELS unit)
-# What a reply shows of a matrix to an admin and to a tenant (server/store.c, kd_meta_view).
+# What a reply shows of a matrix to an admin and to a tenant (server/store/store.c, kd_meta_view).
 kd_add_test(test_meta_view SOURCES test_meta_view.c LIBS kd_server LABELS unit)
-# server/tls.c against an OpenSSL client over memory BIOs (issue 15).
+# server/net/tls.c against an OpenSSL client over memory BIOs (issue 15).
 kd_add_test(test_tls SOURCES test_tls.c LIBS kd_server LABELS unit)
 
-# krylovd_faults: the daemon with the state layer's fault hook compiled in (server/state_io.h,
+# krylovd_faults: the daemon with the state layer's fault hook compiled in (server/store/state_io.h,
 # KD_TEST_HOOKS; KD_TEST_FAULT picks the fault). A test build only: never installed, and krylovd
 # itself has no hook. Its state_io.o comes before libkd_server.a, so the archive's is not linked.
 add_executable(krylovd_faults ${PROJECT_SOURCE_DIR}/server/main.c
-                              ${PROJECT_SOURCE_DIR}/server/state_io.c)
+                              ${PROJECT_SOURCE_DIR}/server/store/state_io.c)
 target_compile_definitions(krylovd_faults PRIVATE KD_TEST_HOOKS=1)
 target_link_libraries(krylovd_faults PRIVATE kd_server)
 # A full state disk (issue 21): STORAGE_FULL on a small tmpfs (when one can be mounted) and on the

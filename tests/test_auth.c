@@ -7,7 +7,7 @@
  */
 #include "kd_test.h"
 #include "server/auth.h"
-#include "server/quota.h"
+#include "server/store/quota.h"
 
 #include <openssl/sha.h>
 

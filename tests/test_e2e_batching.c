@@ -1,8 +1,8 @@
 /*
- * spmv requests that wait together are served together (server/spmv.c): a real krylovd is kept
- * busy with a solve while two clients pipeline a mix of spmv requests — one and several columns,
- * float64 and float32, alpha, beta with y, two matrices (one with empty rows and a dense row,
- * rectangular), a wrong x length, an unknown id — and every request must get exactly its own
+ * spmv requests that wait together are served together (server/handlers/spmv.c): a real krylovd is
+ * kept busy with a solve while two clients pipeline a mix of spmv requests — one and several
+ * columns, float64 and float32, alpha, beta with y, two matrices (one with empty rows and a dense
+ * row, rectangular), a wrong x length, an unknown id — and every request must get exactly its own
  * answer, checked against the CPU reference (outputs poisoned first), or its own error; the
  * server's counters must show that they were grouped and that requests on one matrix shared
  * launches. Then the same mix without a busy worker, with fresh inputs. And solves: waiting
@@ -56,8 +56,8 @@ static kd_csr_t *make_irregular(void)
     }
     kd_csr_t *m = NULL;
     kd_err_t err = {0};
-    if (kd_csr_from_coo_arrays(rows, cols, n, ri, ci, KD_DTYPE_I64, v, KD_DTYPE_F64,
-                               KD_DTYPE_F64, NULL, &m, &err) != KD_OK)
+    if (kd_csr_from_coo_arrays(rows, cols, n, ri, ci, KD_DTYPE_I64, v, KD_DTYPE_F64, KD_DTYPE_F64,
+                               NULL, &m, &err) != KD_OK)
         fprintf(stderr, "building R: %s\n", err.message);
     free(ri);
     free(ci);
@@ -158,18 +158,20 @@ static void check_answer(const pending_t *p, const kd_rpc_msg_t *m)
             worst = isnan(e) ? INFINITY : fmax(worst, e);
         }
     }
-    CHECK_MSG(worst <= (s->f32 ? 1e-4 : 1e-12), "matrix %d ncols %d alpha %g beta %g f32 %d: "
-              "error %g", s->matrix, s->ncols, s->alpha, s->beta, s->f32, worst);
+    CHECK_MSG(worst <= (s->f32 ? 1e-4 : 1e-12),
+              "matrix %d ncols %d alpha %g beta %g f32 %d: "
+              "error %g",
+              s->matrix, s->ncols, s->alpha, s->beta, s->f32, worst);
     free(got);
     free(want);
 }
 
 static const spec_t mix[] = {
-    {1, 1, 1.0, 0.0, 0, 0}, {1, 1, 1.0, 0.0, 0, 0}, {1, 3, 1.0, 0.0, 0, 0},
-    {1, 1, 1.0, 0.0, 1, 0}, {1, 1, 2.5, 0.0, 0, 0}, {1, 1, 2.5, 0.0, 0, 0},
-    {1, 2, 1.0, -0.5, 0, 0}, {0, 1, 1.0, 0.0, 0, 0}, {0, 2, 1.0, 0.0, 0, 0},
-    {0, 1, 1.0, 0.0, 0, 1}, {-1, 1, 1.0, 0.0, 0, 0}, {0, 1, -1.0, 2.0, 1, 0},
-    {1, 1, 1.0, 0.0, 0, 0}, {0, 1, 1.0, 0.0, 0, 0},
+    {1, 1, 1.0, 0.0, 0, 0},  {1, 1, 1.0, 0.0, 0, 0},  {1, 3, 1.0, 0.0, 0, 0},
+    {1, 1, 1.0, 0.0, 1, 0},  {1, 1, 2.5, 0.0, 0, 0},  {1, 1, 2.5, 0.0, 0, 0},
+    {1, 2, 1.0, -0.5, 0, 0}, {0, 1, 1.0, 0.0, 0, 0},  {0, 2, 1.0, 0.0, 0, 0},
+    {0, 1, 1.0, 0.0, 0, 1},  {-1, 1, 1.0, 0.0, 0, 0}, {0, 1, -1.0, 2.0, 1, 0},
+    {1, 1, 1.0, 0.0, 0, 0},  {0, 1, 1.0, 0.0, 0, 0},
 };
 enum { NMIX = sizeof(mix) / sizeof(mix[0]) };
 
@@ -476,8 +478,8 @@ static void test_mix_idle(void)
 int main(void)
 {
     kd_test_seed();
-    const char *extra[] = {"--queue-depth", "64", "--max-jobs-per-connection", "64",
-                           "--warm-programs", "none", NULL};
+    const char *extra[] = {
+        "--queue-depth", "64", "--max-jobs-per-connection", "64", "--warm-programs", "none", NULL};
     if (kd_daemon_start(&d, extra) != 0)
         return 1;
     kd_csr_t *R = make_irregular();

@@ -1,6 +1,6 @@
 /*
  * Crash sweep (issue 21): a put / pin / batch put / put with like / drop / unpin sequence runs
- * against krylovd_faults (server/state_io.h), which is killed with SIGKILL at its k-th write,
+ * against krylovd_faults (server/store/state_io.h), which is killed with SIGKILL at its k-th write,
  * fsync, rename, unlink, create or mkdir in the state directory, for every k from 1 to N, N being
  * the number of such calls the whole sequence makes (counted by a first run in count mode).
  * Three matrices share one pattern (issue 22: one pattern file): A_LIKE put with like A, then A

@@ -486,8 +486,8 @@ static void sweep_all(int with_state)
 
 /* ---- spmv beside a solve ---------------------------------------------------------------------
  * A long solve on one connection while spmv requests on another are served at its checks, on the
- * device's express queue (server/spmv.c), with a fault armed a few operations ahead: whichever
- * request it hits, each answers right or with a clean error, and the device bytes are all
+ * device's express queue (server/handlers/spmv.c), with a fault armed a few operations ahead:
+ * whichever request it hits, each answers right or with a clean error, and the device bytes are all
  * accounted for afterwards. Not a sweep: which request meets the fault depends on timing. */
 
 typedef struct beside {

@@ -1,12 +1,12 @@
 /*
- * What a reply shows of a matrix to each user (server/store.c, kd_meta_view) without a daemon: an
- * admin (KD_META_ALL) sees the totals; a user among tenants (KD_META_OWN) its own uses, name and
- * pin, and none of the upload's timings, of other users' preconditioners or of their puts with
- * like, unless the copy is its own (--tenant-dedupe off); and the id of a user's own copy
+ * What a reply shows of a matrix to each user (server/store/store.c, kd_meta_view) without a
+ * daemon: an admin (KD_META_ALL) sees the totals; a user among tenants (KD_META_OWN) its own uses,
+ * name and pin, and none of the upload's timings, of other users' preconditioners or of their puts
+ * with like, unless the copy is its own (--tenant-dedupe off); and the id of a user's own copy
  * (kd_id_mix_tenant) is one of its own.
  */
 #include "kd_test.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 #include <string.h>
 

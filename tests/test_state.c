@@ -1,6 +1,6 @@
 /*
- * The state directory's matrix files (server/state.c), without a daemon: a written matrix reads
- * back bit for bit with its header fields; every kind of damage — a flipped payload byte, a
+ * The state directory's matrix files (server/store/state.c), without a daemon: a written matrix
+ * reads back bit for bit with its header fields; every kind of damage — a flipped payload byte, a
  * flipped header byte, a truncated file, a file grown by a byte, a wrong magic, a file under
  * another id's name — is detected, and a damaged file is moved to corrupt/ rather than loaded;
  * the scan at start-up reads headers only, removes leftovers of interrupted writes, ignores
@@ -16,7 +16,7 @@
 #include "common/csr.h"
 #include "common/dtype.h"
 #include "kd_test.h"
-#include "server/state.h"
+#include "server/store/state.h"
 
 #include <dirent.h>
 #include <fcntl.h>

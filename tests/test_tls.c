@@ -1,5 +1,5 @@
 /*
- * server/tls.c without a socket: a server session (kd_tls_t) and an OpenSSL client joined by
+ * server/net/tls.c without a socket: a server session (kd_tls_t) and an OpenSSL client joined by
  * memory BIOs, the bytes between them moved by the test in pieces of every size from 1 byte up
  * (records split anyhow, as TCP may). Checks: the handshake completes and the client verifies the
  * certificate; 100 KB of random plaintext each way arrives intact; nothing can be written before
@@ -8,7 +8,7 @@
  * files are refused naming the file. Certificates come from tests/tools/make_test_certs.sh.
  */
 #include "kd_test.h"
-#include "server/tls.h"
+#include "server/net/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>

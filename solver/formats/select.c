@@ -541,7 +541,8 @@ int kd_select_upload(kd_ocl_t *ocl, const kd_csr_t *csr, const char *forced_form
     if (rc != KD_OK)
         return rc;
     /* csr is canonical: the builders check what comes from the wire, a reload checks its file,
-     * and a product is checked by kd_csr_validate before it is admitted (server/multiply.c) */
+     * and a product is checked by kd_csr_validate before it is admitted
+     * (server/handlers/multiply.c) */
     rc = kd_csr_check_shape(csr->rows, csr->cols, csr->nnz, NULL, err);
     if (rc != KD_OK)
         return rc;

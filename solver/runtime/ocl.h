@@ -207,11 +207,11 @@ int kd_ocl_read_async(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, vo
 
 /*
  * A second in-order queue on the same device, for short requests served while a long solve has
- * work queued (server/spmv.c): on, everything enqueued through ocl goes to the express queue (made
- * on first use) and is not ordered after the main queue's work; off, back to the main queue. The
- * caller must make sure that what the express work reads is complete on the main queue (the solve
- * calls its yield hook only after a check's read-back returned, which in an in-order queue means
- * every earlier command finished) and that the two queues never write the same buffer.
+ * work queued (server/handlers/spmv.c): on, everything enqueued through ocl goes to the express
+ * queue (made on first use) and is not ordered after the main queue's work; off, back to the main
+ * queue. The caller must make sure that what the express work reads is complete on the main queue
+ * (the solve calls its yield hook only after a check's read-back returned, which in an in-order
+ * queue means every earlier command finished) and that the two queues never write the same buffer.
  */
 int kd_ocl_express(kd_ocl_t *ocl, int on, kd_err_t *err);
 

@@ -5,8 +5,8 @@
  * multivector given back is kept, with its column views, when it is at most `item_max` bytes and
  * the pool stays under `bytes_max`; the least recently given back go first. A request then gets
  * one of exactly its shape (rows, columns, dtype) back. One thread uses a pool (the device's
- * worker); its bytes count in the device budget (server/cache.c) and it empties when the driver
- * refuses an allocation.
+ * worker); its bytes count in the device budget (server/store/cache.c) and it empties when the
+ * driver refuses an allocation.
  */
 #ifndef KD_SOLVER_POOL_H
 #define KD_SOLVER_POOL_H

@@ -141,7 +141,7 @@ class BatchTest(unittest.TestCase):
             self.assertLess(np.max(np.abs(Y[s] - want)), 1e-12 * (1 + np.max(np.abs(want))))
 
     def test_pipelined_spmv_beside_plain_matrices(self):
-        """spmv requests waiting together are served as a group (server/spmv.c); one on a batch
+        """spmv requests waiting together are served as a group (server/handlers/spmv.c); one on a batch
         among them is answered on its own, right."""
         import msgpack
 
