@@ -7,7 +7,7 @@
 #                   work-item reaches and out-of-bounds accesses (tests/oclgrind.sh)
 #   make fuzz       the libFuzzer targets, FUZZ_SECONDS each (clang; build-fuzz/)
 #   make bench      build and run krylov-bench on the default device
-#   make bench-load the service load benchmark: 64 clients x 200 requests (bench/load.c)
+#   make bench-load the service load benchmark: 64 clients x 200 requests (bench/service/load.c)
 #   make soak       honest and hostile clients against one krylovd for SOAK_MINUTES; fails on a
 #                   wrong or lost answer or on growth of memory, descriptors or device bytes
 #                   (tests/soak/soak.py; CSV, summary and plot in SOAK_OUT)

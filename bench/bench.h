@@ -1,8 +1,8 @@
 /*
  * What the krylov-bench subcommands share: the dispatch table's entry points (one per
- * bench/bench_<name>.c), a monotonic clock, medians, device-side timing of enqueued work through
- * profiling events (solver/runtime/ocl.h's timing window), the minimal-bytes model of SpMV, and the
- * binary CSR dump the peer programs in bench/peers read.
+ * bench/{solver,service}/bench_<name>.c), a monotonic clock, medians, device-side timing of
+ * enqueued work through profiling events (solver/runtime/ocl.h's timing window), the minimal-bytes
+ * model of SpMV, and the binary CSR dump the peer programs in bench/peers read.
  */
 #ifndef KD_BENCH_H
 #define KD_BENCH_H

@@ -1,7 +1,8 @@
 /*
- * krylov-bench: benchmarks of krylovd's solver layer, one subcommand per bench/bench_<name>.c,
- * listed in the table below (adding one is one line). Without arguments it runs `spmv` on a small
- * default set of generated matrices, 20 runs each (what `make bench` does; sized for a CPU).
+ * krylov-bench: benchmarks of krylovd's solver layer, one subcommand per
+ * bench/{solver,service}/bench_<name>.c, listed in the table below (adding one is one line).
+ * Without arguments it runs `spmv` on a small default set of generated matrices, 20 runs each (what
+ * `make bench` does; sized for a CPU).
  */
 #include "bench/bench.h"
 

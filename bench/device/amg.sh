@@ -2,8 +2,8 @@
 # Run THERE (the GPU host) from the repository root with .debs carried: issue 13's multigrid
 # benchmark in one call. Builds krylovd (setup.sh) unless build-device/ is there, runs the AMG and
 # SpGEMM tests on the GPU, then `krylov-bench amg --device gpu` (Jacobi-PCG and AMG-PCG to 1e-8,
-# b = ones; setup apart) on the anchor table's five problems (bench/matgen_amg.c), and CuPy's cg
-# (plain and Jacobi-scaled) on the same exported matrices. Files in $OUT: amg-ctest.log,
+# b = ones; setup apart) on the anchor table's five problems (bench/matgen/matgen_amg.c), and CuPy's
+# cg (plain and Jacobi-scaled) on the same exported matrices. Files in $OUT: amg-ctest.log,
 # amg-krylov.txt, amg-cupy.txt.
 set -uo pipefail
 out=${OUT:-/tmp/kd-amg}

@@ -49,7 +49,7 @@ for part in $parts; do
         load "$label" --clients 4 --requests 1000 --spmv 100 --solve 0 --matrix 0 \
           --background-solve 100 --background-maxiter 1000
         echo "== $label: python"
-        timeout 60 python3 bench/py_roundtrip.py --server "127.0.0.1:$port" --calls 3000
+        timeout 60 python3 bench/service/py_roundtrip.py --server "127.0.0.1:$port" --calls 3000
         kill "$pid"; wait "$pid"
       done
       # this tree without its loop's and worker's spinning: what the spin buys

@@ -3,7 +3,8 @@
 # GPU. Parts (KD_I33_PARTS, in order; default all):
 #   tests    the kernel + end-to-end suite on the GPU, MPI included (ctest -L 'kernel|e2e';
 #            the Python tests only where numpy, scipy and msgpack import)      ctest-gpu.log
-#   putrss   bench/put_rss.sh on the GPU: a put's peak host RSS against its bytes and its CSR's
+#   putrss   bench/service/put_rss.sh on the GPU: a put's peak host RSS against its bytes and
+#            its CSR's
 #                                                                              put-rss-gpu.txt
 #   spgemm   SpGEMM against cuSPARSE after issue 32's kernel changes (a few cases, fewer runs:
 #            bench/device/spgemm.sh with KD_BENCH_TESTS=0)                     spgemm-table.txt
@@ -18,7 +19,7 @@ for part in $parts; do
   tests)
     kd_suite "$out" "${KD_I33_CTEST_TIMEOUT:-300}" ;;
   putrss)
-    timeout 60 bash bench/put_rss.sh build-device/bin gpu > "$out/put-rss-gpu.txt" 2>&1
+    timeout 60 bash bench/service/put_rss.sh build-device/bin gpu > "$out/put-rss-gpu.txt" 2>&1
     cat "$out/put-rss-gpu.txt" ;;
   spgemm)
     KD_BENCH_TESTS=0 KD_BENCH_RUNS=${KD_BENCH_RUNS:-8} KD_SPGEMM_ALGS=${KD_SPGEMM_ALGS:-default} \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run THERE (the GPU host) with .debs carried (bench/device/fetch-debs.sh fetches Open MPI's with
-# the rest): build with MPI from the unpacked prefix, then krylov-dist-bench (bench/dist_bench.c)
-# with 1, 2 and 4 ranks sharing the node's GPUs (--device local: local rank i takes GPU i modulo
-# their count), on lap3d with >= 20M nonzeros and on one irregular matrix (SpMV only: it is not
-# SPD). One command for the several-GPU run too: it spreads over whatever GPUs the node has.
+# the rest): build with MPI from the unpacked prefix, then krylov-dist-bench
+# (bench/dist/dist_bench.c) with 1, 2 and 4 ranks sharing the node's GPUs (--device local: local
+# rank i takes GPU i modulo their count), on lap3d with >= 20M nonzeros and on one irregular matrix
+# (SpMV only: it is not SPD). One command for the several-GPU run too: it spreads over whatever GPUs
+# the node has.
 #
 #   KD_DIST_RANKS      rank counts (default "1 2 4")
 #   KD_DIST_MATRICES   krylov-dist-bench --matrix specs (default "lap3d:150 powerlaw:2000000")

@@ -3,7 +3,7 @@
 # before the method/preconditioner tables, `git archive b2350c1 | tar -x -C .old`, matrices but
 # the three the history test reads removed). One call checks issue 11's refactor on the GPU:
 #   1. both trees built; the old solver records its statuses, iteration counts and residual
-#      histories on the GPU (tests/test_solve_history.c), the new one compares with them;
+#      histories on the GPU (tests/solver/test_solve_history.c), the new one compares with them;
 #   2. the new tree's kernel and end-to-end tests on the GPU (the history test against that
 #      record);
 #   3. krylov-bench solve, old and new build in turn on the same matrices, and CuPy's cg.

@@ -5,9 +5,9 @@
 # background after it), the time until the warm-up is done,
 # the warm-up's report (server.status programs) and the first against the tenth CG solve on
 # lap2d 512^2 (targets: first <= tenth + 5%; warm restart READY <= 1.5 s). With the Python client
-# (msgpack importable) through bench/startup.py, which also runs a coverage pass (every format,
-# method x preconditioner, both types, a product) and prints programs.built_on_request (must be
-# 0) and, first, the same starts with one builder thread (--warm-threads 1) against the default;
+# (msgpack importable) through bench/service/startup.py, which also runs a coverage pass (every
+# format, method x preconditioner, both types, a product) and prints programs.built_on_request (must
+# be 0) and, first, the same starts with one builder thread (--warm-threads 1) against the default;
 # without it, through the C CLI (each call a process: compare first and tenth only).
 # Output: $OUT/startup.json or $OUT/startup-cli.txt, and the daemons' logs.
 set -uo pipefail
@@ -20,9 +20,9 @@ bin=build-device/bin
 # NVIDIA's compute cache (~/.nv/ComputeCache, PTX to SASS) stays on, as in production.
 if python3 -c "import msgpack, numpy, scipy" 2>/dev/null; then
   # one builder thread against the default (one per CPU, at most 8): does NVIDIA's compiler gain?
-  PYTHONPATH=client/python timeout 300 python3 bench/startup.py --bin "$bin" --device gpu \
+  PYTHONPATH=client/python timeout 300 python3 bench/service/startup.py --bin "$bin" --device gpu \
     --n 512 --warm-threads 1 > "$out/startup-1thread.json" 2> "$out/startup-1thread.err"
-  PYTHONPATH=client/python timeout 500 python3 bench/startup.py --bin "$bin" \
+  PYTHONPATH=client/python timeout 500 python3 bench/service/startup.py --bin "$bin" \
     --device gpu --n 512 --coverage --keep "$out/state" > "$out/startup.json" 2> "$out/startup.err"
   grep -E '"(start|listen_s|warm_s|first_solve_ms|tenth_solve_ms|median_solve_ms|warm_ms)"' \
     "$out/startup-1thread.json"

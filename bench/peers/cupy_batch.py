@@ -5,7 +5,7 @@ over the same systems (what a user without a batched solver writes), to the same
 Usage: krylov-bench batch --export batch.bin [...]; cupy_batch.py [--rtol R] [--jacobi]
        [--systems N] batch.bin
 
-batch.bin (bench/bench_batch.c): "KDBATCH\\0", int64 k, rows, nnz, int32 indptr[rows + 1],
+batch.bin (bench/solver/bench_batch.c): "KDBATCH\\0", int64 k, rows, nnz, int32 indptr[rows + 1],
 int32 indices[nnz], float64 values[k nnz], float64 b[k rows]. The matrices are built on the
 device before the clock starts (as krylovd's batch is resident before its solve); the time is the
 loop of solves, wall clock with the device synchronised before and after. Prints the total, the

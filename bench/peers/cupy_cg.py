@@ -3,7 +3,7 @@
 
 Usage: cupy_cg.py [--iterations N] [--repeat R] [--dtype float64|float32] [--jacobi] [SPEC ...]
 SPEC: lap2d:NX (5-point, 4 on the diagonal) or lap3d:N (7-point, 6 on the diagonal), the same
-matrices as bench/matgen.c builds (default lap2d:2048 lap3d:160), or a Matrix Market file (read
+matrices as bench/matgen/matgen.c builds (default lap2d:2048 lap3d:160), or a Matrix Market file (read
 with scipy.io.mmread: symmetric files expanded, pattern entries 1, as krylovd's reader does).
 
 tol (rtol) = 0 and atol = 0 so it never stops early; the time is wall clock with the device

@@ -6,7 +6,7 @@ backward-Euler loop on the same GPU:
     A_k = I + dt_k L,  dt_k = dt (1 + 0.5 sin k),  u_{k+1} = A_k^-1 u_k,
 
 L the 5-point stencil on an n x n grid (4 on the diagonal, -1 to each neighbour), u_0 the same
-smooth mode plus noise as bench/bench_heat.c (its kd_matgen_hash01, reproduced here), cg to
+smooth mode plus noise as bench/service/bench_heat.c (its kd_matgen_hash01, reproduced here), cg to
 rtol 1e-8 from x0 = 0. A_k and M are built once on the GPU and their values rewritten in place
 every step (data[...] = ...), as an application holding its matrix on the GPU would.
 
@@ -32,7 +32,7 @@ import numpy as np
 
 
 def hash01(a, b, c):
-    """bench/matgen.h's kd_matgen_hash01 over arrays of b (uint64 arithmetic, wrapping)."""
+    """bench/matgen/matgen.h's kd_matgen_hash01 over arrays of b (uint64 arithmetic, wrapping)."""
     with np.errstate(over="ignore"):
         b = np.asarray(b, dtype=np.uint64)
         z = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ \

@@ -6,7 +6,7 @@ Usage: cupy_krylov.py [--iterations N] [--restart M] [--repeat R] [--dtype float
                       [--methods gmres,minres,cgs,cg] [--rtol R] [SPEC ...]
 SPEC: lap3d:N, convdiff3d:N[:C] (7-point, upwind convection along (1,1,1): a_ii = 6 + 3C, lower
 neighbours -1 - C, upper -1; C = 1 by default), shifted3d:N:S (lap3d - S I), the same matrices as
-bench/matgen.c builds, or a Matrix Market file.
+bench/matgen/matgen.c builds, or a Matrix Market file.
 
 Fixed iteration counts (rtol = atol = 0) give ms per iteration two ways, as cupy_cg.py does: a whole
 run of N over N, and (T(N + w) - T(w)) / N, which leaves the per-solve set-up out. CuPy's gmres
@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 
 def stencil3d(g, c=0.0, shift=0.0):
-    """bench/matgen.c's kd_matgen_convdiff_3d."""
+    """bench/matgen/matgen.c's kd_matgen_convdiff_3d."""
     one = np.ones(g)
     lower = sp.diags([one[:-1]], [-1], shape=(g, g))
     upper = sp.diags([one[:-1]], [1], shape=(g, g))

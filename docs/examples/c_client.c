@@ -2,8 +2,8 @@
  * A complete libkrylov program: connect, upload a matrix built here (a 2-D Poisson matrix in CSR
  * form), multiply with it, solve with it (one right-hand side with a progress callback, then two
  * at once), handle an error, and clean up. It checks every answer against a product computed
- * here and exits non-zero if one is wrong, so the build runs it as a test (tests/python.cmake)
- * and it cannot rot.
+ * here and exits non-zero if one is wrong, so the build runs it as a test
+ * (tests/python/CMakeLists.txt) and it cannot rot.
  *
  *   build/bin/example_c_client [HOST:PORT]    (default: $KRYLOV_SERVER, else 127.0.0.1:7373)
  *

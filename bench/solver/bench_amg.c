@@ -1,0 +1,229 @@
+/*
+ * krylov-bench amg: AMG-PCG against Jacobi-PCG to a relative residual (default 1e-8), b = ones,
+ * as issue 13's anchor table measures PETSc's GAMG: per matrix, the iterations and wall time of a
+ * Jacobi-PCG solve, the AMG setup (with its SpGEMM and host shares, levels and operator
+ * complexity) and an AMG-PCG solve with the hierarchy already built (the resident matrix's case),
+ * each solve the median of --repeat, and the true relative residual ||b - A x|| / ||b|| computed
+ * on the host for both. The matrix is kept in the format the selection measures fastest, as
+ * matrix.put would.
+ */
+#include "bench/bench.h"
+#include "bench/matgen/matgen.h"
+#include "common/clock.h"
+#include "solver/precond/amg/amg.h"
+#include "solver/methods/method.h"
+#include "solver/precond/precond.h"
+#include "solver/formats/select.h"
+#include "solver/solve.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct kd_ba_run {
+    int64_t iterations;
+    double ms, relres, iterate_ms; /* iterate_ms: the solver's own, of the last solve */
+    int converged;
+} kd_ba_run_t;
+
+/* `repeat` solves (the median's time), after one untimed. */
+static int kd_ba_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, const void *b,
+                       const double *bw, void *x, kd_solve_params_t *prm, int repeat,
+                       kd_ba_run_t *out, kd_err_t *err)
+{
+    double t[64];
+    kd_solve_result_t res;
+    for (int r = 0; r <= repeat && r < 64; r++) {
+        const uint64_t t0 = kd_clock_ns();
+        if (kd_solve(ocl, A, 1, b, NULL, x, prm, &res, err) != KD_OK)
+            return -1;
+        t[r] = (double)(kd_clock_ns() - t0) / 1e6;
+        out->iterations = res.iterations;
+        out->iterate_ms = res.iterate_ms;
+        out->converged = res.status == KD_SOLVE_CONVERGED;
+        kd_solve_result_free(&res);
+    }
+    out->ms = kd_bench_median(t + 1, (size_t)(repeat < 63 ? repeat : 63));
+    out->relres = kd_bench_relres(csr, bw, x);
+    return 0;
+}
+
+static void kd_ba_usage(void)
+{
+    fprintf(
+        stderr,
+        "usage: krylov-bench amg [options] MATRIX...\n"
+        "  --device SEL        auto | gpu | cpu | N (default auto)\n"
+        "  --dtype T           float64 (default) | float32\n"
+        "  --rtol R            relative residual to reach (default 1e-8)\n"
+        "  --repeat N          timed solves per method, median (default 3)\n"
+        "  --threshold T       AMG strength threshold (default: the preconditioner's, 0)\n"
+        "  --format NAME       force the matrix's format (default: measured, as matrix.put)\n"
+        "  --fused 0|1         AMG's fused V-cycle (default: the preconditioner's, 1)\n"
+        "  --tail-rows N       AMG: levels of at most N rows in one launch (0: none)\n"
+        "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, kronlap3d:N, elast3d:N, ... or a .mtx file\n");
+}
+
+int kd_bench_amg_main(int argc, char **argv)
+{
+    const char *device = "auto", *format = NULL;
+    kd_dtype_t dtype = KD_DTYPE_F64;
+    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0;
+    int repeat = 3, first = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const int has = i + 1 < argc;
+        if (strcmp(a, "--device") == 0 && has)
+            device = argv[++i];
+        else if (strcmp(a, "--dtype") == 0 && has)
+            dtype = strcmp(argv[++i], "float32") == 0 ? KD_DTYPE_F32 : KD_DTYPE_F64;
+        else if (strcmp(a, "--rtol") == 0 && has)
+            rtol = atof(argv[++i]);
+        else if (strcmp(a, "--repeat") == 0 && has)
+            repeat = atoi(argv[++i]);
+        else if (strcmp(a, "--threshold") == 0 && has)
+            threshold = atof(argv[++i]);
+        else if (strcmp(a, "--block-size") == 0 && has)
+            block_size = atof(argv[++i]);
+        else if (strcmp(a, "--fused") == 0 && has)
+            fused = atof(argv[++i]);
+        else if (strcmp(a, "--tail-rows") == 0 && has)
+            tail_rows = atof(argv[++i]);
+        else if (strcmp(a, "--format") == 0 && has)
+            format = argv[++i];
+        else if (a[0] == '-') {
+            kd_ba_usage();
+            return strcmp(a, "--help") == 0 ? 0 : 2;
+        } else {
+            first = i;
+            break;
+        }
+    }
+    if (first >= argc || repeat < 1) {
+        kd_ba_usage();
+        return 2;
+    }
+    kd_ocl_t *ocl = NULL;
+    kd_err_t err = {0};
+    if (kd_ocl_open(device, &ocl, &err) != KD_OK) {
+        fprintf(stderr, "krylov-bench amg: %s\n", err.message);
+        return 1;
+    }
+    printf("# device: %s; %s, rtol %g, b = ones, median of %d solves\n", kd_ocl_desc(ocl)->name,
+           kd_dtype_name(dtype), rtol, repeat);
+    printf("%-22s %9s %10s | %6s %9s | %3s %5s %9s %8s %8s | %5s %9s %8s | %6s %6s\n", "matrix",
+           "rows", "nnz", "jac_it", "jac_ms", "lev", "opcx", "setup_ms", "spgemm", "host", "amg_it",
+           "amg_ms", "relres", "solve", "+setup");
+    int status = 0;
+    kd_precond_options_t opt = {0};
+    if (threshold >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "threshold");
+        opt.items[opt.count++].value = threshold;
+    }
+    if (fused >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "fused");
+        opt.items[opt.count++].value = fused;
+    }
+    if (tail_rows >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "tail_rows");
+        opt.items[opt.count++].value = tail_rows;
+    }
+    if (block_size > 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "block_size");
+        opt.items[opt.count++].value = block_size;
+    }
+    { /* Warm-up: the kernels' programs are built (and the driver's cache filled) before any
+       * setup is timed, as a server does before READY. */
+        kd_csr_t *w = kd_matgen_by_name("lap2d:64", dtype);
+        kd_matrix_t *WA = NULL;
+        const kd_precond_t *WP = NULL;
+        if (w != NULL && kd_matrix_upload(ocl, w, KD_FMT_CSR_SCALAR, &WA, &err) == KD_OK)
+            (void)kd_precond_get(ocl, WA, &kd_precond_amg, NULL, w, &WP, &err);
+        kd_matrix_free(WA);
+        kd_csr_free(w);
+    }
+    for (int mi = first; mi < argc; mi++) {
+        kd_csr_t *csr = kd_matgen_by_name(argv[mi], dtype);
+        if (csr == NULL) {
+            status = 1;
+            continue;
+        }
+        kd_matrix_t *A = NULL;
+        kd_select_result_t sel;
+        if (kd_select_upload(ocl, csr, format, KD_SELECT_MEASURE, &A, &sel, &err) != KD_OK) {
+            fprintf(stderr, "%s: %s\n", argv[mi], err.message);
+            kd_csr_free(csr);
+            status = 1;
+            continue;
+        }
+        const int64_t n = csr->rows;
+        void *b = malloc((size_t)n * kd_dtype_size(dtype) + 8);
+        void *x = malloc((size_t)n * kd_dtype_size(dtype) + 8);
+        double *bw = malloc((size_t)n * sizeof(double) + 8);
+        for (int64_t i = 0; i < n; i++) {
+            kd_store_real(b, dtype, (size_t)i, 1.0);
+            bw[i] = 1.0;
+        }
+        kd_solve_params_t prm;
+        kd_solve_params_default(&prm);
+        prm.rtol = rtol;
+        prm.maxiter = 100000;
+        kd_ba_run_t jac = {0}, amg = {0};
+        kd_amg_stats_t st = {0};
+        int failed = kd_method_choose("cg", "jacobi", &prm.method, &prm.precond, &err) != KD_OK ||
+                     kd_ba_solve(ocl, A, csr, b, bw, x, &prm, repeat, &jac, &err) != 0;
+        const kd_precond_t *P = NULL;
+        double setup_wall = 0.0;
+        if (!failed) {
+            prm.precond = &kd_precond_amg;
+            prm.precond_options = opt.count > 0 ? &opt : NULL;
+            prm.csr = csr;
+            const uint64_t t0 = kd_clock_ns();
+            failed = kd_precond_get(ocl, A, &kd_precond_amg, prm.precond_options, csr, &P, &err) !=
+                         KD_OK ||
+                     kd_ocl_finish(ocl, &err) != KD_OK;
+            setup_wall = (double)(kd_clock_ns() - t0) / 1e6;
+            failed = failed || kd_amg_describe(P, &st, &err) != KD_OK ||
+                     kd_ba_solve(ocl, A, csr, b, bw, x, &prm, repeat, &amg, &err) != 0;
+        }
+        char label[64];
+        kd_bench_matrix_name(argv[mi], label, sizeof(label));
+        if (failed) {
+            fprintf(stderr, "%s: %s\n", label, err.message);
+            status = 1;
+        } else {
+            printf("%-22s %9lld %10lld | %6lld %9.2f | %3d %5.2f %9.1f %8.1f %8.1f | %5lld %9.2f "
+                   "%8.1e | %6.3f %6.3f%s\n",
+                   label, (long long)n, (long long)csr->nnz, (long long)jac.iterations, jac.ms,
+                   st.levels, st.operator_complexity, setup_wall, st.spgemm_ms, st.host_ms,
+                   (long long)amg.iterations, amg.ms, amg.relres, amg.ms / jac.ms,
+                   (amg.ms + setup_wall) / jac.ms,
+                   jac.converged && amg.converged ? "" : "  (NOT CONVERGED)");
+            printf("#   format %s; levels:", kd_format_name(A->format));
+            for (int l = 0; l < st.levels; l++)
+                printf(" %lld/%lld", (long long)st.rows[l], (long long)st.nnz[l]);
+            printf("; jacobi relres %.1e\n", jac.relres);
+            kd_amg_profile_t pr;
+            if (kd_amg_profile(ocl, P, 10, &pr, &err) == KD_OK) {
+                printf(
+                    "#   V-cycle %.3f ms device span, %.3f ms wall, %.0f launches; SpMV ms A/P/R "
+                    "by level:",
+                    pr.vcycle_device_ms, pr.vcycle_wall_ms, pr.vcycle_launches);
+                for (int l = 0; l < st.levels; l++)
+                    printf(" %.3f/%.3f/%.3f", pr.a_ms[l], pr.p_ms[l], pr.r_ms[l]);
+                printf("; an iteration %.3f ms (jacobi %.3f) by the solver's iterate_ms\n",
+                       amg.iterate_ms / (double)amg.iterations,
+                       jac.iterate_ms / (double)jac.iterations);
+            }
+        }
+        fflush(stdout);
+        kd_matrix_free(A);
+        kd_csr_free(csr);
+        free(b);
+        free(x);
+        free(bw);
+    }
+    kd_ocl_close(ocl);
+    return status;
+}
