@@ -1,7 +1,7 @@
 /*
  * The state directory's system calls and, in a KD_TEST_HOOKS build only, their fault hook (see
- * state_io.h). The crash sweep (tests/test_e2e_crash.c) kills the daemon at every call of a
- * put / pin / drop sequence in turn; the storage test (tests/test_e2e_storage.c) fills a
+ * state_io.h). The crash sweep (tests/e2e/service/test_e2e_crash.c) kills the daemon at every call of a
+ * put / pin / drop sequence in turn; the storage test (tests/e2e/service/test_e2e_storage.c) fills a
  * pretend file system where it cannot mount a small real one.
  */
 #include "server/store/state_io.h"

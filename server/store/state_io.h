@@ -3,7 +3,7 @@
  * in one place so that a test build can fail or kill the daemon at any one of them.
  *
  * Built normally, each is the plain call. Built with KD_TEST_HOOKS (the test-only daemon
- * krylovd_faults, tests/server.cmake; never installed), KD_TEST_FAULT in the environment picks a
+ * krylovd_faults, tests/server/CMakeLists.txt; never installed), KD_TEST_FAULT in the environment picks a
  * fault, read once at the first call:
  *   count:FILE        append "<n> <op> <path>" to FILE for each call: how many a sequence makes
  *   crash:K           SIGKILL the process at the K-th call (1-based); a write first writes half its

@@ -1,7 +1,7 @@
 /*
  * Device faults on demand, for tests (issue 21): the k-th buffer allocation, kernel launch,
  * read-back or upload from now fails as the driver would report it, so that the error paths of a
- * put, an SpMV and a solve can be walked one failure point at a time (tests/test_e2e_devfault.c).
+ * put, an SpMV and a solve can be walked one failure point at a time (tests/e2e/service/test_e2e_devfault.c).
  * Compiled in only with the CMake option KD_TEST_HOOKS (which defaults to KD_BUILD_TESTS);
  * without it the checks below are inline no-ops and nothing is counted.
  *

@@ -2,7 +2,7 @@
  * The list of programs requests build and the start-up warm-up (see programs.h). Each entry's
  * options come from the function its launch path uses (kd_format_options, the formats' and
  * spgemm's exported option values, kd_amg_lanes), so the two cannot drift apart silently; a test
- * (tests/python/test_py_programs.py) sends every kind of request and checks that the server
+ * (tests/python/service/test_py_programs.py) sends every kind of request and checks that the server
  * built nothing on the way.
  *
  * The warm-up runs in the background while the server serves: its threads take the list's

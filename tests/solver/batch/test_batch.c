@@ -14,7 +14,7 @@
  *    the local one; per-system rtol and maxiter (a system stopped by its limit exactly); the
  *    residual history; refusals (batch 0, non-square solve, bad rtol, history too large).
  */
-#include "bench/matgen.h"
+#include "bench/matgen/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
 #include "solver/batch/batch.h"

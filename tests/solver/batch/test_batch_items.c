@@ -14,7 +14,7 @@
  *  - a NaN in one item's b among good ones: its own non_finite, named by its label;
  *  - refusals: no systems, a rectangular one, mixed dtypes, one over the size limit.
  */
-#include "bench/matgen.h"
+#include "bench/matgen/matgen.h"
 #include "kd_solver_test.h"
 #include "kd_test_mtx.h"
 #include "solver/batch/batch.h"
