@@ -165,9 +165,14 @@ static void compare(const kd_csr_t *A, kd_dtype_t dtype, const char *method, con
         /* A stagnated solve stopped where b - A x refuted its claims three times running, which
          * moves with every rounding (CI saw 3348 spread against 1662 single on 494_bus float32):
          * its count is not comparable, the accuracy it reached is */
+        /* In float32 the spread solve's sums, folded in another order (solver/methods/
+         * krylov_combine.c), round differently, and a column whose r'r lands within rounding of
+         * the threshold stops one iteration earlier or later (seed 1795948780970298700: spd pcg
+         * k=3 col 1, 10 against 11, on one rank) */
+        const long long slack = (long long)ceil(iter_slack * (double)ref[j].iterations) +
+                                (dtype == KD_DTYPE_F32 ? 1 : 0);
         if (ref[j].status != KD_SOLVE_STAGNATED)
-            CHECK_MSG(llabs(got[j].iterations - ref[j].iterations) <=
-                          (long long)ceil(iter_slack * (double)ref[j].iterations),
+            CHECK_MSG(llabs(got[j].iterations - ref[j].iterations) <= slack,
                       "%s col %lld: %lld iterations, single %lld", what, (long long)j,
                       (long long)got[j].iterations, (long long)ref[j].iterations);
         if (ref[j].status == KD_SOLVE_STAGNATED)

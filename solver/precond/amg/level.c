@@ -9,6 +9,7 @@
 #include "solver/precond/amg/cycle.h"
 #include "solver/blas.h"
 #include "solver/formats/format.h"
+#include "solver/precond/chebyshev.h"
 
 #include "common/checked.h"
 
@@ -67,18 +68,8 @@ size_t kd_amg_global(const kd_amg_t *amg, int64_t n)
 void kd_amg_chebyshev_coefficients(const kd_amg_t *amg, const kd_amg_level_t *L, int step,
                                    double *c_d, double *c_r)
 {
-    const double upper = amg->opt.upper * L->lambda, lower = amg->opt.lower * L->lambda;
-    const double theta = 0.5 * (upper + lower), delta = 0.5 * (upper - lower);
-    const double sigma = theta / delta;
-    double rho = 1.0 / sigma;
-    *c_d = 0.0;
-    *c_r = 1.0 / theta;
-    for (int k = 1; k <= step; k++) {
-        const double rho_next = 1.0 / (2.0 * sigma - rho);
-        *c_d = rho_next * rho;
-        *c_r = 2.0 * rho_next / delta;
-        rho = rho_next;
-    }
+    kd_chebyshev_coefficients(amg->opt.lower * L->lambda, amg->opt.upper * L->lambda, step, c_d,
+                              c_r);
 }
 
 int kd_amg_steps(const kd_amg_t *amg, int l)
