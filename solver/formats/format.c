@@ -111,21 +111,7 @@ size_t kd_format_csr_bytes(const kd_csr_t *csr)
 int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
                                cl_mem *out, kd_err_t *err)
 {
-    *out = NULL;
-    if (bytes == 0)
-        return KD_OK;
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY, bytes, NULL, what, out, err);
-    if (rc != KD_OK)
-        return rc;
-    cl_int st =
-        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        clReleaseMemObject(*out);
-        *out = NULL;
-        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-        kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
-    }
-    return rc;
+    return kd_ocl_buffer_upload(ocl, CL_MEM_READ_ONLY, host, bytes, what, out, err);
 }
 
 int kd_format_upload_array(kd_ocl_t *ocl, kd_matrix_t *m, const void *host, size_t bytes,

@@ -167,11 +167,8 @@ int kd_format_source_scan(kd_format_source_t *src, kd_err_t *err);
 /* Scan src if that has not happened and move the scan (and the inverse diagonal) into m. */
 int kd_matrix_adopt_scan(kd_format_source_t *src, kd_matrix_t *m, kd_err_t *err);
 
-/*
- * A read-only device buffer holding a copy of `bytes` bytes of host data (a blocking
- * clEnqueueWriteBuffer: on NVIDIA's OpenCL five times faster from pageable memory than
- * CL_MEM_COPY_HOST_PTR, bench/NOTES.md). bytes == 0 gives *out = NULL.
- */
+/* A read-only device buffer holding a copy of `bytes` bytes of host data (kd_ocl_buffer_upload).
+ * bytes == 0 gives *out = NULL. */
 int kd_format_buffer_from_host(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
                                cl_mem *out, kd_err_t *err);
 

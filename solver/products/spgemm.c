@@ -53,19 +53,7 @@
 static int kd_csr_device_write(kd_ocl_t *ocl, const void *host, size_t bytes, const char *what,
                                cl_mem *out, kd_err_t *err)
 {
-    *out = NULL;
-    if (bytes == 0)
-        return KD_OK;
-    int rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, what, out, err);
-    if (rc != KD_OK)
-        return rc;
-    cl_int st =
-        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-        kd_err_prefix(err, "copying %s to the device", what);
-    }
-    return rc;
+    return kd_ocl_buffer_upload(ocl, CL_MEM_READ_WRITE, host, bytes, what, out, err);
 }
 
 int kd_csr_device_upload(kd_ocl_t *ocl, const kd_csr_t *csr, kd_csr_device_t *out, kd_err_t *err)

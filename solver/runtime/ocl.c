@@ -662,6 +662,26 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
     return KD_OK;
 }
 
+int kd_ocl_buffer_upload(kd_ocl_t *ocl, cl_mem_flags flags, const void *host, size_t bytes,
+                         const char *what, cl_mem *out, kd_err_t *err)
+{
+    *out = NULL;
+    if (bytes == 0)
+        return KD_OK;
+    int rc = kd_ocl_buffer_create(ocl, flags, bytes, NULL, what, out, err);
+    if (rc != KD_OK)
+        return rc;
+    cl_int st =
+        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    if (st != CL_SUCCESS) {
+        clReleaseMemObject(*out);
+        *out = NULL;
+        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+        kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
+    }
+    return rc;
+}
+
 /* Enqueue kernel over range; inside a timing window its event is recorded, and handed to the
  * caller too when event is not NULL. */
 /* Wait for the pending launches and add their device time to their kernels' sums. */
