@@ -9,6 +9,10 @@
         print(res.status, res.iterations, res.relative_residual)
         many = kd.solve_many([(A, b1), (B, b2)])     # many small systems in one request
 
+SciPy's solvers with nothing to set up: `from krylov.linalg import cg; x, info = cg(A, b)` runs
+on $KRYLOV_SERVER, or on a private krylovd the package starts (and stops at exit); gmres,
+bicgstab and minres too (krylov.linalg).
+
 Errors from the server raise KrylovError subclasses (NotFound, BadRequest, ...); see
 krylov.errors. krylov.scipy.ResidentOperator wraps a resident matrix as a SciPy LinearOperator.
 """

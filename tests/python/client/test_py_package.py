@@ -47,7 +47,7 @@ class TestPackage(unittest.TestCase):
         self.assertRegex(wheels[0], r"^krylov-\d+\.\d+\.\d+-py3-none-any\.whl$")
         with zipfile.ZipFile(os.path.join(out, wheels[0])) as z:
             names = set(z.namelist())
-            for module in ("__init__", "client", "errors", "_rpc", "scipy"):
+            for module in ("__init__", "client", "errors", "_rpc", "scipy", "linalg"):
                 self.assertIn(f"krylov/{module}.py", names)
             meta_name = [n for n in names if n.endswith(".dist-info/METADATA")][0]
             meta = z.read(meta_name).decode()
