@@ -51,6 +51,8 @@ static const char *const kd_method_names[KD_METHOD_COUNT] = {
     [KD_METHOD_AUTH] = "auth",
     [KD_METHOD_MATRIX_SHARE] = "matrix.share",
     [KD_METHOD_SOLVE_BATCH] = "solve.batch",
+    [KD_METHOD_SHM_REGISTER] = "shm.register",
+    [KD_METHOD_SHM_UNREGISTER] = "shm.unregister",
 };
 
 const char *kd_method_name(kd_method_t method)
@@ -107,6 +109,9 @@ enum kd_param {
     KD_P_ITEMS,
     KD_P_REUSE_PRECONDITIONER,
     KD_P_WAIT_WARM,
+    KD_P_BYTES,
+    KD_P_SHM,
+    KD_P_OUT,
     KD_P_COUNT
 };
 
@@ -159,6 +164,9 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_ITEMS] = "items",
     [KD_P_REUSE_PRECONDITIONER] = "reuse_preconditioner",
     [KD_P_WAIT_WARM] = "wait_warm",
+    [KD_P_BYTES] = "bytes",
+    [KD_P_SHM] = "shm",
+    [KD_P_OUT] = "out",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -179,12 +187,12 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PIN] = KD_BIT(ID) | KD_BIT(PINNED),
     [KD_METHOD_MATRIX_MULTIPLY] = KD_BIT(A) | KD_BIT(B) | KD_BIT(TRANSPOSE_A) | KD_MATRIX_OPTIONS,
     [KD_METHOD_SPMV] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(X) | KD_BIT(Y) | KD_BIT(ALPHA) |
-                       KD_BIT(BETA) | KD_BIT(NCOLS),
+                       KD_BIT(BETA) | KD_BIT(NCOLS) | KD_BIT(OUT),
     [KD_METHOD_SOLVE] = KD_BIT(ID) | KD_BIT(DTYPE) | KD_BIT(B) | KD_BIT(X0) | KD_BIT(METHOD) |
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
                         KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART) |
-                        KD_BIT(REUSE_PRECONDITIONER),
+                        KD_BIT(REUSE_PRECONDITIONER) | KD_BIT(OUT),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = KD_BIT(WAIT_WARM),
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
@@ -192,6 +200,8 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_SOLVE_BATCH] = KD_BIT(ITEMS) | KD_BIT(DTYPE) | KD_BIT(METHOD) |
                               KD_BIT(PRECONDITIONER) | KD_BIT(RTOL) | KD_BIT(ATOL) |
                               KD_BIT(MAXITER) | KD_BIT(HISTORY) | KD_BIT(RESTART),
+    [KD_METHOD_SHM_REGISTER] = KD_BIT(BYTES) | KD_BIT(NAME),
+    [KD_METHOD_SHM_UNREGISTER] = KD_BIT(SHM),
 };
 
 struct kd_decoder {
@@ -420,9 +430,61 @@ static int kd_array_from_plain(struct kd_decoder *d, const char *name, const msg
     return KD_OK;
 }
 
+/* One of a region reference's three integers: >= min and within int64. */
+static int kd_region_field(struct kd_decoder *d, const char *name, const char *field,
+                           const msgpack_object *o, int64_t min, int64_t *out)
+{
+    if (o == NULL)
+        return kd_err_set(d->err, KD_EBADREQ, "%s: a region reference needs '%s'", name, field);
+    if (kd_obj_int64(o, out) != 0 || *out < min)
+        return kd_err_set(d->err, KD_EBADREQ, "%s: %s must be an integer >= %lld that fits int64",
+                          name, field, (long long)min);
+    return KD_OK;
+}
+
+/* {"shm": id, "offset": o, "bytes": n}: bytes of a shared-memory region instead of a bin. The
+ * region's size is the server's to check (kd_array_region); the shape and alignment are here. */
+static int kd_array_from_region(struct kd_decoder *d, const char *name, const msgpack_object *o,
+                                kd_dtype_t dtype, kd_array_t *out)
+{
+    const msgpack_object *f[3] = {NULL, NULL, NULL};
+    static const char *const keys[3] = {"shm", "offset", "bytes"};
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object_kv *kv = &o->via.map.ptr[i];
+        int k = 0;
+        while (k < 3 && !kd_obj_str_eq(&kv->key, keys[k]))
+            k++;
+        if (k == 3 || f[k] != NULL)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "%s: a region reference is a map of shm, offset and bytes, each once",
+                              name);
+        f[k] = &kv->val;
+    }
+    int64_t id, offset, bytes;
+    int rc;
+    if ((rc = kd_region_field(d, name, "shm", f[0], 1, &id)) != KD_OK ||
+        (rc = kd_region_field(d, name, "offset", f[1], 0, &offset)) != KD_OK ||
+        (rc = kd_region_field(d, name, "bytes", f[2], 0, &bytes)) != KD_OK)
+        return rc;
+    const int64_t size = (int64_t)kd_dtype_size(dtype);
+    if (offset % size != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s: offset = %lld is not aligned to %s's %lld bytes",
+                          name, (long long)offset, kd_dtype_name(dtype), (long long)size);
+    if (bytes % size != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "%s: bytes = %lld is not a whole number of %s values",
+                          name, (long long)bytes, kd_dtype_name(dtype));
+    out->present = 1;
+    out->data = NULL;
+    out->count = bytes / size;
+    out->dtype = dtype;
+    out->shm = id;
+    out->offset = offset;
+    return KD_OK;
+}
+
 /* A numeric array in o (named `name` in messages): a bin of little-endian dtype values
- * (referenced in place) or a plain array of numbers (converted). Left not present when o is
- * NULL. */
+ * (referenced in place), a plain array of numbers (converted) or, for values (float32, float64),
+ * a region reference. Left not present when o is NULL. */
 static int kd_array_from_object(struct kd_decoder *d, const char *name, const msgpack_object *o,
                                 kd_dtype_t dtype, kd_array_t *out)
 {
@@ -431,6 +493,8 @@ static int kd_array_from_object(struct kd_decoder *d, const char *name, const ms
         return KD_OK;
     if (o->type == MSGPACK_OBJECT_ARRAY)
         return kd_array_from_plain(d, name, o, dtype, out);
+    if (o->type == MSGPACK_OBJECT_MAP && (dtype == KD_DTYPE_F64 || dtype == KD_DTYPE_F32))
+        return kd_array_from_region(d, name, o, dtype, out);
     if (o->type != MSGPACK_OBJECT_BIN)
         return kd_err_set(d->err, KD_EBADREQ,
                           "%s must be a bin of %s or an array of numbers, got %s", name,
@@ -451,6 +515,20 @@ static int kd_array_from_object(struct kd_decoder *d, const char *name, const ms
 static int kd_param_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype, kd_array_t *out)
 {
     return kd_array_from_object(d, kd_param_names[p], d->param[p], dtype, out);
+}
+
+/* `out`: only a region reference (the result goes there instead of into the reply). */
+static int kd_param_out(struct kd_decoder *d, kd_dtype_t dtype, kd_array_t *out)
+{
+    const msgpack_object *o = d->param[KD_P_OUT];
+    memset(out, 0, sizeof(*out));
+    if (o == NULL)
+        return KD_OK;
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "out must be a region reference {shm, offset, bytes}, got %s",
+                          kd_obj_type_name(o));
+    return kd_array_from_region(d, "out", o, dtype, out);
 }
 
 static int kd_param_required_array(struct kd_decoder *d, enum kd_param p, kd_dtype_t dtype,
@@ -713,7 +791,8 @@ static int kd_decode_spmv(struct kd_decoder *d)
         (rc = kd_param_array(d, KD_P_Y, spmv->dtype, &spmv->y)) != KD_OK ||
         (rc = kd_param_double(d, KD_P_ALPHA, -INFINITY, 1.0, &spmv->alpha)) != KD_OK ||
         (rc = kd_param_double(d, KD_P_BETA, -INFINITY, 0.0, &spmv->beta)) != KD_OK ||
-        (rc = kd_param_int(d, KD_P_NCOLS, 1, 1, &spmv->ncols)) != KD_OK)
+        (rc = kd_param_int(d, KD_P_NCOLS, 1, 1, &spmv->ncols)) != KD_OK ||
+        (rc = kd_param_out(d, spmv->dtype, &spmv->out)) != KD_OK)
         return rc;
     if (spmv->beta != 0.0 && !spmv->y.present)
         return kd_err_set(d->err, KD_EBADREQ, "beta = %g needs y (the vector beta scales)",
@@ -814,7 +893,8 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_options(d, KD_P_PRECONDITIONER_OPTIONS, solve)) != KD_OK ||
         (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &solve->restart)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_REUSE_PRECONDITIONER, 0, &solve->reuse_preconditioner)) !=
-            KD_OK)
+            KD_OK ||
+        (rc = kd_param_out(d, solve->dtype, &solve->out)) != KD_OK)
         return rc;
     /* The method's and preconditioner's names are the server's to check (its tables). */
     if (solve->restart > KD_RESTART_MAX)
@@ -1023,6 +1103,16 @@ static int kd_decode_method(struct kd_decoder *d)
         return kd_decode_solve_batch(d);
     case KD_METHOD_SERVER_STATUS:
         return kd_param_bool(d, KD_P_WAIT_WARM, 0, &req->u.status.wait_warm);
+    case KD_METHOD_SHM_REGISTER:
+        if (d->param[KD_P_BYTES] == NULL)
+            return kd_missing(d, KD_P_BYTES);
+        if ((rc = kd_param_int(d, KD_P_BYTES, 1, 0, &req->u.shm.bytes)) != KD_OK)
+            return rc;
+        return kd_param_str(d, KD_P_NAME, req->u.shm.name, sizeof(req->u.shm.name));
+    case KD_METHOD_SHM_UNREGISTER:
+        if (d->param[KD_P_SHM] == NULL)
+            return kd_missing(d, KD_P_SHM);
+        return kd_param_int(d, KD_P_SHM, 1, 0, &req->u.shm.id);
     case KD_METHOD_MATRIX_LIST:
     case KD_METHOD_COUNT:
         break;
@@ -1200,6 +1290,47 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
 fail:
     kd_request_free(req);
     return rc;
+}
+
+kd_array_t *kd_request_array(kd_request_t *req, size_t i)
+{
+    switch (req->method) {
+    case KD_METHOD_SPMV: {
+        kd_array_t *a[] = {&req->u.spmv.x, &req->u.spmv.y, &req->u.spmv.out};
+        return i < 3 ? a[i] : NULL;
+    }
+    case KD_METHOD_SOLVE: {
+        kd_array_t *a[] = {&req->u.solve.b, &req->u.solve.x0, &req->u.solve.out};
+        return i < 3 ? a[i] : NULL;
+    }
+    case KD_METHOD_MATRIX_PUT:
+        return i == 0 ? &req->u.put.values : NULL;
+    case KD_METHOD_SOLVE_BATCH:
+        if (i / 2 >= (size_t)req->u.solve_batch.nitems)
+            return NULL;
+        return i % 2 == 0 ? &req->u.solve_batch.items[i / 2].b
+                          : &req->u.solve_batch.items[i / 2].x0;
+    default:
+        return NULL;
+    }
+}
+
+int kd_request_adopt(kd_request_t *req, void *buf, size_t bytes)
+{
+    struct kd_request_owned *owned = req->owned;
+    if (owned->narrays == owned->cap_arrays) {
+        const int cap = owned->cap_arrays > 0 ? 2 * owned->cap_arrays : 4;
+        void **grown = realloc(owned->arrays, (size_t)cap * sizeof(*grown));
+        if (grown == NULL) {
+            free(buf);
+            return KD_ENOMEM;
+        }
+        owned->arrays = grown;
+        owned->cap_arrays = cap;
+    }
+    owned->arrays[owned->narrays++] = buf;
+    owned->bytes += bytes;
+    return KD_OK;
 }
 
 size_t kd_request_host_bytes(const kd_request_t *req)

@@ -32,18 +32,25 @@ typedef enum kd_method {
     KD_METHOD_AUTH,
     KD_METHOD_MATRIX_SHARE,
     KD_METHOD_SOLVE_BATCH,
+    KD_METHOD_SHM_REGISTER,
+    KD_METHOD_SHM_UNREGISTER,
     KD_METHOD_COUNT
 } kd_method_t;
 
 /* "matrix.put", ... */
 const char *kd_method_name(kd_method_t method);
 
-/* A numeric array from the request. data is little-endian and possibly unaligned. */
+/* A numeric array from the request. data is little-endian and possibly unaligned. A value array
+ * may instead name bytes of a shared-memory region ({"shm": id, "offset": o, "bytes": n}): then
+ * shm is the region's id (> 0), offset is aligned to the dtype's size, count is n / size, and data
+ * stays NULL until the server resolves the region (kd_array_region). */
 typedef struct kd_array {
     int present;
     const void *data;
     int64_t count; /* elements */
     kd_dtype_t dtype;
+    int64_t shm;    /* the region's id, 0: the bytes came in the message */
+    int64_t offset; /* into the region, bytes */
 } kd_array_t;
 
 /* A bounded string copied out of the message. */
@@ -116,6 +123,7 @@ typedef struct kd_spmv_request {
     double alpha;  /* default 1 */
     double beta;   /* default 0 */
     int64_t ncols; /* columns in x (and y), column-major: Y = alpha A X + beta Y; default 1 */
+    kd_array_t out; /* optional: a region the result is written into instead of the reply */
 } kd_spmv_request_t;
 
 /* The largest `restart` a solve request may ask for (the solver's KD_SOLVE_RESTART_MAX). */
@@ -147,6 +155,7 @@ typedef struct kd_solve_request {
     /* rtol, atol and maxiter given as arrays (one per system of a batched matrix; the server
      * checks their length) instead of numbers: float64, float64, int64 */
     kd_array_t rtols, atols, maxiters;
+    kd_array_t out; /* optional: a region x is written into instead of the reply */
 } kd_solve_request_t;
 
 /* solve.batch: many small systems of their own patterns (resident matrices) in one request. */
@@ -180,6 +189,15 @@ typedef struct kd_auth_request {
     size_t token_len;
 } kd_auth_request_t;
 
+/* shm.register: the memfd comes beside the message (the server's connection takes it);
+ * shm.unregister: the region's id. */
+#define KD_SHM_NAME_MAX 64
+typedef struct kd_shm_request {
+    int64_t bytes; /* register: the region's size, >= 1 */
+    char name[KD_SHM_NAME_MAX];
+    int64_t id; /* unregister */
+} kd_shm_request_t;
+
 typedef struct kd_cancel_request {
     uint64_t target_msgid;
 } kd_cancel_request_t;
@@ -197,6 +215,7 @@ typedef struct kd_request {
         kd_solve_batch_request_t solve_batch;
         kd_cancel_request_t cancel;
         kd_auth_request_t auth;
+        kd_shm_request_t shm;
         struct {
             int wait_warm; /* answer once the program warm-up is done (or timeout_ms passed) */
         } status;
@@ -232,6 +251,14 @@ int kd_request_decode(void *buf, size_t len, const kd_proto_limits_t *limits, kd
                       kd_decode_error_t *derr);
 
 void kd_request_free(kd_request_t *req); /* accepts NULL */
+
+/* The i-th value array of req that may name a region (x, y, out, b, x0, values, solve.batch's
+ * items' b and x0), present or not; NULL past the last. For the server to resolve them. */
+kd_array_t *kd_request_array(kd_request_t *req, size_t i);
+
+/* Take ownership of a malloc'd buffer (freed with the request): the server's copy of a region's
+ * bytes. Returns 0 or KD_ENOMEM (buf is then freed). */
+int kd_request_adopt(kd_request_t *req, void *buf, size_t bytes);
 
 /* Host bytes the decoded request holds: its message, the arrays converted from plain msgpack
  * arrays, and the unpacked objects (estimated at sizeof(msgpack_object) per element; msgpack's

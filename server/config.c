@@ -31,6 +31,7 @@ void kd_config_defaults(kd_config_t *cfg)
     cfg->max_nrhs = 64;
     cfg->distribute_nnz = KD_CONFIG_DISTRIBUTE_NNZ;
     cfg->max_pending_write = (size_t)64 << 20;
+    cfg->max_shm_bytes = (size_t)4 << 30;
     cfg->idle_timeout_ms = 600000;
     cfg->memory_trim_ms = 1000;
     cfg->message_timeout_ms = 120000;
@@ -139,6 +140,8 @@ void kd_config_print_usage(const char *argv0)
         "  --log-level LEVEL          debug | info | warn | error (default info)\n"
         "  --log-file FILE            append the log here instead of stderr (SIGHUP reopens)\n"
         "  --max-message SIZE         largest request in bytes (default 1G; K/M/G suffixes)\n"
+        "  --max-shm-bytes SIZE       shared memory one client (and one user) may register on the\n"
+        "                             Unix socket (default 4G; 0 = no shm.register)\n"
         "  --max-array-elements N     msgpack array elements per request (default 1048576)\n"
         "  --max-connections N        concurrent clients (default 1024)\n"
         "  --max-jobs-per-connection N  requests one client may have waiting or running "
@@ -229,6 +232,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_STR_OPT("tls-ca", tls_ca)
     KD_SIZE_OPT("max-message", max_message, 0)
     KD_SIZE_OPT("max-pending-write", max_pending_write, 0)
+    KD_SIZE_OPT("max-shm-bytes", max_shm_bytes, 1)
     KD_SIZE_OPT("client-memory", client_memory, 1)
     KD_SIZE_OPT("connection-memory", connection_memory, 1)
     KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)

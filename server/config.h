@@ -51,6 +51,8 @@ typedef struct kd_config {
     int64_t distribute_nnz;     /* under mpirun: matrix.put's distribute = "auto" spreads a matrix
                                    with more nonzeros than this over the ranks */
     size_t max_pending_write;   /* response bytes a client has not read before we stop reading it */
+    size_t max_shm_bytes;       /* shared-memory regions one connection, and one user over all its
+                                   connections, may register (dispatch/shm.c); 0 = none */
     size_t client_memory;       /* bytes all connections together may hold (conn.c); 0 = auto:
                                    min(1 GiB, RAM / 8) */
     size_t connection_memory;   /* bytes of requests in flight and replies unread one connection

@@ -45,6 +45,10 @@ typedef struct kd_job {
      * for device memory that requests in flight hold (server/handlers/spmv.c), 0 = it does not
      * wait. */
     uint64_t mem_wait_ns;
+    /* The shared-memory regions its request reads or writes, one reference each (loop thread:
+     * taken at dispatch, dropped when the job is freed; dispatch/shm.c). */
+    struct kd_shm_region **regions;
+    int nregions;
 } kd_job_t;
 
 #endif

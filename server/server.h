@@ -29,6 +29,8 @@
 
 typedef struct kd_conn kd_conn_t;
 
+#define KD_CONN_FDS_MAX 8 /* file descriptors a connection may have waiting to be claimed */
+
 #define KD_SERVER_WORKER_SPIN_NS 50000u /* on a GPU: kd_worker_set_spin */
 #define KD_SERVER_LOOP_SPIN_NS 100000u  /* on a GPU: the loop polls this long after a wake-up */
 #define KD_SERVER_POOL_BYTES ((size_t)32 << 20)
@@ -137,6 +139,9 @@ typedef struct kd_server {
     uint64_t start_ns;
     kd_server_counters_t counters;
     kd_client_mem_t climem;
+    int64_t next_shm_id; /* the last shared-memory region's id (dispatch/shm.c) */
+    size_t shm_mapped;   /* bytes of regions mapped now, unregistered ones still in use included */
+    size_t shm_regions;  /* ... and their count */
     uv_timer_t trim_timer; /* --memory-trim-ms: memory back to the system when idle (trim.c) */
     int trim_timer_open;
     uint64_t trim_seen_requests; /* counters.requests at the last tick */
@@ -182,6 +187,13 @@ struct kd_conn {
     struct kd_login_hold *hold; /* a failed `auth`'s answer held back (reading stops meanwhile) */
     struct kd_tls *tls; /* TCP on a TLS listener: this connection's session (freed with conn) */
     int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
+    /* Unix socket: file descriptors that came with its bytes (SCM_RIGHTS), oldest first, for an
+     * shm.register to claim (dispatch/shm.c); net/conn.c closes those left unclaimed once every
+     * message that arrived with them was dispatched. */
+    int fds[KD_CONN_FDS_MAX];
+    int nfds;
+    struct kd_shm_region *regions; /* registered (dispatch/shm.c) */
+    size_t shm_bytes;              /* ... their bytes */
 };
 
 /* Programs a request had built for it (it met one neither built nor being built). */

@@ -17,6 +17,7 @@
 #include "server/handlers/replies.h"
 #include "server/server.h"
 #include "server/dispatch/dispatch.h"
+#include "server/dispatch/shm.h"
 #include "server/dispatch/status.h"
 
 #include <stdio.h>
@@ -135,6 +136,7 @@ static void kd_job_free(kd_job_t *job)
 {
     kd_request_free(job->req);
     job->req = NULL;
+    kd_shm_job_release(job); /* the regions it used: unmapped now if their connection left */
     if (job->has_timer) {
         uv_timer_stop(&job->deadline_timer);
         uv_close((uv_handle_t *)&job->deadline_timer, kd_job_timer_closed);
@@ -266,9 +268,18 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     if (req->timeout_ms > 0)
         job->deadline_ns = job->submitted_ns + (uint64_t)req->timeout_ms * 1000000u;
     atomic_init(&job->cancel, 0);
+    kd_err_t rerr = {0};
+    if (kd_shm_resolve(conn, job, &rerr) != KD_OK) {
+        kd_answer_error(conn, req->msgid, rerr.code, rerr.message);
+        kd_shm_job_release(job);
+        kd_request_free(req);
+        free(job);
+        return;
+    }
     job->mem_bytes = kd_climem_job_bytes(server, req);
     int rc = kd_worker_submit(server->worker, job);
     if (rc != KD_OK) {
+        kd_shm_job_release(job);
         char msg[160];
         if (rc == KD_EBUSY)
             snprintf(msg, sizeof(msg),
@@ -338,6 +349,21 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
     case KD_METHOD_JOB_CANCEL:
         kd_answer_cancel(conn, req);
         break;
+    case KD_METHOD_SHM_REGISTER:
+    case KD_METHOD_SHM_UNREGISTER: {
+        kd_writer_t w;
+        kd_err_t err = {0};
+        kd_writer_init(&w);
+        int rc = req->method == KD_METHOD_SHM_REGISTER ? kd_shm_register(conn, req, &w, &err)
+                                                       : kd_shm_unregister(conn, req, &w, &err);
+        if (rc == KD_OK) {
+            kd_send_writer(conn, &w, req->msgid);
+        } else {
+            kd_writer_destroy(&w);
+            kd_answer_error(conn, req->msgid, rc, err.message);
+        }
+        break;
+    }
     case KD_METHOD_MATRIX_SHARE:
         /* Who exists is the loop thread's to know (SIGHUP reloads the table here). */
         if (server->auth == NULL || kd_auth_find(server->auth, req->u.id.user) == NULL) {

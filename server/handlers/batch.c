@@ -248,6 +248,8 @@ static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_
         return kd_err_set(err, KD_EBADREQ,
                           "y has %lld values but batch %s needs %lld systems x %lld rows",
                           (long long)q->y.count, entry->meta.hex, (long long)k, (long long)B->rows);
+    if ((rc = kd_handlers_check_out(&q->out, yn, "y", err)) != KD_OK)
+        return rc;
     const uint64_t t0 = kd_clock_ns();
     void *x = kd_batch_values(xn, B->dtype, err), *y = kd_batch_values(yn, B->dtype, err);
     void *out = kd_batch_values(yn, q->dtype, err);
@@ -266,7 +268,7 @@ static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_
     }
     kd_w_result_begin(w, job->msgid);
     kd_w_map(w, 5);
-    kd_w_kv_bin(w, "y", out, (size_t)yn * kd_dtype_size(q->dtype));
+    kd_handlers_kv_vector(w, "y", &q->out, out, (size_t)yn * kd_dtype_size(q->dtype), 0);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_int(w, "ncols", 1);
     kd_w_kv_int(w, "batch", k);
@@ -335,7 +337,8 @@ static void kd_batch_solve_reply(kd_writer_t *w, const kd_job_t *job, const kd_b
         converged += res[s].status == KD_SOLVE_CONVERGED;
     kd_w_result_begin(w, job->msgid);
     kd_w_map(w, 15 + (q->history ? 1 : 0));
-    kd_w_kv_bin(w, "x", xout, (size_t)(k * B->rows) * kd_dtype_size(q->dtype));
+    kd_handlers_kv_vector(w, "x", &q->out, (void *)xout,
+                          (size_t)(k * B->rows) * kd_dtype_size(q->dtype), 0);
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_str(w, "method", kd_batch_method_name(prm->method));
     kd_w_kv_str(w, "preconditioner", prm->jacobi ? "jacobi" : "none");
@@ -402,6 +405,8 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     if (q->x0.present && q->x0.count != n)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
                           (long long)q->x0.count, (long long)n);
+    if ((rc = kd_handlers_check_out(&q->out, n, "x", err)) != KD_OK)
+        return rc;
     const uint64_t t0 = kd_clock_ns();
     double *rtol = kd_malloc_array((size_t)k, sizeof(double));
     double *atol = kd_malloc_array((size_t)k, sizeof(double));

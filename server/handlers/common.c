@@ -7,6 +7,7 @@
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/recycle.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
 #include "server/handlers/batch.h"
@@ -140,4 +141,38 @@ void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t
     job->error_code = rc;
     job->response = kd_writer_release_parts(w, &job->response_len, &job->response_tail,
                                             &job->response_tail_len);
+}
+
+void kd_handlers_kv_vector(kd_writer_t *w, const char *key, const kd_array_t *out, void *src,
+                           size_t bytes, int tail)
+{
+    if (out == NULL || !out->present) {
+        if (tail)
+            kd_w_kv_bin_tail(w, key, src, bytes);
+        else
+            kd_w_kv_bin(w, key, src, bytes);
+        return;
+    }
+    const size_t room = (size_t)out->count * kd_dtype_size(out->dtype);
+    if (src != out->data) {
+        memcpy((void *)out->data, src, bytes < room ? bytes : room);
+        if (tail)
+            kd_recycle_free(src);
+    }
+    kd_w_str(w, key);
+    kd_w_map(w, 3);
+    kd_w_kv_int(w, "shm", out->shm);
+    kd_w_kv_int(w, "offset", out->offset);
+    kd_w_kv_int(w, "bytes", (int64_t)(bytes < room ? bytes : room));
+}
+
+int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what, kd_err_t *err)
+{
+    if (!out->present || out->count == want)
+        return KD_OK;
+    const size_t size = kd_dtype_size(out->dtype);
+    return kd_err_set(err, KD_EBADREQ,
+                      "out: bytes = %llu but %s needs %lld values of %s (%llu bytes)",
+                      (unsigned long long)((size_t)out->count * size), what, (long long)want,
+                      kd_dtype_name(out->dtype), (unsigned long long)((size_t)want * size));
 }

@@ -82,6 +82,15 @@ int kd_handlers_precheck(kd_server_t *server, const kd_job_t *job, kd_err_t *err
  * many systems counts a use on the user's reference (store.h, kd_store_note_use). */
 void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t *w, kd_err_t *err);
 
+/* A result vector of `bytes` under key: into the request's region when it named one (out present:
+ * the reply then says where, {shm, offset, bytes}), else a bin. With tail, src is a recycled
+ * buffer the writer takes and sends uncopied (common/recycle.h), unless src is the region itself;
+ * without, src stays the caller's. The caller checked out's length. */
+void kd_handlers_kv_vector(kd_writer_t *w, const char *key, const kd_array_t *out, void *src,
+                           size_t bytes, int tail);
+/* BAD_REQUEST unless out (when present) holds exactly want values: what the result needs. */
+int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what, kd_err_t *err);
+
 /* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 

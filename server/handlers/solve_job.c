@@ -236,7 +236,7 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
     if (q->x0.present && q->x0.count != want)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
                           (long long)q->x0.count, (long long)want);
-    return KD_OK;
+    return kd_handlers_check_out(&q->out, want, "x", err);
 }
 
 /* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results; x last,
@@ -323,9 +323,9 @@ static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_sol
     }
     kd_w_kv_double(w, "time_ms", total_ms);
     if (xtail != NULL)
-        kd_w_kv_bin_tail(w, "x", xtail, want * osize);
+        kd_handlers_kv_vector(w, "x", &q->out, xtail, want * osize, 1);
     else
-        kd_w_kv_bin(w, "x", xout, want * osize);
+        kd_handlers_kv_vector(w, "x", &q->out, (void *)xout, want * osize, 0);
 }
 
 void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
@@ -438,7 +438,11 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
                           (!q->x0.present || kd_solve_aligned(q->x0.data, asize));
     void *b = NULL, *x0 = NULL, *x = NULL;
     size_t xbytes = 0;
-    if (!kd_mul_overflow((size_t)want, asize, &xbytes))
+    /* x straight into the request's region when it named one and nothing needs converting */
+    void *const xregion = direct && q->out.present ? (void *)q->out.data : NULL;
+    if (xregion != NULL)
+        x = xregion;
+    else if (!kd_mul_overflow((size_t)want, asize, &xbytes))
         x = kd_recycle_alloc(xbytes, NULL);
     if (!direct_in) {
         b = kd_handlers_alloc_values(want, A->dtype, err);
@@ -522,7 +526,8 @@ done:
     free(results);
     free(b);
     free(x0);
-    kd_recycle_free(x);
+    if (x != xregion)
+        kd_recycle_free(x);
     return rc;
 }
 

@@ -161,6 +161,8 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
                           "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
                           (long long)q->y.count, entry->meta.hex, (long long)arows,
                           (long long)arows, (long long)k);
+    if ((rc = kd_handlers_check_out(&q->out, ywant, "y", err)) != KD_OK)
+        return rc;
     it->rows = arows;
     if (entry->dev == NULL && entry->dist != NULL) { /* spread over ranks: alone, through them */
         it->spread = 1;
@@ -168,7 +170,8 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
         return kd_spread_spmv(server, entry, q, &it->out, err);
     }
     const int convert = q->dtype != adtype;
-    if ((it->out = kd_spmv_alloc_out(ywant, q->dtype, err)) == NULL ||
+    it->out = q->out.present ? (void *)q->out.data : NULL; /* y straight into the region */
+    if ((it->out == NULL && (it->out = kd_spmv_alloc_out(ywant, q->dtype, err)) == NULL) ||
         (convert && (it->dev = kd_handlers_alloc_values(ywant, adtype, err)) == NULL))
         return err->code;
     it->entry = entry;
@@ -322,8 +325,8 @@ static void kd_spmv_encode(kd_spmv_item_t *it, kd_writer_t *w, double ms)
     kd_w_kv_str(w, "dtype", kd_dtype_name(q->dtype));
     kd_w_kv_int(w, "ncols", it->k);
     kd_w_kv_double(w, "time_ms", ms);
-    /* last: the response's tail, sent from it->out as it is */
-    kd_w_kv_bin_tail(w, "y", it->out, (size_t)count * kd_dtype_size(q->dtype));
+    /* last: the response's tail, sent from it->out as it is (or where the region has it) */
+    kd_handlers_kv_vector(w, "y", &q->out, it->out, (size_t)count * kd_dtype_size(q->dtype), 1);
     it->out = NULL;
 }
 
@@ -418,7 +421,8 @@ static int kd_spmv_group(kd_server_t *server, kd_spmv_item_t *items, size_t n, s
         free(it->xconv);
         free(it->yconv);
         free(it->dev);
-        kd_recycle_free(it->out); /* NULL once the response took it */
+        if (it->out != it->job->req->u.spmv.out.data)
+            kd_recycle_free(it->out); /* NULL once the response took it; never the region */
     }
     return rc;
 }

@@ -19,6 +19,14 @@
  * response is encrypted and its ciphertext written. A connection whose first byte is a TLS
  * record header on a plaintext listener, or that is not TLS on a TLS one, is logged and closed.
  * The Unix socket is never TLS.
+ *
+ * The Unix socket's pipe is opened for IPC, so libuv reads it with recvmsg and queues the file
+ * descriptors that come with the bytes (SCM_RIGHTS): a client's memfd for shm.register
+ * (dispatch/shm.c). libuv hands a received descriptor out only through uv_accept into a handle,
+ * so kd_conn_take_fds accepts each into a scratch pipe handle, duplicates its descriptor into
+ * conn->fds and closes the handle. A descriptor is claimed by the first shm.register dispatched
+ * after it arrived; those still unclaimed when no message is left in the framer (every message
+ * they came with was dispatched) are closed, and so are those past KD_CONN_FDS_MAX: none leaks.
  */
 #define _GNU_SOURCE /* struct ucred */
 #include "common/log.h"
@@ -28,9 +36,13 @@
 #include "server/server.h"
 #include "server/net/tls.h"
 
+#include "server/dispatch/shm.h"
+
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* One write of a message's parts: its head and perhaps a tail (a vector's bytes, sent from the
  * buffer the device wrote them to). */
@@ -72,6 +84,50 @@ static void kd_conn_alloc_tls(uv_handle_t *handle, size_t suggested, uv_buf_t *b
     buf->base = conn->server->tls_inbuf;
     buf->len = sizeof(conn->server->tls_inbuf);
     (void)suggested;
+}
+
+static void kd_conn_fd_pipe_closed(uv_handle_t *handle)
+{
+    free(handle);
+}
+
+/* The descriptors libuv queued on the Unix socket's pipe, into conn->fds (see the top). */
+static void kd_conn_take_fds(kd_conn_t *conn)
+{
+    while (uv_pipe_pending_count(&conn->pipe) > 0) {
+        uv_pipe_t *scratch = malloc(sizeof(*scratch));
+        if (scratch == NULL || uv_pipe_init(conn->server->loop, scratch, 0) != 0) {
+            free(scratch);
+            KD_ERROR("conn", "out of memory taking a file descriptor conn=%llu",
+                     (unsigned long long)conn->id);
+            kd_conn_close(conn); /* the handle's close closes what libuv still queues */
+            return;
+        }
+        int fd = -1;
+        uv_os_fd_t raw;
+        if (uv_accept((uv_stream_t *)&conn->pipe, (uv_stream_t *)scratch) == 0 &&
+            uv_fileno((uv_handle_t *)scratch, &raw) == 0)
+            fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
+        uv_close((uv_handle_t *)scratch, kd_conn_fd_pipe_closed); /* closes raw */
+        if (fd >= 0 && conn->nfds < KD_CONN_FDS_MAX) {
+            conn->fds[conn->nfds++] = fd;
+        } else if (fd >= 0) {
+            KD_INFO("conn", "closing a file descriptor conn=%llu: %d already wait for shm.register",
+                    (unsigned long long)conn->id, KD_CONN_FDS_MAX);
+            close(fd);
+        }
+    }
+}
+
+/* Close the descriptors no shm.register claimed. */
+static void kd_conn_close_fds(kd_conn_t *conn)
+{
+    if (conn->nfds > 0 && !conn->closing)
+        KD_INFO("conn", "closing %d file descriptor(s) no shm.register claimed conn=%llu",
+                conn->nfds, (unsigned long long)conn->id);
+    for (int i = 0; i < conn->nfds; i++)
+        close(conn->fds[i]);
+    conn->nfds = 0;
 }
 
 static void kd_conn_read_start(kd_conn_t *conn)
@@ -141,6 +197,8 @@ void kd_conn_close(kd_conn_t *conn)
     conn->frame = NULL;
     kd_climem_account(conn);
     kd_login_conn_closed(conn);
+    kd_conn_close_fds(conn);
+    kd_shm_conn_closed(conn); /* each region goes when the last job using it is done */
     if (conn->tls != NULL && kd_tls_established(conn->tls)) {
         kd_tls_shutdown(conn->tls); /* close_notify: the client can tell an end from a cut */
         kd_conn_flush_tls(conn);
@@ -223,7 +281,7 @@ void kd_conn_accept(kd_server_t *server, int is_unix)
     conn->last_activity_ns = kd_clock_ns();
     conn->first_byte = -1;
     conn->is_unix = is_unix;
-    int rc = is_unix ? uv_pipe_init(server->loop, &conn->pipe, 0)
+    int rc = is_unix ? uv_pipe_init(server->loop, &conn->pipe, 1) /* IPC: descriptors come */
                      : uv_tcp_init(server->loop, &conn->tcp);
     if (rc != 0) {
         kd_frame_free(conn->frame);
@@ -477,12 +535,18 @@ static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
     } else {
         conn->message_start_ns = 0;
     }
+    if (conn->nfds > 0 && !conn->closing && !kd_frame_in_message(conn->frame))
+        kd_conn_close_fds(conn); /* every message they came with was dispatched */
     kd_climem_account(conn); /* the framer's buffer */
 }
 
 static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     kd_conn_t *conn = stream->data;
+    if (conn->is_unix)
+        kd_conn_take_fds(conn);
+    if (conn->closing)
+        return;
     if (nread < 0) {
         if (nread != UV_EOF)
             KD_DEBUG("conn", "read error conn=%llu: %s", (unsigned long long)conn->id,

@@ -29,6 +29,12 @@ static void touch(const kd_array_t *a)
         return;
     if (a->count < 0)
         abort();
+    if (a->shm != 0) { /* a region reference: the server resolves it; nothing to read yet */
+        if (a->shm < 0 || a->offset < 0 || a->data != NULL ||
+            a->offset % (int64_t)kd_dtype_size(a->dtype) != 0)
+            abort();
+        return;
+    }
     const uint8_t *p = a->data;
     size_t bytes = (size_t)a->count * kd_dtype_size(a->dtype);
     uint8_t x = 0;
@@ -93,6 +99,7 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
     case KD_METHOD_SPMV:
         touch(&req->u.spmv.x);
         touch(&req->u.spmv.y);
+        touch(&req->u.spmv.out);
         /* ncols multiplies the matrix's rows on the server: bounded here, before any lookup */
         if (req->u.spmv.ncols < 1 || req->u.spmv.ncols > lim->max_nrhs ||
             req->u.spmv.x.count % req->u.spmv.ncols != 0)
@@ -101,6 +108,7 @@ static void check_request(const kd_request_t *req, const kd_proto_limits_t *lim)
     case KD_METHOD_SOLVE:
         touch(&req->u.solve.b);
         touch(&req->u.solve.x0);
+        touch(&req->u.solve.out);
         touch(&req->u.solve.rtols);
         touch(&req->u.solve.atols);
         touch(&req->u.solve.maxiters);

@@ -129,6 +129,49 @@ static void save_extreme_sizes(const char *id, const double *x)
     save("size_cancel_int64", &w);
 }
 
+/* A region reference {shm, offset, bytes} under key. */
+static void region(kd_writer_t *w, const char *key, int64_t id, int64_t offset, int64_t bytes)
+{
+    kd_w_str(w, key);
+    kd_w_map(w, 3);
+    kd_w_kv_int(w, "shm", id);
+    kd_w_kv_int(w, "offset", offset);
+    kd_w_kv_int(w, "bytes", bytes);
+}
+
+/* Issue 35: shared-memory registration and region references (the fuzzer mutates the integers:
+ * misaligned offsets, offset + bytes past int64). */
+static void save_shm(const char *id)
+{
+    kd_writer_t w;
+    begin(&w, 30, "shm.register", 2);
+    kd_w_kv_int(&w, "bytes", 1 << 20);
+    kd_w_kv_str(&w, "name", "seed");
+    save("shm_register", &w);
+
+    begin(&w, 31, "shm.unregister", 1);
+    kd_w_kv_int(&w, "shm", 1);
+    save("shm_unregister", &w);
+
+    begin(&w, 32, "spmv", 3);
+    kd_w_kv_str(&w, "id", id);
+    region(&w, "x", 1, 0, 16);
+    region(&w, "out", 1, 64, 16);
+    save("spmv_shm", &w);
+
+    begin(&w, 33, "solve", 4);
+    kd_w_kv_str(&w, "id", id);
+    region(&w, "b", 1, 0, 16);
+    region(&w, "x0", 1, 16, 16);
+    region(&w, "out", 2, 0, 16);
+    save("solve_shm", &w);
+
+    begin(&w, 34, "spmv", 2);
+    kd_w_kv_str(&w, "id", id);
+    region(&w, "x", 1, INT64_MAX - 7, 16); /* aligned; offset + bytes overflows int64 */
+    save("spmv_shm_overflow", &w);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -328,5 +371,6 @@ int main(int argc, char **argv)
     save("notification", &w);
 
     save_extreme_sizes(id, x);
+    save_shm(id);
     return 0;
 }

@@ -202,10 +202,18 @@ class Connection:
         self.close()
         return exc
 
-    def _send(self, chunks):
+    @property
+    def is_unix(self):
+        return self._sock is not None and self._sock.family == socket.AF_UNIX
+
+    def _send(self, chunks, fds=()):
         if self._sock is None:
             raise errors.ConnectionFailed(f"not connected to {self.address} (the client is closed)")
         try:
+            if fds:  # the descriptors go with the request's first bytes (shm.register)
+                first = memoryview(chunks[0])
+                sent = socket.send_fds(self._sock, [first], list(fds))
+                chunks = [first[sent:]] + list(chunks[1:])
             for chunk in chunks:
                 view = memoryview(chunk)
                 for offset in range(0, len(view), _SEND_STEP):
@@ -223,11 +231,12 @@ class Connection:
             self.close()
             raise
 
-    def send_request(self, method, params):
-        """Write one request; returns its msgid."""
+    def send_request(self, method, params, fds=()):
+        """Write one request (with file descriptors beside it on a Unix socket); returns its
+        msgid."""
         msgid = self._next_msgid
         self._next_msgid += 1
-        self._send(encode_request(msgid, method, params))
+        self._send(encode_request(msgid, method, params), fds)
         return msgid
 
     def _cancel_quietly(self, msgid):
@@ -315,5 +324,5 @@ class Connection:
             self._cancel_quietly(msgid)
             raise
 
-    def call(self, method, params=None, on_progress=None):
-        return self.wait(self.send_request(method, params or {}), on_progress)
+    def call(self, method, params=None, on_progress=None, fds=()):
+        return self.wait(self.send_request(method, params or {}, fds), on_progress)

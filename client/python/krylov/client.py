@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _rpc, batch as _batch, errors
+from . import _rpc, _shm, batch as _batch, errors
 from .batch import BatchSolveResult, ItemResult, ManySolveResult
 from .content_id import csr_content_id, pattern_hash
 
@@ -389,10 +389,15 @@ class Client:
     certificate (None: the system's trust store); the certificate must name the host or IP address
     in `address`. certfile, keyfile: this client's certificate and key, for a server started with
     --tls-ca.
+
+    shm: on a Unix socket ("unix:PATH"), large arrays of spmv and solve (256 KiB or more) go
+    through a shared-memory region the client registers with the server instead of through the
+    socket, and results come back the same way (docs/PROTOCOL.md, "Shared memory"); the server's
+    refusal turns it off quietly. shm=False: always bins.
     """
 
     def __init__(self, address=None, *, timeout=None, connect_timeout=30.0, user=None,
-                 token=None, tls=None, cafile=None, certfile=None, keyfile=None):
+                 token=None, tls=None, cafile=None, certfile=None, keyfile=None, shm=True):
         if address is None:
             address = os.environ.get("KRYLOV_SERVER") or DEFAULT_ADDRESS
         if user is None:
@@ -412,6 +417,8 @@ class Client:
             tls = None
         self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout,
                                      tls=tls)
+        self._arena = _shm.Arena(self._conn, enabled=bool(shm))
+        self._shapes = {}  # matrix id -> (rows, cols, batch), for results written into the region
         self.user = None
         self.role = None
         if user is not None:
@@ -436,8 +443,16 @@ class Client:
     def closed(self):
         return self._conn.closed
 
+    @property
+    def shm(self):
+        """Whether large arrays go through shared memory (a Unix socket, not refused)."""
+        return self._arena.enabled
+
     def close(self):
-        self._conn.close()
+        try:
+            self._arena.close()
+        finally:
+            self._conn.close()
 
     def __enter__(self):
         return self
@@ -743,8 +758,15 @@ class Client:
         dtype_name = _dtype_name(dtype, _default_value_dtype(x))
         if x.ndim not in (1, 2):
             raise ValueError(f"x must be 1-D (cols) or 2-D (cols x k), not of shape {x.shape}")
+        mid = self._operand_id(matrix)
+        shm = self._spmv_shm(matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms)
+        if shm is not None:
+            if out is not None:
+                np.copyto(out, shm)
+                return out
+            return shm
         x_bin, ncols = _vector_bin(x, "x", dtype_name)
-        params = {"id": self._operand_id(matrix), "x": x_bin, "dtype": dtype_name}
+        params = {"id": mid, "x": x_bin, "dtype": dtype_name}
         if x.ndim == 2:
             params["ncols"] = ncols
         if alpha != 1.0:
@@ -765,6 +787,55 @@ class Client:
             np.copyto(out, result)
             return out
         return result
+
+    def _shape_of(self, matrix, mid):
+        """(rows, cols, batch) of a matrix, asking the server once for an id it has not seen."""
+        if isinstance(matrix, MatrixInfo):
+            return matrix.rows, matrix.cols, matrix.batch
+        if mid not in self._shapes:
+            if hasattr(matrix, "shape") and not isinstance(matrix, str):
+                self._shapes[mid] = (int(matrix.shape[0]), int(matrix.shape[1]), 0)
+            else:
+                info = self.info(mid)
+                self._shapes[mid] = (info.rows, info.cols, info.batch)
+        return self._shapes[mid]
+
+    def _spmv_shm(self, matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms):
+        """spmv through the shared-memory region, or None (too small, refused: bins)."""
+        wire = _VALUE_DTYPES[dtype_name]
+        k = x.shape[1] if x.ndim == 2 else 1
+        if not self._arena.usable(x.size * wire.itemsize * 2):
+            return None
+        rows, cols, batch = self._shape_of(matrix, mid)
+        if batch or x.shape[0] != cols:
+            return None  # the server's message about the shape comes through the bins path
+        y_arr = None if beta == 0.0 or y is None else np.asarray(y)
+        if y_arr is not None and y_arr.shape != ((rows, k) if x.ndim == 2 else (rows,)):
+            return None
+        lay = _shm.Layout()
+        ix = lay.add(x.size * wire.itemsize)
+        iy = lay.add(rows * k * wire.itemsize) if y_arr is not None else None
+        io = lay.add(rows * k * wire.itemsize)
+        if not self._arena.reserve(lay.nbytes):
+            return None
+        region = self._arena.region
+        shape_x, shape_y = (x.shape, (rows, k) if x.ndim == 2 else (rows,))
+        np.copyto(_shm.view(region, lay.parts[ix][0], wire, shape_x, "F"), x, casting="unsafe")
+        params = {"id": mid, "dtype": dtype_name, "x": _shm.ref(region, *lay.parts[ix]),
+                  "out": _shm.ref(region, *lay.parts[io])}
+        if x.ndim == 2:
+            params["ncols"] = k
+        if alpha != 1.0:
+            params["alpha"] = float(alpha)
+        if y_arr is not None:
+            _check_real(y_arr, "y")
+            np.copyto(_shm.view(region, lay.parts[iy][0], wire, shape_y, "F"), y_arr,
+                      casting="unsafe")
+            params["beta"] = float(beta)
+            params["y"] = _shm.ref(region, *lay.parts[iy])
+        _optional(params, timeout_ms=timeout_ms)
+        self._conn.call("spmv", params)
+        return _shm.view(region, lay.parts[io][0], wire, shape_y, "F").copy(order="K")
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
@@ -809,10 +880,14 @@ class Client:
         b_arr = np.asarray(b)
         _check_real(b_arr, "b")
         dtype_name = _dtype_name(dtype, _default_value_dtype(b_arr))
-        b_bin, nrhs = _vector_bin(b_arr, "b", dtype_name)
+        if b_arr.ndim not in (1, 2):
+            raise ValueError(f"b must be 1-D (n) or 2-D (n x k), not of shape {b_arr.shape}")
+        nrhs = b_arr.shape[1] if b_arr.ndim == 2 else 1
+        x0_arr = None if x0 is None else np.asarray(x0)
+        if x0_arr is not None and x0_arr.shape != b_arr.shape:
+            raise ValueError(f"x0 has shape {x0_arr.shape} but b has shape {b_arr.shape}")
         params = {
             "id": self._operand_id(matrix),
-            "b": b_bin,
             "dtype": dtype_name,
             "method": method,
             "rtol": float(rtol),
@@ -820,11 +895,30 @@ class Client:
         }
         if nrhs != 1:
             params["nrhs"] = nrhs
-        if x0 is not None:
-            x0_arr = np.asarray(x0)
-            if x0_arr.shape != b_arr.shape:
-                raise ValueError(f"x0 has shape {x0_arr.shape} but b has shape {b_arr.shape}")
-            params["x0"] = _vector_bin(x0_arr, "x0", dtype_name)[0]
+        wire = _VALUE_DTYPES[dtype_name]
+        x_at = None  # where the server writes x in the region, when the arrays go through it
+        if self._arena.usable(b_arr.size * wire.itemsize * 2):
+            lay = _shm.Layout()
+            ib = lay.add(b_arr.size * wire.itemsize)
+            i0 = lay.add(b_arr.size * wire.itemsize) if x0_arr is not None else None
+            ix = lay.add(b_arr.size * wire.itemsize)
+            if self._arena.reserve(lay.nbytes):
+                region = self._arena.region
+                _check_real(b_arr, "b")
+                np.copyto(_shm.view(region, lay.parts[ib][0], wire, b_arr.shape, "F"), b_arr,
+                          casting="unsafe")
+                params["b"] = _shm.ref(region, *lay.parts[ib])
+                if x0_arr is not None:
+                    _check_real(x0_arr, "x0")
+                    np.copyto(_shm.view(region, lay.parts[i0][0], wire, b_arr.shape, "F"), x0_arr,
+                              casting="unsafe")
+                    params["x0"] = _shm.ref(region, *lay.parts[i0])
+                params["out"] = _shm.ref(region, *lay.parts[ix])
+                x_at = (region, lay.parts[ix][0], wire)
+        if "b" not in params:
+            params["b"] = _vector_bin(b_arr, "b", dtype_name)[0]
+            if x0_arr is not None:
+                params["x0"] = _vector_bin(x0_arr, "x0", dtype_name)[0]
         if history:
             params["history"] = True
         if preconditioner_options:
@@ -846,14 +940,19 @@ class Client:
                                          p.get("residual", float("nan"))))
 
         result = self._conn.call("solve", params, on_progress)
-        return self._solve_result(result, b_arr, nrhs)
+        x = None
+        if x_at is not None:  # copied out: the region serves the next request
+            x = _shm.view(x_at[0], x_at[1], x_at[2], b_arr.shape, "F").copy(order="K")
+        return self._solve_result(result, b_arr, nrhs, x)
 
     @staticmethod
-    def _solve_result(result, b_arr, nrhs):
+    def _solve_result(result, b_arr, nrhs, x=None):
         if not isinstance(result, dict):
             raise errors.ProtocolError("the server's solve result is not a map")
         n = b_arr.shape[0]
-        if b_arr.ndim == 1:
+        if x is not None:
+            pass
+        elif b_arr.ndim == 1:
             x = _result_array(result, "x")
         else:
             # column-major on the wire: k runs of n values; the transpose is an (n, k) view
