@@ -149,11 +149,7 @@ def tls_context(cafile=None, certfile=None, keyfile=None):
 
 class Connection:
     """One connection to krylovd ("host:port", inside TLS when `tls` (an ssl.SSLContext) is given,
-    or "unix:PATH"). Not thread-safe: use one per thread."""
-
-
-class Connection:
-    """One TCP connection to krylovd, inside TLS when `tls` (an ssl.SSLContext) is given. Not
+    or "unix:PATH", where file descriptors can travel with a request: shared memory). Not
     thread-safe: use one per thread."""
 
     def __init__(self, address, timeout=None, connect_timeout=30.0, tls=None):
