@@ -206,6 +206,8 @@ static void test_role_table(void)
         {"matrix.multiply", KD_ROLE_WRITE},
         {"matrix.share", KD_ROLE_ADMIN},
         {"solve.batch", KD_ROLE_READ},
+        {"shm.register", KD_ROLE_READ},
+        {"shm.unregister", KD_ROLE_READ},
     };
     CHECK_EQ_INT(sizeof(want) / sizeof(want[0]), KD_METHOD_COUNT);
     for (int m = 0; m < KD_METHOD_COUNT; m++) {
