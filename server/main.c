@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static int kd_list_devices(void)
 {
@@ -107,6 +108,22 @@ static int kd_follower(kd_config_t *cfg, int rank)
 }
 #endif
 
+/* The soft RLIMIT_NOFILE up to the hard one: connections, received memfds (shm.register) and the
+ * driver's files all count; a 1024 soft limit (the usual default outside systemd) is low. */
+static void kd_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    const rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        KD_DEBUG("server", "RLIMIT_NOFILE raised from %llu to %llu", (unsigned long long)was,
+                 (unsigned long long)rl.rlim_max);
+    else
+        KD_INFO("server", "cannot raise RLIMIT_NOFILE from %llu", (unsigned long long)was);
+}
+
 int main(int argc, char **argv)
 {
     kd_config_t cfg;
@@ -127,6 +144,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "krylovd: cannot open log file %s\n", cfg.log_file);
         return 1;
     }
+    kd_raise_nofile();
 
 #ifdef KD_MPI
     const int ranks = kd_mpi_ranks_from_env();

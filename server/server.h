@@ -29,7 +29,17 @@
 
 typedef struct kd_conn kd_conn_t;
 
-#define KD_CONN_FDS_MAX 8 /* file descriptors a connection may have waiting to be claimed */
+#define KD_CONN_FDS_MAX 4 /* file descriptors a connection may have waiting to be claimed */
+/* ... and the whole server (at most; less when RLIMIT_NOFILE is low: net/conn.c) */
+#define KD_SERVER_FDS_MAX 256
+
+/* A file descriptor received on the Unix socket (SCM_RIGHTS), and the stream bytes it came with:
+ * the read [start, end) of the connection's byte stream. The kernel attaches a descriptor to the
+ * first byte of the sendmsg that carried it, so the message it came with begins in that range. */
+typedef struct kd_conn_fd {
+    int fd;
+    uint64_t start, end;
+} kd_conn_fd_t;
 
 #define KD_SERVER_WORKER_SPIN_NS 50000u /* on a GPU: kd_worker_set_spin */
 #define KD_SERVER_LOOP_SPIN_NS 100000u  /* on a GPU: the loop polls this long after a wake-up */
@@ -142,7 +152,11 @@ typedef struct kd_server {
     int64_t next_shm_id; /* the last shared-memory region's id (dispatch/shm.c) */
     size_t shm_mapped;   /* bytes of regions mapped now, unregistered ones still in use included */
     size_t shm_regions;  /* ... and their count */
-    uv_timer_t trim_timer; /* --memory-trim-ms: memory back to the system when idle (trim.c) */
+    struct kd_shm_region *shm_all; /* every region mapped now, for the per-user limit (shm.c) */
+    size_t fds_held;        /* received descriptors waiting on every connection (net/conn.c) */
+    size_t fds_max;         /* ... at most: KD_SERVER_FDS_MAX, less under a low RLIMIT_NOFILE */
+    uint64_t fds_logged_ns; /* the last line about descriptors closed unclaimed (rate limit) */
+    uv_timer_t trim_timer;  /* --memory-trim-ms: memory back to the system when idle (trim.c) */
     int trim_timer_open;
     uint64_t trim_seen_requests; /* counters.requests at the last tick */
     kd_trim_stats_t trim;
@@ -188,10 +202,12 @@ struct kd_conn {
     struct kd_tls *tls; /* TCP on a TLS listener: this connection's session (freed with conn) */
     int first_byte;     /* the first byte received (0x16 opens a TLS handshake), -1 before it */
     /* Unix socket: file descriptors that came with its bytes (SCM_RIGHTS), oldest first, for an
-     * shm.register to claim (dispatch/shm.c); net/conn.c closes those left unclaimed once every
-     * message that arrived with them was dispatched. */
-    int fds[KD_CONN_FDS_MAX];
+     * shm.register to claim (kd_shm_claim_fd); net/conn.c closes those left unclaimed once the
+     * message they came with was dispatched. */
+    kd_conn_fd_t fds[KD_CONN_FDS_MAX];
     int nfds;
+    uint64_t bytes_in;  /* bytes of the stream read so far */
+    uint64_t msg_start; /* the message being dispatched begins at this byte of the stream */
     struct kd_shm_region *regions; /* registered (dispatch/shm.c) */
     size_t shm_bytes;              /* ... their bytes */
 };

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void kd_send_writer(kd_conn_t *conn, kd_writer_t *w, uint64_t msgid)
 {
@@ -310,7 +311,19 @@ static void kd_submit_job(kd_conn_t *conn, kd_request_t *req)
     kd_climem_account(conn); /* may pause reading, or evict (conn itself, perhaps) */
 }
 
+static void kd_dispatch(kd_conn_t *conn, kd_request_t *req, int *fd);
+
 void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
+{
+    /* An shm.register takes the descriptor that came with it first, whatever its outcome: one
+     * refused below (its user, shutdown) must not leave it for the next register to map. */
+    int fd = req->method == KD_METHOD_SHM_REGISTER && conn->is_unix ? kd_shm_claim_fd(conn) : -1;
+    kd_dispatch(conn, req, &fd);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void kd_dispatch(kd_conn_t *conn, kd_request_t *req, int *fd)
 {
     kd_server_t *server = conn->server;
     uint64_t t0 = kd_clock_ns();
@@ -354,8 +367,13 @@ void kd_dispatch_request(kd_conn_t *conn, kd_request_t *req)
         kd_writer_t w;
         kd_err_t err = {0};
         kd_writer_init(&w);
-        int rc = req->method == KD_METHOD_SHM_REGISTER ? kd_shm_register(conn, req, &w, &err)
-                                                       : kd_shm_unregister(conn, req, &w, &err);
+        int rc = KD_OK;
+        if (req->method == KD_METHOD_SHM_REGISTER) {
+            rc = kd_shm_register(conn, req, *fd, &w, &err); /* takes the descriptor */
+            *fd = -1;
+        } else {
+            rc = kd_shm_unregister(conn, req, &w, &err);
+        }
         if (rc == KD_OK) {
             kd_send_writer(conn, &w, req->msgid);
         } else {

@@ -1,8 +1,16 @@
 /*
  * Shared-memory regions (see shm.h). Registration checks what makes a mapping safe to use from
- * the server: the descriptor is a memfd sealed against shrinking (F_SEAL_SHRINK), so no
- * truncation by the client can make an access fault (SIGBUS), and it holds at least the bytes
- * declared. The descriptor is closed once mapped (the mapping keeps the memory). Every reference
+ * the server: the descriptor is a memfd on tmpfs (shmem; not hugetlbfs, where a page the client
+ * punched out may be unavailable when the server touches it: SIGBUS) sealed against shrinking
+ * (F_SEAL_SHRINK), so no truncation by the client can make an access fault (SIGBUS), it holds at
+ * least the bytes declared, and its pages are all allocated (posix_fallocate by the client), so
+ * that the memory is charged to the client's cgroup, not to the server's by its first touch.
+ * F_SEAL_WRITE is not asked for (the server writes `out`), so the client may still punch a hole
+ * (fallocate FALLOC_FL_PUNCH_HOLE): on tmpfs a later access by the server then gets a fresh zero
+ * page, never a fault (only a size-limited tmpfs mount could fail it, and memfds live on the
+ * kernel's unlimited internal one); that page is charged to the server's cgroup, which the client
+ * can make happen only for regions it registered, within --max-shm-bytes. The descriptor is closed
+ * once mapped (the mapping keeps the memory). Every reference
  * a request makes is checked against the region here, overflow-safe, before a job sees it; the
  * handlers then read and write the mapping as they would a bin of the message.
  */
@@ -10,6 +18,7 @@
 #include "server/dispatch/shm.h"
 
 #include "common/log.h"
+#include "protocol/frame.h"
 #include "protocol/writer.h"
 
 #include <errno.h>
@@ -17,8 +26,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 static void kd_shm_unref(kd_shm_region_t *r)
@@ -26,8 +37,15 @@ static void kd_shm_unref(kd_shm_region_t *r)
     if (r == NULL || --r->refs > 0)
         return;
     munmap(r->base, r->bytes);
-    r->server->shm_mapped -= r->bytes;
-    r->server->shm_regions--;
+    kd_server_t *server = r->server;
+    server->shm_mapped -= r->bytes;
+    server->shm_regions--;
+    if (r->all_prev != NULL)
+        r->all_prev->all_next = r->all_next;
+    else
+        server->shm_all = r->all_next;
+    if (r->all_next != NULL)
+        r->all_next->all_prev = r->all_prev;
     free(r);
 }
 
@@ -39,29 +57,36 @@ static kd_shm_region_t *kd_shm_find(const kd_conn_t *conn, int64_t id)
     return NULL;
 }
 
-/* The oldest descriptor that came with conn's bytes, or -1. */
-static int kd_shm_take_fd(kd_conn_t *conn)
+int kd_shm_claim_fd(kd_conn_t *conn)
 {
-    if (conn->nfds == 0)
-        return -1;
-    int fd = conn->fds[0];
-    memmove(conn->fds, conn->fds + 1, (size_t)(conn->nfds - 1) * sizeof(conn->fds[0]));
-    conn->nfds--;
-    return fd;
+    for (int i = 0; i < conn->nfds; i++) {
+        const kd_conn_fd_t *f = &conn->fds[i];
+        if (f->start <= conn->msg_start && conn->msg_start < f->end) {
+            int fd = f->fd;
+            memmove(conn->fds + i, conn->fds + i + 1,
+                    (size_t)(conn->nfds - i - 1) * sizeof(conn->fds[0]));
+            conn->nfds--;
+            conn->server->fds_held--;
+            return fd;
+        }
+    }
+    return -1;
 }
 
-/* Bytes the connection's user holds in regions over all its open connections. */
+/* Bytes of the regions user registered that are still mapped: on its open connections, and
+ * those unregistered (or whose connection closed) that a request still uses. */
 static size_t kd_shm_user_bytes(const kd_server_t *server, const char *user)
 {
     size_t total = 0;
-    for (const kd_conn_t *c = server->conns; c != NULL; c = c->next)
-        if (strcmp(c->user.name, user) == 0)
-            total += c->shm_bytes;
+    for (const kd_shm_region_t *r = server->shm_all; r != NULL; r = r->all_next)
+        if (strcmp(r->user, user) == 0)
+            total += r->bytes;
     return total;
 }
 
 /* The checks on fd for a region of `bytes`, then its mapping; KD_OK with *base, or an error. */
-static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, kd_err_t *err)
+static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, struct stat *st_out,
+                      kd_err_t *err)
 {
     const kd_server_t *server = conn->server;
     const size_t max = server->cfg.max_shm_bytes;
@@ -75,6 +100,11 @@ static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, kd_err
                           "shm.register: the memfd is not sealed against shrinking (add "
                           "F_SEAL_SHRINK with fcntl F_ADD_SEALS): a truncation could fault the "
                           "server");
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+        return kd_err_set(err, KD_EBADREQ,
+                          "shm.register: the memfd is not on tmpfs (made with MFD_HUGETLB?): "
+                          "create it with memfd_create without MFD_HUGETLB");
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         return kd_err_set(err, KD_EBADREQ, "shm.register: the memfd cannot be inspected (fstat)");
@@ -82,6 +112,11 @@ static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, kd_err
         return kd_err_set(err, KD_EBADREQ,
                           "shm.register: bytes = %zu but the memfd holds only %lld bytes", bytes,
                           (long long)st.st_size);
+    if ((uint64_t)st.st_blocks * 512u < (uint64_t)st.st_size)
+        return kd_err_set(err, KD_EBADREQ,
+                          "shm.register: the memfd's %lld bytes are not all allocated (%lld are): "
+                          "posix_fallocate it after ftruncate, so its memory is the client's",
+                          (long long)st.st_size, (long long)st.st_blocks * 512);
     if (conn->shm_bytes + bytes > max || bytes > max)
         return kd_err_set(err, KD_ETOOLARGE,
                           "shm.register: %zu bytes more would give this connection %zu bytes of "
@@ -91,16 +126,26 @@ static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, kd_err
     if (user + bytes > max)
         return kd_err_set(err, KD_ETOOLARGE,
                           "shm.register: %zu bytes more would give user '%s' %zu bytes of shared "
-                          "memory over its connections, over --max-shm-bytes = %zu",
+                          "memory mapped (its connections' regions and those still in use), over "
+                          "--max-shm-bytes = %zu",
                           bytes, conn->user.name, user + bytes, max);
     size_t count = 0;
-    for (const kd_shm_region_t *r = conn->regions; r != NULL; r = r->next)
+    for (const kd_shm_region_t *r = conn->regions; r != NULL; r = r->next) {
         count++;
+        /* one memfd, one region: the handlers tell an `out` sharing bytes with an input by
+         * region id and offsets (handlers/common.c), which two regions of a file would defeat */
+        if (r->dev == st.st_dev && r->ino == st.st_ino)
+            return kd_err_set(err, KD_EBADREQ,
+                              "shm.register: this memfd is registered already on this connection "
+                              "(region %lld); name its bytes through that region",
+                              (long long)r->id);
+    }
     if (count >= KD_SHM_REGIONS_MAX)
         return kd_err_set(err, KD_ETOOLARGE,
                           "shm.register: this connection holds %zu regions already (at most %d); "
                           "unregister one",
                           count, KD_SHM_REGIONS_MAX);
+    *st_out = st;
     *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (*base == MAP_FAILED)
         return kd_err_set(err, KD_EBADREQ,
@@ -111,26 +156,29 @@ static int kd_shm_map(kd_conn_t *conn, int fd, size_t bytes, void **base, kd_err
     return KD_OK;
 }
 
-int kd_shm_register(kd_conn_t *conn, const kd_request_t *req, kd_writer_t *w, kd_err_t *err)
+int kd_shm_register(kd_conn_t *conn, const kd_request_t *req, int fd, kd_writer_t *w, kd_err_t *err)
 {
     kd_server_t *server = conn->server;
     const kd_shm_request_t *q = &req->u.shm;
-    if (!conn->is_unix)
-        return kd_err_set(err, KD_EUNSUPPORTED,
-                          "shm.register needs the Unix socket (--listen unix:PATH): a memfd cannot "
-                          "cross TCP; send arrays as bins");
-    if (server->cfg.max_shm_bytes == 0)
+    if (!conn->is_unix || server->cfg.max_shm_bytes == 0) {
+        if (fd >= 0)
+            close(fd);
+        if (!conn->is_unix)
+            return kd_err_set(err, KD_EUNSUPPORTED,
+                              "shm.register needs the Unix socket (--listen unix:PATH): a memfd "
+                              "cannot cross TCP; send arrays as bins");
         return kd_err_set(err, KD_EUNSUPPORTED,
                           "shm.register is off on this server (--max-shm-bytes = 0); send arrays "
                           "as bins");
-    int fd = kd_shm_take_fd(conn);
+    }
     if (fd < 0)
         return kd_err_set(err, KD_EBADREQ,
                           "shm.register: no file descriptor came with the request (send the memfd "
                           "with SCM_RIGHTS in the same sendmsg as the request's first bytes)");
     void *base = NULL;
     const size_t bytes = (size_t)q->bytes;
-    int rc = kd_shm_map(conn, fd, bytes, &base, err);
+    struct stat st = {0};
+    int rc = kd_shm_map(conn, fd, bytes, &base, &st, err);
     close(fd); /* a mapping keeps the memory; the descriptor is not needed again */
     kd_shm_region_t *r = rc == KD_OK ? calloc(1, sizeof(*r)) : NULL;
     if (rc == KD_OK && r == NULL) {
@@ -147,6 +195,13 @@ int kd_shm_register(kd_conn_t *conn, const kd_request_t *req, kd_writer_t *w, kd
     r->bytes = bytes;
     r->refs = 1;
     r->server = server;
+    r->dev = st.st_dev;
+    r->ino = st.st_ino;
+    snprintf(r->user, sizeof(r->user), "%s", conn->user.name);
+    r->all_next = server->shm_all;
+    if (server->shm_all != NULL)
+        server->shm_all->all_prev = r;
+    server->shm_all = r;
     r->next = conn->regions;
     conn->regions = r;
     conn->shm_bytes += bytes;
@@ -253,6 +308,16 @@ int kd_shm_resolve(kd_conn_t *conn, kd_job_t *job, kd_err_t *err)
                               (long long)r->id, r->bytes);
         const char *data = (const char *)r->base + offset;
         if (req->method == KD_METHOD_MATRIX_PUT) { /* kept: copied once, as the id is computed */
+            /* no more than a bin of values could bring (the framer's limit), before allocating:
+             * the copy is charged to client memory as the request's (kd_request_host_bytes) */
+            size_t max = conn->server->frame_limits.max_message;
+            if (max == 0)
+                max = KD_FRAME_DEFAULT_MAX_MESSAGE;
+            if (bytes > max)
+                return kd_err_set(err, KD_ETOOLARGE,
+                                  "%s: %llu bytes from region %lld are over the limit of %zu bytes "
+                                  "a message may carry (--max-message)",
+                                  field, (unsigned long long)bytes, (long long)r->id, max);
             void *copy = malloc(bytes > 0 ? bytes : 1);
             if (copy == NULL || kd_request_adopt(req, copy, bytes) != KD_OK)
                 return kd_err_set(err, KD_ENOMEM, "out of host memory for %s", field);

@@ -91,7 +91,7 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 28 + (users ? 1 : 0) : 4);
+    kd_w_map(w, full ? 30 + (users ? 1 : 0) : 4);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* For everyone: a client that wants a warm server can see how far it is. */
     kd_w_str(w, "warm_up");
@@ -131,6 +131,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "connections", (int64_t)server->nconns);
     kd_w_kv_int(w, "queue_depth", (int64_t)kd_worker_queued(server->worker));
     kd_w_kv_int(w, "jobs_in_flight", (int64_t)server->jobs_in_flight);
+    kd_w_kv_int(w, "shm_regions", (int64_t)server->shm_regions); /* unregistered, in use: too */
+    kd_w_kv_int(w, "shm_mapped_bytes", (int64_t)server->shm_mapped);
     kd_w_str(w, "cache");
     kd_w_map(w, 9);
     kd_w_kv_int(w, "hits", (int64_t)totals.counters[KD_STORE_HITS]);

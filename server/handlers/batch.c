@@ -248,7 +248,7 @@ static int kd_batch_spmv_run(struct kd_server *server, kd_job_t *job, kd_writer_
         return kd_err_set(err, KD_EBADREQ,
                           "y has %lld values but batch %s needs %lld systems x %lld rows",
                           (long long)q->y.count, entry->meta.hex, (long long)k, (long long)B->rows);
-    if ((rc = kd_handlers_check_out(&q->out, yn, "y", err)) != KD_OK)
+    if ((rc = kd_handlers_check_out(&q->out, yn, "y", &q->x, "x", &q->y, "y", err)) != KD_OK)
         return rc;
     const uint64_t t0 = kd_clock_ns();
     void *x = kd_batch_values(xn, B->dtype, err), *y = kd_batch_values(yn, B->dtype, err);
@@ -405,7 +405,7 @@ static int kd_batch_solve_run(struct kd_server *server, kd_job_t *job, kd_writer
     if (q->x0.present && q->x0.count != n)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
                           (long long)q->x0.count, (long long)n);
-    if ((rc = kd_handlers_check_out(&q->out, n, "x", err)) != KD_OK)
+    if ((rc = kd_handlers_check_out(&q->out, n, "x", &q->b, "b", &q->x0, "x0", err)) != KD_OK)
         return rc;
     const uint64_t t0 = kd_clock_ns();
     double *rtol = kd_malloc_array((size_t)k, sizeof(double));

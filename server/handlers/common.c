@@ -166,13 +166,36 @@ void kd_handlers_kv_vector(kd_writer_t *w, const char *key, const kd_array_t *ou
     kd_w_kv_int(w, "bytes", (int64_t)(bytes < room ? bytes : room));
 }
 
-int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what, kd_err_t *err)
+int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what,
+                          const kd_array_t *in0, const char *name0, const kd_array_t *in1,
+                          const char *name1, kd_err_t *err)
 {
-    if (!out->present || out->count == want)
+    if (!out->present)
         return KD_OK;
     const size_t size = kd_dtype_size(out->dtype);
-    return kd_err_set(err, KD_EBADREQ,
-                      "out: bytes = %llu but %s needs %lld values of %s (%llu bytes)",
-                      (unsigned long long)((size_t)out->count * size), what, (long long)want,
-                      kd_dtype_name(out->dtype), (unsigned long long)((size_t)want * size));
+    if (out->count != want)
+        return kd_err_set(err, KD_EBADREQ,
+                          "out: bytes = %llu but %s needs %lld values of %s (%llu bytes)",
+                          (unsigned long long)((size_t)out->count * size), what, (long long)want,
+                          kd_dtype_name(out->dtype), (unsigned long long)((size_t)want * size));
+    /* The result is written while the request may still read its inputs (solve's auto reruns
+     * from b; columns are written one by one): no shared byte. A region id is one memfd on its
+     * connection (dispatch/shm.c refuses registering one twice), so ids and offsets tell. */
+    const kd_array_t *in[2] = {in0, in1};
+    const char *name[2] = {name0, name1};
+    const uint64_t o0 = (uint64_t)out->offset, o1 = o0 + (uint64_t)out->count * size;
+    for (int i = 0; i < 2; i++) {
+        if (in[i] == NULL || !in[i]->present || in[i]->shm != out->shm || in[i]->count == 0 ||
+            out->count == 0)
+            continue;
+        const uint64_t i0 = (uint64_t)in[i]->offset,
+                       i1 = i0 + (uint64_t)in[i]->count * kd_dtype_size(in[i]->dtype);
+        if (i0 < o1 && o0 < i1)
+            return kd_err_set(err, KD_EBADREQ,
+                              "out overlaps %s: bytes [%llu, %llu) and [%llu, %llu) of region %lld "
+                              "(out must not share a byte with an input; use another range)",
+                              name[i], (unsigned long long)o0, (unsigned long long)o1,
+                              (unsigned long long)i0, (unsigned long long)i1, (long long)out->shm);
+    }
+    return KD_OK;
 }

@@ -88,8 +88,12 @@ void kd_handlers_respond(kd_server_t *server, kd_job_t *job, int rc, kd_writer_t
  * without, src stays the caller's. The caller checked out's length. */
 void kd_handlers_kv_vector(kd_writer_t *w, const char *key, const kd_array_t *out, void *src,
                            size_t bytes, int tail);
-/* BAD_REQUEST unless out (when present) holds exactly want values: what the result needs. */
-int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what, kd_err_t *err);
+/* BAD_REQUEST unless out (when present) holds exactly want values (what the result needs) and
+ * shares no byte of its region with the inputs in0 and in1 (either may be NULL), named in the
+ * error with out. */
+int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what,
+                          const kd_array_t *in0, const char *name0, const kd_array_t *in1,
+                          const char *name1, kd_err_t *err);
 
 /* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);

@@ -236,7 +236,7 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
     if (q->x0.present && q->x0.count != want)
         return kd_err_set(err, KD_EBADREQ, "x0 has %lld values but b has %lld",
                           (long long)q->x0.count, (long long)want);
-    return kd_handlers_check_out(&q->out, want, "x", err);
+    return kd_handlers_check_out(&q->out, want, "x", &q->b, "b", &q->x0, "x0", err);
 }
 
 /* The answer to one request: its columns [col0, col0 + nrhs) of x and of the results; x last,

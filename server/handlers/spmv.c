@@ -161,7 +161,7 @@ static int kd_spmv_resolve(kd_server_t *server, kd_spmv_item_t *it, int check_ow
                           "y has %lld entries but matrix %s has %lld rows (y: %lld x %lld)",
                           (long long)q->y.count, entry->meta.hex, (long long)arows,
                           (long long)arows, (long long)k);
-    if ((rc = kd_handlers_check_out(&q->out, ywant, "y", err)) != KD_OK)
+    if ((rc = kd_handlers_check_out(&q->out, ywant, "y", &q->x, "x", &q->y, "y", err)) != KD_OK)
         return rc;
     it->rows = arows;
     if (entry->dev == NULL && entry->dist != NULL) { /* spread over ranks: alone, through them */

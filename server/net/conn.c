@@ -24,9 +24,15 @@
  * descriptors that come with the bytes (SCM_RIGHTS): a client's memfd for shm.register
  * (dispatch/shm.c). libuv hands a received descriptor out only through uv_accept into a handle,
  * so kd_conn_take_fds accepts each into a scratch pipe handle, duplicates its descriptor into
- * conn->fds and closes the handle. A descriptor is claimed by the first shm.register dispatched
- * after it arrived; those still unclaimed when no message is left in the framer (every message
- * they came with was dispatched) are closed, and so are those past KD_CONN_FDS_MAX: none leaks.
+ * conn->fds and closes the handle, tagged with the bytes of the stream that read brought. The
+ * kernel attaches descriptors to the first byte of the sendmsg that carried them and ends a
+ * recvmsg after the bytes they came with, so the message they were sent with begins in that
+ * read: an shm.register claims only a descriptor whose read holds its own first byte
+ * (kd_shm_claim_fd; never one another message brought, whatever became of that message), and a
+ * descriptor is closed once the framer has passed every byte of its read (the message it came with
+ * was dispatched). Those past KD_CONN_FDS_MAX on a connection, or the server's cap
+ * (server->fds_max), are closed at receipt: none leaks, and no client can make the server hold
+ * many.
  */
 #define _GNU_SOURCE /* struct ucred */
 #include "common/log.h"
@@ -38,9 +44,11 @@
 
 #include "server/dispatch/shm.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -91,12 +99,50 @@ static void kd_conn_fd_pipe_closed(uv_handle_t *handle)
     free(handle);
 }
 
-/* The descriptors libuv queued on the Unix socket's pipe, into conn->fds (see the top). */
-static void kd_conn_take_fds(kd_conn_t *conn)
+/* At most one line a minute about descriptors closed unclaimed or refused (a client sending
+ * them in a loop must not flood the log); the rest go to debug. */
+#define KD_CONN_FDS_LOG_EVERY_NS (60ull * 1000000000ull)
+
+static int kd_conn_fds_log_now(kd_server_t *server)
 {
+    const uint64_t now = kd_clock_ns();
+    if (server->fds_logged_ns != 0 && now - server->fds_logged_ns < KD_CONN_FDS_LOG_EVERY_NS)
+        return 0;
+    server->fds_logged_ns = now;
+    return 1;
+}
+
+/* How many received descriptors the server holds at most: KD_SERVER_FDS_MAX, or a quarter of the
+ * soft RLIMIT_NOFILE when that is less (connections, files and the driver need the rest). */
+static size_t kd_conn_fds_cap(kd_server_t *server)
+{
+    if (server->fds_max == 0) {
+        struct rlimit rl;
+        size_t cap = KD_SERVER_FDS_MAX;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            rl.rlim_cur / 4 < cap)
+            cap = rl.rlim_cur / 4 > 0 ? (size_t)(rl.rlim_cur / 4) : 1;
+        server->fds_max = cap;
+    }
+    return server->fds_max;
+}
+
+static void kd_conn_fd_close(kd_conn_t *conn, int i)
+{
+    close(conn->fds[i].fd);
+    memmove(conn->fds + i, conn->fds + i + 1, (size_t)(conn->nfds - i - 1) * sizeof(conn->fds[0]));
+    conn->nfds--;
+    conn->server->fds_held--;
+}
+
+/* The descriptors libuv queued on the Unix socket's pipe with the read of [start, end), into
+ * conn->fds (see the top). Past the connection's or the server's cap they are closed at once. */
+static void kd_conn_take_fds(kd_conn_t *conn, uint64_t start, uint64_t end)
+{
+    kd_server_t *server = conn->server;
     while (uv_pipe_pending_count(&conn->pipe) > 0) {
         uv_pipe_t *scratch = malloc(sizeof(*scratch));
-        if (scratch == NULL || uv_pipe_init(conn->server->loop, scratch, 0) != 0) {
+        if (scratch == NULL || uv_pipe_init(server->loop, scratch, 0) != 0) {
             free(scratch);
             KD_ERROR("conn", "out of memory taking a file descriptor conn=%llu",
                      (unsigned long long)conn->id);
@@ -106,28 +152,47 @@ static void kd_conn_take_fds(kd_conn_t *conn)
         int fd = -1;
         uv_os_fd_t raw;
         if (uv_accept((uv_stream_t *)&conn->pipe, (uv_stream_t *)scratch) == 0 &&
-            uv_fileno((uv_handle_t *)scratch, &raw) == 0)
+            uv_fileno((uv_handle_t *)scratch, &raw) == 0) {
             fd = fcntl(raw, F_DUPFD_CLOEXEC, 0);
-        uv_close((uv_handle_t *)scratch, kd_conn_fd_pipe_closed); /* closes raw */
-        if (fd >= 0 && conn->nfds < KD_CONN_FDS_MAX) {
-            conn->fds[conn->nfds++] = fd;
-        } else if (fd >= 0) {
-            KD_INFO("conn", "closing a file descriptor conn=%llu: %d already wait for shm.register",
-                    (unsigned long long)conn->id, KD_CONN_FDS_MAX);
-            close(fd);
+            if (fd < 0 && kd_conn_fds_log_now(server))
+                KD_WARN("conn", "cannot keep a file descriptor conn=%llu peer=%s: %s",
+                        (unsigned long long)conn->id, conn->peer, strerror(errno));
         }
+        uv_close((uv_handle_t *)scratch, kd_conn_fd_pipe_closed); /* closes raw */
+        if (fd < 0)
+            continue;
+        if (conn->nfds < KD_CONN_FDS_MAX && server->fds_held < kd_conn_fds_cap(server)) {
+            conn->fds[conn->nfds++] = (kd_conn_fd_t){.fd = fd, .start = start, .end = end};
+            server->fds_held++;
+            continue;
+        }
+        if (kd_conn_fds_log_now(server))
+            KD_INFO("conn",
+                    "closing a file descriptor conn=%llu peer=%s: %d wait on this connection, %zu "
+                    "on the server (at most %d and %zu)",
+                    (unsigned long long)conn->id, conn->peer, conn->nfds, server->fds_held,
+                    KD_CONN_FDS_MAX, kd_conn_fds_cap(server));
+        close(fd);
     }
 }
 
-/* Close the descriptors no shm.register claimed. */
-static void kd_conn_close_fds(kd_conn_t *conn)
+/* Close the descriptors no shm.register claimed that came with bytes before `upto` (every
+ * message they could belong to was dispatched); UINT64_MAX: all of them. */
+static void kd_conn_close_fds(kd_conn_t *conn, uint64_t upto)
 {
-    if (conn->nfds > 0 && !conn->closing)
-        KD_INFO("conn", "closing %d file descriptor(s) no shm.register claimed conn=%llu",
-                conn->nfds, (unsigned long long)conn->id);
-    for (int i = 0; i < conn->nfds; i++)
-        close(conn->fds[i]);
-    conn->nfds = 0;
+    int closed = 0;
+    for (int i = 0; i < conn->nfds;) {
+        if (conn->fds[i].end <= upto) {
+            kd_conn_fd_close(conn, i);
+            closed++;
+        } else {
+            i++;
+        }
+    }
+    if (closed > 0 && !conn->closing)
+        kd_log(kd_conn_fds_log_now(conn->server) ? KD_LOG_INFO : KD_LOG_DEBUG, "conn",
+               "closed %d file descriptor(s) no shm.register claimed conn=%llu peer=%s", closed,
+               (unsigned long long)conn->id, conn->peer);
 }
 
 static void kd_conn_read_start(kd_conn_t *conn)
@@ -197,7 +262,7 @@ void kd_conn_close(kd_conn_t *conn)
     conn->frame = NULL;
     kd_climem_account(conn);
     kd_login_conn_closed(conn);
-    kd_conn_close_fds(conn);
+    kd_conn_close_fds(conn, UINT64_MAX);
     kd_shm_conn_closed(conn); /* each region goes when the last job using it is done */
     if (conn->tls != NULL && kd_tls_established(conn->tls)) {
         kd_tls_shutdown(conn->tls); /* close_notify: the client can tell an end from a cut */
@@ -510,7 +575,10 @@ static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
         if (kind == KD_FRAME_NEED_MORE)
             break;
         conn->message_start_ns = 0; /* a message ended; the next one's clock starts below */
+        /* where the framer stands in the stream: past this message (or into a refused one) */
+        const uint64_t consumed = conn->bytes_in - kd_frame_buffered(conn->frame);
         if (kind == KD_FRAME_MESSAGE) {
+            conn->msg_start = consumed - ev.len;
             kd_conn_handle_message(conn, ev.data, ev.len);
         } else if (kind == KD_FRAME_TOO_LARGE) {
             conn->server->counters.requests++;
@@ -535,16 +603,16 @@ static void kd_conn_drain(kd_conn_t *conn, uint64_t now)
     } else {
         conn->message_start_ns = 0;
     }
-    if (conn->nfds > 0 && !conn->closing && !kd_frame_in_message(conn->frame))
-        kd_conn_close_fds(conn); /* every message they came with was dispatched */
+    if (conn->nfds > 0 && !conn->closing && conn->frame != NULL) /* dispatched with their message */
+        kd_conn_close_fds(conn, conn->bytes_in - kd_frame_buffered(conn->frame));
     kd_climem_account(conn); /* the framer's buffer */
 }
 
 static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     kd_conn_t *conn = stream->data;
-    if (conn->is_unix)
-        kd_conn_take_fds(conn);
+    if (conn->is_unix) /* they came with this read's bytes */
+        kd_conn_take_fds(conn, conn->bytes_in, conn->bytes_in + (nread > 0 ? (uint64_t)nread : 0));
     if (conn->closing)
         return;
     if (nread < 0) {
@@ -557,6 +625,7 @@ static void kd_conn_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
     if (nread > 0 && conn->first_byte < 0)
         conn->first_byte = (unsigned char)buf->base[0];
     kd_frame_commit(conn->frame, (size_t)nread);
+    conn->bytes_in += (uint64_t)nread;
     uint64_t now = kd_clock_ns();
     if (nread > 0)
         conn->last_activity_ns = now;
@@ -623,6 +692,7 @@ static void kd_conn_read_tls(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
         kd_tls_status_t st = kd_tls_read(conn->tls, space, room, &got, &err);
         if (st == KD_TLS_DATA) {
             kd_frame_commit(conn->frame, got);
+            conn->bytes_in += got;
             kd_conn_drain(conn, now);
             continue;
         }

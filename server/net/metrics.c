@@ -197,6 +197,11 @@ char *kd_metrics_render(kd_server_t *server, size_t *len)
                    "Requests queued or running on the device.", (double)server->jobs_in_flight);
     kd_text_metric(&t, "krylovd_connections", "gauge", "Clients connected now.",
                    (double)server->nconns);
+    kd_text_metric(&t, "krylovd_shm_regions", "gauge",
+                   "Shared-memory regions mapped (unregistered ones still in use included).",
+                   (double)server->shm_regions);
+    kd_text_metric(&t, "krylovd_shm_mapped_bytes", "gauge",
+                   "Bytes of the shared-memory regions mapped.", (double)server->shm_mapped);
     kd_text_metric(&t, "krylovd_connections_accepted_total", "counter", "Connections accepted.",
                    (double)c->connections_total);
     kd_text_metric(&t, "krylovd_connections_refused_total", "counter",
