@@ -490,7 +490,8 @@ class Renewal(unittest.TestCase):
             self.kd.solve(self.info, self.b, method="no-such-method")
         self.assertFalse(self.kd._arena.dirty)
         x = rng.uniform(-1, 1, self.A.shape[0])
-        np.testing.assert_allclose(self.kd.spmv(self.info, x), self.A @ x, rtol=1e-12)
+        np.testing.assert_allclose(self.kd.spmv(self.info, x), self.A @ x, rtol=1e-12,
+                                   atol=1e-12)
         self.assertIs(self.kd._arena.region, self.region)
 
 
