@@ -182,6 +182,7 @@ class Connection:
         # max_buffer_size=0: no limit of the unpacker's own (2**32 - 1), as large as a bin can be
         self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
         self._next_msgid = 1
+        self.answered = 0  # the msgid of the last request whose response wait() read
 
     @property
     def closed(self):
@@ -290,6 +291,7 @@ class Connection:
                 if kind == 1 and len(msg) == 4:
                     _, rid, error, result = msg
                     if rid == msgid:
+                        self.answered = msgid
                         if error is not None:
                             raise errors.error_from_wire(error)
                         return result

@@ -4,11 +4,22 @@ On a Unix socket the client keeps one region: a memfd sealed against shrinking a
 registered with `shm.register` (the descriptor goes beside the request, SCM_RIGHTS). A large
 request's arrays are copied into the region once and named by reference ({"shm", "offset",
 "bytes"}) instead of travelling as bins, and the server writes the result into it (`out`); the
-client copies the result out (the region is reused by the next request). A request that needs more
-room registers a larger region and drops the old one. A server that refuses (TCP, an old server,
---max-shm-bytes 0) turns it off for the connection: arrays then go as bins.
+client copies the result out (the region is reused by the next request).
+
+A request that needs more room registers a larger region (twice the old one, or just the request's
+size when the server's --max-shm-bytes has no room for that) and drops the old one; a request the
+server has no room for at all goes as bins, and so do larger ones after it for a while, while
+smaller ones keep using shared memory.
+
+A request that was abandoned (a client timeout, Ctrl-C, an exception from a progress callback)
+may still be running on the server and writing into the region: the region is then never used
+again; the next request registers a fresh one and the old one is unregistered (the server keeps
+its mapping until the old request ends). A server that refuses shm.register otherwise (TCP, an
+old server, --max-shm-bytes 0), or does not answer it in time, turns shared memory off for the
+connection: arrays then go as bins.
 """
 
+import errno
 import fcntl
 import mmap
 import os
@@ -21,6 +32,14 @@ from . import errors
 # more than a small bin.
 MIN_BYTES = 256 << 10
 _ALIGN = 64
+_GROW_STEP = 1 << 20
+_PAGE = mmap.PAGESIZE
+# memfd_create / posix_fallocate failing for room: like the server's TOO_LARGE, a smaller region
+# may still do
+_NO_ROOM_ERRNOS = (errno.ENOSPC, errno.ENOMEM, errno.EFBIG)
+# After this many requests sent as bins for want of room, the size is tried again (other
+# connections' regions, or one an abandoned request held, may have gone)
+_RETRY_AFTER = 64
 
 
 def _round_up(n, to):
@@ -47,16 +66,28 @@ class Region:
         self.id = int(result["shm"])
         self.nbytes = nbytes
 
-    def close(self, conn):
-        try:
-            if not conn.closed:
-                conn.call("shm.unregister", {"shm": self.id})
-        except errors.KrylovError:
-            pass
+    def release(self):
+        """Drop the client's mapping (the server's, if any, lives on until unregistered)."""
         try:
             self.map.close()
         except BufferError:  # an array still views it: the mapping goes with the last one
             pass
+
+    def unregister(self, conn, wait=True):
+        """shm.unregister and release. wait=False only sends the request (its answer is skipped
+        when it comes): for a region an abandoned request may still use."""
+        try:
+            if not conn.closed:
+                if wait:
+                    conn.call("shm.unregister", {"shm": self.id})
+                else:
+                    conn.send_request("shm.unregister", {"shm": self.id})
+        except errors.ConnectionFailed:
+            pass
+        except errors.KrylovError:
+            pass
+        finally:
+            self.release()
 
 
 class Arena:
@@ -66,32 +97,78 @@ class Arena:
         self._conn = conn
         self.enabled = enabled and conn.is_unix
         self.region = None
+        self.dirty = False  # an abandoned request may still write into self.region
         self.refused = None  # why the server refused shm.register, once it did
+        self.too_large = None  # requests of this many bytes or more go as bins (no room)
+        self._skipped = 0  # requests sent as bins because of too_large
+        self.uses = 0  # requests whose arrays went through a region (for tests and curiosity)
 
     def usable(self, nbytes):
         return self.enabled and nbytes >= MIN_BYTES
 
+    def abandon(self):
+        """A request using the region ended without its answer (it may still run on the server):
+        the region must not be used again."""
+        if self.region is not None:
+            self.dirty = True
+
     def reserve(self, nbytes):
-        """Room for nbytes at offset 0; False when the server refuses (shm is then off)."""
+        """Room for nbytes at offset 0, in a region no request still uses; False when the server
+        has no room for it or refuses shared memory (then off for good)."""
+        if not self.enabled:
+            return False
+        if self.too_large is not None and nbytes >= self.too_large:
+            self._skipped += 1
+            if self._skipped < _RETRY_AFTER:
+                return False
+            self.too_large = None
+        if self.region is not None and self.dirty:
+            old, self.region, self.dirty = self.region, None, False
+            # the server answers at once (in_use: the abandoned request keeps its mapping), but
+            # nothing here needs the answer
+            old.unregister(self._conn, wait=False)
         if self.region is not None and self.region.nbytes >= nbytes:
             return True
-        size = max(_round_up(nbytes, 1 << 20), 2 * self.region.nbytes if self.region else 0)
+        want = _round_up(nbytes, _GROW_STEP)
+        sizes = [max(want, 2 * self.region.nbytes if self.region else 0), want,
+                 _round_up(nbytes, _PAGE)]
         old, self.region = self.region, None
-        if old is not None:
-            old.close(self._conn)
-        try:
-            self.region = Region(self._conn, size)
-        except (errors.KrylovError, OSError, AttributeError) as e:
-            if isinstance(e, errors.ConnectionFailed):
+        if old is not None:  # first: the server counts it against --max-shm-bytes
+            old.unregister(self._conn)
+        tried = set()
+        for size in sizes:
+            if size in tried:
+                continue
+            tried.add(size)
+            try:
+                self.region = Region(self._conn, size)
+                return True
+            except errors.ConnectionFailed:
                 raise
-            self.enabled = False
-            self.refused = str(e)
-            return False
-        return True
+            except errors.TooLarge:
+                continue  # over --max-shm-bytes: a smaller region may fit
+            except OSError as e:
+                if e.errno in _NO_ROOM_ERRNOS:
+                    continue
+                self._refuse(e)
+                return False
+            except (errors.KrylovError, AttributeError) as e:
+                # UNSUPPORTED, an old server, no memfd_create; or no answer in time (the region
+                # may be registered later: never guess its id, never try again)
+                self._refuse(e)
+                return False
+        self.too_large = nbytes if self.too_large is None else min(self.too_large, nbytes)
+        self._skipped = 0
+        return False
+
+    def _refuse(self, e):
+        self.enabled = False
+        self.refused = str(e)
 
     def close(self):
+        """Drop the client's mapping. No request: the connection's end drops the server's."""
         if self.region is not None:
-            self.region.close(self._conn)
+            self.region.release()
             self.region = None
 
 

@@ -758,6 +758,8 @@ class Client:
         dtype_name = _dtype_name(dtype, _default_value_dtype(x))
         if x.ndim not in (1, 2):
             raise ValueError(f"x must be 1-D (cols) or 2-D (cols x k), not of shape {x.shape}")
+        if beta != 0.0 and y is None:  # before choosing a path: both need y
+            raise ValueError("spmv with beta != 0 needs y")
         mid = self._operand_id(matrix)
         shm = self._spmv_shm(matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms)
         if shm is not None:
@@ -772,8 +774,6 @@ class Client:
         if alpha != 1.0:
             params["alpha"] = float(alpha)
         if beta != 0.0:
-            if y is None:
-                raise ValueError("spmv with beta != 0 needs y")
             y_arr = np.asarray(y)
             if y_arr.ndim != x.ndim or (x.ndim == 2 and y_arr.shape[1] != ncols):
                 raise ValueError(f"y of shape {y_arr.shape} does not match x of shape {x.shape}")
@@ -799,6 +799,22 @@ class Client:
                 info = self.info(mid)
                 self._shapes[mid] = (info.rows, info.cols, info.batch)
         return self._shapes[mid]
+
+    def _call_in_region(self, method, params, on_progress=None):
+        """A request naming the region. When it ends without its answer (a client timeout,
+        Ctrl-C, an exception from on_progress: it may still run on the server, and a running
+        spmv cannot be cancelled), the region is abandoned: the next request gets a fresh one
+        instead of laying its arrays where the old request may still write."""
+        msgid = None
+        try:
+            msgid = self._conn.send_request(method, params)
+            result = self._conn.wait(msgid, on_progress)
+        except BaseException:
+            if msgid is None or self._conn.answered != msgid:
+                self._arena.abandon()
+            raise
+        self._arena.uses += 1
+        return result
 
     def _spmv_shm(self, matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms):
         """spmv through the shared-memory region, or None (too small, refused: bins)."""
@@ -834,7 +850,7 @@ class Client:
             params["beta"] = float(beta)
             params["y"] = _shm.ref(region, *lay.parts[iy])
         _optional(params, timeout_ms=timeout_ms)
-        self._conn.call("spmv", params)
+        self._call_in_region("spmv", params)
         return _shm.view(region, lay.parts[io][0], wire, shape_y, "F").copy(order="K")
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
@@ -939,7 +955,10 @@ class Client:
                 return callback(Progress(p.get("msgid"), p.get("rhs", 0), p.get("iteration", 0),
                                          p.get("residual", float("nan"))))
 
-        result = self._conn.call("solve", params, on_progress)
+        if x_at is not None:
+            result = self._call_in_region("solve", params, on_progress)
+        else:
+            result = self._conn.call("solve", params, on_progress)
         x = None
         if x_at is not None:  # copied out: the region serves the next request
             x = _shm.view(x_at[0], x_at[1], x_at[2], b_arr.shape, "F").copy(order="K")

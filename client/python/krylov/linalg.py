@@ -32,6 +32,7 @@ signal). default_client() is this thread's connection to it; shutdown() stops it
 """
 
 import atexit
+import fcntl
 import hashlib
 import math
 import os
@@ -39,6 +40,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -114,24 +116,61 @@ def _pid_alive(pid):
 
 def _remove_stale_folders(base):
     """Folders of private daemons whose Python was killed (the daemon died with it, the folder
-    stayed): removed when both pids in their owner file are gone."""
+    stayed): removed when nobody holds the lock on their owner file (the owning Python holds it
+    for its life: this works where its pid is not visible, another PID namespace sharing /tmp)
+    and neither pid in it is alive. Never follows a symbolic link."""
     try:
         names = os.listdir(base)
     except OSError:
         return
+    uid = os.getuid()
     for name in names:
         if not name.startswith("krylov-linalg-"):
             continue
         folder = os.path.join(base, name)
         try:
-            if os.stat(folder).st_uid != os.getuid():
+            st = os.lstat(folder)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
                 continue
-            with open(os.path.join(folder, "owner")) as f:
-                pids = [int(w) for w in f.read().split()[:2]]
+            fd = os.open(os.path.join(folder, "owner"),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its Python holds it: alive, wherever its pid is
+            pids = [int(w) for w in os.read(fd, 256).split()[:2]]
+            if pids and not any(_pid_alive(p) for p in pids):
+                shutil.rmtree(folder, ignore_errors=True)
         except (OSError, ValueError):
             continue
-        if len(pids) == 2 and not any(_pid_alive(p) for p in pids):
-            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _lock_owner_file(folder):
+    """The folder's owner file, created already locked (flock, held by this process until it
+    closes the descriptor or ends): the sweeper of stale folders leaves a locked one alone."""
+    tmp = os.path.join(folder, "owner.tmp")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can see it yet
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.rename(tmp, os.path.join(folder, "owner"))  # the lock goes with the file
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_owner_file(fd, text):
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode(), 0)
 
 
 def _parent_death_hook(parent_pid):
@@ -165,6 +204,11 @@ class _PrivateDaemon:
             base = "/tmp"
         _remove_stale_folders(base)
         self.dir = tempfile.mkdtemp(prefix="krylov-linalg-", dir=base)
+        try:
+            self._owner_fd = _lock_owner_file(self.dir)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         self.socket = os.path.join(self.dir, "krylovd.sock")
         self.log = os.path.join(self.dir, "krylovd.log")
         self.address = "unix:" + self.socket
@@ -201,10 +245,10 @@ class _PrivateDaemon:
         started.wait()
         if failure:
             shutil.rmtree(self.dir, ignore_errors=True)
+            self._unlock()
             raise errors.ConnectionFailed(f"cannot start {binary}: {failure[0]}")
-        with open(os.path.join(self.dir, "owner"), "w") as f:
-            f.write(f"{self.owner} {self.proc.pid}\n")
         try:
+            _write_owner_file(self._owner_fd, f"{self.owner} {self.proc.pid}\n")
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -260,6 +304,12 @@ class _PrivateDaemon:
                 proc.wait()
         self._release.set()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self._unlock()
+
+    def _unlock(self):
+        fd, self._owner_fd = self._owner_fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 class _Default:

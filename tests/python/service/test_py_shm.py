@@ -11,6 +11,15 @@ never registered, another connection's id, an unregistered id); a descriptor sen
 request is closed; a client that closes its memfd and mapping right after registering still
 works; a client that disconnects mid-solve leaves no descriptor and no mapping in the server
 (/proc/PID/fd, /proc/PID/maps); and --max-shm-bytes refuses per connection and per user.
+
+The client's own bookkeeping: each spmv and solve above the threshold goes through a region
+(counted), float32 too; spmv with beta != 0 and no y is a ValueError on both paths; a call that
+ended without its answer (a client timeout, an exception from the callback) leaves its region to
+the abandoned request and the next call registers a fresh one, while a call the server answered
+with an error keeps it; a region that would grow past --max-shm-bytes grows only to what the
+request needs, and a request with no room at all goes as bins without turning shared memory off;
+a shm.register that times out turns it off without retrying and leaves no region id; close()
+sends nothing.
 """
 
 import fcntl
@@ -26,6 +35,7 @@ import msgpack
 import numpy as np
 
 import krylov
+from krylov import _shm, errors
 from kd_daemon import Daemon, make_rng, spd_matrix
 
 MAX_SHM = 16 << 20
@@ -78,6 +88,21 @@ class Raw:
     def call(self, method, params, fds=()):
         return self.wait(self.send(method, params, fds))
 
+    def wait_progress(self, msgid):
+        """Until the first solve.progress notification for msgid (None if answered first)."""
+        while True:
+            for msg in self.unpacker:
+                if msg[0] == 1 and msg[1] == msgid:
+                    return None
+                if msg[0] == 2 and msg[1] == "solve.progress":
+                    params = msg[2][0] if isinstance(msg[2], list) else msg[2]
+                    if params.get("msgid") == msgid:
+                        return params
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed")
+            self.unpacker.feed(data)
+
     def close(self):
         self.sock.close()
 
@@ -97,13 +122,28 @@ def tearDownModule():
     assert status == 0, f"krylovd exited with status {status}"
 
 
+# The memfds of this test and of the Python client; the OpenCL runtime has memfds of its own
+OUR_MEMFDS = ("memfd:test-shm", "memfd:krylov-shm")
+
+
 def server_fds():
-    return len(os.listdir(f"/proc/{daemon.proc.pid}/fd"))
+    """The server's descriptors that requests here can leave behind: memfds and pipes (sockets
+    still closing, the runtime's own files: not counted)."""
+    count = 0
+    base = f"/proc/{daemon.proc.pid}/fd"
+    for name in os.listdir(base):
+        try:
+            target = os.readlink(os.path.join(base, name))
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("pipe:") or any(m in target for m in OUR_MEMFDS):
+            count += 1
+    return count
 
 
 def server_memfd_maps():
     with open(f"/proc/{daemon.proc.pid}/maps") as f:
-        return [line for line in f if "memfd:" in line]
+        return [line for line in f if any(m in line for m in OUR_MEMFDS)]
 
 
 def settle(predicate, seconds=30):
@@ -120,40 +160,68 @@ class ThroughRegions(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.A = spd_matrix(20000, rng)  # x: 160 KB, x and its result over the 256 KiB threshold
+        # float32 x: 160 KB, x and its result over the 256 KiB threshold (float64 too)
+        cls.A = spd_matrix(40000, rng)
 
     def test_spmv_and_solve_match_bins_and_scipy(self):
         A = self.A
         with krylov.Client(unix) as kd, krylov.Client(unix, shm=False) as bins:
             info = kd.put(A)
-            for dtype, tol in (("float64", 1e-12), ("float32", 1e-5)):
+
+            def through_region(f, *args, **kwargs):  # f went through a region, this very call
+                uses = kd._arena.uses
+                out = f(*args, **kwargs)
+                self.assertEqual(kd._arena.uses, uses + 1, "the call did not go through a region")
+                return out
+
+            for dtype, tol, same in (("float64", 1e-12, 1e-12), ("float32", 1e-5, 1e-5)):
                 x = rng.uniform(-1, 1, A.shape[0])
-                y = kd.spmv(info.id, x, dtype=dtype)  # an id: the client asks for the shape once
-                self.assertIsNotNone(kd._arena.region, "the spmv did not go through a region")
+                # an id: the client asks for the shape once
+                y = through_region(kd.spmv, info.id, x, dtype=dtype)
+                self.assertEqual(y.dtype, np.dtype(dtype))
                 y_bins = bins.spmv(info, x, dtype=dtype)
                 self.assertIsNone(bins._arena.region)
-                np.testing.assert_array_equal(y, y_bins)
+                np.testing.assert_allclose(y, y_bins, rtol=same, atol=0)
                 want = A @ x
                 self.assertLessEqual(np.max(np.abs(y - want)) / np.max(np.abs(want)), tol)
             X = rng.uniform(-1, 1, (A.shape[0], 3))
             Y0 = rng.uniform(-1, 1, (A.shape[0], 3))
-            Y = kd.spmv(info, X, alpha=2.0, beta=-0.5, y=Y0)
+            Y = through_region(kd.spmv, info, X, alpha=2.0, beta=-0.5, y=Y0)
             np.testing.assert_allclose(Y, 2.0 * (A @ X) - 0.5 * Y0, rtol=1e-10, atol=1e-10)
-            np.testing.assert_array_equal(Y, bins.spmv(info, X, alpha=2.0, beta=-0.5, y=Y0))
+            np.testing.assert_allclose(Y, bins.spmv(info, X, alpha=2.0, beta=-0.5, y=Y0),
+                                       rtol=1e-12, atol=0)
             b = rng.uniform(-1, 1, A.shape[0])
             x0 = rng.uniform(-1, 1, A.shape[0]) * 0.1
-            res = kd.solve(info, b, rtol=1e-9, x0=x0)
-            res_bins = bins.solve(info, b, rtol=1e-9, x0=x0)
-            self.assertEqual(res.status, "converged")
-            np.testing.assert_array_equal(res.x, res_bins.x)
-            self.assertLessEqual(np.linalg.norm(b - A @ res.x) / np.linalg.norm(b), 1e-8)
+            for dtype, same in (("float64", 1e-12), ("float32", 1e-5)):
+                res = through_region(kd.solve, info, b, rtol=1e-9 if dtype == "float64" else 1e-5,
+                                     x0=x0, dtype=dtype)
+                res_bins = bins.solve(info, b, rtol=1e-9 if dtype == "float64" else 1e-5, x0=x0,
+                                      dtype=dtype)
+                self.assertEqual(res.status, "converged")
+                self.assertEqual(res.x.dtype, np.dtype(dtype))
+                np.testing.assert_allclose(res.x, res_bins.x, rtol=same,
+                                           atol=same * np.max(np.abs(res_bins.x)))
+                self.assertLessEqual(np.linalg.norm(b - A @ res.x) / np.linalg.norm(b),
+                                     1e-8 if dtype == "float64" else 1e-4)
             B = rng.uniform(-1, 1, (A.shape[0], 2))
-            many = kd.solve(info, B, rtol=1e-9)
+            many = through_region(kd.solve, info, B, rtol=1e-9)
             self.assertEqual(many.x.shape, B.shape)
             for k in range(2):
                 self.assertLessEqual(
                     np.linalg.norm(B[:, k] - A @ many.x[:, k]) / np.linalg.norm(B[:, k]), 1e-8)
             self.assertTrue(kd.shm)
+
+    def test_beta_without_y(self):
+        A = self.A
+        with krylov.Client(unix) as kd, krylov.Client(unix, shm=False) as bins:
+            info = kd.put(A)
+            x = rng.uniform(-1, 1, A.shape[0])
+            for client in (kd, bins):
+                with self.assertRaisesRegex(ValueError, "beta != 0 needs y"):
+                    client.spmv(info, x, beta=0.5)
+                with self.assertRaisesRegex(ValueError, "beta != 0 needs y"):
+                    client.spmv(info, np.stack([x, x], axis=1), beta=-1.0)
+            self.assertEqual(kd._arena.uses, 0)
 
     def test_tcp_falls_back_to_bins(self):
         with krylov.Client(daemon.address) as kd:
@@ -327,7 +395,7 @@ class Lifetimes(unittest.TestCase):
         self.assertIsNone(error)
         for fd in (r, w, m):
             os.close(fd)
-        self.assertTrue(settle(lambda: server_fds() == fds + 1), (server_fds(), fds))  # + raw
+        self.assertTrue(settle(lambda: server_fds() == fds), (server_fds(), fds))
         raw.close()
         self.assertTrue(settle(lambda: server_fds() == fds), (server_fds(), fds))
 
@@ -337,22 +405,230 @@ class Lifetimes(unittest.TestCase):
             raw = Raw(unix)
             n = self.A.shape[0] * 8
             fd = memfd(2 * n)
+            # a right-hand side that takes a while (b = 0 would be solved at once)
+            m = mmap.mmap(fd, 2 * n)
+            np.frombuffer(m, dtype="<f8", count=self.A.shape[0])[:] = rng.uniform(
+                -1, 1, self.A.shape[0])
+            m.close()
             error, result = raw.call("shm.register", {"bytes": 2 * n}, [fd])
             os.close(fd)
             self.assertIsNone(error)
             rid = result["shm"]
-            raw.send("solve", {"id": self.id, "rtol": 0.0, "maxiter": 100000,
-                               "b": {"shm": rid, "offset": 0, "bytes": n},
-                               "out": {"shm": rid, "offset": n, "bytes": n}})
-            time.sleep(0.3)
-            error, _ = raw.call("shm.unregister", {"shm": rid})  # the solve still uses it
+            msgid = raw.send("solve", {"id": self.id, "rtol": 0.0, "maxiter": 1000000,
+                                       "progress": True,
+                                       "b": {"shm": rid, "offset": 0, "bytes": n},
+                                       "out": {"shm": rid, "offset": n, "bytes": n}})
+            self.assertIsNotNone(raw.wait_progress(msgid), "the solve ended before any progress")
+            error, result = raw.call("shm.unregister", {"shm": rid})
             self.assertIsNone(error)
+            self.assertTrue(result["in_use"], "the running solve does not hold its region")
             raw.close()
         self.assertTrue(settle(lambda: not server_memfd_maps(), 60), server_memfd_maps())
         self.assertTrue(settle(lambda: server_fds() == fds), (server_fds(), fds))
         with krylov.Client(unix) as kd:
             x = np.ones(self.A.shape[0])
             np.testing.assert_allclose(kd.spmv(self.id, x), self.A @ x, rtol=1e-12)
+
+
+class Renewal(unittest.TestCase):
+    """A call that ended without its answer leaves its region to the request still running: the
+    next call lays its arrays out in a fresh region."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.A = spd_matrix(20000, rng)
+
+    def setUp(self):
+        self.kd = krylov.Client(unix)
+        self.info = self.kd.put(self.A)
+        self.b = rng.uniform(-1, 1, self.A.shape[0])
+        # programs built, region registered
+        self.assertEqual(self.kd.solve(self.info, self.b, rtol=1e-6).status, "converged")
+        self.region = self.kd._arena.region
+        self.assertIsNotNone(self.region)
+
+    def tearDown(self):
+        self.kd.close()
+
+    def long_solve(self, **kwargs):
+        return self.kd.solve(self.info, self.b, rtol=0.0, maxiter=1000000, **kwargs)
+
+    def check_renewed(self):
+        self.assertTrue(self.kd._arena.dirty)
+        x = rng.uniform(-1, 1, self.A.shape[0])
+        uses = self.kd._arena.uses
+        y = self.kd.spmv(self.info, x)
+        self.assertEqual(self.kd._arena.uses, uses + 1)
+        self.assertNotEqual(self.kd._arena.region.id, self.region.id,
+                            "the region of an abandoned request was used again")
+        self.assertFalse(self.kd._arena.dirty)
+        np.testing.assert_allclose(y, self.A @ x, rtol=1e-12, atol=1e-12)
+        res = self.kd.solve(self.info, self.b, rtol=1e-8)
+        self.assertLessEqual(
+            np.linalg.norm(self.b - self.A @ res.x) / np.linalg.norm(self.b), 1e-7)
+
+    def test_client_timeout(self):
+        self.kd._conn._sock.settimeout(0.5)
+        with self.assertRaises(krylov.Timeout):
+            self.long_solve()
+        self.kd._conn._sock.settimeout(None)
+        self.check_renewed()
+
+    def test_exception_from_callback(self):
+        class Stop(Exception):
+            pass
+
+        def callback(progress):
+            raise Stop()
+
+        with self.assertRaises(Stop):
+            self.long_solve(callback=callback)
+        self.check_renewed()
+
+    def test_answered_error_keeps_region(self):
+        with self.assertRaises(krylov.BadRequest):
+            self.kd.solve(self.info, self.b, method="no-such-method")
+        self.assertFalse(self.kd._arena.dirty)
+        x = rng.uniform(-1, 1, self.A.shape[0])
+        np.testing.assert_allclose(self.kd.spmv(self.info, x), self.A @ x, rtol=1e-12,
+                                   atol=1e-12)
+        self.assertIs(self.kd._arena.region, self.region)
+
+
+class Growth(unittest.TestCase):
+    """A region grows to what fits under --max-shm-bytes (16 MiB here)."""
+
+    def test_grows_within_the_limit(self):
+        A = spd_matrix(20000, rng)
+        self.assertTrue(settle(lambda: not server_memfd_maps(), 60), server_memfd_maps())
+        with krylov.Client(unix) as kd:
+            info = kd.put(A)
+            arena = kd._arena
+
+            def spmv(k, through):
+                X = rng.uniform(-1, 1, (A.shape[0], k))
+                uses = arena.uses
+                np.testing.assert_allclose(kd.spmv(info, X), A @ X, rtol=1e-12, atol=1e-12)
+                self.assertEqual(arena.uses, uses + through, k)
+
+            spmv(28, 1)  # x and y: 8.96 MB, a 9 MiB region
+            self.assertEqual(arena.region.nbytes, 9 << 20)
+            spmv(32, 1)  # 10.24 MB: twice 9 MiB is over the limit, 10 MiB is not
+            self.assertEqual(arena.region.nbytes, 10 << 20)
+            self.assertTrue(kd.shm)
+            spmv(64, 0)  # 20.5 MB: no room at all, bins
+            self.assertTrue(kd.shm, "one request too large turned shared memory off")
+            self.assertIsNone(arena.refused)
+            spmv(64, 0)  # not tried again at once
+            spmv(2, 1)  # smaller ones still go through a region
+            self.assertLessEqual(arena.region.nbytes, MAX_SHM)
+
+
+class FakeConnection:
+    """The calls an Arena makes, answered as a server with a --max-shm-bytes would."""
+
+    is_unix = True
+    closed = False
+
+    def __init__(self, limit=MAX_SHM, register_error=None):
+        self.limit = limit
+        self.register_error = register_error
+        self.calls = []
+        self.regions = {}
+        self.next_id = 1
+
+    def call(self, method, params=None, on_progress=None, fds=()):
+        self.calls.append((method, dict(params or {})))
+        if method == "shm.register":
+            if self.register_error is not None:
+                raise self.register_error
+            if sum(self.regions.values()) + params["bytes"] > self.limit:
+                raise errors.TooLarge("over --max-shm-bytes")
+            rid, self.next_id = self.next_id, self.next_id + 1
+            self.regions[rid] = params["bytes"]
+            return {"shm": rid, "bytes": params["bytes"], "name": ""}
+        if method == "shm.unregister":
+            del self.regions[params["shm"]]
+            return {"shm": params["shm"], "in_use": False}
+        raise AssertionError(method)
+
+    def send_request(self, method, params, fds=()):
+        self.call(method, params)
+        return 0
+
+
+class ArenaBookkeeping(unittest.TestCase):
+    def test_growth_past_the_limit_takes_what_is_needed(self):
+        conn = FakeConnection(limit=10 << 20)
+        arena = _shm.Arena(conn)
+        self.assertTrue(arena.reserve(9 << 20))
+        self.assertTrue(arena.reserve((9 << 20) + 100))  # 18 MiB: no; 10 MiB: yes
+        self.assertEqual(arena.region.nbytes, 10 << 20)
+        self.assertTrue(arena.enabled)
+        self.assertFalse(arena.reserve((10 << 20) + 100))  # no room even for exactly that
+        self.assertTrue(arena.enabled)
+        self.assertIsNone(arena.region)
+        self.assertEqual(conn.regions, {})
+        n = len(conn.calls)
+        self.assertFalse(arena.reserve(11 << 20))  # known to be too large: not asked again
+        self.assertEqual(len(conn.calls), n)
+        self.assertTrue(arena.reserve(1 << 20))
+        for _ in range(_shm._RETRY_AFTER):  # after a while the size is tried again
+            arena.reserve(11 << 20)
+        self.assertGreater(len(conn.calls), n + 1)
+        arena.close()
+
+    def test_exact_size_rounded_to_a_page(self):
+        conn = FakeConnection(limit=(3 << 20) + 8192)
+        arena = _shm.Arena(conn)
+        self.assertTrue(arena.reserve((3 << 20) + 10))
+        self.assertEqual(arena.region.nbytes, (3 << 20) + mmap.PAGESIZE)
+        arena.close()
+
+    def test_timeout_in_register(self):
+        conn = FakeConnection(register_error=errors.Timeout("no answer within 1 s"))
+        arena = _shm.Arena(conn)
+        self.assertFalse(arena.reserve(1 << 20))
+        self.assertIsNone(arena.region)  # no id it never learned
+        self.assertFalse(arena.enabled)
+        self.assertIn("no answer", arena.refused)
+        n = len(conn.calls)
+        self.assertFalse(arena.usable(1 << 20))
+        self.assertFalse(arena.reserve(1 << 20))  # never tried again
+        self.assertEqual(len(conn.calls), n)
+
+    def test_abandoned_region_is_not_reused(self):
+        conn = FakeConnection()
+        arena = _shm.Arena(conn)
+        self.assertTrue(arena.reserve(1 << 20))
+        old = arena.region.id
+        self.assertTrue(arena.reserve(1 << 20))
+        self.assertEqual(arena.region.id, old)
+        arena.abandon()
+        self.assertTrue(arena.reserve(1 << 20))
+        self.assertNotEqual(arena.region.id, old)
+        self.assertIn(("shm.unregister", {"shm": old}), conn.calls)
+        arena.close()
+
+    def test_close_sends_nothing(self):
+        conn = FakeConnection()
+        arena = _shm.Arena(conn)
+        self.assertTrue(arena.reserve(1 << 20))
+        n = len(conn.calls)
+        arena.close()
+        self.assertEqual(len(conn.calls), n)
+        self.assertIsNone(arena.region)
+
+    def test_client_close_sends_nothing(self):
+        with krylov.Client(unix) as kd:
+            A = spd_matrix(20000, rng)
+            kd.spmv(kd.put(A), np.ones(A.shape[0]))
+            self.assertIsNotNone(kd._arena.region)
+            sent = []
+            real = kd._conn.send_request
+            kd._conn.send_request = lambda *a, **k: sent.append(a) or real(*a, **k)
+            kd.close()
+            self.assertEqual(sent, [])
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ aslinearoperator, a ResidentOperator and a matrix id as A.
 The default client: the in-process tests run on the private krylovd (KRYLOV_SERVER unset,
 KRYLOVD_BIN = the build's bin/), which must outlive the thread that started it. Fresh Python
 processes check its life cycle: started on first use, gone (and its folder removed) when Python
-exits, gone within seconds when Python is SIGKILLed; and with KRYLOV_SERVER set to a running
-daemon, no private one starts and the solve reaches that daemon.
+exits, gone within seconds when Python is SIGKILLed (its folder removed by the next start); the
+sweeper of stale folders leaves one whose owner file another process holds locked (pids not
+visible: another PID namespace), and this process's own, and follows no symbolic link; and with
+KRYLOV_SERVER set to a running daemon, no private one starts and the solve reaches that daemon.
 """
 
 import os
@@ -295,7 +297,8 @@ class Solvers(unittest.TestCase):
         t.start()
         t.join()
         self.assertEqual(out["r"][1], 0)
-        time.sleep(0.5)
+        # past its --shutdown-grace-ms (1000): a daemon SIGTERMed with the thread would be gone
+        time.sleep(2.5)
         d = linalg._default.daemon
         self.assertTrue(d.alive(), "the private krylovd died with the thread that started it")
         x, info = linalg.cg(A, np.ones(36))
@@ -354,11 +357,69 @@ class Lifecycle(unittest.TestCase):
             p.kill()
             p.wait()
             p.stdout.close()
-        self.assertTrue(self.wait_gone(pid, 5), f"krylovd {pid} outlived a SIGKILLed Python")
+        self.assertTrue(self.wait_gone(pid, 20), f"krylovd {pid} outlived a SIGKILLed Python")
         # its folder stays (nobody was left to remove it); the next private start clears it
         self.assertTrue(os.path.isdir(folder))
         linalg._remove_stale_folders(os.path.dirname(folder))
         self.assertFalse(os.path.exists(folder))
+
+    def test_sweeper_leaves_locked_folders(self):
+        base = tempfile.mkdtemp(prefix="krylov-linalg-sweep-")
+        holder = None
+        try:
+            dead = subprocess.Popen(["true"])
+            dead.wait()
+            fake = f"{dead.pid} {dead.pid}\n"  # pids this process cannot see alive
+            live = os.path.join(base, "krylov-linalg-live")
+            stale = os.path.join(base, "krylov-linalg-stale")
+            for folder in (live, stale):
+                os.mkdir(folder)
+                with open(os.path.join(folder, "owner"), "w") as f:
+                    f.write(fake)
+            # a link to a stale-looking folder: never followed
+            target = os.path.join(base, "elsewhere")
+            os.mkdir(target)
+            with open(os.path.join(target, "owner"), "w") as f:
+                f.write(fake)
+            os.symlink(target, os.path.join(base, "krylov-linalg-link"))
+            # another process holds the live folder's lock (its Python in another PID namespace)
+            holder = subprocess.Popen(
+                [sys.executable, "-c", "import fcntl, sys\n"
+                 "f = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_EX)\n"
+                 "print('locked', flush=True)\nsys.stdin.read()\n",
+                 os.path.join(live, "owner")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.assertEqual(holder.stdout.readline().strip(), "locked")
+            linalg._remove_stale_folders(base)
+            self.assertTrue(os.path.isdir(live), "a locked folder was removed")
+            self.assertFalse(os.path.exists(stale), "an unlocked stale folder stayed")
+            self.assertTrue(os.path.islink(os.path.join(base, "krylov-linalg-link")))
+            self.assertTrue(os.path.isfile(os.path.join(target, "owner")))
+            holder.stdin.close()
+            holder.wait(timeout=60)
+            holder.stdout.close()
+            holder = None
+            linalg._remove_stale_folders(base)  # its holder gone: stale now
+            self.assertFalse(os.path.exists(live))
+        finally:
+            if holder is not None:
+                holder.kill()
+                holder.wait()
+            shutil.rmtree(base, ignore_errors=True)
+
+    def test_own_folder_is_locked(self):
+        linalg.default_client()
+        d = linalg._default.daemon
+        saved = linalg._pid_alive
+        linalg._pid_alive = lambda pid: False  # as if its pids were in another namespace
+        try:
+            linalg._remove_stale_folders(os.path.dirname(d.dir))
+        finally:
+            linalg._pid_alive = saved
+        self.assertTrue(os.path.isdir(d.dir), "the live daemon's folder was removed")
+        self.assertTrue(d.alive())
+        x, info = linalg.cg(laplacian(6), np.ones(36))
+        self.assertEqual(info, 0)
 
     def test_krylov_server_is_used(self):
         with Daemon() as d:
