@@ -45,6 +45,8 @@ def memfd(nbytes, seal=True, sealing=True):
     flags = os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if sealing else 0)
     fd = os.memfd_create("test-shm", flags)
     os.ftruncate(fd, nbytes)
+    if nbytes > 0:
+        os.posix_fallocate(fd, 0, nbytes)  # the server takes only allocated memfds
     if seal:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     return fd
