@@ -96,6 +96,17 @@ def token_new(name, role):
     return token, line
 
 
+def settle(predicate, seconds=60):
+    """True once predicate() holds, polled every 50 ms for up to `seconds` (generous: CI's 2 cores
+    are loaded); its last value otherwise."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
 def make_rng():
     """A numpy Generator seeded from KD_TEST_SEED or the clock; the seed is printed."""
     env = os.environ.get("KD_TEST_SEED")

@@ -36,7 +36,7 @@ import numpy as np
 
 import krylov
 from krylov import _shm, errors
-from kd_daemon import Daemon, make_rng, spd_matrix
+from kd_daemon import Daemon, make_rng, spd_matrix, settle
 
 MAX_SHM = 16 << 20
 
@@ -146,15 +146,6 @@ def server_fds():
 def server_memfd_maps():
     with open(f"/proc/{daemon.proc.pid}/maps") as f:
         return [line for line in f if any(m in line for m in OUR_MEMFDS)]
-
-
-def settle(predicate, seconds=30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 class ThroughRegions(unittest.TestCase):
