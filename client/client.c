@@ -10,6 +10,7 @@
 
 #include "client/client_shm.h"
 #include "client/client_tls.h"
+#include "client/reply_scan.h"
 #include "client/mtx_file.h"
 #include "common/checked.h"
 #include "common/csr.h"
@@ -60,6 +61,14 @@ struct krylov_client {
      * shm.register (not owned). */
     int send_fd;
     kd_cshm_t shm;  /* shared memory over a Unix socket (client_shm.h) */
+    /* Where the next response's large bin `field` of `len` bytes goes straight from the socket
+     * (kd_client_recv_sink): the caller's output array; filled: it went there. */
+    struct {
+        void *dst;
+        size_t len;
+        const char *field;
+        int filled;
+    } sink;
     int shm_rc;     /* why the last shm.register failed, when the connection went with it */
     /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
      * one pattern again and again, and comparing memory is several times cheaper than SHA-256. */
@@ -497,6 +506,77 @@ static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
     }
 }
 
+/* The response's first bytes, at most this many, are read to find where the sink's bin is. */
+#define KD_SINK_HEAD ((size_t)64 << 10)
+
+/* recv() into buf, waiting (with the timeout) when nothing is there: bytes, or an error code
+ * (the connection then closed). all: wait for all of room. */
+static ssize_t kd_client_recv_some(krylov_client_t *c, void *buf, size_t room, int all)
+{
+    for (;;) {
+        if (c->timeout_ms > 0) {
+            int rc = kd_client_wait(c, POLLIN);
+            if (rc != KRYLOV_OK)
+                return rc;
+        }
+        ssize_t n = recv(c->fd, buf, room, all && c->timeout_ms == 0 ? MSG_WAITALL : 0);
+        if (n > 0)
+            return n;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        int e = n == 0 ? 0 : errno;
+        krylov_close(c);
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "connection closed by the server%s%s",
+                              e ? ": " : "", e ? strerror(e) : "");
+    }
+}
+
+/*
+ * Receive the start of the response to msgid; when it is a result whose c->sink.field is a bin of
+ * c->sink.len bytes, its payload is received straight into c->sink.dst (c->sink.filled) and the
+ * frame gets the message with that bin emptied. Everything else goes to the frame as it came.
+ */
+static int kd_client_recv_sink(krylov_client_t *c, uint64_t msgid)
+{
+    uint8_t *head = malloc(KD_SINK_HEAD);
+    if (head == NULL)
+        return KRYLOV_OK; /* the ordinary way */
+    size_t have = 0, at = 0, header = 0;
+    kd_reply_scan_t scan = KD_REPLY_SCAN_MORE;
+    while (scan == KD_REPLY_SCAN_MORE && have < KD_SINK_HEAD) {
+        ssize_t n = kd_client_recv_some(c, head + have, KD_SINK_HEAD - have, 0);
+        if (n < 0) {
+            free(head);
+            return (int)n;
+        }
+        have += (size_t)n;
+        scan = kd_reply_scan(head, have, msgid, c->sink.field, c->sink.len, &at, &header);
+    }
+    int rc = KRYLOV_OK;
+    if (scan != KD_REPLY_SCAN_FOUND) {
+        if (kd_frame_feed(c->frame, head, have) != KD_OK)
+            rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+        free(head);
+        return rc;
+    }
+    const size_t payload = at + header, len = c->sink.len;
+    const size_t got = have - payload < len ? have - payload : len;
+    memcpy(c->sink.dst, head + payload, got);
+    kd_reply_scan_empty_bin(head + at, header);
+    if (kd_frame_feed(c->frame, head, payload) != KD_OK ||
+        kd_frame_feed(c->frame, head + payload + got, have - payload - got) != KD_OK)
+        rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+    free(head);
+    for (size_t done = got; rc == KRYLOV_OK && done < len;) {
+        ssize_t n = kd_client_recv_some(c, (char *)c->sink.dst + done, len - done, 1);
+        if (n < 0)
+            return (int)n;
+        done += (size_t)n;
+    }
+    c->sink.filled = rc == KRYLOV_OK;
+    return rc;
+}
+
 static void kd_reply_destroy(kd_reply_t *r)
 {
     msgpack_unpacked_destroy(&r->up);
@@ -517,6 +597,7 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
         c->tail = NULL;
         c->tail_len = 0;
         c->send_fd = -1;
+        c->sink.dst = NULL;
         return kd_client_fail(c, KRYLOV_ECONNECTION, "not connected");
     }
     const void *tail = c->tail;
@@ -530,6 +611,11 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
     int rc = kd_client_send_message(c, bytes, len, tail, tail != NULL ? tail_len : 0);
     free(bytes);
     c->send_fd = -1;
+    c->sink.filled = 0;
+    if (rc == KRYLOV_OK && c->sink.dst != NULL && c->session == NULL &&
+        kd_frame_buffered(c->frame) == 0)
+        rc = kd_client_recv_sink(c, msgid);
+    c->sink.dst = NULL;
     if (rc != KRYLOV_OK)
         return rc;
     for (;;) {
@@ -1347,16 +1433,28 @@ int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count)
     return KRYLOV_OK;
 }
 
-/* Copy a float64 bin result of exactly n values into dst. */
+/* Receive the next call's bin `field` of len bytes straight into dst (kd_client_recv_sink). */
+static void kd_client_sink(krylov_client_t *c, const char *field, void *dst, size_t len)
+{
+    c->sink.dst = dst;
+    c->sink.len = len;
+    c->sink.field = field;
+}
+
+/* Copy a float64 bin result of exactly n values into dst (there already when it was the call's
+ * sink: its bin in the reply is then empty). */
 static int kd_copy_vector(krylov_client_t *c, kd_reply_t *reply, const char *field, double *dst,
                           int64_t n)
 {
     const void *data;
     size_t len;
+    const int filled = c->sink.filled && strcmp(c->sink.field, field) == 0;
+    c->sink.filled = 0;
     if (kd_obj_bytes(kd_obj_get(reply->result, field), &data, &len) != 0 ||
-        len != (size_t)n * sizeof(double))
+        len != (filled ? 0 : (size_t)n * sizeof(double)))
         return kd_result_missing(c, reply, field);
-    memcpy(dst, data, len);
+    if (!filled)
+        memcpy(dst, data, len);
     return KRYLOV_OK;
 }
 
@@ -1398,6 +1496,7 @@ int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, con
         kd_w_kv_bin(&w, "y", y, yb);
     }
     kd_client_tail(c, &w, "x", x, xb); /* the last value: sent from the caller's array */
+    kd_client_sink(c, "y", y, yb);     /* the answer: received into the caller's array */
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, NULL, &reply);
     if (rc != KRYLOV_OK)
@@ -1580,6 +1679,7 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         kd_w_kv_ref(&w, "out", out_id, px.offset, bytes);
     } else {
         kd_client_tail(c, &w, "b", b, bytes); /* the last value: sent from the caller's array */
+        kd_client_sink(c, "x", x, bytes);     /* the answer: received into the caller's array */
     }
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, opt, &reply);
