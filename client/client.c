@@ -1,10 +1,13 @@
 /*
- * libkrylov (see krylov.h): blocking msgpack-rpc over one TCP connection. Each call writes one
- * request, then reads messages until the response with its msgid arrives, passing solve.progress
- * notifications for it to the caller's callback on the way. Responses are framed by the same
- * kd_frame scanner the server uses and unpacked with msgpack-c; vectors arrive as bin payloads
- * and are copied straight into the caller's arrays. With krylov_set_tls() the same bytes go
- * through a TLS session on the socket (client_tls.c).
+ * libkrylov (see krylov.h): blocking msgpack-rpc over one TCP or Unix-socket connection. Each
+ * call writes one request, then reads messages until the response with its msgid arrives, passing
+ * solve.progress notifications for it to the caller's callback on the way. Responses are framed
+ * by the same kd_frame scanner the server uses and unpacked with msgpack-c. A request's large
+ * array leaves from the caller's memory in the same sendmsg() as the request's other bytes
+ * (kd_client_tail); a reply's y or x payload is received straight into the caller's array
+ * (kd_client_sink, reply_scan.c). On a Unix socket, arrays of 256 KiB or more go through shared
+ * memory instead (client_shm.c: the region; here: its RPCs and the requests that name it). With
+ * krylov_set_tls() the same bytes go through a TLS session on the socket (client_tls.c).
  */
 #include "krylov.h"
 
@@ -68,6 +71,7 @@ struct krylov_client {
         size_t len;
         const char *field;
         int filled;
+        uint8_t *head; /* the response's first bytes (KD_SINK_HEAD), kept for the next call */
     } sink;
     int shm_rc;     /* why the last shm.register failed, when the connection went with it */
     /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
@@ -141,6 +145,7 @@ void krylov_client_free(krylov_client_t *c)
         free(c->memo.indptr);
         free(c->memo.indices);
         kd_cshm_free(&c->shm);
+        free(c->sink.head);
     }
     free(c);
 }
@@ -538,17 +543,15 @@ static ssize_t kd_client_recv_some(krylov_client_t *c, void *buf, size_t room, i
  */
 static int kd_client_recv_sink(krylov_client_t *c, uint64_t msgid)
 {
-    uint8_t *head = malloc(KD_SINK_HEAD);
-    if (head == NULL)
+    if (c->sink.head == NULL && (c->sink.head = malloc(KD_SINK_HEAD)) == NULL)
         return KRYLOV_OK; /* the ordinary way */
+    uint8_t *head = c->sink.head;
     size_t have = 0, at = 0, header = 0;
     kd_reply_scan_t scan = KD_REPLY_SCAN_MORE;
     while (scan == KD_REPLY_SCAN_MORE && have < KD_SINK_HEAD) {
         ssize_t n = kd_client_recv_some(c, head + have, KD_SINK_HEAD - have, 0);
-        if (n < 0) {
-            free(head);
+        if (n < 0)
             return (int)n;
-        }
         have += (size_t)n;
         scan = kd_reply_scan(head, have, msgid, c->sink.field, c->sink.len, &at, &header);
     }
@@ -556,7 +559,6 @@ static int kd_client_recv_sink(krylov_client_t *c, uint64_t msgid)
     if (scan != KD_REPLY_SCAN_FOUND) {
         if (kd_frame_feed(c->frame, head, have) != KD_OK)
             rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
-        free(head);
         return rc;
     }
     const size_t payload = at + header, len = c->sink.len;
@@ -566,7 +568,6 @@ static int kd_client_recv_sink(krylov_client_t *c, uint64_t msgid)
     if (kd_frame_feed(c->frame, head, payload) != KD_OK ||
         kd_frame_feed(c->frame, head + payload + got, have - payload - got) != KD_OK)
         rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
-    free(head);
     for (size_t done = got; rc == KRYLOV_OK && done < len;) {
         ssize_t n = kd_client_recv_some(c, (char *)c->sink.dst + done, len - done, 1);
         if (n < 0)
@@ -851,8 +852,13 @@ static kd_cshm_region_t *kd_shm_user(krylov_client_t *c, const void *p, size_t l
     kd_cshm_region_t *r = kd_cshm_find(&c->shm, p, len, offset);
     if (r == NULL || !kd_cshm_on(&c->shm))
         return NULL;
-    if (r->id < 1 && kd_shm_register(c, r->fd, r->bytes, &r->id) != KRYLOV_OK)
-        r->id = 0; /* the request goes on with the bytes copied (or as bins) */
+    if (r->id < 1) {
+        const int rc = kd_shm_register(c, r->fd, r->bytes, &r->id);
+        if (rc != KRYLOV_OK)
+            r->id = 0; /* the request goes on with the bytes copied (or as bins) */
+        if (rc != KRYLOV_OK && rc != KRYLOV_ETOOLARGE && rc != KRYLOV_ECONNECTION)
+            c->shm.refused = 1; /* as for the arena: off for the connection */
+    }
     return r->id > 0 ? r : NULL;
 }
 
