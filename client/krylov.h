@@ -224,7 +224,9 @@ int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count)
 int krylov_drop(krylov_client_t *c, const char *id);
 int krylov_pin(krylov_client_t *c, const char *id, int pinned);
 
-/* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. */
+/* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. The answer
+ * is received straight into y, so a connection lost on the way may leave y partly written (as
+ * krylov_solve's x). */
 int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                 double beta, double *y, int64_t ny);
 /* krylov_spmv, also giving the server's time for the request in *server_ms (copying x to the
