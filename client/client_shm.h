@@ -38,9 +38,9 @@ typedef struct kd_cshm_ops {
 } kd_cshm_ops_t;
 
 typedef struct kd_cshm {
-    int off;          /* krylov_shm_set(c, 0) */
-    int local;        /* the connection is a Unix socket */
-    int refused;      /* the server refused shm.register on this connection: bins from now on */
+    int off;     /* krylov_shm_set(c, 0) */
+    int local;   /* the connection is a Unix socket */
+    int refused; /* the server refused shm.register on this connection: bins from now on */
     kd_cshm_region_t arena;
     size_t too_large; /* requests of this many bytes or more go as bins (no room); 0: none */
     int skipped;      /* requests sent as bins because of too_large, since it was set */

@@ -45,12 +45,12 @@ static int kd_scan_header(const uint8_t *buf, size_t len, size_t pos, size_t *si
         uint8_t tag, width, fixed; /* width: length field bytes; fixed: payload without one */
         uint8_t kind;              /* 0 payload, 1 array, 2 map, 3 ext (1 type byte more) */
     } table[] = {
-        {0xc4, 1, 0, 0}, {0xc5, 2, 0, 0}, {0xc6, 4, 0, 0}, {0xc7, 1, 0, 3}, {0xc8, 2, 0, 3},
-        {0xc9, 4, 0, 3}, {0xca, 0, 4, 0}, {0xcb, 0, 8, 0}, {0xcc, 0, 1, 0}, {0xcd, 0, 2, 0},
-        {0xce, 0, 4, 0}, {0xcf, 0, 8, 0}, {0xd0, 0, 1, 0}, {0xd1, 0, 2, 0}, {0xd2, 0, 4, 0},
-        {0xd3, 0, 8, 0}, {0xd4, 0, 2, 0}, {0xd5, 0, 3, 0}, {0xd6, 0, 5, 0}, {0xd7, 0, 9, 0},
+        {0xc4, 1, 0, 0},  {0xc5, 2, 0, 0}, {0xc6, 4, 0, 0}, {0xc7, 1, 0, 3}, {0xc8, 2, 0, 3},
+        {0xc9, 4, 0, 3},  {0xca, 0, 4, 0}, {0xcb, 0, 8, 0}, {0xcc, 0, 1, 0}, {0xcd, 0, 2, 0},
+        {0xce, 0, 4, 0},  {0xcf, 0, 8, 0}, {0xd0, 0, 1, 0}, {0xd1, 0, 2, 0}, {0xd2, 0, 4, 0},
+        {0xd3, 0, 8, 0},  {0xd4, 0, 2, 0}, {0xd5, 0, 3, 0}, {0xd6, 0, 5, 0}, {0xd7, 0, 9, 0},
         {0xd8, 0, 17, 0}, {0xd9, 1, 0, 0}, {0xda, 2, 0, 0}, {0xdb, 4, 0, 0}, {0xdc, 2, 0, 1},
-        {0xdd, 4, 0, 1}, {0xde, 2, 0, 2}, {0xdf, 4, 0, 2},
+        {0xdd, 4, 0, 1},  {0xde, 2, 0, 2}, {0xdf, 4, 0, 2},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
         if (table[i].tag != b)

@@ -2,7 +2,8 @@
  * Finding a large bin in a response's first bytes (private to libkrylov), so that its payload can
  * be received straight into the caller's array instead of into a message buffer and copied: the
  * response [1, msgid, nil, {..., field: bin, ...}] is walked from its start as far as the bytes go,
- * skipping the result's other entries, until `field`'s bin header. No sockets here (client.c reads).
+ * skipping the result's other entries, until `field`'s bin header. No sockets here (client.c
+ * reads).
  */
 #ifndef KD_CLIENT_REPLY_SCAN_H
 #define KD_CLIENT_REPLY_SCAN_H

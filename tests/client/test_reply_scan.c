@@ -79,8 +79,8 @@ static void test_every_prefix(void)
                     CHECK_MSG(r == KD_REPLY_SCAN_MORE, "size %zu where %d len %zu: %d", sizes[s],
                               where, len, (int)r);
                 } else {
-                    CHECK_MSG(r == KD_REPLY_SCAN_FOUND, "size %zu where %d len %zu: %d",
-                              sizes[s], where, len, (int)r);
+                    CHECK_MSG(r == KD_REPLY_SCAN_FOUND, "size %zu where %d len %zu: %d", sizes[s],
+                              where, len, (int)r);
                     CHECK_EQ_INT(at, want_at);
                     CHECK_EQ_INT(hl, header);
                 }
@@ -96,7 +96,8 @@ static void test_every_prefix(void)
             if (kd_reply_scan(m.bytes, m.len, msgid, "y", sizes[s], &at, &hl) ==
                 KD_REPLY_SCAN_FOUND) {
                 kd_reply_scan_empty_bin(m.bytes + at, hl);
-                memmove(m.bytes + at + hl, m.bytes + at + hl + sizes[s], m.len - at - hl - sizes[s]);
+                memmove(m.bytes + at + hl, m.bytes + at + hl + sizes[s],
+                        m.len - at - hl - sizes[s]);
                 CHECK(kd_reply_scan(m.bytes, m.len - sizes[s], msgid, "y", 0, &at, &hl) ==
                       KD_REPLY_SCAN_FOUND);
             }

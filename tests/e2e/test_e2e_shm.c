@@ -22,7 +22,7 @@
 
 static kd_daemon_t server;
 static char unix_address[320];
-static krylov_client_t *local; /* unix:, shared memory */
+static krylov_client_t *local;  /* unix:, shared memory */
 static krylov_client_t *remote; /* TCP, bins */
 
 /* A random symmetric tridiagonal matrix with a dominant positive diagonal (SPD). */
@@ -44,8 +44,8 @@ static void matrix_values(test_matrix_t *m)
         int32_t e = m->indptr[i];
         if (i > 0)
             m->values[e++] = off[i - 1];
-        m->values[e++] = 1.0 + kd_test_rand_double(0.0, 2.0) + fabs(off[i]) +
-                         (i > 0 ? fabs(off[i - 1]) : 0.0);
+        m->values[e++] =
+            1.0 + kd_test_rand_double(0.0, 2.0) + fabs(off[i]) + (i > 0 ? fabs(off[i - 1]) : 0.0);
         if (i + 1 < n)
             m->values[e++] = off[i];
     }
@@ -185,8 +185,7 @@ static krylov_client_t *client_connect(const char *address)
 static void put_both(krylov_client_t *c, test_matrix_t *m)
 {
     krylov_matrix_info_t info, again;
-    MUST(krylov_put_csr(c, m->n, m->n, m->indptr, m->indices, m->values, NULL, &info) ==
-         KRYLOV_OK);
+    MUST(krylov_put_csr(c, m->n, m->n, m->indptr, m->indices, m->values, NULL, &info) == KRYLOV_OK);
     memcpy(m->id, info.id, sizeof(m->id));
     MUST(krylov_put_csr(remote, m->n, m->n, m->indptr, m->indices, m->values, NULL, &again) ==
          KRYLOV_OK);
@@ -214,8 +213,8 @@ static void check_spmv(krylov_client_t *c, const test_matrix_t *m, int64_t k, in
         CHECK_EQ_INT(krylov_spmm(c, m->id, k, alpha, x, n, beta, yl, n, NULL), KRYLOV_OK);
         CHECK_EQ_INT(krylov_spmm(remote, m->id, k, alpha, x, n, beta, yr, n, NULL), KRYLOV_OK);
         CHECK_EQ_INT(krylov_shm_requests(c) - uses, expect_shm);
-        CHECK_MSG(vector_error(yl, ref, nk) <= 1e-12, "n %lld k %lld beta %g: %g",
-                  (long long)n, (long long)k, beta, vector_error(yl, ref, nk));
+        CHECK_MSG(vector_error(yl, ref, nk) <= 1e-12, "n %lld k %lld beta %g: %g", (long long)n,
+                  (long long)k, beta, vector_error(yl, ref, nk));
         CHECK(vector_error(yl, yr, nk) <= 1e-14);
         free(yl);
         free(yr);
@@ -244,8 +243,8 @@ static void check_solve(krylov_client_t *c, const test_matrix_t *m, int64_t nrhs
     CHECK_EQ_INT(krylov_shm_requests(c) - uses, expect_shm);
     for (int64_t k = 0; k < nrhs; k++) {
         CHECK(strcmp(rl[k].status, "converged") == 0);
-        CHECK_MSG(relative_residual(m, xl + k * n, b + k * n) <= 1e-9, "rhs %lld: %g",
-                  (long long)k, relative_residual(m, xl + k * n, b + k * n));
+        CHECK_MSG(relative_residual(m, xl + k * n, b + k * n) <= 1e-9, "rhs %lld: %g", (long long)k,
+                  relative_residual(m, xl + k * n, b + k * n));
         krylov_solve_result_free(&rl[k]);
         krylov_solve_result_free(&rr[k]);
     }
@@ -266,7 +265,7 @@ static void test_spmv_solve_put(void)
     large_m = matrix_new(LARGE_N);
     put_both(local, &small_m); /* 48 KB of values: a bin */
     const int64_t uses = krylov_shm_requests(local);
-    put_both(local, &large_m); /* 1.4 MB of values: through the region */
+    put_both(local, &large_m);                          /* 1.4 MB of values: through the region */
     CHECK_EQ_INT(krylov_shm_requests(local) - uses, 0); /* matrix.put's are not counted */
     CHECK_EQ_INT(server_shm_regions(), 1);
     check_spmv(local, &small_m, 1, 0);
@@ -299,8 +298,8 @@ static void test_put_like(void)
     /* float32: narrowed into the region on the way (put_csr asks the server by the hash first,
      * so the name makes both puts send their values) */
     krylov_put_options_t f32 = {.dtype = "float32", .name = "f32"};
-    int rc = krylov_put_csr(local, next.n, next.n, next.indptr, next.indices, next.values, &f32,
-                            &info);
+    int rc =
+        krylov_put_csr(local, next.n, next.n, next.indptr, next.indices, next.values, &f32, &info);
     CHECK_MSG(rc == KRYLOV_OK, "%s", krylov_error_message(local));
     CHECK(krylov_put_csr(remote, next.n, next.n, next.indptr, next.indices, next.values, &f32,
                          &again) == KRYLOV_OK);
