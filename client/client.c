@@ -63,7 +63,7 @@ struct krylov_client {
     /* A descriptor to attach (SCM_RIGHTS) to the next request's first bytes, or -1: the memfd of
      * shm.register (not owned). */
     int send_fd;
-    kd_cshm_t shm;  /* shared memory over a Unix socket (client_shm.h) */
+    kd_cshm_t shm; /* shared memory over a Unix socket (client_shm.h) */
     /* Where the next response's large bin `field` of `len` bytes goes straight from the socket
      * (kd_client_recv_sink): the caller's output array; filled: it went there. */
     struct {
@@ -73,7 +73,7 @@ struct krylov_client {
         int filled;
         uint8_t *head; /* the response's first bytes (KD_SINK_HEAD), kept for the next call */
     } sink;
-    int shm_rc;     /* why the last shm.register failed, when the connection went with it */
+    int shm_rc; /* why the last shm.register failed, when the connection went with it */
     /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
      * one pattern again and again, and comparing memory is several times cheaper than SHA-256. */
     struct {
@@ -405,8 +405,7 @@ static int kd_client_send_message(krylov_client_t *c, const void *head, size_t h
         if (room > 0 && tail_len > 0) {
             const size_t from = done > head_len ? done - head_len : 0;
             const size_t n = tail_len - from < room ? tail_len - from : room;
-            iov[m.msg_iovlen++] =
-                (struct iovec){.iov_base = (char *)tail + from, .iov_len = n};
+            iov[m.msg_iovlen++] = (struct iovec){.iov_base = (char *)tail + from, .iov_len = n};
         }
         char space[CMSG_SPACE(sizeof(int))];
         memset(space, 0, sizeof(space));
@@ -841,8 +840,8 @@ static void kd_shm_unregister(void *ctx, int64_t id)
 
 static kd_cshm_ops_t kd_shm_ops(krylov_client_t *c)
 {
-    return (kd_cshm_ops_t){.register_fd = kd_shm_register, .unregister = kd_shm_unregister,
-                           .ctx = c};
+    return (kd_cshm_ops_t){
+        .register_fd = kd_shm_register, .unregister = kd_shm_unregister, .ctx = c};
 }
 
 /* The caller's region that holds [p, p + len), registered on this connection (now, when it was
@@ -913,8 +912,10 @@ int krylov_shm_free(krylov_client_t *c, void *p)
         return KRYLOV_OK;
     }
     return p == NULL ? KRYLOV_OK
-                     : kd_client_fail(c, KRYLOV_EBADREQ, "krylov_shm_free: %p is not from "
-                                                         "krylov_shm_alloc", p);
+                     : kd_client_fail(c, KRYLOV_EBADREQ,
+                                      "krylov_shm_free: %p is not from "
+                                      "krylov_shm_alloc",
+                                      p);
 }
 
 /* key: the region reference {shm, offset, bytes}. */
@@ -1605,8 +1606,8 @@ static int kd_solve_shm_plan(krylov_client_t *c, const double *b, const double *
     if (x0 != NULL)
         kd_shm_place(c, &lay, x0, bytes, p0);
     px->region = kd_shm_user(c, x, bytes, &px->offset);
-    if (px->region != NULL &&
-        (kd_shm_overlap(px, bytes, pb, bytes) || (x0 != NULL && kd_shm_overlap(px, bytes, p0, bytes))))
+    if (px->region != NULL && (kd_shm_overlap(px, bytes, pb, bytes) ||
+                               (x0 != NULL && kd_shm_overlap(px, bytes, p0, bytes))))
         px->region = NULL;
     if (px->region == NULL)
         px->offset = kd_cshm_layout_add(&lay, bytes);

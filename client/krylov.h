@@ -285,8 +285,8 @@ void krylov_solve_result_free(krylov_solve_result_t *result); /* frees history *
 
 /* One system of krylov_solve_many: a resident plain matrix and its right-hand side. */
 typedef struct krylov_solve_item {
-    const char *id;   /* the matrix */
-    const double *b;  /* n values: the matrix's rows */
+    const char *id;  /* the matrix */
+    const double *b; /* n values: the matrix's rows */
     int64_t n;
     const double *x0; /* n values, or NULL: zero */
     double *x;        /* out: n values (left as they are for an item that failed its checks) */

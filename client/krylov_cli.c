@@ -59,7 +59,7 @@ enum {
 
 typedef struct kd_cli {
     krylov_client_t *client;
-    const char *server;     /* NULL: the default (kd_connect_default) */
+    const char *server; /* NULL: the default (kd_connect_default) */
     char default_server[128];
     const char *user;       /* --user or $KRYLOV_USER; NULL: no auth */
     const char *token_file; /* --token-file; else $KRYLOV_TOKEN */
@@ -216,8 +216,8 @@ static int kd_connect_default(kd_cli_t *cli)
 
 static int kd_connect(kd_cli_t *cli)
 {
-    int rc = cli->server != NULL ? krylov_connect(cli->client, cli->server)
-                                 : kd_connect_default(cli);
+    int rc =
+        cli->server != NULL ? krylov_connect(cli->client, cli->server) : kd_connect_default(cli);
     if (rc != KRYLOV_OK || cli->user == NULL)
         return rc;
     return krylov_auth(cli->client, cli->user, cli->token, NULL, 0);
