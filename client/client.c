@@ -1762,6 +1762,38 @@ static int kd_many_item(krylov_client_t *c, kd_reply_t *reply, const msgpack_obj
     return KRYLOV_OK;
 }
 
+/* solve.batch's b and x0 in shared memory (places[2k], places[2k + 1]; those outside a caller's
+ * region copied into the arena): 1; 0: as bins; or an error code. */
+static int kd_many_shm_plan(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
+                            kd_shm_place_t *places)
+{
+    if (!kd_cshm_on(&c->shm))
+        return 0;
+    kd_cshm_layout_t lay = {0};
+    size_t total = 0;
+    for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
+        kd_shm_place(c, &lay, items[k].b, bytes, &places[2 * k]);
+        memset(&places[2 * k + 1], 0, sizeof(places[0]));
+        if (items[k].x0 != NULL)
+            kd_shm_place(c, &lay, items[k].x0, bytes, &places[2 * k + 1]);
+        total += bytes * (items[k].x0 != NULL ? 2 : 1);
+    }
+    if (lay.bytes > 0 && !kd_cshm_usable(&c->shm, total))
+        return 0;
+    const int rc = kd_shm_stage(c, &lay, 0, NULL, NULL, NULL);
+    if (rc != 1)
+        return rc;
+    for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
+        if (places[2 * k].region == NULL)
+            memcpy(kd_shm_at(c, &places[2 * k]), items[k].b, bytes);
+        if (items[k].x0 != NULL && places[2 * k + 1].region == NULL)
+            memcpy(kd_shm_at(c, &places[2 * k + 1]), items[k].x0, bytes);
+    }
+    return 1;
+}
+
 int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
                       const krylov_solve_options_t *opt, krylov_item_result_t *results,
                       krylov_many_stats_t *stats)
@@ -1780,6 +1812,16 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
         if (rc != KRYLOV_OK)
             return rc;
     }
+    if (count > SIZE_MAX / (2 * sizeof(kd_shm_place_t)))
+        return kd_client_fail(c, KRYLOV_ETOOLARGE, "solve_many: %zu items", count);
+    kd_shm_place_t *places = malloc(2 * count * sizeof(*places));
+    if (places == NULL)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    const int shm = kd_many_shm_plan(c, items, count, places);
+    if (shm < 0) {
+        free(places);
+        return shm;
+    }
     const uint32_t nparams = 4 + (opt->maxiter >= 0) + (opt->timeout_ms > 0) +
                              (opt->preconditioner != NULL) + (opt->restart != 0);
     kd_writer_t w;
@@ -1787,12 +1829,20 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
     kd_w_str(&w, "items");
     kd_w_array(&w, (uint32_t)count);
     for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
         kd_w_map(&w, items[k].x0 != NULL ? 3 : 2);
         kd_w_kv_str(&w, "id", items[k].id);
-        kd_w_kv_bin(&w, "b", items[k].b, (size_t)items[k].n * sizeof(double));
-        if (items[k].x0 != NULL)
-            kd_w_kv_bin(&w, "x0", items[k].x0, (size_t)items[k].n * sizeof(double));
+        if (shm == 1)
+            kd_w_kv_ref(&w, "b", kd_shm_id(c, &places[2 * k]), places[2 * k].offset, bytes);
+        else
+            kd_w_kv_bin(&w, "b", items[k].b, bytes);
+        if (items[k].x0 != NULL && shm == 1)
+            kd_w_kv_ref(&w, "x0", kd_shm_id(c, &places[2 * k + 1]), places[2 * k + 1].offset,
+                        bytes);
+        else if (items[k].x0 != NULL)
+            kd_w_kv_bin(&w, "x0", items[k].x0, bytes);
     }
+    free(places);
     kd_w_kv_str(&w, "method", opt->method != NULL ? opt->method : "cg");
     kd_w_kv_double(&w, "rtol", opt->rtol);
     kd_w_kv_double(&w, "atol", opt->atol);
@@ -1808,6 +1858,7 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
     int rc = kd_client_call(c, &w, msgid, opt, &reply);
     if (rc != KRYLOV_OK)
         return rc;
+    c->shm.uses += shm == 1;
     const msgpack_object *list = kd_obj_get(reply.result, "items");
     if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY || list->via.array.size != count)
         return kd_result_missing(c, &reply, "items");

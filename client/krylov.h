@@ -96,8 +96,8 @@ void krylov_set_send_progress(krylov_client_t *c, krylov_send_progress_fn fn, vo
 
 /*
  * Shared memory (docs/PROTOCOL.md, "Shared memory"). Connected through "unix:PATH", the client
- * passes large arrays (256 KiB or more in a request: spmv's x and y, solve's b, x0 and x, the
- * values of krylov_put_csr / _coo / _like) through a memory region it shares with the server
+ * passes large arrays (256 KiB or more in a request: spmv's x and y, solve's b, x0 and x,
+ * solve_many's b and x0, the values of krylov_put_csr / _coo / _like) through a memory region it shares with the server
  * instead of the socket: each array is copied once into a region the client keeps (registered
  * once, reused, grown when a request needs more) and the server writes the result there. Nothing
  * to ask for: over TCP, or when the server refuses (an old server, --max-shm-bytes 0), arrays go

@@ -278,6 +278,51 @@ static void test_spmv_solve_put(void)
     check_solve(local, &large_m, 2, 1, 1);
 }
 
+/* solve_many through `c` (b, x0 in the region when large) and TCP: same answers, each converged. */
+static void check_many(krylov_client_t *c, int large, int expect_shm)
+{
+    enum { COUNT = 6 };
+    krylov_solve_item_t local_items[COUNT], remote_items[COUNT];
+    krylov_item_result_t lr[COUNT], rr[COUNT];
+    double *bs[COUNT], *x0s[COUNT];
+    const test_matrix_t *ms[COUNT];
+    for (int k = 0; k < COUNT; k++) {
+        ms[k] = large && k % 2 == 0 ? &large_m : &small_m;
+        const int64_t n = ms[k]->n;
+        bs[k] = vector_random(n);
+        x0s[k] = k % 3 == 0 ? vector_random(n) : NULL;
+        local_items[k] = (krylov_solve_item_t){
+            .id = ms[k]->id, .b = bs[k], .n = n, .x0 = x0s[k], .x = vector_poisoned(n)};
+        remote_items[k] = local_items[k];
+        remote_items[k].x = vector_poisoned(n);
+    }
+    krylov_solve_options_t opt;
+    krylov_solve_options_init(&opt);
+    opt.rtol = 1e-10;
+    const int64_t uses = krylov_shm_requests(c);
+    CHECK_EQ_INT(krylov_solve_many(c, local_items, COUNT, &opt, lr, NULL), KRYLOV_OK);
+    CHECK_EQ_INT(krylov_solve_many(remote, remote_items, COUNT, &opt, rr, NULL), KRYLOV_OK);
+    CHECK_EQ_INT(krylov_shm_requests(c) - uses, expect_shm);
+    for (int k = 0; k < COUNT; k++) {
+        const int64_t n = ms[k]->n;
+        CHECK_MSG(strcmp(lr[k].status, "converged") == 0, "item %d: %s %s", k, lr[k].status,
+                  lr[k].message);
+        CHECK(relative_residual(ms[k], local_items[k].x, bs[k]) <= 1e-9);
+        CHECK(vector_error(local_items[k].x, remote_items[k].x, n) <= 1e-8);
+        free(local_items[k].x);
+        free(remote_items[k].x);
+        free(bs[k]);
+        free(x0s[k]);
+    }
+}
+
+static void test_solve_many(void)
+{
+    REQUIRE(large_m.id[0] != '\0');
+    check_many(local, 0, 0);
+    check_many(local, 1, 1);
+}
+
 static void test_put_like(void)
 {
     REQUIRE(large_m.id[0] != '\0');
@@ -447,6 +492,7 @@ int main(void)
     local = client_connect(unix_address);
     remote = client_connect(server.address);
     RUN(test_spmv_solve_put);
+    RUN(test_solve_many);
     RUN(test_put_like);
     RUN(test_region_reused);
     RUN(test_alloc);
