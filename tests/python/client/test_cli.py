@@ -364,6 +364,63 @@ class TestJson(unittest.TestCase):
         self.assertRegex(human.stdout, r"(?m)^server\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+$")
 
 
+class TestDefaultServer(unittest.TestCase):
+    """Without --server or $KRYLOV_SERVER the CLI tries the local service's Unix socket
+    ($KRYLOV_SOCKET here, /run/krylovd/krylovd.sock by default) and falls back to
+    127.0.0.1:7373 when it is absent, not a socket, or nobody answers on it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="krylov-cli-default-")
+        cls.path = os.path.join(cls.dir, "krylovd.sock")
+        cls.daemon = Daemon("--listen", "unix:" + cls.path).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def status(self, env):
+        full_env = dict(os.environ)
+        full_env.pop("KRYLOV_SERVER", None)
+        full_env.pop("KRYLOV_SOCKET", None)
+        full_env.update(env)
+        p = subprocess.run([KRYLOV, "--json", "status"], capture_output=True, text=True,
+                           env=full_env, timeout=120, stdin=subprocess.DEVNULL)
+        return p, json.loads(p.stdout)
+
+    def assert_went_to_tcp_default(self, p, doc):
+        # whatever listens on 127.0.0.1:7373 on this machine (maybe nothing): the address tells
+        if p.returncode == 0:
+            self.assertEqual(doc["server"], "127.0.0.1:7373")
+        else:
+            self.assertIn("127.0.0.1:7373", doc["error"]["message"])
+
+    def test_unix_socket_first(self):
+        p, doc = self.status({"KRYLOV_SOCKET": self.path})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["server"], "unix:" + self.path)
+
+    def test_server_env_wins(self):
+        p, doc = self.status({"KRYLOV_SOCKET": self.path, "KRYLOV_SERVER": self.daemon.address})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(doc["server"], self.daemon.address)
+
+    def test_no_socket_then_tcp(self):
+        self.assert_went_to_tcp_default(
+            *self.status({"KRYLOV_SOCKET": os.path.join(self.dir, "absent.sock")}))
+
+    def test_stale_socket_then_tcp(self):
+        stale = os.path.join(self.dir, "stale.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(stale)  # bound, never listening: connect() is refused
+        self.addCleanup(s.close)
+        self.assert_went_to_tcp_default(*self.status({"KRYLOV_SOCKET": stale}))
+        regular = os.path.join(self.dir, "regular")
+        open(regular, "w").close()
+        self.assert_went_to_tcp_default(*self.status({"KRYLOV_SOCKET": regular}))
+
+
 class TestTables(unittest.TestCase):
     def test_list_table_is_aligned(self):
         names = ["alpha", "b-%d" % rng.integers(1000), "named matrix"]
