@@ -93,7 +93,7 @@ const char *kd_persist_name(int persist); /* "sync" | "behind" | "none" */
 
 typedef struct kd_put_request {
     kd_put_kind_t kind;
-    int persist; /* kd_persist_t */
+    int persist;        /* kd_persist_t */
     int64_t rows, cols; /* CSR and COO */
     kd_dtype_t dtype;   /* value type: float64 (default) or float32 */
     kd_array_t indptr;  /* CSR: rows + 1 entries, int32 or int64 */

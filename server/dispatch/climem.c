@@ -208,8 +208,8 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
         kd_array_t *a;
         for (size_t i = 0; (a = kd_request_array((kd_request_t *)req, i)) != NULL; i++)
             if (a->present && a->shm != 0)
-                held = kd_climem_add(held, kd_climem_mul((size_t)a->count,
-                                                         kd_dtype_size(a->dtype), 1));
+                held = kd_climem_add(held,
+                                     kd_climem_mul((size_t)a->count, kd_dtype_size(a->dtype), 1));
         bytes = kd_climem_add(bytes, held);
         bytes = kd_climem_add(bytes, held - kd_request_host_bytes(req));
         break;

@@ -83,8 +83,8 @@ static const char *kd_handlers_label(const kd_job_t *job)
  * server's --persist-default. */
 static int kd_handlers_persist(const kd_server_t *server, const kd_job_t *job)
 {
-    const int asked = job->req->method == KD_METHOD_MATRIX_PUT ? job->req->u.put.persist
-                                                                : KD_PERSIST_DEFAULT;
+    const int asked =
+        job->req->method == KD_METHOD_MATRIX_PUT ? job->req->u.put.persist : KD_PERSIST_DEFAULT;
     return asked == KD_PERSIST_DEFAULT ? server->cfg.persist_default : asked;
 }
 

@@ -14,6 +14,12 @@
  * one gather into the format's slots (kd_matrix_with_values): nothing is converted or chosen
  * again. Where that cannot be (a spread matrix, tiled, an empty one) it is built from the CSR
  * in the like matrix's format and reordering, as before; the log line says which.
+ *
+ * The values are read from the request three times at once, each at memory speed: uploaded into
+ * the slots (before the id is known: a content found held after all frees that upload), hashed
+ * for the id, and copied into the host CSR that the state file or the host copy keeps, the last
+ * two on threads of their own. Values from a shared-memory region were copied into the request
+ * by the worker first (run.c), so all three read the same bytes.
  */
 #include "server/handlers/handlers.h"
 #include "common/clock.h"

@@ -48,8 +48,9 @@ static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
         const size_t bytes = (size_t)a->count * kd_dtype_size(a->dtype);
         void *copy = malloc(bytes > 0 ? bytes : 1);
         if (copy == NULL || kd_request_adopt(job->req, copy, bytes) != KD_OK)
-            return kd_err_set(err, KD_ENOMEM, "out of host memory copying a put's values from "
-                                              "its shared-memory region");
+            return kd_err_set(err, KD_ENOMEM,
+                              "out of host memory copying a put's values from "
+                              "its shared-memory region");
         kd_slices_memcpy(copy, a->data, bytes);
         a->data = copy;
         a->shm = 0; /* the request's own now */

@@ -552,6 +552,15 @@ static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry
     }
 }
 
+/* STATE_DIR/owners with a new matrix's line (hex: for the message). */
+static void kd_cache_save_owners(kd_server_t *server, const char *hex)
+{
+    kd_err_t owners = {0};
+    if (kd_owners_save(server, &owners) != KD_OK) /* the matrix itself is safe: keep it */
+        KD_WARN("owners", "%s: after a restart matrix %s belongs to %s", owners.message, hex,
+                KD_ANONYMOUS);
+}
+
 /* Queue entry's file to be written behind the reply: its marker first (state.h). */
 static int kd_cache_queue_behind(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
 {
@@ -576,6 +585,8 @@ static int kd_cache_queue_behind(kd_server_t *server, kd_store_entry_t *entry, k
 static int kd_cache_file_fits(kd_server_t *server, const kd_matrix_meta_t *meta,
                               const kd_csr_t *csr, size_t *file_bytes, kd_err_t *err)
 {
+    if (server->cfg.state_max_bytes == 0) /* no limit: spare the pattern's hash that sizes it */
+        return KD_OK;
     int rc = kd_state_put_bytes(server->state, csr, meta->batch, file_bytes, err);
     if (rc == KD_OK)
         rc = kd_cache_disk_fits(server, *file_bytes, meta->hex, err);
@@ -587,7 +598,7 @@ static int kd_cache_write_file(kd_server_t *server, kd_store_entry_t *entry, con
                                int in_store, kd_err_t *err)
 {
     kd_matrix_meta_t *meta = &entry->meta;
-    size_t file_bytes;
+    size_t file_bytes = 0;
     int rc = kd_cache_file_fits(server, meta, csr, &file_bytes, err);
     if (rc == KD_OK) {
         kd_matrix_meta_t now = *meta; /* its pin and name as they are at the write */
@@ -628,7 +639,7 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         else
             kd_csr_free(csr);
     } else {
-        size_t file_bytes;
+        size_t file_bytes = 0;
         if (meta->persist == KD_PERSIST_BEHIND &&
             (rc = kd_cache_file_fits(server, meta, csr, &file_bytes, err)) != KD_OK)
             goto fail;
@@ -638,10 +649,10 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     rc = kd_store_insert(server->store, entry); /* takes entry */
     if (rc != KD_OK)
         return rc;
-    kd_err_t owners = {0};
-    if (kd_owners_save(server, &owners) != KD_OK) /* the matrix itself is safe: keep it */
-        KD_WARN("owners", "%s: after a restart matrix %s belongs to %s", owners.message, meta->hex,
-                KD_ANONYMOUS);
+    /* the owners file, as what is on disk: a behind matrix's line once its file is written,
+     * a none matrix's never (a restart skips lines for matrices it does not find) */
+    if (meta->persist == KD_PERSIST_SYNC)
+        kd_cache_save_owners(server, meta->hex);
     if (meta->persist == KD_PERSIST_BEHIND && kd_cache_queue_behind(server, entry, err) != KD_OK) {
         KD_WARN("cache", "%s: kept in memory only", err->message);
         kd_err_clear(err);
@@ -703,6 +714,7 @@ int kd_cache_write_behind(void *arg, int queue_empty)
         KD_INFO("cache", "write behind id=%s file_bytes=%zu ms=%.1f waited_ms=%.1f",
                 entry->meta.hex, entry->meta.file_bytes, (double)(kd_clock_ns() - t0) / 1e6,
                 (double)(t0 - item.queued_ns) / 1e6);
+        kd_cache_save_owners(server, entry->meta.hex);
         kd_cache_release_host(server, entry);
     }
     kd_state_unmark_behind(server->state, item.id);
@@ -722,6 +734,7 @@ int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int p
         if (entry->meta.persist == KD_PERSIST_BEHIND)
             kd_state_unmark_behind(server->state, entry->meta.id);
         entry->meta.persist = KD_PERSIST_SYNC;
+        kd_cache_save_owners(server, entry->meta.hex);
         KD_INFO("cache", "persist id=%s sync (was behind or none)", entry->meta.hex);
         kd_cache_release_host(server, entry);
         return KD_OK;
