@@ -10,6 +10,7 @@ state directory, restarted on it.
 - a put of held content with a stronger persist writes it (none -> sync, none -> behind);
 - --persist-default behind applies to a put without persist;
 - a bad persist is BAD_REQUEST naming the choices;
+- without a state directory every put says persisted none, durable false;
 - a write behind the reply stalled (krylovd_faults, KD_TEST_FAULT=stall:K at its first write)
   and the daemon SIGKILLed: the restart serves the others, logs the lost matrix by id, and leaves
   neither a temporary file nor a marker behind;
@@ -154,6 +155,14 @@ class PersistTest(unittest.TestCase):
         with self.assertRaises(errors.BadRequest) as cm:
             kd.put(grid(20, 3.0), like=info, persist="eventually")
         self.assertIn("persist", str(cm.exception))
+        kd.close()
+
+    def test_without_a_state_directory_everything_is_none(self):
+        kd = self.start("--state-dir", "")  # (a later option wins)
+        for mode in ("sync", "behind", "none", None):
+            info = kd.put(grid(20, 5.0 + (mode or "").__len__()), persist=mode)
+            self.assertEqual((info.persisted, info.durable), ("none", False), mode)
+        self.assertFalse(os.path.exists(self.state))
         kd.close()
 
     def count_calls(self, steps):
