@@ -6,7 +6,8 @@ state directory, restarted on it.
   state directory right after the reply (sync: the file; none: nothing, ever) and once the write
   behind the reply is done (behind: durable turns true, the file is there, no marker left); the
   put with like makes the id a full put of the same values makes;
-- a restart serves the sync and written behind matrices and has forgotten the none ones;
+- a restart serves the sync and written behind matrices and has forgotten the none ones; a
+  SIGTERM right after behind puts' replies writes them before the server exits;
 - a put of held content with a stronger persist writes it (none -> sync, none -> behind);
 - --persist-default behind applies to a put without persist;
 - a bad persist is BAD_REQUEST naming the choices;
@@ -142,6 +143,16 @@ class PersistTest(unittest.TestCase):
         kd.close()
         kd = self.restart()
         self.assertEqual(sorted(m.id for m in kd.list()), sorted([none.id, other.id]))
+        kd.close()
+
+    def test_sigterm_writes_what_is_behind(self):
+        kd = self.start()
+        ids = [kd.put(grid(50, 2.0 + k), persist="behind").id for k in range(4)]
+        kd.close()
+        kd = self.restart()  # SIGTERM right after the replies: the worker writes them first
+        self.assertEqual(sorted(m.id for m in kd.list()), sorted(ids))
+        for mid in ids:
+            self.assertTrue(kd.info(mid).durable)
         kd.close()
 
     def test_persist_default_and_bad_value(self):
