@@ -754,6 +754,8 @@ static void kd_parse_info(const msgpack_object *m, krylov_matrix_info_t *info)
     kd_obj_bool(kd_obj_get(m, "symmetric"), &info->symmetric);
     if (kd_obj_double(kd_obj_get(m, "time_ms"), &info->time_ms) != 0)
         info->time_ms = -1.0;
+    info->durable = -1;
+    kd_obj_bool(kd_obj_get(m, "durable"), &info->durable);
 }
 
 static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
@@ -770,6 +772,8 @@ static void kd_put_options(kd_writer_t *w, const krylov_put_options_t *opt)
         kd_w_kv_bool(w, "pin", 1);
     if (opt->reorder != NULL)
         kd_w_kv_str(w, "reorder", opt->reorder);
+    if (opt->persist != NULL)
+        kd_w_kv_str(w, "persist", opt->persist);
 }
 
 static uint32_t kd_put_option_count(const krylov_put_options_t *opt)
@@ -777,7 +781,7 @@ static uint32_t kd_put_option_count(const krylov_put_options_t *opt)
     if (opt == NULL)
         return 0;
     return (opt->name != NULL) + (opt->format != NULL) + (opt->dtype != NULL) + (opt->pin != 0) +
-           (opt->reorder != NULL);
+           (opt->reorder != NULL) + (opt->persist != NULL);
 }
 
 static int kd_finish_info(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,

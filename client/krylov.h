@@ -161,6 +161,7 @@ typedef struct krylov_matrix_info {
     int symmetric;  /* 1: square and a_ij == a_ji exactly; 0: not; -1: the server does not know */
     double time_ms; /* matrix.put: the put on the server (its reply's time_ms); -1 elsewhere, or
                        from a server that does not say */
+    int durable; /* 1: in the server's state directory; 0: not (yet); -1: the server does not say */
 } krylov_matrix_info_t;
 
 typedef struct krylov_put_options {
@@ -169,6 +170,10 @@ typedef struct krylov_put_options {
     const char *dtype;   /* "float64" (default) or "float32": the precision the matrix is kept in */
     int pin;             /* keep resident */
     const char *reorder; /* NULL: the server chooses ("auto"); "none", "rcm", "metis" */
+    /* NULL: the server's default (--persist-default); "sync": stored in the state directory
+     * before the reply, "behind": after it (info.durable 0 until then), "none": never, gone at
+     * the server's restart (docs/PROTOCOL.md, matrix.put) */
+    const char *persist;
 } krylov_put_options_t;
 
 int krylov_put_csr(krylov_client_t *c, int64_t rows, int64_t cols, const int32_t *indptr,

@@ -112,6 +112,7 @@ enum kd_param {
     KD_P_BYTES,
     KD_P_SHM,
     KD_P_OUT,
+    KD_P_PERSIST,
     KD_P_COUNT
 };
 
@@ -167,6 +168,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_BYTES] = "bytes",
     [KD_P_SHM] = "shm",
     [KD_P_OUT] = "out",
+    [KD_P_PERSIST] = "persist",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -180,7 +182,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
     [KD_METHOD_MATRIX_PUT] = KD_BIT(ROWS) | KD_BIT(COLS) | KD_BIT(DTYPE) | KD_BIT(INDEX_DTYPE) |
                              KD_BIT(INDPTR) | KD_BIT(INDICES) | KD_BIT(ROW) | KD_BIT(COL) |
                              KD_BIT(VALUES) | KD_BIT(MTX) | KD_MATRIX_OPTIONS | KD_BIT(BATCH) |
-                             KD_BIT(DISTRIBUTE) | KD_BIT(LIKE) | KD_BIT(PATTERN),
+                             KD_BIT(DISTRIBUTE) | KD_BIT(LIKE) | KD_BIT(PATTERN) | KD_BIT(PERSIST),
     [KD_METHOD_MATRIX_INFO] = KD_BIT(ID),
     [KD_METHOD_MATRIX_LIST] = 0,
     [KD_METHOD_MATRIX_DROP] = KD_BIT(ID),
@@ -676,9 +678,24 @@ static int kd_decode_put_like(struct kd_decoder *d)
     return KD_OK;
 }
 
+/* matrix.put's persist: when the matrix's state file is written (docs/PROTOCOL.md). */
+static int kd_param_persist(struct kd_decoder *d, int *out)
+{
+    static const char *const modes[] = {"sync", "behind", "none", NULL}; /* kd_persist_t order */
+    return kd_param_choice(d, KD_P_PERSIST, modes, KD_PERSIST_DEFAULT, out);
+}
+
+const char *kd_persist_name(int persist)
+{
+    return persist == KD_PERSIST_BEHIND ? "behind" : persist == KD_PERSIST_NONE ? "none" : "sync";
+}
+
 static int kd_decode_put(struct kd_decoder *d)
 {
     kd_put_request_t *put = &d->req->u.put;
+    int rc0 = kd_param_persist(d, &put->persist);
+    if (rc0 != KD_OK)
+        return rc0;
     if (d->param[KD_P_LIKE] != NULL)
         return kd_decode_put_like(d);
     int csr = d->param[KD_P_INDPTR] != NULL;

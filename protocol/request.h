@@ -81,8 +81,19 @@ typedef struct kd_matrix_options {
 #define KD_DISTRIBUTE_YES 1
 #define KD_DISTRIBUTE_NO 2
 
+/* matrix.put's persist: when the matrix's state file is written. */
+typedef enum kd_persist {
+    KD_PERSIST_DEFAULT = -1, /* absent: the server's --persist-default */
+    KD_PERSIST_SYNC = 0,     /* before the reply */
+    KD_PERSIST_BEHIND = 1,   /* after the reply, by the worker between requests */
+    KD_PERSIST_NONE = 2,     /* never: in memory only, gone at restart */
+} kd_persist_t;
+
+const char *kd_persist_name(int persist); /* "sync" | "behind" | "none" */
+
 typedef struct kd_put_request {
     kd_put_kind_t kind;
+    int persist;        /* kd_persist_t */
     int64_t rows, cols; /* CSR and COO */
     kd_dtype_t dtype;   /* value type: float64 (default) or float32 */
     kd_array_t indptr;  /* CSR: rows + 1 entries, int32 or int64 */

@@ -130,6 +130,9 @@ void kd_config_print_usage(const char *argv0)
         "  --list-devices             print the OpenCL devices and exit\n"
         "  --state-dir DIR            where accepted matrices are kept across restarts\n"
         "  --state-max-bytes SIZE     limit on the state files' total (default 0: none)\n"
+        "  --persist-default MODE     a matrix.put without persist: sync (written before the\n"
+        "                             reply, the default), behind (after it) or none (never;\n"
+        "                             docs/OPERATIONS.md, Persistence choices)\n"
         "  --cache-dir DIR|none       compiled OpenCL programs, kept across restarts (default\n"
         "                             $CACHE_DIRECTORY, else $XDG_CACHE_HOME/krylovd, else\n"
         "                             ~/.cache/krylovd); never in the state directory\n"
@@ -271,6 +274,16 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
         else
             return kd_err_set(err, KD_EBADREQ, "no-auth: '%s' is not true or false", val);
         return KD_OK;
+    }
+    if (strcmp(name, "persist-default") == 0) {
+        static const char *const modes[] = {"sync", "behind", "none"}; /* kd_persist_t order */
+        for (int i = 0; i < 3; i++)
+            if (strcmp(val, modes[i]) == 0) {
+                cfg->persist_default = i;
+                return KD_OK;
+            }
+        return kd_err_set(err, KD_EBADREQ, "persist-default: '%s' is not sync, behind or none",
+                          val);
     }
     if (strcmp(name, "tenant-dedupe") == 0) {
         if (strcmp(val, "on") == 0)

@@ -33,6 +33,7 @@ typedef struct kd_config {
     int tenant_dedupe;
     char device[64]; /* auto | gpu | cpu | N */
     char state_dir[KD_PATH_MAX];
+    int persist_default; /* --persist-default: a put without persist (kd_persist_t; 0: sync) */
     char cache_dir[KD_PATH_MAX];         /* compiled programs (--cache-dir); "" until resolved,
                                             "none" = no program cache */
     char config_file[KD_PATH_MAX];       /* --config: where the file settings came from, or "" */

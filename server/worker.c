@@ -69,10 +69,26 @@ static void kd_worker_spin(kd_worker_t *w)
     }
 }
 
+/* The idle work between jobs: all of it while no job waits, overdue work otherwise. */
+static void kd_worker_idle(kd_worker_t *w)
+{
+    if (w->cb.idle == NULL)
+        return;
+    pthread_mutex_lock(&w->lock);
+    int empty = w->head == NULL;
+    pthread_mutex_unlock(&w->lock);
+    while (w->cb.idle(w->cb.ctx, empty)) {
+        pthread_mutex_lock(&w->lock);
+        empty = w->head == NULL;
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
 static void *kd_worker_main(void *arg)
 {
     kd_worker_t *w = arg;
     for (;;) {
+        kd_worker_idle(w);
         pthread_mutex_lock(&w->lock);
         if (w->head == NULL && !w->stopping) {
             pthread_mutex_unlock(&w->lock);

@@ -25,8 +25,15 @@ typedef void (*kd_worker_run_fn)(void *ctx, struct kd_job *job);
 typedef void (*kd_worker_done_fn)(void *ctx, struct kd_job *job);
 typedef void (*kd_worker_notify_fn)(void *ctx, struct kd_job *job, void *bytes, size_t len);
 
+/* Runs on the worker thread between jobs (may be NULL): work that waits for no client (a state
+ * file written behind its reply). queue_empty: no job waits (else only overdue work should be
+ * done). Returns nonzero while it has more to do. When the worker stops it is called until it
+ * returns 0, after the last job: shutdown waits for it. */
+typedef int (*kd_worker_idle_fn)(void *ctx, int queue_empty);
+
 typedef struct kd_worker_callbacks {
     kd_worker_run_fn run;
+    kd_worker_idle_fn idle;
     kd_worker_done_fn done;
     kd_worker_notify_fn notify;
     void *ctx;

@@ -39,6 +39,8 @@ static void kd_pl_usage(void)
             "usage: krylov-bench putlike [options]\n"
             "  --n N               the grid's side: N^3 rows, about 7 N^3 nonzeros (default 100)\n"
             "  --repeat R          timed puts of each kind, median (default 5, at most %d)\n"
+            "  --persist MODE      the timed puts' persist: sync, behind or none (default: the\n"
+            "                      server's --persist-default)\n"
             "%s",
             KD_PL_MAX_REPEAT, kd_bench_service_usage);
 }
@@ -242,6 +244,8 @@ int kd_bench_putlike_main(int argc, char **argv)
             n = atoll(argv[++i]);
         else if (strcmp(a, "--repeat") == 0 && has)
             repeat = atoi(argv[++i]);
+        else if (strcmp(a, "--persist") == 0 && has)
+            svc.persist = argv[++i];
         else {
             kd_pl_usage();
             return strcmp(a, "--help") == 0 ? 0 : 2;
@@ -264,11 +268,13 @@ int kd_bench_putlike_main(int argc, char **argv)
     krylov_server_status_t ss;
     if (krylov_status(c, &ss) == KRYLOV_OK)
         printf("# server %s on %s (%s)\n", svc.address, ss.device, ss.platform);
-    printf("# putlike: lap3d %lld^3, %lld rows, %lld nonzeros, float64, %d of each; %s\n",
+    printf("# putlike: lap3d %lld^3, %lld rows, %lld nonzeros, float64, %d of each; %s; persist "
+           "%s\n",
            (long long)n, (long long)m.rows, (long long)m.nnz, repeat,
            svc.spawn == NULL ? "the daemon given"
            : svc.state       ? "daemon started here, with a state directory"
-                             : "daemon started here, no state directory");
+                             : "daemon started here, no state directory",
+           svc.persist != NULL ? svc.persist : "(the server's default)");
     fflush(stdout);
     krylov_matrix_info_t base;
     kd_pl_values(&m, 1);

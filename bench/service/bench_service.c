@@ -338,11 +338,12 @@ int kd_bench_service_put(kd_bench_service_t *s, krylov_client_t *c, int64_t rows
                          const int32_t *indptr, const int32_t *indices, const double *values,
                          const char *like_id, krylov_matrix_info_t *info, kd_bench_put_t *out)
 {
+    const krylov_put_options_t opt = {.persist = s->persist};
+    const krylov_put_options_t *o = s->persist != NULL ? &opt : NULL;
     const uint64_t sent = s->sent, t0 = kd_clock_ns();
-    const int rc =
-        like_id != NULL
-            ? krylov_put_like(c, like_id, rows, rows, indptr, indices, values, NULL, info)
-            : krylov_put_csr(c, rows, rows, indptr, indices, values, NULL, info);
+    const int rc = like_id != NULL
+                       ? krylov_put_like(c, like_id, rows, rows, indptr, indices, values, o, info)
+                       : krylov_put_csr(c, rows, rows, indptr, indices, values, o, info);
     if (rc != KRYLOV_OK)
         return rc;
     out->wall_ms = kd_clock_ms_since(t0);

@@ -24,6 +24,7 @@ typedef struct kd_bench_service {
     pid_t pid;              /* the started daemon, 0 when none */
     char dir[256];          /* its temporary directory (port file, state), "" when none */
     uint64_t sent;          /* bytes of the requests sent on the client, summed */
+    const char *persist;    /* kd_bench_service_put's matrix.put persist, or NULL: the default */
 } kd_bench_service_t;
 
 void kd_bench_service_init(kd_bench_service_t *s);

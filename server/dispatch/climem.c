@@ -201,10 +201,19 @@ size_t kd_climem_job_bytes(kd_server_t *server, const kd_request_t *req)
             kd_climem_mul((size_t)(req->u.solve_batch.rows > 0 ? req->u.solve_batch.rows : 0), 1,
                           4 * sizeof(double)));
         break;
-    case KD_METHOD_MATRIX_PUT:
-        /* The worker builds the CSR from the message's arrays: about as many bytes again. */
-        bytes = kd_climem_add(bytes, kd_request_host_bytes(req));
+    case KD_METHOD_MATRIX_PUT: {
+        /* The worker copies values from a shared-memory region (kd_handlers_run), then builds
+         * the CSR from the arrays: about as many bytes again. */
+        size_t held = kd_request_host_bytes(req);
+        kd_array_t *a;
+        for (size_t i = 0; (a = kd_request_array((kd_request_t *)req, i)) != NULL; i++)
+            if (a->present && a->shm != 0)
+                held = kd_climem_add(held,
+                                     kd_climem_mul((size_t)a->count, kd_dtype_size(a->dtype), 1));
+        bytes = kd_climem_add(bytes, held);
+        bytes = kd_climem_add(bytes, held - kd_request_host_bytes(req));
         break;
+    }
     default:
         break;
     }

@@ -307,9 +307,10 @@ int kd_shm_resolve(kd_conn_t *conn, kd_job_t *job, kd_err_t *err)
                               field, (unsigned long long)offset, (unsigned long long)bytes,
                               (long long)r->id, r->bytes);
         const char *data = (const char *)r->base + offset;
-        if (req->method == KD_METHOD_MATRIX_PUT) { /* kept: copied once, as the id is computed */
-            /* no more than a bin of values could bring (the framer's limit), before allocating:
-             * the copy is charged to client memory as the request's (kd_request_host_bytes) */
+        if (req->method == KD_METHOD_MATRIX_PUT) {
+            /* kept: the worker copies it once before anything reads it (kd_handlers_run), no
+             * more than a bin of values could bring (the framer's limit); the copy is charged
+             * to client memory as the request's (kd_climem_job_bytes) */
             size_t max = conn->server->frame_limits.max_message;
             if (max == 0)
                 max = KD_FRAME_DEFAULT_MAX_MESSAGE;
@@ -318,12 +319,6 @@ int kd_shm_resolve(kd_conn_t *conn, kd_job_t *job, kd_err_t *err)
                                   "%s: %llu bytes from region %lld are over the limit of %zu bytes "
                                   "a message may carry (--max-message)",
                                   field, (unsigned long long)bytes, (long long)r->id, max);
-            void *copy = malloc(bytes > 0 ? bytes : 1);
-            if (copy == NULL || kd_request_adopt(req, copy, bytes) != KD_OK)
-                return kd_err_set(err, KD_ENOMEM, "out of host memory for %s", field);
-            memcpy(copy, data, bytes);
-            a->data = copy;
-            continue;
         }
         int rc = kd_shm_hold(job, r, err);
         if (rc != KD_OK)

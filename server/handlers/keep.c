@@ -79,6 +79,15 @@ static const char *kd_handlers_label(const kd_job_t *job)
     return "";
 }
 
+/* When the job's new matrix gets its state file (kd_persist_t): what its put asked, else the
+ * server's --persist-default. */
+static int kd_handlers_persist(const kd_server_t *server, const kd_job_t *job)
+{
+    const int asked =
+        job->req->method == KD_METHOD_MATRIX_PUT ? job->req->u.put.persist : KD_PERSIST_DEFAULT;
+    return asked == KD_PERSIST_DEFAULT ? server->cfg.persist_default : asked;
+}
+
 /* Content another user holds becomes user's as a put of new content would leave it: resident,
  * under the name user gave, counted against user's quotas; or it stays user's own (nothing
  * changes but a pin asked for, and a use counted). */
@@ -90,6 +99,10 @@ static int kd_handlers_keep_held(kd_server_t *server, const kd_job_t *job,
     const int owned = kd_meta_owner(&existing->meta, user) >= 0;
     int rc;
     *created = !owned;
+    /* a stronger persist than the held copy's: written now, or queued */
+    if ((rc = kd_cache_persist_upgrade(server, existing, kd_handlers_persist(server, job), err)) !=
+        KD_OK)
+        return rc;
     if (owned) {
         kd_store_note_use(server->store, existing->meta.id, user);
         return pin == 1 ? kd_cache_set_pinned(server, existing, user, 1, NULL, err) : KD_OK;
@@ -147,8 +160,9 @@ int kd_handlers_keep(kd_server_t *server, const kd_job_t *job, kd_csr_t *csr, co
         goto fail;
     if (meta->alone_bytes == 0) /* (new values on a held pattern set it: they share arrays) */
         meta->alone_bytes = meta->device_bytes;
+    meta->persist = server->state != NULL ? kd_handlers_persist(server, job) : KD_PERSIST_NONE;
     size_t file_bytes = 0;
-    if (server->state != NULL &&
+    if (server->state != NULL && meta->persist != KD_PERSIST_NONE &&
         (rc = kd_state_file_size(meta->rows, meta->nnz, meta->dtype, &file_bytes, err)) != KD_OK)
         goto fail;
     if ((rc = kd_quota_check_matrix(&job->quota, user, &use, meta->device_bytes, file_bytes,

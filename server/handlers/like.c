@@ -14,6 +14,12 @@
  * one gather into the format's slots (kd_matrix_with_values): nothing is converted or chosen
  * again. Where that cannot be (a spread matrix, tiled, an empty one) it is built from the CSR
  * in the like matrix's format and reordering, as before; the log line says which.
+ *
+ * The values are read from the request three times at once, each at memory speed: uploaded into
+ * the slots (before the id is known: a content found held after all frees that upload), hashed
+ * for the id, and copied into the host CSR that the state file or the host copy keeps, the last
+ * two on threads of their own. Values from a shared-memory region were copied into the request
+ * by the worker first (run.c), so all three read the same bytes.
  */
 #include "server/handlers/handlers.h"
 #include "common/clock.h"
@@ -79,7 +85,8 @@ static int kd_like_keep_pattern(kd_store_entry_t *entry, kd_csr_t *csr)
     return KD_OK;
 }
 
-/* The id's hash over a view of the new matrix, on a thread of its own. */
+/* The id's hash over a view of the new matrix, and the host copy of its values: threads of
+ * their own, beside the values' upload (kd_like_prepare). */
 typedef struct kd_like_hash {
     kd_csr_t view; /* the new matrix's pattern with the request's values (same dtype) */
     uint8_t id[16];
@@ -93,38 +100,26 @@ static void *kd_like_hash_run(void *arg)
     return NULL;
 }
 
-/* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values,
- * in its dtype, and its content id. Values in the matrix's dtype are hashed straight from the
- * request on another thread while they are copied (each a pass over 8 bytes a nonzero). */
-static int kd_like_matrix(kd_csr_t *pattern, const kd_array_t *values, kd_csr_t **out,
-                          uint8_t id[16], kd_err_t *err)
+typedef struct kd_like_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} kd_like_copy_t;
+
+static void *kd_like_copy_run(void *arg)
 {
-    int rc = kd_csr_with_values(pattern, out, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_csr_t *c = *out;
-    const size_t bytes = (size_t)pattern->nnz * kd_dtype_size(c->dtype);
-    if (values->dtype != c->dtype || pattern->nnz == 0) {
-        for (int64_t i = 0; i < pattern->nnz; i++)
-            kd_store_real(c->values, c->dtype, (size_t)i,
-                          kd_load_real(values->data, values->dtype, (size_t)i));
-        rc = kd_csr_hash(c, id);
-    } else {
-        kd_like_hash_t h = {.view = *c, .rc = KD_OK};
-        h.view.values = (void *)values->data; /* read only */
-        pthread_t thread;
-        const int beside = pthread_create(&thread, NULL, kd_like_hash_run, &h) == 0;
-        kd_slices_memcpy(c->values, values->data, bytes);
-        if (beside)
-            pthread_join(thread, NULL);
-        else
-            kd_like_hash_run(&h);
-        rc = h.rc;
-        memcpy(id, h.id, 16);
-    }
-    if (rc != KD_OK)
-        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    return KD_OK;
+    kd_like_copy_t *c = arg;
+    kd_slices_memcpy(c->dst, c->src, c->bytes);
+    return NULL;
+}
+
+/* fn(arg) on a thread of its own (1), or here when none starts (0). */
+static int kd_like_beside(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+    if (pthread_create(thread, NULL, fn, arg) == 0)
+        return 1;
+    fn(arg);
+    return 0;
 }
 
 /* The like matrix's canonical pattern on the host: its host copy (no state directory), the
@@ -170,10 +165,12 @@ static void kd_like_recent(kd_server_t *server, kd_store_entry_t *entry)
     server->has_like_recent = 1;
 }
 
-/* kd_handlers_keep's upload for new values: shared with the like matrix where it can be. */
+/* kd_handlers_keep's upload for new values: the device matrix kd_like_prepare made beside the
+ * hash (sharing the like matrix's pattern arrays), or built from the CSR where it could not. */
 typedef struct kd_like_upload {
     const kd_matrix_meta_t *like;
     kd_matrix_options_t opt; /* like's format, reordering and spreading, forced */
+    kd_matrix_t *dev;        /* kd_like_prepare's, until kd_like_upload takes it */
     char built[600];         /* "shared" or why it was built from the CSR */
 } kd_like_upload_t;
 
@@ -204,15 +201,18 @@ static void kd_like_describe(kd_matrix_meta_t *meta, const kd_matrix_meta_t *lik
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", like->reorder_reason);
 }
 
-static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
-                          void *arg, kd_err_t *err)
+/* The new values on the device in the like matrix's slots (a->dev), from view (its values may
+ * be the request's own: read only here), before the content id is known: the hash runs beside
+ * it. a->dev stays NULL, with a->built saying why, where the matrix must be built from the CSR
+ * (kd_like_upload does). A matrix found held after all is freed by the caller. */
+static int kd_like_prepare(kd_server_t *server, kd_like_upload_t *a, const kd_csr_t *view,
+                           kd_err_t *err)
 {
-    kd_like_upload_t *a = arg;
     kd_store_entry_t *like = NULL;
     int rc;
     if (a->like->distributed) {
         snprintf(a->built, sizeof(a->built), "the like matrix is spread over ranks");
-        return kd_handlers_upload(server, entry, csr, &a->opt, err);
+        return KD_OK;
     }
     char what[160];
     snprintf(what, sizeof(what), "new values on matrix %s's pattern", a->like->hex);
@@ -222,23 +222,87 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
         return rc;
     if (like->dev == NULL) {
         snprintf(a->built, sizeof(a->built), "the like matrix is not on this device");
-        return kd_handlers_upload(server, entry, csr, &a->opt, err);
+        return KD_OK;
     }
     if ((rc = kd_cache_reserve(server, kd_matrix_values_bytes(like->dev), like, what, err)) !=
         KD_OK)
         return rc;
-    rc = kd_matrix_with_values(server->ocl, like->dev, csr, &entry->dev, err);
+    rc = kd_matrix_with_values(server->ocl, like->dev, view, &a->dev, err);
     kd_store_refresh_bytes(server->store, like); /* its share's maps count there */
     if (rc == KD_EUNSUPPORTED) {
         snprintf(a->built, sizeof(a->built), "%s", err->message);
         kd_err_clear(err);
+        return KD_OK;
+    }
+    if (rc == KD_OK)
+        snprintf(a->built, sizeof(a->built), "shared");
+    return rc;
+}
+
+/* A prepared matrix nobody took (the content was held, or the put failed). */
+static void kd_like_discard(kd_server_t *server, kd_like_upload_t *a)
+{
+    if (a->dev == NULL)
+        return;
+    const int shared = kd_matrix_shares(a->dev);
+    kd_matrix_free(a->dev);
+    a->dev = NULL;
+    if (shared) /* the share's count may have moved */
+        kd_store_refresh_all_bytes(server->store);
+}
+
+static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                          void *arg, kd_err_t *err)
+{
+    kd_like_upload_t *a = arg;
+    if (a->dev == NULL) {
+        if (strcmp(a->built, "shared") == 0 || strcmp(a->built, "already held") == 0)
+            snprintf(a->built, sizeof(a->built), "values in another dtype");
         return kd_handlers_upload(server, entry, csr, &a->opt, err);
     }
-    if (rc != KD_OK)
-        return rc;
-    snprintf(a->built, sizeof(a->built), "shared");
+    entry->dev = a->dev;
+    a->dev = NULL;
     kd_like_describe(&entry->meta, a->like, entry->dev, &a->opt);
     entry->keep_recent = 1;
+    return KD_OK;
+}
+
+/* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values in
+ * its dtype (*out), its content id, and its values on the device (up->dev, kd_like_prepare): the
+ * hash and the host copy run on threads beside the upload, each a pass over 8 bytes a nonzero
+ * of the request's values. Values in another dtype are converted first, then hashed. */
+static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array_t *values,
+                          kd_like_upload_t *up, kd_csr_t **out, uint8_t id[16], kd_err_t *err)
+{
+    int rc = kd_csr_with_values(pattern, out, err);
+    if (rc != KD_OK)
+        return rc;
+    kd_csr_t *c = *out;
+    const size_t bytes = (size_t)pattern->nnz * kd_dtype_size(c->dtype);
+    if (values->dtype != c->dtype || pattern->nnz == 0) {
+        for (int64_t i = 0; i < pattern->nnz; i++)
+            kd_store_real(c->values, c->dtype, (size_t)i,
+                          kd_load_real(values->data, values->dtype, (size_t)i));
+        if (kd_csr_hash(c, id) != KD_OK)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
+        return KD_OK; /* uploaded by kd_like_upload, if the content is new */
+    }
+    kd_like_hash_t h = {.view = *c, .rc = KD_OK};
+    h.view.values = (void *)values->data; /* read only */
+    kd_like_copy_t copy = {.dst = c->values, .src = values->data, .bytes = bytes};
+    pthread_t hashing, copying;
+    const int hash_beside = kd_like_beside(&hashing, kd_like_hash_run, &h);
+    const int copy_beside = kd_like_beside(&copying, kd_like_copy_run, &copy);
+    rc = kd_like_prepare(server, up, &h.view, err);
+    if (hash_beside)
+        pthread_join(hashing, NULL);
+    if (copy_beside)
+        pthread_join(copying, NULL);
+    if (rc != KD_OK)
+        return rc;
+    memcpy(id, h.id, 16);
+    if (h.rc != KD_OK)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
     return KD_OK;
 }
 
@@ -272,11 +336,6 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
         goto out;
     }
     uint8_t id[16];
-    if ((rc = kd_like_matrix(pattern, &p->values, &csr, id, err)) != KD_OK) {
-        kd_csr_free(csr);
-        goto out;
-    }
-    t[2] = kd_clock_ns();
     /* kept as the like matrix is: nothing is chosen again */
     kd_like_upload_t up = {.like = &like, .opt = p->options, .built = "already held"};
     kd_matrix_options_t *opt = &up.opt;
@@ -284,10 +343,19 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     opt->select[0] = '\0';
     opt->reorder = like.reorder;
     opt->distribute = like.distributed ? KD_DISTRIBUTE_YES : KD_DISTRIBUTE_NO;
+    if ((rc = kd_like_matrix(server, pattern, &p->values, &up, &csr, id, err)) != KD_OK) {
+        kd_like_discard(server, &up);
+        kd_csr_free(csr);
+        goto out;
+    }
+    t[2] = kd_clock_ns();
     kd_matrix_meta_t meta;
     int created;
     rc = kd_handlers_keep(server, job, csr, id, opt->pin, kd_like_upload, &up, &meta, &created,
                           err); /* takes csr */
+    if (up.dev != NULL && rc == KD_OK)
+        snprintf(up.built, sizeof(up.built), "already held");
+    kd_like_discard(server, &up); /* uploaded beside the hash, but the content was held */
     if (rc != KD_OK)
         goto out;
     t[3] = kd_clock_ns();
@@ -312,7 +380,7 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     meta.has_pattern = 1;
     KD_INFO("store",
             "put id=%s like=%s nnz=%lld format=%s created=%d device=\"%s\" ms=%.1f "
-            "(pattern %.1f, values and id %.1f, kept %.1f)",
+            "(pattern %.1f, values, id and upload %.1f, kept %.1f)",
             meta.hex, hex, (long long)meta.nnz, kd_format_name(meta.format), created, up.built,
             (double)(t[3] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
             (double)(t[3] - t[2]) / 1e6);

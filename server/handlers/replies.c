@@ -80,7 +80,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     const int spread = meta->ranks > 1 && meta->ranks <= KD_META_RANKS_MAX;
     /* a batch shows one system's shape and how many systems it holds */
     const int64_t k = meta->batch > 0 ? meta->batch : 1;
-    kd_w_map(w, 19 + (meta->hide_selection ? 0 : 1) + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) +
+    kd_w_map(w, 21 + (meta->hide_selection ? 0 : 1) + (spread ? 3 : 0) + (created >= 0 ? 1 : 0) +
                     (meta->batch > 0 ? 1 : 0) + (meta->has_pattern ? 1 : 0) +
                     (meta->has_like ? 1 : 0) + extra);
     kd_w_kv_str(w, "id", meta->hex);
@@ -95,6 +95,8 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_kv_int(w, "device_bytes", (int64_t)meta->device_bytes);
     kd_w_kv_bool(w, "pinned", meta->pinned);
     kd_w_kv_bool(w, "resident", meta->resident);
+    kd_w_kv_str(w, "persisted", kd_persist_name(meta->persist));
+    kd_w_kv_bool(w, "durable", meta->stored);
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
     if (!meta->hide_selection)

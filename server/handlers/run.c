@@ -14,6 +14,7 @@
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/slices.h"
 #include "protocol/mtx.h"
 #include "protocol/writer.h"
 #include "server/handlers/batch.h"
@@ -34,6 +35,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A put's values from a shared-memory region, copied here on the worker (never on the loop
+ * thread) once, before the id is computed and the matrix built: a client writing the region
+ * meanwhile cannot make the values kept differ from those the id names. kd_shm_resolve holds
+ * the region until the job ends. */
+static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
+{
+    kd_array_t *a;
+    for (size_t i = 0; (a = kd_request_array(job->req, i)) != NULL; i++) {
+        if (!a->present || a->shm == 0)
+            continue;
+        const size_t bytes = (size_t)a->count * kd_dtype_size(a->dtype);
+        void *copy = malloc(bytes > 0 ? bytes : 1);
+        if (copy == NULL || kd_request_adopt(job->req, copy, bytes) != KD_OK)
+            return kd_err_set(err, KD_ENOMEM,
+                              "out of host memory copying a put's values from "
+                              "its shared-memory region");
+        kd_slices_memcpy(copy, a->data, bytes);
+        a->data = copy;
+        a->shm = 0; /* the request's own now */
+    }
+    return KD_OK;
+}
+
 static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     int rc = kd_handlers_visible(server, job, err);
@@ -43,7 +67,8 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
         return kd_handlers_batch_run(server, job, w, err); /* server/handlers/batch.c */
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
-        rc = kd_handle_put(server, job, w, err);
+        if ((rc = kd_handlers_own_regions(job, err)) == KD_OK)
+            rc = kd_handle_put(server, job, w, err);
         break;
     case KD_METHOD_MATRIX_DROP:
         rc = kd_handle_drop(server, job, w, err);

@@ -354,6 +354,7 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         return rc;
 
     kd_worker_callbacks_t cb = {.run = kd_handlers_run,
+                                .idle = kd_cache_write_behind, /* persist "behind" */
                                 .done = kd_dispatch_job_done,
                                 .notify = kd_dispatch_job_notify,
                                 .ctx = server};

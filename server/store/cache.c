@@ -119,14 +119,15 @@ int kd_cache_open(kd_server_t *server, kd_err_t *err)
     kd_store_totals(server->store, &t);
     KD_INFO("cache",
             "state dir %s: matrices=%zu patterns=%zu bytes=%zu pinned=%zu corrupt=%zu "
-            "interrupted_writes=%zu unused_patterns=%zu",
+            "interrupted_writes=%zu unused_patterns=%zu lost_behind=%zu",
             cfg->state_dir, totals.good, totals.patterns, t.file_bytes, t.pinned, totals.corrupt,
-            totals.temporary, totals.unused);
+            totals.temporary, totals.unused, totals.lost);
     return KD_OK;
 }
 
 void kd_cache_close(kd_server_t *server)
 {
+    kd_cache_behind_free(server);
     kd_state_close(server->state);
     server->state = NULL;
 }
@@ -523,7 +524,7 @@ static int kd_cache_disk_fits(kd_server_t *server, size_t file_bytes, const char
  * is logged and the limit is left exceeded until the next put. A forgotten matrix whose pattern
  * file others use frees its values file only, its charge moving to one of them (the new entry,
  * maybe): the totals are read again after each. */
-static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry)
+static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry, int in_store)
 {
     size_t limit = server->cfg.state_max_bytes;
     if (limit == 0)
@@ -531,10 +532,10 @@ static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry
     for (;;) {
         kd_store_totals_t t;
         kd_store_totals(server->store, &t);
-        const size_t used = t.file_bytes, file_bytes = entry->meta.file_bytes;
+        const size_t used = t.file_bytes, file_bytes = in_store ? 0 : entry->meta.file_bytes;
         if (used <= limit && file_bytes <= limit - used)
             return;
-        kd_store_entry_t *victim = kd_store_lru_victim(server->store, NULL, 0);
+        kd_store_entry_t *victim = kd_store_lru_victim(server->store, in_store ? entry : NULL, 0);
         if (victim == NULL)
             return; /* not after kd_cache_disk_fits said yes, but for a charge moved to entry */
         kd_err_t rerr = {0};
@@ -547,8 +548,74 @@ static void kd_cache_make_disk_room(kd_server_t *server, kd_store_entry_t *entry
         kd_store_count(server->store, KD_STORE_DISK_EVICTIONS);
         kd_store_entry_free(kd_store_remove(server->store, victim->meta.id));
         kd_store_refresh_all_bytes(server->store);
-        kd_cache_settle(server, entry);
+        kd_cache_settle(server, in_store ? NULL : entry);
     }
+}
+
+/* STATE_DIR/owners with a new matrix's line (hex: for the message). */
+static void kd_cache_save_owners(kd_server_t *server, const char *hex)
+{
+    kd_err_t owners = {0};
+    if (kd_owners_save(server, &owners) != KD_OK) /* the matrix itself is safe: keep it */
+        KD_WARN("owners", "%s: after a restart matrix %s belongs to %s", owners.message, hex,
+                KD_ANONYMOUS);
+}
+
+/* Queue entry's file to be written behind the reply: its marker first (state.h). */
+static int kd_cache_queue_behind(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
+{
+    if (server->nbehind == server->cap_behind) {
+        size_t cap = server->cap_behind ? 2 * server->cap_behind : 16;
+        kd_cache_behind_t *grown = realloc(server->behind, cap * sizeof(*grown));
+        if (grown == NULL)
+            return kd_err_set(err, KD_ENOMEM, "out of host memory queueing matrix %s's write",
+                              entry->meta.hex);
+        server->behind = grown;
+        server->cap_behind = cap;
+    }
+    kd_state_mark_behind(server->state, entry->meta.id);
+    kd_cache_behind_t *b = &server->behind[server->nbehind++];
+    memcpy(b->id, entry->meta.id, 16);
+    b->queued_ns = kd_clock_ns();
+    return KD_OK;
+}
+
+/* Whether csr's file fits the state directory now (size, --state-max-bytes): a write behind the
+ * reply is refused up front for what the reply could know. */
+static int kd_cache_file_fits(kd_server_t *server, const kd_matrix_meta_t *meta,
+                              const kd_csr_t *csr, size_t *file_bytes, kd_err_t *err)
+{
+    if (server->cfg.state_max_bytes == 0) /* no limit: spare the pattern's hash that sizes it */
+        return KD_OK;
+    int rc = kd_state_put_bytes(server->state, csr, meta->batch, file_bytes, err);
+    if (rc == KD_OK)
+        rc = kd_cache_disk_fits(server, *file_bytes, meta->hex, err);
+    return rc;
+}
+
+/* entry's file from csr, now (a sync put, or a write behind; in_store: entry is in the store). */
+static int kd_cache_write_file(kd_server_t *server, kd_store_entry_t *entry, const kd_csr_t *csr,
+                               int in_store, kd_err_t *err)
+{
+    kd_matrix_meta_t *meta = &entry->meta;
+    size_t file_bytes = 0;
+    int rc = kd_cache_file_fits(server, meta, csr, &file_bytes, err);
+    if (rc == KD_OK) {
+        kd_matrix_meta_t now = *meta; /* its pin and name as they are at the write */
+        if (in_store)
+            kd_store_get_meta(server->store, meta->id, &now);
+        rc = kd_state_write(server->state, &now, csr, &file_bytes, err);
+    }
+    if (rc != KD_OK)
+        return rc;
+    if (in_store)
+        kd_store_set_file(server->store, entry, 1, file_bytes);
+    else {
+        meta->stored = 1;
+        meta->file_bytes = file_bytes;
+    }
+    kd_cache_make_disk_room(server, entry, in_store);
+    return KD_OK;
 }
 
 int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err)
@@ -562,38 +629,127 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
     int rc = kd_cache_reserve(server, actual, NULL, what, err);
     if (rc != KD_OK)
         goto fail;
-    if (server->state != NULL) {
-        size_t file_bytes;
-        rc = kd_state_put_bytes(server->state, csr, meta->batch, &file_bytes, err);
-        if (rc == KD_OK)
-            rc = kd_cache_disk_fits(server, file_bytes, meta->hex, err);
-        if (rc == KD_OK)
-            rc = kd_state_write(server->state, meta, csr, &file_bytes, err);
-        if (rc != KD_OK)
+    if (server->state == NULL)
+        meta->persist = KD_PERSIST_NONE;
+    if (meta->persist == KD_PERSIST_SYNC) {
+        if ((rc = kd_cache_write_file(server, entry, csr, 0, err)) != KD_OK)
             goto fail;
-        meta->stored = 1;
-        meta->file_bytes = file_bytes;
-        kd_cache_make_disk_room(server, entry);
         if (entry->keep_recent)
             entry->recent = csr; /* for the solve that follows: store.h */
         else
             kd_csr_free(csr);
     } else {
-        entry->host = csr; /* the only copy: nothing else could bring the matrix back */
+        size_t file_bytes = 0;
+        if (meta->persist == KD_PERSIST_BEHIND &&
+            (rc = kd_cache_file_fits(server, meta, csr, &file_bytes, err)) != KD_OK)
+            goto fail;
+        /* the only copy until its file is written (or for good): it is never evicted */
+        entry->host = csr;
     }
     rc = kd_store_insert(server->store, entry); /* takes entry */
     if (rc != KD_OK)
         return rc;
-    kd_err_t owners = {0};
-    if (kd_owners_save(server, &owners) != KD_OK) /* the matrix itself is safe: keep it */
-        KD_WARN("owners", "%s: after a restart matrix %s belongs to %s", owners.message, meta->hex,
-                KD_ANONYMOUS);
+    /* the owners file, as what is on disk: a behind matrix's line once its file is written,
+     * a none matrix's never (a restart skips lines for matrices it does not find) */
+    if (meta->persist == KD_PERSIST_SYNC)
+        kd_cache_save_owners(server, meta->hex);
+    if (meta->persist == KD_PERSIST_BEHIND && kd_cache_queue_behind(server, entry, err) != KD_OK) {
+        KD_WARN("cache", "%s: kept in memory only", err->message);
+        kd_err_clear(err);
+        kd_store_entry_t *e = kd_store_find(server->store, meta->id);
+        if (e != NULL)
+            e->meta.persist = KD_PERSIST_NONE;
+    }
     return KD_OK;
 fail:
     kd_csr_free(csr);
     server->spread->discard(server, entry); /* the other ranks' parts too */
     kd_store_entry_free(entry);
     return rc;
+}
+
+/* A written matrix's host copy goes, as a sync put's does: its pattern stays for puts with like,
+ * and the latest put with like's CSR for the solve that follows (store.h, recent). */
+static void kd_cache_release_host(kd_server_t *server, kd_store_entry_t *entry)
+{
+    if (entry->host == NULL || entry->busy > 0)
+        return;
+    if (entry->pattern_host == NULL) {
+        kd_err_t ignored = {0};
+        kd_csr_t *ref = NULL;
+        if (kd_csr_pattern_ref(entry->host, &ref, &ignored) == KD_OK)
+            entry->pattern_host = ref;
+    }
+    if (entry->recent == NULL && server->has_like_recent &&
+        memcmp(server->like_recent, entry->meta.id, 16) == 0)
+        entry->recent = entry->host;
+    else
+        kd_csr_free(entry->host);
+    entry->host = NULL;
+}
+
+int kd_cache_write_behind(void *arg, int queue_empty)
+{
+    kd_server_t *server = arg;
+    if (server->nbehind == 0)
+        return 0;
+    if (!queue_empty && kd_clock_ns() - server->behind[0].queued_ns < KD_CACHE_BEHIND_OVERDUE_NS)
+        return 0;
+    kd_cache_behind_t item = server->behind[0];
+    memmove(server->behind, server->behind + 1, --server->nbehind * sizeof(*server->behind));
+    kd_store_entry_t *entry = kd_store_find(server->store, item.id);
+    if (entry == NULL || entry->meta.stored || entry->meta.persist != KD_PERSIST_BEHIND ||
+        entry->host == NULL) { /* dropped, or written by a sync put of the same content */
+        if (entry == NULL)
+            kd_state_unmark_behind(server->state, item.id);
+        return server->nbehind > 0;
+    }
+    const uint64_t t0 = kd_clock_ns();
+    kd_err_t err = {0};
+    if (kd_cache_write_file(server, entry, entry->host, 1, &err) != KD_OK) {
+        KD_WARN("cache", "write behind failed id=%s: %s; the matrix is kept in memory only",
+                entry->meta.hex, err.message);
+        entry->meta.persist = KD_PERSIST_NONE;
+    } else {
+        KD_INFO("cache", "write behind id=%s file_bytes=%zu ms=%.1f waited_ms=%.1f",
+                entry->meta.hex, entry->meta.file_bytes, (double)(kd_clock_ns() - t0) / 1e6,
+                (double)(t0 - item.queued_ns) / 1e6);
+        kd_cache_save_owners(server, entry->meta.hex);
+        kd_cache_release_host(server, entry);
+    }
+    kd_state_unmark_behind(server->state, item.id);
+    return server->nbehind > 0;
+}
+
+int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int persist,
+                             kd_err_t *err)
+{
+    if (server->state == NULL || entry->meta.stored || entry->host == NULL ||
+        persist == KD_PERSIST_DEFAULT || persist >= entry->meta.persist)
+        return KD_OK; /* (kd_persist_t: a smaller value is the stronger choice) */
+    if (persist == KD_PERSIST_SYNC) {
+        int rc = kd_cache_write_file(server, entry, entry->host, 1, err);
+        if (rc != KD_OK)
+            return rc;
+        if (entry->meta.persist == KD_PERSIST_BEHIND)
+            kd_state_unmark_behind(server->state, entry->meta.id);
+        entry->meta.persist = KD_PERSIST_SYNC;
+        kd_cache_save_owners(server, entry->meta.hex);
+        KD_INFO("cache", "persist id=%s sync (was behind or none)", entry->meta.hex);
+        kd_cache_release_host(server, entry);
+        return KD_OK;
+    }
+    int rc = kd_cache_queue_behind(server, entry, err);
+    if (rc == KD_OK)
+        entry->meta.persist = KD_PERSIST_BEHIND;
+    return rc;
+}
+
+void kd_cache_behind_free(kd_server_t *server)
+{
+    free(server->behind);
+    server->behind = NULL;
+    server->nbehind = server->cap_behind = 0;
 }
 
 /* The references of entry as they were before a change, to put back when recording it fails. */
@@ -679,6 +835,8 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
         int rc = kd_state_remove(server->state, id, err);
         if (rc != KD_OK)
             return rc;
+    } else if (server->state != NULL && entry->meta.persist == KD_PERSIST_BEHIND) {
+        kd_state_unmark_behind(server->state, id); /* its queued write finds it gone */
     }
     KD_INFO("store", "drop id=%s user=%s", entry->meta.hex, user != NULL ? user : "*");
     if (entry->dist != NULL)

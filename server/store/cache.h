@@ -59,6 +59,27 @@ int kd_cache_use(struct kd_server *server, const uint8_t id[16], size_t extra,
  * KD_ENOMEM. */
 int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err);
 
+/* A matrix whose file is written behind its put's reply (persist "behind"), queued. */
+typedef struct kd_cache_behind {
+    uint8_t id[16];
+    uint64_t queued_ns;
+} kd_cache_behind_t;
+
+/* The worker's idle hook (kd_worker_callbacks_t.idle; ctx is the server): write the oldest
+ * matrix queued behind its reply, when the queue of requests is empty or it has waited longer
+ * than KD_CACHE_BEHIND_OVERDUE_NS. Returns 1 while more are queued. */
+#define KD_CACHE_BEHIND_OVERDUE_NS 1000000000u
+int kd_cache_write_behind(void *server, int queue_empty);
+
+/* A later put of entry's content asking for a stronger persist (sync over behind over none):
+ * written now (sync) or queued (behind). Nothing without a state directory or once stored.
+ * KD_ESTORAGE, KD_EIO, KD_ETOOLARGE from a sync write (the matrix stays as it was). */
+int kd_cache_persist_upgrade(struct kd_server *server, kd_store_entry_t *entry, int persist,
+                             kd_err_t *err);
+
+/* Forget the queued writes (shutdown after the worker stopped: none are left then). */
+void kd_cache_behind_free(struct kd_server *server);
+
 /* The canonical host CSR of matrix id, for work done on the host: the entry's own copy (without a
  * state directory; *owned is NULL) or one read from its state file with every check of a reload
  * (*owned is that copy: the caller frees it). Marks the matrix used. KD_ENOTFOUND (also when its

@@ -120,6 +120,54 @@ static void kd_state_tmp_path(const kd_state_t *state, const uint8_t id[16], cha
     snprintf(buf, cap, "%s/.%s.tmp", state->matrices, hex);
 }
 
+static void kd_state_behind_path(const kd_state_t *state, const uint8_t id[16], char *buf,
+                                 size_t cap)
+{
+    char hex[KD_ID_HEX_LEN + 1];
+    kd_id_to_hex(id, hex);
+    snprintf(buf, cap, "%s/.%s.behind", state->matrices, hex);
+}
+
+void kd_state_mark_behind(kd_state_t *state, const uint8_t id[16])
+{
+    char path[KD_PATH_MAX + 64];
+    kd_state_behind_path(state, id, path, sizeof(path));
+    int fd = kd_state_io_create(path);
+    if (fd < 0) {
+        KD_WARN("state", "cannot create the write-behind marker path=%s: %s", path,
+                strerror(errno));
+        return;
+    }
+    close(fd);
+}
+
+void kd_state_unmark_behind(kd_state_t *state, const uint8_t id[16])
+{
+    char path[KD_PATH_MAX + 64];
+    kd_state_behind_path(state, id, path, sizeof(path));
+    if (kd_state_io_unlink(path) != 0 && errno != ENOENT)
+        KD_WARN("state", "cannot remove the write-behind marker path=%s: %s", path,
+                strerror(errno));
+}
+
+/* A write-behind marker found at start: its matrix was lost when its file is not there. */
+static void kd_state_scan_behind(const char *dir, const char *name, const char *path,
+                                 kd_state_scan_totals_t *totals)
+{
+    char final[KD_PATH_MAX + 300];
+    const int hexlen = (int)strlen(name) - 8; /* "." hex ".behind" */
+    snprintf(final, sizeof(final), "%s/%.*s.kdm", dir, hexlen, name + 1);
+    struct stat st;
+    if (stat(final, &st) != 0) {
+        totals->lost++;
+        KD_WARN("state",
+                "lost id=%.*s: put with persist \"behind\", its file was not written before "
+                "the server stopped; put it again",
+                hexlen, name + 1);
+    }
+    (void)kd_state_io_unlink(path);
+}
+
 const char *kd_state_dir(const kd_state_t *state)
 {
     return state->dir;
@@ -969,6 +1017,10 @@ int kd_state_scan_entry(const char *dir, const char *name, kd_state_scan_totals_
             totals->temporary++;
             KD_WARN("state", "removed an interrupted write path=%s", path);
         }
+        return 0;
+    }
+    if (name[0] == '.' && len > 8 && strcmp(name + len - 7, ".behind") == 0) {
+        kd_state_scan_behind(dir, name, path, totals);
         return 0;
     }
     return 1;

@@ -10,6 +10,9 @@
  *                                   then its values (version 2); a batch, and files written before
  *                                   patterns were shared, hold the whole CSR (version 1)
  *   STATE_DIR/{matrices,patterns}/.<hex>.tmp  a file being written (removed at start-up)
+ *   STATE_DIR/matrices/.<hex>.behind  a matrix put with persist "behind" whose file is not
+ *                                   written yet: a start that finds it without <hex>.kdm reports
+ *                                   the matrix lost (and removes it)
  *   STATE_DIR/corrupt/              files that failed a check, moved aside for a person to look at
  *
  * A file is written to a temporary name, fsync()ed, renamed over its final name and the directory
@@ -98,6 +101,12 @@ int kd_state_load_pattern(kd_state_t *state, const uint8_t id[16], kd_csr_t **ou
  * matrix names it. A missing file is not an error. */
 int kd_state_remove(kd_state_t *state, const uint8_t id[16], kd_err_t *err);
 
+/* The marker that id's file is to be written behind its put's reply (.<hex>.behind: empty and
+ * not fsynced, so it costs no disk flush; a crash of the process keeps it, a crash of the machine
+ * may not). Best effort: a failure is logged, and only the report of a loss depends on it. */
+void kd_state_mark_behind(kd_state_t *state, const uint8_t id[16]);
+void kd_state_unmark_behind(kd_state_t *state, const uint8_t id[16]); /* missing: no error */
+
 /* What a call did to another matrix's files: a pattern file's charge moved to matrix id (stored
  * 1: its file_bytes grow by added_bytes), or id's values file went to corrupt/ with its pattern
  * file (stored 0: it has no file now). */
@@ -124,6 +133,7 @@ typedef struct kd_state_scan_totals {
     size_t ignored;   /* names that are not ours, left alone */
     size_t patterns;  /* pattern files in use */
     size_t unused;    /* pattern files no matrix names (a crash between two files), removed */
+    size_t lost;      /* matrices put with persist "behind" whose file was never written */
 } kd_state_scan_totals_t;
 
 /* Read the header of every file in patterns/ and matrices/ (never a payload): good matrices go

@@ -19,12 +19,12 @@
 #include <signal.h>
 #include <string.h>
 
-enum { KD_FAULT_NONE, KD_FAULT_COUNT, KD_FAULT_CRASH, KD_FAULT_CAPACITY };
+enum { KD_FAULT_NONE, KD_FAULT_COUNT, KD_FAULT_CRASH, KD_FAULT_STALL, KD_FAULT_CAPACITY };
 
 static struct {
     int read; /* KD_TEST_FAULT parsed */
     int mode;
-    long long crash_at; /* crash: the call to die at */
+    long long crash_at; /* crash: the call to die at; stall: the call to hang at */
     long long capacity; /* capacity: bytes */
     char dir[512];      /* capacity: the tree it covers */
     int count_fd;       /* count: the file calls are listed in */
@@ -43,6 +43,9 @@ static void kd_fault_read(void)
     } else if (strncmp(spec, "crash:", 6) == 0) {
         kd_fault.crash_at = atoll(spec + 6);
         kd_fault.mode = KD_FAULT_CRASH;
+    } else if (strncmp(spec, "stall:", 6) == 0) {
+        kd_fault.crash_at = atoll(spec + 6);
+        kd_fault.mode = KD_FAULT_STALL;
     } else if (strncmp(spec, "capacity:", 9) == 0) {
         char *end;
         kd_fault.capacity = strtoll(spec + 9, &end, 10);
@@ -53,7 +56,7 @@ static void kd_fault_read(void)
     }
     if (kd_fault.mode == KD_FAULT_NONE) {
         fprintf(stderr,
-                "krylovd_faults: KD_TEST_FAULT=%s is not count:FILE, crash:K or "
+                "krylovd_faults: KD_TEST_FAULT=%s is not count:FILE, crash:K, stall:K or "
                 "capacity:BYTES:DIR\n",
                 spec);
         _exit(2);
@@ -87,7 +90,9 @@ static long long kd_fault_usage(const char *dir, int depth)
     return total;
 }
 
-/* Count the call; die at the chosen one. A write to die at first writes half of its bytes. */
+/* Count the call; die at the chosen one (crash), or hang there until killed (stall: a slow
+ * disk, for a test to kill the daemon in the middle of a write). A write to die or hang at first
+ * writes half of its bytes. */
 static void kd_fault_point(const char *op, const char *path, int fd, const struct iovec *iov,
                            int iovcnt)
 {
@@ -96,7 +101,8 @@ static void kd_fault_point(const char *op, const char *path, int fd, const struc
     long long n = ++kd_fault.calls;
     if (kd_fault.mode == KD_FAULT_COUNT)
         dprintf(kd_fault.count_fd, "%lld %s %s\n", n, op, path != NULL ? path : "-");
-    if (kd_fault.mode != KD_FAULT_CRASH || n != kd_fault.crash_at)
+    if ((kd_fault.mode != KD_FAULT_CRASH && kd_fault.mode != KD_FAULT_STALL) ||
+        n != kd_fault.crash_at)
         return;
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
@@ -107,6 +113,11 @@ static void kd_fault_point(const char *op, const char *path, int fd, const struc
         ssize_t w = write(fd, iov[i].iov_base, len);
         (void)w;
         half -= len;
+    }
+    if (kd_fault.mode == KD_FAULT_STALL) {
+        fprintf(stderr, "krylovd_faults: stalled at call %lld (%s)\n", n, op);
+        for (;;)
+            pause();
     }
     raise(SIGKILL);
 }

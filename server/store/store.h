@@ -69,6 +69,10 @@ typedef struct kd_matrix_meta {
     int resident;      /* in device memory now (dev != NULL) */
     int stored;        /* has a file in the state directory */
     size_t file_bytes; /* that file's size */
+    /* When its file is written (kd_persist_t, matrix.put's persist): sync (before the reply; and
+     * every matrix read from the state directory), behind (after it: stored turns 1 once the
+     * worker wrote it), none (never; also every matrix of a server without a state directory) */
+    int persist;
     uint64_t created_ns;
     uint64_t last_used_ns; /* CLOCK_MONOTONIC: the LRU order for both device and disk eviction */
     uint64_t uses;

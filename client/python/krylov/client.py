@@ -76,6 +76,9 @@ class MatrixInfo:
     batch: int = 0
     # the canonical pattern's hash, where the server knows it (put(..., like=) always says it)
     pattern: str = ""
+    # its state file: persisted "sync" | "behind" | "none" (put's persist); durable once written
+    persisted: str = ""
+    durable: Optional[bool] = None
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -109,6 +112,8 @@ class MatrixInfo:
             notice=d.get("notice") or "",
             batch=int(d.get("batch", 0)),
             pattern=d.get("pattern") or "",
+            persisted=d.get("persisted") or "",
+            durable=d.get("durable"),
             raw=d,
         )
 
@@ -472,7 +477,7 @@ class Client:
     # matrices
 
     def put(self, A, *, name=None, format=None, dtype=None, pin=None, select=None,
-            reorder=None, like=None, timeout_ms=None):
+            reorder=None, like=None, persist=None, timeout_ms=None):
         """Upload a matrix; returns its MatrixInfo (info.id names it from now on).
 
         A: a scipy.sparse matrix or array (COO is sent as COO, anything else as CSR), a dense 2-D
@@ -495,12 +500,18 @@ class Client:
         checked here first against its hash (the server checks it again): a different pattern
         raises ValueError without sending anything when info.pattern is known, BadRequest
         otherwise. The result is a new matrix with its own id; the like matrix is unchanged.
+
+        persist: when the server writes the matrix to its state directory: "sync" (before the
+        reply), "behind" (after it: info.durable is False until written) or "none" (never; gone
+        at a restart); None: the server's default (docs/OPERATIONS.md, "Persistence choices").
         """
         if like is not None:
             return self._put_like(A, like, name=name, dtype=dtype, pin=pin, format=format,
-                                  select=select, reorder=reorder, timeout_ms=timeout_ms)
+                                  select=select, reorder=reorder, persist=persist,
+                                  timeout_ms=timeout_ms)
         params, default_name, local = _matrix_params(A, dtype)
-        if local is not None and all(v is None for v in (name, format, pin, select, reorder)):
+        if local is not None and all(v is None for v in (name, format, pin, select, reorder,
+                                                         persist)):
             # Ask before sending: the same matrix again costs a hash and a round trip.
             mid = csr_content_id(*local[:6], canonical=local[6])
             if mid is not None:
@@ -511,7 +522,7 @@ class Client:
                     pass
         _optional(params, name=name if name is not None else default_name, format=format,
                   pin=None if pin is None else bool(pin), select=select, reorder=reorder,
-                  timeout_ms=timeout_ms)
+                  persist=persist, timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 
     def update(self, old, A, **kwargs):
@@ -531,7 +542,8 @@ class Client:
                               np.array(indices, copy=True), pattern)
         return pattern
 
-    def _put_like(self, A, like, *, name, dtype, pin, format, select, reorder, timeout_ms):
+    def _put_like(self, A, like, *, name, dtype, pin, format, select, reorder, timeout_ms,
+                  persist=None):
         if any(v is not None for v in (format, select, reorder)):
             raise errors.BadRequest("put(like=...) keeps the like matrix's format and reordering: "
                                     "format, select and reorder do not apply")
@@ -561,7 +573,7 @@ class Client:
         if value_dtype is not None:
             params["dtype"] = value_dtype
         params["values"] = _values_bin(data, value_dtype or "float64")
-        _optional(params, name=name, pin=None if pin is None else bool(pin),
+        _optional(params, name=name, pin=None if pin is None else bool(pin), persist=persist,
                   timeout_ms=timeout_ms)
         return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
 

@@ -120,10 +120,12 @@ class Daemon:
 
     launcher: argv words before krylovd's (mpirun and its options); env: the environment it runs
     in; directory: where its port file and state directory live, kept across stop and start (a
-    restart serves what it stored); without one, a fresh directory removed at stop."""
+    restart serves what it stored); without one, a fresh directory removed at stop; binary: the
+    daemon in the build's bin/ (krylovd_faults for KD_TEST_FAULT)."""
 
-    def __init__(self, *extra_args, launcher=None, env=None, directory=None):
+    def __init__(self, *extra_args, launcher=None, env=None, directory=None, binary="krylovd"):
         self.extra_args = list(extra_args)
+        self.binary = binary  # krylovd_faults: the test build with the state's fault hook
         self.launcher = list(launcher or [])
         self.env = env
         self.keep_dir = directory
@@ -138,7 +140,7 @@ class Daemon:
         if os.path.exists(port_file):  # a restart: wait for the new one
             os.unlink(port_file)
         argv = [
-            os.path.join(BIN_DIR, "krylovd"),
+            os.path.join(BIN_DIR, self.binary),
             "--listen", "127.0.0.1:0",
             "--port-file", port_file,
             "--state-dir", os.path.join(self.dir, "state"),
