@@ -358,7 +358,9 @@ def _matrix_id(matrix):
 def _result_array(result, field_name, shape=None):
     data = result.get(field_name)
     dtype = _VALUE_DTYPES.get(result.get("dtype", "float64"))
-    if not isinstance(data, (bytes, bytearray)) or dtype is None or len(data) % dtype.itemsize:
+    # bytes, or the uint8 array a large bin was read into (_reader)
+    if (not isinstance(data, (bytes, bytearray, np.ndarray)) or dtype is None
+            or len(data) % dtype.itemsize):
         raise errors.ProtocolError(f"the server's result has no valid '{field_name}'")
     arr = np.frombuffer(data, dtype=dtype)
     return arr if shape is None else arr.reshape(shape)
