@@ -4,7 +4,7 @@ into their final buffer.
 The reader never touches a socket: it pulls bytes through `read_into(view) -> int` (a socket's
 recv_into, or a test's stream; 0 means the stream ended). A message that arrives whole in the
 first read is decoded by msgpack's C unpacker; otherwise the message head is parsed here, and on
-reaching a bin (or an ext) of `direct_bytes` or more, the reader allocates a NumPy uint8 array of
+reaching a bin of `direct_bytes` or more, the reader allocates a NumPy uint8 array of
 the bin's size, copies the few bytes of it already buffered and reads the rest into the array
 itself (`read_into` on a view of it): the bytes of a large result cross from the kernel into the
 array that the client hands back, with no copy on the way. Decoding matches
@@ -27,7 +27,7 @@ DIRECT_BYTES = 64 << 10
 # One read's size while parsing a message head (the first read of a message too): small, so that
 # little of a large bin goes through the buffer.
 RECV_BYTES = 64 << 10
-MAX_DEPTH = 512
+MAX_DEPTH = 200  # two Python frames a level: inside the interpreter's default limit
 
 _UNPACK_OPTIONS = {"raw": False, "strict_map_key": False}
 
@@ -191,7 +191,7 @@ class StreamReader:
             return self._map(p, n, depth)
         self._fill_to(p + 1)
         code = struct.unpack_from(">b", self._buf, p)[0]
-        data, p = self._bin(p + 1, n)
+        data, p = self._take(p + 1, n)  # msgpack.ExtType holds bytes: buffered
         return _ext(code, data), p
 
     def _bin(self, p, n):

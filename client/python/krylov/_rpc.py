@@ -202,6 +202,7 @@ class Connection:
         self._reader = _reader.StreamReader(sock.recv_into)
         self._sendmsg = not isinstance(sock, ssl.SSLSocket)
         self._next_msgid = 1
+        self._deferred = []  # (method, params) to send before the next request, answers skipped
         self.answered = 0  # the msgid of the last request whose response wait() read
 
     @property
@@ -251,9 +252,18 @@ class Connection:
             self.close()
             raise
 
+    def defer(self, method, params):
+        """Send this request before the next one, its answer skipped (safe from a finalizer: it
+        only queues)."""
+        self._deferred.append((method, params))
+
     def send_request(self, method, params, fds=()):
         """Write one request (with file descriptors beside it on a Unix socket); returns its
         msgid."""
+        while self._deferred and self._sock is not None:
+            deferred = self._deferred.pop(0)
+            self._send(encode_request(self._next_msgid, *deferred))
+            self._next_msgid += 1
         msgid = self._next_msgid
         self._next_msgid += 1
         self._send(encode_request(msgid, method, params), fds)

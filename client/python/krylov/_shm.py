@@ -209,8 +209,8 @@ class Pool:
 
     Each array of MIN_BYTES or more gets a region of its own, registered once; the array (with
     every view of it) holds the mapping, and when the last of them is gone the region is
-    forgotten here and unregistered with the connection's next request (a finalizer sends
-    nothing itself: it may run in the middle of another request). A request may then name an
+    forgotten here and unregistered with the connection's next request (Connection.defer: a
+    finalizer sends nothing itself, it may run in the middle of another request). A request may then name an
     array of the pool, or any contiguous slice of one, by reference instead of copying it, and a
     result may be written straight into one (`out`). Smaller arrays, and arrays the server has
     no room for (--max-shm-bytes, 64 regions a connection), are plain NumPy arrays."""
@@ -219,7 +219,6 @@ class Pool:
         self._conn = conn
         self._arena = arena
         self._regions = {}  # region id -> (first byte's address, bytes)
-        self._dead = []  # ids of regions no array uses any more, to unregister
         self.refused = None  # why the last region could not be had
 
     def empty(self, shape, dtype, order="C"):
@@ -230,7 +229,6 @@ class Pool:
         nbytes = count * dtype.itemsize
         if not self._arena.enabled or nbytes < MIN_BYTES:
             return np.empty(shape, dtype=dtype, order=order)
-        self.flush()
         try:
             region = Region(self._conn, _round_up(nbytes, _PAGE), mapping=_Mapping)
         except errors.ConnectionFailed:
@@ -245,18 +243,7 @@ class Pool:
 
     def _forget(self, region_id):
         self._regions.pop(region_id, None)
-        self._dead.append(region_id)
-
-    def flush(self):
-        """Unregister the regions no array uses any more (their answers are skipped)."""
-        while self._dead:
-            region_id = self._dead.pop()
-            if self._conn.closed:
-                continue
-            try:
-                self._conn.send_request("shm.unregister", {"shm": region_id})
-            except errors.KrylovError:
-                pass
+        self._conn.defer("shm.unregister", {"shm": region_id})
 
     def locate(self, arr):
         """(region id, offset, bytes) of an ndarray's bytes inside a region of the pool, or None.

@@ -575,7 +575,6 @@ class Client:
         they lie, others copied into the scratch region. Bins otherwise."""
         values = params.get("values")
         if isinstance(values, _rpc.Bin) and self._arena.enabled and values.nbytes:
-            self._pool.flush()
             located = self._pool.locate(np.frombuffer(values.view, np.uint8))
             if located is not None:
                 params["values"] = _shm.as_ref(located)
@@ -788,7 +787,6 @@ class Client:
         if beta != 0.0 and y is None:  # before choosing a path: both need y
             raise ValueError("spmv with beta != 0 needs y")
         mid = self._operand_id(matrix)
-        self._pool.flush()
         shm = self._spmv_shm(matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms, out)
         if shm is not None:
             return shm
@@ -1022,7 +1020,6 @@ class Client:
         if nrhs != 1:
             params["nrhs"] = nrhs
         wire = _VALUE_DTYPES[dtype_name]
-        self._pool.flush()
         x_at = None  # where the server writes x: (out given, the scratch view), or None: bins
         pooled = len(self._pool) and any(self._located(a, wire) is not None
                                          for a in (b_arr, x0_arr, out))
