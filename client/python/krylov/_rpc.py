@@ -104,6 +104,9 @@ def _pack_value(packer, chunks, value):
             chunks.append(packer.bytes() + _bin_header(n))
             packer.reset()
             chunks.append(value.view)
+    elif isinstance(value, dict) and not any(isinstance(v, (Bin, dict, list, tuple))
+                                             for v in value.values()):
+        packer.pack(value)  # nothing to keep out of the copy: one call into msgpack
     elif isinstance(value, dict):
         packer.pack_map_header(len(value))
         for key, item in value.items():

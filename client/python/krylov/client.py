@@ -542,8 +542,10 @@ class Client:
         like_id = like.id if isinstance(like, MatrixInfo) else str(like)
         if not (hasattr(A, "tocsr") and hasattr(A, "shape")):
             raise TypeError(f"put(like=...) takes a scipy.sparse matrix, not {type(A).__name__}")
-        csr = A.tocsr(copy=True)
-        csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
+        csr = A.tocsr()
+        if not csr.has_canonical_format:  # checked in O(nnz); a copy only when it must change
+            csr = csr.copy()
+            csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
         rows, cols = (int(n) for n in csr.shape)
         data = np.asarray(csr.data)
         _check_real(data, "the matrix")
