@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The wire's share of a put, a like put, an SpMV and a solve from the Python client (issue 35,
 part 6), over TCP (bins), the Unix socket (bins) and the Unix socket with shared memory, beside
-the raw loopback rate (Python to Python, the same sizes, the same run) and a NumPy memcpy rate:
+the raw loopback rate (Python to Python, the same sizes, the same run) and a NumPy memcpy rate;
+for spmv and solve also with x and the result in arrays of kd.empty ("shm+empty": nothing copied):
 
     python3 bench/service/wire.py [--krylovd build/bin/krylovd | --server HOST:PORT [--unix unix:PATH]]
                                   [--n 100] [--quick] [--calls 5] [--persist MODE]
@@ -174,6 +175,22 @@ class Ops:
     def solve(self, _):
         return float(self.kd.solve(self.base, self.x, rtol=0.0, maxiter=self.iterations).time_ms)
 
+    def _pooled(self):
+        if not hasattr(self, "_x_pool"):  # kd.empty arrays: named where they lie, written in place
+            self._x_pool = self.kd.asarray(self.x)
+            self._out_pool = self.kd.empty(self.x.shape[0])
+        return self._x_pool, self._out_pool
+
+    def spmv_inplace(self, _):
+        x, out = self._pooled()
+        self.kd.spmv(self.base, x, out=out)
+        return float(self.kd.last_time_ms)
+
+    def solve_inplace(self, _):
+        x, out = self._pooled()
+        return float(self.kd.solve(self.base, x, rtol=0.0, maxiter=self.iterations,
+                                   out=out).time_ms)
+
 
 def measure(op, prepare, calls):
     walls, server = [], []
@@ -223,6 +240,8 @@ def main():
         paths = [("tcp", tcp, False)]
         if unix:
             paths += [("unix", unix, False), ("shm", unix, True)]
+            if hasattr(krylov.Client, "empty"):
+                paths.append(("shm+empty", unix, True))
         print(f"lap3d {a.n}^3: {rows} rows, {A.nnz} entries; median of {a.calls} calls; "
               f"client {os.path.abspath(a.client_path)}\n")
         print("| op | transport | MB | client ms | server ms | transport ms | transport GB/s "
@@ -233,15 +252,19 @@ def main():
             nbytes = sizes[what]
             raws = {"tcp": raw_rate(socket.AF_INET, nbytes), "unix": raw_rate(socket.AF_UNIX, nbytes),
                     "shm": memcpy_rate(nbytes)}
+            raws["shm+empty"] = raws["shm"]
             for name, address, shm in paths:
+                if name == "shm+empty" and what not in ("spmv", "solve"):
+                    continue  # put's values from kd.empty: see the README; the copy is the put's
                 with krylov.Client(address, shm=shm) as kd:
                     base = kd.put(A, name="wire-base", reorder="none")
                     ops = Ops(krylov, kd, A, base, x, a.iterations, a.persist)
                     prepare = ops._variant if what in ("put", "like") else (lambda: None)
-                    wall, server = measure(getattr(ops, what), prepare, a.calls)
+                    op = getattr(ops, what + ("_inplace" if name == "shm+empty" else ""))
+                    wall, server = measure(op, prepare, a.calls)
                     wire = max(wall - server, 1e-6)
                     rate = nbytes / wire / 1e6
-                    label = name if name != "shm" or kd.shm else "shm(off)"
+                    label = name if not name.startswith("shm") or kd.shm else name + "(off)"
                     print(f"| {what} | {label} | {nbytes / 1e6:.1f} | {wall:.2f} | {server:.2f} | "
                           f"{wall - server:.2f} | {rate:.2f} | {raws[name]:.2f} | "
                           f"{rate / raws[name]:.2f} |", flush=True)
