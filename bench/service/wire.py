@@ -4,8 +4,9 @@ part 6), over TCP (bins), the Unix socket (bins) and the Unix socket with shared
 the raw loopback rate (Python to Python, the same sizes, the same run) and a NumPy memcpy rate;
 for spmv and solve also with x and the result in arrays of kd.empty ("shm+empty": nothing copied):
 
-    python3 bench/service/wire.py [--krylovd build/bin/krylovd | --server HOST:PORT [--unix unix:PATH]]
-                                  [--n 100] [--quick] [--calls 5] [--persist MODE]
+    python3 bench/service/wire.py [--krylovd build/bin/krylovd | --server HOST:PORT
+                                  [--unix unix:PATH]] [--n 100] [--quick] [--calls 5]
+                                  [--persist MODE]
 
 The matrix is the 7-point Laplacian on an n^3 grid (1M rows, 6.94M entries by default; --quick:
 n = 40). For each operation and transport it prints the bytes the operation moves, the median
@@ -37,8 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def lap3d(n):
     t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
     eye = sp.identity(n, format="csr")
-    a = sp.kron(sp.kron(eye, eye), t) + sp.kron(sp.kron(eye, t), eye) + sp.kron(sp.kron(t, eye), eye)
-    a = sp.csr_matrix(a)
+    a = sp.csr_matrix(sp.kron(sp.kron(eye, eye), t) + sp.kron(sp.kron(eye, t), eye)
+                      + sp.kron(sp.kron(t, eye), eye))
     a.sort_indices()
     return a
 
@@ -209,7 +210,8 @@ def measure(op, prepare, calls):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--krylovd", default=None, help="start this krylovd (default build/bin/krylovd)")
+    ap.add_argument("--krylovd", default=None,
+                    help="start this krylovd (the default: build/bin/krylovd)")
     ap.add_argument("--server", default=None, help="use this server's TCP address")
     ap.add_argument("--unix", default=None, help="with --server: its unix:PATH")
     ap.add_argument("--n", type=int, default=100, help="grid side (n^3 rows)")
@@ -250,8 +252,8 @@ def main():
         raws = {}
         for what in a.ops.split(","):
             nbytes = sizes[what]
-            raws = {"tcp": raw_rate(socket.AF_INET, nbytes), "unix": raw_rate(socket.AF_UNIX, nbytes),
-                    "shm": memcpy_rate(nbytes)}
+            raws = {"tcp": raw_rate(socket.AF_INET, nbytes),
+                    "unix": raw_rate(socket.AF_UNIX, nbytes), "shm": memcpy_rate(nbytes)}
             raws["shm+empty"] = raws["shm"]
             for name, address, shm in paths:
                 if name == "shm+empty" and what not in ("spmv", "solve"):
@@ -271,7 +273,8 @@ def main():
         print(f"\nraw loopback (last sizes): tcp {raws['tcp']:.2f} GB/s, unix {raws['unix']:.2f} "
               f"GB/s; memcpy {raws['shm']:.2f} GB/s (shm's ratio is to memcpy)")
         if a.persist is not None:
-            print(f"persist={a.persist}: {'taken' if ops.persist_taken else 'not taken by this client'}")
+            taken = "taken" if ops.persist_taken else "not taken by this client"
+            print(f"persist={a.persist}: {taken}")
     finally:
         if proc is not None:
             proc.terminate()

@@ -210,10 +210,11 @@ class Pool:
     Each array of MIN_BYTES or more gets a region of its own, registered once; the array (with
     every view of it) holds the mapping, and when the last of them is gone the region is
     forgotten here and unregistered with the connection's next request (Connection.defer: a
-    finalizer sends nothing itself, it may run in the middle of another request). A request may then name an
-    array of the pool, or any contiguous slice of one, by reference instead of copying it, and a
-    result may be written straight into one (`out`). Smaller arrays, and arrays the server has
-    no room for (--max-shm-bytes, 64 regions a connection), are plain NumPy arrays."""
+    finalizer sends nothing itself, it may run in the middle of another request). A request may
+    then name an array of the pool, or any contiguous slice of one, by reference instead of
+    copying it, and a result may be written straight into one (`out`). Smaller arrays, and arrays
+    the server has no room for (--max-shm-bytes, 64 regions a connection), are plain NumPy
+    arrays."""
 
     def __init__(self, conn, arena):
         self._conn = conn

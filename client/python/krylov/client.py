@@ -849,8 +849,8 @@ class Client:
             return None
         if shape is not None and arr.shape != shape:
             return None
-        if arr.ndim == 2 and not arr.flags.f_contiguous or arr.ndim == 1 and not arr.flags.c_contiguous:
-            return None
+        if not (arr.flags.f_contiguous if arr.ndim == 2 else arr.flags.c_contiguous):
+            return None  # the wire is column-major
         return self._pool.locate(arr)
 
     def _place(self, arrays, out_nbytes, out, out_shape, wire):

@@ -79,7 +79,9 @@ def same(a, b):
     if isinstance(a, np.ndarray):
         return a.dtype == np.uint8 and isinstance(b, bytes) and a.tobytes() == b
     if isinstance(a, msgpack.ExtType) and isinstance(b, msgpack.ExtType):
-        return a.code == b.code and same(a.data, b.data) if isinstance(a.data, np.ndarray) else a == b
+        if isinstance(a.data, np.ndarray):
+            return a.code == b.code and same(a.data, b.data)
+        return a == b
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
