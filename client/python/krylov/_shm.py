@@ -4,7 +4,9 @@ On a Unix socket the client keeps one region: a memfd sealed against shrinking a
 registered with `shm.register` (the descriptor goes beside the request, SCM_RIGHTS). A large
 request's arrays are copied into the region once and named by reference ({"shm", "offset",
 "bytes"}) instead of travelling as bins, and the server writes the result into it (`out`); the
-client copies the result out (the region is reused by the next request).
+client copies the result out (the region is reused by the next request). The caller's own
+arrays in shared memory (Client.empty) are a Pool of regions, one an array, named where they lie
+and written into only as the `out` the caller passed.
 
 A request that needs more room registers a larger region (twice the old one, or just the request's
 size when the server's --max-shm-bytes has no room for that) and drops the old one; a request the

@@ -8,9 +8,12 @@
         res = kd.solve(A, b, rtol=1e-10)                    # SolveResult: res.x, res.status, ...
 
 Arrays are sent as little-endian bins straight from numpy's memory when they are already
-contiguous in the wire's dtype, and results come back as np.frombuffer views of the received
-message: no copies beyond the socket's. Those result arrays are read-only; `.copy()` one to change
-it, or give spmv an `out=` array to fill.
+contiguous in the wire's dtype (one sendmsg), and results come back as np.frombuffer views of the
+received bytes: a large bin is read with recv_into straight into its own array (_reader.py), so
+no copies beyond the socket's. Small results are read-only views; `.copy()` one to change it, or
+give spmv / solve an `out=` array to fill. On a Unix socket, `empty()` / `asarray()` give arrays
+in shared memory that requests name where they lie, and that the server writes into as `out=`
+(see empty() for the rule on results as views).
 """
 
 import gzip
