@@ -111,6 +111,35 @@ def raw_rate(family, nbytes, rounds=5):
     return nbytes / float(np.median(times)) / 1e9
 
 
+def client_send_rate(krylov, method, params, family=socket.AF_INET, rounds=5):
+    """GB/s of the client's own send of a request (its encoding and its sendmsg from the caller's
+    arrays) into a Python peer that recv_into's it: the client's part of a put, without the
+    server's reading. None for a client without those internals."""
+    try:
+        encode, send = krylov._rpc.encode_request, krylov._rpc._send_views
+    except AttributeError:
+        return None
+    nbytes = sum(memoryview(c).nbytes for c in encode(1, method, params))
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    peer = threading.Thread(target=_raw_peer, args=(listener, nbytes, rounds + 1))
+    peer.start()
+    sock = socket.create_connection(listener.getsockname())
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    times = []
+    for i in range(rounds + 1):
+        t0 = time.perf_counter()
+        send(sock, encode(1, method, params))
+        sock.recv(1)
+        if i:
+            times.append(time.perf_counter() - t0)
+    sock.close()
+    peer.join()
+    listener.close()
+    return nbytes / float(np.median(times)) / 1e9
+
+
 def memcpy_rate(nbytes, rounds=5):
     src = np.random.default_rng(4).integers(0, 255, nbytes, dtype=np.uint8)
     dst = np.empty_like(src)
@@ -270,6 +299,15 @@ def main():
                     print(f"| {what} | {label} | {nbytes / 1e6:.1f} | {wall:.2f} | {server:.2f} | "
                           f"{wall - server:.2f} | {rate:.2f} | {raws[name]:.2f} | "
                           f"{rate / raws[name]:.2f} |", flush=True)
+        if "put" in a.ops.split(",") and hasattr(krylov.client, "_matrix_params"):
+            params = krylov.client._matrix_params(A, None)[0]
+            params.update(name="wire-put", reorder="none")
+            rate = client_send_rate(krylov, "matrix.put", params)
+            raw = raw_rate(socket.AF_INET, sizes["put"])
+            if rate is not None:
+                print(f"| put, client's send only (to a Python peer) | tcp | "
+                      f"{sizes['put'] / 1e6:.1f} | {sizes['put'] / rate / 1e6:.2f} | | | "
+                      f"{rate:.2f} | {raw:.2f} | {rate / raw:.2f} |")
         print(f"\nraw loopback (last sizes): tcp {raws['tcp']:.2f} GB/s, unix {raws['unix']:.2f} "
               f"GB/s; memcpy {raws['shm']:.2f} GB/s (shm's ratio is to memcpy)")
         if a.persist is not None:
