@@ -1,14 +1,19 @@
 /*
- * libkrylov (see krylov.h): blocking msgpack-rpc over one TCP connection. Each call writes one
- * request, then reads messages until the response with its msgid arrives, passing solve.progress
- * notifications for it to the caller's callback on the way. Responses are framed by the same
- * kd_frame scanner the server uses and unpacked with msgpack-c; vectors arrive as bin payloads
- * and are copied straight into the caller's arrays. With krylov_set_tls() the same bytes go
- * through a TLS session on the socket (client_tls.c).
+ * libkrylov (see krylov.h): blocking msgpack-rpc over one TCP or Unix-socket connection. Each
+ * call writes one request, then reads messages until the response with its msgid arrives, passing
+ * solve.progress notifications for it to the caller's callback on the way. Responses are framed
+ * by the same kd_frame scanner the server uses and unpacked with msgpack-c. A request's large
+ * array leaves from the caller's memory in the same sendmsg() as the request's other bytes
+ * (kd_client_tail); a reply's y or x payload is received straight into the caller's array
+ * (kd_client_sink, reply_scan.c). On a Unix socket, arrays of 256 KiB or more go through shared
+ * memory instead (client_shm.c: the region; here: its RPCs and the requests that name it). With
+ * krylov_set_tls() the same bytes go through a TLS session on the socket (client_tls.c).
  */
 #include "krylov.h"
 
+#include "client/client_shm.h"
 #include "client/client_tls.h"
+#include "client/reply_scan.h"
 #include "client/mtx_file.h"
 #include "common/checked.h"
 #include "common/csr.h"
@@ -31,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -54,6 +60,20 @@ struct krylov_client {
      * value, its header written, its bytes not copied into the request; NULL when none. */
     const void *tail;
     size_t tail_len;
+    /* A descriptor to attach (SCM_RIGHTS) to the next request's first bytes, or -1: the memfd of
+     * shm.register (not owned). */
+    int send_fd;
+    kd_cshm_t shm; /* shared memory over a Unix socket (client_shm.h) */
+    /* Where the next response's large bin `field` of `len` bytes goes straight from the socket
+     * (kd_client_recv_sink): the caller's output array; filled: it went there. */
+    struct {
+        void *dst;
+        size_t len;
+        const char *field;
+        int filled;
+        uint8_t *head; /* the response's first bytes (KD_SINK_HEAD), kept for the next call */
+    } sink;
+    int shm_rc; /* why the last shm.register failed, when the connection went with it */
     /* The last pattern krylov_put_like hashed (a copy) and its hash: a time-stepping loop sends
      * one pattern again and again, and comparing memory is several times cheaper than SHA-256. */
     struct {
@@ -96,6 +116,7 @@ krylov_client_t *krylov_client_new(void)
     if (c == NULL)
         return NULL;
     c->fd = -1;
+    c->send_fd = -1;
     c->next_msgid = 1;
     return c;
 }
@@ -111,6 +132,7 @@ void krylov_close(krylov_client_t *c)
     c->fd = -1;
     kd_frame_free(c->frame);
     c->frame = NULL;
+    kd_cshm_disconnect(&c->shm); /* the server drops its mappings with the connection */
 }
 
 void krylov_client_free(krylov_client_t *c)
@@ -122,6 +144,8 @@ void krylov_client_free(krylov_client_t *c)
         free(c->keyfile);
         free(c->memo.indptr);
         free(c->memo.indices);
+        kd_cshm_free(&c->shm);
+        free(c->sink.head);
     }
     free(c);
 }
@@ -227,7 +251,9 @@ static int kd_connect_unix(krylov_client_t *c, const char *path)
         return kd_client_fail(c, KRYLOV_ECONNECTION, "cannot connect to unix:%s: %s", path,
                               strerror(e));
     }
-    return kd_client_start(c, fd);
+    int rc = kd_client_start(c, fd);
+    c->shm.local = rc == KRYLOV_OK;
+    return rc;
 }
 
 int krylov_connect(krylov_client_t *c, const char *address)
@@ -303,8 +329,8 @@ static int kd_client_wait(krylov_client_t *c, short events)
     }
 }
 
-/* Send len bytes that are bytes [base, base + len) of a message of `total` (the progress
- * callback sees the whole message's). */
+/* Send len bytes through the TLS session that are bytes [base, base + len) of a message of
+ * `total` (the progress callback sees the whole message's). */
 static int kd_client_send_part(krylov_client_t *c, const void *data, size_t len, size_t base,
                                size_t total)
 {
@@ -312,43 +338,98 @@ static int kd_client_send_part(krylov_client_t *c, const void *data, size_t len,
     const size_t end = base + len;
     while (len > 0) {
         size_t step = len < KRYLOV_SEND_STEP ? len : KRYLOV_SEND_STEP;
-        if (c->session != NULL) {
-            char why[KD_ERR_MESSAGE_MAX - 64];
-            short wait = 0;
-            ssize_t n = kd_ctls_write(c->session, p, step, &wait, why, sizeof(why));
-            if (n == KD_CTLS_AGAIN) {
-                int rc = kd_client_wait(c, wait);
-                if (rc != KRYLOV_OK)
-                    return rc;
-                continue;
-            }
-            if (n < 0) {
-                krylov_close(c);
-                return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost while sending: %s",
-                                      n == KD_CTLS_CLOSED ? "closed by the server" : why);
-            }
-            p += n;
-            len -= (size_t)n;
-            if (c->send_progress != NULL)
-                c->send_progress(c->send_progress_ctx, (uint64_t)(end - len), (uint64_t)total);
+        char why[KD_ERR_MESSAGE_MAX - 64];
+        short wait = 0;
+        ssize_t n = kd_ctls_write(c->session, p, step, &wait, why, sizeof(why));
+        if (n == KD_CTLS_AGAIN) {
+            int rc = kd_client_wait(c, wait);
+            if (rc != KRYLOV_OK)
+                return rc;
             continue;
         }
-        int rc = kd_client_wait(c, POLLOUT);
-        if (rc != KRYLOV_OK)
-            return rc;
-        ssize_t n = send(c->fd, p, step, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN)
-                continue;
-            int e = errno;
             krylov_close(c);
             return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost while sending: %s",
-                                  strerror(e));
+                                  n == KD_CTLS_CLOSED ? "closed by the server" : why);
         }
         p += n;
         len -= (size_t)n;
         if (c->send_progress != NULL)
             c->send_progress(c->send_progress_ctx, (uint64_t)(end - len), (uint64_t)total);
+    }
+    return KRYLOV_OK;
+}
+
+/* Attach c->send_fd (SCM_RIGHTS) to m, into space; the descriptor then goes with these bytes. */
+static void kd_client_attach_fd(krylov_client_t *c, struct msghdr *m, char *space, size_t cap)
+{
+    if (c->send_fd < 0)
+        return;
+    m->msg_control = space;
+    m->msg_controllen = cap;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &c->send_fd, sizeof(int));
+}
+
+/*
+ * One message, head then tail (the caller's array, or NULL), straight from where they lie: each
+ * sendmsg() carries both parts, so a request and its array usually leave in one system call and
+ * nothing is copied. c->send_fd goes with the first bytes. With a send-progress callback a call
+ * sends at most KRYLOV_SEND_STEP; with a timeout the socket is not waited on inside sendmsg.
+ */
+static int kd_client_send_message(krylov_client_t *c, const void *head, size_t head_len,
+                                  const void *tail, size_t tail_len)
+{
+    const size_t total = head_len + tail_len;
+    if (c->session != NULL) { /* TLS: the session encrypts chunk by chunk */
+        int rc = kd_client_send_part(c, head, head_len, 0, total);
+        if (rc == KRYLOV_OK && tail_len > 0)
+            rc = kd_client_send_part(c, tail, tail_len, head_len, total);
+        return rc;
+    }
+    const size_t limit = c->send_progress != NULL ? KRYLOV_SEND_STEP : SIZE_MAX;
+    const int flags = MSG_NOSIGNAL | (c->timeout_ms > 0 ? MSG_DONTWAIT : 0);
+    size_t done = 0;
+    while (done < total) {
+        struct iovec iov[2];
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 0};
+        size_t room = limit;
+        if (done < head_len) {
+            const size_t n = head_len - done < room ? head_len - done : room;
+            iov[m.msg_iovlen++] = (struct iovec){.iov_base = (char *)head + done, .iov_len = n};
+            room -= n;
+        }
+        if (room > 0 && tail_len > 0) {
+            const size_t from = done > head_len ? done - head_len : 0;
+            const size_t n = tail_len - from < room ? tail_len - from : room;
+            iov[m.msg_iovlen++] = (struct iovec){.iov_base = (char *)tail + from, .iov_len = n};
+        }
+        char space[CMSG_SPACE(sizeof(int))];
+        memset(space, 0, sizeof(space));
+        kd_client_attach_fd(c, &m, space, sizeof(space));
+        const ssize_t n = sendmsg(c->fd, &m, flags);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int rc = kd_client_wait(c, POLLOUT);
+                if (rc != KRYLOV_OK)
+                    return rc;
+                continue;
+            }
+            int e = errno;
+            krylov_close(c);
+            return kd_client_fail(c, KRYLOV_ECONNECTION, "connection lost while sending: %s",
+                                  strerror(e));
+        }
+        if (n > 0)
+            c->send_fd = -1;
+        done += (size_t)n;
+        if (c->send_progress != NULL)
+            c->send_progress(c->send_progress_ctx, (uint64_t)done, (uint64_t)total);
     }
     return KRYLOV_OK;
 }
@@ -412,9 +493,11 @@ static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
                 return rc;
             continue;
         }
-        int rc = kd_client_wait(c, POLLIN);
-        if (rc != KRYLOV_OK)
-            return rc;
+        if (c->timeout_ms > 0) { /* else recv() waits: one system call a chunk */
+            int rc = kd_client_wait(c, POLLIN);
+            if (rc != KRYLOV_OK)
+                return rc;
+        }
         ssize_t n = recv(c->fd, space, room, 0);
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
             int e = n == 0 ? 0 : errno;
@@ -425,6 +508,73 @@ static int kd_client_recv(krylov_client_t *c, void **buf, size_t *len)
         if (n > 0)
             kd_frame_commit(c->frame, (size_t)n);
     }
+}
+
+/* The response's first bytes, at most this many, are read to find where the sink's bin is. */
+#define KD_SINK_HEAD ((size_t)64 << 10)
+
+/* recv() into buf, waiting (with the timeout) when nothing is there: bytes, or an error code
+ * (the connection then closed). all: wait for all of room. */
+static ssize_t kd_client_recv_some(krylov_client_t *c, void *buf, size_t room, int all)
+{
+    for (;;) {
+        if (c->timeout_ms > 0) {
+            int rc = kd_client_wait(c, POLLIN);
+            if (rc != KRYLOV_OK)
+                return rc;
+        }
+        ssize_t n = recv(c->fd, buf, room, all && c->timeout_ms == 0 ? MSG_WAITALL : 0);
+        if (n > 0)
+            return n;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        int e = n == 0 ? 0 : errno;
+        krylov_close(c);
+        return kd_client_fail(c, KRYLOV_ECONNECTION, "connection closed by the server%s%s",
+                              e ? ": " : "", e ? strerror(e) : "");
+    }
+}
+
+/*
+ * Receive the start of the response to msgid; when it is a result whose c->sink.field is a bin of
+ * c->sink.len bytes, its payload is received straight into c->sink.dst (c->sink.filled) and the
+ * frame gets the message with that bin emptied. Everything else goes to the frame as it came.
+ */
+static int kd_client_recv_sink(krylov_client_t *c, uint64_t msgid)
+{
+    if (c->sink.head == NULL && (c->sink.head = malloc(KD_SINK_HEAD)) == NULL)
+        return KRYLOV_OK; /* the ordinary way */
+    uint8_t *head = c->sink.head;
+    size_t have = 0, at = 0, header = 0;
+    kd_reply_scan_t scan = KD_REPLY_SCAN_MORE;
+    while (scan == KD_REPLY_SCAN_MORE && have < KD_SINK_HEAD) {
+        ssize_t n = kd_client_recv_some(c, head + have, KD_SINK_HEAD - have, 0);
+        if (n < 0)
+            return (int)n;
+        have += (size_t)n;
+        scan = kd_reply_scan(head, have, msgid, c->sink.field, c->sink.len, &at, &header);
+    }
+    int rc = KRYLOV_OK;
+    if (scan != KD_REPLY_SCAN_FOUND) {
+        if (kd_frame_feed(c->frame, head, have) != KD_OK)
+            rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+        return rc;
+    }
+    const size_t payload = at + header, len = c->sink.len;
+    const size_t got = have - payload < len ? have - payload : len;
+    memcpy(c->sink.dst, head + payload, got);
+    kd_reply_scan_empty_bin(head + at, header);
+    if (kd_frame_feed(c->frame, head, payload) != KD_OK ||
+        kd_frame_feed(c->frame, head + payload + got, have - payload - got) != KD_OK)
+        rc = kd_client_fail(c, KRYLOV_ENOMEM, "out of memory reading a response");
+    for (size_t done = got; rc == KRYLOV_OK && done < len;) {
+        ssize_t n = kd_client_recv_some(c, (char *)c->sink.dst + done, len - done, 1);
+        if (n < 0)
+            return (int)n;
+        done += (size_t)n;
+    }
+    c->sink.filled = rc == KRYLOV_OK;
+    return rc;
 }
 
 static void kd_reply_destroy(kd_reply_t *r)
@@ -446,6 +596,8 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
         kd_writer_destroy(w);
         c->tail = NULL;
         c->tail_len = 0;
+        c->send_fd = -1;
+        c->sink.dst = NULL;
         return kd_client_fail(c, KRYLOV_ECONNECTION, "not connected");
     }
     const void *tail = c->tail;
@@ -456,10 +608,14 @@ static int kd_client_call(krylov_client_t *c, kd_writer_t *w, uint64_t msgid,
     void *bytes = kd_writer_release(w, &len);
     if (bytes == NULL)
         return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory encoding the request");
-    int rc = kd_client_send_part(c, bytes, len, 0, len + tail_len);
+    int rc = kd_client_send_message(c, bytes, len, tail, tail != NULL ? tail_len : 0);
     free(bytes);
-    if (rc == KRYLOV_OK && tail != NULL)
-        rc = kd_client_send_part(c, tail, tail_len, len, len + tail_len);
+    c->send_fd = -1;
+    c->sink.filled = 0;
+    if (rc == KRYLOV_OK && c->sink.dst != NULL && c->session == NULL &&
+        kd_frame_buffered(c->frame) == 0)
+        rc = kd_client_recv_sink(c, msgid);
+    c->sink.dst = NULL;
     if (rc != KRYLOV_OK)
         return rc;
     for (;;) {
@@ -647,6 +803,285 @@ static int kd_check_count(krylov_client_t *c, int64_t n, size_t elem, size_t *by
     return KRYLOV_OK;
 }
 
+/* shm.register of fd (kd_cshm_ops_t's register_fd). */
+static int kd_shm_register(void *ctx, int fd, size_t bytes, int64_t *id)
+{
+    krylov_client_t *c = ctx;
+    if (bytes > INT64_MAX)
+        return KRYLOV_ETOOLARGE;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "shm.register", 1);
+    kd_w_kv_int(&w, "bytes", (int64_t)bytes);
+    c->send_fd = fd;
+    kd_reply_t reply;
+    int rc = kd_client_call(c, &w, msgid, NULL, &reply);
+    if (rc != KRYLOV_OK) {
+        c->shm_rc = rc;
+        return c->fd < 0 ? KRYLOV_ECONNECTION : rc;
+    }
+    int64_t size = 0;
+    if (kd_obj_int64(kd_obj_get(reply.result, "shm"), id) != 0 || *id < 1 ||
+        kd_obj_int64(kd_obj_get(reply.result, "bytes"), &size) != 0 || size != (int64_t)bytes)
+        rc = KRYLOV_EPROTO; /* a server that says something else: never guess its id */
+    kd_reply_destroy(&reply);
+    return rc;
+}
+
+static void kd_shm_unregister(void *ctx, int64_t id)
+{
+    krylov_client_t *c = ctx;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "shm.unregister", 1);
+    kd_w_kv_int(&w, "shm", id);
+    kd_reply_t reply;
+    if (kd_client_call(c, &w, msgid, NULL, &reply) == KRYLOV_OK)
+        kd_reply_destroy(&reply);
+}
+
+static kd_cshm_ops_t kd_shm_ops(krylov_client_t *c)
+{
+    return (kd_cshm_ops_t){
+        .register_fd = kd_shm_register, .unregister = kd_shm_unregister, .ctx = c};
+}
+
+/* The caller's region that holds [p, p + len), registered on this connection (now, when it was
+ * made on an earlier one), and p's offset in it; NULL: p is plain memory for this request. */
+static kd_cshm_region_t *kd_shm_user(krylov_client_t *c, const void *p, size_t len, size_t *offset)
+{
+    kd_cshm_region_t *r = kd_cshm_find(&c->shm, p, len, offset);
+    if (r == NULL || !kd_cshm_on(&c->shm))
+        return NULL;
+    if (r->id < 1) {
+        const int rc = kd_shm_register(c, r->fd, r->bytes, &r->id);
+        if (rc != KRYLOV_OK)
+            r->id = 0; /* the request goes on with the bytes copied (or as bins) */
+        if (rc != KRYLOV_OK && rc != KRYLOV_ETOOLARGE && rc != KRYLOV_ECONNECTION)
+            c->shm.refused = 1; /* as for the arena: off for the connection */
+    }
+    return r->id > 0 ? r : NULL;
+}
+
+int krylov_shm_enabled(const krylov_client_t *c)
+{
+    return c->fd >= 0 && kd_cshm_on(&c->shm);
+}
+
+int64_t krylov_shm_requests(const krylov_client_t *c)
+{
+    return c->shm.uses;
+}
+
+void krylov_shm_set(krylov_client_t *c, int on)
+{
+    c->shm.off = !on;
+    if (!on && c->shm.arena.id > 0 && c->fd >= 0)
+        kd_shm_unregister(c, c->shm.arena.id);
+    if (!on)
+        kd_cshm_region_unmap(&c->shm.arena);
+}
+
+void *krylov_shm_alloc(krylov_client_t *c, size_t bytes)
+{
+    for (int i = 0; i < KD_CSHM_USER_MAX; i++) {
+        kd_cshm_region_t *r = &c->shm.user[i];
+        if (r->map != NULL)
+            continue;
+        int e = kd_cshm_region_create(r, bytes);
+        if (e != 0) {
+            kd_cshm_region_unmap(r);
+            kd_client_fail(c, e == -EINVAL ? KRYLOV_EBADREQ : KRYLOV_ENOMEM,
+                           "shared memory of %zu bytes: %s", bytes, strerror(-e));
+            return NULL;
+        }
+        return r->map;
+    }
+    kd_client_fail(c, KRYLOV_ENOMEM, "shared memory: %d regions are held already (krylov_shm_free)",
+                   KD_CSHM_USER_MAX);
+    return NULL;
+}
+
+int krylov_shm_free(krylov_client_t *c, void *p)
+{
+    for (int i = 0; p != NULL && i < KD_CSHM_USER_MAX; i++) {
+        kd_cshm_region_t *r = &c->shm.user[i];
+        if (r->map != p)
+            continue;
+        if (r->id > 0 && c->fd >= 0)
+            kd_shm_unregister(c, r->id);
+        kd_cshm_region_unmap(r);
+        return KRYLOV_OK;
+    }
+    return p == NULL ? KRYLOV_OK
+                     : kd_client_fail(c, KRYLOV_EBADREQ,
+                                      "krylov_shm_free: %p is not from "
+                                      "krylov_shm_alloc",
+                                      p);
+}
+
+/* key: the region reference {shm, offset, bytes}. */
+static void kd_w_kv_ref(kd_writer_t *w, const char *key, int64_t region, size_t offset,
+                        size_t bytes)
+{
+    kd_w_key(w, key);
+    kd_w_map(w, 3);
+    kd_w_kv_int(w, "shm", region);
+    kd_w_kv_int(w, "offset", (int64_t)offset);
+    kd_w_kv_int(w, "bytes", (int64_t)bytes);
+}
+
+/* The reply's field must be the very reference the request's `out` was: the result is then read
+ * from where this client put it, never from an offset the server names. */
+static int kd_check_ref(krylov_client_t *c, kd_reply_t *reply, const char *field, int64_t region,
+                        size_t offset, size_t bytes)
+{
+    const msgpack_object *ref = kd_obj_get(reply->result, field);
+    int64_t id = 0, off = -1, len = -1;
+    if (ref == NULL || ref->type != MSGPACK_OBJECT_MAP ||
+        kd_obj_int64(kd_obj_get(ref, "shm"), &id) != 0 ||
+        kd_obj_int64(kd_obj_get(ref, "offset"), &off) != 0 ||
+        kd_obj_int64(kd_obj_get(ref, "bytes"), &len) != 0 || id != region ||
+        off != (int64_t)offset || len != (int64_t)bytes)
+        return kd_result_missing(c, reply, field);
+    return KRYLOV_OK;
+}
+
+/* Where one array of a request goes in shared memory: a region and an offset. */
+typedef struct kd_shm_place {
+    const kd_cshm_region_t *region; /* the caller's (no copy), or NULL: the arena */
+    size_t offset;
+} kd_shm_place_t;
+
+/* Place len bytes at p: where they lie, in a region of the caller's, else next in the arena. */
+static void kd_shm_place(krylov_client_t *c, kd_cshm_layout_t *lay, const void *p, size_t len,
+                         kd_shm_place_t *at)
+{
+    at->region = kd_shm_user(c, p, len, &at->offset);
+    if (at->region == NULL)
+        at->offset = kd_cshm_layout_add(lay, len);
+}
+
+static int64_t kd_shm_id(const krylov_client_t *c, const kd_shm_place_t *at)
+{
+    return at->region != NULL ? at->region->id : c->shm.arena.id;
+}
+
+static char *kd_shm_at(krylov_client_t *c, const kd_shm_place_t *at)
+{
+    return (char *)(at->region != NULL ? at->region->map : c->shm.arena.map) + at->offset;
+}
+
+/* Two places that share a byte (the server refuses an `out` overlapping an input). */
+static int kd_shm_overlap(const kd_shm_place_t *a, size_t alen, const kd_shm_place_t *b,
+                          size_t blen)
+{
+    return a->region == b->region && a->offset < b->offset + blen && b->offset < a->offset + alen;
+}
+
+/*
+ * The arena for a request (lay->bytes of it, when any array must be copied), the inputs copied in
+ * (those at a caller's region stay where they are): 1; 0: the request goes as bins; or an error
+ * code. inputs / places / lens: n arrays (NULL entries are skipped).
+ */
+static int kd_shm_stage(krylov_client_t *c, const kd_cshm_layout_t *lay, int n,
+                        const void *const inputs[], const kd_shm_place_t places[],
+                        const size_t lens[])
+{
+    if (lay->bytes > 0) {
+        const kd_cshm_ops_t ops = kd_shm_ops(c);
+        const int rc = kd_cshm_reserve(&c->shm, lay->bytes, &ops);
+        if (rc == KRYLOV_ECONNECTION)
+            return c->shm_rc != KRYLOV_OK ? c->shm_rc : KRYLOV_ECONNECTION;
+        if (rc == 0)
+            return 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (inputs[i] != NULL && places[i].region == NULL)
+            memcpy(kd_shm_at(c, &places[i]), inputs[i], lens[i]);
+    return 1;
+}
+
+/* krylov_spmm through shared memory: KRYLOV_OK, 1 (go as bins), or an error code. */
+static int kd_spmm_shm(krylov_client_t *c, const char *id, int64_t k, double alpha, const double *x,
+                       size_t xb, double beta, double *y, size_t yb, double *server_ms)
+{
+    const int with_y = beta != 0.0;
+    if (!kd_cshm_on(&c->shm))
+        return 1;
+    kd_cshm_layout_t lay = {0};
+    kd_shm_place_t px, py = {0}, out;
+    kd_shm_place(c, &lay, x, xb, &px);
+    if (with_y)
+        kd_shm_place(c, &lay, y, yb, &py);
+    /* y in a region of the caller's, not read: the result goes straight there */
+    out.region = with_y ? NULL : kd_shm_user(c, y, yb, &out.offset);
+    if (out.region != NULL && kd_shm_overlap(&out, yb, &px, xb))
+        out.region = NULL;
+    if (out.region == NULL)
+        out.offset = kd_cshm_layout_add(&lay, yb);
+    if (lay.bytes > 0 && !kd_cshm_usable(&c->shm, xb + yb) && px.region == NULL)
+        return 1; /* small: bins are cheaper than a copy */
+    const void *const inputs[2] = {x, with_y ? y : NULL};
+    const kd_shm_place_t places[2] = {px, py};
+    const size_t lens[2] = {xb, yb};
+    int rc = kd_shm_stage(c, &lay, 2, inputs, places, lens);
+    if (rc != 1)
+        return rc == 0 ? 1 : rc;
+    kd_writer_t w;
+    uint64_t msgid = kd_client_begin(c, &w, "spmv", (with_y ? 6 : 4) + (k > 1 ? 1 : 0));
+    kd_w_kv_str(&w, "id", id);
+    kd_w_kv_double(&w, "alpha", alpha);
+    if (k > 1)
+        kd_w_kv_int(&w, "ncols", k);
+    if (with_y) {
+        kd_w_kv_double(&w, "beta", beta);
+        kd_w_kv_ref(&w, "y", kd_shm_id(c, &py), py.offset, yb);
+    }
+    kd_w_kv_ref(&w, "x", kd_shm_id(c, &px), px.offset, xb);
+    const int64_t out_id = kd_shm_id(c, &out);
+    kd_w_kv_ref(&w, "out", out_id, out.offset, yb);
+    kd_reply_t reply;
+    if ((rc = kd_client_call(c, &w, msgid, NULL, &reply)) != KRYLOV_OK ||
+        (rc = kd_check_ref(c, &reply, "y", out_id, out.offset, yb)) != KRYLOV_OK)
+        return rc;
+    if (out.region == NULL)
+        memcpy(y, kd_shm_at(c, &out), yb);
+    if (server_ms != NULL && kd_obj_double(kd_obj_get(reply.result, "time_ms"), server_ms) != 0)
+        *server_ms = -1.0;
+    kd_reply_destroy(&reply);
+    c->shm.uses++;
+    return KRYLOV_OK;
+}
+
+/*
+ * matrix.put's values (count float64, sent as float32 when f32) through shared memory: *pv where
+ * they are (a region of the caller's, float64) or where they were put in the arena (narrowed on
+ * the way): 1; 0: as a bin; or an error code.
+ */
+static int kd_put_values_shm(krylov_client_t *c, const double *values, int64_t count, int f32,
+                             size_t bytes, kd_shm_place_t *pv)
+{
+    if (!kd_cshm_on(&c->shm))
+        return 0;
+    kd_cshm_layout_t lay = {0};
+    pv->region = f32 ? NULL : kd_shm_user(c, values, bytes, &pv->offset);
+    if (pv->region != NULL)
+        return 1;
+    pv->offset = kd_cshm_layout_add(&lay, bytes);
+    if (!kd_cshm_usable(&c->shm, bytes))
+        return 0;
+    const int rc = kd_shm_stage(c, &lay, 0, NULL, NULL, NULL);
+    if (rc != 1)
+        return rc;
+    if (f32) {
+        float *dst = (float *)(void *)kd_shm_at(c, pv);
+        for (int64_t e = 0; e < count; e++)
+            dst[e] = (float)values[e];
+    } else {
+        memcpy(kd_shm_at(c, pv), values, bytes);
+    }
+    return 1;
+}
+
 /* n float64 values as float32 in a new buffer (the caller frees it), NULL when memory is short:
  * float32 values travel as float32 (the wire's rule) and are hashed as the server keeps them. */
 static float *kd_client_narrow(const double *values, int64_t n)
@@ -673,18 +1108,26 @@ static int kd_put_arrays(krylov_client_t *c, int64_t rows, int64_t cols, const c
         if (rc != KRYLOV_OK)
             return rc;
     }
-    float *narrow = f32 ? kd_client_narrow(arrays[2], counts[2]) : NULL;
-    if (f32 && narrow == NULL)
+    kd_shm_place_t pv;
+    const int shm = kd_put_values_shm(c, arrays[2], counts[2], f32, bytes[2], &pv);
+    if (shm < 0)
+        return shm;
+    float *narrow = f32 && shm == 0 ? kd_client_narrow(arrays[2], counts[2]) : NULL;
+    if (f32 && shm == 0 && narrow == NULL)
         return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
                               (long long)counts[2]);
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "matrix.put", 5 + kd_put_option_count(opt));
     kd_w_kv_int(&w, "rows", rows);
     kd_w_kv_int(&w, "cols", cols);
-    for (int i = 0; i < 3; i++)
-        kd_w_kv_bin(&w, names[i], i == 2 && narrow != NULL ? (const void *)narrow : arrays[i],
-                    bytes[i]);
+    for (int i = 0; i < 2; i++)
+        kd_w_kv_bin(&w, names[i], arrays[i], bytes[i]);
     kd_put_options(&w, opt);
+    if (shm == 1)
+        kd_w_kv_ref(&w, names[2], kd_shm_id(c, &pv), pv.offset, bytes[2]);
+    else /* the last value: sent from the caller's array */
+        kd_client_tail(c, &w, names[2], narrow != NULL ? (const void *)narrow : arrays[2],
+                       bytes[2]);
     const int rc = kd_finish_info(c, &w, msgid, info);
     free(narrow);
     return rc;
@@ -815,8 +1258,12 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
     int rc = kd_check_count(c, pattern.nnz, f32 ? 4 : 8, &bytes);
     if (rc != KRYLOV_OK)
         return rc;
-    float *narrow = f32 ? kd_client_narrow(values, pattern.nnz) : NULL;
-    if (f32 && narrow == NULL)
+    kd_shm_place_t pv;
+    const int shm = kd_put_values_shm(c, values, pattern.nnz, f32, bytes, &pv);
+    if (shm < 0)
+        return shm;
+    float *narrow = f32 && shm == 0 ? kd_client_narrow(values, pattern.nnz) : NULL;
+    if (f32 && shm == 0 && narrow == NULL)
         return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory for %lld float32 values",
                               (long long)pattern.nnz);
     kd_writer_t w; /* format and reorder are NULL here: the options are name, dtype, pin */
@@ -824,8 +1271,11 @@ int krylov_put_like(krylov_client_t *c, const char *like_id, int64_t rows, int64
     kd_w_kv_str(&w, "like", like_id);
     kd_w_kv_str(&w, "pattern", hex);
     kd_put_options(&w, opt);
-    kd_client_tail(c, &w, "values", narrow != NULL ? (const void *)narrow : (const void *)values,
-                   bytes); /* the last value: sent from the caller's array */
+    if (shm == 1)
+        kd_w_kv_ref(&w, "values", kd_shm_id(c, &pv), pv.offset, bytes);
+    else /* the last value: sent from the caller's array */
+        kd_client_tail(c, &w, "values",
+                       narrow != NULL ? (const void *)narrow : (const void *)values, bytes);
     rc = kd_finish_info(c, &w, msgid, info);
     free(narrow);
     return rc;
@@ -990,16 +1440,28 @@ int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count)
     return KRYLOV_OK;
 }
 
-/* Copy a float64 bin result of exactly n values into dst. */
+/* Receive the next call's bin `field` of len bytes straight into dst (kd_client_recv_sink). */
+static void kd_client_sink(krylov_client_t *c, const char *field, void *dst, size_t len)
+{
+    c->sink.dst = dst;
+    c->sink.len = len;
+    c->sink.field = field;
+}
+
+/* Copy a float64 bin result of exactly n values into dst (there already when it was the call's
+ * sink: its bin in the reply is then empty). */
 static int kd_copy_vector(krylov_client_t *c, kd_reply_t *reply, const char *field, double *dst,
                           int64_t n)
 {
     const void *data;
     size_t len;
+    const int filled = c->sink.filled && strcmp(c->sink.field, field) == 0;
+    c->sink.filled = 0;
     if (kd_obj_bytes(kd_obj_get(reply->result, field), &data, &len) != 0 ||
-        len != (size_t)n * sizeof(double))
+        len != (filled ? 0 : (size_t)n * sizeof(double)))
         return kd_result_missing(c, reply, field);
-    memcpy(dst, data, len);
+    if (!filled)
+        memcpy(dst, data, len);
     return KRYLOV_OK;
 }
 
@@ -1028,6 +1490,8 @@ int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, con
         rc = kd_check_count(c, yn, 8, &yb);
     if (rc != KRYLOV_OK)
         return rc;
+    if ((rc = kd_spmm_shm(c, id, k, alpha, x, xb, beta, y, yb, server_ms)) != 1)
+        return rc;
     kd_writer_t w;
     uint64_t msgid = kd_client_begin(c, &w, "spmv", (beta != 0.0 ? 5 : 3) + (k > 1 ? 1 : 0));
     kd_w_kv_str(&w, "id", id);
@@ -1039,6 +1503,7 @@ int krylov_spmm(krylov_client_t *c, const char *id, int64_t k, double alpha, con
         kd_w_kv_bin(&w, "y", y, yb);
     }
     kd_client_tail(c, &w, "x", x, xb); /* the last value: sent from the caller's array */
+    kd_client_sink(c, "y", y, yb);     /* the answer: received into the caller's array */
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, NULL, &reply);
     if (rc != KRYLOV_OK)
@@ -1128,6 +1593,32 @@ static int kd_parse_history(const msgpack_object *h, krylov_solve_result_t *r)
     return 0;
 }
 
+/* Where solve's b, x0 and x go in shared memory (b staged): 1; 0: as bins; or an error code. */
+static int kd_solve_shm_plan(krylov_client_t *c, const double *b, const double *x0, double *x,
+                             size_t bytes, kd_shm_place_t *pb, kd_shm_place_t *p0,
+                             kd_shm_place_t *px)
+{
+    if (!kd_cshm_on(&c->shm))
+        return 0;
+    kd_cshm_layout_t lay = {0};
+    kd_shm_place(c, &lay, b, bytes, pb);
+    memset(p0, 0, sizeof(*p0));
+    if (x0 != NULL)
+        kd_shm_place(c, &lay, x0, bytes, p0);
+    px->region = kd_shm_user(c, x, bytes, &px->offset);
+    if (px->region != NULL && (kd_shm_overlap(px, bytes, pb, bytes) ||
+                               (x0 != NULL && kd_shm_overlap(px, bytes, p0, bytes))))
+        px->region = NULL;
+    if (px->region == NULL)
+        px->offset = kd_cshm_layout_add(&lay, bytes);
+    if (lay.bytes > 0 && pb->region == NULL && !kd_cshm_usable(&c->shm, 2 * bytes))
+        return 0;
+    const void *const inputs[2] = {b, x0};
+    const kd_shm_place_t places[2] = {*pb, *p0};
+    const size_t lens[2] = {bytes, bytes};
+    return kd_shm_stage(c, &lay, 2, inputs, places, lens);
+}
+
 int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
                  const krylov_solve_options_t *opt, double *x, krylov_solve_result_t *result)
 {
@@ -1151,7 +1642,11 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         (rc = kd_parse_options(c, opt->preconditioner_options, names, values, &noptions)) !=
             KRYLOV_OK)
         return rc;
-    uint32_t nparams = 6 + (opt->maxiter >= 0) + (nrhs > 1) + (opt->check_every > 0) +
+    kd_shm_place_t pb, p0, px;
+    const int shm = kd_solve_shm_plan(c, b, opt->x0, x, bytes, &pb, &p0, &px);
+    if (shm < 0)
+        return shm;
+    uint32_t nparams = 6 + (shm == 1) + (opt->maxiter >= 0) + (nrhs > 1) + (opt->check_every > 0) +
                        (opt->x0 != NULL) + (opt->timeout_ms > 0) + (opt->progress != NULL) +
                        (opt->preconditioner != NULL) + (noptions > 0) + (opt->restart != 0);
     kd_writer_t w;
@@ -1167,7 +1662,9 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         kd_w_kv_int(&w, "nrhs", nrhs);
     if (opt->check_every > 0)
         kd_w_kv_int(&w, "check_every", opt->check_every);
-    if (opt->x0 != NULL)
+    if (opt->x0 != NULL && shm == 1)
+        kd_w_kv_ref(&w, "x0", kd_shm_id(c, &p0), p0.offset, bytes);
+    else if (opt->x0 != NULL)
         kd_w_kv_bin(&w, "x0", opt->x0, bytes);
     if (opt->timeout_ms > 0)
         kd_w_kv_int(&w, "timeout_ms", opt->timeout_ms);
@@ -1183,14 +1680,27 @@ int krylov_solve(krylov_client_t *c, const char *id, const double *b, int64_t n,
         for (int i = 0; i < noptions; i++)
             kd_w_kv_double(&w, names[i], values[i]);
     }
-    kd_client_tail(c, &w, "b", b, bytes); /* the last value: sent from the caller's array */
+    const int64_t out_id = shm == 1 ? kd_shm_id(c, &px) : 0;
+    if (shm == 1) {
+        kd_w_kv_ref(&w, "b", kd_shm_id(c, &pb), pb.offset, bytes);
+        kd_w_kv_ref(&w, "out", out_id, px.offset, bytes);
+    } else {
+        kd_client_tail(c, &w, "b", b, bytes); /* the last value: sent from the caller's array */
+        kd_client_sink(c, "x", x, bytes);     /* the answer: received into the caller's array */
+    }
     kd_reply_t reply;
     rc = kd_client_call(c, &w, msgid, opt, &reply);
     if (rc != KRYLOV_OK)
         return rc;
-    rc = kd_copy_vector(c, &reply, "x", x, total);
-    if (rc != KRYLOV_OK)
+    if (shm == 1) {
+        if ((rc = kd_check_ref(c, &reply, "x", out_id, px.offset, bytes)) != KRYLOV_OK)
+            return rc;
+        if (px.region == NULL)
+            memcpy(x, kd_shm_at(c, &px), bytes);
+        c->shm.uses++;
+    } else if ((rc = kd_copy_vector(c, &reply, "x", x, total)) != KRYLOV_OK) {
         return rc;
+    }
     double time_ms = 0.0;
     kd_obj_double(kd_obj_get(reply.result, "time_ms"), &time_ms);
     const msgpack_object *hist = kd_obj_get(reply.result, "history");
@@ -1252,6 +1762,38 @@ static int kd_many_item(krylov_client_t *c, kd_reply_t *reply, const msgpack_obj
     return KRYLOV_OK;
 }
 
+/* solve.batch's b and x0 in shared memory (places[2k], places[2k + 1]; those outside a caller's
+ * region copied into the arena): 1; 0: as bins; or an error code. */
+static int kd_many_shm_plan(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
+                            kd_shm_place_t *places)
+{
+    if (!kd_cshm_on(&c->shm))
+        return 0;
+    kd_cshm_layout_t lay = {0};
+    size_t total = 0;
+    for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
+        kd_shm_place(c, &lay, items[k].b, bytes, &places[2 * k]);
+        memset(&places[2 * k + 1], 0, sizeof(places[0]));
+        if (items[k].x0 != NULL)
+            kd_shm_place(c, &lay, items[k].x0, bytes, &places[2 * k + 1]);
+        total += bytes * (items[k].x0 != NULL ? 2 : 1);
+    }
+    if (lay.bytes > 0 && !kd_cshm_usable(&c->shm, total))
+        return 0;
+    const int rc = kd_shm_stage(c, &lay, 0, NULL, NULL, NULL);
+    if (rc != 1)
+        return rc;
+    for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
+        if (places[2 * k].region == NULL)
+            memcpy(kd_shm_at(c, &places[2 * k]), items[k].b, bytes);
+        if (items[k].x0 != NULL && places[2 * k + 1].region == NULL)
+            memcpy(kd_shm_at(c, &places[2 * k + 1]), items[k].x0, bytes);
+    }
+    return 1;
+}
+
 int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size_t count,
                       const krylov_solve_options_t *opt, krylov_item_result_t *results,
                       krylov_many_stats_t *stats)
@@ -1270,6 +1812,16 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
         if (rc != KRYLOV_OK)
             return rc;
     }
+    if (count > SIZE_MAX / (2 * sizeof(kd_shm_place_t)))
+        return kd_client_fail(c, KRYLOV_ETOOLARGE, "solve_many: %zu items", count);
+    kd_shm_place_t *places = malloc(2 * count * sizeof(*places));
+    if (places == NULL)
+        return kd_client_fail(c, KRYLOV_ENOMEM, "out of memory");
+    const int shm = kd_many_shm_plan(c, items, count, places);
+    if (shm < 0) {
+        free(places);
+        return shm;
+    }
     const uint32_t nparams = 4 + (opt->maxiter >= 0) + (opt->timeout_ms > 0) +
                              (opt->preconditioner != NULL) + (opt->restart != 0);
     kd_writer_t w;
@@ -1277,12 +1829,20 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
     kd_w_str(&w, "items");
     kd_w_array(&w, (uint32_t)count);
     for (size_t k = 0; k < count; k++) {
+        const size_t bytes = (size_t)items[k].n * sizeof(double);
         kd_w_map(&w, items[k].x0 != NULL ? 3 : 2);
         kd_w_kv_str(&w, "id", items[k].id);
-        kd_w_kv_bin(&w, "b", items[k].b, (size_t)items[k].n * sizeof(double));
-        if (items[k].x0 != NULL)
-            kd_w_kv_bin(&w, "x0", items[k].x0, (size_t)items[k].n * sizeof(double));
+        if (shm == 1)
+            kd_w_kv_ref(&w, "b", kd_shm_id(c, &places[2 * k]), places[2 * k].offset, bytes);
+        else
+            kd_w_kv_bin(&w, "b", items[k].b, bytes);
+        if (items[k].x0 != NULL && shm == 1)
+            kd_w_kv_ref(&w, "x0", kd_shm_id(c, &places[2 * k + 1]), places[2 * k + 1].offset,
+                        bytes);
+        else if (items[k].x0 != NULL)
+            kd_w_kv_bin(&w, "x0", items[k].x0, bytes);
     }
+    free(places);
     kd_w_kv_str(&w, "method", opt->method != NULL ? opt->method : "cg");
     kd_w_kv_double(&w, "rtol", opt->rtol);
     kd_w_kv_double(&w, "atol", opt->atol);
@@ -1298,6 +1858,7 @@ int krylov_solve_many(krylov_client_t *c, const krylov_solve_item_t *items, size
     int rc = kd_client_call(c, &w, msgid, opt, &reply);
     if (rc != KRYLOV_OK)
         return rc;
+    c->shm.uses += shm == 1;
     const msgpack_object *list = kd_obj_get(reply.result, "items");
     if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY || list->via.array.size != count)
         return kd_result_missing(c, &reply, "items");
@@ -1344,6 +1905,8 @@ int krylov_status(krylov_client_t *c, krylov_server_status_t *st)
     kd_copy_str(kd_obj_get(d, "version"), st->device_version, sizeof(st->device_version));
     kd_obj_int64(kd_obj_get(d, "compute_units"), &st->compute_units);
     kd_obj_bool(kd_obj_get(d, "fp64"), &st->fp64);
+    kd_obj_int64(kd_obj_get(r, "shm_regions"), &st->shm_regions);
+    kd_obj_int64(kd_obj_get(r, "shm_mapped_bytes"), &st->shm_mapped_bytes);
     const msgpack_object *by = kd_obj_get(r, "requests_by_method");
     if (by != NULL && by->type == MSGPACK_OBJECT_MAP)
         for (uint32_t i = 0; i < by->via.map.size && st->nmethods < KRYLOV_MAX_METHODS; i++) {

@@ -94,6 +94,39 @@ void krylov_set_timeout(krylov_client_t *c, int timeout_ms);
 typedef void (*krylov_send_progress_fn)(void *ctx, uint64_t sent, uint64_t total);
 void krylov_set_send_progress(krylov_client_t *c, krylov_send_progress_fn fn, void *ctx);
 
+/*
+ * Shared memory (docs/PROTOCOL.md, "Shared memory"). Connected through "unix:PATH", the client
+ * passes large arrays (256 KiB or more in a request: spmv's x and y, solve's b, x0 and x,
+ * solve_many's b and x0, the values of krylov_put_csr / _coo / _like) through a memory region it shares with the server
+ * instead of the socket: each array is copied once into a region the client keeps (registered
+ * once, reused, grown when a request needs more) and the server writes the result there. Nothing
+ * to ask for: over TCP, or when the server refuses (an old server, --max-shm-bytes 0), arrays go
+ * in the messages as before, quietly; a request the server has no room for goes so too.
+ *
+ * krylov_shm_enabled: 1 while this connection uses shared memory for large arrays (a Unix socket,
+ * not turned off, not refused by the server). krylov_shm_set(c, 0) turns it off for this client
+ * (the region is given back), 1 on again (the default). krylov_shm_requests: requests whose
+ * arrays went through shared memory so far (for tests and curiosity).
+ */
+int krylov_shm_enabled(const krylov_client_t *c);
+void krylov_shm_set(krylov_client_t *c, int on);
+int64_t krylov_shm_requests(const krylov_client_t *c);
+/*
+ * Memory for arrays that need no copy at all: an array that lies inside a block from
+ * krylov_shm_alloc (x, y, b, x0, x or float64 values, anywhere in it) is named where it lies, of
+ * any size, and a result array inside one (spmv's y when beta == 0, solve's x) is written there
+ * by the server directly, unless it overlaps an input of the same request. The block is a memfd
+ * of `bytes` (rounded up to pages), mapped here and registered on the connection when first
+ * used; it stays valid across reconnects until krylov_shm_free() or krylov_client_free(). It is
+ * ordinary memory otherwise (over TCP its arrays simply travel as bins). NULL when out of memory
+ * or when 16 blocks are held already (krylov_error_message says). Do not change a block's bytes
+ * from another thread while a call that uses them runs.
+ */
+void *krylov_shm_alloc(krylov_client_t *c, size_t bytes);
+/* Give a block back (the server's mapping goes too); NULL is fine; KRYLOV_EBADREQ for a pointer
+ * krylov_shm_alloc did not return. */
+int krylov_shm_free(krylov_client_t *c, void *block);
+
 const char *krylov_error_code(const krylov_client_t *c);    /* "" after success */
 const char *krylov_error_message(const krylov_client_t *c); /* "" after success */
 
@@ -191,7 +224,9 @@ int krylov_list(krylov_client_t *c, krylov_matrix_info_t **infos, size_t *count)
 int krylov_drop(krylov_client_t *c, const char *id);
 int krylov_pin(krylov_client_t *c, const char *id, int pinned);
 
-/* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. */
+/* y = alpha * A * x + beta * y (y is read only when beta != 0). nx = cols, ny = rows. The answer
+ * is received straight into y, so a connection lost on the way may leave y partly written (as
+ * krylov_solve's x). */
 int krylov_spmv(krylov_client_t *c, const char *id, double alpha, const double *x, int64_t nx,
                 double beta, double *y, int64_t ny);
 /* krylov_spmv, also giving the server's time for the request in *server_ms (copying x to the
@@ -250,8 +285,8 @@ void krylov_solve_result_free(krylov_solve_result_t *result); /* frees history *
 
 /* One system of krylov_solve_many: a resident plain matrix and its right-hand side. */
 typedef struct krylov_solve_item {
-    const char *id;   /* the matrix */
-    const double *b;  /* n values: the matrix's rows */
+    const char *id;  /* the matrix */
+    const double *b; /* n values: the matrix's rows */
     int64_t n;
     const double *x0; /* n values, or NULL: zero */
     double *x;        /* out: n values (left as they are for an item that failed its checks) */
@@ -311,6 +346,8 @@ typedef struct krylov_server_status {
     int fp64;
     int nmethods; /* requests received per method, in the server's order */
     krylov_method_count_t by_method[KRYLOV_MAX_METHODS];
+    int64_t shm_regions;      /* shared-memory regions mapped by the server (all connections) */
+    int64_t shm_mapped_bytes; /* ... and their bytes */
 } krylov_server_status_t;
 
 int krylov_status(krylov_client_t *c, krylov_server_status_t *status);

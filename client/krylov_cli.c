@@ -10,6 +10,10 @@
  *
  * --tls (or $KRYLOV_TLS=1; --ca, --cert and --key imply it) connects with TLS.
  *
+ * The server: --server, else $KRYLOV_SERVER, else the packaged service's Unix socket when it is
+ * there and answers ($KRYLOV_SOCKET, default /run/krylovd/krylovd.sock: local, and large arrays
+ * go through shared memory), else 127.0.0.1:7373.
+ *
  * Output is for people by default: aligned tables for `list` and `status`, a progress line on a
  * terminal for long solves and uploads (cli_progress.c). With --json every command prints exactly
  * one JSON document on stdout instead (cli_json.c), errors included, for scripts; messages for
@@ -37,9 +41,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define KRYLOV_DEFAULT_SERVER "127.0.0.1:7373"
+/* The packaged service's Unix socket (deploy/krylovd.conf, krylovd.socket): tried first. */
+#define KRYLOV_DEFAULT_SOCKET "/run/krylovd/krylovd.sock"
 #define KRYLOV_MAX_VECTOR_FILE ((size_t)4 << 30)
 
 enum {
@@ -52,7 +59,8 @@ enum {
 
 typedef struct kd_cli {
     krylov_client_t *client;
-    const char *server;
+    const char *server; /* NULL: the default (kd_connect_default) */
+    char default_server[128];
     const char *user;       /* --user or $KRYLOV_USER; NULL: no auth */
     const char *token_file; /* --token-file; else $KRYLOV_TOKEN */
     char token[512];        /* read before connecting, so a missing one is a usage error */
@@ -124,9 +132,11 @@ static void kd_usage(FILE *out)
             "  --ca FILE     the CA that signed the server's certificate (default: the system's)\n"
             "  --cert FILE --key FILE   this client's certificate, for a server with --tls-ca\n"
             "\n"
-            "The server defaults to $KRYLOV_SERVER, else %s. Exit status: 0 done, 1 error,\n"
-            "2 usage, 3 solve not converged, 4 plot not written.\n",
-            KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SERVER);
+            "The server defaults to $KRYLOV_SERVER, else the local service's Unix socket\n"
+            "($KRYLOV_SOCKET, default %s) when it is there and answers,\n"
+            "else %s. Exit status: 0 done, 1 error, 2 usage, 3 solve not converged,\n"
+            "4 plot not written.\n",
+            KD_PROGRESS_DELAY_S, KRYLOV_DEFAULT_SOCKET, KRYLOV_DEFAULT_SERVER);
 }
 
 /* An error document on stdout (with --json) and a line for people on stderr. */
@@ -185,9 +195,29 @@ static int kd_read_token(kd_cli_t *cli, char *token, size_t cap)
 
 /* Connect (and authenticate) once the command's arguments are known good, so usage errors need
  * no server. */
+/* No --server or $KRYLOV_SERVER: the local service's Unix socket if it is a socket that answers
+ * (not with TLS, which is TCP's), else KRYLOV_DEFAULT_SERVER. */
+static int kd_connect_default(kd_cli_t *cli)
+{
+    const char *path = getenv("KRYLOV_SOCKET");
+    if (path == NULL || path[0] == '\0')
+        path = KRYLOV_DEFAULT_SOCKET;
+    struct stat st;
+    if (!cli->tls && stat(path, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        (size_t)snprintf(cli->default_server, sizeof(cli->default_server), "unix:%s", path) <
+            sizeof(cli->default_server) &&
+        krylov_connect(cli->client, cli->default_server) == KRYLOV_OK) {
+        cli->server = cli->default_server;
+        return KRYLOV_OK;
+    }
+    cli->server = KRYLOV_DEFAULT_SERVER;
+    return krylov_connect(cli->client, cli->server);
+}
+
 static int kd_connect(kd_cli_t *cli)
 {
-    int rc = krylov_connect(cli->client, cli->server);
+    int rc =
+        cli->server != NULL ? krylov_connect(cli->client, cli->server) : kd_connect_default(cli);
     if (rc != KRYLOV_OK || cli->user == NULL)
         return rc;
     return krylov_auth(cli->client, cli->user, cli->token, NULL, 0);
@@ -1481,8 +1511,8 @@ int main(int argc, char **argv)
     cli.server = getenv("KRYLOV_SERVER");
     const char *tls_env = getenv("KRYLOV_TLS");
     cli.tls = tls_env != NULL && tls_env[0] != '\0' && strcmp(tls_env, "0") != 0;
-    if (cli.server == NULL || cli.server[0] == '\0')
-        cli.server = KRYLOV_DEFAULT_SERVER;
+    if (cli.server != NULL && cli.server[0] == '\0')
+        cli.server = NULL; /* the default, chosen when connecting */
     cli.user = getenv("KRYLOV_USER");
     if (cli.user != NULL && cli.user[0] == '\0')
         cli.user = NULL;

@@ -17,25 +17,36 @@ int kd_notify_available(void)
     return 1;
 }
 
-int kd_notify_listen_fd(char *message, size_t cap)
+int kd_notify_listen_fds(int *tcp_fd, int *unix_fd, char *message, size_t cap)
 {
+    *tcp_fd = *unix_fd = -1;
     int n = sd_listen_fds(1); /* 1: unset LISTEN_* so children do not inherit them */
     if (n < 0) {
         snprintf(message, cap, "sd_listen_fds: %s", strerror(-n));
         return -2;
     }
-    if (n == 0)
-        return -1;
-    if (n > 1) {
-        snprintf(message, cap, "systemd passed %d sockets; krylovd listens on exactly one", n);
+    if (n > 2) {
+        snprintf(message, cap,
+                 "systemd passed %d sockets; krylovd listens on one TCP and one Unix socket", n);
         return -2;
     }
-    int fd = SD_LISTEN_FDS_START;
-    if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
-        snprintf(message, cap, "the socket systemd passed is not a listening stream socket");
-        return -2;
+    for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {
+        const int is_unix = sd_is_socket(fd, AF_UNIX, SOCK_STREAM, 1) > 0;
+        if (!is_unix && sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) <= 0) {
+            snprintf(message, cap,
+                     "socket %d systemd passed is not a listening TCP or Unix stream socket",
+                     fd - SD_LISTEN_FDS_START + 1);
+            return -2;
+        }
+        int *slot = is_unix ? unix_fd : tcp_fd;
+        if (*slot >= 0) {
+            snprintf(message, cap, "systemd passed two %s sockets; krylovd listens on one of each",
+                     is_unix ? "Unix" : "TCP");
+            return -2;
+        }
+        *slot = fd;
     }
-    return fd;
+    return n;
 }
 
 static int kd_notify_main;
@@ -92,11 +103,12 @@ int kd_notify_available(void)
     return 0;
 }
 
-int kd_notify_listen_fd(char *message, size_t cap)
+int kd_notify_listen_fds(int *tcp_fd, int *unix_fd, char *message, size_t cap)
 {
     (void)message;
     (void)cap;
-    return -1;
+    *tcp_fd = *unix_fd = -1;
+    return 0;
 }
 
 void kd_notify_claim_main(void) {}

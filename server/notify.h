@@ -13,9 +13,11 @@
 /* 1 if this build can talk to systemd. */
 int kd_notify_available(void);
 
-/* The listening socket passed by systemd, or -1 when none was passed. More than one socket, or
- * one that is not a listening TCP stream, is an error: *message says why and -2 is returned. */
-int kd_notify_listen_fd(char *message, size_t cap);
+/* The listening sockets passed by systemd: at most one TCP socket (IPv4 or IPv6) into *tcp_fd and
+ * one Unix socket into *unix_fd (-1: none passed). Returns the count (0: no socket activation);
+ * more than two, two of one family, or one that is not a listening stream socket is an error:
+ * *message says why and -2 is returned. */
+int kd_notify_listen_fds(int *tcp_fd, int *unix_fd, char *message, size_t cap);
 
 void kd_notify_ready(const char *status);
 

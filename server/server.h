@@ -103,6 +103,7 @@ typedef struct kd_server {
     int listening;
     uv_pipe_t unix_listener; /* --listen unix:PATH */
     int unix_listening;
+    int unix_passed; /* the Unix socket is systemd's (socket activation): its file is left alone */
     kd_auth_table_t *auth; /* --auth-file, or NULL: everyone is the anonymous admin */
     kd_login_backoff_t backoff[KD_LOGIN_BACKOFF_SLOTS];
     uv_signal_t sigint, sigterm, sighup;

@@ -8,6 +8,8 @@ cd .debs
 apt-get download libuv1 libuv1-dev libmsgpackc2 libmsgpack-dev libxxhash0 libxxhash-dev \
   zlib1g-dev ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers \
   pkgconf pkgconf-bin libpkgconf3 clinfo libmetis5 libmetis-dev libssl3 libssl-dev openssl
+# sd_notify and socket activation (without them the startup and socket-activation tests fail)
+apt-get download libsystemd0 libsystemd-dev
 # Open MPI and what its libraries load (bench/device/mpi.sh; relocated with OPAL_PREFIX)
 apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 libhwloc15 \
   libhwloc-plugins libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 \

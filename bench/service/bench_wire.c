@@ -13,7 +13,9 @@
  * request's header, then the vector's bytes sent from the caller's array in 1 MiB steps, the
  * reply framed as libkrylov frames it), which measures the service; and libkrylov itself
  * (krylov_spmv / krylov_solve: its own encoding and decoding copies included), what a C user
- * gets. Every answer is checked against the diagonal (y = d x, x = b / d).
+ * gets; with a krylovd started here, libkrylov a second time on the daemon's Unix socket, where
+ * its arrays go through shared memory (one copy in, one out: no socket bytes but the requests'
+ * few). Every answer is checked against the diagonal (y = d x, x = b / d).
  *
  *   build/bin/krylov-bench wire [--sizes 1,4,16] [--runs 5] [--port P] [--baseline KRYLOVD]
  *
@@ -389,9 +391,10 @@ typedef struct kd_wire_server {
     kd_daemon_t daemon;
     int port;
     krylov_client_t *kc;
+    krylov_client_t *local; /* on the Unix socket (shared memory), or NULL (--port) */
     kd_wire_conn_t lean;
     char id[33];
-    kd_wire_row_t row[2][2]; /* [solve][libkrylov] */
+    kd_wire_row_t row[2][3]; /* [solve][lean, libkrylov, libkrylov on the Unix socket] */
 } kd_wire_server_t;
 
 static int kd_wire_server_start(kd_wire_server_t *sv, const char *binary, int port, int64_t nmax)
@@ -400,14 +403,23 @@ static int kd_wire_server_start(kd_wire_server_t *sv, const char *binary, int po
     if (port == 0) {
         char msg[32];
         snprintf(msg, sizeof(msg), "%zu", (size_t)nmax * 8 * 2 + ((size_t)1 << 20));
-        const char *args[] = {"--max-message", msg, "--max-rows", "200000000", NULL};
+        char unix_listen[320] = "";
+        const char *args[] = {"--max-message", msg,         "--max-rows", "200000000",
+                              "--listen",      unix_listen, NULL};
         snprintf(sv->daemon.dir, sizeof(sv->daemon.dir), "/tmp/krylov-bench-wire-XXXXXX");
         sv->daemon.binary = binary;
-        if (mkdtemp(sv->daemon.dir) == NULL || kd_daemon_launch(&sv->daemon, args) != 0) {
+        if (mkdtemp(sv->daemon.dir) != NULL)
+            snprintf(unix_listen, sizeof(unix_listen), "unix:%s/sock", sv->daemon.dir);
+        if (unix_listen[0] == '\0' || kd_daemon_launch(&sv->daemon, args) != 0) {
             fprintf(stderr, "krylov-bench wire: could not start %s\n", binary);
             return -1;
         }
         port = sv->daemon.port;
+        sv->local = krylov_client_new();
+        if (sv->local == NULL || krylov_connect(sv->local, unix_listen) != KRYLOV_OK) {
+            fprintf(stderr, "krylov-bench wire: cannot connect to %s\n", unix_listen);
+            return -1;
+        }
     }
     sv->port = port;
     char address[64];
@@ -431,6 +443,7 @@ static void kd_wire_server_stop(kd_wire_server_t *sv)
         close(sv->lean.fd);
     kd_frame_free(sv->lean.frame);
     krylov_client_free(sv->kc);
+    krylov_client_free(sv->local);
     if (sv->daemon.pid > 0)
         kd_daemon_stop(&sv->daemon);
 }
@@ -453,7 +466,7 @@ static int kd_wire_size(kd_wire_server_t *svs, int nsv, const double *in, double
             kd_wire_row_t row;
             if (kd_wire_lean(&svs[k].lean, svs[k].id, in, n, solve, 1, &row) != 0)
                 return -1;
-            for (int lib = 0; lib < 2; lib++)
+            for (int lib = 0; lib < 3; lib++)
                 svs[k].row[solve][lib].wall_ms = 1e300;
         }
     }
@@ -468,6 +481,11 @@ static int kd_wire_size(kd_wire_server_t *svs, int nsv, const double *in, double
                 if (kd_wire_library(sv->kc, sv->id, in, out, n, solve, 1, &row) != 0)
                     return -1;
                 kd_wire_keep_best(&sv->row[solve][1], &row);
+                if (sv->local == NULL)
+                    continue;
+                if (kd_wire_library(sv->local, sv->id, in, out, n, solve, 1, &row) != 0)
+                    return -1;
+                kd_wire_keep_best(&sv->row[solve][2], &row);
             }
     for (int k = 0; k < nsv; k++)
         if (krylov_drop(svs[k].kc, svs[k].id) != KRYLOV_OK)
@@ -539,11 +557,14 @@ int kd_bench_wire_main(int argc, char **argv)
         printf("%-30s %5lldM %8.1f %7s %7.0f\n", "raw loopback TCP", (long long)(n >> 20),
                (double)n * 16 / raw * 1e-3, "-", raw);
         for (int solve = 0; solve < 2; solve++)
-            for (int lib = 0; lib < 2; lib++)
+            for (int lib = 0; lib < 3; lib++)
                 for (int k = 0; k < nsv; k++) {
+                    static const char *const clients[3] = {"lean", "libkrylov", "libkrylov shm"};
                     char what[80];
+                    if (lib == 2 && svs[k].local == NULL)
+                        continue;
                     snprintf(what, sizeof(what), "%s %s, %s", solve ? "solve" : "spmv",
-                             lib ? "libkrylov" : "lean", svs[k].name);
+                             clients[lib], svs[k].name);
                     kd_wire_print(what, n, &svs[k].row[solve][lib], raw);
                 }
         fflush(stdout);

@@ -119,6 +119,25 @@ static int kd_server_check_exposure(kd_server_t *server, const struct sockaddr_s
     return KD_OK;
 }
 
+/* The listening Unix socket systemd passed (socket activation). */
+static int kd_server_open_unix(kd_server_t *server, int fd, kd_err_t *err)
+{
+    int uvrc = uv_pipe_init(server->loop, &server->unix_listener, 0);
+    if (uvrc == 0) {
+        server->unix_listener.data = server;
+        server->unix_listening = 1;
+        server->unix_passed = 1;
+        uvrc = uv_pipe_open(&server->unix_listener, fd);
+    }
+    if (uvrc == 0)
+        uvrc = uv_listen((uv_stream_t *)&server->unix_listener, 128, kd_on_connection);
+    if (uvrc != 0)
+        return kd_err_set(err, KD_EIO, "cannot use the Unix socket systemd passed: %s",
+                          uv_strerror(uvrc));
+    KD_INFO("server", "using the Unix socket passed by systemd (fd %d)", fd);
+    return KD_OK;
+}
+
 /* --listen unix:PATH: mode 0660 from the start (umask around bind; the worker thread, the only
  * other creator of files, is not running yet), then the group. A stale socket file is replaced. */
 static int kd_server_listen_unix(kd_server_t *server, kd_err_t *err)
@@ -321,7 +340,17 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     server->csr_limits.device_limit = "--device-memory, or a larger device";
     kd_warm_open_cache(server); /* before the worker: requests build through it */
 
-    if (cfg->listen_unix[0] != '\0' && (rc = kd_server_listen_unix(server, err)) != KD_OK)
+    /* Socket activation: systemd already listens (TCP, a Unix socket or both); take its sockets
+     * instead of binding --listen. */
+    char why[160] = "";
+    int passed = -1, passed_unix = -1;
+    const int activated = kd_notify_listen_fds(&passed, &passed_unix, why, sizeof(why));
+    if (activated < 0)
+        return kd_err_set(err, KD_EIO, "socket activation: %s", why);
+    if (passed_unix >= 0 && (rc = kd_server_open_unix(server, passed_unix, err)) != KD_OK)
+        return rc;
+    if (activated == 0 && cfg->listen_unix[0] != '\0' &&
+        (rc = kd_server_listen_unix(server, err)) != KD_OK)
         return rc;
 
     kd_worker_callbacks_t cb = {.run = kd_handlers_run,
@@ -343,11 +372,6 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         return kd_err_set(err, KD_EIO, "uv_tcp_init: %s", uv_strerror(uvrc));
     server->listener.data = server;
     server->listening = 1;
-    /* Socket activation: systemd already listens; take its socket instead of binding. */
-    char why[160] = "";
-    int passed = kd_notify_listen_fd(why, sizeof(why));
-    if (passed == -2)
-        return kd_err_set(err, KD_EIO, "socket activation: %s", why);
     if (passed >= 0) {
         uvrc = uv_tcp_open(&server->listener, passed);
         if (uvrc == 0)
@@ -356,7 +380,7 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
             return kd_err_set(err, KD_EIO, "cannot use the socket systemd passed: %s",
                               uv_strerror(uvrc));
         KD_INFO("server", "using the listening socket passed by systemd (fd %d)", passed);
-    } else if (cfg->listen[0] != '\0') {
+    } else if (activated == 0 && cfg->listen[0] != '\0') {
         /* Checked here, not at parse time: under socket activation `listen` is ignored. */
         if ((rc = kd_server_check_exposure(server, &addr, cfg->listen, err)) != KD_OK)
             return rc;
@@ -370,7 +394,7 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     struct sockaddr_storage bound;
     int len = sizeof(bound);
     int port = 0;
-    if ((passed >= 0 || cfg->listen[0] != '\0') &&
+    if ((passed >= 0 || (activated == 0 && cfg->listen[0] != '\0')) &&
         uv_tcp_getsockname(&server->listener, (struct sockaddr *)&bound, &len) == 0) {
         port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                  : ((struct sockaddr_in *)&bound)->sin_port);
@@ -497,7 +521,8 @@ void kd_server_shutdown(kd_server_t *server)
     }
     if (server->unix_listening) {
         uv_close((uv_handle_t *)&server->unix_listener, NULL);
-        unlink(server->cfg.listen_unix);
+        if (!server->unix_passed) /* systemd's socket file is systemd's */
+            unlink(server->cfg.listen_unix);
         server->unix_listening = 0;
     }
     /* What has not started will not: answer it now. The running job gets the grace period. */

@@ -31,6 +31,17 @@ grep -q '^Type=notify$' "$unit" || fail "Type=notify"
 grep -q '^User=krylovd$' "$unit" || fail "User="
 # Compiled programs in a cache directory of their own, never the state directory (issue 32).
 grep -q '^CacheDirectory=krylovd$' "$unit" || fail "CacheDirectory="
+# The Unix socket beside TCP by default (issue 35): /run/krylovd made by the unit and tmpfiles,
+# both sockets in the config and in the socket unit.
+grep -q '^RuntimeDirectory=krylovd$' "$unit" || fail "RuntimeDirectory="
+grep -q '^d /run/krylovd 0755 krylovd krylovd -$' "$dest/usr/lib/tmpfiles.d/krylovd.conf" \
+  || fail "tmpfiles: /run/krylovd"
+grep -q '^listen = 127.0.0.1:7373$' "$dest/etc/krylovd/krylovd.conf" || fail "conf: TCP listen"
+grep -q '^listen = unix:/run/krylovd/krylovd.sock$' "$dest/etc/krylovd/krylovd.conf" \
+  || fail "conf: unix listen"
+grep -q '^ListenStream=127.0.0.1:7373$' "$dest/${unitdir#/}/krylovd.socket" || fail "socket: TCP"
+grep -q '^ListenStream=/run/krylovd/krylovd.sock$' "$dest/${unitdir#/}/krylovd.socket" \
+  || fail "socket: unix"
 check=$dest/verify
 mkdir -p "$check"
 sed "s|/usr/sbin/krylovd|$dest/usr/sbin/krylovd|" "$unit" > "$check/krylovd.service"

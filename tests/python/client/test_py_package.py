@@ -65,6 +65,16 @@ class TestPackage(unittest.TestCase):
             self.skipTest("python3-venv is not installed (deploy/install-deps.sh installs it)")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         python = os.path.join(venv, "bin", "python")
+        # --system-site-packages gives the base interpreter's packages; where this Python runs
+        # in a venv of its own (a GPU host's), its dependencies are in that venv: a .pth file
+        # puts their folders on the new venv's path too
+        import msgpack
+        import numpy
+        folders = sorted({os.path.dirname(os.path.dirname(m.__file__)) for m in (msgpack, numpy)})
+        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+        with open(os.path.join(site, "krylov_test_deps.pth"), "w") as f:
+            f.write("\n".join(folders) + "\n")
         # --no-index: offline; the dependencies must be found already installed
         p = pip(python, "install", "--no-build-isolation", "--no-index", self.src)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)

@@ -157,6 +157,59 @@ class SystemdTest(unittest.TestCase):
             proc.terminate()
             self.assertEqual(proc.wait(timeout=60), 0)
 
+    def test_socket_activation_tcp_and_unix(self):
+        """krylovd.socket's two ListenStreams: a TCP socket on fd 3 and a Unix socket on fd 4
+        (LISTEN_FDS=2). Both serve; the Unix one is a Unix socket to the server (shared memory
+        works on it), and its file is systemd's: krylovd leaves it when it stops."""
+        state = tempfile.mkdtemp(prefix="krylovd-ops-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", state]))
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(16)
+        port = tcp.getsockname()[1]
+        path = os.path.join(state, "krylovd.sock")
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        unix.bind(path)
+        unix.listen(16)
+        argv = [KRYLOVD, "--warm-programs", "none", "--listen", "192.0.2.1:9",
+                "--listen", "unix:" + os.path.join(state, "unused.sock"),
+                "--state-dir", os.path.join(state, "s"),
+                "--device", DEVICE, "--log-level", "warn"]
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c",
+             'exec 3<&"$KD_FD" 4<&"$KD_UNIX"; LISTEN_PID=$$ LISTEN_FDS=2 exec "$@"', "sh",
+             *argv],
+            pass_fds=(tcp.fileno(), unix.fileno()),
+            env=dict(os.environ, KD_FD=str(tcp.fileno()), KD_UNIX=str(unix.fileno())),
+            stdin=subprocess.DEVNULL)
+        tcp.close()
+        unix.close()
+        try:
+            deadline = time.monotonic() + 120
+            status = None
+            while time.monotonic() < deadline and status is None:
+                try:
+                    with krylov.Client(f"127.0.0.1:{port}", timeout=30) as c:
+                        status = c.status()
+                except (krylov.ConnectionFailed, OSError):
+                    self.assertIsNone(proc.poll(), "krylovd exited: it did not take the sockets")
+                    time.sleep(0.1)
+            self.assertIsNotNone(status)
+            A = laplacian(300)  # 90,000 rows: x and y over the shared-memory threshold
+            x = make_rng().standard_normal(A.shape[1])
+            with krylov.Client("unix:" + path) as c:
+                info = c.put(A)
+                np.testing.assert_allclose(c.spmv(info, x), A @ x, rtol=1e-12, atol=1e-12)
+                self.assertTrue(c.shm)
+                self.assertEqual(c.status().raw["shm_regions"], 1)
+            with krylov.Client(f"127.0.0.1:{port}") as c:
+                np.testing.assert_allclose(c.spmv(info, x), A @ x, rtol=1e-12, atol=1e-12)
+            self.assertFalse(os.path.exists(os.path.join(state, "unused.sock")))
+        finally:
+            proc.terminate()
+            self.assertEqual(proc.wait(timeout=60), 0)
+        self.assertTrue(os.path.exists(path), "krylovd removed systemd's socket file")
+
 
 def scrape(port, path="/metrics", method="GET"):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
