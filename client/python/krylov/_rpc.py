@@ -8,8 +8,10 @@ on the way; responses to requests abandoned earlier (a client timeout, Ctrl-C) a
 
 Arrays go out without a copy: a parameter given as `Bin(buffer)` is written as a msgpack bin header
 followed by the caller's own buffer (numpy memory, via memoryview), so only the small parts of a
-request are packed. Received bins are the `bytes` objects msgpack-python makes; the client turns
-them into arrays with np.frombuffer (no further copy).
+request are packed, and the request leaves in one sendmsg of [head, array, tail] (TLS: sendall of
+each). Replies are read by _reader.StreamReader: a large bin is read with recv_into straight into
+a fresh NumPy uint8 array, which the client views with np.frombuffer (no further copy); small
+replies are decoded by msgpack's C unpacker.
 """
 
 import socket
@@ -18,17 +20,18 @@ import struct
 
 import msgpack
 
-from . import errors
+from . import _reader, errors
 
 DEFAULT_PORT = 7373
 
 # Bins smaller than this are packed with the rest of the request (one send for small requests);
 # larger ones are sent straight from the caller's buffer.
 _INLINE_BIN_BYTES = 64 * 1024
-_RECV_BYTES = 1 << 20
 # Each sendall gets the whole timeout (Python's timeout bounds a sendall as a whole), so large
-# bins go out in steps: the client's timeout is then "this long without progress", as for recv.
+# bins go out in steps over TLS: the client's timeout is then "this long without progress", as for
+# recv. sendmsg returns after each partial send, which gives the same.
 _SEND_STEP = 4 << 20
+_IOV_MAX = 512
 
 
 class _ClientTimeout(errors.Timeout):
@@ -101,6 +104,9 @@ def _pack_value(packer, chunks, value):
             chunks.append(packer.bytes() + _bin_header(n))
             packer.reset()
             chunks.append(value.view)
+    elif isinstance(value, dict) and not any(isinstance(v, (Bin, dict, list, tuple))
+                                             for v in value.values()):
+        packer.pack(value)  # nothing to keep out of the copy: one call into msgpack
     elif isinstance(value, dict):
         packer.pack_map_header(len(value))
         for key, item in value.items():
@@ -129,6 +135,23 @@ def encode_request(msgid, method, params):
         packer.pack_array_header(0)
     chunks.append(packer.bytes())
     return chunks
+
+
+def _send_views(sock, chunks):
+    """Send the buffers in order with sendmsg (one system call for a whole request when the
+    socket takes it), going on after partial sends without copying."""
+    views = [v for v in (memoryview(c) for c in chunks) if v.nbytes]
+    views = [v if v.format == "B" and v.ndim == 1 else v.cast("B") for v in views]
+    while views:
+        sent = sock.sendmsg(views[:_IOV_MAX])
+        while sent and views:
+            first = views[0].nbytes
+            if sent >= first:
+                sent -= first
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 def tls_context(cafile=None, certfile=None, keyfile=None):
@@ -179,9 +202,10 @@ class Connection:
                         f"TLS handshake with {address} failed: {e}") from None
         sock.settimeout(timeout)
         self._sock = sock
-        # max_buffer_size=0: no limit of the unpacker's own (2**32 - 1), as large as a bin can be
-        self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=0, strict_map_key=False)
+        self._reader = _reader.StreamReader(sock.recv_into)
+        self._sendmsg = not isinstance(sock, ssl.SSLSocket)
         self._next_msgid = 1
+        self._deferred = []  # (method, params) to send before the next request, answers skipped
         self.answered = 0  # the msgid of the last request whose response wait() read
 
     @property
@@ -211,10 +235,13 @@ class Connection:
                 first = memoryview(chunks[0])
                 sent = socket.send_fds(self._sock, [first], list(fds))
                 chunks = [first[sent:]] + list(chunks[1:])
-            for chunk in chunks:
-                view = memoryview(chunk)
-                for offset in range(0, len(view), _SEND_STEP):
-                    self._sock.sendall(view[offset : offset + _SEND_STEP])
+            if self._sendmsg:
+                _send_views(self._sock, chunks)
+            else:
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    for offset in range(0, len(view), _SEND_STEP):
+                        self._sock.sendall(view[offset : offset + _SEND_STEP])
         except socket.timeout:
             # half a request on the stream cannot be taken back
             raise self._fail(
@@ -228,9 +255,18 @@ class Connection:
             self.close()
             raise
 
+    def defer(self, method, params):
+        """Send this request before the next one, its answer skipped (safe from a finalizer: it
+        only queues)."""
+        self._deferred.append((method, params))
+
     def send_request(self, method, params, fds=()):
         """Write one request (with file descriptors beside it on a Unix socket); returns its
         msgid."""
+        while self._deferred and self._sock is not None:
+            deferred = self._deferred.pop(0)
+            self._send(encode_request(self._next_msgid, *deferred))
+            self._next_msgid += 1
         msgid = self._next_msgid
         self._next_msgid += 1
         self._send(encode_request(msgid, method, params), fds)
@@ -246,30 +282,31 @@ class Connection:
             pass
 
     def _next_message(self):
-        while True:
-            try:
-                return next(self._unpacker)
-            except StopIteration:
-                pass
-            except (ValueError, msgpack.UnpackException) as e:
-                raise self._fail(
-                    errors.ProtocolError(f"the server sent bytes that do not unpack: {e}")
-                ) from None
-            try:
-                data = self._sock.recv(_RECV_BYTES)
-            except socket.timeout:
-                raise _ClientTimeout(
-                    f"no answer from {self.address} within {self.timeout} s"
-                ) from None
-            except OSError as e:
-                raise self._fail(
-                    errors.ConnectionFailed(f"connection to {self.address} lost: {e}")
-                ) from None
-            if not data:
+        try:
+            return self._reader.next_message()
+        except socket.timeout:
+            if self._reader.broken:  # inside a large bin: the stream cannot be resumed
+                raise self._fail(errors.Timeout(
+                    f"no answer from {self.address} within {self.timeout} s (in the middle of "
+                    "a reply: the connection is closed)")) from None
+            raise _ClientTimeout(
+                f"no answer from {self.address} within {self.timeout} s"
+            ) from None
+        except _reader.Truncated as e:
+            if not e.started:
                 raise self._fail(
                     errors.ConnectionFailed(f"connection closed by the server at {self.address}")
-                )
-            self._unpacker.feed(data)
+                ) from None
+            raise self._fail(errors.ConnectionFailed(
+                f"connection to {self.address} closed in the middle of a reply: {e}")) from None
+        except _reader.Malformed as e:
+            raise self._fail(
+                errors.ProtocolError(f"the server sent bytes that do not unpack: {e}")
+            ) from None
+        except OSError as e:
+            raise self._fail(
+                errors.ConnectionFailed(f"connection to {self.address} lost: {e}")
+            ) from None
 
     def wait(self, msgid, on_progress=None):
         """Read until the response to msgid; return its result or raise its error.

@@ -4,7 +4,9 @@ On a Unix socket the client keeps one region: a memfd sealed against shrinking a
 registered with `shm.register` (the descriptor goes beside the request, SCM_RIGHTS). A large
 request's arrays are copied into the region once and named by reference ({"shm", "offset",
 "bytes"}) instead of travelling as bins, and the server writes the result into it (`out`); the
-client copies the result out (the region is reused by the next request).
+client copies the result out (the region is reused by the next request). The caller's own
+arrays in shared memory (Client.empty) are a Pool of regions, one an array, named where they lie
+and written into only as the `out` the caller passed.
 
 A request that needs more room registers a larger region (twice the old one, or just the request's
 size when the server's --max-shm-bytes has no room for that) and drops the old one; a request the
@@ -23,6 +25,7 @@ import errno
 import fcntl
 import mmap
 import os
+import weakref
 
 import numpy as np
 
@@ -46,16 +49,20 @@ def _round_up(n, to):
     return (n + to - 1) // to * to
 
 
+class _Mapping(mmap.mmap):
+    """An mmap that weak references (weakref.finalize) can follow."""
+
+
 class Region:
     """One registered region: a memfd, its mapping and the server's id for it."""
 
-    def __init__(self, conn, nbytes):
+    def __init__(self, conn, nbytes, mapping=mmap.mmap):
         fd = os.memfd_create("krylov-shm", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, nbytes)
             os.posix_fallocate(fd, 0, nbytes)  # the pages exist: a write never faults for room
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
-            self.map = mmap.mmap(fd, nbytes)
+            self.map = mapping(fd, nbytes)
             try:
                 result = conn.call("shm.register", {"bytes": nbytes}, fds=[fd])
             except BaseException:
@@ -193,3 +200,77 @@ def view(region, offset, dtype, shape, order="C"):
 
 def ref(region, offset, nbytes):
     return {"shm": region.id, "offset": offset, "bytes": nbytes}
+
+
+def _address(arr):
+    return arr.__array_interface__["data"][0]
+
+
+class Pool:
+    """The caller's own arrays in shared memory (Client.empty / Client.asarray).
+
+    Each array of MIN_BYTES or more gets a region of its own, registered once; the array (with
+    every view of it) holds the mapping, and when the last of them is gone the region is
+    forgotten here and unregistered with the connection's next request (Connection.defer: a
+    finalizer sends nothing itself, it may run in the middle of another request). A request may
+    then name an array of the pool, or any contiguous slice of one, by reference instead of
+    copying it, and a result may be written straight into one (`out`). Smaller arrays, and arrays
+    the server has no room for (--max-shm-bytes, 64 regions a connection), are plain NumPy
+    arrays."""
+
+    def __init__(self, conn, arena):
+        self._conn = conn
+        self._arena = arena
+        self._regions = {}  # region id -> (first byte's address, bytes)
+        self.refused = None  # why the last region could not be had
+
+    def empty(self, shape, dtype, order="C"):
+        dtype = np.dtype(dtype)
+        count = 1
+        for n in (shape if isinstance(shape, (tuple, list)) else (shape,)):
+            count *= int(n)
+        nbytes = count * dtype.itemsize
+        if not self._arena.enabled or nbytes < MIN_BYTES:
+            return np.empty(shape, dtype=dtype, order=order)
+        try:
+            region = Region(self._conn, _round_up(nbytes, _PAGE), mapping=_Mapping)
+        except errors.ConnectionFailed:
+            raise
+        except (errors.KrylovError, OSError) as e:  # no room: a plain array does
+            self.refused = str(e)
+            return np.empty(shape, dtype=dtype, order=order)
+        arr = np.ndarray(shape, dtype=dtype, buffer=region.map, order=order)
+        self._regions[region.id] = (_address(arr), region.nbytes)
+        weakref.finalize(region.map, self._forget, region.id)
+        return arr
+
+    def _forget(self, region_id):
+        self._regions.pop(region_id, None)
+        self._conn.defer("shm.unregister", {"shm": region_id})
+
+    def locate(self, arr):
+        """(region id, offset, bytes) of an ndarray's bytes inside a region of the pool, or None.
+        The array must be contiguous (C or Fortran order: the caller checks which it needs)."""
+        if not self._regions or not isinstance(arr, np.ndarray) or arr.nbytes == 0:
+            return None
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            return None
+        start = _address(arr)
+        for region_id, (base, nbytes) in self._regions.items():
+            if base <= start and start + arr.nbytes <= base + nbytes:
+                return region_id, start - base, arr.nbytes
+        return None
+
+    def __len__(self):
+        return len(self._regions)
+
+
+def overlaps(a, b):
+    """Whether two (region id, offset, bytes) share a byte."""
+    return (a is not None and b is not None and a[0] == b[0] and a[1] < b[1] + b[2]
+            and b[1] < a[1] + a[2])
+
+
+def as_ref(located):
+    region_id, offset, nbytes = located
+    return {"shm": region_id, "offset": offset, "bytes": nbytes}

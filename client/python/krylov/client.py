@@ -8,9 +8,12 @@
         res = kd.solve(A, b, rtol=1e-10)                    # SolveResult: res.x, res.status, ...
 
 Arrays are sent as little-endian bins straight from numpy's memory when they are already
-contiguous in the wire's dtype, and results come back as np.frombuffer views of the received
-message: no copies beyond the socket's. Those result arrays are read-only; `.copy()` one to change
-it, or give spmv an `out=` array to fill.
+contiguous in the wire's dtype (one sendmsg), and results come back as np.frombuffer views of the
+received bytes: a large bin is read with recv_into straight into its own array (_reader.py), so
+no copies beyond the socket's. Small results are read-only views; `.copy()` one to change it, or
+give spmv / solve an `out=` array to fill. On a Unix socket, `empty()` / `asarray()` give arrays
+in shared memory that requests name where they lie, and that the server writes into as `out=`
+(see empty() for the rule on results as views).
 """
 
 import gzip
@@ -363,7 +366,9 @@ def _matrix_id(matrix):
 def _result_array(result, field_name, shape=None):
     data = result.get(field_name)
     dtype = _VALUE_DTYPES.get(result.get("dtype", "float64"))
-    if not isinstance(data, (bytes, bytearray)) or dtype is None or len(data) % dtype.itemsize:
+    # bytes, or the uint8 array a large bin was read into (_reader)
+    if (not isinstance(data, (bytes, bytearray, np.ndarray)) or dtype is None
+            or len(data) % dtype.itemsize):
         raise errors.ProtocolError(f"the server's result has no valid '{field_name}'")
     arr = np.frombuffer(data, dtype=dtype)
     return arr if shape is None else arr.reshape(shape)
@@ -423,6 +428,8 @@ class Client:
         self._conn = _rpc.Connection(address, timeout=timeout, connect_timeout=connect_timeout,
                                      tls=tls)
         self._arena = _shm.Arena(self._conn, enabled=bool(shm))
+        self._pool = _shm.Pool(self._conn, self._arena)  # the caller's arrays (empty())
+        self.last_time_ms = None  # the server's time_ms for the last spmv, solve or put
         self._shapes = {}  # matrix id -> (rows, cols, batch), for results written into the region
         self.user = None
         self.role = None
@@ -523,7 +530,7 @@ class Client:
         _optional(params, name=name if name is not None else default_name, format=format,
                   pin=None if pin is None else bool(pin), select=select, reorder=reorder,
                   persist=persist, timeout_ms=timeout_ms)
-        return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+        return self._put_call(params)
 
     def update(self, old, A, **kwargs):
         """put(A, like=old): new values on old's pattern (see put)."""
@@ -550,8 +557,10 @@ class Client:
         like_id = like.id if isinstance(like, MatrixInfo) else str(like)
         if not (hasattr(A, "tocsr") and hasattr(A, "shape")):
             raise TypeError(f"put(like=...) takes a scipy.sparse matrix, not {type(A).__name__}")
-        csr = A.tocsr(copy=True)
-        csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
+        csr = A.tocsr()
+        if not csr.has_canonical_format:  # checked in O(nnz); a copy only when it must change
+            csr = csr.copy()
+            csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
         rows, cols = (int(n) for n in csr.shape)
         data = np.asarray(csr.data)
         _check_real(data, "the matrix")
@@ -575,7 +584,26 @@ class Client:
         params["values"] = _values_bin(data, value_dtype or "float64")
         _optional(params, name=name, pin=None if pin is None else bool(pin), persist=persist,
                   timeout_ms=timeout_ms)
-        return MatrixInfo.from_wire(self._conn.call("matrix.put", params))
+        return self._put_call(params)
+
+    def _put_call(self, params):
+        """matrix.put with its values through shared memory when they are large (the server
+        copies them as it reads the request): values in an array of empty() are named where
+        they lie, others copied into the scratch region. Bins otherwise."""
+        values = params.get("values")
+        if isinstance(values, _rpc.Bin) and self._arena.enabled and values.nbytes:
+            located = self._pool.locate(np.frombuffer(values.view, np.uint8))
+            if located is not None:
+                params["values"] = _shm.as_ref(located)
+                return MatrixInfo.from_wire(self._note_time(self._conn.call("matrix.put", params)))
+            n = values.nbytes
+            if self._arena.usable(n) and self._arena.reserve(n):
+                region = self._arena.region
+                _shm.view(region, 0, np.uint8, (n,))[:] = np.frombuffer(values.view, np.uint8)
+                params["values"] = _shm.ref(region, 0, n)
+                return MatrixInfo.from_wire(
+                    self._note_time(self._call_in_region("matrix.put", params)))
+        return MatrixInfo.from_wire(self._note_time(self._conn.call("matrix.put", params)))
 
     def put_batch(self, matrices, values=None, *, name=None, dtype=None, pin=None,
                   timeout_ms=None):
@@ -762,8 +790,11 @@ class Client:
         launch on the server for the formats with an SpMM kernel: the matrix is read once for
         all columns); y (rows entries, or rows x k) is needed when beta != 0. dtype: the wire
         type of x, y and the result (default: float32 for a float32 x, else float64). The
-        result is a read-only view of the received bytes (rows x k for a 2-D x); with out= it
-        is copied into out, which is returned.
+        result is a fresh array (rows x k for a 2-D x; read-only when small: a view of the
+        received bytes); with out= the result goes into out, which is returned: written there by
+        the server itself when out is an array of empty() (see empty() for the rule), copied
+        there otherwise. x and y from empty() are read where they lie (no copy).
+        self.last_time_ms is the server's time for the spmv.
         """
         x = np.asarray(x)
         _check_real(x, "x")
@@ -773,11 +804,8 @@ class Client:
         if beta != 0.0 and y is None:  # before choosing a path: both need y
             raise ValueError("spmv with beta != 0 needs y")
         mid = self._operand_id(matrix)
-        shm = self._spmv_shm(matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms)
+        shm = self._spmv_shm(matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms, out)
         if shm is not None:
-            if out is not None:
-                np.copyto(out, shm)
-                return out
             return shm
         x_bin, ncols = _vector_bin(x, "x", dtype_name)
         params = {"id": mid, "x": x_bin, "dtype": dtype_name}
@@ -792,7 +820,7 @@ class Client:
             params["beta"] = float(beta)
             params["y"] = _vector_bin(y_arr, "y", dtype_name)[0]
         _optional(params, timeout_ms=timeout_ms)
-        result = _result_array(self._conn.call("spmv", params), "y")
+        result = _result_array(self._note_time(self._conn.call("spmv", params)), "y")
         if x.ndim == 2:
             result = result.reshape((ncols, -1)).T  # column-major on the wire
         if out is not None:
@@ -828,47 +856,129 @@ class Client:
         self._arena.uses += 1
         return result
 
-    def _spmv_shm(self, matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms):
-        """spmv through the shared-memory region, or None (too small, refused: bins)."""
+    def _located(self, arr, wire, shape=None):
+        """(region id, offset, bytes) of an array of the pool (Client.empty) that the wire can
+        take where it lies (its dtype, column-major for 2-D, of `shape` when given), or None."""
+        if (not isinstance(arr, np.ndarray) or arr.dtype != wire or not len(self._pool)
+                or arr.ndim not in (1, 2)):
+            return None
+        if shape is not None and arr.shape != shape:
+            return None
+        if not (arr.flags.f_contiguous if arr.ndim == 2 else arr.flags.c_contiguous):
+            return None  # the wire is column-major
+        return self._pool.locate(arr)
+
+    def _place(self, arrays, out_nbytes, out, out_shape, wire):
+        """Refs for a request's input arrays and its output: arrays of the pool where they lie,
+        the others copied into the scratch region. arrays: (name, array, shape) with array None
+        for an absent one. Returns (refs, out_located, out_view) or None when the scratch region
+        has no room (bins)."""
+        located = {name: self._located(arr, wire, shape) for name, arr, shape in arrays
+                   if arr is not None}
+        out_at = None if out is None else self._located(out, wire, out_shape)
+        if out_at is not None and any(_shm.overlaps(out_at, at) for at in located.values()):
+            out_at = None  # the server refuses an out sharing bytes with an input
+        lay = _shm.Layout()
+        slots = {name: lay.add(arr.size * wire.itemsize) for name, arr, _ in arrays
+                 if arr is not None and located[name] is None}
+        io = lay.add(out_nbytes) if out_at is None else None
+        if lay.parts and not self._arena.reserve(lay.nbytes):
+            return None
+        region = self._arena.region
+        refs = {}
+        for name, arr, shape in arrays:
+            if arr is None:
+                continue
+            if located[name] is not None:
+                refs[name] = _shm.as_ref(located[name])
+                continue
+            _check_real(arr, name)
+            offset, nbytes = lay.parts[slots[name]]
+            np.copyto(_shm.view(region, offset, wire, shape, "F"), arr, casting="unsafe")
+            refs[name] = _shm.ref(region, offset, nbytes)
+        if out_at is not None:
+            refs["out"] = _shm.as_ref(out_at)
+            out_view = None
+        else:
+            refs["out"] = _shm.ref(region, *lay.parts[io])
+            out_view = _shm.view(region, lay.parts[io][0], wire, out_shape, "F")
+        return refs, out_at, out_view
+
+    def _spmv_shm(self, matrix, mid, x, y, beta, dtype_name, alpha, timeout_ms, out):
+        """spmv through shared memory, or None (too small, refused: bins). Returns out when the
+        server wrote into it (an array of the pool), else a fresh array (copied into out when
+        given)."""
         wire = _VALUE_DTYPES[dtype_name]
         k = x.shape[1] if x.ndim == 2 else 1
-        if not self._arena.usable(x.size * wire.itemsize * 2):
+        if not self._arena.enabled:
+            return None
+        pooled = len(self._pool) and any(self._located(a, wire) is not None for a in (x, y, out))
+        if not pooled and not self._arena.usable(x.size * wire.itemsize * 2):
             return None
         rows, cols, batch = self._shape_of(matrix, mid)
         if batch or x.shape[0] != cols:
             return None  # the server's message about the shape comes through the bins path
+        shape_y = (rows, k) if x.ndim == 2 else (rows,)
         y_arr = None if beta == 0.0 or y is None else np.asarray(y)
-        if y_arr is not None and y_arr.shape != ((rows, k) if x.ndim == 2 else (rows,)):
+        if y_arr is not None and y_arr.shape != shape_y:
             return None
-        lay = _shm.Layout()
-        ix = lay.add(x.size * wire.itemsize)
-        iy = lay.add(rows * k * wire.itemsize) if y_arr is not None else None
-        io = lay.add(rows * k * wire.itemsize)
-        if not self._arena.reserve(lay.nbytes):
+        placed = self._place([("x", x, x.shape), ("y", y_arr, shape_y)],
+                             rows * k * wire.itemsize, out, shape_y, wire)
+        if placed is None:
             return None
-        region = self._arena.region
-        shape_x, shape_y = (x.shape, (rows, k) if x.ndim == 2 else (rows,))
-        np.copyto(_shm.view(region, lay.parts[ix][0], wire, shape_x, "F"), x, casting="unsafe")
-        params = {"id": mid, "dtype": dtype_name, "x": _shm.ref(region, *lay.parts[ix]),
-                  "out": _shm.ref(region, *lay.parts[io])}
+        refs, out_at, out_view = placed
+        params = {"id": mid, "dtype": dtype_name, **refs}
         if x.ndim == 2:
             params["ncols"] = k
         if alpha != 1.0:
             params["alpha"] = float(alpha)
         if y_arr is not None:
-            _check_real(y_arr, "y")
-            np.copyto(_shm.view(region, lay.parts[iy][0], wire, shape_y, "F"), y_arr,
-                      casting="unsafe")
             params["beta"] = float(beta)
-            params["y"] = _shm.ref(region, *lay.parts[iy])
         _optional(params, timeout_ms=timeout_ms)
-        self._call_in_region("spmv", params)
-        return _shm.view(region, lay.parts[io][0], wire, shape_y, "F").copy(order="K")
+        self._note_time(self._call_in_region("spmv", params))
+        if out_at is not None:
+            return out
+        if out is not None:
+            np.copyto(out, out_view)
+            return out
+        return out_view.copy(order="K")
+
+    def _note_time(self, result):
+        self.last_time_ms = float(result.get("time_ms", 0.0)) if isinstance(result, dict) else None
+        return result
+
+    def empty(self, shape, dtype=np.float64, order="C"):
+        """An uninitialised NumPy array in shared memory with the server (on a Unix socket with
+        shm): spmv and solve read it where it lies (no copy into the request), and given as
+        `out` the server writes the result straight into it. A plain NumPy array on TCP, with
+        shm=False, when smaller than 256 KiB (bins cost less) or when the server has no room
+        (--max-shm-bytes; 64 regions a connection): everything still works, by copying.
+
+        The array (and every view of it) keeps its region mapped; the region is unregistered
+        with the next request after the last of them is gone. Results are views of shared memory
+        only when you ask, by passing out=: an array from empty() that nothing else writes
+        until the call returns. Without out=, results are fresh arrays, never views of a region
+        a later call reuses. A call that raises (a timeout, Ctrl-C) may leave the server still
+        writing into its out: its contents are then undefined."""
+        return self._pool.empty(shape, dtype, order)
+
+    def asarray(self, a, dtype=None):
+        """a as an array of empty() (copied once), or a itself when it already is one."""
+        arr = np.asarray(a, dtype=dtype)
+        if self.in_region(arr):
+            return arr
+        out = self.empty(arr.shape, arr.dtype, "F" if arr.ndim == 2 else "C")
+        np.copyto(out, arr)
+        return out
+
+    def in_region(self, arr):
+        """Whether arr lies in shared memory of empty() (then requests name it, not copy it)."""
+        return isinstance(arr, np.ndarray) and self._pool.locate(arr) is not None
 
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
               callback=None, dtype=None, timeout_ms=None, restart=None, tol=None,
-              reuse_preconditioner=None):
+              reuse_preconditioner=None, out=None):
         """Solve A x = b on the server.
 
         matrix: an id, a MatrixInfo, or a matrix put() takes (a scipy.sparse matrix, a dense
@@ -893,7 +1003,10 @@ class Client:
         reuse_preconditioner=True, on a matrix put with like (put(A, like=...)): apply the like
         matrix's preconditioner as it is, not one of this matrix (a Newton loop's cheap steps);
         SolveResult.preconditioner_setup says "reused", or why it was built fresh. Without it, a
-        preconditioner the like matrix holds is refreshed ("refreshed"). Returns a SolveResult;
+        preconditioner the like matrix holds is refreshed ("refreshed"). out: an array shaped
+        like b for x (SolveResult.x is then out): the server writes x straight into an array of
+        empty() (see empty() for the rule); b and x0 from empty() are read where they lie.
+        Returns a SolveResult;
         a solve that stops without converging is not an exception (look at .status).
         """
         if tol is not None:
@@ -924,25 +1037,16 @@ class Client:
         if nrhs != 1:
             params["nrhs"] = nrhs
         wire = _VALUE_DTYPES[dtype_name]
-        x_at = None  # where the server writes x in the region, when the arrays go through it
-        if self._arena.usable(b_arr.size * wire.itemsize * 2):
-            lay = _shm.Layout()
-            ib = lay.add(b_arr.size * wire.itemsize)
-            i0 = lay.add(b_arr.size * wire.itemsize) if x0_arr is not None else None
-            ix = lay.add(b_arr.size * wire.itemsize)
-            if self._arena.reserve(lay.nbytes):
-                region = self._arena.region
-                _check_real(b_arr, "b")
-                np.copyto(_shm.view(region, lay.parts[ib][0], wire, b_arr.shape, "F"), b_arr,
-                          casting="unsafe")
-                params["b"] = _shm.ref(region, *lay.parts[ib])
-                if x0_arr is not None:
-                    _check_real(x0_arr, "x0")
-                    np.copyto(_shm.view(region, lay.parts[i0][0], wire, b_arr.shape, "F"), x0_arr,
-                              casting="unsafe")
-                    params["x0"] = _shm.ref(region, *lay.parts[i0])
-                params["out"] = _shm.ref(region, *lay.parts[ix])
-                x_at = (region, lay.parts[ix][0], wire)
+        x_at = None  # where the server writes x: (out given, the scratch view), or None: bins
+        pooled = len(self._pool) and any(self._located(a, wire) is not None
+                                         for a in (b_arr, x0_arr, out))
+        if self._arena.enabled and (pooled or self._arena.usable(b_arr.size * wire.itemsize * 2)):
+            placed = self._place([("b", b_arr, b_arr.shape), ("x0", x0_arr, b_arr.shape)],
+                                 b_arr.size * wire.itemsize, out, b_arr.shape, wire)
+            if placed is not None:
+                refs, out_at, out_view = placed
+                params.update(refs)
+                x_at = (out_at, out_view)
         if "b" not in params:
             params["b"] = _vector_bin(b_arr, "b", dtype_name)[0]
             if x0_arr is not None:
@@ -971,9 +1075,19 @@ class Client:
             result = self._call_in_region("solve", params, on_progress)
         else:
             result = self._conn.call("solve", params, on_progress)
+        self._note_time(result)
         x = None
-        if x_at is not None:  # copied out: the region serves the next request
-            x = _shm.view(x_at[0], x_at[1], x_at[2], b_arr.shape, "F").copy(order="K")
+        if x_at is not None and x_at[0] is not None:
+            x = out  # the server wrote it there
+        elif x_at is not None:  # copied out: the scratch region serves the next request
+            if out is not None:
+                np.copyto(out, x_at[1])
+                x = out
+            else:
+                x = x_at[1].copy(order="K")
+        elif out is not None:
+            np.copyto(out, self._solve_result(result, b_arr, nrhs).x)
+            x = out
         return self._solve_result(result, b_arr, nrhs, x)
 
     @staticmethod

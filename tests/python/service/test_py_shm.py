@@ -208,13 +208,14 @@ class ThroughRegions(unittest.TestCase):
         A = self.A
         with krylov.Client(unix) as kd, krylov.Client(unix, shm=False) as bins:
             info = kd.put(A)
+            uses = kd._arena.uses  # the put's values may have gone through the region
             x = rng.uniform(-1, 1, A.shape[0])
             for client in (kd, bins):
                 with self.assertRaisesRegex(ValueError, "beta != 0 needs y"):
                     client.spmv(info, x, beta=0.5)
                 with self.assertRaisesRegex(ValueError, "beta != 0 needs y"):
                     client.spmv(info, np.stack([x, x], axis=1), beta=-1.0)
-            self.assertEqual(kd._arena.uses, 0)
+            self.assertEqual(kd._arena.uses, uses)
 
     def test_tcp_falls_back_to_bins(self):
         with krylov.Client(daemon.address) as kd:
