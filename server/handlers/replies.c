@@ -96,7 +96,7 @@ void kd_reply_meta_extra(kd_writer_t *w, const kd_matrix_meta_t *meta, int creat
     kd_w_kv_bool(w, "pinned", meta->pinned);
     kd_w_kv_bool(w, "resident", meta->resident);
     kd_w_kv_str(w, "persisted", kd_persist_name(meta->persist));
-    kd_w_kv_bool(w, "durable", meta->stored);
+    kd_w_kv_bool(w, "durable", meta->stored && !meta->behind);
     kd_w_kv_int(w, "uses", (int64_t)meta->uses);
     kd_reply_stats(w, &meta->stats);
     if (!meta->hide_selection)

@@ -574,6 +574,7 @@ static int kd_cache_queue_behind(kd_server_t *server, kd_store_entry_t *entry, k
         server->cap_behind = cap;
     }
     kd_state_mark_behind(server->state, entry->meta.id);
+    kd_store_set_behind(server->store, entry, 1);
     kd_cache_behind_t *b = &server->behind[server->nbehind++];
     memcpy(b->id, entry->meta.id, 16);
     b->queued_ns = kd_clock_ns();
@@ -718,6 +719,7 @@ int kd_cache_write_behind(void *arg, int queue_empty)
         kd_cache_release_host(server, entry);
     }
     kd_state_unmark_behind(server->state, item.id);
+    kd_store_set_behind(server->store, entry, 0); /* durable now: file, owners, no marker */
     return server->nbehind > 0;
 }
 
@@ -735,6 +737,7 @@ int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int p
             kd_state_unmark_behind(server->state, entry->meta.id);
         entry->meta.persist = KD_PERSIST_SYNC;
         kd_cache_save_owners(server, entry->meta.hex);
+        kd_store_set_behind(server->store, entry, 0);
         KD_INFO("cache", "persist id=%s sync (was behind or none)", entry->meta.hex);
         kd_cache_release_host(server, entry);
         return KD_OK;

@@ -222,6 +222,13 @@ void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, s
     pthread_mutex_unlock(&store->lock);
 }
 
+void kd_store_set_behind(kd_store_t *store, kd_store_entry_t *entry, int behind)
+{
+    pthread_mutex_lock(&store->lock);
+    entry->meta.behind = behind;
+    pthread_mutex_unlock(&store->lock);
+}
+
 /* Whether e may be forgotten or evicted (kd_store_lru_victim). The lock is held. */
 static int kd_store_evictable(const kd_store_entry_t *e)
 {

@@ -73,6 +73,9 @@ typedef struct kd_matrix_meta {
      * every matrix read from the state directory), behind (after it: stored turns 1 once the
      * worker wrote it), none (never; also every matrix of a server without a state directory) */
     int persist;
+    /* its write behind is queued or under way: not durable yet, even once stored turns 1 (its
+     * owners' line and the marker's removal come after the file) */
+    int behind;
     uint64_t created_ns;
     uint64_t last_used_ns; /* CLOCK_MONOTONIC: the LRU order for both device and disk eviction */
     uint64_t uses;
@@ -234,6 +237,8 @@ kd_store_entry_t *kd_store_find_sibling(kd_store_t *store, const kd_store_entry_
  * kd_matrix_with_values). */
 void kd_store_refresh_all_bytes(kd_store_t *store);
 void kd_store_set_file(kd_store_t *store, kd_store_entry_t *entry, int stored, size_t file_bytes);
+/* entry's meta.behind, under the store's lock (the loop thread reads copies of meta). */
+void kd_store_set_behind(kd_store_t *store, kd_store_entry_t *entry, int behind);
 
 /* Worker thread: the least recently used entry that is not pinned, is stored on disk, is not
  * `except` (may be NULL), and is resident (resident_only) or has a file (!resident_only); NULL
