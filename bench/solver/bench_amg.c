@@ -204,6 +204,10 @@ int kd_bench_amg_main(int argc, char **argv)
             for (int l = 0; l < st.levels; l++)
                 printf(" %lld/%lld", (long long)st.rows[l], (long long)st.nnz[l]);
             printf("; jacobi relres %.1e\n", jac.relres);
+            printf("#   setup %.2f solves; phases ms:", setup_wall / amg.ms);
+            for (int ph = 0; ph < KD_AMG_PHASES; ph++)
+                printf(" %s=%.1f", kd_amg_phase_names[ph], st.phase_ms[ph]);
+            printf("\n");
             kd_amg_profile_t pr;
             if (kd_amg_profile(ocl, P, 10, &pr, &err) == KD_OK) {
                 printf(

@@ -316,3 +316,172 @@ __kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     }
 }
+
+/*
+ * Device aggregation (solver/precond/amg/aggregate.c): aggregates as a distance-2 maximal
+ * independent set of the strength graph, its members the roots (Bell, Dalton and Olson 2012), one
+ * work-item per node in every kernel, each reading its row of A (or of the strength mask) and
+ * writing only its own node's entries; rounds are separate launches, so no kernel reads what
+ * another work-item of the same launch writes. The result depends on A alone: each node's priority
+ * comes from its strong neighbours' states and a fixed hash of its index (ties impossible: the
+ * index is in the key), never from work-group size or scheduling.
+ * kd_amg_strength: strong[k] for entry k of row i (column j != i, a_ij != 0 and
+ * a_ij^2 >= t2 |a_ii a_jj|), and state 1 (undecided) for a node with a strong entry, -1 (none:
+ * isolated, in no aggregate) otherwise.
+ * kd_amg_mis_key: each node's key (state, 1023 - its undecided strong neighbours (at most 1023),
+ * hash mod 2^20, index), packed in a ulong in that order of significance (states < 0 count as 0).
+ * kd_amg_mis_max1, kd_amg_mis_max2: the largest key over the node and its strong neighbours, then
+ * the largest of those over the same set: the largest key within distance 2.
+ * kd_amg_mis_update: an undecided node whose distance-2 maximum is itself becomes a root (2); one
+ * whose distance-2 maximum is a root leaves (0); one still undecided sets *left.
+ * kd_amg_agg_count, kd_amg_agg_number: roots numbered in index order: work-item c counts, then
+ * (from its chunk's offset, a host scan of the counts) numbers, the roots of nodes
+ * c * chunk .. (c + 1) * chunk - 1.
+ * kd_amg_agg_join: a node without an aggregate in `from` takes that of its strong neighbour of
+ * largest (hash mod 2^30, index) among those that have one (first the roots' neighbours, then
+ * theirs).
+ */
+static uint kd_amg_hash(uint x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* A node's rank in the joins: (hash mod 2^30, index), never 0. */
+static ulong kd_amg_join_key(const int j)
+{
+    return ((ulong)(kd_amg_hash((uint)j) & 0x3fffffffU) << 32) + (ulong)(uint)j + 1UL;
+}
+
+__kernel void kd_amg_strength(const int n, const VALUE t2, __global const int *ptr,
+                              __global const int *idx, __global const VALUE *val,
+                              __global const VALUE *diag, __global uchar *strong,
+                              __global int *state)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int any = 0;
+    for (int k = ptr[i]; k < ptr[i + 1]; k++) {
+        const int j = idx[k];
+        const VALUE v = val[k];
+        const int s = j != i && v != (VALUE)0 && v * v >= t2 * fabs(diag[i] * diag[j]);
+        strong[k] = (uchar)s;
+        any |= s;
+    }
+    state[i] = any ? 1 : -1;
+}
+
+__kernel void kd_amg_mis_key(const int n, __global const int *ptr, __global const int *idx,
+                             __global const uchar *strong, __global const int *state,
+                             __global ulong *key)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int undecided = 0;
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        undecided += strong[k] && state[idx[k]] == 1;
+    const ulong s = state[i] > 0 ? (ulong)state[i] : 0UL;
+    const ulong fewer = (ulong)(1023 - (undecided < 1023 ? undecided : 1023));
+    key[i] = (s << 62) | (fewer << 52) | ((ulong)(kd_amg_hash((uint)i) & 0xfffffU) << 32) |
+             (ulong)(uint)i;
+}
+
+__kernel void kd_amg_mis_max1(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const ulong *key,
+                              __global ulong *m1)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    ulong m = key[i];
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        if (strong[k])
+            m = key[idx[k]] > m ? key[idx[k]] : m;
+    m1[i] = m;
+}
+
+__kernel void kd_amg_mis_max2(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const ulong *m1,
+                              __global ulong *m2)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    ulong m = m1[i];
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        if (strong[k])
+            m = m1[idx[k]] > m ? m1[idx[k]] : m;
+    m2[i] = m;
+}
+
+__kernel void kd_amg_mis_update(const int n, __global const ulong *m2, __global int *state,
+                                __global int *left)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n || state[i] != 1)
+        return;
+    const ulong m = m2[i];
+    if ((uint)(m & 0xffffffffUL) == (uint)i)
+        state[i] = 2;
+    else if ((m >> 62) == 2UL)
+        state[i] = 0;
+    else
+        atomic_or(left, 1);
+}
+
+__kernel void kd_amg_agg_count(const int n, const int chunk, __global const int *state,
+                               __global int *count)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int roots = 0;
+    for (int i = (int)lo; i < hi; i++)
+        roots += state[i] == 2;
+    count[c] = roots;
+}
+
+__kernel void kd_amg_agg_number(const int n, const int chunk, __global const int *state,
+                                __global const int *offset, __global int *agg)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int id = offset[c];
+    for (int i = (int)lo; i < hi; i++)
+        agg[i] = state[i] == 2 ? id++ : -1;
+}
+
+__kernel void kd_amg_agg_join(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const int *from,
+                              __global int *to)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int a = from[i];
+    if (a < 0) {
+        ulong best = 0;
+        for (int k = ptr[i]; k < ptr[i + 1]; k++) {
+            const int j = idx[k];
+            if (strong[k] && from[j] >= 0) {
+                const ulong key = kd_amg_join_key(j); /* best 0: none yet */
+                if (key > best) {
+                    best = key;
+                    a = from[j];
+                }
+            }
+        }
+    }
+    to[i] = a;
+}
