@@ -62,6 +62,7 @@ static void kd_ba_usage(void)
         "  --format NAME       force the matrix's format (default: measured, as matrix.put)\n"
         "  --fused 0|1         AMG's fused V-cycle (default: the preconditioner's, 1)\n"
         "  --tail-rows N       AMG: levels of at most N rows in one launch (0: none)\n"
+        "  --aggregation 0|1   AMG's aggregates on the host (0) or the device (1)\n"
         "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, kronlap3d:N, elast3d:N, ... or a .mtx file\n");
 }
 
@@ -69,7 +70,8 @@ int kd_bench_amg_main(int argc, char **argv)
 {
     const char *device = "auto", *format = NULL;
     kd_dtype_t dtype = KD_DTYPE_F64;
-    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0;
+    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0,
+           aggregation = -1.0;
     int repeat = 3, first = argc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -90,6 +92,8 @@ int kd_bench_amg_main(int argc, char **argv)
             fused = atof(argv[++i]);
         else if (strcmp(a, "--tail-rows") == 0 && has)
             tail_rows = atof(argv[++i]);
+        else if (strcmp(a, "--aggregation") == 0 && has)
+            aggregation = atof(argv[++i]);
         else if (strcmp(a, "--format") == 0 && has)
             format = argv[++i];
         else if (a[0] == '-') {
@@ -128,6 +132,10 @@ int kd_bench_amg_main(int argc, char **argv)
     if (tail_rows >= 0.0) {
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "tail_rows");
         opt.items[opt.count++].value = tail_rows;
+    }
+    if (aggregation >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "aggregation");
+        opt.items[opt.count++].value = aggregation;
     }
     if (block_size > 0.0) {
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "block_size");

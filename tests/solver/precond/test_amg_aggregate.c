@@ -8,6 +8,8 @@
  * The output is poisoned before each call. Every aggregate is checked to be non-empty and every
  * node with a strong neighbour to be in one. Then the option end to end: AMG-PCG with
  * aggregation = 1 converges by the CPU's measure, and aggregation = 2 is refused.
+ * `test_amg_aggregate --small`: the edge cases alone, at sizes Oclgrind simulates in a minute
+ * (KD_TEST_DEVICE=auto oclgrind --data-races --check-api bin/test_amg_aggregate --small).
  */
 #include "kd_solver_test.h"
 #include "solver/methods/method.h"
@@ -223,6 +225,18 @@ static kd_csr_t *as_float32(kd_csr_t *A)
     return out;
 }
 
+/* Small cases of each kind, for a simulator. */
+static void test_small(void)
+{
+    check_aggregates("lap2d 12x9 scrambled", kd_test_scramble(kd_test_laplacian_2d(12, 9)), 0.0);
+    check_aggregates("random spd", kd_test_spd_matrix(150 + kd_test_rand_below(50), 6, 0.5), 0.15);
+    check_aggregates("anisotropic 9 eps 1e-3", anisotropic_2d(9, 1e-3), 0.25);
+    check_aggregates("arrow (one dense row)", kd_test_arrow_matrix(90), 0.0);
+    check_aggregates("empty and diagonal-only rows", with_empty_rows(70), 0.0);
+    check_aggregates("1x1", single(3.0), 0.0);
+    check_aggregates("2x2 empty", kd_test_coo_finish(&(kd_test_coo_t){.rows = 2, .cols = 2}), 0.0);
+}
+
 static void test_against_reference(void)
 {
     check_aggregates("lap2d 23x17 scrambled", kd_test_scramble(kd_test_laplacian_2d(23, 17)), 0.0);
@@ -277,14 +291,18 @@ static void test_option(void)
     kd_test_problem_free(&p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     kd_test_seed();
     ocl = kd_test_open_device();
     if (ocl == NULL)
         return 1;
-    test_against_reference();
-    test_option();
+    if (argc > 1 && strcmp(argv[1], "--small") == 0) {
+        test_small();
+    } else {
+        test_against_reference();
+        test_option();
+    }
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
