@@ -131,8 +131,7 @@ static int kd_amg_agg_number(kd_ocl_t *ocl, kd_amg_t *amg, int64_t n, int64_t ch
     if (rc == KD_OK)
         rc = kd_amg_launch(ocl, amg, "kd_amg_agg_number", 0, global, amg->wg,
                            KD_ARGS(KD_ARG_INT(n), KD_ARG_INT(KD_AMG_AGG_CHUNK),
-                                   KD_ARG_MEM(B->state), KD_ARG_MEM(B->offset),
-                                   KD_ARG_MEM(B->a)),
+                                   KD_ARG_MEM(B->state), KD_ARG_MEM(B->offset), KD_ARG_MEM(B->a)),
                            err);
     free(count);
     *naggs = total;
@@ -140,9 +139,8 @@ static int kd_amg_agg_number(kd_ocl_t *ocl, kd_amg_t *amg, int64_t n, int64_t ch
 }
 
 /* The steps on dA, A's device copy. */
-static int kd_amg_agg_run(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *dA,
-                          double threshold, int32_t *agg, int64_t *naggs, int *rounds,
-                          kd_err_t *err)
+static int kd_amg_agg_run(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *dA, double threshold,
+                          int32_t *agg, int64_t *naggs, int *rounds, kd_err_t *err)
 {
     const int64_t n = dA->rows, chunks = (n + KD_AMG_AGG_CHUNK - 1) / KD_AMG_AGG_CHUNK;
     const size_t global = kd_amg_global(amg, n);
@@ -157,8 +155,8 @@ static int kd_amg_agg_run(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *d
         rc = kd_amg_launch(ocl, amg, "kd_amg_strength", 0, global, amg->wg,
                            KD_ARGS(KD_ARG_INT(n), KD_ARG_VALUE(amg->dtype, threshold * threshold),
                                    KD_ARG_MEM(dA->indptr), KD_ARG_MEM(dA->indices),
-                                   KD_ARG_MEM(dA->values), KD_ARG_MEM(B.diag),
-                                   KD_ARG_MEM(B.strong), KD_ARG_MEM(B.state)),
+                                   KD_ARG_MEM(dA->values), KD_ARG_MEM(B.diag), KD_ARG_MEM(B.strong),
+                                   KD_ARG_MEM(B.state)),
                            err);
     if (rc == KD_OK)
         rc = kd_amg_agg_rounds(ocl, amg, dA, &B, rounds, err);

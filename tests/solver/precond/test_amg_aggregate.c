@@ -30,8 +30,7 @@ static uint32_t ref_hash(uint32_t x)
 }
 
 /* Entry k of row i is strong, in the matrix's value type as the kernel computes it. */
-static int ref_strong(const kd_csr_t *A, const double *diag, double threshold, int64_t i,
-                      int32_t k)
+static int ref_strong(const kd_csr_t *A, const double *diag, double threshold, int64_t i, int32_t k)
 {
     const int32_t j = A->indices[k];
     if (j == i)
