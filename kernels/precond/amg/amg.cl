@@ -485,3 +485,73 @@ __kernel void kd_amg_agg_join(const int n, __global const int *ptr, __global con
     }
     to[i] = a;
 }
+
+/*
+ * The smoothed prolongator on the device (solver/precond/amg/prolong.c), from the aggregates:
+ * kd_amg_agg_size: each aggregate's size (one work-item per node, an atomic increment of its
+ * aggregate's count: integer, so the sum does not depend on the order).
+ * kd_amg_tent_count, kd_amg_tent_fill: the tentative prolongator T in CSR, one entry
+ * 1/sqrt(|aggregate|) per node in an aggregate, none for agg -1: work-item c counts, then (from
+ * its chunk's offset, a host scan of the counts) writes, the rows c * chunk .. (c + 1) * chunk - 1.
+ * kd_amg_tent_smooth: P = T - omega D^-1 (A T) in place on A T (kd_spgemm's, whose pattern is
+ * P's: A's diagonal is stored), one work-item per row: a_ii found by bisection in A's row.
+ */
+__kernel void kd_amg_agg_size(const int n, __global const int *agg, __global int *size)
+{
+    const int i = (int)get_global_id(0);
+    if (i < n && agg[i] >= 0)
+        atomic_inc(&size[agg[i]]);
+}
+
+__kernel void kd_amg_tent_count(const int n, const int chunk, __global const int *agg,
+                                __global int *count)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int m = 0;
+    for (int i = (int)lo; i < hi; i++)
+        m += agg[i] >= 0;
+    count[c] = m;
+}
+
+__kernel void kd_amg_tent_fill(const int n, const int chunk, __global const int *agg,
+                               __global const int *size, __global const int *offset,
+                               __global int *ptr, __global int *idx, __global VALUE *val)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int pos = offset[c];
+    for (int i = (int)lo; i < hi; i++) {
+        ptr[i] = pos;
+        if (agg[i] >= 0) {
+            idx[pos] = agg[i];
+            val[pos++] = (VALUE)1 / sqrt((VALUE)size[agg[i]]);
+        }
+    }
+}
+
+__kernel void kd_amg_tent_smooth(const int n, const VALUE omega, __global const int *a_ptr,
+                                 __global const int *a_idx, __global const VALUE *a_val,
+                                 __global const int *agg, __global const int *size,
+                                 __global const int *p_ptr, __global const int *p_idx,
+                                 __global VALUE *p_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int a0 = a_ptr[i], a1 = a_ptr[i + 1];
+    const int d = a0 < a1 ? kd_amg_find(a_idx, a0, a1, i) : a0;
+    const VALUE aii = d < a1 && a_idx[d] == i ? a_val[d] : (VALUE)0;
+    const VALUE w = omega / aii;
+    const int own = agg[i];
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++) {
+        const VALUE t = p_idx[k] == own ? (VALUE)1 / sqrt((VALUE)size[own]) : (VALUE)0;
+        p_val[k] = t - w * p_val[k];
+    }
+}

@@ -129,6 +129,16 @@ int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, dou
                        kd_csr_t **P, kd_err_t *err);
 
 /*
+ * kd_amg_prolongator on the device: P = (I - omega D^-1 A) T for dA (square, its diagonal
+ * stored in every row) and the host's aggregates agg (naggs > 0 of them), into *P, a new device
+ * CSR (the caller's): T from the aggregates, A T by kd_spgemm, then P's values in place. P's
+ * pattern is kd_amg_prolongator's exactly, its values the same to rounding (the products are
+ * summed before the scaling). KD_EDEVMEM, KD_ENOMEM, kd_spgemm's errors.
+ */
+int kd_amg_prolongator_device(kd_ocl_t *ocl, const kd_csr_device_t *dA, const int32_t *agg,
+                              int64_t naggs, double omega, kd_csr_device_t *P, kd_err_t *err);
+
+/*
  * The largest eigenvalue of a symmetric tridiagonal matrix (diagonal alpha[0..m-1], off-diagonal
  * beta[0..m-2]) by Sturm bisection: Lanczos's Ritz value.
  */
