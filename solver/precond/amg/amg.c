@@ -9,7 +9,8 @@
  *     Ritz value from the tridiagonal): the Chebyshev smoother's interval and the prolongator's
  *     damping omega = 4 / (3 lambda);
  *   - on the host (solver/precond/amg/coarsen.c): aggregates of the strength graph, the smoothed
- *     prolongator P = (I - omega D^-1 A) T, R = P^T;
+ *     prolongator P = (I - omega D^-1 A) T, R = P^T; with the option aggregation = 1 the
+ *     aggregates and P on the device (solver/precond/amg/aggregate.c, prolong.c), P read back;
  *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h),
  * read back for the next level's aggregation; until a level has coarse_size rows or fewer, where
  * the dense inverse (Cholesky on the host) is kept on the device.
@@ -362,6 +363,26 @@ static int kd_amg_level_aggregates(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd
     return KD_OK;
 }
 
+/* Level l's smoothed prolongator: on the device (kd_amg_prolongator_device, read back) with the
+ * device's aggregation, else on the host. */
+static int kd_amg_level_prolongator(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *csr,
+                                    int64_t naggs, kd_csr_t **P, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    const double omega = 4.0 / (3.0 * L->lambda);
+    if (!(amg->opt.aggregation && amg->opt.block_size == 1))
+        return kd_amg_prolongator(csr, L->agg, naggs, omega, P, err);
+    kd_csr_device_t dA = {0}, dP = {0};
+    int rc = kd_amg_operand(ocl, L->A, csr, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_amg_prolongator_device(ocl, &dA, L->agg, naggs, omega, &dP, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dP, P, err);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    return rc;
+}
+
 /* tmap[t] = the entry of P that entry t of R = P^T is (kd_csr_transpose fills R's rows in
  * ascending P row, so the same walk finds each): what a refresh gathers R's values with. */
 static int kd_amg_transpose_map(const kd_csr_t *P, const kd_csr_t *R, int32_t **tmap, kd_err_t *err)
@@ -413,8 +434,7 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
             break;
         }
         kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
-        rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
-                                4.0 / (3.0 * amg->level[l].lambda), &P, err);
+        rc = kd_amg_level_prolongator(ocl, amg, l, level_csr, naggs, &P, err);
         t = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t);
         if (rc == KD_OK)
             rc = kd_csr_transpose(P, &R, err);

@@ -25,8 +25,9 @@ typedef struct kd_amg_options {
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
-    int aggregation;     /* 0: on the host (kd_amg_aggregate); 1: on the device
-                            (kd_amg_aggregate_device) where block_size is 1 */
+    int aggregation;     /* 0: aggregates and prolongator on the host (kd_amg_aggregate,
+                            kd_amg_prolongator); 1: on the device where block_size is 1
+                            (kd_amg_aggregate_device, kd_amg_prolongator_device) */
     int fused;         /* 1: the fused V-cycle (solver/precond/amg/fused.c); 0: a launch per step */
     int64_t tail_rows; /* fused: the levels from the first one >= 1 with at most this many rows
                           (and few enough entries) run as one single-work-group launch; 0: never */
