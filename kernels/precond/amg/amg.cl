@@ -555,3 +555,81 @@ __kernel void kd_amg_tent_smooth(const int n, const VALUE omega, __global const 
         p_val[k] = t - w * p_val[k];
     }
 }
+
+/*
+ * R = P^T on the device (solver/precond/amg/prolong.c, kd_amg_transpose_device):
+ * kd_amg_col_count: entries per column of P (one work-item per row of P, an atomic increment per
+ * entry: integer counts, order-free).
+ * kd_amg_transpose_scatter: each entry of P to a free slot of its column's row of R (an atomic
+ * increment of that row's fill; the slot depends on scheduling), with its row of P and its index
+ * in P (the refresh's map).
+ * kd_amg_transpose_sort: one work-item per row of R sorts the row's slots by P's row (heapsort in
+ * place, global memory: O(len log len) for a long row too), so the result is the same whatever the
+ * scatter's order was (the keys, P's rows, are distinct within a row of R).
+ */
+__kernel void kd_amg_col_count(const int rows, __global const int *p_ptr,
+                               __global const int *p_idx, __global int *count)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++)
+        atomic_inc(&count[p_idx[k]]);
+}
+
+__kernel void kd_amg_transpose_scatter(const int rows, __global const int *p_ptr,
+                                       __global const int *p_idx, __global int *fill,
+                                       __global int *r_idx, __global int *r_map)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++) {
+        const int t = atomic_inc(&fill[p_idx[k]]);
+        r_idx[t] = i;
+        r_map[t] = k;
+    }
+}
+
+/* Sift the heap's root down: entries base .. base + len - 1 keyed by key[], payload map[]. */
+static void kd_amg_sift(__global int *key, __global int *map, const int base, int root,
+                        const int len)
+{
+    for (;;) {
+        int child = 2 * root + 1;
+        if (child >= len)
+            return;
+        if (child + 1 < len && key[base + child + 1] > key[base + child])
+            child++;
+        if (key[base + root] >= key[base + child])
+            return;
+        const int k = key[base + root], m = map[base + root];
+        key[base + root] = key[base + child];
+        map[base + root] = map[base + child];
+        key[base + child] = k;
+        map[base + child] = m;
+        root = child;
+    }
+}
+
+__kernel void kd_amg_transpose_sort(const int rows, __global const int *r_ptr,
+                                    __global int *r_idx, __global int *r_map,
+                                    __global const VALUE *p_val, __global VALUE *r_val)
+{
+    const int j = (int)get_global_id(0);
+    if (j >= rows)
+        return;
+    const int base = r_ptr[j], len = r_ptr[j + 1] - base;
+    for (int root = len / 2 - 1; root >= 0; root--)
+        kd_amg_sift(r_idx, r_map, base, root, len);
+    for (int end = len - 1; end > 0; end--) {
+        const int k = r_idx[base], m = r_map[base];
+        r_idx[base] = r_idx[base + end];
+        r_map[base] = r_map[base + end];
+        r_idx[base + end] = k;
+        r_map[base + end] = m;
+        kd_amg_sift(r_idx, r_map, base, 0, end);
+    }
+    for (int t = base; t < base + len; t++)
+        r_val[t] = p_val[r_map[t]];
+}

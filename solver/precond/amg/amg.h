@@ -140,6 +140,15 @@ int kd_amg_prolongator_device(kd_ocl_t *ocl, const kd_csr_device_t *dA, const in
                               int64_t naggs, double omega, kd_csr_device_t *P, kd_err_t *err);
 
 /*
+ * R = P^T on the device into *R, a new device CSR (the caller's): R's rows in ascending P row, as
+ * kd_csr_transpose orders them, values copied (the same bits); map (P->nnz int32 on the host, may
+ * be NULL): entry t of R is entry map[t] of P. Deterministic, though the scatter's slots are not
+ * (each row of R is sorted after). KD_EDEVMEM, KD_ENOMEM.
+ */
+int kd_amg_transpose_device(kd_ocl_t *ocl, const kd_csr_device_t *P, kd_csr_device_t *R,
+                            int32_t *map, kd_err_t *err);
+
+/*
  * The largest eigenvalue of a symmetric tridiagonal matrix (diagonal alpha[0..m-1], off-diagonal
  * beta[0..m-2]) by Sturm bisection: Lanczos's Ritz value.
  */

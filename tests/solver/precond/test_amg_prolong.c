@@ -1,5 +1,5 @@
 /*
- * The smoothed prolongator on the device (solver/precond/amg/prolong.c,
+ * The smoothed prolongator and its transpose on the device (solver/precond/amg/prolong.c,
  * kernels/precond/amg/amg.cl's kd_amg_agg_size .. kd_amg_tent_smooth) against the host's
  * kd_amg_prolongator on the same aggregates: the pattern (row pointers, columns) exactly, every
  * value to rounding (a bound of a few ulps of the row's magnitude: the device sums A T's products
@@ -12,6 +12,43 @@
 #include "solver/precond/amg/amg.h"
 
 static kd_ocl_t *ocl;
+
+/* R = P^T on the device against kd_csr_transpose of the same P (dev, its download), exactly, and
+ * the map against the walk that fills R's rows in ascending P row. */
+static void compare_transpose(const char *name, const kd_csr_device_t *dP, const kd_csr_t *dev)
+{
+    kd_err_t err = {0};
+    kd_csr_t *ref = NULL, *got = NULL;
+    kd_csr_device_t dR = {0};
+    REQUIRE(kd_csr_transpose(dev, &ref, &err) == KD_OK);
+    int32_t *map = malloc((size_t)dev->nnz * sizeof(int32_t) + 4);
+    memset(map, 0x5a, (size_t)dev->nnz * sizeof(int32_t) + 4);
+    const int rc = kd_amg_transpose_device(ocl, dP, &dR, map, &err);
+    CHECK_MSG(rc == KD_OK, "%s: %s", name, err.message);
+    if (rc == KD_OK)
+        REQUIRE(kd_csr_device_download(ocl, &dR, &got, &err) == KD_OK);
+    kd_csr_device_release(&dR);
+    int64_t differ = 0;
+    if (got != NULL) {
+        CHECK(got->rows == ref->rows && got->cols == ref->cols && got->nnz == ref->nnz);
+        const size_t v = kd_dtype_size(ref->dtype);
+        differ += memcmp(got->indptr, ref->indptr, ((size_t)ref->rows + 1) * sizeof(int32_t)) != 0;
+        differ += memcmp(got->indices, ref->indices, (size_t)ref->nnz * sizeof(int32_t)) != 0;
+        differ += memcmp(got->values, ref->values, (size_t)ref->nnz * v) != 0;
+        int32_t *fill = malloc(((size_t)ref->rows + 1) * sizeof(int32_t));
+        memcpy(fill, ref->indptr, ((size_t)ref->rows + 1) * sizeof(int32_t));
+        for (int64_t i = 0; i < dev->rows; i++)
+            for (int32_t k = dev->indptr[i]; k < dev->indptr[i + 1]; k++)
+                differ += map[fill[dev->indices[k]]++] != k;
+        free(fill);
+        CHECK(map[dev->nnz] == 0x5a5a5a5a);
+    }
+    CHECK_MSG(differ == 0, "%s: R or its map differs from the host's (%lld)", name,
+              (long long)differ);
+    free(map);
+    kd_csr_free(ref);
+    kd_csr_free(got);
+}
 
 /* Device P against host P for aggregates agg of A. */
 static void compare(const char *name, const kd_csr_t *A, const kd_csr_device_t *dA,
@@ -28,6 +65,7 @@ static void compare(const char *name, const kd_csr_t *A, const kd_csr_device_t *
         return;
     }
     REQUIRE(kd_csr_device_download(ocl, &dP, &dev, &err) == KD_OK);
+    compare_transpose(name, &dP, dev);
     kd_csr_device_release(&dP);
     CHECK(dev->rows == host->rows && dev->cols == host->cols);
     CHECK_MSG(dev->nnz == host->nnz, "%s: nnz %lld on the device, %lld on the host", name,
