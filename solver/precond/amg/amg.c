@@ -10,7 +10,7 @@
  *     damping omega = 4 / (3 lambda);
  *   - on the host (solver/precond/amg/coarsen.c): aggregates of the strength graph, the smoothed
  *     prolongator P = (I - omega D^-1 A) T, R = P^T; with the option aggregation = 1 the
- *     aggregates and P on the device (solver/precond/amg/aggregate.c, prolong.c), P read back;
+ *     aggregates, P and R on the device (solver/precond/amg/aggregate.c, prolong.c), read back;
  *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h),
  * read back for the next level's aggregation; until a level has coarse_size rows or fewer, where
  * the dense inverse (Cholesky on the host) is kept on the device.
@@ -363,23 +363,34 @@ static int kd_amg_level_aggregates(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd
     return KD_OK;
 }
 
-/* Level l's smoothed prolongator: on the device (kd_amg_prolongator_device, read back) with the
- * device's aggregation, else on the host. */
-static int kd_amg_level_prolongator(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *csr,
-                                    int64_t naggs, kd_csr_t **P, kd_err_t *err)
+/* Level l's smoothed prolongator P and R = P^T with the refresh's map on the device
+ * (kd_amg_prolongator_device, kd_amg_transpose_device), both read back: the device aggregation's
+ * path. */
+static int kd_amg_level_transfers_device(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *csr,
+                                         int64_t naggs, kd_csr_t **P, kd_csr_t **R, kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l];
-    const double omega = 4.0 / (3.0 * L->lambda);
-    if (!(amg->opt.aggregation && amg->opt.block_size == 1))
-        return kd_amg_prolongator(csr, L->agg, naggs, omega, P, err);
-    kd_csr_device_t dA = {0}, dP = {0};
+    const uint64_t t0 = kd_clock_ns();
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0};
     int rc = kd_amg_operand(ocl, L->A, csr, &dA, err);
     if (rc == KD_OK)
-        rc = kd_amg_prolongator_device(ocl, &dA, L->agg, naggs, omega, &dP, err);
+        rc = kd_amg_prolongator_device(ocl, &dA, L->agg, naggs, 4.0 / (3.0 * L->lambda), &dP,
+                                       err);
     if (rc == KD_OK)
         rc = kd_csr_device_download(ocl, &dP, P, err);
+    const uint64_t t1 = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t0);
+    free(L->tmap);
+    L->tmap = rc == KD_OK ? kd_malloc_array((size_t)dP.nnz + 1, sizeof(int32_t)) : NULL;
+    if (rc == KD_OK && L->tmap == NULL)
+        rc = kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc == KD_OK)
+        rc = kd_amg_transpose_device(ocl, &dP, &dR, L->tmap, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dR, R, err);
+    kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSPOSE, t1);
     kd_csr_device_release(&dA);
     kd_csr_device_release(&dP);
+    kd_csr_device_release(&dR);
     return rc;
 }
 
@@ -434,13 +445,18 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
             break;
         }
         kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
-        rc = kd_amg_level_prolongator(ocl, amg, l, level_csr, naggs, &P, err);
-        t = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t);
-        if (rc == KD_OK)
-            rc = kd_csr_transpose(P, &R, err);
-        if (rc == KD_OK)
-            rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
-        kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSPOSE, t);
+        if (amg->opt.aggregation && amg->opt.block_size == 1) {
+            rc = kd_amg_level_transfers_device(ocl, amg, l, level_csr, naggs, &P, &R, err);
+        } else {
+            rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
+                                    4.0 / (3.0 * amg->level[l].lambda), &P, err);
+            t = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t);
+            if (rc == KD_OK)
+                rc = kd_csr_transpose(P, &R, err);
+            if (rc == KD_OK)
+                rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
+            kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSPOSE, t);
+        }
         amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
         if (rc == KD_OK && old != NULL)
             rc =
