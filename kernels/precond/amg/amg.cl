@@ -1,5 +1,8 @@
 /*
- * The multigrid V-cycle's own kernels (solver/precond/amg/amg.c, solver/precond/amg/fused.c).
+ * The multigrid V-cycle's own kernels (solver/precond/amg/amg.c, solver/precond/amg/fused.c), and
+ * at the end of the file the setup's steps on the device (solver/precond/amg/aggregate.c,
+ * solver/precond/amg/prolong.c: aggregation, the prolongator, its transpose), each group with its
+ * own block saying how work-items map to rows.
  *
  * The straightforward V-cycle runs the level matrices, the restriction and the prolongation
  * through their formats' SpMV, and these vector kernels, one work-item per row, every access
