@@ -62,6 +62,8 @@ static void kd_ba_usage(void)
         "  --format NAME       force the matrix's format (default: measured, as matrix.put)\n"
         "  --fused 0|1         AMG's fused V-cycle (default: the preconditioner's, 1)\n"
         "  --tail-rows N       AMG: levels of at most N rows in one launch (0: none)\n"
+        "  --aggregation 0|1   AMG's aggregates on the host (0) or the device (1)\n"
+        "  --max-levels N      AMG's levels at most (default: the preconditioner's, 10)\n"
         "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, kronlap3d:N, elast3d:N, ... or a .mtx file\n");
 }
 
@@ -69,7 +71,8 @@ int kd_bench_amg_main(int argc, char **argv)
 {
     const char *device = "auto", *format = NULL;
     kd_dtype_t dtype = KD_DTYPE_F64;
-    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0;
+    double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0,
+           aggregation = -1.0, max_levels = -1.0;
     int repeat = 3, first = argc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -90,6 +93,10 @@ int kd_bench_amg_main(int argc, char **argv)
             fused = atof(argv[++i]);
         else if (strcmp(a, "--tail-rows") == 0 && has)
             tail_rows = atof(argv[++i]);
+        else if (strcmp(a, "--aggregation") == 0 && has)
+            aggregation = atof(argv[++i]);
+        else if (strcmp(a, "--max-levels") == 0 && has)
+            max_levels = atof(argv[++i]);
         else if (strcmp(a, "--format") == 0 && has)
             format = argv[++i];
         else if (a[0] == '-') {
@@ -129,6 +136,14 @@ int kd_bench_amg_main(int argc, char **argv)
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "tail_rows");
         opt.items[opt.count++].value = tail_rows;
     }
+    if (aggregation >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "aggregation");
+        opt.items[opt.count++].value = aggregation;
+    }
+    if (max_levels >= 0.0) {
+        snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "max_levels");
+        opt.items[opt.count++].value = max_levels;
+    }
     if (block_size > 0.0) {
         snprintf(opt.items[opt.count].name, sizeof(opt.items[0].name), "block_size");
         opt.items[opt.count++].value = block_size;
@@ -138,8 +153,14 @@ int kd_bench_amg_main(int argc, char **argv)
         kd_csr_t *w = kd_matgen_by_name("lap2d:64", dtype);
         kd_matrix_t *WA = NULL;
         const kd_precond_t *WP = NULL;
+        kd_precond_options_t wopt = {0}; /* the aggregation asked for: its kernels too */
+        if (aggregation >= 0.0) {
+            snprintf(wopt.items[0].name, sizeof(wopt.items[0].name), "aggregation");
+            wopt.items[wopt.count++].value = aggregation;
+        }
         if (w != NULL && kd_matrix_upload(ocl, w, KD_FMT_CSR_SCALAR, &WA, &err) == KD_OK)
-            (void)kd_precond_get(ocl, WA, &kd_precond_amg, NULL, w, &WP, &err);
+            (void)kd_precond_get(ocl, WA, &kd_precond_amg, wopt.count > 0 ? &wopt : NULL, w, &WP,
+                                 &err);
         kd_matrix_free(WA);
         kd_csr_free(w);
     }
@@ -204,6 +225,10 @@ int kd_bench_amg_main(int argc, char **argv)
             for (int l = 0; l < st.levels; l++)
                 printf(" %lld/%lld", (long long)st.rows[l], (long long)st.nnz[l]);
             printf("; jacobi relres %.1e\n", jac.relres);
+            printf("#   setup %.2f solves; phases ms:", setup_wall / amg.ms);
+            for (int ph = 0; ph < KD_AMG_PHASES; ph++)
+                printf(" %s=%.1f", kd_amg_phase_names[ph], st.phase_ms[ph]);
+            printf("\n");
             kd_amg_profile_t pr;
             if (kd_amg_profile(ocl, P, 10, &pr, &err) == KD_OK) {
                 printf(

@@ -994,7 +994,8 @@ class Client:
         built on the server once per matrix), "ic0" / "ilu0" (incomplete factorisations),
         "block_jacobi" (inverted diagonal blocks) or "chebyshev" (a polynomial in D^-1 A), each
         set up once per matrix, with preconditioner_options a dict of numbers (amg: threshold,
-        block_size, max_levels, coarse_size, degree, fused, tail_rows; ic0 / ilu0: sweeps;
+        block_size, max_levels, coarse_size, degree, fused, tail_rows, aggregation; ic0 /
+        ilu0: sweeps;
         block_jacobi: block_size; chebyshev: degree, lmin_ratio; docs/PROTOCOL.md). Stops when ||r|| <= max(rtol * ||b||, atol) or
         after maxiter iterations (default: the server's, 10 n). x0: a warm start shaped like b.
         history=True records the residual norm at each check (every check_every iterations).

@@ -1,5 +1,8 @@
 /*
- * The multigrid V-cycle's own kernels (solver/precond/amg/amg.c, solver/precond/amg/fused.c).
+ * The multigrid V-cycle's own kernels (solver/precond/amg/amg.c, solver/precond/amg/fused.c), and
+ * at the end of the file the setup's steps on the device (solver/precond/amg/aggregate.c,
+ * solver/precond/amg/prolong.c: aggregation, the prolongator, its transpose), each group with its
+ * own block saying how work-items map to rows.
  *
  * The straightforward V-cycle runs the level matrices, the restriction and the prolongation
  * through their formats' SpMV, and these vector kernels, one work-item per row, every access
@@ -315,4 +318,321 @@ __kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     }
+}
+
+/*
+ * Device aggregation (solver/precond/amg/aggregate.c): aggregates as a distance-2 maximal
+ * independent set of the strength graph, its members the roots (Bell, Dalton and Olson 2012), one
+ * work-item per node in every kernel, each reading its row of A (or of the strength mask) and
+ * writing only its own node's entries; rounds are separate launches, so no kernel reads what
+ * another work-item of the same launch writes. The result depends on A alone: each node's priority
+ * comes from its strong neighbours' states and a fixed hash of its index (ties impossible: the
+ * index is in the key), never from work-group size or scheduling.
+ * kd_amg_strength: strong[k] for entry k of row i (column j != i, a_ij != 0 and
+ * a_ij^2 >= t2 |a_ii a_jj|), and state 1 (undecided) for a node with a strong entry, -1 (none:
+ * isolated, in no aggregate) otherwise.
+ * kd_amg_mis_key: each node's key (state, 1023 - its undecided strong neighbours (at most 1023),
+ * hash mod 2^20, index), packed in a ulong in that order of significance (states < 0 count as 0).
+ * kd_amg_mis_max1, kd_amg_mis_max2: the largest key over the node and its strong neighbours, then
+ * the largest of those over the same set: the largest key within distance 2.
+ * kd_amg_mis_update: an undecided node whose distance-2 maximum is itself becomes a root (2); one
+ * whose distance-2 maximum is a root leaves (0); one still undecided sets *left.
+ * kd_amg_agg_count, kd_amg_agg_number: roots numbered in index order: work-item c counts, then
+ * (from its chunk's offset, a host scan of the counts) numbers, the roots of nodes
+ * c * chunk .. (c + 1) * chunk - 1.
+ * kd_amg_agg_join: a node without an aggregate in `from` takes that of its strong neighbour of
+ * largest (hash mod 2^30, index) among those that have one (first the roots' neighbours, then
+ * theirs).
+ */
+static uint kd_amg_hash(uint x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+}
+
+/* A node's rank in the joins: (hash mod 2^30, index), never 0. */
+static ulong kd_amg_join_key(const int j)
+{
+    return ((ulong)(kd_amg_hash((uint)j) & 0x3fffffffU) << 32) + (ulong)(uint)j + 1UL;
+}
+
+__kernel void kd_amg_strength(const int n, const VALUE t2, __global const int *ptr,
+                              __global const int *idx, __global const VALUE *val,
+                              __global const VALUE *diag, __global uchar *strong,
+                              __global int *state)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int any = 0;
+    for (int k = ptr[i]; k < ptr[i + 1]; k++) {
+        const int j = idx[k];
+        const VALUE v = val[k];
+        const int s = j != i && v != (VALUE)0 && v * v >= t2 * fabs(diag[i] * diag[j]);
+        strong[k] = (uchar)s;
+        any |= s;
+    }
+    state[i] = any ? 1 : -1;
+}
+
+__kernel void kd_amg_mis_key(const int n, __global const int *ptr, __global const int *idx,
+                             __global const uchar *strong, __global const int *state,
+                             __global ulong *key)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int undecided = 0;
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        undecided += strong[k] && state[idx[k]] == 1;
+    const ulong s = state[i] > 0 ? (ulong)state[i] : 0UL;
+    const ulong fewer = (ulong)(1023 - (undecided < 1023 ? undecided : 1023));
+    key[i] = (s << 62) | (fewer << 52) | ((ulong)(kd_amg_hash((uint)i) & 0xfffffU) << 32) |
+             (ulong)(uint)i;
+}
+
+__kernel void kd_amg_mis_max1(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const ulong *key,
+                              __global ulong *m1)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    ulong m = key[i];
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        if (strong[k])
+            m = key[idx[k]] > m ? key[idx[k]] : m;
+    m1[i] = m;
+}
+
+__kernel void kd_amg_mis_max2(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const ulong *m1,
+                              __global ulong *m2)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    ulong m = m1[i];
+    for (int k = ptr[i]; k < ptr[i + 1]; k++)
+        if (strong[k])
+            m = m1[idx[k]] > m ? m1[idx[k]] : m;
+    m2[i] = m;
+}
+
+__kernel void kd_amg_mis_update(const int n, __global const ulong *m2, __global int *state,
+                                __global int *left)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n || state[i] != 1)
+        return;
+    const ulong m = m2[i];
+    if ((uint)(m & 0xffffffffUL) == (uint)i)
+        state[i] = 2;
+    else if ((m >> 62) == 2UL)
+        state[i] = 0;
+    else
+        atomic_or(left, 1);
+}
+
+__kernel void kd_amg_agg_count(const int n, const int chunk, __global const int *state,
+                               __global int *count)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int roots = 0;
+    for (int i = (int)lo; i < hi; i++)
+        roots += state[i] == 2;
+    count[c] = roots;
+}
+
+__kernel void kd_amg_agg_number(const int n, const int chunk, __global const int *state,
+                                __global const int *offset, __global int *agg)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int id = offset[c];
+    for (int i = (int)lo; i < hi; i++)
+        agg[i] = state[i] == 2 ? id++ : -1;
+}
+
+__kernel void kd_amg_agg_join(const int n, __global const int *ptr, __global const int *idx,
+                              __global const uchar *strong, __global const int *from,
+                              __global int *to)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    int a = from[i];
+    if (a < 0) {
+        ulong best = 0;
+        for (int k = ptr[i]; k < ptr[i + 1]; k++) {
+            const int j = idx[k];
+            if (strong[k] && from[j] >= 0) {
+                const ulong key = kd_amg_join_key(j); /* best 0: none yet */
+                if (key > best) {
+                    best = key;
+                    a = from[j];
+                }
+            }
+        }
+    }
+    to[i] = a;
+}
+
+/*
+ * The smoothed prolongator on the device (solver/precond/amg/prolong.c), from the aggregates:
+ * kd_amg_agg_size: each aggregate's size (one work-item per node, an atomic increment of its
+ * aggregate's count: integer, so the sum does not depend on the order).
+ * kd_amg_tent_count, kd_amg_tent_fill: the tentative prolongator T in CSR, one entry
+ * 1/sqrt(|aggregate|) per node in an aggregate, none for agg -1: work-item c counts, then (from
+ * its chunk's offset, a host scan of the counts) writes, the rows c * chunk .. (c + 1) * chunk - 1.
+ * kd_amg_tent_smooth: P = T - omega D^-1 (A T) in place on A T (kd_spgemm's, whose pattern is
+ * P's: A's diagonal is stored), one work-item per row: a_ii found by bisection in A's row.
+ */
+__kernel void kd_amg_agg_size(const int n, __global const int *agg, __global int *size)
+{
+    const int i = (int)get_global_id(0);
+    if (i < n && agg[i] >= 0)
+        atomic_inc(&size[agg[i]]);
+}
+
+__kernel void kd_amg_tent_count(const int n, const int chunk, __global const int *agg,
+                                __global int *count)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int m = 0;
+    for (int i = (int)lo; i < hi; i++)
+        m += agg[i] >= 0;
+    count[c] = m;
+}
+
+__kernel void kd_amg_tent_fill(const int n, const int chunk, __global const int *agg,
+                               __global const int *size, __global const int *offset,
+                               __global int *ptr, __global int *idx, __global VALUE *val)
+{
+    const int c = (int)get_global_id(0);
+    const long lo = (long)c * chunk;
+    if (lo >= n)
+        return;
+    const int hi = (int)(lo + chunk < (long)n ? lo + chunk : (long)n);
+    int pos = offset[c];
+    for (int i = (int)lo; i < hi; i++) {
+        ptr[i] = pos;
+        if (agg[i] >= 0) {
+            idx[pos] = agg[i];
+            val[pos++] = (VALUE)1 / sqrt((VALUE)size[agg[i]]);
+        }
+    }
+}
+
+__kernel void kd_amg_tent_smooth(const int n, const VALUE omega, __global const int *a_ptr,
+                                 __global const int *a_idx, __global const VALUE *a_val,
+                                 __global const int *agg, __global const int *size,
+                                 __global const int *p_ptr, __global const int *p_idx,
+                                 __global VALUE *p_val)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const int a0 = a_ptr[i], a1 = a_ptr[i + 1];
+    const int d = a0 < a1 ? kd_amg_find(a_idx, a0, a1, i) : a0;
+    const VALUE aii = d < a1 && a_idx[d] == i ? a_val[d] : (VALUE)0;
+    const VALUE w = omega / aii;
+    const int own = agg[i];
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++) {
+        const VALUE t = p_idx[k] == own ? (VALUE)1 / sqrt((VALUE)size[own]) : (VALUE)0;
+        p_val[k] = t - w * p_val[k];
+    }
+}
+
+/*
+ * R = P^T on the device (solver/precond/amg/prolong.c, kd_amg_transpose_device):
+ * kd_amg_col_count: entries per column of P (one work-item per row of P, an atomic increment per
+ * entry: integer counts, order-free).
+ * kd_amg_transpose_scatter: each entry of P to a free slot of its column's row of R (an atomic
+ * increment of that row's fill; the slot depends on scheduling), with its row of P and its index
+ * in P (the refresh's map).
+ * kd_amg_transpose_sort: one work-item per row of R sorts the row's slots by P's row (heapsort in
+ * place, global memory: O(len log len) for a long row too), so the result is the same whatever the
+ * scatter's order was (the keys, P's rows, are distinct within a row of R).
+ */
+__kernel void kd_amg_col_count(const int rows, __global const int *p_ptr,
+                               __global const int *p_idx, __global int *count)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++)
+        atomic_inc(&count[p_idx[k]]);
+}
+
+__kernel void kd_amg_transpose_scatter(const int rows, __global const int *p_ptr,
+                                       __global const int *p_idx, __global int *fill,
+                                       __global int *r_idx, __global int *r_map)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= rows)
+        return;
+    for (int k = p_ptr[i]; k < p_ptr[i + 1]; k++) {
+        const int t = atomic_inc(&fill[p_idx[k]]);
+        r_idx[t] = i;
+        r_map[t] = k;
+    }
+}
+
+/* Sift the heap's root down: entries base .. base + len - 1 keyed by key[], payload map[]. */
+static void kd_amg_sift(__global int *key, __global int *map, const int base, int root,
+                        const int len)
+{
+    for (;;) {
+        int child = 2 * root + 1;
+        if (child >= len)
+            return;
+        if (child + 1 < len && key[base + child + 1] > key[base + child])
+            child++;
+        if (key[base + root] >= key[base + child])
+            return;
+        const int k = key[base + root], m = map[base + root];
+        key[base + root] = key[base + child];
+        map[base + root] = map[base + child];
+        key[base + child] = k;
+        map[base + child] = m;
+        root = child;
+    }
+}
+
+__kernel void kd_amg_transpose_sort(const int rows, __global const int *r_ptr,
+                                    __global int *r_idx, __global int *r_map,
+                                    __global const VALUE *p_val, __global VALUE *r_val)
+{
+    const int j = (int)get_global_id(0);
+    if (j >= rows)
+        return;
+    const int base = r_ptr[j], len = r_ptr[j + 1] - base;
+    for (int root = len / 2 - 1; root >= 0; root--)
+        kd_amg_sift(r_idx, r_map, base, root, len);
+    for (int end = len - 1; end > 0; end--) {
+        const int k = r_idx[base], m = r_map[base];
+        r_idx[base] = r_idx[base + end];
+        r_map[base] = r_map[base + end];
+        r_idx[base + end] = k;
+        r_map[base + end] = m;
+        kd_amg_sift(r_idx, r_map, base, 0, end);
+    }
+    for (int t = base; t < base + len; t++)
+        r_val[t] = p_val[r_map[t]];
 }

@@ -9,7 +9,8 @@
  *     Ritz value from the tridiagonal): the Chebyshev smoother's interval and the prolongator's
  *     damping omega = 4 / (3 lambda);
  *   - on the host (solver/precond/amg/coarsen.c): aggregates of the strength graph, the smoothed
- *     prolongator P = (I - omega D^-1 A) T, R = P^T;
+ *     prolongator P = (I - omega D^-1 A) T, R = P^T; with the option aggregation = 1 the
+ *     aggregates, P and R on the device (solver/precond/amg/aggregate.c, prolong.c), read back;
  *   - the Galerkin product A_c = R (A P) on the device with two SpGEMMs (solver/products/spgemm.h),
  * read back for the next level's aggregation; until a level has coarse_size rows or fewer, where
  * the dense inverse (Cholesky on the host) is kept on the device.
@@ -45,8 +46,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const kd_amg_phase_names[KD_AMG_PHASES] = {
+    "level", "lambda", "aggregate", "prolong", "transpose", "transfers", "ap", "rap", "coarsest", "tail"};
+
+/* Adds the time since t0 to the phase's; now, for the next phase's t0. */
+static uint64_t kd_amg_phase_add(kd_amg_t *amg, kd_amg_phase_t phase, uint64_t t0)
+{
+    const uint64_t now = kd_clock_ns();
+    amg->phase_ms[phase] += (double)(now - t0) / 1e6;
+    return now;
+}
+
 static const char *const kd_amg_option_names[] = {
-    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows", NULL};
+    "threshold", "max_levels", "coarse_size", "degree", "block_size", "fused", "tail_rows",
+    "aggregation", NULL};
 
 /* The request's options over the defaults, each checked. */
 static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *opt, kd_err_t *err)
@@ -59,6 +72,11 @@ static int kd_amg_read_options(const kd_precond_options_t *o, kd_amg_options_t *
     const double block = kd_precond_option(o, "block_size", opt->block_size);
     const double fused = kd_precond_option(o, "fused", opt->fused);
     const double tail = kd_precond_option(o, "tail_rows", (double)opt->tail_rows);
+    const double aggregation = kd_precond_option(o, "aggregation", opt->aggregation);
+    if (aggregation != 0.0 && aggregation != 1.0)
+        return kd_err_set(err, KD_EBADREQ, "amg: aggregation = %g is not 0 (host) or 1 (device)",
+                          aggregation);
+    opt->aggregation = (int)aggregation;
     if (fused != 0.0 && fused != 1.0)
         return kd_err_set(err, KD_EBADREQ, "amg: fused = %g is not 0 or 1", fused);
     if (!(tail >= 0 && tail <= KD_AMG_TAIL_ROWS_MAX) || tail != floor(tail))
@@ -185,11 +203,13 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
     L->n = csr->rows;
     L->nnz = csr->nnz;
     int rc;
+    const uint64_t t0 = kd_clock_ns();
     if (l == 0) {
         L->A = (kd_matrix_t *)A0;
     } else if ((rc = kd_amg_upload_level(ocl, amg, csr, &L->A, err)) != KD_OK) {
         return rc;
     }
+    const uint64_t t1 = kd_amg_phase_add(amg, KD_AMG_PHASE_LEVEL, t0);
     if (L->A->scan.bad_diagonal_row >= 0 || L->A->inv_diagonal == NULL)
         return kd_err_set(err, l == 0 ? KD_EBADREQ : KD_ENOTSPD,
                           "amg: level %d: the diagonal entry of row %lld is zero, missing or "
@@ -200,7 +220,9 @@ static int kd_amg_level_init(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_matri
                           "amg: level %d: the diagonal entry of row %lld is negative: the matrix "
                           "is not symmetric positive definite",
                           l, (long long)L->A->scan.negative_diagonal_row);
-    return kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
+    rc = kd_amg_level_setup(ocl, amg, l, L->A->inv_diagonal, err);
+    kd_amg_phase_add(amg, KD_AMG_PHASE_LAMBDA, t1);
+    return rc;
 }
 
 /* P and R become the level's transfer matrices; A_c = R (A P) on the device, read back; the
@@ -212,10 +234,11 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
     kd_csr_device_t dA = {0}, dP = {0}, dR = {0}, dAP = {0}, dC = {0};
     /* The transfers in the format the heuristic picks for their rows (R's are long: a whole
      * aggregate's), or csr_scalar for the fused cycle, whose arrays then serve the products. */
+    const uint64_t t_transfers = kd_clock_ns();
     int rc = kd_amg_upload_transfers(ocl, amg, L, P, R, err);
     if (rc != KD_OK)
         return rc;
-    const uint64_t t0 = kd_clock_ns();
+    const uint64_t t0 = kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSFERS, t_transfers);
     rc = kd_amg_operand(ocl, L->A, A, &dA, err);
     if (rc == KD_OK)
         rc = kd_amg_operand(ocl, L->P, P, &dP, err);
@@ -225,6 +248,9 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
         rc = kd_spgemm(ocl, &dA, &dP, NULL, &dAP, NULL, err);
     kd_csr_device_release(&dA);
     kd_csr_device_release(&dP);
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    const uint64_t t_rap = kd_amg_phase_add(amg, KD_AMG_PHASE_AP, t0);
     if (rc == KD_OK)
         rc = kd_spgemm(ocl, &dR, &dAP, NULL, &dC, NULL, err);
     kd_csr_device_release(&dR);
@@ -238,6 +264,7 @@ static int kd_amg_galerkin(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *
         rc = kd_csr_device_download(ocl, &dC, coarse, err);
     kd_csr_device_release(&dC);
     amg->spgemm_ms += (double)(kd_clock_ns() - t0) / 1e6;
+    kd_amg_phase_add(amg, KD_AMG_PHASE_RAP, t_rap);
     return rc;
 }
 
@@ -304,8 +331,8 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
 
 /* The aggregates of level l: computed, or (a refresh) old's copied. *naggs 0: l is the
  * coarsest. */
-static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, const kd_csr_t *csr,
-                                   int64_t *naggs, kd_err_t *err)
+static int kd_amg_level_aggregates(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_amg_t *old,
+                                   const kd_csr_t *csr, int64_t *naggs, kd_err_t *err)
 {
     kd_amg_level_t *L = &amg->level[l];
     const int64_t n = csr->rows;
@@ -317,7 +344,16 @@ static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, co
     L->agg = kd_malloc_array((size_t)n + 1, sizeof(int32_t));
     if (L->agg == NULL)
         return kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-    if (old == NULL)
+    if (old == NULL && amg->opt.aggregation && amg->opt.block_size == 1) {
+        kd_csr_device_t dA = {0};
+        int rc = kd_amg_operand(ocl, L->A, csr, &dA, err);
+        if (rc == KD_OK)
+            rc = kd_amg_aggregate_device(ocl, csr, &dA, amg->opt.threshold, L->agg, naggs, NULL,
+                                         err);
+        kd_csr_device_release(&dA);
+        return rc;
+    }
+    if (old == NULL) /* the node graph of blocks: on the host */
         return kd_amg_aggregate(csr, amg->opt.threshold, amg->opt.block_size, L->agg, naggs, err);
     const kd_amg_level_t *O = &old->level[l];
     if (O->agg == NULL || O->n != n)
@@ -325,6 +361,37 @@ static int kd_amg_level_aggregates(kd_amg_t *amg, int l, const kd_amg_t *old, co
     memcpy(L->agg, O->agg, (size_t)n * sizeof(int32_t));
     *naggs = O->naggs;
     return KD_OK;
+}
+
+/* Level l's smoothed prolongator P and R = P^T with the refresh's map on the device
+ * (kd_amg_prolongator_device, kd_amg_transpose_device), both read back: the device aggregation's
+ * path. */
+static int kd_amg_level_transfers_device(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_csr_t *csr,
+                                         int64_t naggs, kd_csr_t **P, kd_csr_t **R, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    const uint64_t t0 = kd_clock_ns();
+    kd_csr_device_t dA = {0}, dP = {0}, dR = {0};
+    int rc = kd_amg_operand(ocl, L->A, csr, &dA, err);
+    if (rc == KD_OK)
+        rc = kd_amg_prolongator_device(ocl, &dA, L->agg, naggs, 4.0 / (3.0 * L->lambda), &dP,
+                                       err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dP, P, err);
+    const uint64_t t1 = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t0);
+    free(L->tmap);
+    L->tmap = rc == KD_OK ? kd_malloc_array((size_t)dP.nnz + 1, sizeof(int32_t)) : NULL;
+    if (rc == KD_OK && L->tmap == NULL)
+        rc = kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+    if (rc == KD_OK)
+        rc = kd_amg_transpose_device(ocl, &dP, &dR, L->tmap, err);
+    if (rc == KD_OK)
+        rc = kd_csr_device_download(ocl, &dR, R, err);
+    kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSPOSE, t1);
+    kd_csr_device_release(&dA);
+    kd_csr_device_release(&dP);
+    kd_csr_device_release(&dR);
+    return rc;
 }
 
 /* tmap[t] = the entry of P that entry t of R = P^T is (kd_csr_transpose fills R's rows in
@@ -363,7 +430,8 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
         const int64_t n = level_csr->rows;
         int64_t naggs = 0;
         const uint64_t t_host = kd_clock_ns();
-        rc = kd_amg_level_aggregates(amg, l, old, level_csr, &naggs, err);
+        rc = kd_amg_level_aggregates(ocl, amg, l, old, level_csr, &naggs, err);
+        uint64_t t = kd_amg_phase_add(amg, KD_AMG_PHASE_AGGREGATE, t_host);
         amg->level[l].naggs = naggs;
         if (rc != KD_OK)
             break;
@@ -373,15 +441,22 @@ static int kd_amg_build(kd_ocl_t *ocl, kd_amg_t *amg, const kd_matrix_t *A, kd_c
             rc = old != NULL && l + 1 != old->levels
                      ? kd_err_set(err, KD_EINTERNAL, "amg: refreshed with fewer levels")
                      : kd_amg_coarsest(ocl, amg, level_csr, err);
+            kd_amg_phase_add(amg, KD_AMG_PHASE_COARSEST, t);
             break;
         }
         kd_csr_t *P = NULL, *R = NULL, *coarse = NULL;
-        rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
-                                4.0 / (3.0 * amg->level[l].lambda), &P, err);
-        if (rc == KD_OK)
-            rc = kd_csr_transpose(P, &R, err);
-        if (rc == KD_OK)
-            rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
+        if (amg->opt.aggregation && amg->opt.block_size == 1) {
+            rc = kd_amg_level_transfers_device(ocl, amg, l, level_csr, naggs, &P, &R, err);
+        } else {
+            rc = kd_amg_prolongator(level_csr, amg->level[l].agg, naggs,
+                                    4.0 / (3.0 * amg->level[l].lambda), &P, err);
+            t = kd_amg_phase_add(amg, KD_AMG_PHASE_PROLONG, t);
+            if (rc == KD_OK)
+                rc = kd_csr_transpose(P, &R, err);
+            if (rc == KD_OK)
+                rc = kd_amg_transpose_map(P, R, &amg->level[l].tmap, err);
+            kd_amg_phase_add(amg, KD_AMG_PHASE_TRANSPOSE, t);
+        }
         amg->host_ms += (double)(kd_clock_ns() - t_host) / 1e6;
         if (rc == KD_OK && old != NULL)
             rc =
@@ -477,8 +552,10 @@ static int kd_amg_make(kd_ocl_t *ocl, const kd_matrix_t *A, const kd_csr_t *csr,
     else if (rc == KD_OK)
         rc = kd_amg_build(ocl, amg, A, fine, old, err);
     kd_csr_free(permuted);
+    const uint64_t t_tail = kd_clock_ns();
     if (rc == KD_OK && amg->opt.fused)
         rc = kd_amg_tail_build(ocl, amg, err);
+    kd_amg_phase_add(amg, KD_AMG_PHASE_TAIL, t_tail);
     if (rc == KD_OK)
         rc = kd_ocl_finish(ocl, err);
     if (rc != KD_OK)
@@ -587,6 +664,7 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     out->spgemm_ms = amg->spgemm_ms;
     out->host_ms = amg->host_ms;
     out->refreshed = amg->refreshed;
+    memcpy(out->phase_ms, amg->phase_ms, sizeof(out->phase_ms));
     return KD_OK;
 }
 

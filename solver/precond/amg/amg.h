@@ -9,6 +9,7 @@
 #define KD_SOLVER_AMG_H
 
 #include "common/csr.h"
+#include "solver/products/spgemm.h"
 #include "solver/runtime/ocl.h"
 
 /* The setup's options, with their defaults in kd_amg_options_default. */
@@ -24,6 +25,9 @@ typedef struct kd_amg_options {
     double lower;        /* Chebyshev's interval: [lower, upper] x the estimated lambda_max of */
     double upper;        /* D^-1 A (PETSc's 0.1, 1.1) */
     int lanczos_steps;   /* Lanczos steps for that estimate */
+    int aggregation;     /* 0: aggregates and prolongator on the host (kd_amg_aggregate,
+                            kd_amg_prolongator); 1: on the device where block_size is 1
+                            (kd_amg_aggregate_device, kd_amg_prolongator_device) */
     int fused;         /* 1: the fused V-cycle (solver/precond/amg/fused.c); 0: a launch per step */
     int64_t tail_rows; /* fused: the levels from the first one >= 1 with at most this many rows
                           (and few enough entries) run as one single-work-group launch; 0: never */
@@ -35,6 +39,23 @@ void kd_amg_options_default(kd_amg_options_t *opt);
 
 /* What a set-up hierarchy is (benchmarks, logs). */
 #define KD_AMG_LEVELS_MAX 16
+
+/* The setup's steps, each timed on the host's clock over every level (kd_amg_stats_t.phase_ms):
+ * a step that enqueues device work waits for it before its clock stops. */
+typedef enum kd_amg_phase {
+    KD_AMG_PHASE_LEVEL,      /* a coarse level's matrix onto the device (upload, scan) */
+    KD_AMG_PHASE_LAMBDA,     /* 1/a_ii, the level's vectors and Lanczos's lambda_max */
+    KD_AMG_PHASE_AGGREGATE,  /* the aggregates */
+    KD_AMG_PHASE_PROLONG,    /* the smoothed prolongator P */
+    KD_AMG_PHASE_TRANSPOSE,  /* R = P^T and the refresh's map of R's entries into P's */
+    KD_AMG_PHASE_TRANSFERS,  /* P and R onto the device as the cycle's matrices */
+    KD_AMG_PHASE_AP,         /* the Galerkin product's operands and A P (SpGEMM) */
+    KD_AMG_PHASE_RAP,        /* A_c = R (A P) (SpGEMM), read back */
+    KD_AMG_PHASE_COARSEST,   /* the coarsest level's dense inverse */
+    KD_AMG_PHASE_TAIL,       /* the fused cycle's tail */
+    KD_AMG_PHASES
+} kd_amg_phase_t;
+extern const char *const kd_amg_phase_names[KD_AMG_PHASES];
 typedef struct kd_amg_stats {
     int levels;
     int64_t rows[KD_AMG_LEVELS_MAX], nnz[KD_AMG_LEVELS_MAX];
@@ -44,6 +65,7 @@ typedef struct kd_amg_stats {
     double spgemm_ms; /* of it: the Galerkin products (transfers included); 0 refreshed fused */
     double host_ms;   /* of it: aggregation, prolongators, transposes on the host; ditto */
     int refreshed;    /* a refresh built it (new values on a held hierarchy's pattern) */
+    double phase_ms[KD_AMG_PHASES]; /* of it: each step, over the levels (kd_amg_phase_t) */
 } kd_amg_stats_t;
 
 /* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU
@@ -79,6 +101,26 @@ int kd_amg_aggregate(const kd_csr_t *A, double threshold, int block_size, int32_
                      int64_t *naggs, kd_err_t *err);
 
 /*
+ * Aggregates of square A's strength graph on the device, block_size 1 (kernels/precond/amg/amg.cl
+ * kd_amg_strength .. kd_amg_agg_join): j is a strong neighbour of i when j != i, a_ij != 0 and
+ * a_ij^2 >= threshold^2 |a_ii a_jj|; a node with none gets agg -1. Roots: a distance-2 maximal
+ * independent set of the strength graph, in rounds. A node's state is 2 root, 1 undecided, 0
+ * decided not a root; each round node j's key is the tuple (state, 1023 - min(1023, its undecided
+ * strong neighbours), h(j) mod 2^20, j), h the 32-bit hash "lowbias32" (x ^= x >> 16,
+ * x *= 0x7feb352d, x ^= x >> 15, x *= 0x846ca68b, x ^= x >> 16), and then, all at once, an
+ * undecided node whose key is the largest within distance 2 (itself included) becomes a root and
+ * one whose largest key within distance 2 is a root's becomes 0.
+ * Aggregate ids are the roots in index order; then every node not in one takes the aggregate of
+ * its strong neighbour of largest (h(j) mod 2^30, j) among those in one, twice (a root's
+ * neighbours, then theirs). Deterministic: the same matrix gives the same aggregates on any device
+ * and work-group size. dA: A on the device (NULL: uploaded here); agg: rows int32, the caller's
+ * host array; *rounds (may be NULL) the independent set's rounds. KD_EDEVMEM, KD_ENOMEM.
+ */
+int kd_amg_aggregate_device(kd_ocl_t *ocl, const kd_csr_t *A, const kd_csr_device_t *dA,
+                            double threshold, int32_t *agg, int64_t *naggs, int *rounds,
+                            kd_err_t *err);
+
+/*
  * The smoothed prolongator P = (I - omega D^-1 A) T (rows x naggs), T the tentative one: column j
  * holds 1/sqrt(|aggregate j|) on aggregate j's rows (the constant vector, normalised per
  * aggregate; rows with agg -1 have none). A zero diagonal entry is KD_EBADREQ naming the row.
@@ -86,6 +128,25 @@ int kd_amg_aggregate(const kd_csr_t *A, double threshold, int block_size, int32_
  */
 int kd_amg_prolongator(const kd_csr_t *A, const int32_t *agg, int64_t naggs, double omega,
                        kd_csr_t **P, kd_err_t *err);
+
+/*
+ * kd_amg_prolongator on the device: P = (I - omega D^-1 A) T for dA (square, its diagonal
+ * stored in every row) and the host's aggregates agg (naggs > 0 of them), into *P, a new device
+ * CSR (the caller's): T from the aggregates, A T by kd_spgemm, then P's values in place. P's
+ * pattern is kd_amg_prolongator's exactly, its values the same to rounding (the products are
+ * summed before the scaling). KD_EDEVMEM, KD_ENOMEM, kd_spgemm's errors.
+ */
+int kd_amg_prolongator_device(kd_ocl_t *ocl, const kd_csr_device_t *dA, const int32_t *agg,
+                              int64_t naggs, double omega, kd_csr_device_t *P, kd_err_t *err);
+
+/*
+ * R = P^T on the device into *R, a new device CSR (the caller's): R's rows in ascending P row, as
+ * kd_csr_transpose orders them, values copied (the same bits); map (P->nnz int32 on the host, may
+ * be NULL): entry t of R is entry map[t] of P. Deterministic, though the scatter's slots are not
+ * (each row of R is sorted after). KD_EDEVMEM, KD_ENOMEM.
+ */
+int kd_amg_transpose_device(kd_ocl_t *ocl, const kd_csr_device_t *P, kd_csr_device_t *R,
+                            int32_t *map, kd_err_t *err);
 
 /*
  * The largest eigenvalue of a symmetric tridiagonal matrix (diagonal alpha[0..m-1], off-diagonal

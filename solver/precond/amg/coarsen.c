@@ -24,6 +24,7 @@ void kd_amg_options_default(kd_amg_options_t *opt)
     opt->lower = 0.1;
     opt->upper = 1.1;
     opt->lanczos_steps = 12;
+    opt->aggregation = 0; /* the device's: more CG iterations on lap2d (docs/BENCHMARKS.md) */
     opt->fused = 1;
     opt->tail_rows = 0; /* the single-group tail: slower on the H100 (bench/results/issue13/run8) */
 }

@@ -61,6 +61,7 @@ typedef struct kd_amg {
     int gpu_lanes; /* lanes per row as on a GPU (kd_amg_lanes) */
     kd_amg_tail_t tail;
     double setup_ms, spgemm_ms, host_ms;
+    double phase_ms[KD_AMG_PHASES]; /* kd_amg_stats_t's */
     int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
 } kd_amg_t;
 

@@ -287,6 +287,7 @@ static const pc_case_t refreshable[] = {
     {&kd_precond_ic0, "sweeps", 0, 1},       {&kd_precond_amg, NULL, 0, 1},
     {&kd_precond_amg, "fused", 0, 1},        {&kd_precond_amg, "threshold", 0.08, 0},
     {&kd_precond_amg, "tail_rows", 4096, 1}, {&kd_precond_amg, "block_size", 2, 1},
+    {&kd_precond_amg, "aggregation", 1, 1},
     {&kd_precond_block_jacobi, NULL, 0, 1},  {&kd_precond_block_jacobi, "block_size", 3, 1},
     {&kd_precond_chebyshev, NULL, 0, 1},
 };
