@@ -9,10 +9,12 @@
 #            --persist mode where the bench has it)                              putlike-gpu.txt
 #   linalg   `from krylov.linalg import cg; cg(A, b)` in a fresh Python with krylovd on PATH and
 #            no KRYLOV_SERVER; no daemon left behind                             linalg-gpu.txt
+#   amg      krylov-bench amg's setup phases (issue 36) on the issue's three Laplacians, the
+#            aggregates on the host and on the device                            amg-gpu.txt
 set -uo pipefail
 out=${OUT:-/tmp/kd-i35}
 mkdir -p "$out"
-parts=${KD_I35_PARTS:-tests wire putlike linalg}
+parts=${KD_I35_PARTS:-tests wire putlike linalg amg}
 source bench/device/setup.sh
 kd_suite_build || exit 1
 bin=$PWD/build-device/bin
@@ -75,6 +77,12 @@ print("krylovd processes before", before, "after", after,
 PY
     ) > "$out/linalg-gpu.txt" 2>&1
     cat "$out/linalg-gpu.txt" ;;
+  amg)
+    for agg in 0 1; do
+      echo "== --aggregation $agg"
+      timeout 120 "$bin/krylov-bench" amg --device gpu --aggregation $agg lap3d:64 lap2d:1024 lap3d:100
+    done > "$out/amg-gpu.txt" 2>&1
+    cat "$out/amg-gpu.txt" ;;
   esac
 done
 exit 0
