@@ -24,7 +24,8 @@ import numpy as np
 import krylov
 from kd_daemon import BIN_DIR, exercise_put_spmv_cg, make_rng
 
-WARM = "krylov,csr_scalar,blas"
+# cg_small: a GPU runs CG on a small matrix in one launch (solver/methods/cg.c)
+WARM = "krylov,cg_small,csr_scalar,blas"
 
 
 class ProgramsTest(unittest.TestCase):

@@ -113,15 +113,22 @@ class StartupTest(unittest.TestCase):
             # READY=1 came with the listener, before the warm-up's end
             lines = self.notifications(sock, 10)
             self.assertIn("READY=1", lines)
-            # waiting with a short limit: TIMEOUT, saying how far it got
-            with self.assertRaises(krylov.Timeout) as caught:
+            # waiting with a short limit: TIMEOUT, saying how far it got; or, where the warm-up
+            # ends first (a GPU builds these in a second or two, PoCL in minutes), the answer
+            # that it is done
+            try:
                 kd.status(wait_warm=True, timeout_ms=50)
-            self.assertIn("programs built", str(caught.exception))
+                self.assertEqual(kd.status().warm_up["state"], "done")
+            except krylov.Timeout as caught:
+                self.assertIn("programs built", str(caught))
             # the CLI says so too, on stderr, and fails
             cli = subprocess.run([os.path.join(BIN_DIR, "krylov"), "--server", address,
                                   "status", "--wait-warm=0.5"], capture_output=True, text=True)
-            self.assertEqual(cli.returncode, 1, cli.stderr)
-            self.assertIn("not done within", cli.stderr)
+            if cli.returncode == 0:
+                self.assertEqual(kd.status().warm_up["state"], "done")
+            else:
+                self.assertEqual(cli.returncode, 1, cli.stderr)
+                self.assertIn("not done within", cli.stderr)
 
             # a request during the warm-up: its programs are built first (or waited for)
             self.exercise(kd)
