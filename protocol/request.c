@@ -1339,7 +1339,7 @@ int kd_request_adopt(kd_request_t *req, void *buf, size_t bytes)
         const int cap = owned->cap_arrays > 0 ? 2 * owned->cap_arrays : 4;
         void **grown = realloc(owned->arrays, (size_t)cap * sizeof(*grown));
         if (grown == NULL) {
-            free(buf);
+            kd_recycle_free(buf);
             return KD_ENOMEM;
         }
         owned->arrays = grown;
@@ -1361,8 +1361,8 @@ void kd_request_free(kd_request_t *req)
         return;
     struct kd_request_owned *owned = req->owned;
     msgpack_unpacked_destroy(&owned->unpacked);
-    for (int i = 0; i < owned->narrays; i++)
-        free(owned->arrays[i]);
+    for (int i = 0; i < owned->narrays; i++) /* malloc'd, or from the shelf (kd_request_adopt) */
+        kd_recycle_free(owned->arrays[i]);
     free(owned->arrays);
     free(owned->items);
     kd_recycle_free(owned->buf);

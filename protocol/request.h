@@ -267,8 +267,9 @@ void kd_request_free(kd_request_t *req); /* accepts NULL */
  * items' b and x0), present or not; NULL past the last. For the server to resolve them. */
 kd_array_t *kd_request_array(kd_request_t *req, size_t i);
 
-/* Take ownership of a malloc'd buffer (freed with the request): the server's copy of a region's
- * bytes. Returns 0 or KD_ENOMEM (buf is then freed). */
+/* Take ownership of a buffer from malloc or kd_recycle_alloc (given back with kd_recycle_free
+ * with the request): the server's copy of a region's bytes. Returns 0 or KD_ENOMEM (buf is
+ * then given back). */
 int kd_request_adopt(kd_request_t *req, void *buf, size_t bytes);
 
 /* Host bytes the decoded request holds: its message, the arrays converted from plain msgpack

@@ -2,7 +2,8 @@
 """The wire's share of a put, a like put, an SpMV and a solve from the Python client (issue 35,
 part 6), over TCP (bins), the Unix socket (bins) and the Unix socket with shared memory, beside
 the raw loopback rate (Python to Python, the same sizes, the same run) and a NumPy memcpy rate;
-for spmv and solve also with x and the result in arrays of kd.empty ("shm+empty": nothing copied):
+for spmv and solve also with x and the result in arrays of kd.empty ("shm+empty": nothing copied),
+and for put_values (the values alone on the base matrix's pattern, "values") with them in one:
 
     python3 bench/service/wire.py [--krylovd build/bin/krylovd | --server HOST:PORT
                                   [--unix unix:PATH]] [--n 100] [--quick] [--calls 5]
@@ -162,7 +163,13 @@ class Ops:
         self.count = 0
         self.persist_taken = None
 
+    def _drop_last(self):
+        if getattr(self, "_last", None) is not None:
+            self.kd.drop(self._last)
+            self._last = None
+
     def _variant(self):
+        self._drop_last()
         self.count += 1
         B = self.A.copy()
         B.data[0] += 1e-6 * self.count * (1 + os.getpid() % 97)  # a new content id every call
@@ -181,13 +188,41 @@ class Ops:
     def put(self, B):
         info = self._put(B, name="wire-put", reorder="none")
         ms = float(info.raw.get("time_ms", 0.0))
-        self.kd.drop(info)
+        self._last = info  # dropped by the next prepare: not timed
         return ms
 
     def like(self, B):
         info = self._put(B, like=self.base)
         ms = float(info.raw.get("time_ms", 0.0))
-        self.kd.drop(info)
+        self._last = info  # dropped by the next prepare: not timed
+        return ms
+
+    def values(self, B):
+        """put_values: the values alone on base's pattern (nothing hashed or checked here)."""
+        info = self._put_values(B.data)
+        ms = float(info.raw.get("time_ms", 0.0))
+        self._last = info  # dropped by the next prepare: not timed
+        return ms
+
+    def _put_values(self, data):
+        if self.persist is not None:
+            self.persist_taken = True
+            return self.kd.put_values(self.base, data, persist=self.persist)
+        return self.kd.put_values(self.base, data)
+
+    def _variant_in_place(self):
+        # the step's values written into a kd.empty array before the call (the caller's own
+        # work, not timed): put_values then names them where they lie
+        B = self._variant()
+        if not hasattr(self, "_values_pool"):
+            self._values_pool = self.kd.empty(B.data.shape[0])
+        self._values_pool[:] = B.data
+        return self._values_pool
+
+    def values_inplace(self, data):
+        info = self._put_values(data)
+        ms = float(info.raw.get("time_ms", 0.0))
+        self._last = info  # dropped by the next prepare: not timed
         return ms
 
     def spmv(self, _):
@@ -248,7 +283,9 @@ def main():
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=10, help="of each solve (rtol 0)")
     ap.add_argument("--persist", default=None, help="put(persist=MODE) where the client takes it")
-    ap.add_argument("--ops", default="put,like,spmv,solve")
+    ap.add_argument("--ops", default="put,like,values,spmv,solve",
+                    help="put, like (put(A, like=base)), values (put_values(base, A.data)), "
+                         "spmv, solve")
     ap.add_argument("--client-path", default=os.path.join(HERE, "..", "..", "client", "python"))
     a = ap.parse_args()
     if a.quick:
@@ -266,6 +303,7 @@ def main():
         tmp = tempfile.mkdtemp(prefix="krylovd-wire-bench-")
         proc, tcp, unix = start(a.krylovd or "build/bin/krylovd", tmp)
     sizes = {"put": A.indptr.nbytes + A.indices.nbytes + A.data.nbytes, "like": A.data.nbytes,
+             "values": A.data.nbytes,
              "spmv": 2 * x.nbytes, "solve": 2 * x.nbytes}
     try:
         paths = [("tcp", tcp, False)]
@@ -285,12 +323,14 @@ def main():
                     "unix": raw_rate(socket.AF_UNIX, nbytes), "shm": memcpy_rate(nbytes)}
             raws["shm+empty"] = raws["shm"]
             for name, address, shm in paths:
-                if name == "shm+empty" and what not in ("spmv", "solve"):
+                if name == "shm+empty" and what not in ("spmv", "solve", "values"):
                     continue  # put's values from kd.empty: see the README; the copy is the put's
                 with krylov.Client(address, shm=shm) as kd:
                     base = kd.put(A, name="wire-base", reorder="none")
                     ops = Ops(krylov, kd, A, base, x, a.iterations, a.persist)
-                    prepare = ops._variant if what in ("put", "like") else (lambda: None)
+                    prepare = ops._variant if what in ("put", "like", "values") else (lambda: None)
+                    if what == "values" and name == "shm+empty":
+                        prepare = ops._variant_in_place
                     op = getattr(ops, what + ("_inplace" if name == "shm+empty" else ""))
                     wall, server = measure(op, prepare, a.calls)
                     wire = max(wall - server, 1e-6)

@@ -13,6 +13,7 @@
  */
 #include "common/checked.h"
 #include "common/clock.h"
+#include "common/recycle.h"
 #include "common/log.h"
 #include "common/slices.h"
 #include "protocol/mtx.h"
@@ -38,7 +39,9 @@
 /* A put's values from a shared-memory region, copied here on the worker (never on the loop
  * thread) once, before the id is computed and the matrix built: a client writing the region
  * meanwhile cannot make the values kept differ from those the id names. kd_shm_resolve holds
- * the region until the job ends. */
+ * the region until the job ends. The copy goes to a buffer off the recycle shelf: a time step's
+ * put of the same size finds its pages already mapped (a fresh 55 MB buffer's first-touch page
+ * faults cost more than the copy). */
 static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
 {
     kd_array_t *a;
@@ -46,7 +49,7 @@ static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
         if (!a->present || a->shm == 0)
             continue;
         const size_t bytes = (size_t)a->count * kd_dtype_size(a->dtype);
-        void *copy = malloc(bytes > 0 ? bytes : 1);
+        void *copy = kd_recycle_alloc(bytes > 0 ? bytes : 1, NULL);
         if (copy == NULL || kd_request_adopt(job->req, copy, bytes) != KD_OK)
             return kd_err_set(err, KD_ENOMEM,
                               "out of host memory copying a put's values from "

@@ -536,6 +536,35 @@ class Client:
         """put(A, like=old): new values on old's pattern (see put)."""
         return self.put(A, like=old, **kwargs)
 
+    def put_values(self, like, values, *, dtype=None, name=None, pin=None, persist=None,
+                   timeout_ms=None):
+        """New values on like's pattern, given as the values alone: a 1-D array of like's nnz
+        entries in its canonical order (its CSR with duplicates summed, columns ascending in
+        each row: what `A.data` is for a canonical scipy matrix with like's pattern). Nothing is
+        checked or hashed here, so a time step costs the values' transfer and the server's
+        work: the server refuses another count, and trusts the order (put(A, like=...) checks
+        the pattern's hash instead). values from kd.empty()/kd.asarray() on a Unix socket are
+        named where they lie in shared memory, not copied. Returns the new matrix's MatrixInfo,
+        as put(A, like=like) does."""
+        like_id = like.id if isinstance(like, MatrixInfo) else str(like)
+        arr = np.asarray(values)
+        _check_real(arr, "values")
+        if arr.ndim != 1:
+            raise ValueError(f"values must be 1-D (like's nnz entries), not of shape {arr.shape}")
+        if isinstance(like, MatrixInfo) and like.nnz is not None and arr.shape[0] != like.nnz:
+            raise ValueError(f"{arr.shape[0]} values for matrix {like_id} of {like.nnz} stored "
+                             "entries")
+        params = {"like": like_id}
+        value_dtype = like.dtype if isinstance(like, MatrixInfo) and like.dtype else None
+        if dtype is not None:
+            value_dtype = _dtype_name(dtype, "float64")
+        if value_dtype is not None:
+            params["dtype"] = value_dtype
+        params["values"] = _values_bin(arr, value_dtype or "float64")
+        _optional(params, name=name, pin=None if pin is None else bool(pin), persist=persist,
+                  timeout_ms=timeout_ms)
+        return self._put_call(params)
+
     def _pattern_of(self, rows, cols, indptr, indices):
         """pattern_hash, remembered for the last pattern (a copy of its arrays): a time-stepping
         loop sends one pattern again and again, and comparing arrays costs a fraction of

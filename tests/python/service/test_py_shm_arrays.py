@@ -201,6 +201,38 @@ class TestArrays(unittest.TestCase):
         x = rng.standard_normal(self.n)
         np.testing.assert_allclose(kd.spmv(like_region, x), D @ x, rtol=1e-12, atol=1e-12)
 
+    def test_put_values(self):
+        """put_values: the values alone, in the like matrix's canonical order, from a kd.empty
+        array (named where it lies), a plain array through the scratch region, bins and TCP,
+        all the id of put(A, like=...) with the same values; a wrong count or shape is refused
+        before anything is sent, and the server refuses a count the client could not check."""
+        kd = self.kd
+        D = self.A.copy()
+        D.data = D.data * (0.5 + rng.random())
+        expected = self.tcp.put(D, like=self.m)
+        vals = kd.empty(D.nnz)
+        vals[:] = np.nan
+        vals[:] = D.data
+        self.assertTrue(kd.in_region(vals))
+        uses = kd._arena.uses
+        ids = {kd.put_values(self.m, vals).id,
+               kd.put_values(self.m, np.array(D.data)).id,
+               self.bins.put_values(self.m, D.data).id,
+               self.tcp.put_values(self.m, D.data).id}
+        self.assertGreater(kd._arena.uses, uses)  # the plain array went through the region
+        self.assertEqual(ids, {expected.id})
+        x = rng.standard_normal(self.n)
+        info = kd.put_values(self.m.id, vals, persist="none")  # an id, not a MatrixInfo
+        self.assertEqual(info.id, expected.id)
+        np.testing.assert_allclose(kd.spmv(info, x), D @ x, rtol=1e-12, atol=1e-12)
+        with self.assertRaisesRegex(ValueError, "stored entries"):
+            kd.put_values(self.m, D.data[:-1])
+        with self.assertRaisesRegex(ValueError, "1-D"):
+            kd.put_values(self.m, D.data.reshape(-1, 1))
+        with self.assertRaises(krylov.BadRequest) as caught:
+            self.tcp.put_values(self.m.id, D.data[:-1])  # no MatrixInfo: the server counts
+        self.assertIn(str(D.nnz), str(caught.exception))
+
 
 if __name__ == "__main__":
     unittest.main()
