@@ -161,7 +161,6 @@ class Ops:
         self.krylov, self.kd, self.A, self.base, self.x = krylov, kd, A, base, x
         self.iterations, self.persist = iterations, persist
         self.count = 0
-        self.persist_taken = None
 
     def _drop_last(self):
         if getattr(self, "_last", None) is not None:
@@ -179,10 +178,10 @@ class Ops:
         if self.persist is not None:
             try:
                 info = self.kd.put(B, persist=self.persist, **options)
-                self.persist_taken = True
+                PERSIST_TAKEN[0] = True
                 return info
             except TypeError:
-                self.persist_taken = False
+                PERSIST_TAKEN[0] = False
         return self.kd.put(B, **options)
 
     def put(self, B):
@@ -206,7 +205,7 @@ class Ops:
 
     def _put_values(self, data):
         if self.persist is not None:
-            self.persist_taken = True
+            PERSIST_TAKEN[0] = True
             return self.kd.put_values(self.base, data, persist=self.persist)
         return self.kd.put_values(self.base, data)
 
@@ -255,6 +254,9 @@ class Ops:
         x, out = self._pooled()
         return float(self.kd.solve(self.base, x, rtol=0.0, maxiter=self.iterations,
                                    out=out).time_ms)
+
+
+PERSIST_TAKEN = [None]  # whether the client took --persist (over every Ops of the run)
 
 
 def measure(op, prepare, calls):
@@ -351,7 +353,7 @@ def main():
         print(f"\nraw loopback (last sizes): tcp {raws['tcp']:.2f} GB/s, unix {raws['unix']:.2f} "
               f"GB/s; memcpy {raws['shm']:.2f} GB/s (shm's ratio is to memcpy)")
         if a.persist is not None:
-            taken = "taken" if ops.persist_taken else "not taken by this client"
+            taken = "taken" if PERSIST_TAKEN[0] else "not taken by this client"
             print(f"persist={a.persist}: {taken}")
     finally:
         if proc is not None:
