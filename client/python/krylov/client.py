@@ -554,13 +554,19 @@ class Client:
         if isinstance(like, MatrixInfo) and like.nnz is not None and arr.shape[0] != like.nnz:
             raise ValueError(f"{arr.shape[0]} values for matrix {like_id} of {like.nnz} stored "
                              "entries")
-        params = {"like": like_id}
+        return self._put_like_values({"like": like_id}, like, arr, dtype=dtype, name=name,
+                                     pin=pin, persist=persist, timeout_ms=timeout_ms)
+
+    def _put_like_values(self, params, like, values, *, dtype, name, pin, persist, timeout_ms):
+        """matrix.put with like: params (like, and pattern where checked) and the values, in the
+        like matrix's dtype where known (the server refuses another), else float64 values that
+        the server converts."""
         value_dtype = like.dtype if isinstance(like, MatrixInfo) and like.dtype else None
         if dtype is not None:
             value_dtype = _dtype_name(dtype, "float64")
         if value_dtype is not None:
             params["dtype"] = value_dtype
-        params["values"] = _values_bin(arr, value_dtype or "float64")
+        params["values"] = _values_bin(values, value_dtype or "float64")
         _optional(params, name=name, pin=None if pin is None else bool(pin), persist=persist,
                   timeout_ms=timeout_ms)
         return self._put_call(params)
@@ -602,18 +608,9 @@ class Client:
                     f"have the pattern of matrix {like.id} ({like.rows} x {like.cols}, {like.nnz} "
                     f"stored entries{', pattern ' + like.pattern if like.pattern else ''}): put "
                     "it whole")
-        params = {"like": like_id, "pattern": pattern}
-        # the like matrix's dtype where known (the server refuses another), else float64 values
-        # that the server converts
-        value_dtype = like.dtype if isinstance(like, MatrixInfo) and like.dtype else None
-        if dtype is not None:
-            value_dtype = _dtype_name(dtype, "float64")
-        if value_dtype is not None:
-            params["dtype"] = value_dtype
-        params["values"] = _values_bin(data, value_dtype or "float64")
-        _optional(params, name=name, pin=None if pin is None else bool(pin), persist=persist,
-                  timeout_ms=timeout_ms)
-        return self._put_call(params)
+        return self._put_like_values({"like": like_id, "pattern": pattern}, like, data,
+                                     dtype=dtype, name=name, pin=pin, persist=persist,
+                                     timeout_ms=timeout_ms)
 
     def _put_call(self, params):
         """matrix.put with its values through shared memory when they are large (the server

@@ -111,6 +111,21 @@ def settle(predicate, seconds=60):
     return predicate()
 
 
+def process_fds(pid, counts):
+    """How many of process pid's descriptors counts(target) holds for, their targets read from
+    /proc/pid/fd (one closed meanwhile is skipped)."""
+    count = 0
+    base = f"/proc/{pid}/fd"
+    for name in os.listdir(base):
+        try:
+            target = os.readlink(os.path.join(base, name))
+        except OSError:  # closed meanwhile
+            continue
+        if counts(target):
+            count += 1
+    return count
+
+
 def make_rng():
     """A numpy Generator seeded from KD_TEST_SEED or the clock; the seed is printed."""
     env = os.environ.get("KD_TEST_SEED")

@@ -36,7 +36,7 @@ import numpy as np
 
 import krylov
 from krylov import _shm, errors
-from kd_daemon import Daemon, make_rng, spd_matrix, settle
+from kd_daemon import Daemon, make_rng, process_fds, spd_matrix, settle
 
 MAX_SHM = 16 << 20
 
@@ -131,16 +131,8 @@ OUR_MEMFDS = ("memfd:test-shm", "memfd:krylov-shm")
 def server_fds():
     """The server's descriptors that requests here can leave behind: memfds and pipes (sockets
     still closing, the runtime's own files: not counted)."""
-    count = 0
-    base = f"/proc/{daemon.proc.pid}/fd"
-    for name in os.listdir(base):
-        try:
-            target = os.readlink(os.path.join(base, name))
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("pipe:") or any(m in target for m in OUR_MEMFDS):
-            count += 1
-    return count
+    return process_fds(daemon.proc.pid, lambda target: target.startswith("pipe:") or
+                       any(m in target for m in OUR_MEMFDS))
 
 
 def server_memfd_maps():

@@ -26,7 +26,7 @@ import msgpack
 import numpy as np
 
 import krylov
-from kd_daemon import Daemon, make_rng, metric_sample, spd_matrix, settle
+from kd_daemon import Daemon, make_rng, metric_sample, process_fds, spd_matrix, settle
 
 MAX_SHM = 16 << 20
 MAX_MESSAGE = 1 << 20
@@ -123,16 +123,7 @@ def tearDownModule():
 def server_fds():
     """The server's descriptors other than sockets (a connection's socket is accepted and closed
     on the server's own time; a leaked memfd or pipe is what counts here)."""
-    count = 0
-    base = f"/proc/{daemon.proc.pid}/fd"
-    for name in os.listdir(base):
-        try:
-            target = os.readlink(os.path.join(base, name))
-        except OSError:  # closed meanwhile
-            continue
-        if not target.startswith("socket:"):
-            count += 1
-    return count
+    return process_fds(daemon.proc.pid, lambda target: not target.startswith("socket:"))
 
 
 def server_memfd_maps():
