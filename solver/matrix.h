@@ -187,6 +187,9 @@ int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
                          kd_matrix_fill_t **out, kd_err_t *err);
 int kd_matrix_fill_write(kd_matrix_fill_t *f, size_t offset, size_t bytes, const void *src,
                          kd_err_t *err);
+/* Start the scan of csr's values (every piece in csr by then) on a thread, beside the writes
+ * still to come; kd_matrix_fill_end starts it if nobody did. */
+void kd_matrix_fill_scan(kd_matrix_fill_t *f, const kd_csr_t *csr);
 int kd_matrix_fill_end(kd_matrix_fill_t *f, const kd_csr_t *csr, kd_matrix_t **out, kd_err_t *err);
 void kd_matrix_fill_abort(kd_matrix_fill_t *f);
 int kd_matrix_shares(const kd_matrix_t *m);

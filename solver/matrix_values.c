@@ -277,6 +277,23 @@ static int kd_values_order(kd_ocl_t *ocl, const kd_matrix_t *like, kd_matrix_t *
     return rc;
 }
 
+/* kd_values_scan on a thread of its own. */
+static int kd_values_scan(const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err);
+
+typedef struct kd_values_scan_job {
+    const kd_csr_t *csr;
+    kd_matrix_t *m;
+    int rc;
+    kd_err_t err;
+} kd_values_scan_job_t;
+
+static void *kd_values_scan_run(void *arg)
+{
+    kd_values_scan_job_t *job = arg;
+    job->rc = kd_values_scan(job->csr, job->m, &job->err);
+    return NULL;
+}
+
 /* A matrix being filled with new values (kd_matrix_fill_begin): its values reach the device in
  * pieces, non-blocking writes from the caller's buffer (each piece written where it is final:
  * straight into an identity values array, or into the staging buffer the gathers read), then the
@@ -289,6 +306,9 @@ struct kd_matrix_fill {
     int n;
     cl_mem staging; /* the new values in canonical order, where some array has a map */
     cl_event last;  /* the last write (the queue runs in order) */
+    kd_values_scan_job_t scan;
+    pthread_t scanning;
+    int scan_started; /* 1: on scanning; 2: run here */
 };
 
 /* Wait for the writes issued so far: the caller's buffer may be freed after. */
@@ -388,18 +408,23 @@ size_t kd_matrix_values_bytes(const kd_matrix_t *like)
     return bytes;
 }
 
-typedef struct kd_values_scan_job {
-    const kd_csr_t *csr;
-    kd_matrix_t *m;
-    int rc;
-    kd_err_t err;
-} kd_values_scan_job_t;
-
-static void *kd_values_scan_run(void *arg)
+void kd_matrix_fill_scan(kd_matrix_fill_t *f, const kd_csr_t *csr)
 {
-    kd_values_scan_job_t *job = arg;
-    job->rc = kd_values_scan(job->csr, job->m, &job->err);
-    return NULL;
+    if (f->scan_started)
+        return;
+    f->scan = (kd_values_scan_job_t){.csr = csr, .m = f->m, .rc = KD_OK};
+    f->scan_started = pthread_create(&f->scanning, NULL, kd_values_scan_run, &f->scan) == 0 ? 1 : 2;
+}
+
+/* The scan's end: joined, or run here if no thread started it. */
+static int kd_fill_scan_join(kd_matrix_fill_t *f, int run)
+{
+    if (f->scan_started == 1)
+        pthread_join(f->scanning, NULL);
+    else if (f->scan_started == 2 && run)
+        kd_values_scan_run(&f->scan);
+    f->scan_started = 0;
+    return f->scan.rc;
 }
 
 int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
@@ -467,6 +492,7 @@ void kd_matrix_fill_abort(kd_matrix_fill_t *f)
         return;
     kd_err_t ignored = {0};
     (void)kd_fill_wait(f, &ignored);
+    (void)kd_fill_scan_join(f, 0);
     if (f->staging != NULL)
         clReleaseMemObject(f->staging);
     kd_matrix_free(f->m);
@@ -478,19 +504,14 @@ int kd_matrix_fill_end(kd_matrix_fill_t *f, const kd_csr_t *csr, kd_matrix_t **o
     *out = NULL;
     kd_matrix_t *m = f->m;
     /* the scan (host threads) beside the last writes and the gathers (the device) */
-    kd_values_scan_job_t scan = {.csr = csr, .m = m, .rc = KD_OK};
-    pthread_t thread;
-    const int beside = pthread_create(&thread, NULL, kd_values_scan_run, &scan) == 0;
+    kd_matrix_fill_scan(f, csr);
     int rc = kd_fill_gather(f, csr->dtype, err);
     const int waited = kd_fill_wait(f, rc == KD_OK ? err : &(kd_err_t){0});
     if (rc == KD_OK)
         rc = waited;
-    if (beside)
-        pthread_join(thread, NULL);
-    else if (rc == KD_OK)
-        kd_values_scan_run(&scan);
-    if (rc == KD_OK && scan.rc != KD_OK)
-        rc = kd_err_set(err, scan.rc, "%s", scan.err.message);
+    const int scanned = kd_fill_scan_join(f, rc == KD_OK);
+    if (rc == KD_OK && scanned != KD_OK)
+        rc = kd_err_set(err, scanned, "%s", f->scan.err.message);
     if (rc == KD_OK)
         rc = kd_matrix_share_join(f->like->share, m, err);
     if (rc != KD_OK) {

@@ -261,18 +261,24 @@ static void *kd_like_copy_run(void *arg)
     return NULL;
 }
 
-/* Wait until chunk k is copied whole (1), or the pipeline stops (0). */
-static int kd_like_wait_chunk(kd_like_pipe_t *pp, size_t k)
+/* The chunks copied whole (the lock held). */
+static size_t kd_like_copied(const kd_like_pipe_t *pp)
+{
+    size_t least = pp->chunks;
+    for (int i = 0; i < pp->ncopiers; i++)
+        least = pp->copied[i] < least ? pp->copied[i] : least;
+    return least;
+}
+
+/* Wait until chunk k is copied whole (1), or the pipeline stops (0); *all: every chunk is. */
+static int kd_like_wait_chunk(kd_like_pipe_t *pp, size_t k, int *all)
 {
     pthread_mutex_lock(&pp->lock);
-    for (;;) {
-        size_t least = pp->chunks;
-        for (int i = 0; i < pp->ncopiers; i++)
-            least = pp->copied[i] < least ? pp->copied[i] : least;
-        if (least > k || pp->stop)
-            break;
+    size_t least;
+    while ((least = kd_like_copied(pp)) <= k && !pp->stop)
         pthread_cond_wait(&pp->moved, &pp->lock);
-    }
+    if (all != NULL)
+        *all = least == pp->chunks;
     const int ready = !pp->stop;
     pthread_mutex_unlock(&pp->lock);
     return ready;
@@ -281,7 +287,7 @@ static int kd_like_wait_chunk(kd_like_pipe_t *pp, size_t k)
 static void *kd_like_hash_run(void *arg)
 {
     kd_like_pipe_t *pp = arg;
-    for (size_t k = 0; k < pp->chunks && kd_like_wait_chunk(pp, k); k++) {
+    for (size_t k = 0; k < pp->chunks && kd_like_wait_chunk(pp, k, NULL); k++) {
         size_t at, len;
         kd_like_chunk(pp, k, &at, &len);
         kd_csr_hash_update(pp->hasher, pp->dst + at, len);
@@ -369,8 +375,11 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
     for (size_t k = 0; k < pp.chunks && rc == KD_OK && up->fill != NULL; k++) {
         size_t at, len;
         kd_like_chunk(&pp, k, &at, &len);
-        if (kd_like_wait_chunk(&pp, k))
+        int all = 0;
+        if (kd_like_wait_chunk(&pp, k, &all))
             rc = kd_matrix_fill_write(up->fill, at, len, pp.dst + at, err);
+        if (all) /* the scan beside the last hashes and writes */
+            kd_matrix_fill_scan(up->fill, c);
     }
     if (rc != KD_OK)
         kd_like_stop(&pp);
