@@ -225,12 +225,15 @@ typedef struct kd_like_pipe {
     pthread_cond_t moved;
     size_t copied[KD_SLICES_MAX]; /* chunks each copier has done */
     int stop;                     /* the put failed: copiers and hasher leave */
+    struct kd_like_copier {
+        struct kd_like_pipe *pipe;
+        int index;
+    } copiers[KD_SLICES_MAX];
+    pthread_t threads[KD_SLICES_MAX + 1]; /* the copiers', then the hasher's */
+    int started[KD_SLICES_MAX + 1];
 } kd_like_pipe_t;
 
-typedef struct kd_like_copier {
-    kd_like_pipe_t *pipe;
-    int index;
-} kd_like_copier_t;
+typedef struct kd_like_copier kd_like_copier_t;
 
 static void kd_like_chunk(const kd_like_pipe_t *pp, size_t k, size_t *at, size_t *len)
 {
@@ -331,6 +334,64 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
     return KD_OK;
 }
 
+/* The copiers and the hasher of c's values started (KD_ENOMEM: no hash state). */
+static int kd_like_pipe_start(kd_like_pipe_t *pp, const kd_csr_t *c)
+{
+    pp->bytes = (size_t)c->nnz * kd_dtype_size(c->dtype);
+    pp->chunks = (pp->bytes + KD_LIKE_CHUNK - 1) / KD_LIKE_CHUNK;
+    pp->ncopiers = kd_slices_count((int64_t)(pp->bytes / 8));
+    if ((pp->hasher = kd_csr_hash_begin(c)) == NULL)
+        return KD_ENOMEM;
+    pthread_mutex_init(&pp->lock, NULL);
+    pthread_cond_init(&pp->moved, NULL);
+    for (int i = 0; i < pp->ncopiers; i++) {
+        pp->copiers[i] = (kd_like_copier_t){pp, i};
+        pp->started[i] =
+            pthread_create(&pp->threads[i], NULL, kd_like_copy_run, &pp->copiers[i]) == 0;
+    }
+    for (int i = 0; i < pp->ncopiers; i++)
+        if (!pp->started[i]) /* here, whole, then: nobody else does its slices */
+            kd_like_copy_run(&pp->copiers[i]);
+    pp->started[KD_SLICES_MAX] =
+        pthread_create(&pp->threads[KD_SLICES_MAX], NULL, kd_like_hash_run, pp) == 0;
+    return KD_OK;
+}
+
+/* Each chunk written to the device as soon as it is copied; the scan started once all are. */
+static int kd_like_pipe_upload(kd_like_pipe_t *pp, kd_matrix_fill_t *fill, const kd_csr_t *c,
+                               kd_err_t *err)
+{
+    int rc = KD_OK;
+    for (size_t k = 0; k < pp->chunks && rc == KD_OK; k++) {
+        size_t at, len;
+        kd_like_chunk(pp, k, &at, &len);
+        int all = 0;
+        if (kd_like_wait_chunk(pp, k, &all))
+            rc = kd_matrix_fill_write(fill, at, len, pp->dst + at, err);
+        if (all) /* the scan beside the last hashes and writes */
+            kd_matrix_fill_scan(fill, c);
+    }
+    return rc;
+}
+
+/* Every thread joined (stopped first when rc says the put failed) and the id (valid when rc is
+ * KD_OK). */
+static void kd_like_pipe_join(kd_like_pipe_t *pp, int rc, uint8_t id[16])
+{
+    if (rc != KD_OK)
+        kd_like_stop(pp);
+    for (int i = 0; i < pp->ncopiers; i++)
+        if (pp->started[i])
+            pthread_join(pp->threads[i], NULL);
+    if (pp->started[KD_SLICES_MAX])
+        pthread_join(pp->threads[KD_SLICES_MAX], NULL);
+    else if (rc == KD_OK)
+        kd_like_hash_run(pp);
+    kd_csr_hash_end(pp->hasher, id);
+    pthread_cond_destroy(&pp->moved);
+    pthread_mutex_destroy(&pp->lock);
+}
+
 /* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values in
  * its dtype (*out), its content id, and its values on the device (up->dev, kd_like_prepare): one
  * pipeline of copy, hash and upload in chunks (kd_like_pipe_t), the copiers and the hasher
@@ -352,47 +413,12 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
         return KD_OK; /* uploaded by kd_like_upload, if the content is new */
     }
     kd_like_pipe_t pp = {.src = values->data, .dst = c->values};
-    pp.bytes = (size_t)pattern->nnz * kd_dtype_size(c->dtype);
-    pp.chunks = (pp.bytes + KD_LIKE_CHUNK - 1) / KD_LIKE_CHUNK;
-    pp.ncopiers = kd_slices_count((int64_t)(pp.bytes / 8));
-    if ((pp.hasher = kd_csr_hash_begin(c)) == NULL)
+    if (kd_like_pipe_start(&pp, c) != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    pthread_mutex_init(&pp.lock, NULL);
-    pthread_cond_init(&pp.moved, NULL);
-    kd_like_copier_t copiers[KD_SLICES_MAX];
-    pthread_t threads[KD_SLICES_MAX + 1];
-    int started[KD_SLICES_MAX + 1] = {0};
-    for (int i = 0; i < pp.ncopiers; i++) {
-        copiers[i] = (kd_like_copier_t){&pp, i};
-        started[i] = pthread_create(&threads[i], NULL, kd_like_copy_run, &copiers[i]) == 0;
-    }
-    for (int i = 0; i < pp.ncopiers; i++)
-        if (!started[i]) /* here, whole, then: nobody else does its slices */
-            kd_like_copy_run(&copiers[i]);
-    const int hash_beside =
-        pthread_create(&threads[KD_SLICES_MAX], NULL, kd_like_hash_run, &pp) == 0;
     rc = kd_like_prepare(server, up, c, err);
-    for (size_t k = 0; k < pp.chunks && rc == KD_OK && up->fill != NULL; k++) {
-        size_t at, len;
-        kd_like_chunk(&pp, k, &at, &len);
-        int all = 0;
-        if (kd_like_wait_chunk(&pp, k, &all))
-            rc = kd_matrix_fill_write(up->fill, at, len, pp.dst + at, err);
-        if (all) /* the scan beside the last hashes and writes */
-            kd_matrix_fill_scan(up->fill, c);
-    }
-    if (rc != KD_OK)
-        kd_like_stop(&pp);
-    for (int i = 0; i < pp.ncopiers; i++)
-        if (started[i])
-            pthread_join(threads[i], NULL);
-    if (hash_beside)
-        pthread_join(threads[KD_SLICES_MAX], NULL);
-    else if (rc == KD_OK)
-        kd_like_hash_run(&pp);
-    kd_csr_hash_end(pp.hasher, id); /* (meaningless after a stop: not used) */
-    pthread_cond_destroy(&pp.moved);
-    pthread_mutex_destroy(&pp.lock);
+    if (rc == KD_OK && up->fill != NULL)
+        rc = kd_like_pipe_upload(&pp, up->fill, c, err);
+    kd_like_pipe_join(&pp, rc, id);
     if (up->fill != NULL) { /* every piece enqueued: the gathers, the scan, the matrix */
         kd_matrix_fill_t *fill = up->fill;
         up->fill = NULL;
