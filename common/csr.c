@@ -520,11 +520,11 @@ int kd_csr_convert(const kd_csr_t *csr, kd_dtype_t dtype, kd_csr_t **out, kd_err
     return KD_OK;
 }
 
-kd_csr_hasher_t *kd_csr_hash_begin(const kd_csr_t *csr)
+int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16])
 {
     XXH3_state_t *state = XXH3_createState();
     if (state == NULL)
-        return NULL;
+        return KD_ENOMEM;
     const int which = csr->dtype == KD_DTYPE_F32;
     struct kd_csr_pattern *shared = csr->pattern;
     XXH3_state_t *known =
@@ -551,32 +551,12 @@ kd_csr_hasher_t *kd_csr_hash_begin(const kd_csr_t *csr)
                 XXH3_freeState(keep); /* another thread published it first */
         }
     }
-    /* the state is the hasher: XXH3's streaming state is the same whatever the pieces */
-    return (kd_csr_hasher_t *)state;
-}
-
-void kd_csr_hash_update(kd_csr_hasher_t *h, const void *values, size_t bytes)
-{
-    XXH3_128bits_update((XXH3_state_t *)h, values, bytes);
-}
-
-void kd_csr_hash_end(kd_csr_hasher_t *h, uint8_t id[16])
-{
-    XXH3_state_t *state = (XXH3_state_t *)h;
-    XXH128_hash_t hash = XXH3_128bits_digest(state);
+    XXH3_128bits_update(state, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype));
+    XXH128_hash_t h = XXH3_128bits_digest(state);
     XXH3_freeState(state);
     XXH128_canonical_t canon;
-    XXH128_canonicalFromHash(&canon, hash);
+    XXH128_canonicalFromHash(&canon, h);
     memcpy(id, canon.digest, 16);
-}
-
-int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16])
-{
-    kd_csr_hasher_t *h = kd_csr_hash_begin(csr);
-    if (h == NULL)
-        return KD_ENOMEM;
-    kd_csr_hash_update(h, csr->values, (size_t)csr->nnz * kd_dtype_size(csr->dtype));
-    kd_csr_hash_end(h, id);
     return KD_OK;
 }
 

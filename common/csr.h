@@ -136,15 +136,6 @@ int kd_csr_transpose(const kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
  * form. Returns 0 or KD_ENOMEM. */
 int kd_csr_hash(const kd_csr_t *csr, uint8_t id[16]);
 
-/* kd_csr_hash with the values in pieces, for values that arrive in pieces (a put with like's
- * pipeline): begin hashes csr's header and pattern (its values are not read), each update the
- * next bytes of the values in order, end writes the id (the same as kd_csr_hash's over the whole
- * values) and frees the state. An opaque state; begin returns NULL when out of memory. */
-typedef struct kd_csr_hasher kd_csr_hasher_t;
-kd_csr_hasher_t *kd_csr_hash_begin(const kd_csr_t *csr);
-void kd_csr_hash_update(kd_csr_hasher_t *h, const void *values, size_t bytes);
-void kd_csr_hash_end(kd_csr_hasher_t *h, uint8_t id[16]);
-
 #define KD_ID_HEX_LEN 32
 /* 32 lower-case hex digits and a NUL. */
 void kd_id_to_hex(const uint8_t id[16], char hex[KD_ID_HEX_LEN + 1]);

@@ -31,7 +31,7 @@ void kd_slices_rows(const kd_csr_t *csr, int n, int64_t align, int64_t bounds[KD
 void kd_slices_run(void *(*fn)(void *), void *items, size_t size, int n);
 
 /* memcpy in slices on kd_slices_count(bytes / 8) threads: a large copy into fresh pages is mostly
- * page faults, which overlap across threads (a put's values from a region: server/handlers/run.c). */
+ * page faults, which overlap across threads (a put's values: server/handlers/like.c). */
 void kd_slices_memcpy(void *dst, const void *src, size_t bytes);
 
 #endif

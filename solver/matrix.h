@@ -177,21 +177,6 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
  */
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
                           kd_err_t *err);
-/* kd_matrix_with_values in steps, for values that arrive in pieces (a put with like's pipeline,
- * server/handlers/like.c): begin reads csr's pattern and shape only; each write enqueues a piece
- * of the values (byte offset and length in canonical order) without blocking, read from src until
- * the next kd_matrix_fill_end or _abort returns (which wait for the writes); end reads csr's
- * values whole (the scan: every piece written by then) and gives the matrix. Abort frees it all. */
-typedef struct kd_matrix_fill kd_matrix_fill_t;
-int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
-                         kd_matrix_fill_t **out, kd_err_t *err);
-int kd_matrix_fill_write(kd_matrix_fill_t *f, size_t offset, size_t bytes, const void *src,
-                         kd_err_t *err);
-/* Start the scan of csr's values (every piece in csr by then) on a thread, beside the writes
- * still to come; kd_matrix_fill_end starts it if nobody did. */
-void kd_matrix_fill_scan(kd_matrix_fill_t *f, const kd_csr_t *csr);
-int kd_matrix_fill_end(kd_matrix_fill_t *f, const kd_csr_t *csr, kd_matrix_t **out, kd_err_t *err);
-void kd_matrix_fill_abort(kd_matrix_fill_t *f);
 int kd_matrix_shares(const kd_matrix_t *m);
 /* The device bytes kd_matrix_with_values(like, ...) allocates at most, the moment's staging and
  * the first call's probe included (for a budget check before it). */

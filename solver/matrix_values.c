@@ -277,94 +277,34 @@ static int kd_values_order(kd_ocl_t *ocl, const kd_matrix_t *like, kd_matrix_t *
     return rc;
 }
 
-/* kd_values_scan on a thread of its own. */
-static int kd_values_scan(const kd_csr_t *csr, kd_matrix_t *m, kd_err_t *err);
-
-typedef struct kd_values_scan_job {
-    const kd_csr_t *csr;
-    kd_matrix_t *m;
-    int rc;
-    kd_err_t err;
-} kd_values_scan_job_t;
-
-static void *kd_values_scan_run(void *arg)
+/* Fill m's values arrays from csr's values (canonical order). */
+static int kd_values_fill(kd_ocl_t *ocl, const kd_matrix_share_t *s, const kd_csr_t *csr,
+                          kd_format_array_t *ma, int n, kd_err_t *err)
 {
-    kd_values_scan_job_t *job = arg;
-    job->rc = kd_values_scan(job->csr, job->m, &job->err);
-    return NULL;
-}
-
-/* A matrix being filled with new values (kd_matrix_fill_begin): its values reach the device in
- * pieces, non-blocking writes from the caller's buffer (each piece written where it is final:
- * straight into an identity values array, or into the staging buffer the gathers read), then the
- * gathers, the scan and the share's join at kd_matrix_fill_end. */
-struct kd_matrix_fill {
-    kd_ocl_t *ocl;
-    kd_matrix_t *like;
-    kd_matrix_t *m;
-    kd_format_array_t ma[KD_FORMAT_ARRAYS_MAX];
-    int n;
-    cl_mem staging; /* the new values in canonical order, where some array has a map */
-    cl_event last;  /* the last write (the queue runs in order) */
-    kd_values_scan_job_t scan;
-    pthread_t scanning;
-    int scan_started; /* 1: on scanning; 2: run here */
-};
-
-/* Wait for the writes issued so far: the caller's buffer may be freed after. */
-static int kd_fill_wait(kd_matrix_fill_t *f, kd_err_t *err)
-{
-    if (f->last == NULL)
-        return KD_OK;
-    cl_int st = clWaitForEvents(1, &f->last);
-    clReleaseEvent(f->last);
-    f->last = NULL;
-    return st == CL_SUCCESS ? KD_OK : kd_ocl_fail(err, st, "clWaitForEvents");
-}
-
-/* One non-blocking write of a piece into dst, kept as the last. */
-static int kd_fill_enqueue(kd_matrix_fill_t *f, cl_mem dst, size_t offset, size_t bytes,
-                           const void *src, kd_err_t *err)
-{
-    cl_event ev = NULL;
-    cl_int st =
-        kd_ocl_enqueue_write(kd_ocl_queue(f->ocl), dst, CL_FALSE, offset, bytes, src, 0, NULL, &ev);
-    if (st != CL_SUCCESS)
-        return kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
-    if (f->last != NULL)
-        clReleaseEvent(f->last);
-    f->last = ev;
-    return KD_OK;
-}
-
-int kd_matrix_fill_write(kd_matrix_fill_t *f, size_t offset, size_t bytes, const void *src,
-                         kd_err_t *err)
-{
-    if (bytes == 0)
-        return KD_OK;
-    const kd_matrix_share_t *s = f->like->share;
+    const size_t vsize = kd_dtype_size(csr->dtype), bytes = (size_t)csr->nnz * vsize;
+    cl_mem staging = NULL;
     int rc = KD_OK;
-    for (int i = 0; i < f->n && rc == KD_OK; i++)
-        if (f->ma[i].kind == KD_ARRAY_VALUES && *f->ma[i].mem != NULL && s->maps[i] == NULL)
-            rc = kd_fill_enqueue(f, *f->ma[i].mem, offset, bytes, src, err); /* identity */
-    if (rc == KD_OK && f->staging != NULL) /* once, for every mapped array's gather */
-        rc = kd_fill_enqueue(f, f->staging, offset, bytes, src, err);
-    return rc;
-}
-
-/* The gathers from the staging buffer into the mapped values arrays. */
-static int kd_fill_gather(kd_matrix_fill_t *f, kd_dtype_t dtype, kd_err_t *err)
-{
-    const kd_matrix_share_t *s = f->like->share;
-    int rc = KD_OK;
-    for (int i = 0; i < f->n && rc == KD_OK; i++) {
-        if (f->ma[i].kind != KD_ARRAY_VALUES || *f->ma[i].mem == NULL || s->maps[i] == NULL)
+    for (int i = 0; i < n && rc == KD_OK; i++) {
+        if (ma[i].kind != KD_ARRAY_VALUES || *ma[i].mem == NULL)
             continue;
-        rc = kd_format_run(f->ocl, dtype, "values", NULL, "kd_values_gather", s->slots[i],
+        if (s->maps[i] == NULL) { /* identity: the values are the array */
+            cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(ocl), *ma[i].mem, CL_TRUE, 0, bytes,
+                                             csr->values, 0, NULL, NULL);
+            if (st != CL_SUCCESS)
+                rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+            continue;
+        }
+        if (staging == NULL &&
+            (rc = kd_format_buffer_from_host(ocl, csr->values, bytes, "the new values", &staging,
+                                             err)) != KD_OK)
+            break;
+        rc = kd_format_run(ocl, csr->dtype, "values", NULL, "kd_values_gather", s->slots[i],
                            KD_ARGS(KD_ARG_LONG((int64_t)s->slots[i]), KD_ARG_MEM(s->maps[i]),
-                                   KD_ARG_MEM(f->staging), KD_ARG_MEM(*f->ma[i].mem)),
+                                   KD_ARG_MEM(staging), KD_ARG_MEM(*ma[i].mem)),
                            err);
     }
+    if (staging != NULL)
+        clReleaseMemObject(staging); /* freed once the gathers that read it have run */
     return rc;
 }
 
@@ -408,27 +348,22 @@ size_t kd_matrix_values_bytes(const kd_matrix_t *like)
     return bytes;
 }
 
-void kd_matrix_fill_scan(kd_matrix_fill_t *f, const kd_csr_t *csr)
+typedef struct kd_values_scan_job {
+    const kd_csr_t *csr;
+    kd_matrix_t *m;
+    int rc;
+    kd_err_t err;
+} kd_values_scan_job_t;
+
+static void *kd_values_scan_run(void *arg)
 {
-    if (f->scan_started)
-        return;
-    f->scan = (kd_values_scan_job_t){.csr = csr, .m = f->m, .rc = KD_OK};
-    f->scan_started = pthread_create(&f->scanning, NULL, kd_values_scan_run, &f->scan) == 0 ? 1 : 2;
+    kd_values_scan_job_t *job = arg;
+    job->rc = kd_values_scan(job->csr, job->m, &job->err);
+    return NULL;
 }
 
-/* The scan's end: joined, or run here if no thread started it. */
-static int kd_fill_scan_join(kd_matrix_fill_t *f, int run)
-{
-    if (f->scan_started == 1)
-        pthread_join(f->scanning, NULL);
-    else if (f->scan_started == 2 && run)
-        kd_values_scan_run(&f->scan);
-    f->scan_started = 0;
-    return f->scan.rc;
-}
-
-int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
-                         kd_matrix_fill_t **out, kd_err_t *err)
+int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
+                          kd_err_t *err)
 {
     *out = NULL;
     if (like->batch != NULL || like->ops == NULL || like->ops->arrays == NULL ||
@@ -445,17 +380,15 @@ int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
                           kd_dtype_name(like->dtype), (long long)like->nnz);
     int rc;
     if (like->share == NULL && (rc = kd_share_build(ocl, like, csr, err)) != KD_OK)
-        return rc; /* (the pattern alone: csr's values are not read) */
+        return rc;
     kd_matrix_share_t *s = like->share;
     if (s->unshareable)
         return kd_err_set(err, KD_EUNSUPPORTED,
                           "format %s's arrays for this pattern depend on more than the pattern",
                           kd_format_name(like->format));
-    kd_matrix_fill_t *f = calloc(1, sizeof(*f));
     kd_matrix_t *m = calloc(1, sizeof(*m));
-    if (f == NULL || m == NULL || (m->impl = malloc(like->ops->impl_size)) == NULL) {
+    if (m == NULL || (m->impl = malloc(like->ops->impl_size)) == NULL) {
         free(m);
-        free(f);
         return kd_err_set(err, KD_ENOMEM, "out of host memory for a matrix handle");
     }
     memcpy(m->impl, like->impl, like->ops->impl_size);
@@ -465,80 +398,30 @@ int kd_matrix_fill_begin(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
     m->dtype = like->dtype;
     m->format = like->format;
     m->ops = like->ops;
-    f->ocl = ocl;
-    f->like = like;
-    f->m = m;
-    f->n = m->ops->arrays(m, f->ma);
-    rc = kd_values_arrays(ocl, like, m, f->ma, f->n, err);
+    kd_format_array_t ma[KD_FORMAT_ARRAYS_MAX];
+    const int n = m->ops->arrays(m, ma);
+    rc = kd_values_arrays(ocl, like, m, ma, n, err);
     if (rc == KD_OK)
         rc = kd_values_order(ocl, like, m, err);
-    for (int i = 0; i < f->n && rc == KD_OK && f->staging == NULL; i++)
-        if (f->ma[i].kind == KD_ARRAY_VALUES && *f->ma[i].mem != NULL && s->maps[i] != NULL)
-            rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY,
-                                      (size_t)csr->nnz * kd_dtype_size(csr->dtype), NULL,
-                                      "the new values", &f->staging, err);
+    /* the scan (host threads) beside the values' transfer (the copy engine) */
+    kd_values_scan_job_t scan = {.csr = csr, .m = m, .rc = KD_OK};
+    pthread_t thread;
+    const int beside = rc == KD_OK && pthread_create(&thread, NULL, kd_values_scan_run, &scan) == 0;
+    if (rc == KD_OK)
+        rc = kd_values_fill(ocl, s, csr, ma, n, err);
+    if (beside)
+        pthread_join(thread, NULL);
+    else if (rc == KD_OK)
+        kd_values_scan_run(&scan);
+    if (rc == KD_OK && scan.rc != KD_OK)
+        rc = kd_err_set(err, scan.rc, "%s", scan.err.message);
+    if (rc == KD_OK)
+        rc = kd_matrix_share_join(s, m, err);
     if (rc != KD_OK) {
         kd_err_prefix(err, "new values on a %s matrix's pattern", kd_format_name(like->format));
-        kd_matrix_fill_abort(f);
+        kd_matrix_free(m);
         return rc;
     }
-    *out = f;
-    return KD_OK;
-}
-
-void kd_matrix_fill_abort(kd_matrix_fill_t *f)
-{
-    if (f == NULL)
-        return;
-    kd_err_t ignored = {0};
-    (void)kd_fill_wait(f, &ignored);
-    (void)kd_fill_scan_join(f, 0);
-    if (f->staging != NULL)
-        clReleaseMemObject(f->staging);
-    kd_matrix_free(f->m);
-    free(f);
-}
-
-int kd_matrix_fill_end(kd_matrix_fill_t *f, const kd_csr_t *csr, kd_matrix_t **out, kd_err_t *err)
-{
-    *out = NULL;
-    kd_matrix_t *m = f->m;
-    /* the scan (host threads) beside the last writes and the gathers (the device) */
-    kd_matrix_fill_scan(f, csr);
-    int rc = kd_fill_gather(f, csr->dtype, err);
-    const int waited = kd_fill_wait(f, rc == KD_OK ? err : &(kd_err_t){0});
-    if (rc == KD_OK)
-        rc = waited;
-    const int scanned = kd_fill_scan_join(f, rc == KD_OK);
-    if (rc == KD_OK && scanned != KD_OK)
-        rc = kd_err_set(err, scanned, "%s", f->scan.err.message);
-    if (rc == KD_OK)
-        rc = kd_matrix_share_join(f->like->share, m, err);
-    if (rc != KD_OK) {
-        kd_err_prefix(err, "new values on a %s matrix's pattern", kd_format_name(f->like->format));
-        kd_matrix_fill_abort(f); /* frees m */
-        return rc;
-    }
-    if (f->staging != NULL)
-        clReleaseMemObject(f->staging); /* freed once the gathers that read it have run */
-    free(f);
     *out = m;
     return KD_OK;
-}
-
-int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
-                          kd_err_t *err)
-{
-    *out = NULL;
-    kd_matrix_fill_t *f = NULL;
-    int rc = kd_matrix_fill_begin(ocl, like, csr, &f, err);
-    if (rc != KD_OK)
-        return rc;
-    if ((rc = kd_matrix_fill_write(f, 0, (size_t)csr->nnz * kd_dtype_size(csr->dtype), csr->values,
-                                   err)) != KD_OK) {
-        kd_err_prefix(err, "new values on a %s matrix's pattern", kd_format_name(like->format));
-        kd_matrix_fill_abort(f);
-        return rc;
-    }
-    return kd_matrix_fill_end(f, csr, out, err);
 }

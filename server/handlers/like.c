@@ -15,13 +15,11 @@
  * again. Where that cannot be (a spread matrix, tiled, an empty one) it is built from the CSR
  * in the like matrix's format and reordering, as before; the log line says which.
  *
- * The values are read from the request once, copied in chunks into the host CSR that the state
- * file or the host copy keeps; each chunk, once copied, is hashed for the id and uploaded into
- * the slots (before the id is known: a content found held after all frees that upload) while the
- * next is copied (kd_like_pipe_t). Values from a shared-memory region are read from the region by
- * that copy alone (run.c leaves them there for a put with like): the hash, the upload and the
- * scan read the private copy, so a client writing its region meanwhile cannot make the values
- * kept differ from those the id names.
+ * The values are read from the request three times at once, each at memory speed: uploaded into
+ * the slots (before the id is known: a content found held after all frees that upload), hashed
+ * for the id, and copied into the host CSR that the state file or the host copy keeps, the last
+ * two on threads of their own. Values from a shared-memory region were copied into the request
+ * by the worker first (run.c), so all three read the same bytes.
  */
 #include "server/handlers/handlers.h"
 #include "common/clock.h"
@@ -87,6 +85,43 @@ static int kd_like_keep_pattern(kd_store_entry_t *entry, kd_csr_t *csr)
     return KD_OK;
 }
 
+/* The id's hash over a view of the new matrix, and the host copy of its values: threads of
+ * their own, beside the values' upload (kd_like_prepare). */
+typedef struct kd_like_hash {
+    kd_csr_t view; /* the new matrix's pattern with the request's values (same dtype) */
+    uint8_t id[16];
+    int rc;
+} kd_like_hash_t;
+
+static void *kd_like_hash_run(void *arg)
+{
+    kd_like_hash_t *h = arg;
+    h->rc = kd_csr_hash(&h->view, h->id);
+    return NULL;
+}
+
+typedef struct kd_like_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} kd_like_copy_t;
+
+static void *kd_like_copy_run(void *arg)
+{
+    kd_like_copy_t *c = arg;
+    kd_slices_memcpy(c->dst, c->src, c->bytes);
+    return NULL;
+}
+
+/* fn(arg) on a thread of its own (1), or here when none starts (0). */
+static int kd_like_beside(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+    if (pthread_create(thread, NULL, fn, arg) == 0)
+        return 1;
+    fn(arg);
+    return 0;
+}
+
 /* The like matrix's canonical pattern on the host: its host copy (no state directory), the
  * pattern an earlier put with like kept (entry->pattern_host), or read from its file and then
  * kept there, so that a time-stepping loop reads it once. *owned is what the caller frees. */
@@ -136,7 +171,6 @@ typedef struct kd_like_upload {
     const kd_matrix_meta_t *like;
     kd_matrix_options_t opt; /* like's format, reordering and spreading, forced */
     kd_matrix_t *dev;        /* kd_like_prepare's, until kd_like_upload takes it */
-    kd_matrix_fill_t *fill;  /* kd_like_prepare's, until kd_like_matrix's pipeline ends it */
     char built[600];         /* "shared" or why it was built from the CSR */
 } kd_like_upload_t;
 
@@ -167,11 +201,10 @@ static void kd_like_describe(kd_matrix_meta_t *meta, const kd_matrix_meta_t *lik
     snprintf(meta->reorder_reason, sizeof(meta->reorder_reason), "%s", like->reorder_reason);
 }
 
-/* The new matrix on the device in the like matrix's slots begun (a->fill: its values are written
- * in pieces by kd_like_matrix's pipeline, before the content id is known), from view's pattern
- * (its values are not read here). a->fill stays NULL, with a->built saying why, where the matrix
- * must be built from the CSR (kd_like_upload does). A matrix found held after all is freed by
- * the caller. */
+/* The new values on the device in the like matrix's slots (a->dev), from view (its values may
+ * be the request's own: read only here), before the content id is known: the hash runs beside
+ * it. a->dev stays NULL, with a->built saying why, where the matrix must be built from the CSR
+ * (kd_like_upload does). A matrix found held after all is freed by the caller. */
 static int kd_like_prepare(kd_server_t *server, kd_like_upload_t *a, const kd_csr_t *view,
                            kd_err_t *err)
 {
@@ -194,7 +227,7 @@ static int kd_like_prepare(kd_server_t *server, kd_like_upload_t *a, const kd_cs
     if ((rc = kd_cache_reserve(server, kd_matrix_values_bytes(like->dev), like, what, err)) !=
         KD_OK)
         return rc;
-    rc = kd_matrix_fill_begin(server->ocl, like->dev, view, &a->fill, err);
+    rc = kd_matrix_with_values(server->ocl, like->dev, view, &a->dev, err);
     kd_store_refresh_bytes(server->store, like); /* its share's maps count there */
     if (rc == KD_EUNSUPPORTED) {
         snprintf(a->built, sizeof(a->built), "%s", err->message);
@@ -204,106 +237,6 @@ static int kd_like_prepare(kd_server_t *server, kd_like_upload_t *a, const kd_cs
     if (rc == KD_OK)
         snprintf(a->built, sizeof(a->built), "shared");
     return rc;
-}
-
-/* The pipeline of a put with like's values (kd_like_matrix): the request's values (a region's,
- * which its client may still be writing, or the request's own) are copied in chunks into the new
- * CSR's values by copier threads, each a slice of every chunk; a chunk once copied is hashed (the
- * XXH3 state, in order, on a thread of its own) and enqueued for upload (here, non-blocking), so
- * the copy of chunk k + 1 runs beside the hash and the upload of chunk k, and a chunk is read
- * while it is still in the caches. The hash and the upload read the private copy alone: the id
- * names the values kept even if a region changes meanwhile. */
-#define KD_LIKE_CHUNK ((size_t)4 << 20)
-
-typedef struct kd_like_pipe {
-    const char *src;
-    char *dst;
-    size_t bytes, chunks;
-    int ncopiers;
-    kd_csr_hasher_t *hasher;
-    pthread_mutex_t lock;
-    pthread_cond_t moved;
-    size_t copied[KD_SLICES_MAX]; /* chunks each copier has done */
-    int stop;                     /* the put failed: copiers and hasher leave */
-    struct kd_like_copier {
-        struct kd_like_pipe *pipe;
-        int index;
-    } copiers[KD_SLICES_MAX];
-    pthread_t threads[KD_SLICES_MAX + 1]; /* the copiers', then the hasher's */
-    int started[KD_SLICES_MAX + 1];
-} kd_like_pipe_t;
-
-typedef struct kd_like_copier kd_like_copier_t;
-
-static void kd_like_chunk(const kd_like_pipe_t *pp, size_t k, size_t *at, size_t *len)
-{
-    *at = k * KD_LIKE_CHUNK;
-    *len = pp->bytes - *at < KD_LIKE_CHUNK ? pp->bytes - *at : KD_LIKE_CHUNK;
-}
-
-static void *kd_like_copy_run(void *arg)
-{
-    const kd_like_copier_t *c = arg;
-    kd_like_pipe_t *pp = c->pipe;
-    for (size_t k = 0; k < pp->chunks; k++) {
-        size_t at, len;
-        kd_like_chunk(pp, k, &at, &len);
-        const size_t each = ((len + (size_t)pp->ncopiers - 1) / (size_t)pp->ncopiers + 63) &
-                            ~(size_t)63; /* whole cache lines */
-        const size_t from = (size_t)c->index * each < len ? (size_t)c->index * each : len;
-        const size_t n = len - from < each ? len - from : each;
-        memcpy(pp->dst + at + from, pp->src + at + from, n);
-        pthread_mutex_lock(&pp->lock);
-        pp->copied[c->index] = k + 1;
-        const int stop = pp->stop;
-        pthread_cond_broadcast(&pp->moved);
-        pthread_mutex_unlock(&pp->lock);
-        if (stop)
-            break;
-    }
-    return NULL;
-}
-
-/* The chunks copied whole (the lock held). */
-static size_t kd_like_copied(const kd_like_pipe_t *pp)
-{
-    size_t least = pp->chunks;
-    for (int i = 0; i < pp->ncopiers; i++)
-        least = pp->copied[i] < least ? pp->copied[i] : least;
-    return least;
-}
-
-/* Wait until chunk k is copied whole (1), or the pipeline stops (0); *all: every chunk is. */
-static int kd_like_wait_chunk(kd_like_pipe_t *pp, size_t k, int *all)
-{
-    pthread_mutex_lock(&pp->lock);
-    size_t least;
-    while ((least = kd_like_copied(pp)) <= k && !pp->stop)
-        pthread_cond_wait(&pp->moved, &pp->lock);
-    if (all != NULL)
-        *all = least == pp->chunks;
-    const int ready = !pp->stop;
-    pthread_mutex_unlock(&pp->lock);
-    return ready;
-}
-
-static void *kd_like_hash_run(void *arg)
-{
-    kd_like_pipe_t *pp = arg;
-    for (size_t k = 0; k < pp->chunks && kd_like_wait_chunk(pp, k, NULL); k++) {
-        size_t at, len;
-        kd_like_chunk(pp, k, &at, &len);
-        kd_csr_hash_update(pp->hasher, pp->dst + at, len);
-    }
-    return NULL;
-}
-
-static void kd_like_stop(kd_like_pipe_t *pp)
-{
-    pthread_mutex_lock(&pp->lock);
-    pp->stop = 1;
-    pthread_cond_broadcast(&pp->moved);
-    pthread_mutex_unlock(&pp->lock);
 }
 
 /* A prepared matrix nobody took (the content was held, or the put failed). */
@@ -334,69 +267,10 @@ static int kd_like_upload(kd_server_t *server, kd_store_entry_t *entry, const kd
     return KD_OK;
 }
 
-/* The copiers and the hasher of c's values started (KD_ENOMEM: no hash state). */
-static int kd_like_pipe_start(kd_like_pipe_t *pp, const kd_csr_t *c)
-{
-    pp->bytes = (size_t)c->nnz * kd_dtype_size(c->dtype);
-    pp->chunks = (pp->bytes + KD_LIKE_CHUNK - 1) / KD_LIKE_CHUNK;
-    pp->ncopiers = kd_slices_count((int64_t)(pp->bytes / 8));
-    if ((pp->hasher = kd_csr_hash_begin(c)) == NULL)
-        return KD_ENOMEM;
-    pthread_mutex_init(&pp->lock, NULL);
-    pthread_cond_init(&pp->moved, NULL);
-    for (int i = 0; i < pp->ncopiers; i++) {
-        pp->copiers[i] = (kd_like_copier_t){pp, i};
-        pp->started[i] =
-            pthread_create(&pp->threads[i], NULL, kd_like_copy_run, &pp->copiers[i]) == 0;
-    }
-    for (int i = 0; i < pp->ncopiers; i++)
-        if (!pp->started[i]) /* here, whole, then: nobody else does its slices */
-            kd_like_copy_run(&pp->copiers[i]);
-    pp->started[KD_SLICES_MAX] =
-        pthread_create(&pp->threads[KD_SLICES_MAX], NULL, kd_like_hash_run, pp) == 0;
-    return KD_OK;
-}
-
-/* Each chunk written to the device as soon as it is copied; the scan started once all are. */
-static int kd_like_pipe_upload(kd_like_pipe_t *pp, kd_matrix_fill_t *fill, const kd_csr_t *c,
-                               kd_err_t *err)
-{
-    int rc = KD_OK;
-    for (size_t k = 0; k < pp->chunks && rc == KD_OK; k++) {
-        size_t at, len;
-        kd_like_chunk(pp, k, &at, &len);
-        int all = 0;
-        if (kd_like_wait_chunk(pp, k, &all))
-            rc = kd_matrix_fill_write(fill, at, len, pp->dst + at, err);
-        if (all) /* the scan beside the last hashes and writes */
-            kd_matrix_fill_scan(fill, c);
-    }
-    return rc;
-}
-
-/* Every thread joined (stopped first when rc says the put failed) and the id (valid when rc is
- * KD_OK). */
-static void kd_like_pipe_join(kd_like_pipe_t *pp, int rc, uint8_t id[16])
-{
-    if (rc != KD_OK)
-        kd_like_stop(pp);
-    for (int i = 0; i < pp->ncopiers; i++)
-        if (pp->started[i])
-            pthread_join(pp->threads[i], NULL);
-    if (pp->started[KD_SLICES_MAX])
-        pthread_join(pp->threads[KD_SLICES_MAX], NULL);
-    else if (rc == KD_OK)
-        kd_like_hash_run(pp);
-    kd_csr_hash_end(pp->hasher, id);
-    pthread_cond_destroy(&pp->moved);
-    pthread_mutex_destroy(&pp->lock);
-}
-
 /* The like matrix's pattern (shared, not copied: kd_csr_with_values) with the request's values in
- * its dtype (*out), its content id, and its values on the device (up->dev, kd_like_prepare): one
- * pipeline of copy, hash and upload in chunks (kd_like_pipe_t), the copiers and the hasher
- * starting beside kd_like_prepare's setup. Values in another dtype are converted first, then
- * hashed. */
+ * its dtype (*out), its content id, and its values on the device (up->dev, kd_like_prepare): the
+ * hash and the host copy run on threads beside the upload, each a pass over 8 bytes a nonzero
+ * of the request's values. Values in another dtype are converted first, then hashed. */
 static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array_t *values,
                           kd_like_upload_t *up, kd_csr_t **out, uint8_t id[16], kd_err_t *err)
 {
@@ -404,6 +278,7 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
     if (rc != KD_OK)
         return rc;
     kd_csr_t *c = *out;
+    const size_t bytes = (size_t)pattern->nnz * kd_dtype_size(c->dtype);
     if (values->dtype != c->dtype || pattern->nnz == 0) {
         for (int64_t i = 0; i < pattern->nnz; i++)
             kd_store_real(c->values, c->dtype, (size_t)i,
@@ -412,22 +287,23 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
             return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
         return KD_OK; /* uploaded by kd_like_upload, if the content is new */
     }
-    kd_like_pipe_t pp = {.src = values->data, .dst = c->values};
-    if (kd_like_pipe_start(&pp, c) != KD_OK)
+    kd_like_hash_t h = {.view = *c, .rc = KD_OK};
+    h.view.values = (void *)values->data; /* read only */
+    kd_like_copy_t copy = {.dst = c->values, .src = values->data, .bytes = bytes};
+    pthread_t hashing, copying;
+    const int hash_beside = kd_like_beside(&hashing, kd_like_hash_run, &h);
+    const int copy_beside = kd_like_beside(&copying, kd_like_copy_run, &copy);
+    rc = kd_like_prepare(server, up, &h.view, err);
+    if (hash_beside)
+        pthread_join(hashing, NULL);
+    if (copy_beside)
+        pthread_join(copying, NULL);
+    if (rc != KD_OK)
+        return rc;
+    memcpy(id, h.id, 16);
+    if (h.rc != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix");
-    rc = kd_like_prepare(server, up, c, err);
-    if (rc == KD_OK && up->fill != NULL)
-        rc = kd_like_pipe_upload(&pp, up->fill, c, err);
-    kd_like_pipe_join(&pp, rc, id);
-    if (up->fill != NULL) { /* every piece enqueued: the gathers, the scan, the matrix */
-        kd_matrix_fill_t *fill = up->fill;
-        up->fill = NULL;
-        if (rc == KD_OK)
-            rc = kd_matrix_fill_end(fill, c, &up->dev, err);
-        else
-            kd_matrix_fill_abort(fill);
-    }
-    return rc;
+    return KD_OK;
 }
 
 int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)

@@ -41,8 +41,7 @@
  * meanwhile cannot make the values kept differ from those the id names. kd_shm_resolve holds
  * the region until the job ends. The copy goes to a buffer off the recycle shelf: a time step's
  * put of the same size finds its pages already mapped (a fresh 55 MB buffer's first-touch page
- * faults cost more than the copy). A put with like's values are copied by its own pipeline
- * instead (server/handlers/like.c), straight into the matrix's host values. */
+ * faults cost more than the copy). */
 static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
 {
     kd_array_t *a;
@@ -71,9 +70,7 @@ static int kd_handlers_dispatch(kd_server_t *server, kd_job_t *job, kd_writer_t 
         return kd_handlers_batch_run(server, job, w, err); /* server/handlers/batch.c */
     switch (job->req->method) {
     case KD_METHOD_MATRIX_PUT:
-        /* a put with like copies its values from the region itself, in chunks (like.c) */
-        if (job->req->u.put.kind == KD_PUT_LIKE ||
-            (rc = kd_handlers_own_regions(job, err)) == KD_OK)
+        if ((rc = kd_handlers_own_regions(job, err)) == KD_OK)
             rc = kd_handle_put(server, job, w, err);
         break;
     case KD_METHOD_MATRIX_DROP:

@@ -414,62 +414,6 @@ static void test_shared_pattern_versions(void)
     }
 }
 
-/* kd_csr_hash_begin / _update / _end (a put with like's pipeline hashes its values in chunks):
- * the id is kd_csr_hash's whatever the pieces (0 and 1 entries, sizes that are not multiples of
- * a piece, pieces of odd lengths), in both dtypes, for a matrix of its own arrays and for a
- * version sharing a pattern (whose state after the pattern is kept); the values hashed come from
- * a buffer with poison past the end, which nothing reads. */
-static void test_hash_in_pieces(void)
-{
-    kd_err_t err = {0};
-    const int64_t sizes[] = {0, 1, 2, 7, 1000, ((int64_t)1 << 20) + 3};
-    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
-        for (int d = 0; d < 2; d++) {
-            const kd_dtype_t dt = d == 0 ? KD_DTYPE_F64 : KD_DTYPE_F32;
-            const int64_t nnz = sizes[si], rows = nnz > 0 ? 1 + nnz / 5 : 3;
-            kd_csr_t *c = NULL;
-            REQUIRE(kd_csr_alloc(rows, rows + 2, nnz, dt, &c, &err) == KD_OK);
-            for (int64_t r = 0; r <= rows; r++) /* entries spread over the rows, in order */
-                c->indptr[r] = (int32_t)(nnz * r / rows);
-            for (int64_t r = 0; r < rows; r++)
-                for (int32_t k = c->indptr[r]; k < c->indptr[r + 1]; k++)
-                    c->indices[k] = (int32_t)(k - c->indptr[r]);
-            const size_t bytes = (size_t)nnz * kd_dtype_size(dt);
-            for (int64_t k = 0; k < nnz; k++)
-                kd_store_real(c->values, dt, (size_t)k, kd_test_rand_double(-1, 1));
-            unsigned char *poisoned = malloc(bytes + 64);
-            REQUIRE(poisoned != NULL);
-            memcpy(poisoned, c->values, bytes);
-            memset(poisoned + bytes, 0xA5, 64);
-            kd_csr_t *version = NULL;
-            REQUIRE(kd_csr_with_values(c, &version, &err) == KD_OK);
-            memcpy(version->values, c->values, bytes > 0 ? bytes : 0);
-            uint8_t whole[16];
-            REQUIRE(kd_csr_hash(c, whole) == KD_OK);
-            const size_t pieces[] = {1, 3, 8, 4096, ((size_t)4 << 20) + 1};
-            for (size_t pi = 0; pi < sizeof(pieces) / sizeof(pieces[0]); pi++)
-                for (int v = 0; v < 2; v++) {
-                    kd_csr_hasher_t *h = kd_csr_hash_begin(v == 0 ? c : version);
-                    REQUIRE(h != NULL);
-                    size_t at = 0;
-                    while (at < bytes) {
-                        size_t len = pieces[pi] + (size_t)kd_test_rand_below(3); /* odd too */
-                        len = len < bytes - at ? len : bytes - at;
-                        kd_csr_hash_update(h, poisoned + at, len);
-                        at += len;
-                    }
-                    uint8_t id[16];
-                    kd_csr_hash_end(h, id);
-                    CHECK_MSG(memcmp(id, whole, 16) == 0,
-                              "nnz %lld %s in pieces of %zu (version %d): another id",
-                              (long long)nnz, kd_dtype_name(dt), pieces[pi], v);
-                }
-            free(poisoned);
-            kd_csr_free(version);
-            kd_csr_free(c);
-        }
-}
-
 /* kd_csr_validate: every built matrix passes (empty rows, 1 x 1, n x 1, a dense row), and each
  * kind of damage a faulty kernel could do is named. */
 static void test_validate(void)
@@ -543,7 +487,6 @@ int main(void)
     RUN(test_slices);
     RUN(test_shared_pattern_versions);
     RUN(test_slices_memcpy);
-    RUN(test_hash_in_pieces);
     RUN(test_validate);
     return kd_test_finish();
 }

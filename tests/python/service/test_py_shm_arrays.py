@@ -234,28 +234,5 @@ class TestArrays(unittest.TestCase):
         self.assertIn(str(D.nnz), str(caught.exception))
 
 
-    def test_like_values_in_many_chunks(self):
-        """A put with like copies, hashes and uploads its values in 4 MiB chunks (like.c): values
-        of 2.4 chunks (not a multiple), through a region, bins and TCP, into a format whose slots
-        are the canonical order (csr_vector, reorder none) and one filled by a gather
-        (sell_c_sigma): every id is a full put's, and spmv is the new matrix's."""
-        A = lap2d(450)  # 202,500 rows, about 1.01M entries: 8.1 MB of values
-        self.assertNotEqual((A.nnz * 8) % (4 << 20), 0)
-        x = rng.standard_normal(A.shape[0])
-        for fmt in ("csr_vector", "sell_c_sigma"):
-            base = self.tcp.put(A, format=fmt, reorder="none", persist="none")
-            D = A.copy()
-            D.data = rng.standard_normal(D.nnz)
-            vals = self.kd.empty(D.nnz)
-            vals[:] = D.data
-            like = self.kd.put_values(base, vals, persist="none")  # uploaded by the pipeline
-            np.testing.assert_allclose(self.kd.spmv(like, x), D @ x, rtol=1e-12, atol=1e-12)
-            ids = {like.id,
-                   self.bins.put_values(base, D.data, persist="none").id,
-                   self.tcp.put(D, like=base, persist="none").id}
-            full = self.tcp.put(sp.csr_matrix(D), name="full-" + fmt, persist="none")
-            self.assertEqual(ids, {full.id}, fmt)
-
-
 if __name__ == "__main__":
     unittest.main()
