@@ -363,6 +363,9 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
     rc = kd_worker_start(loop, cfg->queue_depth, &cb, &server->worker);
     if (rc != KD_OK)
         return kd_err_set(err, rc, "cannot start the device worker thread");
+    rc = kd_cache_start_writer(server, kd_worker_wake, server->worker);
+    if (rc != KD_OK)
+        return kd_err_set(err, rc, "cannot start the state directory's writer thread");
     if (cfg->spin_us >= 0)
         kd_worker_set_spin(server->worker, (uint64_t)cfg->spin_us * 1000u);
     else if (kd_ocl_desc(server->ocl)->is_gpu)
@@ -497,8 +500,12 @@ static void kd_server_finish(kd_server_t *server)
         kd_conn_close(c);
         c = next;
     }
-    if (server->worker != NULL)
+    if (server->worker != NULL) {
         kd_worker_stop(server->worker, kd_server_worker_closed, server);
+        /* the worker has ended (its struct goes later, on the loop): the files still to be
+         * written behind their replies are written and published before exit */
+        kd_cache_stop_writer(server);
+    }
 }
 
 static void kd_on_grace_expired(uv_timer_t *timer)
