@@ -60,8 +60,8 @@ int kd_cache_use(struct kd_server *server, const uint8_t id[16], size_t extra,
  * KD_ENOMEM. */
 int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err);
 
-/* The writer thread of persist "behind" (server/store/writer.c), started once the worker runs
- * (wake: kd_worker_wake, wake_ctx: the worker) and stopped after it stopped, before the store
+/* The writer thread of persist "behind" (server/store/writer.c), started before the worker
+ * (wake(wake_ctx) wakes the worker: kd_worker_wake) and stopped after it stopped, before the store
  * goes: every queued file is written and published first (shutdown waits for them). Nothing
  * without a state directory. KD_ENOMEM, KD_EINTERNAL. */
 int kd_cache_start_writer(struct kd_server *server, void (*wake)(void *ctx), void *wake_ctx);
