@@ -721,7 +721,16 @@ static void kd_cache_publish(kd_server_t *server, kd_writer_item_t *item)
             kd_cache_unwrite(server, item);
         return;
     }
-    if (item->rc != KD_OK) {
+    int rc = item->rc;
+    kd_err_t fit = {0}; /* --state-max-bytes as it is now, as a write on the worker checked it */
+    if (rc == KD_OK &&
+        (rc = kd_cache_disk_fits(server, item->file_bytes, entry->meta.hex, &fit)) != KD_OK) {
+        kd_err_t rerr = {0};
+        if (kd_state_remove(server->state, item->meta.id, &rerr) != KD_OK)
+            KD_WARN("cache", "%s", rerr.message);
+        item->err = fit;
+    }
+    if (rc != KD_OK) {
         KD_WARN("cache", "write behind failed id=%s: %s; the matrix is kept in memory only",
                 entry->meta.hex, item->err.message);
         entry->meta.persist = KD_PERSIST_NONE;

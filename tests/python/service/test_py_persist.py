@@ -19,7 +19,8 @@ state directory, restarted on it.
   sync put of another matrix and an spmv answer (the worker never waits for the write); a drop
   during the stalled write answers and removes the marker (the restart reports nothing lost); a
   sync put of the same content waits for the write and corrupts nothing; a drop right after a
-  large behind put leaves no file; SIGTERM with writes queued writes them all;
+  large behind put leaves no file; --state-max-bytes forgets the least recently used matrix when
+  a written file is published; SIGTERM with writes queued writes them all;
 - values from a shared-memory region (over the Unix socket), full put and put with like, with
   each persist: the ids are those of the same values sent in the message.
 """
@@ -383,6 +384,17 @@ class WriterThreadTest(PersistBase):
         self.assertEqual(self.files(), [f"{first.id}.kdm"])
         x = rng.uniform(-1, 1, a.shape[1])
         np.testing.assert_allclose(kd.spmv(first.id, x), a @ x, rtol=1e-12, atol=1e-12)
+        kd.close()
+
+    def test_state_max_bytes_kept_when_the_writer_publishes(self):
+        # files of about 103, 108 and 113 kB (a pattern each): two fit under 250 kB
+        kd = self.start("--state-max-bytes", "250000")
+        ids = []
+        for n in (40, 41, 42):
+            ids.append(kd.put(grid(n, 2.0), persist="behind").id)
+            self.assertTrue(settle(lambda: kd.info(ids[-1]).durable, 60))
+        self.assertEqual(sorted(m.id for m in kd.list()), sorted(ids[1:]))
+        self.assertEqual(self.files(), sorted(f"{mid}.kdm" for mid in ids[1:]))
         kd.close()
 
     def test_sigterm_with_writes_queued_writes_them(self):
