@@ -577,11 +577,11 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
         return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
     char doing[96];
     snprintf(doing, sizeof(doing), "storing matrix %s", meta->hex);
-    int wrote = 0, rc;
+    int rc;
     if (layout.split) {
         if (kd_state_pattern_key(csr, layout.key) != KD_OK)
             return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
-        if ((rc = kd_state_pattern_ensure(state, layout.key, csr, &wrote, doing, err)) != KD_OK)
+        if ((rc = kd_state_pattern_ensure(state, layout.key, csr, doing, err)) != KD_OK)
             return rc;
     }
     uint8_t header[KD_STATE_HEADER_BYTES];
@@ -607,7 +607,6 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
     if (layout.split) /* a pattern file nothing names now (this put failed) goes too */
         kd_state_pattern_unhold(state, layout.key);
     pthread_mutex_unlock(&state->lock);
-    (void)wrote;
     if (rc != KD_OK)
         return rc;
     *file_bytes = payload + KD_STATE_HEADER_BYTES + charged;

@@ -326,14 +326,13 @@ static kd_state_pattern_t *kd_pattern_hold_or_claim(kd_state_t *state, const uin
 }
 
 int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_csr_t *csr,
-                            int *wrote, const char *doing, kd_err_t *err)
+                            const char *doing, kd_err_t *err)
 {
-    *wrote = 0;
     pthread_mutex_lock(&state->lock);
     kd_state_pattern_t *held = kd_pattern_hold_or_claim(state, key);
     if (held != NULL) {
-        const int same = held->rows == csr->rows && held->cols == csr->cols &&
-                         held->nnz == csr->nnz;
+        const int same =
+            held->rows == csr->rows && held->cols == csr->cols && held->nnz == csr->nnz;
         if (same)
             held->writing++;
         pthread_mutex_unlock(&state->lock);
@@ -364,7 +363,6 @@ int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_c
             state, &info, KD_PATTERN_HEADER_BYTES + kd_pattern_payload(csr->rows, csr->nnz));
         if (p != NULL) {
             p->writing = 1;
-            *wrote = 1;
         } else {
             if (kd_state_io_unlink(path) == 0)
                 kd_state_io_fsync_dir(state->pattern_dir);

@@ -101,12 +101,12 @@ kd_state_pattern_t *kd_state_pattern_find(kd_state_t *state, const uint8_t key[1
 kd_state_user_t *kd_state_user_find(kd_state_t *state, const uint8_t id[16]);
 
 /* The pattern file for key holding csr's indptr and indices, written durably unless it is held
- * already (then checked to have csr's shape); *wrote says whether this call wrote it. Called
+ * already (then checked to have csr's shape). Called
  * without state->lock; waits while another thread writes the same pattern file. On KD_OK the
  * pattern's `writing` count includes the caller, who ends it with kd_state_pattern_unhold (under
  * state->lock). KD_OK, KD_ESTORAGE, KD_EIO, KD_ENOMEM. */
 int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_csr_t *csr,
-                            int *wrote, const char *doing, kd_err_t *err);
+                            const char *doing, kd_err_t *err);
 
 /* Under state->lock: the caller's values file is written (or failed); an unused pattern goes. */
 void kd_state_pattern_unhold(kd_state_t *state, const uint8_t key[16]);
@@ -122,7 +122,8 @@ int kd_state_user_add(kd_state_t *state, const uint8_t id[16], const uint8_t key
 void kd_state_user_release(kd_state_t *state, const uint8_t id[16]);
 
 /* Remove key's pattern file when no stored matrix names it and no write is naming it (a put that
- * wrote it failed, or its last user went); a file that cannot be removed is logged and left to the next start. */
+ * wrote it failed, or its last user went); a file that cannot be removed is logged and left to
+ * the next start. */
 void kd_state_pattern_drop_unused(kd_state_t *state, const uint8_t key[16]);
 
 /* A pattern file that is missing or failed a check: it and every values file naming it go to

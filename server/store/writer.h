@@ -36,8 +36,7 @@ typedef struct kd_writer_item {
 
 /* Start the thread writing into state. wake(wake_ctx) is called from it after each finished
  * write, so that the worker publishes it (kd_worker_wake). KD_ENOMEM, KD_EINTERNAL. */
-int kd_writer_start(kd_state_t *state, void (*wake)(void *ctx), void *wake_ctx,
-                    kd_writer_t **out);
+int kd_writer_start(kd_state_t *state, void (*wake)(void *ctx), void *wake_ctx, kd_writer_t **out);
 
 /* Write every queued file, then end the thread and free what was queued and finished but not
  * taken (kd_writer_take_done first to publish those). Accepts NULL. */
