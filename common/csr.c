@@ -193,10 +193,18 @@ static void kd_csr_pattern_release(struct kd_csr_pattern *p)
     free(p);
 }
 
+kd_csr_t *kd_csr_hold(kd_csr_t *csr)
+{
+    __atomic_add_fetch(&csr->holds, 1, __ATOMIC_RELAXED);
+    return csr;
+}
+
 void kd_csr_free(kd_csr_t *csr)
 {
     if (csr == NULL)
         return;
+    if (__atomic_fetch_sub(&csr->holds, 1, __ATOMIC_ACQ_REL) > 0)
+        return; /* another reference is left */
     if (csr->pattern != NULL) {
         kd_csr_pattern_release(csr->pattern);
     } else {

@@ -31,7 +31,13 @@ typedef struct kd_csr {
     /* NULL, or the holder of indptr and indices when matrices of different values share them
      * (kd_csr_with_values): they are then read-only and freed with the last reference. */
     struct kd_csr_pattern *pattern;
+    int holds; /* kd_csr_hold's references besides the owner's (atomic) */
 } kd_csr_t;
+
+/* One more reference to csr (a thread reading it meanwhile: the writer thread's file): the
+ * matrix is freed by the last of the kd_csr_free calls, one for each hold and the owner's. The
+ * arrays must not change while held. Returns csr. */
+kd_csr_t *kd_csr_hold(kd_csr_t *csr);
 
 /*
  * A new matrix with csr's pattern, shared (no copy: csr's arrays move into a reference-counted

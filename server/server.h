@@ -129,10 +129,8 @@ typedef struct kd_server {
     atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */
     int has_like_recent;    /* worker: like_recent names the entry holding `recent` (store.h) */
     uint8_t like_recent[16];
-    /* worker: matrices put with persist "behind" whose files are still to be written, oldest
-     * first (kd_cache_write_behind) */
-    kd_cache_behind_t *behind;
-    size_t nbehind, cap_behind;
+    /* the writer thread of persist "behind" (server/store/writer.h; NULL without a state dir) */
+    struct kd_writer *writer;
     struct kd_pool *pool; /* worker: small request vectors kept for reuse (solver/runtime/pool.h):
                              at most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */

@@ -29,6 +29,7 @@ struct kd_worker {
     size_t queued;
     size_t capacity;
     int running; /* a job is being run */
+    int poked;   /* kd_worker_wake: run the idle hook */
     int stopping;
     int joined;
     kd_event_t *done_head, *done_tail;
@@ -88,15 +89,22 @@ static void *kd_worker_main(void *arg)
 {
     kd_worker_t *w = arg;
     for (;;) {
+        pthread_mutex_lock(&w->lock);
+        w->poked = 0;
+        pthread_mutex_unlock(&w->lock);
         kd_worker_idle(w);
         pthread_mutex_lock(&w->lock);
-        if (w->head == NULL && !w->stopping) {
+        if (w->head == NULL && !w->stopping && !w->poked) {
             pthread_mutex_unlock(&w->lock);
             kd_worker_spin(w);
             pthread_mutex_lock(&w->lock);
         }
-        while (w->head == NULL && !w->stopping)
+        while (w->head == NULL && !w->stopping && !w->poked)
             pthread_cond_wait(&w->wake, &w->lock);
+        if (w->head == NULL && w->poked && !w->stopping) {
+            pthread_mutex_unlock(&w->lock);
+            continue;
+        }
         kd_job_t *job = w->head;
         if (job == NULL) { /* stopping and drained */
             pthread_mutex_unlock(&w->lock);
@@ -296,6 +304,15 @@ void kd_worker_notify(kd_worker_t *w, kd_job_t *job, void *bytes, size_t len)
 uint64_t kd_worker_busy_ns(kd_worker_t *w)
 {
     return atomic_load(&w->busy_ns);
+}
+
+void kd_worker_wake(void *arg)
+{
+    kd_worker_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->poked = 1;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
 }
 
 void kd_worker_set_spin(kd_worker_t *w, uint64_t ns)

@@ -25,8 +25,8 @@ typedef void (*kd_worker_run_fn)(void *ctx, struct kd_job *job);
 typedef void (*kd_worker_done_fn)(void *ctx, struct kd_job *job);
 typedef void (*kd_worker_notify_fn)(void *ctx, struct kd_job *job, void *bytes, size_t len);
 
-/* Runs on the worker thread between jobs (may be NULL): work that waits for no client (a state
- * file written behind its reply). queue_empty: no job waits (else only overdue work should be
+/* Runs on the worker thread between jobs (may be NULL): work that waits for no client (publishing
+ * a state file the writer thread wrote behind its reply). queue_empty: no job waits (else only overdue work should be
  * done). Returns nonzero while it has more to do. When the worker stops it is called until it
  * returns 0, after the last job: shutdown waits for it. */
 typedef int (*kd_worker_idle_fn)(void *ctx, int queue_empty);
@@ -84,6 +84,10 @@ void kd_worker_notify(kd_worker_t *w, struct kd_job *job, void *bytes, size_t le
  * wake-up latency of every short request that follows another within that time; with PoCL the
  * device is the CPU, and a spinning worker would take a core from it. */
 void kd_worker_set_spin(kd_worker_t *w, uint64_t ns);
+
+/* Any thread: run the idle hook soon, even with no job queued (the writer thread finished a
+ * file). w is a void * so that it fits a plain callback. */
+void kd_worker_wake(void *w);
 
 /* Nanoseconds the worker has spent running jobs (any thread): its utilisation over a period. */
 uint64_t kd_worker_busy_ns(kd_worker_t *w);

@@ -252,6 +252,14 @@ static const kd_cache_spread_t kd_server_spread = {
     .forget = kd_spread_forget,
 };
 
+/* The writer thread finished a file: the worker publishes it (cache.h). Only after the worker
+ * started can a write have been queued, so server->worker is set by then. */
+static void kd_server_wake_worker(void *arg)
+{
+    kd_server_t *server = arg;
+    kd_worker_wake(server->worker);
+}
+
 static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_t *cfg,
                           kd_err_t *err)
 {
@@ -353,6 +361,10 @@ static int kd_server_open(kd_server_t *server, uv_loop_t *loop, const kd_config_
         (rc = kd_server_listen_unix(server, err)) != KD_OK)
         return rc;
 
+    /* before the worker, which reads server->writer; it wakes the worker through the server */
+    rc = kd_cache_start_writer(server, kd_server_wake_worker, server);
+    if (rc != KD_OK)
+        return kd_err_set(err, rc, "cannot start the state directory's writer thread");
     kd_worker_callbacks_t cb = {.run = kd_handlers_run,
                                 .idle = kd_cache_write_behind, /* persist "behind" */
                                 .done = kd_dispatch_job_done,
@@ -497,8 +509,12 @@ static void kd_server_finish(kd_server_t *server)
         kd_conn_close(c);
         c = next;
     }
-    if (server->worker != NULL)
+    if (server->worker != NULL) {
         kd_worker_stop(server->worker, kd_server_worker_closed, server);
+        /* the worker has ended (its struct goes later, on the loop): the files still to be
+         * written behind their replies are written and published before exit */
+        kd_cache_stop_writer(server);
+    }
 }
 
 static void kd_on_grace_expired(uv_timer_t *timer)

@@ -30,6 +30,7 @@
 #include "server/server.h"
 #include "server/store/owners.h"
 #include "server/store/state.h"
+#include "server/store/writer.h"
 #include "solver/runtime/pool.h"
 
 #include <math.h>
@@ -127,7 +128,8 @@ int kd_cache_open(kd_server_t *server, kd_err_t *err)
 
 void kd_cache_close(kd_server_t *server)
 {
-    kd_cache_behind_free(server);
+    kd_writer_free(server->writer); /* stopped and published by kd_cache_stop_writer already */
+    server->writer = NULL;
     kd_state_close(server->state);
     server->state = NULL;
 }
@@ -561,23 +563,22 @@ static void kd_cache_save_owners(kd_server_t *server, const char *hex)
                 KD_ANONYMOUS);
 }
 
-/* Queue entry's file to be written behind the reply: its marker first (state.h). */
+/* Queue entry's file to be written behind the reply by the writer thread: its marker first
+ * (state.h); the item holds entry's host CSR, so a drop meanwhile leaves it alive. */
 static int kd_cache_queue_behind(kd_server_t *server, kd_store_entry_t *entry, kd_err_t *err)
 {
-    if (server->nbehind == server->cap_behind) {
-        size_t cap = server->cap_behind ? 2 * server->cap_behind : 16;
-        kd_cache_behind_t *grown = realloc(server->behind, cap * sizeof(*grown));
-        if (grown == NULL)
-            return kd_err_set(err, KD_ENOMEM, "out of host memory queueing matrix %s's write",
-                              entry->meta.hex);
-        server->behind = grown;
-        server->cap_behind = cap;
+    kd_writer_item_t *item = calloc(1, sizeof(*item));
+    if (item == NULL || server->writer == NULL) {
+        free(item);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory queueing matrix %s's write",
+                          entry->meta.hex);
     }
     kd_state_mark_behind(server->state, entry->meta.id);
     kd_store_set_behind(server->store, entry, 1);
-    kd_cache_behind_t *b = &server->behind[server->nbehind++];
-    memcpy(b->id, entry->meta.id, 16);
-    b->queued_ns = kd_clock_ns();
+    kd_store_get_meta(server->store, entry->meta.id, &item->meta);
+    item->csr = kd_csr_hold(entry->host);
+    item->queued_ns = kd_clock_ns();
+    kd_writer_queue(server->writer, item);
     return KD_OK;
 }
 
@@ -619,6 +620,8 @@ static int kd_cache_write_file(kd_server_t *server, kd_store_entry_t *entry, con
     return KD_OK;
 }
 
+static void kd_cache_writer_settle(kd_server_t *server, const uint8_t id[16]);
+
 int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err)
 {
     kd_matrix_meta_t *meta = &entry->meta;
@@ -632,6 +635,8 @@ int kd_cache_admit(kd_server_t *server, kd_store_entry_t *entry, kd_csr_t *csr, 
         goto fail;
     if (server->state == NULL)
         meta->persist = KD_PERSIST_NONE;
+    if (meta->persist != KD_PERSIST_NONE) /* a dropped copy of this content still written */
+        kd_cache_writer_settle(server, meta->id);
     if (meta->persist == KD_PERSIST_SYNC) {
         if ((rc = kd_cache_write_file(server, entry, csr, 0, err)) != KD_OK)
             goto fail;
@@ -689,38 +694,118 @@ static void kd_cache_release_host(kd_server_t *server, kd_store_entry_t *entry)
     entry->host = NULL;
 }
 
-int kd_cache_write_behind(void *arg, int queue_empty)
+/* A write the writer thread finished for a matrix that is gone (dropped, or forgotten): its file
+ * goes too, and its marker. */
+static void kd_cache_unwrite(kd_server_t *server, const kd_writer_item_t *item)
 {
-    kd_server_t *server = arg;
-    if (server->nbehind == 0)
-        return 0;
-    if (!queue_empty && kd_clock_ns() - server->behind[0].queued_ns < KD_CACHE_BEHIND_OVERDUE_NS)
-        return 0;
-    kd_cache_behind_t item = server->behind[0];
-    memmove(server->behind, server->behind + 1, --server->nbehind * sizeof(*server->behind));
-    kd_store_entry_t *entry = kd_store_find(server->store, item.id);
-    if (entry == NULL || entry->meta.stored || entry->meta.persist != KD_PERSIST_BEHIND ||
-        entry->host == NULL) { /* dropped, or written by a sync put of the same content */
-        if (entry == NULL)
-            kd_state_unmark_behind(server->state, item.id);
-        return server->nbehind > 0;
+    kd_err_t rerr = {0};
+    if (item->rc == KD_OK && kd_state_remove(server->state, item->meta.id, &rerr) != KD_OK)
+        KD_WARN("cache", "removing the file of dropped matrix %s: %s", item->meta.hex,
+                rerr.message);
+    kd_state_unmark_behind(server->state, item->meta.id);
+    KD_INFO("cache", "write behind id=%s: dropped while written, file removed", item->meta.hex);
+}
+
+/* Publish one finished write (worker): the entry is stored, the disk limit kept, its owners line
+ * saved, its marker removed, and only then durable. */
+static void kd_cache_publish(kd_server_t *server, kd_writer_item_t *item)
+{
+    kd_store_entry_t *entry = kd_store_find(server->store, item->meta.id);
+    if (entry == NULL) {
+        kd_cache_unwrite(server, item);
+        return;
     }
-    const uint64_t t0 = kd_clock_ns();
-    kd_err_t err = {0};
-    if (kd_cache_write_file(server, entry, entry->host, 1, &err) != KD_OK) {
+    if (entry->meta.stored || entry->host != item->csr ||
+        entry->meta.persist != KD_PERSIST_BEHIND) { /* not this write's matrix any more */
+        if (!entry->meta.stored)
+            kd_cache_unwrite(server, item);
+        return;
+    }
+    int rc = item->rc;
+    kd_err_t fit = {0}; /* --state-max-bytes as it is now, as a write on the worker checked it */
+    if (rc == KD_OK &&
+        (rc = kd_cache_disk_fits(server, item->file_bytes, entry->meta.hex, &fit)) != KD_OK) {
+        kd_err_t rerr = {0};
+        if (kd_state_remove(server->state, item->meta.id, &rerr) != KD_OK)
+            KD_WARN("cache", "%s", rerr.message);
+        item->err = fit;
+    }
+    if (rc != KD_OK) {
         KD_WARN("cache", "write behind failed id=%s: %s; the matrix is kept in memory only",
-                entry->meta.hex, err.message);
+                entry->meta.hex, item->err.message);
         entry->meta.persist = KD_PERSIST_NONE;
     } else {
+        kd_store_set_file(server->store, entry, 1, item->file_bytes);
+        kd_err_t herr = {0}; /* pinned or renamed after it was queued: the header follows */
+        if ((entry->meta.pinned != item->meta.pinned ||
+             strcmp(entry->meta.name, item->meta.name) != 0) &&
+            kd_state_update_header(server->state, &entry->meta, &herr) != KD_OK)
+            KD_WARN("cache", "%s", herr.message);
         KD_INFO("cache", "write behind id=%s file_bytes=%zu ms=%.1f waited_ms=%.1f",
-                entry->meta.hex, entry->meta.file_bytes, (double)(kd_clock_ns() - t0) / 1e6,
-                (double)(t0 - item.queued_ns) / 1e6);
+                entry->meta.hex, item->file_bytes, (double)item->write_ns / 1e6,
+                (double)(kd_clock_ns() - item->queued_ns - item->write_ns) / 1e6);
+        kd_cache_make_disk_room(server, entry, 1);
         kd_cache_save_owners(server, entry->meta.hex);
         kd_cache_release_host(server, entry);
     }
-    kd_state_unmark_behind(server->state, item.id);
+    kd_state_unmark_behind(server->state, item->meta.id);
     kd_store_set_behind(server->store, entry, 0); /* durable now: file, owners, no marker */
-    return server->nbehind > 0;
+}
+
+/* Publish the writes the writer thread finished (id NULL), or matrix id's. */
+static void kd_cache_publish_done(kd_server_t *server, const uint8_t *id)
+{
+    if (server->writer == NULL)
+        return;
+    kd_writer_item_t *item = kd_writer_take_done(server->writer, id);
+    while (item != NULL) {
+        kd_writer_item_t *next = item->next;
+        kd_cache_publish(server, item);
+        kd_writer_item_free(item);
+        item = next;
+    }
+}
+
+int kd_cache_write_behind(void *arg, int queue_empty)
+{
+    (void)queue_empty; /* publishing is short: done between any two jobs */
+    kd_cache_publish_done(arg, NULL);
+    return 0;
+}
+
+int kd_cache_start_writer(kd_server_t *server, void (*wake)(void *ctx), void *wake_ctx)
+{
+    if (server->state == NULL)
+        return KD_OK;
+    return kd_writer_start(server->state, wake, wake_ctx, &server->writer);
+}
+
+void kd_cache_stop_writer(kd_server_t *server)
+{
+    if (server->writer == NULL)
+        return;
+    const size_t pending = kd_writer_pending(server->writer);
+    if (pending > 0)
+        KD_INFO("cache", "writing %zu file(s) behind their replies before exit", pending);
+    kd_writer_drain(server->writer);
+    kd_cache_publish_done(server, NULL);
+}
+
+/* Matrix id is about to be written by the worker (sync) or queued again: a queued write of it is
+ * taken back (its marker stays for the caller), one being written waited for, and a finished one
+ * published (a dropped copy's file removed), so that two writes of one file never overlap. */
+static void kd_cache_writer_settle(kd_server_t *server, const uint8_t id[16])
+{
+    if (server->writer == NULL)
+        return;
+    kd_writer_item_t *cancelled = kd_writer_cancel(server->writer, id);
+    while (cancelled != NULL) {
+        kd_writer_item_t *next = cancelled->next;
+        kd_writer_item_free(cancelled);
+        cancelled = next;
+    }
+    kd_writer_wait(server->writer, id);
+    kd_cache_publish_done(server, id); /* this matrix's only: the caller holds other entries */
 }
 
 int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int persist,
@@ -730,6 +815,13 @@ int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int p
         persist == KD_PERSIST_DEFAULT || persist >= entry->meta.persist)
         return KD_OK; /* (kd_persist_t: a smaller value is the stronger choice) */
     if (persist == KD_PERSIST_SYNC) {
+        kd_cache_writer_settle(server, entry->meta.id); /* may have written it: then stored */
+        if (entry->meta.stored) {
+            entry->meta.persist = KD_PERSIST_SYNC;
+            KD_INFO("cache", "persist id=%s sync (its write behind had just ended)",
+                    entry->meta.hex);
+            return KD_OK;
+        }
         int rc = kd_cache_write_file(server, entry, entry->host, 1, err);
         if (rc != KD_OK)
             return rc;
@@ -746,13 +838,6 @@ int kd_cache_persist_upgrade(kd_server_t *server, kd_store_entry_t *entry, int p
     if (rc == KD_OK)
         entry->meta.persist = KD_PERSIST_BEHIND;
     return rc;
-}
-
-void kd_cache_behind_free(kd_server_t *server)
-{
-    free(server->behind);
-    server->behind = NULL;
-    server->nbehind = server->cap_behind = 0;
 }
 
 /* The references of entry as they were before a change, to put back when recording it fails. */
@@ -839,7 +924,16 @@ int kd_cache_drop(kd_server_t *server, const uint8_t id[16], const char *user, k
         if (rc != KD_OK)
             return rc;
     } else if (server->state != NULL && entry->meta.persist == KD_PERSIST_BEHIND) {
-        kd_state_unmark_behind(server->state, id); /* its queued write finds it gone */
+        /* a queued write goes; one being written is not waited for: its file is removed when
+         * it ends (kd_cache_publish), and the marker now, so a crash meanwhile loses nothing */
+        kd_writer_item_t *cancelled =
+            server->writer != NULL ? kd_writer_cancel(server->writer, id) : NULL;
+        while (cancelled != NULL) {
+            kd_writer_item_t *next = cancelled->next;
+            kd_writer_item_free(cancelled);
+            cancelled = next;
+        }
+        kd_state_unmark_behind(server->state, id);
     }
     KD_INFO("store", "drop id=%s user=%s", entry->meta.hex, user != NULL ? user : "*");
     if (entry->dist != NULL)

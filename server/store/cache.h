@@ -4,8 +4,9 @@
  * of a matrix that is not resident, persistence of every accepted matrix before matrix.put
  * answers, and a disk limit with least-recently-used removal of unpinned files.
  *
- * Everything but kd_cache_open/close runs on the device worker thread. docs/OPERATIONS.md has the
- * policy in words; docs/ARCHITECTURE.md how it fits.
+ * Everything but kd_cache_open/close and the writer's start and stop runs on the device worker
+ * thread; files put with persist "behind" are written by the writer thread (writer.h).
+ * docs/OPERATIONS.md has the policy in words; docs/ARCHITECTURE.md how it fits.
  */
 #ifndef KD_SERVER_CACHE_H
 #define KD_SERVER_CACHE_H
@@ -59,16 +60,16 @@ int kd_cache_use(struct kd_server *server, const uint8_t id[16], size_t extra,
  * KD_ENOMEM. */
 int kd_cache_admit(struct kd_server *server, kd_store_entry_t *entry, kd_csr_t *csr, kd_err_t *err);
 
-/* A matrix whose file is written behind its put's reply (persist "behind"), queued. */
-typedef struct kd_cache_behind {
-    uint8_t id[16];
-    uint64_t queued_ns;
-} kd_cache_behind_t;
+/* The writer thread of persist "behind" (server/store/writer.c), started before the worker
+ * (wake(wake_ctx) wakes the worker: kd_worker_wake) and stopped after it stopped, before the store
+ * goes: every queued file is written and published first (shutdown waits for them). Nothing
+ * without a state directory. KD_ENOMEM, KD_EINTERNAL. */
+int kd_cache_start_writer(struct kd_server *server, void (*wake)(void *ctx), void *wake_ctx);
+void kd_cache_stop_writer(struct kd_server *server);
 
-/* The worker's idle hook (kd_worker_callbacks_t.idle; ctx is the server): write the oldest
- * matrix queued behind its reply, when the queue of requests is empty or it has waited longer
- * than KD_CACHE_BEHIND_OVERDUE_NS. Returns 1 while more are queued. */
-#define KD_CACHE_BEHIND_OVERDUE_NS 1000000000u
+/* The worker's idle hook (kd_worker_callbacks_t.idle; ctx is the server): publish the files the
+ * writer thread finished (the entry stored, the disk limit, the owners line, the marker removed:
+ * durable). Returns 0. */
 int kd_cache_write_behind(void *server, int queue_empty);
 
 /* A later put of entry's content asking for a stronger persist (sync over behind over none):
@@ -76,9 +77,6 @@ int kd_cache_write_behind(void *server, int queue_empty);
  * KD_ESTORAGE, KD_EIO, KD_ETOOLARGE from a sync write (the matrix stays as it was). */
 int kd_cache_persist_upgrade(struct kd_server *server, kd_store_entry_t *entry, int persist,
                              kd_err_t *err);
-
-/* Forget the queued writes (shutdown after the worker stopped: none are left then). */
-void kd_cache_behind_free(struct kd_server *server);
 
 /* The canonical host CSR of matrix id, for work done on the host: the entry's own copy (without a
  * state directory; *owned is NULL) or one read from its state file with every check of a reload

@@ -198,6 +198,15 @@ int kd_state_open(const char *dir, kd_state_t **out, kd_err_t *err)
     if (s == NULL)
         return kd_err_set(err, KD_ENOMEM, "out of host memory");
     s->lock_fd = -1;
+    if (pthread_mutex_init(&s->lock, NULL) != 0) {
+        free(s);
+        return kd_err_set(err, KD_ENOMEM, "cannot create the state directory's lock");
+    }
+    if (pthread_cond_init(&s->written, NULL) != 0) {
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return kd_err_set(err, KD_ENOMEM, "cannot create the state directory's lock");
+    }
     snprintf(s->dir, sizeof(s->dir), "%s", dir);
     snprintf(s->matrices, sizeof(s->matrices), "%s/matrices", dir);
     snprintf(s->pattern_dir, sizeof(s->pattern_dir), "%s/patterns", dir);
@@ -235,6 +244,8 @@ void kd_state_close(kd_state_t *state)
     if (state->lock_fd >= 0)
         close(state->lock_fd);
     kd_state_pattern_forget_all(state);
+    pthread_cond_destroy(&state->written);
+    pthread_mutex_destroy(&state->lock);
     free(state);
 }
 
@@ -566,11 +577,11 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
         return kd_err_set(err, KD_ETOOLARGE, "matrix too large for a state file");
     char doing[96];
     snprintf(doing, sizeof(doing), "storing matrix %s", meta->hex);
-    int wrote = 0, rc;
+    int rc;
     if (layout.split) {
         if (kd_state_pattern_key(csr, layout.key) != KD_OK)
             return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
-        if ((rc = kd_state_pattern_ensure(state, layout.key, csr, &wrote, doing, err)) != KD_OK)
+        if ((rc = kd_state_pattern_ensure(state, layout.key, csr, doing, err)) != KD_OK)
             return rc;
     }
     uint8_t header[KD_STATE_HEADER_BYTES];
@@ -589,14 +600,15 @@ int kd_state_write(kd_state_t *state, const kd_matrix_meta_t *meta, const kd_csr
     kd_state_tmp_path(state, meta->id, tmp, sizeof(tmp));
     rc = kd_state_commit(state->matrices, tmp, path, parts, nparts, -1, 0, 0, 0, doing, err);
     size_t charged = 0;
+    pthread_mutex_lock(&state->lock); /* publish: the index learns the new file */
     if (rc == KD_OK && layout.split && kd_state_user_find(state, meta->id) == NULL &&
         (rc = kd_state_user_add(state, meta->id, layout.key, &charged, err)) != KD_OK)
         kd_state_unstore(state, path);
-    if (rc != KD_OK) {
-        if (wrote) /* nothing names the pattern file this put wrote: it goes too */
-            kd_state_pattern_drop_unused(state, layout.key);
+    if (layout.split) /* a pattern file nothing names now (this put failed) goes too */
+        kd_state_pattern_unhold(state, layout.key);
+    pthread_mutex_unlock(&state->lock);
+    if (rc != KD_OK)
         return rc;
-    }
     *file_bytes = payload + KD_STATE_HEADER_BYTES + charged;
     return KD_OK;
 }
@@ -613,7 +625,10 @@ int kd_state_put_bytes(kd_state_t *state, const kd_csr_t *csr, int64_t batch, si
     uint8_t key[16];
     if (kd_state_pattern_key(csr, key) != KD_OK)
         return kd_err_set(err, KD_ENOMEM, "out of host memory hashing the matrix's pattern");
-    if (kd_state_pattern_find(state, key) == NULL)
+    pthread_mutex_lock(&state->lock);
+    const int held = kd_state_pattern_find(state, key) != NULL;
+    pthread_mutex_unlock(&state->lock);
+    if (!held)
         *out += KD_PATTERN_HEADER_BYTES + ((size_t)csr->rows + 1) * 4 + (size_t)csr->nnz * 4;
     return KD_OK;
 }
@@ -880,14 +895,21 @@ static int kd_state_load_checked(kd_state_t *state, const uint8_t id[16], int pa
                       hex, why.message);
 }
 
+/* The worker's reads hold the index lock throughout: they only delay the writer's publishing. */
 int kd_state_load(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
 {
-    return kd_state_load_checked(state, id, 0, out, err);
+    pthread_mutex_lock(&state->lock);
+    int rc = kd_state_load_checked(state, id, 0, out, err);
+    pthread_mutex_unlock(&state->lock);
+    return rc;
 }
 
 int kd_state_load_pattern(kd_state_t *state, const uint8_t id[16], kd_csr_t **out, kd_err_t *err)
 {
-    return kd_state_load_checked(state, id, 1, out, err);
+    pthread_mutex_lock(&state->lock);
+    int rc = kd_state_load_checked(state, id, 1, out, err);
+    pthread_mutex_unlock(&state->lock);
+    return rc;
 }
 
 int kd_state_update_header(kd_state_t *state, const kd_matrix_meta_t *meta, kd_err_t *err)
@@ -940,27 +962,33 @@ int kd_state_remove(kd_state_t *state, const uint8_t id[16], kd_err_t *err)
         return kd_state_fail(err, saved, doing, "unlink", path);
     }
     kd_state_io_fsync_dir(state->matrices);
+    pthread_mutex_lock(&state->lock);
     kd_state_user_release(state, id); /* then its pattern file, when it was the last user */
+    pthread_mutex_unlock(&state->lock);
     return KD_OK;
 }
 
 int kd_state_next_change(kd_state_t *state, kd_state_change_t *change)
 {
-    if (state->nchanges == 0)
-        return 0;
-    *change = state->changes[0];
-    state->nchanges--;
-    memmove(state->changes, state->changes + 1, state->nchanges * sizeof(*state->changes));
-    return 1;
+    pthread_mutex_lock(&state->lock);
+    const int any = state->nchanges > 0;
+    if (any) {
+        *change = state->changes[0];
+        state->nchanges--;
+        memmove(state->changes, state->changes + 1, state->nchanges * sizeof(*state->changes));
+    }
+    pthread_mutex_unlock(&state->lock);
+    return any;
 }
 
 int kd_state_pattern_file(kd_state_t *state, const uint8_t id[16], char *buf, size_t cap)
 {
+    pthread_mutex_lock(&state->lock);
     const kd_state_user_t *u = kd_state_user_find(state, id);
-    if (u == NULL)
-        return KD_ENOTFOUND;
-    kd_state_pattern_path(state, u->key, buf, cap);
-    return KD_OK;
+    if (u != NULL)
+        kd_state_pattern_path(state, u->key, buf, cap);
+    pthread_mutex_unlock(&state->lock);
+    return u != NULL ? KD_OK : KD_ENOTFOUND;
 }
 
 /* "<32 hex>.kdm" -> id */

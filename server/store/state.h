@@ -29,7 +29,11 @@
  * another user, reported by kd_state_next_change). So the file_bytes of all matrices add up to
  * what the files take.
  *
- * No locking here: the device worker thread is the only user once the server runs.
+ * Threads: the device worker and the writer thread (server/store/writer.c, persist "behind") call
+ * in here. The index of patterns and their users is under a mutex taken briefly around look-ups
+ * and publishing; a file's bytes are written outside it. Two writes of one pattern file never
+ * run at once (the second waits and then finds it held); two writes of one matrix id must not be
+ * started at once (the cache sees to that). kd_state_update_header is for stored matrices only.
  */
 #ifndef KD_SERVER_STATE_H
 #define KD_SERVER_STATE_H

@@ -16,6 +16,7 @@
 
 #ifdef KD_TEST_HOOKS
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 
@@ -96,9 +97,9 @@ static long long kd_fault_usage(const char *dir, int depth)
 static void kd_fault_point(const char *op, const char *path, int fd, const struct iovec *iov,
                            int iovcnt)
 {
-    if (!kd_fault.read)
-        kd_fault_read();
-    long long n = ++kd_fault.calls;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, kd_fault_read); /* the worker and the writer thread both call in */
+    long long n = __atomic_add_fetch(&kd_fault.calls, 1, __ATOMIC_SEQ_CST);
     if (kd_fault.mode == KD_FAULT_COUNT)
         dprintf(kd_fault.count_fd, "%lld %s %s\n", n, op, path != NULL ? path : "-");
     if ((kd_fault.mode != KD_FAULT_CRASH && kd_fault.mode != KD_FAULT_STALL) ||

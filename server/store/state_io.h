@@ -11,7 +11,7 @@
  *   capacity:BYTES:DIR  a write that would take the files under DIR (two levels, programs/ not
  *                     counted) past BYTES writes what fits and fails with ENOSPC, like a full
  *                     file system; deleting files makes room again
- * The calls are counted in the order the worker makes them (one thread changes the state).
+ * The calls are counted in the order they are made, by the worker and the writer thread both.
  */
 #ifndef KD_SERVER_STATE_IO_H
 #define KD_SERVER_STATE_IO_H

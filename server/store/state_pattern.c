@@ -291,17 +291,58 @@ void kd_state_user_release(kd_state_t *state, const uint8_t id[16])
 
 /* ---- writing, removing, reading ------------------------------------------------------------ */
 
-int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_csr_t *csr,
-                            int *wrote, const char *doing, kd_err_t *err)
+static int kd_pattern_claimed(const kd_state_t *state, const uint8_t key[16])
 {
-    *wrote = 0;
-    const kd_state_pattern_t *held = kd_state_pattern_find(state, key);
+    for (size_t i = 0; i < state->nclaims; i++)
+        if (memcmp(state->claims[i], key, 16) == 0)
+            return 1;
+    return 0;
+}
+
+static void kd_pattern_unclaim(kd_state_t *state, const uint8_t key[16])
+{
+    for (size_t i = 0; i < state->nclaims; i++)
+        if (memcmp(state->claims[i], key, 16) == 0) {
+            memcpy(state->claims[i], state->claims[--state->nclaims], 16);
+            break;
+        }
+    pthread_cond_broadcast(&state->written);
+}
+
+/* Under state->lock: the held pattern for key (its writing count taken), or NULL with key
+ * claimed for this caller to write; waits while another caller writes it. */
+static kd_state_pattern_t *kd_pattern_hold_or_claim(kd_state_t *state, const uint8_t key[16])
+{
+    for (;;) {
+        kd_state_pattern_t *p = kd_state_pattern_find(state, key);
+        if (p != NULL)
+            return p;
+        if (!kd_pattern_claimed(state, key) && state->nclaims < KD_STATE_CLAIMS_MAX) {
+            memcpy(state->claims[state->nclaims++], key, 16);
+            return NULL;
+        }
+        pthread_cond_wait(&state->written, &state->lock);
+    }
+}
+
+int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_csr_t *csr,
+                            const char *doing, kd_err_t *err)
+{
+    pthread_mutex_lock(&state->lock);
+    kd_state_pattern_t *held = kd_pattern_hold_or_claim(state, key);
     if (held != NULL) {
-        if (held->rows == csr->rows && held->cols == csr->cols && held->nnz == csr->nnz)
+        const int same =
+            held->rows == csr->rows && held->cols == csr->cols && held->nnz == csr->nnz;
+        if (same)
+            held->writing++;
+        pthread_mutex_unlock(&state->lock);
+        if (same)
             return KD_OK;
         KD_ERROR("state", "%s: two patterns of different shapes share a key", doing);
         return kd_err_set(err, KD_EINTERNAL, "%s: two patterns share a key", doing);
     }
+    pthread_mutex_unlock(&state->lock);
+    /* claimed: the file's bytes, outside the lock */
     uint8_t header[KD_PATTERN_HEADER_BYTES];
     kd_pattern_header_encode(key, csr, header);
     const struct iovec parts[3] = {
@@ -314,24 +355,39 @@ int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_c
     kd_id_to_hex(key, hex);
     snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", state->pattern_dir, hex);
     int rc = kd_state_commit(state->pattern_dir, tmp, path, parts, 3, -1, 0, 0, 0, doing, err);
-    if (rc != KD_OK)
-        return rc;
-    kd_pattern_info_t info = {.rows = csr->rows, .cols = csr->cols, .nnz = csr->nnz};
-    memcpy(info.key, key, 16);
-    if (kd_pattern_add(state, &info,
-                       KD_PATTERN_HEADER_BYTES + kd_pattern_payload(csr->rows, csr->nnz)) == NULL) {
-        if (kd_state_io_unlink(path) == 0)
-            kd_state_io_fsync_dir(state->pattern_dir);
-        return kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
+    pthread_mutex_lock(&state->lock);
+    if (rc == KD_OK) {
+        kd_pattern_info_t info = {.rows = csr->rows, .cols = csr->cols, .nnz = csr->nnz};
+        memcpy(info.key, key, 16);
+        kd_state_pattern_t *p = kd_pattern_add(
+            state, &info, KD_PATTERN_HEADER_BYTES + kd_pattern_payload(csr->rows, csr->nnz));
+        if (p != NULL) {
+            p->writing = 1;
+        } else {
+            if (kd_state_io_unlink(path) == 0)
+                kd_state_io_fsync_dir(state->pattern_dir);
+            rc = kd_err_set(err, KD_ENOMEM, "%s: out of host memory", doing);
+        }
     }
-    *wrote = 1;
-    return KD_OK;
+    kd_pattern_unclaim(state, key);
+    pthread_mutex_unlock(&state->lock);
+    return rc;
+}
+
+void kd_state_pattern_unhold(kd_state_t *state, const uint8_t key[16])
+{
+    kd_state_pattern_t *p = kd_state_pattern_find(state, key);
+    if (p == NULL) /* discarded meanwhile (a bad pattern file) */
+        return;
+    if (p->writing > 0)
+        p->writing--;
+    kd_state_pattern_drop_unused(state, key);
 }
 
 void kd_state_pattern_drop_unused(kd_state_t *state, const uint8_t key[16])
 {
     kd_state_pattern_t *p = kd_state_pattern_find(state, key);
-    if (p == NULL || p->users > 0)
+    if (p == NULL || p->users > 0 || p->writing > 0)
         return;
     char path[KD_PATH_MAX + 64];
     kd_state_pattern_path(state, key, path, sizeof(path));

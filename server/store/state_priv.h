@@ -9,9 +9,12 @@
 #include "server/config.h"
 #include "server/store/state.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+#define KD_STATE_CLAIMS_MAX 4 /* pattern files being written at once (the writer, the worker) */
 
 /* A pattern file held: its shape, its size, how many stored matrices use it and which one of
  * them carries its bytes in its file_bytes (docs/OPERATIONS.md, "The state directory"). */
@@ -22,6 +25,7 @@ typedef struct kd_state_pattern {
     size_t users;
     int charged; /* carrier is set (0 only while a new pattern has no values file yet) */
     uint8_t carrier[16];
+    size_t writing; /* kd_state_write calls writing a values file naming it: it stays meanwhile */
 } kd_state_pattern_t;
 
 /* A stored matrix whose values file names a pattern file. */
@@ -37,8 +41,15 @@ struct kd_state {
     char corrupt[KD_PATH_MAX + 16];
     int lock_fd;
     size_t moved_aside;
-    /* Built by the scan, kept by every write and removal (the worker thread only). Linear
-     * arrays: a put or a drop walks them once, far less than the file it writes. */
+    /* `lock` guards the index below (held, users, changes, claims): the worker and the writer
+     * thread (server/store/writer.c) both write files. A file's bytes are written outside it;
+     * the lock is taken to look up and to publish. `written` is signalled when a claim ends. */
+    pthread_mutex_t lock;
+    pthread_cond_t written;
+    uint8_t claims[KD_STATE_CLAIMS_MAX][16]; /* keys of pattern files being written */
+    size_t nclaims;
+    /* Built by the scan, kept by every write and removal. Linear arrays: a put or a drop walks
+     * them once, far less than the file it writes. */
     kd_state_pattern_t *held;
     size_t nheld, cap_held;
     kd_state_user_t *users;
@@ -90,10 +101,15 @@ kd_state_pattern_t *kd_state_pattern_find(kd_state_t *state, const uint8_t key[1
 kd_state_user_t *kd_state_user_find(kd_state_t *state, const uint8_t id[16]);
 
 /* The pattern file for key holding csr's indptr and indices, written durably unless it is held
- * already (then checked to have csr's shape); *wrote says whether this call wrote it. KD_OK,
- * KD_ESTORAGE, KD_EIO, KD_ENOMEM. */
+ * already (then checked to have csr's shape). Called
+ * without state->lock; waits while another thread writes the same pattern file. On KD_OK the
+ * pattern's `writing` count includes the caller, who ends it with kd_state_pattern_unhold (under
+ * state->lock). KD_OK, KD_ESTORAGE, KD_EIO, KD_ENOMEM. */
 int kd_state_pattern_ensure(kd_state_t *state, const uint8_t key[16], const kd_csr_t *csr,
-                            int *wrote, const char *doing, kd_err_t *err);
+                            const char *doing, kd_err_t *err);
+
+/* Under state->lock: the caller's values file is written (or failed); an unused pattern goes. */
+void kd_state_pattern_unhold(kd_state_t *state, const uint8_t key[16]);
 
 /* Record that matrix id's values file names key (its file is in place). Returns the bytes the
  * matrix carries for the pattern: the pattern file's size when it is the first user, else 0.
@@ -105,8 +121,9 @@ int kd_state_user_add(kd_state_t *state, const uint8_t id[16], const uint8_t key
  * is removed, and a charge id carried moves to another user (queued for kd_state_next_change). */
 void kd_state_user_release(kd_state_t *state, const uint8_t id[16]);
 
-/* Remove key's pattern file when no stored matrix names it (a put that wrote it failed, or its
- * last user went); a file that cannot be removed is logged and left to the next start. */
+/* Remove key's pattern file when no stored matrix names it and no write is naming it (a put that
+ * wrote it failed, or its last user went); a file that cannot be removed is logged and left to
+ * the next start. */
 void kd_state_pattern_drop_unused(kd_state_t *state, const uint8_t key[16]);
 
 /* A pattern file that is missing or failed a check: it and every values file naming it go to

@@ -15,6 +15,12 @@ state directory, restarted on it.
 - a write behind the reply stalled (krylovd_faults, KD_TEST_FAULT=stall:K at its first write)
   and the daemon SIGKILLed: the restart serves the others, logs the lost matrix by id, and leaves
   neither a temporary file nor a marker behind;
+- the writer thread: while a large matrix's write behind is stalled, a put with like of it, a
+  sync put of another matrix and an spmv answer (the worker never waits for the write); a drop
+  during the stalled write answers and removes the marker (the restart reports nothing lost); a
+  sync put of the same content waits for the write and corrupts nothing; a drop right after a
+  large behind put leaves no file; --state-max-bytes forgets the least recently used matrix when
+  a written file is published; SIGTERM with writes queued writes them all;
 - values from a shared-memory region (over the Unix socket), full put and put with like, with
   each persist: the ids are those of the same values sent in the message.
 """
@@ -24,6 +30,8 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
+import time
 import unittest
 
 import numpy as np
@@ -52,7 +60,7 @@ def grid(n, shift):
     return a
 
 
-class PersistTest(unittest.TestCase):
+class PersistBase(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="krylovd-persist-")
         self.state = os.path.join(self.dir, "state")
@@ -79,6 +87,22 @@ class PersistTest(unittest.TestCase):
     def has_file(self, mid):
         return f"{mid}.kdm" in self.files()
 
+    def count_calls(self, steps):
+        """The state's system calls a fresh daemon makes for steps(client): (number, op, path)."""
+        calls = os.path.join(self.dir, "calls")
+        kd = self.start(binary="krylovd_faults", env=dict(os.environ, KD_TEST_FAULT="count:" + calls))
+        ids = steps(kd)
+        kd.close()
+        self.assertEqual(self.daemon.stop(), 0)
+        self.daemon = None
+        with open(calls) as f:
+            rows = [line.split(" ", 2) for line in f.read().splitlines()]
+        shutil.rmtree(self.state)
+        os.unlink(calls)
+        return ids, [(int(n), op, path) for n, op, path in rows]
+
+
+class PersistTest(PersistBase):
     def test_each_mode_full_and_like_then_restart(self):
         kd = self.start()
         base = kd.put(grid(40, 1.0))
@@ -176,20 +200,6 @@ class PersistTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.state))
         kd.close()
 
-    def count_calls(self, steps):
-        """The state's system calls a fresh daemon makes for steps(client): (number, op, path)."""
-        calls = os.path.join(self.dir, "calls")
-        kd = self.start(binary="krylovd_faults", env=dict(os.environ, KD_TEST_FAULT="count:" + calls))
-        ids = steps(kd)
-        kd.close()
-        self.assertEqual(self.daemon.stop(), 0)
-        self.daemon = None
-        with open(calls) as f:
-            rows = [line.split(" ", 2) for line in f.read().splitlines()]
-        shutil.rmtree(self.state)
-        os.unlink(calls)
-        return ids, [(int(n), op, path) for n, op, path in rows]
-
     def test_behind_write_killed_midway_is_reported_lost(self):
         a, b = grid(60, 2.0), grid(60, 3.0)
 
@@ -226,6 +236,176 @@ class PersistTest(unittest.TestCase):
         with open(self.log) as f:
             log = f.read()
         self.assertRegex(log, rf"lost id={second}: put with persist \"behind\"")
+        kd.close()
+
+
+_big = {}
+
+
+def big(shift):
+    """The 2-D Laplacian on a 1000 x 1000 grid (10^6 rows, 5 10^6 nonzeros; a 60 MB file)."""
+    if shift not in _big:
+        _big[shift] = grid(1000, shift)
+    return _big[shift]
+
+
+def in_thread(call):
+    """Run call() on a daemon thread: (thread, result list: [value] or [exception])."""
+    out = []
+
+    def run():
+        try:
+            out.append(call())
+        except BaseException as e:  # noqa: BLE001 (reported by the caller)
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+class WriterThreadTest(PersistBase):
+    """Files behind their replies are written on a thread of their own (cache.c, writer.c)."""
+
+    def stall_at_write(self, a, shift_other):
+        """A krylovd_faults stalled for good at the first write into a's values file, once a is
+        put with persist behind: (client, a's info)."""
+        small = grid(30, shift_other)
+
+        def steps(kd):
+            kd.put(small, persist="sync")
+            info = kd.put(a, persist="behind")
+            settle(lambda: kd.info(info.id).durable, 120)
+            return info.id
+
+        mid, calls = self.count_calls(steps)
+        create = next(n for n, op, path in calls if op == "create" and path.endswith(f".{mid}.tmp"))
+        write = next(n for n, op, _ in calls if n > create and op == "write")
+        kd = self.start(binary="krylovd_faults",
+                        env=dict(os.environ, KD_TEST_FAULT=f"stall:{write}"))
+        self.small = kd.put(small, persist="sync")
+        info = kd.put(a, persist="behind")
+        self.assertEqual((info.id, info.durable), (mid, False))
+        matrices = os.path.join(self.state, "matrices")
+        self.assertTrue(settle(lambda: os.path.exists(os.path.join(matrices, f".{mid}.tmp")), 120))
+        return kd, info
+
+    def kill(self):
+        os.kill(self.daemon.proc.pid, signal.SIGKILL)
+        self.daemon.proc.wait()
+        self.daemon.proc = None
+
+    def read_log(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def test_requests_answer_while_a_write_is_stalled(self):
+        a, b = big(2.0), big(3.0)
+        kd, info = self.stall_at_write(a, 7.0)
+        # the worker never waits for the write: a put with like, a sync put and an spmv answer
+        other = rng.uniform(-1, 1, 30 * 30)
+        c = grid(30, 9.0)
+
+        def work():
+            t0 = time.monotonic()
+            kd2 = krylov.Client(self.daemon.address)
+            like = kd2.put(b, like=info, persist="behind")
+            sync = kd2.put(c, persist="sync")
+            y = kd2.spmv(sync.id, other)
+            kd2.close()
+            return like, sync, y, time.monotonic() - t0
+
+        t, out = in_thread(work)
+        t.join(120)
+        self.assertFalse(t.is_alive(), "requests waited for the stalled write")
+        self.assertNotIsInstance(out[0], BaseException, out)
+        like, sync, y, _ = out[0]
+        self.assertEqual((like.persisted, like.durable), ("behind", False))
+        self.assertEqual((sync.persisted, sync.durable), ("sync", True))
+        np.testing.assert_allclose(y, c @ other, rtol=1e-12, atol=1e-12)
+        self.assertFalse(kd.info(info.id).durable)
+        kd.close()
+        self.kill()
+        kd = self.start()
+        self.assertEqual(sorted(m.id for m in kd.list()), sorted([self.small.id, sync.id]))
+        log = self.read_log()
+        for lost in (info.id, like.id):
+            self.assertRegex(log, rf"lost id={lost}: put with persist \"behind\"")
+        self.assertEqual(self.files(), sorted([f"{self.small.id}.kdm", f"{sync.id}.kdm"]))
+        kd.close()
+
+    def test_drop_during_a_stalled_write(self):
+        kd, info = self.stall_at_write(big(2.0), 7.0)
+        t, out = in_thread(lambda: kd.drop(info.id))
+        t.join(60)
+        self.assertFalse(t.is_alive(), "drop waited for the stalled write")
+        self.assertNotIsInstance(out[0], BaseException, out)
+        marker = os.path.join(self.state, "matrices", f".{info.id}.behind")
+        self.assertFalse(os.path.exists(marker))
+        with self.assertRaises(errors.NotFound):
+            kd.info(info.id)
+        kd.close()
+        self.kill()
+        kd = self.start()
+        self.assertEqual([m.id for m in kd.list()], [self.small.id])
+        self.assertNotIn(f"lost id={info.id}", self.read_log())
+        self.assertEqual(self.files(), [f"{self.small.id}.kdm"])
+        kd.close()
+
+    def test_sync_put_during_a_stalled_write_waits_and_corrupts_nothing(self):
+        a = big(2.0)
+        kd, info = self.stall_at_write(a, 7.0)
+        t, out = in_thread(lambda: krylov.Client(self.daemon.address).put(a, persist="sync"))
+        t.join(3)
+        self.assertTrue(t.is_alive() or not isinstance(out[0], BaseException), out)
+        kd.close()
+        self.kill()
+        kd = self.start()
+        self.assertEqual([m.id for m in kd.list()], [self.small.id])
+        self.assertRegex(self.read_log(), rf"lost id={info.id}: put with persist \"behind\"")
+        self.assertEqual(self.files(), [f"{self.small.id}.kdm"])
+        self.assertFalse(os.listdir(os.path.join(self.state, "corrupt"))
+                         if os.path.isdir(os.path.join(self.state, "corrupt")) else [])
+        kd.close()
+
+    def test_sync_and_drop_right_after_a_large_behind_put(self):
+        a, b = big(2.0), big(3.0)
+        kd = self.start()
+        first = kd.put(a, persist="behind")
+        # waits for the write in flight, or takes it over (once written it stays "behind")
+        up = kd.put(a, persist="sync")
+        self.assertEqual((up.id, up.durable), (first.id, True))
+        self.assertIn(up.persisted, ("sync", "behind"))
+        gone = kd.put(b, like=first, persist="behind")
+        kd.drop(gone.id)  # while it is written, most likely: its file goes when it ends
+        kd.close()
+        kd = self.restart()
+        self.assertEqual([m.id for m in kd.list()], [first.id])
+        self.assertEqual(self.files(), [f"{first.id}.kdm"])
+        x = rng.uniform(-1, 1, a.shape[1])
+        np.testing.assert_allclose(kd.spmv(first.id, x), a @ x, rtol=1e-12, atol=1e-12)
+        kd.close()
+
+    def test_state_max_bytes_kept_when_the_writer_publishes(self):
+        # files of about 103, 108 and 113 kB (a pattern each): two fit under 250 kB
+        kd = self.start("--state-max-bytes", "250000")
+        ids = []
+        for n in (40, 41, 42):
+            ids.append(kd.put(grid(n, 2.0), persist="behind").id)
+            self.assertTrue(settle(lambda: kd.info(ids[-1]).durable, 60))
+        self.assertEqual(sorted(m.id for m in kd.list()), sorted(ids[1:]))
+        self.assertEqual(self.files(), sorted(f"{mid}.kdm" for mid in ids[1:]))
+        kd.close()
+
+    def test_sigterm_with_writes_queued_writes_them(self):
+        kd = self.start("--log-level", "info")
+        ids = [kd.put(grid(400, 2.0 + k), persist="behind").id for k in range(4)]
+        kd.close()
+        kd = self.restart()  # SIGTERM with the writer's queue full: it writes them all first
+        self.assertEqual(sorted(m.id for m in kd.list()), sorted(ids))
+        for mid in ids:
+            self.assertTrue(kd.info(mid).durable)
+        self.assertFalse([f for f in self.files() if f.endswith(".behind")])
         kd.close()
 
 
