@@ -274,7 +274,9 @@ class TestMpi(unittest.TestCase):
         put = self.put_both(a, dtype="float32")
         self.assertEqual(put["dtype"], "float32")
         self.check_spmv(a, put["id"], dtype="float32")
-        self.check_solve(a, put["id"], "cg", 2, rtol=1e-5)
+        # in float32 the spread's sums, folded in another order, can end one iteration apart
+        # (30 against 31 on the H200 at 3 ranks), as test_dist_solve allows
+        self.check_solve(a, put["id"], "cg", 2, rtol=1e-5, slack=1.0 / 30)
 
     def test_ragged_and_arrow(self):
         a = ragged(150, self.rng)
