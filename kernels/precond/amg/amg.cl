@@ -333,8 +333,8 @@ __kernel KD_WG_ATTR void kd_amg_tail(const int steps, __global const kd_amg_tail
  * isolated, in no aggregate) otherwise.
  * kd_amg_mis_key: each node's key (state, 1023 - its undecided strong neighbours (at most 1023),
  * hash mod 2^20, index), packed in a ulong in that order of significance (states < 0 count as 0).
- * kd_amg_mis_max1, kd_amg_mis_max2: the largest key over the node and its strong neighbours, then
- * the largest of those over the same set: the largest key within distance 2.
+ * kd_amg_mis_max: the largest of `in` over the node and its strong neighbours; launched on the keys,
+ * then on its own result: the largest key within distance 2.
  * kd_amg_mis_update: an undecided node whose distance-2 maximum is itself becomes a root (2); one
  * whose distance-2 maximum is a root leaves (0); one still undecided sets *left.
  * kd_amg_agg_count, kd_amg_agg_number: roots numbered in index order: work-item c counts, then
@@ -395,32 +395,18 @@ __kernel void kd_amg_mis_key(const int n, __global const int *ptr, __global cons
              (ulong)(uint)i;
 }
 
-__kernel void kd_amg_mis_max1(const int n, __global const int *ptr, __global const int *idx,
-                              __global const uchar *strong, __global const ulong *key,
-                              __global ulong *m1)
+__kernel void kd_amg_mis_max(const int n, __global const int *ptr, __global const int *idx,
+                             __global const uchar *strong, __global const ulong *in,
+                             __global ulong *out)
 {
     const int i = (int)get_global_id(0);
     if (i >= n)
         return;
-    ulong m = key[i];
+    ulong m = in[i];
     for (int k = ptr[i]; k < ptr[i + 1]; k++)
         if (strong[k])
-            m = key[idx[k]] > m ? key[idx[k]] : m;
-    m1[i] = m;
-}
-
-__kernel void kd_amg_mis_max2(const int n, __global const int *ptr, __global const int *idx,
-                              __global const uchar *strong, __global const ulong *m1,
-                              __global ulong *m2)
-{
-    const int i = (int)get_global_id(0);
-    if (i >= n)
-        return;
-    ulong m = m1[i];
-    for (int k = ptr[i]; k < ptr[i + 1]; k++)
-        if (strong[k])
-            m = m1[idx[k]] > m ? m1[idx[k]] : m;
-    m2[i] = m;
+            m = in[idx[k]] > m ? in[idx[k]] : m;
+    out[i] = m;
 }
 
 __kernel void kd_amg_mis_update(const int n, __global const ulong *m2, __global int *state,

@@ -79,13 +79,13 @@ static int kd_amg_agg_rounds(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t
                                        KD_ARG_MEM(B->state), KD_ARG_MEM(B->m2)),
                                err);
         if (rc == KD_OK)
-            rc = kd_amg_launch(ocl, amg, "kd_amg_mis_max1", 0, global, amg->wg,
+            rc = kd_amg_launch(ocl, amg, "kd_amg_mis_max", 0, global, amg->wg,
                                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(dA->indptr),
                                        KD_ARG_MEM(dA->indices), KD_ARG_MEM(B->strong),
                                        KD_ARG_MEM(B->m2), KD_ARG_MEM(B->m1)),
                                err);
-        if (rc == KD_OK)
-            rc = kd_amg_launch(ocl, amg, "kd_amg_mis_max2", 0, global, amg->wg,
+        if (rc == KD_OK) /* again, on its own result: distance 2 */
+            rc = kd_amg_launch(ocl, amg, "kd_amg_mis_max", 0, global, amg->wg,
                                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(dA->indptr),
                                        KD_ARG_MEM(dA->indices), KD_ARG_MEM(B->strong),
                                        KD_ARG_MEM(B->m1), KD_ARG_MEM(B->m2)),
