@@ -245,6 +245,7 @@ static int kd_csr_share(kd_csr_t *csr, int with_values, kd_csr_t **out, kd_err_t
         csr->pattern = p;
     }
     *c = *csr;
+    c->holds = 0; /* the new one's own: csr's holds (a write behind) are csr's */
     /* a time-stepping loop frees a version's values as it makes the next: pages already mapped
      * are several times faster to fill (common/recycle.h) */
     size_t bytes = 0;
