@@ -3,6 +3,7 @@
  * (MORE) rather than failing, so it can be run again on a longer prefix.
  */
 #include "client/reply_scan.h"
+#include "protocol/frame.h"
 
 #include <string.h>
 
@@ -10,64 +11,13 @@
 
 enum { SKIP_OK = 0, SKIP_MORE = 1, SKIP_BAD = 2 };
 
-static uint64_t kd_scan_be(const uint8_t *p, size_t n)
+/* The header at *pos (protocol/frame.c's parser, the server's own): its size in bytes (with any
+ * length field and ext type byte), and what follows it: `payload` bytes to skip, `children`
+ * objects (a map's entries count twice). */
+static int kd_scan_header(const uint8_t *buf, size_t len, size_t pos, kd_frame_head_t *h)
 {
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* The header at *pos: its size in bytes (1 + the length field), and what follows it: `payload`
- * bytes to skip, `children` objects (a map's entries count twice). */
-static int kd_scan_header(const uint8_t *buf, size_t len, size_t pos, size_t *size,
-                          uint64_t *payload, uint64_t *children)
-{
-    const uint8_t b = buf[pos];
-    *payload = 0;
-    *children = 0;
-    *size = 1;
-    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-        return SKIP_OK;
-    if (b >= 0x80 && b <= 0x8f) {
-        *children = 2u * (b & 0x0f);
-        return SKIP_OK;
-    }
-    if (b >= 0x90 && b <= 0x9f) {
-        *children = b & 0x0f;
-        return SKIP_OK;
-    }
-    if (b >= 0xa0 && b <= 0xbf) {
-        *payload = b & 0x1f;
-        return SKIP_OK;
-    }
-    static const struct {
-        uint8_t tag, width, fixed; /* width: length field bytes; fixed: payload without one */
-        uint8_t kind;              /* 0 payload, 1 array, 2 map, 3 ext (1 type byte more) */
-    } table[] = {
-        {0xc4, 1, 0, 0},  {0xc5, 2, 0, 0}, {0xc6, 4, 0, 0}, {0xc7, 1, 0, 3}, {0xc8, 2, 0, 3},
-        {0xc9, 4, 0, 3},  {0xca, 0, 4, 0}, {0xcb, 0, 8, 0}, {0xcc, 0, 1, 0}, {0xcd, 0, 2, 0},
-        {0xce, 0, 4, 0},  {0xcf, 0, 8, 0}, {0xd0, 0, 1, 0}, {0xd1, 0, 2, 0}, {0xd2, 0, 4, 0},
-        {0xd3, 0, 8, 0},  {0xd4, 0, 2, 0}, {0xd5, 0, 3, 0}, {0xd6, 0, 5, 0}, {0xd7, 0, 9, 0},
-        {0xd8, 0, 17, 0}, {0xd9, 1, 0, 0}, {0xda, 2, 0, 0}, {0xdb, 4, 0, 0}, {0xdc, 2, 0, 1},
-        {0xdd, 4, 0, 1},  {0xde, 2, 0, 2}, {0xdf, 4, 0, 2},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
-        if (table[i].tag != b)
-            continue;
-        if (pos + 1 + table[i].width > len)
-            return SKIP_MORE;
-        const uint64_t n = kd_scan_be(buf + pos + 1, table[i].width);
-        *size = 1 + table[i].width;
-        if (table[i].kind == 1)
-            *children = n;
-        else if (table[i].kind == 2)
-            *children = 2 * n;
-        else
-            *payload = table[i].width ? n + (table[i].kind == 3) : table[i].fixed;
-        return SKIP_OK;
-    }
-    return SKIP_BAD; /* 0xc1 */
+    const int rc = kd_frame_head_parse(buf + pos, len - pos, h);
+    return rc > 0 ? SKIP_OK : rc == 0 ? SKIP_MORE : SKIP_BAD;
 }
 
 /* Skip one object at *pos. */
@@ -77,15 +27,14 @@ static int kd_scan_skip(const uint8_t *buf, size_t len, size_t *pos, int depth)
         return SKIP_MORE;
     if (depth > KD_SCAN_DEPTH)
         return SKIP_BAD;
-    size_t size;
-    uint64_t payload, children;
-    int rc = kd_scan_header(buf, len, *pos, &size, &payload, &children);
+    kd_frame_head_t h;
+    int rc = kd_scan_header(buf, len, *pos, &h);
     if (rc != SKIP_OK)
         return rc;
-    if (payload > len - *pos - size)
+    if (h.payload > len - *pos - h.len)
         return SKIP_MORE;
-    *pos += size + (size_t)payload;
-    for (uint64_t i = 0; i < children; i++)
+    *pos += h.len + (size_t)h.payload;
+    for (uint64_t i = 0; i < h.items; i++)
         if ((rc = kd_scan_skip(buf, len, pos, depth + 1)) != SKIP_OK)
             return rc;
     return SKIP_OK;
@@ -102,17 +51,14 @@ static int kd_scan_uint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *n
         *pos += 1;
         return SKIP_OK;
     }
-    size_t size;
-    uint64_t payload, children;
-    int rc = kd_scan_header(buf, len, *pos, &size, &payload, &children);
-    if (rc != SKIP_OK)
-        return rc;
     if (b < 0xcc || b > 0xcf)
         return SKIP_BAD;
-    if (payload > len - *pos - size)
-        return SKIP_MORE;
-    *n = kd_scan_be(buf + *pos + 1, (size_t)payload);
-    *pos += size + (size_t)payload;
+    kd_frame_head_t h;
+    int rc = kd_scan_header(buf, len, *pos, &h);
+    if (rc != SKIP_OK)
+        return rc;
+    *n = h.uval;
+    *pos += h.len;
     return SKIP_OK;
 }
 
@@ -125,13 +71,12 @@ static int kd_scan_container(const uint8_t *buf, size_t len, size_t *pos, int ma
     const int big = map ? (b == 0xde || b == 0xdf) : (b == 0xdc || b == 0xdd);
     if (!fix && !big)
         return SKIP_BAD;
-    size_t size;
-    uint64_t payload, children;
-    int rc = kd_scan_header(buf, len, *pos, &size, &payload, &children);
+    kd_frame_head_t h;
+    int rc = kd_scan_header(buf, len, *pos, &h);
     if (rc != SKIP_OK)
         return rc;
-    *n = map ? children / 2 : children;
-    *pos += size;
+    *n = map ? h.items / 2 : h.items;
+    *pos += h.len;
     return SKIP_OK;
 }
 
@@ -178,15 +123,16 @@ kd_reply_scan_t kd_reply_scan(const uint8_t *buf, size_t len, uint64_t msgid, co
         if (pos >= len)
             return KD_REPLY_SCAN_MORE;
         const uint8_t b = buf[pos];
-        const size_t width = b == 0xc4 ? 1 : b == 0xc5 ? 2 : b == 0xc6 ? 4 : 0;
-        if (width == 0)
+        if (b < 0xc4 || b > 0xc6) /* bin 8/16/32 */
             return KD_REPLY_SCAN_NO;
-        if (pos + 1 + width > len)
-            return KD_REPLY_SCAN_MORE;
-        if (kd_scan_be(buf + pos + 1, width) != want)
+        kd_frame_head_t h;
+        const int hrc = kd_scan_header(buf, len, pos, &h);
+        if (hrc != SKIP_OK)
+            return kd_scan_result(hrc);
+        if (h.payload != want)
             return KD_REPLY_SCAN_NO;
         *header_at = pos;
-        *header_len = 1 + width;
+        *header_len = h.len;
         return KD_REPLY_SCAN_FOUND;
     }
     return KD_REPLY_SCAN_NO;

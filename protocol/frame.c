@@ -25,18 +25,6 @@
 #define KD_FRAME_READ_CHUNK ((size_t)64 << 10)
 #define KD_FRAME_SLACK ((size_t)4 << 10) /* past a message's declared size, when growing to it */
 
-/* One msgpack header. */
-struct kd_head {
-    size_t len;       /* header bytes, including any size field and ext type byte */
-    uint64_t payload; /* bytes after the header: str, bin and ext data, float bits */
-    uint64_t items;   /* array/map: objects inside (a map entry counts twice) */
-    int container;
-    int is_array;
-    int is_int;
-    int negative;  /* a negative integer */
-    uint64_t uval; /* a non-negative integer's value */
-};
-
 /* The structure of the message being scanned. */
 struct kd_scan {
     uint64_t open[KD_FRAME_DEPTH_MAX]; /* objects each open container still expects */
@@ -75,8 +63,7 @@ static uint64_t kd_load_be(const uint8_t *p, size_t n)
     return v;
 }
 
-/* Parse the header at p. Returns 1, 0 when more than `avail` bytes are needed, -1 for 0xc1. */
-static int kd_head_parse(const uint8_t *p, size_t avail, struct kd_head *h)
+int kd_frame_head_parse(const uint8_t *p, size_t avail, kd_frame_head_t *h)
 {
     memset(h, 0, sizeof(*h));
     if (avail == 0)
@@ -192,7 +179,7 @@ static int kd_scan_done(const struct kd_scan *s)
 }
 
 /* Account for one header. Returns 0, or -1 when it nests deeper than max_depth. */
-static int kd_scan_item(struct kd_scan *s, const struct kd_head *h, int max_depth)
+static int kd_scan_item(struct kd_scan *s, const kd_frame_head_t *h, int max_depth)
 {
     if (!s->started) {
         s->started = 1;
@@ -491,8 +478,8 @@ kd_frame_kind_t kd_frame_next(kd_frame_t *f, kd_frame_event_t *ev)
         if (f->scan >= avail)
             break;
         const uint8_t *p = (const uint8_t *)f->buf + f->head + f->scan;
-        struct kd_head h;
-        int rc = kd_head_parse(p, avail - (size_t)f->scan, &h);
+        kd_frame_head_t h;
+        int rc = kd_frame_head_parse(p, avail - (size_t)f->scan, &h);
         if (rc == 0)
             break;
         if (rc < 0) {
@@ -520,8 +507,8 @@ int kd_frame_check_one(const void *data, size_t len, int max_depth)
     max_depth = kd_clamp_depth(max_depth);
     uint64_t pos = 0;
     while (!kd_scan_done(&s)) {
-        struct kd_head h;
-        if (pos >= len || kd_head_parse(p + pos, len - (size_t)pos, &h) != 1)
+        kd_frame_head_t h;
+        if (pos >= len || kd_frame_head_parse(p + pos, len - (size_t)pos, &h) != 1)
             return -1;
         if (kd_scan_item(&s, &h, max_depth) < 0)
             return -1;

@@ -86,6 +86,22 @@ size_t kd_frame_capacity(const kd_frame_t *frame);
  * deadline (slow senders). */
 int kd_frame_in_message(const kd_frame_t *frame);
 
+/* One msgpack header, as kd_frame_head_parse reads it (the framer's own scan, and libkrylov's
+ * reply scan: client/reply_scan.c). */
+typedef struct kd_frame_head {
+    size_t len;       /* header bytes, including any size field and ext type byte */
+    uint64_t payload; /* bytes after the header: str, bin and ext data, float bits */
+    uint64_t items;   /* array/map: objects inside (a map entry counts twice) */
+    int container;
+    int is_array;
+    int is_int;
+    int negative;  /* a negative integer */
+    uint64_t uval; /* a non-negative integer's value */
+} kd_frame_head_t;
+
+/* Parse the header at p. Returns 1, 0 when more than `avail` bytes are needed, -1 for 0xc1. */
+int kd_frame_head_parse(const uint8_t *p, size_t avail, kd_frame_head_t *h);
+
 /* 0 when data is exactly one complete msgpack object of len bytes, nested at most max_depth
  * (clamped to KD_FRAME_DEPTH_MAX) and with every declared array/map count coverable by the bytes
  * that follow; -1 otherwise. The request decoder runs it before msgpack_unpack_next, so no input
