@@ -26,17 +26,15 @@ import fcntl
 import mmap
 import os
 import shutil
-import socket
 import tempfile
-import time
 import unittest
 
-import msgpack
 import numpy as np
 
 import krylov
 from krylov import _shm, errors
 from kd_daemon import Daemon, make_rng, process_fds, spd_matrix, settle
+from kd_raw import Raw
 
 MAX_SHM = 16 << 20
 
@@ -50,63 +48,6 @@ def memfd(nbytes, seal=True, sealing=True):
     if seal:
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     return fd
-
-
-class Raw:
-    """One raw msgpack-rpc connection (Unix socket or TCP), for requests the client would never
-    send."""
-
-    def __init__(self, address):
-        if address.startswith("unix:"):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(address[5:])
-        else:
-            host, port = address.split(":")
-            self.sock = socket.create_connection((host, int(port)))
-        self.sock.settimeout(120)
-        self.unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-        self.msgid = 0
-
-    def send(self, method, params, fds=()):
-        self.msgid += 1
-        data = msgpack.packb([0, self.msgid, method, [params]], use_bin_type=True)
-        if fds:
-            sent = socket.send_fds(self.sock, [data], list(fds))
-            self.sock.sendall(data[sent:])
-        else:
-            self.sock.sendall(data)
-        return self.msgid
-
-    def wait(self, msgid):
-        while True:
-            for msg in self.unpacker:
-                if msg[0] == 1 and msg[1] == msgid:
-                    return msg[2], msg[3]
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.unpacker.feed(data)
-
-    def call(self, method, params, fds=()):
-        return self.wait(self.send(method, params, fds))
-
-    def wait_progress(self, msgid):
-        """Until the first solve.progress notification for msgid (None if answered first)."""
-        while True:
-            for msg in self.unpacker:
-                if msg[0] == 1 and msg[1] == msgid:
-                    return None
-                if msg[0] == 2 and msg[1] == "solve.progress":
-                    params = msg[2][0] if isinstance(msg[2], list) else msg[2]
-                    if params.get("msgid") == msgid:
-                        return params
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.unpacker.feed(data)
-
-    def close(self):
-        self.sock.close()
 
 
 def setUpModule():

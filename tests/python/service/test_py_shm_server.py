@@ -16,17 +16,15 @@ per-connection cap are closed at receipt; a matrix.put whose values come from a 
 import fcntl
 import os
 import shutil
-import socket
 import tempfile
-import time
 import unittest
 import urllib.request
 
-import msgpack
 import numpy as np
 
 import krylov
 from kd_daemon import Daemon, make_rng, metric_sample, process_fds, spd_matrix, settle
+from kd_raw import Raw, pack
 
 MAX_SHM = 16 << 20
 MAX_MESSAGE = 1 << 20
@@ -52,53 +50,6 @@ def fill(fd, data):
 
 def read_back(fd, nbytes, offset=0):
     return os.pread(fd, nbytes, offset)
-
-
-def pack(msgid, method, params):
-    return msgpack.packb([0, msgid, method, [params]], use_bin_type=True)
-
-
-class Raw:
-    """One raw msgpack-rpc connection on the Unix socket."""
-
-    def __init__(self, path):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(path)
-        self.sock.settimeout(120)
-        self.unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
-        self.msgid = 0
-
-    def next_id(self):
-        self.msgid += 1
-        return self.msgid
-
-    def send_bytes(self, data, fds=()):
-        if fds:
-            sent = socket.send_fds(self.sock, [data], list(fds))
-            self.sock.sendall(data[sent:])
-        else:
-            self.sock.sendall(data)
-
-    def send(self, method, params, fds=()):
-        msgid = self.next_id()
-        self.send_bytes(pack(msgid, method, params), fds)
-        return msgid
-
-    def wait(self, msgid):
-        while True:
-            for msg in self.unpacker:
-                if msg[0] == 1 and msg[1] == msgid:
-                    return msg[2], msg[3]
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed")
-            self.unpacker.feed(data)
-
-    def call(self, method, params, fds=()):
-        return self.wait(self.send(method, params, fds))
-
-    def close(self):
-        self.sock.close()
 
 
 def setUpModule():
@@ -141,7 +92,7 @@ class ShmServer(unittest.TestCase):
             cls.id = kd.put(cls.A).id
 
     def setUp(self):
-        self.raw = Raw(sock_path)
+        self.raw = Raw("unix:" + sock_path)
         self.fds = []
         # One round trip: the server has accepted this connection (its descriptor counts in
         # every server_fds() a test takes after this, not only in the later ones).
