@@ -40,7 +40,8 @@ import scipy.sparse as sp
 import krylov
 from krylov import errors
 from kd_daemon import Daemon, make_rng, settle
-from test_py_shm_server import Raw, fill, memfd
+from kd_raw import Raw
+from test_py_shm_server import fill, memfd
 
 rng = None
 
@@ -418,7 +419,7 @@ class PersistShmTest(unittest.TestCase):
         self.daemon = Daemon("--listen", "unix:" + self.sock).start()
         try:
             self.assertTrue(settle(lambda: os.path.exists(self.sock)))
-            self.raw = Raw(self.sock)
+            self.raw = Raw("unix:" + self.sock)
         except BaseException:
             self.daemon.stop()
             raise
