@@ -173,10 +173,13 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
  * (kd_matrix_shares: whether a free may have changed another matrix's device_bytes). The scan and
  * the inverse diagonal come from csr's values. KD_EUNSUPPORTED when like's format does not share
  * (tiled), for a batched matrix, an empty matrix, or a pattern whose format arrays turn out to
- * depend on more than the pattern: build from csr instead.
+ * depend on more than the pattern: build from csr instead. times (may be NULL) receives the
+ * milliseconds of its steps for a log line: [0] the new arrays (and, the first time, the map's
+ * build), [1] the values' scan (on host threads), [2] the values' transfer into the slots, [3]
+ * all of it (the scan runs beside the transfer).
  */
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
-                          kd_err_t *err);
+                          double times[4], kd_err_t *err);
 int kd_matrix_shares(const kd_matrix_t *m);
 /* The device bytes kd_matrix_with_values(like, ...) allocates at most, the moment's staging and
  * the first call's probe included (for a budget check before it). */

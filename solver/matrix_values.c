@@ -26,6 +26,7 @@
  * next one (kd_matrix_shares says whether the caller should look at its other matrices' sizes
  * again).
  */
+#include "common/clock.h"
 #include "solver/formats/format.h"
 #include "solver/matrix_scan.h"
 #include "solver/matrix_share.h"
@@ -353,19 +354,24 @@ typedef struct kd_values_scan_job {
     kd_matrix_t *m;
     int rc;
     kd_err_t err;
+    double ms;
 } kd_values_scan_job_t;
 
 static void *kd_values_scan_run(void *arg)
 {
     kd_values_scan_job_t *job = arg;
+    const uint64_t t0 = kd_clock_ns();
     job->rc = kd_values_scan(job->csr, job->m, &job->err);
+    job->ms = kd_clock_ms_since(t0);
     return NULL;
 }
 
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
-                          kd_err_t *err)
+                          double times[4], kd_err_t *err)
 {
     *out = NULL;
+    const uint64_t t0 = kd_clock_ns();
+    uint64_t t1 = t0, t2 = t0;
     if (like->batch != NULL || like->ops == NULL || like->ops->arrays == NULL ||
         like->ops->impl_size == 0 || like->impl == NULL || csr->rows == 0 || csr->nnz == 0)
         return kd_err_set(err, KD_EUNSUPPORTED, "format %s does not share its pattern",
@@ -403,12 +409,14 @@ int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
     rc = kd_values_arrays(ocl, like, m, ma, n, err);
     if (rc == KD_OK)
         rc = kd_values_order(ocl, like, m, err);
+    t1 = kd_clock_ns();
     /* the scan (host threads) beside the values' transfer (the copy engine) */
     kd_values_scan_job_t scan = {.csr = csr, .m = m, .rc = KD_OK};
     pthread_t thread;
     const int beside = rc == KD_OK && pthread_create(&thread, NULL, kd_values_scan_run, &scan) == 0;
     if (rc == KD_OK)
         rc = kd_values_fill(ocl, s, csr, ma, n, err);
+    t2 = kd_clock_ns();
     if (beside)
         pthread_join(thread, NULL);
     else if (rc == KD_OK)
@@ -417,6 +425,12 @@ int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
         rc = kd_err_set(err, scan.rc, "%s", scan.err.message);
     if (rc == KD_OK)
         rc = kd_matrix_share_join(s, m, err);
+    if (times != NULL) {
+        times[0] = (double)(t1 - t0) / 1e6;
+        times[1] = scan.ms;
+        times[2] = (double)(t2 - t1) / 1e6;
+        times[3] = kd_clock_ms_since(t0);
+    }
     if (rc != KD_OK) {
         kd_err_prefix(err, "new values on a %s matrix's pattern", kd_format_name(like->format));
         kd_matrix_free(m);

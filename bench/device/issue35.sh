@@ -9,6 +9,8 @@
 #            --persist mode where the bench has it)                              putlike-gpu.txt
 #   linalg   `from krylov.linalg import cg; cg(A, b)` in a fresh Python with krylovd on PATH and
 #            no KRYLOV_SERVER; no daemon left behind                             linalg-gpu.txt
+#   xfer     krylov-ocl-xfer: a like put's passes one at a time (copy, hash, writes from pageable
+#            and pinned memory, the scan) on lap3d 100^3's values                 xfer-gpu.txt
 #   amg      krylov-bench amg's setup phases (issue 36) on the issue's three Laplacians, the
 #            aggregates on the host and on the device                            amg-gpu.txt
 set -uo pipefail
@@ -31,17 +33,21 @@ for part in $parts; do
       timeout 240 "$py" bench/service/shm_wire.py --krylovd "$bin/krylovd" > "$out/wire-gpu.txt" 2>&1
     fi
     cat "$out/wire-gpu.txt" ;;
+  xfer)
+    timeout 120 "$bin/krylov-ocl-xfer" --device gpu --n 100 --runs 9 > "$out/xfer-gpu.txt" 2>&1
+    cat "$out/xfer-gpu.txt" ;;
   putlike)
     {
       echo "== no state directory"
-      timeout 120 "$bin/krylov-bench" putlike --spawn "$bin/krylovd" --spawn-args '--warm-programs none'
+      timeout 120 "$bin/krylov-bench" putlike --spawn "$bin/krylovd" \
+        --spawn-args "--warm-programs none ${KD_I35_SERVER_ARGS:-}"
       echo "== state directory"
       timeout 120 "$bin/krylov-bench" putlike --spawn "$bin/krylovd" --spawn-state --spawn-args '--warm-programs none'
       if "$bin/krylov-bench" putlike --help 2>&1 | grep -q -- --persist; then
         for mode in behind none; do
           echo "== state directory, --persist $mode"
           timeout 120 "$bin/krylov-bench" putlike --spawn "$bin/krylovd" --spawn-state \
-            --persist "$mode" --spawn-args '--warm-programs none'
+            --persist "$mode" --spawn-args "--warm-programs none ${KD_I35_SERVER_ARGS:-}"
         done
       fi
     } > "$out/putlike-gpu.txt" 2>&1

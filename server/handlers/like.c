@@ -91,12 +91,15 @@ typedef struct kd_like_hash {
     kd_csr_t view; /* the new matrix's pattern with the request's values (same dtype) */
     uint8_t id[16];
     int rc;
+    double ms;
 } kd_like_hash_t;
 
 static void *kd_like_hash_run(void *arg)
 {
     kd_like_hash_t *h = arg;
+    const uint64_t t0 = kd_clock_ns();
     h->rc = kd_csr_hash(&h->view, h->id);
+    h->ms = kd_clock_ms_since(t0);
     return NULL;
 }
 
@@ -104,12 +107,15 @@ typedef struct kd_like_copy {
     void *dst;
     const void *src;
     size_t bytes;
+    double ms;
 } kd_like_copy_t;
 
 static void *kd_like_copy_run(void *arg)
 {
     kd_like_copy_t *c = arg;
+    const uint64_t t0 = kd_clock_ns();
     kd_slices_memcpy(c->dst, c->src, c->bytes);
+    c->ms = kd_clock_ms_since(t0);
     return NULL;
 }
 
@@ -172,6 +178,9 @@ typedef struct kd_like_upload {
     kd_matrix_options_t opt; /* like's format, reordering and spreading, forced */
     kd_matrix_t *dev;        /* kd_like_prepare's, until kd_like_upload takes it */
     char built[600];         /* "shared" or why it was built from the CSR */
+    /* for the log line, ms: the hash, the host copy (threads), the device matrix (kd_like_prepare)
+     * and kd_matrix_with_values's steps (arrays, scan, transfer, all) */
+    double hash_ms, copy_ms, device_ms, values_ms[4];
 } kd_like_upload_t;
 
 /* The new matrix's metadata: the like matrix's choices (format, candidates, reordering, row
@@ -227,7 +236,7 @@ static int kd_like_prepare(kd_server_t *server, kd_like_upload_t *a, const kd_cs
     if ((rc = kd_cache_reserve(server, kd_matrix_values_bytes(like->dev), like, what, err)) !=
         KD_OK)
         return rc;
-    rc = kd_matrix_with_values(server->ocl, like->dev, view, &a->dev, err);
+    rc = kd_matrix_with_values(server->ocl, like->dev, view, &a->dev, a->values_ms, err);
     kd_store_refresh_bytes(server->store, like); /* its share's maps count there */
     if (rc == KD_EUNSUPPORTED) {
         snprintf(a->built, sizeof(a->built), "%s", err->message);
@@ -293,11 +302,15 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
     pthread_t hashing, copying;
     const int hash_beside = kd_like_beside(&hashing, kd_like_hash_run, &h);
     const int copy_beside = kd_like_beside(&copying, kd_like_copy_run, &copy);
+    const uint64_t t0 = kd_clock_ns();
     rc = kd_like_prepare(server, up, &h.view, err);
+    up->device_ms = kd_clock_ms_since(t0);
     if (hash_beside)
         pthread_join(hashing, NULL);
     if (copy_beside)
         pthread_join(copying, NULL);
+    up->hash_ms = h.ms;
+    up->copy_ms = copy.ms;
     if (rc != KD_OK)
         return rc;
     memcpy(id, h.id, 16);
@@ -380,10 +393,12 @@ int kd_handle_put_like(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_er
     meta.has_pattern = 1;
     KD_INFO("store",
             "put id=%s like=%s nnz=%lld format=%s created=%d device=\"%s\" ms=%.1f "
-            "(pattern %.1f, values, id and upload %.1f, kept %.1f)",
+            "(pattern %.1f, values, id and upload %.1f [hash %.1f, copy %.1f, device %.1f: arrays "
+            "%.1f, scan %.1f, transfer %.1f], kept %.1f)",
             meta.hex, hex, (long long)meta.nnz, kd_format_name(meta.format), created, up.built,
             (double)(t[3] - t[0]) / 1e6, (double)(t[1] - t[0]) / 1e6, (double)(t[2] - t[1]) / 1e6,
-            (double)(t[3] - t[2]) / 1e6);
+            up.hash_ms, up.copy_ms, up.device_ms, up.values_ms[0], up.values_ms[1],
+            up.values_ms[2], (double)(t[3] - t[2]) / 1e6);
     kd_w_result_begin(w, job->msgid);
     kd_reply_meta_extra(w, &meta, created, 2);
     kd_w_kv_str(w, "like", hex);

@@ -371,7 +371,7 @@ static int kd_cache_reload(kd_server_t *server, kd_store_entry_t *entry, size_t 
     kd_store_entry_t *sibling = kd_store_find_sibling(server->store, entry);
     rc = KD_EUNSUPPORTED;
     if (sibling != NULL && format == entry->meta.format && reorder == entry->meta.reorder) {
-        rc = kd_matrix_with_values(server->ocl, sibling->dev, csr, &dev, err);
+        rc = kd_matrix_with_values(server->ocl, sibling->dev, csr, &dev, NULL, err);
         kd_store_refresh_bytes(server->store, sibling);
         if (rc == KD_EUNSUPPORTED)
             kd_err_clear(err);

@@ -104,7 +104,7 @@ static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_r
     if (upload(a, f, order, &like) != KD_OK || upload(b, f, order, &fresh) != KD_OK)
         goto out;
     const size_t planned = kd_matrix_values_bytes(like);
-    int rc = kd_matrix_with_values(ocl, like, b, &m, &err);
+    int rc = kd_matrix_with_values(ocl, like, b, &m, NULL, &err);
     if (f == KD_FMT_TILED || a->nnz == 0) {
         CHECK_MSG(rc == KD_EUNSUPPORTED, "%s %s: expected KD_EUNSUPPORTED, got %d", name,
                   kd_format_name(f), rc);
@@ -134,7 +134,7 @@ static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_r
     like = NULL;
     CHECK(m->device_bytes > before && m->device_bytes >= fresh->device_bytes);
     check_values(name, m, b, fresh);
-    rc = kd_matrix_with_values(ocl, m, c, &third, &err);
+    rc = kd_matrix_with_values(ocl, m, c, &third, NULL, &err);
     CHECK_MSG(rc == KD_OK, "%s %s: a third version: %s", name, kd_format_name(f), err.message);
     if (rc == KD_OK)
         check_values(name, third, c, NULL);
