@@ -289,10 +289,7 @@ static int kd_values_fill(kd_ocl_t *ocl, const kd_matrix_share_t *s, const kd_cs
         if (ma[i].kind != KD_ARRAY_VALUES || *ma[i].mem == NULL)
             continue;
         if (s->maps[i] == NULL) { /* identity: the values are the array */
-            cl_int st = kd_ocl_enqueue_write(kd_ocl_queue(ocl), *ma[i].mem, CL_TRUE, 0, bytes,
-                                             csr->values, 0, NULL, NULL);
-            if (st != CL_SUCCESS)
-                rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
+            rc = kd_ocl_write(ocl, *ma[i].mem, 0, bytes, csr->values, err);
             continue;
         }
         if (staging == NULL &&

@@ -20,6 +20,7 @@
 #include "common/checked.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/slices.h"
 #include "kernels/kernels.h"
 #include "solver/runtime/program_cache.h"
 
@@ -83,6 +84,7 @@ struct kd_ocl {
     int staging;                /* kd_ocl_write/read go through the pinned staging buffer */
     cl_mem staging_mem;         /* CL_MEM_ALLOC_HOST_PTR, 2 x KD_OCL_STAGING_CHUNK, mapped */
     char *staging_ptr;          /* its mapping, NULL until first use (or when refused) */
+    pthread_mutex_t staging_lock; /* one transfer through it at a time; the others go direct */
     kd_program_cache_t *program_cache; /* not owned; NULL: every build compiles the source */
     /* Counted on whichever thread builds (the warm-up's), read by the server's loop thread. */
     atomic_uint_fast64_t built_from_source;
@@ -94,7 +96,7 @@ struct kd_ocl {
 };
 
 /* Half the pinned staging buffer: the unit of one copy while the other half's transfer runs. */
-#define KD_OCL_STAGING_CHUNK ((size_t)4 << 20)
+#define KD_OCL_STAGING_CHUNK ((size_t)16 << 20)
 
 /* Launches whose events are held before they are folded into the sums (bounds host memory). */
 #define KD_OCL_KPROF_PENDING 4096
@@ -496,6 +498,7 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
         goto fail;
     }
     pthread_mutex_init(&ocl->programs_lock, NULL);
+    pthread_mutex_init(&ocl->staging_lock, NULL);
     pthread_cond_init(&ocl->programs_cond, NULL);
     kd_ocl_fault_from_env();
     ocl->desc = list[pick];
@@ -519,9 +522,14 @@ int kd_ocl_open(const char *selector, kd_ocl_t **out, kd_err_t *err)
     while (wg * 2 <= KD_OCL_WG_MAX && wg * 2 <= ocl->desc.max_work_group)
         wg *= 2;
     ocl->work_group_size = wg;
-    /* Off by default: on the H200 host staging through pinned memory moved 8 MB in 1.26 / 1.21
-     * ms (up / down) against 1.34 / 0.93 from pageable memory (docs/BENCHMARKS.md). */
-    ocl->staging = 0;
+    /* On for a GPU: the H200's driver moves 55 MB from pageable memory at 5.8 GB/s (its own
+     * copy into its staging, one thread) and from pinned memory at 54 GB/s; the host's threads
+     * copy into pinned memory at 28 GB/s (bench/solver/ocl_xfer.c, docs/BENCHMARKS.md). Off for a
+     * CPU device, where a write is a memcpy already. */
+    ocl->staging = ocl->desc.is_gpu;
+    const char *staging = getenv("KD_OCL_STAGING"); /* 0 or 1: the tests run both ways */
+    if (staging != NULL && (staging[0] == '0' || staging[0] == '1') && staging[1] == '\0')
+        ocl->staging = staging[0] == '1';
     free(list);
     KD_DEBUG("ocl", "opened device %d \"%s\" on \"%s\" fp64=%d work_group=%zu", ocl->desc.index,
              ocl->desc.name, ocl->desc.platform, ocl->desc.has_fp64, wg);
@@ -574,6 +582,7 @@ void kd_ocl_close(kd_ocl_t *ocl)
     free(ocl->programs);
     pthread_cond_destroy(&ocl->programs_cond);
     pthread_mutex_destroy(&ocl->programs_lock);
+    pthread_mutex_destroy(&ocl->staging_lock);
     if (ocl->queue != NULL)
         clReleaseCommandQueue(ocl->queue);
     if (ocl->context != NULL)
@@ -662,6 +671,9 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
     return KD_OK;
 }
 
+static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                           void *dst, kd_err_t *err);
+
 int kd_ocl_buffer_upload(kd_ocl_t *ocl, cl_mem_flags flags, const void *host, size_t bytes,
                          const char *what, cl_mem *out, kd_err_t *err)
 {
@@ -671,12 +683,9 @@ int kd_ocl_buffer_upload(kd_ocl_t *ocl, cl_mem_flags flags, const void *host, si
     int rc = kd_ocl_buffer_create(ocl, flags, bytes, NULL, what, out, err);
     if (rc != KD_OK)
         return rc;
-    cl_int st =
-        kd_ocl_enqueue_write(kd_ocl_queue(ocl), *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
+    if ((rc = kd_ocl_transfer(ocl, *out, 0, bytes, host, NULL, err)) != KD_OK) {
         clReleaseMemObject(*out);
         *out = NULL;
-        rc = kd_ocl_fail(err, st, "clEnqueueWriteBuffer");
         kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
     }
     return rc;
@@ -1625,17 +1634,22 @@ static char *kd_ocl_staging_buffer(kd_ocl_t *ocl)
 
 /*
  * bytes between host memory and mem at offset, blocking. Through the pinned staging buffer in
- * chunks, the copy of one half overlapping the other half's DMA: from pageable memory NVIDIA's
- * OpenCL moved 8 MB at 3.6-6.5 GB/s on the H200; staged it was no faster there, so it is off by
- * default (kd_ocl_set_staging).
+ * chunks, the copy of one half (on the host's threads: kd_slices_memcpy) overlapping the other
+ * half's DMA: from pageable memory NVIDIA's OpenCL moved 55 MB at 5.8 GB/s on the H200 (its own
+ * one-thread copy); a copy on 16 threads runs at 28 GB/s and the DMA from pinned memory at 54.
+ * One transfer holds the buffer; another thread's meanwhile goes direct.
  */
 static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
                            void *dst, kd_err_t *err)
 {
     const int write = src != NULL;
-    char *stage = bytes >= ((size_t)1 << 20) ? kd_ocl_staging_buffer(ocl) : NULL;
+    const int staged = ocl->staging && bytes >= ((size_t)1 << 20) &&
+                       pthread_mutex_trylock(&ocl->staging_lock) == 0;
+    char *stage = staged ? kd_ocl_staging_buffer(ocl) : NULL;
     cl_int st = CL_SUCCESS;
     if (stage == NULL) {
+        if (staged)
+            pthread_mutex_unlock(&ocl->staging_lock);
         st = write
                  ? kd_ocl_enqueue_write(ocl->queue, mem, CL_TRUE, offset, bytes, src, 0, NULL, NULL)
                  : kd_ocl_enqueue_read(ocl->queue, mem, CL_TRUE, offset, bytes, dst, 0, NULL, NULL);
@@ -1654,8 +1668,8 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
             clReleaseEvent(ev[h]);
             ev[h] = NULL;
             if (st == CL_SUCCESS && !write)
-                memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
-                       pend_len[h]);
+                kd_slices_memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
+                                 pend_len[h]);
         }
         if (i == chunks || st != CL_SUCCESS)
             continue;
@@ -1663,7 +1677,7 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
         const size_t len = bytes - at < KD_OCL_STAGING_CHUNK ? bytes - at : KD_OCL_STAGING_CHUNK;
         char *half = stage + (size_t)h * KD_OCL_STAGING_CHUNK;
         if (write) {
-            memcpy(half, (const char *)src + at, len);
+            kd_slices_memcpy(half, (const char *)src + at, len);
             st = kd_ocl_enqueue_write(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
                                       &ev[h]);
         } else {
@@ -1680,11 +1694,12 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
         if (ev[h] != NULL) {
             cl_int w = clWaitForEvents(1, &ev[h]);
             if (w == CL_SUCCESS && st == CL_SUCCESS && !write)
-                memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
-                       pend_len[h]);
+                kd_slices_memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
+                                 pend_len[h]);
             st = st == CL_SUCCESS ? w : st;
             clReleaseEvent(ev[h]);
         }
+    pthread_mutex_unlock(&ocl->staging_lock);
     return st == CL_SUCCESS ? KD_OK
                             : kd_ocl_fail(err, st,
                                           write ? "clEnqueueWriteBuffer (staged)"

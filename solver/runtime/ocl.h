@@ -182,9 +182,10 @@ int kd_ocl_kernel_profile_end(kd_ocl_t *ocl, kd_ocl_kernel_time_t *out, size_t c
 /*
  * Blocking transfers of `bytes` between host memory and mem at `offset`. Transfers of 1 MiB or
  * more go through a pinned staging buffer (CL_MEM_ALLOC_HOST_PTR, mapped once, two halves so one
- * copy overlaps the other's DMA) while staging is on (kd_ocl_set_staging; off by default: no
- * faster than pageable memory on the H200 host, docs/BENCHMARKS.md; a device that refuses the
- * buffer falls back, with a warning).
+ * copy, on the host's threads, overlaps the other's DMA) while staging is on (kd_ocl_set_staging;
+ * on by default for a GPU: 5.8 GB/s from pageable memory on the H200 host against about 20
+ * staged, docs/BENCHMARKS.md; off for a CPU device; a device that refuses the buffer falls back,
+ * with a warning). kd_ocl_buffer_upload goes the same way.
  */
 int kd_ocl_write(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
                  kd_err_t *err);

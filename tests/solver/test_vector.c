@@ -107,12 +107,14 @@ static void test_refusals(void)
     kd_vec_release(NULL);
 }
 
-/* Transfers through the pinned staging buffer (off by default, so forced here):
- * sizes below, at and across its 4 MiB halves, several columns, offsets; fresh random data,
- * the device side poisoned first, checked byte for byte both ways. */
+/* Transfers through the pinned staging buffer (on for a GPU, off for a CPU device: forced here):
+ * sizes below, at and across its 16 MiB halves, several columns, offsets; fresh random data,
+ * the device side poisoned first, checked byte for byte both ways; then kd_ocl_buffer_upload
+ * (every matrix upload) of 40 MB read back. */
 static void test_staged_transfers(void)
 {
-    static const int64_t sizes[] = {1, 131071, 131072, 524288, 524289, 1179663, 2621440};
+    static const int64_t sizes[] = {1,       131071,  131072,  524288, 524289,
+                                    1179663, 2097151, 2097152, 2097153, 4718599};
     kd_err_t err = {0};
     kd_ocl_set_staging(ocl, 1);
     for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
@@ -145,7 +147,23 @@ static void test_staged_transfers(void)
         free(back);
         kd_multivec_release(&mv);
     }
-    kd_ocl_set_staging(ocl, 0);
+    const size_t bytes = (size_t)40 << 20 | 12345;
+    unsigned char *host = malloc(bytes), *back = malloc(bytes);
+    REQUIRE(host != NULL && back != NULL);
+    for (size_t i = 0; i < bytes; i++)
+        host[i] = (unsigned char)kd_test_rand_below(256);
+    memset(back, 0xa5, bytes);
+    cl_mem mem = NULL;
+    CHECK(kd_ocl_buffer_upload(ocl, CL_MEM_READ_WRITE, host, bytes, "a test array", &mem, &err) ==
+          KD_OK);
+    if (mem != NULL) {
+        CHECK(kd_ocl_read(ocl, mem, 0, bytes, back, &err) == KD_OK);
+        CHECK_MSG(memcmp(host, back, bytes) == 0, "a staged upload of %zu bytes differs", bytes);
+        clReleaseMemObject(mem);
+    }
+    free(host);
+    free(back);
+    kd_ocl_set_staging(ocl, kd_ocl_desc(ocl)->is_gpu);
 }
 
 int main(void)
