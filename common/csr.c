@@ -10,6 +10,7 @@
 #include "common/csr.h"
 #include "common/checked.h"
 #include "common/recycle.h"
+#include "common/slices.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -180,7 +181,17 @@ struct kd_csr_pattern {
      * per dtype (the byte before indptr): a new version hashes its values alone. Published
      * once, atomically. */
     XXH3_state_t *hashed[2];
+    kd_csr_mirror_t *mirror; /* kd_csr_pattern_mirror's, published once, atomically */
 };
+
+static void kd_csr_mirror_free(kd_csr_mirror_t *m)
+{
+    if (m == NULL)
+        return;
+    free(m->mirror);
+    free(m->diag);
+    free(m);
+}
 
 static void kd_csr_pattern_release(struct kd_csr_pattern *p)
 {
@@ -190,6 +201,7 @@ static void kd_csr_pattern_release(struct kd_csr_pattern *p)
     free(p->indices);
     XXH3_freeState(p->hashed[0]);
     XXH3_freeState(p->hashed[1]);
+    kd_csr_mirror_free(p->mirror);
     free(p);
 }
 
@@ -216,6 +228,78 @@ void kd_csr_free(kd_csr_t *csr)
 }
 
 static int kd_csr_share(kd_csr_t *csr, int with_values, kd_csr_t **out, kd_err_t *err);
+
+/* One slice of rows of kd_csr_pattern_mirror's build. */
+typedef struct kd_csr_mirror_slice {
+    const kd_csr_t *csr;
+    kd_csr_mirror_t *m;
+    int64_t r0, r1;
+    int complete;
+} kd_csr_mirror_slice_t;
+
+static void *kd_csr_mirror_slice(void *arg)
+{
+    kd_csr_mirror_slice_t *sl = arg;
+    const int32_t *indptr = sl->csr->indptr, *indices = sl->csr->indices;
+    int complete = 1;
+    for (int64_t r = sl->r0; r < sl->r1; r++) {
+        sl->m->diag[r] = -1;
+        for (int64_t k = indptr[r]; k < indptr[r + 1]; k++) {
+            const int64_t c = indices[k];
+            if (c == r) {
+                sl->m->diag[r] = (int32_t)k;
+                sl->m->mirror[k] = (int32_t)k;
+                continue;
+            }
+            int64_t lo = indptr[c], hi = indptr[c + 1]; /* row c's columns are sorted */
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                if (indices[mid] < r)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            const int found = lo < indptr[c + 1] && indices[lo] == r;
+            sl->m->mirror[k] = found ? (int32_t)lo : -1;
+            complete &= found;
+        }
+    }
+    sl->complete = complete;
+    return NULL;
+}
+
+const kd_csr_mirror_t *kd_csr_pattern_mirror(const kd_csr_t *csr)
+{
+    struct kd_csr_pattern *p = csr->pattern;
+    if (p == NULL || csr->rows != csr->cols || csr->rows == 0 || csr->nnz == 0)
+        return NULL;
+    kd_csr_mirror_t *m = __atomic_load_n(&p->mirror, __ATOMIC_ACQUIRE);
+    if (m != NULL)
+        return m;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL || (m->mirror = malloc((size_t)csr->nnz * sizeof(int32_t))) == NULL ||
+        (m->diag = malloc((size_t)csr->rows * sizeof(int32_t))) == NULL) {
+        kd_csr_mirror_free(m);
+        return NULL;
+    }
+    kd_csr_mirror_slice_t slices[KD_SLICES_MAX];
+    int64_t bounds[KD_SLICES_MAX + 1];
+    const int n = kd_slices_count(csr->nnz);
+    kd_slices_rows(csr, n, 1, bounds);
+    for (int i = 0; i < n; i++)
+        slices[i] = (kd_csr_mirror_slice_t){.csr = csr, .m = m, .r0 = bounds[i], .r1 = bounds[i + 1]};
+    kd_slices_run(kd_csr_mirror_slice, slices, sizeof(slices[0]), n);
+    m->complete = 1;
+    for (int i = 0; i < n; i++)
+        m->complete &= slices[i].complete;
+    kd_csr_mirror_t *none = NULL;
+    if (!__atomic_compare_exchange_n(&p->mirror, &none, m, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        kd_csr_mirror_free(m); /* another thread's was first */
+        return none;
+    }
+    return m;
+}
 
 int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err)
 {

@@ -51,6 +51,22 @@ int kd_csr_with_values(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
  * back: a plain free() of one corrupts the heap the next time its address is recycled). */
 int kd_csr_pattern_ref(kd_csr_t *csr, kd_csr_t **out, kd_err_t *err);
 
+/*
+ * A square shared pattern's mirror map (what a scan of each new version's values for symmetry
+ * needs, which depends on the pattern alone): for each entry k = (i, j) the position of (j, i),
+ * or -1 where the pattern has none; for each row the position of its diagonal entry, or -1;
+ * `complete` when every entry has its mirror (the pattern is symmetric). Built on the first
+ * call (on kd_slices threads: one binary search per entry), kept with the pattern and freed with
+ * it; 4 (nnz + rows) bytes. NULL when csr has no shared pattern (kd_csr_with_values makes one),
+ * is not square or is empty, or memory ran out (the caller scans without it).
+ */
+typedef struct kd_csr_mirror {
+    int32_t *mirror; /* nnz */
+    int32_t *diag;   /* rows */
+    int complete;
+} kd_csr_mirror_t;
+const kd_csr_mirror_t *kd_csr_pattern_mirror(const kd_csr_t *csr);
+
 /* Caps applied on top of KD_CSR_INDEX_MAX (configured server limits). Zero means no extra cap. */
 typedef struct kd_csr_limits {
     int64_t max_rows;

@@ -62,6 +62,7 @@ kd_count_non_finite(const void *values, kd_dtype_t t, int64_t n, int64_t *first)
 /* What one slice of rows [r0, r1) found; the slices' findings merge in row order. */
 typedef struct kd_scan_slice {
     const kd_csr_t *csr;
+    const kd_csr_mirror_t *mirror; /* the pattern's, or NULL: binary searches */
     void *inv; /* 1/a_ii, where it is kept (square, with an entry a row at least) */
     int square;
     int64_t r0, r1;
@@ -143,6 +144,45 @@ static void kd_scan_upper(kd_scan_slice_t *sl)
     sl->lower = lower;
 }
 
+/* The first pass with the pattern's mirror map (kd_csr_pattern_mirror: a matrix of a held
+ * pattern with new values), fused with the count of non-finite values: block by block, the
+ * block's values screened, then each entry above the diagonal (its mirror lies after it)
+ * compared with the value at its mirror's position while the block is in cache; no search. An
+ * incomplete map (an entry without its mirror) is a mismatch; a complete one is a bijection, so
+ * the counts of kd_scan_upper are not needed. */
+static void kd_scan_mirrored(kd_scan_slice_t *sl)
+{
+    const kd_csr_t *csr = sl->csr;
+    const kd_dtype_t t = csr->dtype;
+    const size_t vsize = kd_dtype_size(t);
+    const int32_t *mirror = sl->mirror->mirror;
+    const int64_t k0 = csr->indptr[sl->r0], k1 = csr->indptr[sl->r1];
+    int mismatch = !sl->mirror->complete;
+    sl->upper = sl->lower = 0;
+    sl->non_finite_count = 0;
+    sl->non_finite_entry = -1;
+    for (int64_t lo = k0; lo < k1; lo += KD_SCAN_BLOCK) {
+        const int64_t hi = k1 - lo > KD_SCAN_BLOCK ? lo + KD_SCAN_BLOCK : k1;
+        const void *vb = (const char *)csr->values + (size_t)lo * vsize;
+        int64_t first;
+        sl->non_finite_count += t == KD_DTYPE_F32
+                                    ? kd_count_non_finite(vb, KD_DTYPE_F32, hi - lo, &first)
+                                    : kd_count_non_finite(vb, KD_DTYPE_F64, hi - lo, &first);
+        if (sl->non_finite_entry < 0 && first >= 0)
+            sl->non_finite_entry = lo + first;
+        for (int64_t k = lo; k < hi && !mismatch; k++) {
+            const int64_t m = mirror[k];
+            if (m <= k)
+                continue;
+            const double a = kd_load_real(csr->values, t, (size_t)k),
+                         b = kd_load_real(csr->values, t, (size_t)m);
+            if (a != b && !kd_scan_same(csr, kd_csr_row_of_entry(csr, k), csr->indices[k], a, b))
+                mismatch = 1;
+        }
+    }
+    sl->upper_mismatch = mismatch;
+}
+
 /* The second pass, only for a matrix the first found asymmetric: the slice's first entry in
  * row order, above or below the diagonal, whose mirror is missing or differs. */
 static void *kd_scan_witness(void *arg)
@@ -176,24 +216,33 @@ static void *kd_scan_slice(void *arg)
     const kd_csr_t *csr = sl->csr;
     const kd_dtype_t t = csr->dtype;
     const int64_t k0 = csr->indptr[sl->r0], k1 = csr->indptr[sl->r1];
-    /* entries in row order are the values array in order: the slice's first non-finite */
-    const size_t vsize = kd_dtype_size(t);
-    const void *v0 = (const char *)csr->values + (size_t)k0 * vsize;
-    int64_t k;
-    sl->non_finite_count = t == KD_DTYPE_F32 ? kd_count_non_finite(v0, KD_DTYPE_F32, k1 - k0, &k)
-                                             : kd_count_non_finite(v0, KD_DTYPE_F64, k1 - k0, &k);
-    sl->non_finite_entry = k >= 0 ? k0 + k : -1;
     sl->bad_row = sl->neg_row = -1;
     sl->bad_value = sl->neg_value = 0.0;
     sl->asym_row = sl->asym_col = -1;
-    if (!sl->square)
-        return NULL;
-    kd_scan_upper(sl);
+    if (sl->mirror != NULL) {
+        kd_scan_mirrored(sl); /* (only square matrices have a map) */
+    } else {
+        /* entries in row order are the values array in order: the slice's first non-finite */
+        const size_t vsize = kd_dtype_size(t);
+        const void *v0 = (const char *)csr->values + (size_t)k0 * vsize;
+        int64_t k;
+        sl->non_finite_count = t == KD_DTYPE_F32
+                                   ? kd_count_non_finite(v0, KD_DTYPE_F32, k1 - k0, &k)
+                                   : kd_count_non_finite(v0, KD_DTYPE_F64, k1 - k0, &k);
+        sl->non_finite_entry = k >= 0 ? k0 + k : -1;
+        if (!sl->square)
+            return NULL;
+        kd_scan_upper(sl);
+    }
     const int32_t *indptr = csr->indptr, *indices = csr->indices;
+    const int32_t *diag_at = sl->mirror != NULL ? sl->mirror->diag : NULL;
     for (int64_t r = sl->r0; r < sl->r1; r++) {
         int64_t at = -1;
-        for (int64_t j = indptr[r]; j < indptr[r + 1]; j++)
-            at = indices[j] == r ? j : at; /* no branch to mispredict */
+        if (diag_at != NULL)
+            at = diag_at[r];
+        else
+            for (int64_t j = indptr[r]; j < indptr[r + 1]; j++)
+                at = indices[j] == r ? j : at; /* no branch to mispredict */
         double diag = at >= 0 ? kd_load_real(csr->values, t, (size_t)at) : 0.0;
         /* Usable when its inverse is finite in the matrix's own type (a float32 subnormal is
          * not). */
@@ -276,9 +325,16 @@ int kd_matrix_scan(const kd_csr_t *csr, kd_matrix_scan_t *scan, void **inv_diago
     int64_t bounds[KD_SLICES_MAX + 1];
     int n = kd_slices_count(csr->nnz);
     kd_slices_rows(csr, n, 1, bounds);
+    /* a matrix on a shared pattern (new values on a held one) is scanned through the pattern's
+     * mirror map, built by the first such scan and kept for the next versions */
+    const kd_csr_mirror_t *mirror = square ? kd_csr_pattern_mirror(csr) : NULL;
     for (int i = 0; i < n; i++)
-        slices[i] = (kd_scan_slice_t){
-            .csr = csr, .inv = inv, .square = square, .r0 = bounds[i], .r1 = bounds[i + 1]};
+        slices[i] = (kd_scan_slice_t){.csr = csr,
+                                      .mirror = mirror,
+                                      .inv = inv,
+                                      .square = square,
+                                      .r0 = bounds[i],
+                                      .r1 = bounds[i + 1]};
     kd_slices_run(kd_scan_slice, slices, sizeof(slices[0]), n);
     for (int i = 0; i < n; i++) {
         const kd_scan_slice_t *sl = &slices[i];
