@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _rpc, _shm, batch as _batch, errors
+from . import _fastmem, _rpc, _shm, batch as _batch, errors
 from .batch import BatchSolveResult, ItemResult, ManySolveResult
 from .content_id import csr_content_id, pattern_hash
 
@@ -571,14 +571,21 @@ class Client:
                   timeout_ms=timeout_ms)
         return self._put_call(params)
 
-    def _pattern_of(self, rows, cols, indptr, indices):
-        """pattern_hash, remembered for the last pattern (a copy of its arrays): a time-stepping
-        loop sends one pattern again and again, and comparing arrays costs a fraction of
-        SHA-256 over them."""
+    def _pattern_seen(self, rows, cols, indptr, indices):
+        """The pattern_hash of the last canonical pattern put with like, when these arrays are
+        that pattern's (compared with a copy of it, on threads: _fastmem), else None. A pattern
+        equal to a canonical one is canonical: nothing else to check."""
         memo = getattr(self, "_pattern_memo", None)
-        if (memo is not None and memo[0] == (rows, cols) and np.array_equal(memo[1], indptr)
-                and np.array_equal(memo[2], indices)):
+        if (memo is not None and memo[0] == (rows, cols)
+                and _fastmem.equal(memo[1], np.asarray(indptr))
+                and _fastmem.equal(memo[2], np.asarray(indices))):
             return memo[3]
+        return None
+
+    def _pattern_new(self, rows, cols, indptr, indices):
+        """pattern_hash of a canonical pattern not seen last, remembered with a copy of its arrays
+        for _pattern_seen: a time-stepping loop sends one pattern again and again, and comparing
+        arrays costs a fraction of SHA-256 over them."""
         pattern = pattern_hash(rows, cols, indptr, indices)
         self._pattern_memo = ((rows, cols), np.array(indptr, copy=True),
                               np.array(indices, copy=True), pattern)
@@ -593,13 +600,17 @@ class Client:
         if not (hasattr(A, "tocsr") and hasattr(A, "shape")):
             raise TypeError(f"put(like=...) takes a scipy.sparse matrix, not {type(A).__name__}")
         csr = A.tocsr()
-        if not csr.has_canonical_format:  # checked in O(nnz); a copy only when it must change
-            csr = csr.copy()
-            csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in each row
         rows, cols = (int(n) for n in csr.shape)
+        # the last pattern again (a time step): canonical, its hash known; else checked in O(nnz)
+        # and copied only when it must change
+        pattern = self._pattern_seen(rows, cols, csr.indptr, csr.indices)
+        if pattern is None:
+            if not csr.has_canonical_format:
+                csr = csr.copy()
+                csr.sum_duplicates()  # canonical: duplicates summed, columns ascending in a row
+            pattern = self._pattern_new(rows, cols, csr.indptr, csr.indices)
         data = np.asarray(csr.data)
         _check_real(data, "the matrix")
-        pattern = self._pattern_of(rows, cols, csr.indptr, csr.indices)
         if isinstance(like, MatrixInfo):
             if (rows, cols, int(csr.nnz)) != (like.rows, like.cols, like.nnz) or (
                     like.pattern and like.pattern != pattern):
@@ -625,7 +636,8 @@ class Client:
             n = values.nbytes
             if self._arena.usable(n) and self._arena.reserve(n):
                 region = self._arena.region
-                _shm.view(region, 0, np.uint8, (n,))[:] = np.frombuffer(values.view, np.uint8)
+                _fastmem.copy(_shm.view(region, 0, np.uint8, (n,)),
+                              np.frombuffer(values.view, np.uint8))
                 params["values"] = _shm.ref(region, 0, n)
                 return MatrixInfo.from_wire(
                     self._note_time(self._call_in_region("matrix.put", params)))
@@ -850,7 +862,7 @@ class Client:
         if x.ndim == 2:
             result = result.reshape((ncols, -1)).T  # column-major on the wire
         if out is not None:
-            np.copyto(out, result)
+            _fastmem.copy(out, result)
             return out
         return result
 
@@ -920,7 +932,11 @@ class Client:
                 continue
             _check_real(arr, name)
             offset, nbytes = lay.parts[slots[name]]
-            np.copyto(_shm.view(region, offset, wire, shape, "F"), arr, casting="unsafe")
+            dst = _shm.view(region, offset, wire, shape, "F")
+            if arr.dtype == dst.dtype:
+                _fastmem.copy(dst, arr)
+            else:
+                np.copyto(dst, arr, casting="unsafe")
             refs[name] = _shm.ref(region, offset, nbytes)
         if out_at is not None:
             refs["out"] = _shm.as_ref(out_at)
@@ -965,9 +981,9 @@ class Client:
         if out_at is not None:
             return out
         if out is not None:
-            np.copyto(out, out_view)
+            _fastmem.copy(out, out_view)
             return out
-        return out_view.copy(order="K")
+        return _fastmem.fresh(out_view)
 
     def _note_time(self, result):
         self.last_time_ms = float(result.get("time_ms", 0.0)) if isinstance(result, dict) else None
@@ -1108,10 +1124,10 @@ class Client:
             x = out  # the server wrote it there
         elif x_at is not None:  # copied out: the scratch region serves the next request
             if out is not None:
-                np.copyto(out, x_at[1])
+                _fastmem.copy(out, x_at[1])
                 x = out
             else:
-                x = x_at[1].copy(order="K")
+                x = _fastmem.fresh(x_at[1])
         elif out is not None:
             np.copyto(out, self._solve_result(result, b_arr, nrhs).x)
             x = out
