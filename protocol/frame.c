@@ -24,6 +24,7 @@
 
 #define KD_FRAME_READ_CHUNK ((size_t)64 << 10)
 #define KD_FRAME_SLACK ((size_t)4 << 10) /* past a message's declared size, when growing to it */
+#define KD_FRAME_SEEN 4                   /* large requests remembered a connection (kd_frame_t) */
 
 /* The structure of the message being scanned. */
 struct kd_scan {
@@ -52,6 +53,14 @@ struct kd_frame {
     int failed;
     int recycle;  /* kd_frame_use_recycled */
     int recycled; /* buf came from kd_recycle_alloc: never realloc'd, freed with kd_recycle_free */
+    /* The message's first payload of KD_RECYCLE_MIN bytes or more (0: none yet), and the sizes
+     * of the last messages that had one, by that payload's size: a client that repeats a request
+     * (a time step's put) declares its bins one at a time, and growing the buffer to the whole
+     * message at the first of them saves a move into fresh pages per later bin. */
+    uint64_t first_big;
+    struct {
+        uint64_t first_big, len;
+    } seen[KD_FRAME_SEEN];
     char error[sizeof(((kd_frame_event_t *)0)->message)];
 };
 
@@ -252,6 +261,31 @@ static uint64_t kd_frame_declared(const kd_frame_t *f)
     return f->s.pending > UINT64_MAX - f->scan ? UINT64_MAX : f->scan + f->s.pending;
 }
 
+/* The size of the last message whose first large payload was as large as this one's, or 0. */
+static uint64_t kd_frame_seen_len(const kd_frame_t *f)
+{
+    for (int i = 0; f->first_big != 0 && i < KD_FRAME_SEEN; i++)
+        if (f->seen[i].first_big == f->first_big)
+            return f->seen[i].len;
+    return 0;
+}
+
+/* Remember a complete message of len bytes by its first large payload (newest first). */
+static void kd_frame_seen_note(kd_frame_t *f, uint64_t len)
+{
+    if (f->first_big == 0)
+        return;
+    int at = KD_FRAME_SEEN - 1;
+    for (int i = 0; i < KD_FRAME_SEEN; i++)
+        if (f->seen[i].first_big == f->first_big) {
+            at = i;
+            break;
+        }
+    memmove(&f->seen[1], &f->seen[0], (size_t)at * sizeof(f->seen[0]));
+    f->seen[0].first_big = f->first_big;
+    f->seen[0].len = len;
+}
+
 /* A buffer of cap bytes holding the first `keep` bytes of the old one. */
 static int kd_frame_move(kd_frame_t *f, size_t cap, size_t keep)
 {
@@ -307,6 +341,9 @@ static int kd_frame_make_room(kd_frame_t *f, size_t want)
     size_t cap = f->cap > SIZE_MAX / 2 ? SIZE_MAX : f->cap * 2;
     if (declared > f->tail && declared <= f->limits.max_message) {
         cap = (size_t)declared + KD_FRAME_SLACK;
+        const uint64_t whole = kd_frame_seen_len(f);
+        if (whole > declared && whole <= f->limits.max_message) /* this request again */
+            cap = (size_t)whole + KD_FRAME_SLACK;
         /* Many small declarations (an array of 16,384 maps, each a small bin) move the declared
          * size a little per read: grow by half at least, or every read copies the whole buffer. */
         const size_t floor = f->cap > SIZE_MAX / 3 * 2 ? SIZE_MAX : f->cap + f->cap / 2;
@@ -392,15 +429,19 @@ static void kd_frame_reset_message(kd_frame_t *f)
     memset(&f->s, 0, sizeof(f->s));
     f->scan = 0;
     f->discarding = 0;
+    f->first_big = 0;
 }
 
-/* The message [head, head + scan) is complete: hand over the buffer when it holds nothing else,
- * otherwise copy the message out. */
+/* The message [head, head + scan) is complete: hand over the buffer when it holds nothing else
+ * (and is not much larger: a request that was not the one seen before), otherwise copy the
+ * message out. */
 static kd_frame_kind_t kd_frame_emit(kd_frame_t *f, kd_frame_event_t *ev)
 {
     size_t len = (size_t)f->scan;
     char *data;
-    if (f->head == 0 && len == f->tail) {
+    kd_frame_seen_note(f, len);
+    const int oversized = f->recycled && f->cap - len > len / 4 + 2 * KD_FRAME_SLACK;
+    if (f->head == 0 && len == f->tail && !oversized) {
         data = f->buf;
         if (f->cap - len > KD_FRAME_SLACK && !f->recycled) { /* a doubling's spare half */
             char *shrunk = realloc(data, len);
@@ -420,6 +461,12 @@ static kd_frame_kind_t kd_frame_emit(kd_frame_t *f, kd_frame_event_t *ev)
         }
         memcpy(data, f->buf + f->head, len);
         f->head += len;
+        if (oversized && f->head == f->tail) { /* back to the shelf, not kept idle here */
+            kd_recycle_free(f->buf);
+            f->buf = NULL;
+            f->cap = f->head = f->tail = 0;
+            f->recycled = 0;
+        }
     }
     kd_frame_reset_message(f);
     ev->kind = KD_FRAME_MESSAGE;
@@ -492,6 +539,8 @@ kd_frame_kind_t kd_frame_next(kd_frame_t *f, kd_frame_event_t *ev)
             continue;
         }
         f->scan += h.len + h.payload;
+        if (f->first_big == 0 && h.payload >= KD_RECYCLE_MIN)
+            f->first_big = h.payload;
         if (!f->discarding && kd_frame_over_limit(f, ev))
             return ev->kind;
     }

@@ -433,6 +433,103 @@ static void test_large_message_in_place_recycled(void)
     test_large_message_in_place(1);
 }
 
+/* [0, msgid, "matrix.put", [{"a": bin, "b": bin, ...}]] with bins of the given sizes, fresh random
+ * contents. */
+static void put_bins_request(bytes_t *b, uint64_t msgid, const size_t *sizes, int n)
+{
+    put_u8(b, 0x94), put_u8(b, 0x00), put_be(b, 0xcf, msgid, 8);
+    put_u8(b, 0xaa), put(b, "matrix.put", 10);
+    put_u8(b, 0x91), put_u8(b, (uint8_t)(0x80 | n));
+    for (int i = 0; i < n; i++) {
+        put_u8(b, 0xa1), put_u8(b, (uint8_t)('a' + i));
+        put_be(b, 0xc6, sizes[i], 4);
+        for (size_t k = 0; k < sizes[i]; k++)
+            put_u8(b, (uint8_t)(kd_test_rand_u64() & 0xff));
+    }
+}
+
+/* Receive b as a socket would (reads of up to 200 KB); the message, and how many times the buffer
+ * moved after its first payload of 1 MiB or more was declared (*moves) and the capacity then. */
+static void receive_counting_moves(kd_frame_t *f, const bytes_t *b, kd_frame_event_t *out,
+                                   int *moves, size_t *cap_after_first_big)
+{
+    size_t sent = 0;
+    const char *base = NULL;
+    *moves = 0;
+    *cap_after_first_big = 0;
+    kd_frame_event_t ev;
+    kd_frame_kind_t kind = KD_FRAME_NEED_MORE;
+    while (kind == KD_FRAME_NEED_MORE) {
+        char *space;
+        size_t room;
+        REQUIRE(kd_frame_reserve(f, 65536, &space, &room) == KD_OK);
+        if (sent >= 64) { /* past the first bin's header */
+            if (base == NULL) {
+                base = space - sent;
+                *cap_after_first_big = kd_frame_capacity(f);
+            }
+            *moves += space - sent != base;
+            base = space - sent;
+        }
+        size_t n = room < 200000 ? room : 200000;
+        if (n > b->n - sent)
+            n = b->n - sent;
+        REQUIRE(n > 0);
+        memcpy(space, b->p + sent, n);
+        kd_frame_commit(f, n);
+        sent += n;
+        kind = kd_frame_next(f, &ev);
+    }
+    REQUIRE(kind == KD_FRAME_MESSAGE);
+    *out = ev;
+}
+
+/* A request repeated (a time step's put: three bins declared one after the other) moves its
+ * buffer as each bin is declared the first time; the next times, the buffer grows to the whole
+ * message at the first bin (the frame remembers the size by the first large payload's), so it
+ * never moves again and is handed over whole. Another request (a different first payload) is not
+ * given that size. A repeat whose later bins shrank is copied out at its own size and the large
+ * buffer goes back to the shelf; the one after is sized right again. */
+static void test_repeated_request_grows_once(void)
+{
+    const size_t mib = (size_t)1 << 20;
+    const size_t put_sizes[3] = {mib + mib / 2, 5 * mib, 7 * mib}, spmv_size[1] = {3 * mib};
+    const size_t shrunk[3] = {mib + mib / 2, mib, 2 * mib};
+    kd_frame_t *f = new_frame(0, 0, 0);
+    kd_frame_use_recycled(f);
+    for (int round = 0; round < 6; round++) {
+        bytes_t b = {0};
+        const int is_spmv = round == 2, is_shrunk = round >= 4;
+        put_bins_request(&b, (uint64_t)round, is_spmv ? spmv_size : is_shrunk ? shrunk : put_sizes,
+                         is_spmv ? 1 : 3);
+        int moves;
+        size_t cap0;
+        kd_frame_event_t ev = {0};
+        receive_counting_moves(f, &b, &ev, &moves, &cap0);
+        CHECK_EQ_INT(ev.len, b.n);
+        CHECK_MSG(memcmp(ev.data, b.p, b.n) == 0, "round %d: the message differs", round);
+        const size_t held = kd_recycle_capacity(ev.data, ev.len);
+        CHECK_MSG(held >= b.n && held <= b.n + b.n / 4 + 65536,
+                  "round %d: the request holds %zu bytes for %zu", round, held, b.n);
+        if (round == 0)
+            CHECK_MSG(moves >= 1, "the first put's buffer never moved (%d)", moves);
+        if (round == 1 || round == 3 || round == 5) {
+            CHECK_MSG(moves == 0, "round %d: a repeated request's buffer moved %d times", round,
+                      moves);
+            CHECK_MSG(cap0 >= b.n, "round %d: %zu bytes at the first bin for a %zu-byte message",
+                      round, cap0, b.n);
+        }
+        if (is_spmv)
+            CHECK_MSG(cap0 <= b.n + 65536, "another request took the put's size (%zu)", cap0);
+        if (round == 4) /* sized for the old put: copied out, the large buffer not kept */
+            CHECK_EQ_INT(kd_frame_capacity(f), 0);
+        kd_recycle_free(ev.data);
+        free(b.p);
+    }
+    kd_frame_free(f);
+    kd_recycle_set_limit(0, 0);
+}
+
 /* [0, 77, "matrix.put", [{"values": bin32 of 4 GiB - 1}]]: refused after the bin header with the
  * msgid, its payload dropped as it arrives (never buffered), and the next message still decodes. */
 static void test_bin32_4gib_refused(void)
@@ -780,6 +877,7 @@ int main(void)
     RUN(test_handover_without_copy);
     RUN(test_large_message_in_place_malloc);
     RUN(test_large_message_in_place_recycled);
+    RUN(test_repeated_request_grows_once);
     RUN(test_bin32_4gib_refused);
     RUN(test_too_large_glued);
     RUN(test_depth_bomb);
