@@ -25,6 +25,7 @@
 #define KD_FRAME_READ_CHUNK ((size_t)64 << 10)
 #define KD_FRAME_SLACK ((size_t)4 << 10) /* past a message's declared size, when growing to it */
 #define KD_FRAME_SEEN 4                   /* large requests remembered a connection (kd_frame_t) */
+#define KD_FRAME_MIN_ROOM ((size_t)512)  /* a large message's last reads take what room is left */
 
 /* The structure of the message being scanned. */
 struct kd_scan {
@@ -364,14 +365,22 @@ void kd_frame_use_recycled(kd_frame_t *frame)
 
 int kd_frame_reserve(kd_frame_t *frame, size_t suggested, char **buf, size_t *len)
 {
-    int rc = kd_frame_make_room(frame, suggested > 0 ? suggested : KD_FRAME_READ_CHUNK);
-    if (rc != KD_OK)
-        return rc;
+    /* The last bytes of a large message (the keys after its last bin, not declared yet) are read
+     * into the room its buffer has left rather than growing it by half for one read's worth:
+     * a copy of the whole message into fresh pages, and a request charged half again its size. */
+    uint64_t declared = kd_frame_declared(frame);
+    const int fits = frame->head == 0 && declared >= KD_RECYCLE_MIN && declared <= frame->cap &&
+                     frame->cap - frame->tail >= KD_FRAME_MIN_ROOM;
+    if (!fits) {
+        int rc = kd_frame_make_room(frame, suggested > 0 ? suggested : KD_FRAME_READ_CHUNK);
+        if (rc != KD_OK)
+            return rc;
+        declared = kd_frame_declared(frame);
+    }
     *buf = frame->buf + frame->tail;
     *len = frame->cap - frame->tail;
     /* A large message that starts the buffer: read no further than its end, so that it leaves
      * whole (kd_frame_emit hands the buffer over) instead of being copied out. */
-    const uint64_t declared = kd_frame_declared(frame);
     if (frame->head == 0 && declared >= KD_RECYCLE_MIN && declared > frame->tail &&
         declared - frame->tail < *len)
         *len = (size_t)(declared - frame->tail);

@@ -433,19 +433,21 @@ static void test_large_message_in_place_recycled(void)
     test_large_message_in_place(1);
 }
 
-/* [0, msgid, "matrix.put", [{"a": bin, "b": bin, ...}]] with bins of the given sizes, fresh random
- * contents. */
+/* [0, msgid, "matrix.put", [{"a": bin, "b": bin, ..., "name": "nnn..."}]] with bins of the given
+ * sizes, fresh random contents, and a key after them (declared only when the bins are in). */
 static void put_bins_request(bytes_t *b, uint64_t msgid, const size_t *sizes, int n)
 {
     put_u8(b, 0x94), put_u8(b, 0x00), put_be(b, 0xcf, msgid, 8);
     put_u8(b, 0xaa), put(b, "matrix.put", 10);
-    put_u8(b, 0x91), put_u8(b, (uint8_t)(0x80 | n));
+    put_u8(b, 0x91), put_u8(b, (uint8_t)(0x80 | (n + 1)));
     for (int i = 0; i < n; i++) {
         put_u8(b, 0xa1), put_u8(b, (uint8_t)('a' + i));
         put_be(b, 0xc6, sizes[i], 4);
         for (size_t k = 0; k < sizes[i]; k++)
             put_u8(b, (uint8_t)(kd_test_rand_u64() & 0xff));
     }
+    put_u8(b, 0xa4), put(b, "name", 4);
+    put_u8(b, 0xd9), put_u8(b, 200), put_fill(b, 'n', 200);
 }
 
 /* Receive b as a socket would (reads of up to 200 KB); the message, and how many times the buffer
@@ -485,7 +487,8 @@ static void receive_counting_moves(kd_frame_t *f, const bytes_t *b, kd_frame_eve
 }
 
 /* A request repeated (a time step's put: three bins declared one after the other) moves its
- * buffer as each bin is declared the first time; the next times, the buffer grows to the whole
+ * buffer as each bin is declared the first time (and never grows by half for the key after its
+ * last bin: it holds at most a quarter over its size); the next times, the buffer grows to the whole
  * message at the first bin (the frame remembers the size by the first large payload's), so it
  * never moves again and is handed over whole. Another request (a different first payload) is not
  * given that size. A repeat whose later bins shrank is copied out at its own size and the large
