@@ -18,8 +18,9 @@
  * The values are read from the request three times at once, each at memory speed: uploaded into
  * the slots (before the id is known: a content found held after all frees that upload), hashed
  * for the id, and copied into the host CSR that the state file or the host copy keeps, the last
- * two on threads of their own. Values from a shared-memory region were copied into the request
- * by the worker first (run.c), so all three read the same bytes.
+ * two on threads of their own. Values from a shared-memory region are copied into the host
+ * CSR's values first (on kd_slices threads), and the hash and the upload read that copy: all of
+ * them read the same private bytes.
  */
 #include "server/handlers/handlers.h"
 #include "common/clock.h"
@@ -297,11 +298,21 @@ static int kd_like_matrix(kd_server_t *server, kd_csr_t *pattern, const kd_array
         return KD_OK; /* uploaded by kd_like_upload, if the content is new */
     }
     kd_like_hash_t h = {.view = *c, .rc = KD_OK};
-    h.view.values = (void *)values->data; /* read only */
     kd_like_copy_t copy = {.dst = c->values, .src = values->data, .bytes = bytes};
     pthread_t hashing, copying;
+    int copy_beside = 0;
+    if (values->shm != 0) {
+        /* the client's region: copied once into the matrix's own values before anything reads
+         * them (a client writing its region meanwhile cannot make the values kept differ from
+         * those the id names), then hashed and uploaded from there */
+        kd_like_copy_run(&copy);
+        h.view.values = c->values;
+    } else {
+        h.view.values = (void *)values->data; /* the request's own bytes: read only */
+    }
     const int hash_beside = kd_like_beside(&hashing, kd_like_hash_run, &h);
-    const int copy_beside = kd_like_beside(&copying, kd_like_copy_run, &copy);
+    if (values->shm == 0)
+        copy_beside = kd_like_beside(&copying, kd_like_copy_run, &copy);
     const uint64_t t0 = kd_clock_ns();
     rc = kd_like_prepare(server, up, &h.view, err);
     up->device_ms = kd_clock_ms_since(t0);

@@ -36,8 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A put's values from a shared-memory region, copied here on the worker (never on the loop
- * thread) once, before the id is computed and the matrix built: a client writing the region
+/* A put's arrays from a shared-memory region, copied here on the worker (never on the loop
+ * thread) once, before the id is computed and the matrix built (a put with like's values are
+ * copied by like.c the same way, into the matrix's own values, saving a pass): a client writing the region
  * meanwhile cannot make the values kept differ from those the id names. kd_shm_resolve holds
  * the region until the job ends. The copy goes to a buffer off the recycle shelf: a time step's
  * put of the same size finds its pages already mapped (a fresh 55 MB buffer's first-touch page
@@ -45,9 +46,12 @@
 static int kd_handlers_own_regions(kd_job_t *job, kd_err_t *err)
 {
     kd_array_t *a;
+    const kd_put_request_t *put = &job->req->u.put;
     for (size_t i = 0; (a = kd_request_array(job->req, i)) != NULL; i++) {
         if (!a->present || a->shm == 0)
             continue;
+        if (put->kind == KD_PUT_LIKE && a == &put->values)
+            continue; /* like.c copies them once, straight into the new matrix's values */
         const size_t bytes = (size_t)a->count * kd_dtype_size(a->dtype);
         void *copy = kd_recycle_alloc(bytes > 0 ? bytes : 1, NULL);
         if (copy == NULL || kd_request_adopt(job->req, copy, bytes) != KD_OK)
