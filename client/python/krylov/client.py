@@ -301,7 +301,7 @@ def _matrix_params(A, dtype):
             params["dtype"] = _dtype_name(dtype, "float64")
         return params, base, None
 
-    canonical = None  # known canonical CSR (scipy's flag); None: content_id checks
+    canonical = None  # True: known canonical; a scipy matrix: its flag; None: content_id checks
     if isinstance(A, tuple) and len(A) == 4:
         indptr, indices, data, shape = A
         fmt = "csr"
@@ -313,7 +313,7 @@ def _matrix_params(A, dtype):
         else:
             csr = A.tocsr()
             indptr, indices, data, shape = csr.indptr, csr.indices, csr.data, csr.shape
-            canonical = bool(getattr(csr, "has_canonical_format", False)) or None
+            canonical = csr  # asked (O(nnz)) only where put() computes the content id
             fmt = "csr"
     elif isinstance(A, np.ndarray) or hasattr(A, "__array__"):
         dense = np.asarray(A)
@@ -520,7 +520,10 @@ class Client:
         if local is not None and all(v is None for v in (name, format, pin, select, reorder,
                                                          persist)):
             # Ask before sending: the same matrix again costs a hash and a round trip.
-            mid = csr_content_id(*local[:6], canonical=local[6])
+            canonical = local[6]
+            if canonical is not None and not isinstance(canonical, bool):  # scipy's flag
+                canonical = bool(getattr(canonical, "has_canonical_format", False)) or None
+            mid = csr_content_id(*local[:6], canonical=canonical)
             if mid is not None:
                 try:
                     info = MatrixInfo.from_wire(self._conn.call("matrix.info", {"id": mid}))
