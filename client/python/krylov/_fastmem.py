@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 LARGE = 4 << 20
-_CHUNK = 4 << 20
+_CHUNK = 2 << 20  # the least a thread is given
 
 _lock = threading.Lock()
 _pool = None
@@ -25,7 +25,7 @@ _memcmp = None
 
 
 def _threads():
-    return max(1, min(8, os.cpu_count() or 1))
+    return max(1, min(16, os.cpu_count() or 1))
 
 
 def _executor():
