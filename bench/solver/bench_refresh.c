@@ -124,10 +124,16 @@ static int kd_br_row(kd_ocl_t *ocl, const char *label, kd_matrix_t *A1, const kd
            (long long)its_refresh, kd_precond_origin_name(how));
     if (ops == &kd_precond_amg) {
         kd_amg_stats_t st;
-        if (kd_amg_describe(P, &st, err) == KD_OK)
+        if (kd_amg_describe(P, &st, err) == KD_OK) {
             printf("#   amg: %d levels, operator complexity %.2f, the full setup's SpGEMMs %.1f ms "
                    "and host %.1f ms (of its last run)\n",
                    st.levels, st.operator_complexity, spgemm_ms, host_ms);
+            printf("#   the last refresh's steps, ms:");
+            for (int ph = 0; ph < KD_AMG_PHASES; ph++)
+                if (st.phase_ms[ph] > 0.0)
+                    printf(" %s=%.1f", kd_amg_phase_names[ph], st.phase_ms[ph]);
+            printf("\n");
+        }
     }
     kd_precond_release_all(A2);
     return 0;

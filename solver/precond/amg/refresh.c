@@ -19,6 +19,7 @@
 #include "solver/formats/format.h"
 
 #include "common/checked.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -220,6 +221,18 @@ static int kd_amg_refresh_keep(kd_amg_level_t *L, const kd_amg_level_t *O, int64
     return KD_OK;
 }
 
+/* Adds the time since t0 to the refresh's step (kd_amg_stats_t.phase_ms, as setup's steps are
+ * counted) once the device has done what the step enqueued; now, for the next step's t0. */
+static uint64_t kd_amg_refresh_phase(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_phase_t phase,
+                                     uint64_t t0)
+{
+    kd_err_t ignored = {0};
+    (void)kd_ocl_finish(ocl, &ignored); /* a failure shows in the step's own next call */
+    const uint64_t now = kd_clock_ns();
+    amg->phase_ms[phase] += (double)(now - t0) / 1e6;
+    return now;
+}
+
 int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, const kd_matrix_t *A,
                           const kd_csr_t *fine, kd_err_t *err)
 {
@@ -230,6 +243,7 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
         kd_amg_level_t *L = &amg->level[l];
         amg->levels = l + 1;
         void *inv = NULL;
+        uint64_t t = kd_clock_ns();
         if (l == 0) {
             L->A = (kd_matrix_t *)A;
             L->n = A->rows;
@@ -242,8 +256,10 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
         }
         if (rc == KD_OK && (L->n != O->n || L->nnz != O->nnz))
             rc = kd_err_set(err, KD_EINTERNAL, "amg: level %d refreshed on another pattern", l);
+        t = kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_LEVEL, t);
         if (rc == KD_OK)
             rc = kd_amg_level_setup(ocl, amg, l, l == 0 ? A->inv_diagonal : inv, err);
+        t = kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_LAMBDA, t);
         if (l > 0)
             L->A->inv_diagonal = inv; /* the matrix's, as an upload's scan leaves it (the tail
                                        * packs it) */
@@ -255,12 +271,14 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
             if (rc == KD_OK)
                 rc = kd_amg_coarsest(ocl, amg, csr, err);
             kd_csr_free(csr);
+            kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_COARSEST, t);
             break;
         }
         kd_csr_device_t dP = {0}, dR = {0}, dAP = {0}, dC = {0}, coarse = {0};
         rc = kd_amg_refresh_transfers(ocl, amg, l, O, &dA, &dP, &dR, err);
         if (rc == KD_OK)
             rc = kd_amg_refresh_keep(L, O, dP.nnz, err);
+        t = kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_TRANSFERS, t);
         if (rc == KD_OK)
             rc = kd_amg_on_pattern(ocl, &O->ap, &dAP, err);
         if (rc == KD_OK)
@@ -272,8 +290,10 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
         kd_csr_device_release(&coarse);
         if (rc == KD_OK)
             rc = kd_amg_product(ocl, amg, &dA, &dP, &dAP, err);
+        t = kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_AP, t);
         if (rc == KD_OK)
             rc = kd_amg_product(ocl, amg, &dR, &dAP, &dC, err);
+        t = kd_amg_refresh_phase(ocl, amg, KD_AMG_PHASE_RAP, t);
         if (rc == KD_OK)
             rc = kd_amg_csr_matrix(&dC, &amg->level[l + 1].A, err);
         kd_csr_device_release(&dA);
