@@ -11,6 +11,8 @@
 #            no KRYLOV_SERVER; no daemon left behind                             linalg-gpu.txt
 #   xfer     krylov-ocl-xfer: a like put's passes one at a time (copy, hash, writes from pageable
 #            and pinned memory, the scan) on lap3d 100^3's values                 xfer-gpu.txt
+#   refresh  krylov-bench refresh (issue 36 part 2): AMG's full setup against its refresh on the
+#            issue's three Laplacians, and the refresh's steps                    refresh-gpu.txt
 #   amg      krylov-bench amg's setup phases (issue 36) on the issue's three Laplacians, the
 #            aggregates on the host and on the device                            amg-gpu.txt
 set -uo pipefail
@@ -83,6 +85,10 @@ print("krylovd processes before", before, "after", after,
 PY
     ) > "$out/linalg-gpu.txt" 2>&1
     cat "$out/linalg-gpu.txt" ;;
+  refresh)
+    timeout 300 "$bin/krylov-bench" refresh --device gpu --precond amg lap3d:64 lap2d:1024 lap3d:100 \
+      > "$out/refresh-gpu.txt" 2>&1
+    grep -v '^info' "$out/refresh-gpu.txt" ;;
   amg)
     for agg in 0 1; do
       echo "== --aggregation $agg"
