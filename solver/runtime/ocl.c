@@ -644,6 +644,9 @@ int kd_ocl_check_dtype(const kd_ocl_t *ocl, kd_dtype_t dtype, kd_err_t *err)
 
 /* ---- buffers and launches ----------------------------------------------------------------- */
 
+static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
+                           void *dst, kd_err_t *err);
+
 int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *host_ptr,
                          const char *what, cl_mem *out, kd_err_t *err)
 {
@@ -656,9 +659,17 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
                           "one allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
                           what, bytes, (unsigned long long)ocl->desc.max_alloc_bytes,
                           ocl->desc.index, ocl->desc.name);
+    /* A copy from the host at creation (CL_MEM_COPY_HOST_PTR) ran at 1.3 GB/s from pageable
+     * memory on the H200 (docs/BENCHMARKS.md): where transfers are staged, the buffer is created
+     * empty and filled through the staging buffer instead. */
+    const int stage = (flags & CL_MEM_COPY_HOST_PTR) && host_ptr != NULL && ocl->staging &&
+                      bytes >= ((size_t)1 << 20);
+    if (stage)
+        flags &= ~(cl_mem_flags)CL_MEM_COPY_HOST_PTR;
     cl_int st = kd_ocl_fault_check(KD_OCL_FAULT_ALLOC);
-    cl_mem mem =
-        st == CL_SUCCESS ? clCreateBuffer(ocl->context, flags, bytes, host_ptr, &st) : NULL;
+    cl_mem mem = st == CL_SUCCESS
+                     ? clCreateBuffer(ocl->context, flags, bytes, stage ? NULL : host_ptr, &st)
+                     : NULL;
     if (mem == NULL || st != CL_SUCCESS) {
         if (mem != NULL)
             clReleaseMemObject(mem);
@@ -667,12 +678,17 @@ int kd_ocl_buffer_create(kd_ocl_t *ocl, cl_mem_flags flags, size_t bytes, void *
         return code;
     }
     kd_ocl_fault_track(mem, bytes);
+    if (stage) {
+        int rc = kd_ocl_transfer(ocl, mem, 0, bytes, host_ptr, NULL, err);
+        if (rc != KD_OK) {
+            clReleaseMemObject(mem);
+            kd_err_prefix(err, "copying %zu bytes of %s to the device", bytes, what);
+            return rc;
+        }
+    }
     *out = mem;
     return KD_OK;
 }
-
-static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t bytes, const void *src,
-                           void *dst, kd_err_t *err);
 
 int kd_ocl_buffer_upload(kd_ocl_t *ocl, cl_mem_flags flags, const void *host, size_t bytes,
                          const char *what, cl_mem *out, kd_err_t *err)

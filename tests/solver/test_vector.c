@@ -161,6 +161,17 @@ static void test_staged_transfers(void)
         CHECK_MSG(memcmp(host, back, bytes) == 0, "a staged upload of %zu bytes differs", bytes);
         clReleaseMemObject(mem);
     }
+    /* a buffer created with CL_MEM_COPY_HOST_PTR is filled through the staging buffer too */
+    memset(back, 0x5a, bytes);
+    mem = NULL;
+    CHECK(kd_ocl_buffer_create(ocl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host,
+                               "a test array", &mem, &err) == KD_OK);
+    if (mem != NULL) {
+        CHECK(kd_ocl_read(ocl, mem, 0, bytes, back, &err) == KD_OK);
+        CHECK_MSG(memcmp(host, back, bytes) == 0, "a buffer created from %zu host bytes differs",
+                  bytes);
+        clReleaseMemObject(mem);
+    }
     free(host);
     free(back);
     kd_ocl_set_staging(ocl, kd_ocl_desc(ocl)->is_gpu);
