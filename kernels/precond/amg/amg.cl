@@ -174,6 +174,82 @@ __kernel void kd_amg_scale(const int n, __global const VALUE *s, __global const 
         y[i] = s[i] * x[i];
 }
 
+/*
+ * The Lanczos estimate of lambda_max(D^-1 A) on the device (solver/precond/amg/level.c,
+ * kd_amg_estimate), one work-item per row; its scalars stay on the device (the BLAS scalars
+ * buffer's slots 0 and 1 for the step's reductions, `ab` for every step's alpha and beta), so the
+ * steps run without the host, which reads `ab` once at the end:
+ * kd_amg_lanczos_start: s = sqrt(|1/a_ii|) (D^-1/2), and v = the start vector, value i being the
+ * (i + 1)-th state of the host's former generator (the 64-bit LCG x = 6364136223846793005 x +
+ * 1442695040888963407 from 0x9e3779b97f4a7c15, reached by squaring the affine map: the same
+ * numbers, in any order), its top 53 bits as a fraction in [-0.5, 0.5), rounded once to VALUE.
+ * kd_amg_lanczos_norm: v /= sqrt(scalars[1]) (scalars[1] = v'v).
+ * kd_amg_lanczos_update: w = (w - alpha v) - beta_prev v_prev, alpha = scalars[0] = w'v, beta_prev
+ * the last step's (ab[2 j - 1], 0 on the first); work-item 0 records alpha in ab[2 j].
+ * kd_amg_lanczos_next: beta = sqrt(scalars[1]) (= ||w||); v_prev = v, v = w / beta; work-item 0
+ * records beta in ab[2 j + 1]. A step after a breakdown (beta ~ 0) divides by it: its values are
+ * garbage the host never reads (it stops at the first breakdown it finds in ab).
+ */
+__kernel void kd_amg_lanczos_start(const int n, __global const VALUE *dinv, __global VALUE *s,
+                                   __global VALUE *v)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    s[i] = sqrt(fabs(dinv[i]));
+    ulong mul = 6364136223846793005UL, add = 1442695040888963407UL; /* x -> mul x + add */
+    ulong m = 1UL, c = 0UL;                                          /* the map applied so far */
+    for (ulong k = (ulong)i + 1UL; k != 0UL; k >>= 1) {
+        if (k & 1UL) {
+            c = mul * c + add;
+            m = mul * m;
+        }
+        add = mul * add + add;
+        mul = mul * mul;
+    }
+    const ulong x = m * 0x9e3779b97f4a7c15UL + c;
+    const long d = (long)(x >> 11) - (1L << 52); /* (x >> 11) / 2^53 - 0.5 = d / 2^53, exactly */
+#if KD_FP64
+    v[i] = (VALUE)d * 0x1p-53;
+#else
+    v[i] = (VALUE)d * 0x1p-53f;
+#endif
+}
+
+__kernel void kd_amg_lanczos_norm(const int n, __global const VALUE *scalars, __global VALUE *v)
+{
+    const int i = (int)get_global_id(0);
+    const VALUE norm = sqrt(scalars[1]);
+    if (i < n)
+        v[i] = norm > (VALUE)0 ? v[i] / norm : v[i];
+}
+
+__kernel void kd_amg_lanczos_update(const int n, const int j, __global const VALUE *scalars,
+                                    __global VALUE *ab, __global const VALUE *v,
+                                    __global const VALUE *v_prev, __global VALUE *w)
+{
+    const int i = (int)get_global_id(0);
+    const VALUE alpha = scalars[0], beta_prev = j > 0 ? ab[2 * j - 1] : (VALUE)0;
+    if (i == 0)
+        ab[2 * j] = alpha;
+    if (i < n)
+        w[i] = (w[i] - alpha * v[i]) - beta_prev * v_prev[i];
+}
+
+__kernel void kd_amg_lanczos_next(const int n, const int j, __global const VALUE *scalars,
+                                  __global VALUE *ab, __global const VALUE *w,
+                                  __global VALUE *v, __global VALUE *v_prev)
+{
+    const int i = (int)get_global_id(0);
+    const VALUE beta = sqrt(scalars[1]);
+    if (i == 0)
+        ab[2 * j + 1] = beta;
+    if (i < n) {
+        v_prev[i] = v[i];
+        v[i] = w[i] / beta;
+    }
+}
+
 __kernel KD_WG_ATTR void kd_amg_dense_mv(const int n, __global const VALUE *M,
                                          __global const VALUE *b, __global VALUE *x)
 {

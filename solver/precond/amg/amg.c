@@ -656,6 +656,7 @@ int kd_amg_describe(const kd_precond_t *P, kd_amg_stats_t *out, kd_err_t *err)
     for (int l = 0; l < amg->levels; l++) {
         out->rows[l] = amg->level[l].n;
         out->nnz[l] = amg->level[l].nnz;
+        out->lambda[l] = amg->level[l].lambda;
         nnz += amg->level[l].nnz;
     }
     out->operator_complexity =

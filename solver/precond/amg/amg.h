@@ -66,6 +66,7 @@ typedef struct kd_amg_stats {
     double host_ms;   /* of it: aggregation, prolongators, transposes on the host; ditto */
     int refreshed;    /* a refresh built it (new values on a held hierarchy's pattern) */
     double phase_ms[KD_AMG_PHASES]; /* of it: each step, over the levels (kd_amg_phase_t) */
+    double lambda[KD_AMG_LEVELS_MAX]; /* each level's estimate of lambda_max(D^-1 A) */
 } kd_amg_stats_t;
 
 /* For tests: hierarchies set up from now on give the fused kernels lanes per row as on a GPU

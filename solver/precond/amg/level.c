@@ -99,78 +99,88 @@ int kd_amg_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, const kd_vec_
 }
 
 /* lambda_max(D^-1 A) of level L: Lanczos on S = D^-1/2 A D^-1/2 from a fixed pseudo-random
- * start, the largest Ritz value. */
-static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
-                           const void *inv_diagonal, kd_err_t *err)
+ * start, the largest Ritz value. Every step runs on the device (kernels/precond/amg/amg.cl, the
+ * kd_amg_lanczos_* kernels: the reductions land in the BLAS scalars' slots and each step's alpha
+ * and beta in a small buffer), and the host reads the steps' scalars once at the end: a step that
+ * asked the host for alpha and beta cost two round trips, 96 of them a 4-level hierarchy. The
+ * first breakdown (beta ~ 0: an invariant subspace, the Ritz values exact) ends the tridiagonal
+ * the host uses; the steps after it are ignored. L->inv_diagonal is 1/a_ii on the device. */
+static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L, kd_err_t *err)
 {
     const int64_t n = L->n;
-    const int steps = amg->opt.lanczos_steps < n ? amg->opt.lanczos_steps : (int)n;
-    const size_t vsize = kd_dtype_size(amg->dtype);
+    int steps = amg->opt.lanczos_steps < 64 ? amg->opt.lanczos_steps : 64;
+    if (steps > n)
+        steps = (int)n;
+    const size_t vsize = kd_dtype_size(amg->dtype), global = kd_amg_global(amg, n);
     kd_blas_t blas = {0};
-    kd_vec_t v = {0}, v_prev = {0}, w = {0}, t = {0};
-    cl_mem sqrt_dinv = NULL;
+    kd_vec_t v = {0}, v_prev = {0}, w = {0}, t = {0}, sqrt_dinv = {0};
+    cl_mem ab = NULL;
     double alpha[64], beta[64];
-    unsigned char *host = malloc((size_t)n * vsize + 1);
-    int rc = host != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-    if (rc != KD_OK)
-        return rc;
-    for (int64_t i = 0; i < n; i++) /* sqrt(1/a_ii) */
-        kd_store_real(host, amg->dtype, (size_t)i,
-                      sqrt(fabs(kd_load_real(inv_diagonal, amg->dtype, (size_t)i))));
-    rc = kd_amg_upload_values(ocl, host, n, amg->dtype, "amg D^-1/2", &sqrt_dinv, err);
-    uint64_t seed = 0x9e3779b97f4a7c15u;
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005u + 1442695040888963407u;
-        kd_store_real(host, amg->dtype, (size_t)i, (double)(seed >> 11) / 9007199254740992.0 - 0.5);
-    }
-    if (rc == KD_OK)
-        rc = kd_blas_init(ocl, amg->dtype, &blas, err);
-    kd_vec_t *vecs[] = {&v, &v_prev, &w, &t};
-    for (int i = 0; i < 4 && rc == KD_OK; i++)
+    unsigned char host[2 * 64 * 8];
+    int rc = kd_blas_init(ocl, amg->dtype, &blas, err);
+    kd_vec_t *vecs[] = {&v, &v_prev, &w, &t, &sqrt_dinv};
+    for (int i = 0; i < 5 && rc == KD_OK; i++)
         rc = kd_vec_alloc(ocl, n, amg->dtype, vecs[i], err);
     if (rc == KD_OK)
-        rc = kd_vec_write(ocl, &v, host, amg->dtype, err);
+        rc = kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, (size_t)(2 * steps) * vsize,
+                                  NULL, "amg Lanczos scalars", &ab, err);
+    if (rc == KD_OK)
+        rc = kd_amg_launch(ocl, amg, "kd_amg_lanczos_start", 0, global, amg->wg,
+                           KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(L->inv_diagonal),
+                                   KD_ARG_MEM(sqrt_dinv.mem), KD_ARG_MEM(v.mem)),
+                           err);
     if (rc == KD_OK)
         rc = kd_vec_fill(ocl, &v_prev, 0.0, err);
-    double norm = 0.0;
     if (rc == KD_OK)
-        rc = kd_blas_nrm2(&blas, &v, &norm, err);
+        rc = kd_blas_dot_to(&blas, &v, &v, KD_BLAS_SLOT_1, err);
     if (rc == KD_OK)
-        rc = kd_blas_scale(&blas, norm > 0.0 ? 1.0 / norm : 1.0, &v, err);
-    int m = 0;
-    double b_prev = 0.0;
-    for (int j = 0; j < steps && j < 64 && rc == KD_OK; j++) {
-        rc = kd_amg_launch(
-            ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
-            KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(v.mem), KD_ARG_MEM(t.mem)),
-            err);
+        rc = kd_amg_launch(ocl, amg, "kd_amg_lanczos_norm", 0, global, amg->wg,
+                           KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(blas.scalars), KD_ARG_MEM(v.mem)),
+                           err);
+    for (int j = 0; j < steps && rc == KD_OK; j++) {
+        rc = kd_amg_launch(ocl, amg, "kd_amg_scale", 0, global, amg->wg,
+                           KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv.mem), KD_ARG_MEM(v.mem),
+                                   KD_ARG_MEM(t.mem)),
+                           err);
         if (rc == KD_OK)
             rc = kd_matrix_spmv_inner(ocl, L->A, 1.0, &t, 0.0, &w, err);
         if (rc == KD_OK)
-            rc = kd_amg_launch(
-                ocl, amg, "kd_amg_scale", 0, kd_amg_global(amg, n), amg->wg,
-                KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv), KD_ARG_MEM(w.mem), KD_ARG_MEM(w.mem)),
-                err);
-        double a = 0.0, b = 0.0;
+            rc = kd_amg_launch(ocl, amg, "kd_amg_scale", 0, global, amg->wg,
+                               KD_ARGS(KD_ARG_INT(n), KD_ARG_MEM(sqrt_dinv.mem), KD_ARG_MEM(w.mem),
+                                       KD_ARG_MEM(w.mem)),
+                               err);
         if (rc == KD_OK)
-            rc = kd_blas_dot(&blas, &w, &v, &a, err);
+            rc = kd_blas_dot_to(&blas, &w, &v, KD_BLAS_SLOT_0, err);
         if (rc == KD_OK)
-            rc = kd_blas_axpy(&blas, -a, &v, &w, err);
+            rc = kd_amg_launch(ocl, amg, "kd_amg_lanczos_update", 0, global, amg->wg,
+                               KD_ARGS(KD_ARG_INT(n), KD_ARG_INT(j), KD_ARG_MEM(blas.scalars),
+                                       KD_ARG_MEM(ab), KD_ARG_MEM(v.mem), KD_ARG_MEM(v_prev.mem),
+                                       KD_ARG_MEM(w.mem)),
+                               err);
         if (rc == KD_OK)
-            rc = kd_blas_axpy(&blas, -b_prev, &v_prev, &w, err);
+            rc = kd_blas_dot_to(&blas, &w, &w, KD_BLAS_SLOT_1, err);
         if (rc == KD_OK)
-            rc = kd_blas_nrm2(&blas, &w, &b, err);
-        if (rc != KD_OK)
-            break;
+            rc = kd_amg_launch(ocl, amg, "kd_amg_lanczos_next", 0, global, amg->wg,
+                               KD_ARGS(KD_ARG_INT(n), KD_ARG_INT(j), KD_ARG_MEM(blas.scalars),
+                                       KD_ARG_MEM(ab), KD_ARG_MEM(w.mem), KD_ARG_MEM(v.mem),
+                                       KD_ARG_MEM(v_prev.mem)),
+                               err);
+    }
+    if (rc == KD_OK) {
+        cl_int st = kd_ocl_enqueue_read(kd_ocl_queue(ocl), ab, CL_TRUE, 0,
+                                        (size_t)(2 * steps) * vsize, host, 0, NULL, NULL);
+        if (st != CL_SUCCESS)
+            rc = kd_ocl_fail(err, st, "clEnqueueReadBuffer (the Lanczos scalars)");
+    }
+    int m = 0;
+    for (int j = 0; j < steps && rc == KD_OK; j++) {
+        const double a = kd_load_real(host, amg->dtype, (size_t)(2 * j)),
+                     b = kd_load_real(host, amg->dtype, (size_t)(2 * j + 1));
         alpha[m] = a;
         beta[m] = b;
         m++;
         if (!(b > 1e-12 * fabs(a)) || !isfinite(b))
             break; /* an invariant subspace: the Ritz values are exact */
-        if ((rc = kd_blas_copy(&blas, &v, &v_prev, err)) == KD_OK &&
-            (rc = kd_blas_copy(&blas, &w, &v, err)) == KD_OK)
-            rc = kd_blas_scale(&blas, 1.0 / b, &v, err);
-        b_prev = b;
     }
     if (rc == KD_OK) {
         L->lambda = m > 0 ? kd_amg_tridiagonal_max(alpha, beta, m) : 1.0;
@@ -180,12 +190,11 @@ static int kd_amg_estimate(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
                             "(%g): the matrix is not symmetric positive definite",
                             (long long)n, L->lambda);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         kd_vec_release(vecs[i]);
     kd_blas_release(&blas);
-    if (sqrt_dinv != NULL)
-        clReleaseMemObject(sqrt_dinv);
-    free(host);
+    if (ab != NULL)
+        clReleaseMemObject(ab);
     return rc;
 }
 
@@ -199,7 +208,7 @@ int kd_amg_level_setup(kd_ocl_t *ocl, kd_amg_t *amg, int l, const void *inv_diag
     for (int i = 0; i < (l == 0 ? 2 : amg->opt.fused ? 5 : 4) && rc == KD_OK; i++)
         rc = kd_vec_alloc(ocl, L->n, amg->dtype, vecs[i], err);
     if (rc == KD_OK)
-        rc = kd_amg_estimate(ocl, amg, L, inv_diagonal, err);
+        rc = kd_amg_estimate(ocl, amg, L, err);
     return rc;
 }
 

@@ -194,6 +194,128 @@ static int64_t amg_beats_jacobi(const char *name, kd_csr_t *csr64, kd_dtype_t dt
     return its;
 }
 
+/* The level-0 estimate of lambda_max(D^-1 A) (Lanczos on the device, kernels/precond/amg/amg.cl)
+ * against the same 12 steps on the host in double from the start vector the host used to make
+ * (the 64-bit LCG from 0x9e3779b97f4a7c15, its top 53 bits less 0.5): equal to rounding, which
+ * checks the device's jump-ahead of the generator and every step; and below the true lambda_max
+ * (a Ritz value), within 10% of it (many power iterations on the host). */
+static double host_lanczos(const kd_csr_t *A, int steps)
+{
+    const int64_t n = A->rows;
+    double *s = malloc((size_t)n * sizeof(double)), *v = calloc((size_t)n, sizeof(double)),
+           *vp = calloc((size_t)n, sizeof(double)), *w = calloc((size_t)n, sizeof(double)),
+           *t = calloc((size_t)n, sizeof(double));
+    double alpha[64], beta[64], norm = 0.0, b_prev = 0.0;
+    uint64_t seed = 0x9e3779b97f4a7c15u;
+    for (int64_t i = 0; i < n; i++) {
+        double d = 0.0;
+        for (int64_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
+            d = A->indices[k] == i ? kd_csr_value(A, k) : d;
+        s[i] = sqrt(fabs(1.0 / d));
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        v[i] = (double)(seed >> 11) / 9007199254740992.0 - 0.5;
+        norm += v[i] * v[i];
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[i] /= sqrt(norm);
+    int m = 0;
+    for (int j = 0; j < steps && j < (int)n; j++) {
+        double a = 0.0, b = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            t[i] = s[i] * v[i];
+        for (int64_t i = 0; i < n; i++) {
+            double y = 0.0;
+            for (int64_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
+                y += kd_csr_value(A, k) * t[A->indices[k]];
+            w[i] = s[i] * y;
+            a += w[i] * v[i];
+        }
+        for (int64_t i = 0; i < n; i++) {
+            w[i] = (w[i] - a * v[i]) - b_prev * vp[i];
+            b += w[i] * w[i];
+        }
+        b = sqrt(b);
+        alpha[m] = a;
+        beta[m] = b;
+        m++;
+        if (!(b > 1e-12 * fabs(a)))
+            break;
+        for (int64_t i = 0; i < n; i++) {
+            vp[i] = v[i];
+            v[i] = w[i] / b;
+        }
+        b_prev = b;
+    }
+    free(s);
+    free(v);
+    free(vp);
+    free(w);
+    free(t);
+    return kd_amg_tridiagonal_max(alpha, beta, m);
+}
+
+/* lambda_max(D^-1 A) by 3000 power iterations on D^-1/2 A D^-1/2 (host, double). */
+static double host_power(const kd_csr_t *A)
+{
+    const int64_t n = A->rows;
+    double *s = malloc((size_t)n * sizeof(double)), *v = malloc((size_t)n * sizeof(double)),
+           *w = malloc((size_t)n * sizeof(double)), lambda = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = 0.0;
+        for (int64_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
+            d = A->indices[k] == i ? kd_csr_value(A, k) : d;
+        s[i] = 1.0 / sqrt(d);
+        v[i] = 1.0 + 0.1 * kd_test_rand_double(-1.0, 1.0);
+    }
+    for (int it = 0; it < 3000; it++) {
+        double nw = 0.0, vw = 0.0, nv = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            double y = 0.0;
+            for (int64_t k = A->indptr[i]; k < A->indptr[i + 1]; k++)
+                y += kd_csr_value(A, k) * s[A->indices[k]] * v[A->indices[k]];
+            w[i] = s[i] * y;
+        }
+        for (int64_t i = 0; i < n; i++) {
+            vw += v[i] * w[i];
+            nv += v[i] * v[i];
+            nw += w[i] * w[i];
+        }
+        lambda = vw / nv;
+        for (int64_t i = 0; i < n; i++)
+            v[i] = w[i] / sqrt(nw);
+    }
+    free(s);
+    free(v);
+    free(w);
+    return lambda;
+}
+
+static void test_lambda_estimate(void)
+{
+    kd_csr_t *mats[3] = {kd_test_laplacian_2d(40, 31), laplacian_3d(9),
+                         kd_test_load_mtx("494_bus.mtx", 0.0)};
+    const char *names[3] = {"lap2d 40x31", "lap3d 9^3", "494_bus"};
+    for (int i = 0; i < 3; i++) {
+        kd_test_problem_t p;
+        REQUIRE(kd_test_problem_make(ocl, &p, mats[i], KD_DTYPE_F64, 1) == 0);
+        const kd_precond_t *P = NULL;
+        kd_err_t err = {0};
+        REQUIRE(kd_precond_get(ocl, p.A, &kd_precond_amg, NULL, p.csr, &P, &err) == KD_OK);
+        kd_amg_stats_t st = {0};
+        REQUIRE(kd_amg_describe(P, &st, &err) == KD_OK);
+        const double want = host_lanczos(p.csr, 12), top = host_power(p.csr);
+        CHECK_MSG(fabs(st.lambda[0] - want) <= 1e-9 * want,
+                  "%s: the device's Lanczos estimate %.17g, the host's %.17g", names[i],
+                  st.lambda[0], want);
+        CHECK_MSG(st.lambda[0] <= top * (1.0 + 1e-9) && st.lambda[0] >= 0.9 * top,
+                  "%s: estimate %.6g against lambda_max %.6g", names[i], st.lambda[0], top);
+        for (int l = 1; l < st.levels; l++)
+            CHECK_MSG(st.lambda[l] > 0.0 && isfinite(st.lambda[l]), "%s: level %d's lambda %g",
+                      names[i], l, st.lambda[l]);
+        kd_test_problem_free(&p);
+    }
+}
+
 static void test_convergence(void)
 {
     kd_dtype_t dt[2];
@@ -595,6 +717,7 @@ int main(void)
     ocl = kd_test_open_device();
     if (ocl == NULL)
         return 1;
+    test_lambda_estimate();
     test_convergence();
     test_real_matrices_converge_or_say_why();
     test_several_rhs();
