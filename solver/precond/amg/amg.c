@@ -325,6 +325,9 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
         bytes += L->R != NULL ? L->R->device_bytes : 0;
         /* counted in every hierarchy sharing them: each keeps them alive alone */
         bytes += L->ap.device_bytes + L->coarse.device_bytes;
+        if (L->agg_mem != NULL) /* a refresh's aggregates, scales and transpose map */
+            bytes += (size_t)L->n * sizeof(int32_t) + (size_t)L->naggs * v +
+                     (size_t)(L->R != NULL ? L->R->nnz : 0) * sizeof(int32_t);
     }
     return bytes;
 }
@@ -608,6 +611,10 @@ static void kd_amg_release(kd_precond_t *P)
         kd_amg_level_t *L = &amg->level[l];
         free(L->agg);
         free(L->tmap);
+        const cl_mem kept[3] = {L->agg_mem, L->scale_mem, L->tmap_mem};
+        for (int i = 0; i < 3; i++)
+            if (kept[i] != NULL)
+                clReleaseMemObject(kept[i]);
         kd_csr_device_release(&L->ap);
         kd_csr_device_release(&L->coarse);
         if (l > 0)

@@ -41,6 +41,9 @@ typedef struct kd_amg_level {
     int64_t naggs;
     int32_t *tmap; /* host, P's nnz: entry t of R is entry tmap[t] of P */
     kd_csr_device_t ap, coarse;
+    /* A refresh's device copies of agg, 1/sqrt(|aggregate|) and tmap (NULL until the first
+     * refresh uploads them), retained by the hierarchies refreshed from this one. */
+    cl_mem agg_mem, scale_mem, tmap_mem;
 } kd_amg_level_t;
 
 typedef struct kd_amg_tail {

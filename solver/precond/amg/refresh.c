@@ -156,24 +156,33 @@ static int kd_amg_refresh_transfers(kd_ocl_t *ocl, kd_amg_t *amg, int l, const k
     kd_amg_level_t *L = &amg->level[l];
     kd_csr_device_t oldP = {0}, oldR = {0};
     cl_mem agg = NULL, scale = NULL, tmap = NULL;
-    void *scales = kd_amg_scales(O, amg->dtype);
-    int rc = scales != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
-    if (rc == KD_OK)
-        rc = kd_amg_view(O->P, &oldP, err);
+    int rc = kd_amg_view(O->P, &oldP, err);
     if (rc == KD_OK)
         rc = kd_amg_view(O->R, &oldR, err);
     if (rc == KD_OK)
         rc = kd_amg_on_pattern(ocl, &oldP, dP, err);
     if (rc == KD_OK)
         rc = kd_amg_on_pattern(ocl, &oldR, dR, err);
-    if (rc == KD_OK)
-        rc = kd_amg_refresh_upload(ocl, O->agg, O->n, sizeof(int32_t), "amg aggregates", &agg, err);
-    if (rc == KD_OK)
-        rc = kd_amg_refresh_upload(ocl, scales, O->naggs, kd_dtype_size(amg->dtype),
-                                   "amg aggregate scales", &scale, err);
-    if (rc == KD_OK)
-        rc = kd_amg_refresh_upload(ocl, O->tmap, oldP.nnz, sizeof(int32_t), "amg transpose map",
-                                   &tmap, err);
+    if (rc == KD_OK && O->agg_mem != NULL) { /* an earlier refresh's: the pattern's alone */
+        agg = O->agg_mem, scale = O->scale_mem, tmap = O->tmap_mem;
+        const cl_mem mems[3] = {agg, scale, tmap};
+        for (int i = 0; i < 3; i++)
+            if (mems[i] != NULL)
+                clRetainMemObject(mems[i]);
+    } else if (rc == KD_OK) {
+        void *scales = kd_amg_scales(O, amg->dtype);
+        rc = scales != NULL ? KD_OK : kd_err_set(err, KD_ENOMEM, "amg: out of host memory");
+        if (rc == KD_OK)
+            rc = kd_amg_refresh_upload(ocl, O->agg, O->n, sizeof(int32_t), "amg aggregates",
+                                       &agg, err);
+        if (rc == KD_OK)
+            rc = kd_amg_refresh_upload(ocl, scales, O->naggs, kd_dtype_size(amg->dtype),
+                                       "amg aggregate scales", &scale, err);
+        if (rc == KD_OK)
+            rc = kd_amg_refresh_upload(ocl, O->tmap, oldP.nnz, sizeof(int32_t),
+                                       "amg transpose map", &tmap, err);
+        free(scales);
+    }
     const double omega = 4.0 / (3.0 * L->lambda);
     if (rc == KD_OK && dP->nnz > 0)
         rc = kd_amg_launch(ocl, amg, "kd_amg_prolong", 0, kd_amg_global(amg, L->n), amg->wg,
@@ -196,13 +205,16 @@ static int kd_amg_refresh_transfers(kd_ocl_t *ocl, kd_amg_t *amg, int l, const k
         L->lanes_p = kd_amg_lanes(amg, (double)dP->nnz / (double)dP->rows);
         L->lanes_r = kd_amg_lanes(amg, (double)dR->nnz / (double)dR->rows);
     }
-    const cl_mem mems[3] = {agg, scale, tmap};
-    for (int i = 0; i < 3; i++)
-        if (mems[i] != NULL)
-            clReleaseMemObject(mems[i]); /* queued kernels keep what they use */
+    if (rc == KD_OK) { /* this hierarchy's, for the refreshes made from it */
+        L->agg_mem = agg, L->scale_mem = scale, L->tmap_mem = tmap;
+    } else {
+        const cl_mem mems[3] = {agg, scale, tmap};
+        for (int i = 0; i < 3; i++)
+            if (mems[i] != NULL)
+                clReleaseMemObject(mems[i]); /* queued kernels keep what they use */
+    }
     kd_csr_device_release(&oldP);
     kd_csr_device_release(&oldR);
-    free(scales);
     return rc;
 }
 
