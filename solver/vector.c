@@ -73,12 +73,10 @@ static int kd_vec_transfer(kd_ocl_t *ocl, const kd_vec_t *v, const void *src, vo
         if (write)
             kd_convert_real(tmp, v->dtype, src, host_dtype, n);
     }
-    cl_int st = write ? kd_ocl_enqueue_write(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
-                                             tmp != NULL ? tmp : src, 0, NULL, NULL)
-                      : kd_ocl_enqueue_read(kd_ocl_queue(ocl), v->mem, CL_TRUE, 0, bytes,
-                                            tmp != NULL ? tmp : dst, 0, NULL, NULL);
-    if (st != CL_SUCCESS) {
-        rc = kd_ocl_fail(err, st, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+    /* through the pinned staging buffer where transfers are staged (a GPU; ocl.h) */
+    rc = write ? kd_ocl_write(ocl, v->mem, 0, bytes, tmp != NULL ? tmp : src, err)
+               : kd_ocl_read(ocl, v->mem, 0, bytes, tmp != NULL ? tmp : dst, err);
+    if (rc != KD_OK) {
         kd_err_prefix(err,
                       write ? "writing %zu bytes to a device vector"
                             : "reading %zu bytes from a device vector",

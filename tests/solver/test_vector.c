@@ -161,6 +161,29 @@ static void test_staged_transfers(void)
         CHECK_MSG(memcmp(host, back, bytes) == 0, "a staged upload of %zu bytes differs", bytes);
         clReleaseMemObject(mem);
     }
+    /* kd_vec_write/read (level vectors, the Lanczos start, ...) too, from float32 host values */
+    {
+        const int64_t n = 3000017;
+        kd_vec_t v = {0};
+        REQUIRE(kd_vec_alloc(ocl, n, KD_DTYPE_F64, &v, &err) == KD_OK);
+        float *in = malloc((size_t)n * sizeof(float));
+        double *out = malloc((size_t)n * sizeof(double));
+        REQUIRE(in != NULL && out != NULL);
+        for (int64_t i = 0; i < n; i++) {
+            in[i] = (float)kd_test_rand_double(-1e3, 1e3);
+            out[i] = NAN;
+        }
+        CHECK(kd_vec_write(ocl, &v, in, KD_DTYPE_F32, &err) == KD_OK);
+        CHECK(kd_vec_read(ocl, &v, out, KD_DTYPE_F64, &err) == KD_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += out[i] != (double)in[i];
+        CHECK_MSG(bad == 0, "%lld of %lld values differ through a staged kd_vec", (long long)bad,
+                  (long long)n);
+        free(in);
+        free(out);
+        kd_vec_release(&v);
+    }
     /* a buffer created with CL_MEM_COPY_HOST_PTR is filled through the staging buffer too */
     memset(back, 0x5a, bytes);
     mem = NULL;
