@@ -181,6 +181,11 @@ int kd_matrix_attach_order(kd_ocl_t *ocl, kd_matrix_t *m, kd_reorder_t kind, int
 int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr, kd_matrix_t **out,
                           double times[4], kd_err_t *err);
 int kd_matrix_shares(const kd_matrix_t *m);
+/* m's values in canonical CSR order (nnz values of m's dtype) into the device buffer out, from
+ * the format's own values arrays through the maps of the pattern m shares (kd_matrix_with_values
+ * made it, or a matrix values were put on): nothing crosses the bus. KD_EUNSUPPORTED when m
+ * shares no pattern or is reordered (its slots hold P A P^T's entries): the caller uploads. */
+int kd_matrix_values_canonical(kd_ocl_t *ocl, const kd_matrix_t *m, cl_mem out, kd_err_t *err);
 /* The device bytes kd_matrix_with_values(like, ...) allocates at most, the moment's staging and
  * the first call's probe included (for a budget check before it). */
 size_t kd_matrix_values_bytes(const kd_matrix_t *like);

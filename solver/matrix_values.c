@@ -436,3 +436,31 @@ int kd_matrix_with_values(kd_ocl_t *ocl, kd_matrix_t *like, const kd_csr_t *csr,
     *out = m;
     return KD_OK;
 }
+
+int kd_matrix_values_canonical(kd_ocl_t *ocl, const kd_matrix_t *m, cl_mem out, kd_err_t *err)
+{
+    const kd_matrix_share_t *s = m->share;
+    if (s == NULL || s->unshareable || m->order.kind != KD_REORDER_NONE || m->ops == NULL ||
+        m->ops->arrays == NULL || m->impl == NULL || m->nnz == 0)
+        return kd_err_set(err, KD_EUNSUPPORTED, "the matrix's values have no map to their entries");
+    kd_format_array_t ma[KD_FORMAT_ARRAYS_MAX];
+    const int n = m->ops->arrays((kd_matrix_t *)m, ma);
+    const size_t bytes = (size_t)m->nnz * kd_dtype_size(m->dtype);
+    int rc = KD_OK;
+    for (int i = 0; i < n && rc == KD_OK; i++) {
+        if (ma[i].kind != KD_ARRAY_VALUES || *ma[i].mem == NULL)
+            continue;
+        if (s->maps[i] == NULL) { /* identity: the array is the canonical values */
+            cl_int st = clEnqueueCopyBuffer(kd_ocl_queue(ocl), *ma[i].mem, out, 0, 0, bytes, 0,
+                                            NULL, NULL);
+            if (st != CL_SUCCESS)
+                rc = kd_ocl_fail(err, st, "clEnqueueCopyBuffer");
+            continue;
+        }
+        rc = kd_format_run(ocl, m->dtype, "values", NULL, "kd_values_scatter", s->slots[i],
+                           KD_ARGS(KD_ARG_LONG((int64_t)s->slots[i]), KD_ARG_MEM(s->maps[i]),
+                                   KD_ARG_MEM(*ma[i].mem), KD_ARG_MEM(out)),
+                           err);
+    }
+    return rc;
+}

@@ -96,6 +96,34 @@ static int upload(const kd_csr_t *csr, kd_format_t f, kd_reorder_t order, kd_mat
     return rc;
 }
 
+/* kd_matrix_values_canonical: m's values back in canonical order from its format's arrays, into a
+ * poisoned buffer, equal to want's byte for byte; a reordered matrix says it cannot. */
+static void check_canonical(const char *name, const kd_matrix_t *m, const kd_csr_t *want)
+{
+    kd_err_t err = {0};
+    const size_t bytes = (size_t)want->nnz * kd_dtype_size(want->dtype);
+    cl_mem out = NULL;
+    REQUIRE(kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, bytes, NULL, "test", &out, &err) == KD_OK);
+    const unsigned char poison = 0xa5;
+    REQUIRE(clEnqueueFillBuffer(kd_ocl_queue(ocl), out, &poison, 1, 0, bytes, 0, NULL, NULL) ==
+            CL_SUCCESS);
+    const int rc = kd_matrix_values_canonical(ocl, m, out, &err);
+    if (m->order.kind != KD_REORDER_NONE) {
+        CHECK_MSG(rc == KD_EUNSUPPORTED, "%s %s reordered: canonical values %d", name,
+                  kd_format_name(m->format), rc);
+    } else {
+        CHECK_MSG(rc == KD_OK, "%s %s: canonical values: %s", name, kd_format_name(m->format),
+                  err.message);
+        unsigned char *got = malloc(bytes);
+        REQUIRE(got != NULL);
+        CHECK(kd_ocl_read(ocl, out, 0, bytes, got, &err) == KD_OK);
+        CHECK_MSG(memcmp(got, want->values, bytes) == 0, "%s %s: canonical values differ", name,
+                  kd_format_name(m->format));
+        free(got);
+    }
+    clReleaseMemObject(out);
+}
+
 static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_reorder_t order)
 {
     kd_err_t err = {0};
@@ -120,6 +148,7 @@ static void values_case(const char *name, const kd_csr_t *a, kd_format_t f, kd_r
               kd_format_name(f), planned, m->device_bytes);
     check_values(name, m, b, fresh);
     check_values(name, like, a, NULL); /* the like matrix keeps its own values */
+    check_canonical(name, m, b);
     /* the column indices at least are not held twice */
     CHECK_MSG(m->device_bytes + (size_t)a->nnz * sizeof(int32_t) <= fresh->device_bytes,
               "%s %s: the new values hold %zu device bytes, a fresh upload %zu", name,

@@ -324,7 +324,7 @@ static size_t kd_amg_device_bytes(const kd_amg_t *amg)
         bytes += L->P != NULL ? L->P->device_bytes : 0;
         bytes += L->R != NULL ? L->R->device_bytes : 0;
         /* counted in every hierarchy sharing them: each keeps them alive alone */
-        bytes += L->ap.device_bytes + L->coarse.device_bytes;
+        bytes += L->ap.device_bytes + L->coarse.device_bytes + L->operand.device_bytes;
         if (L->agg_mem != NULL) /* a refresh's aggregates, scales and transpose map */
             bytes += (size_t)L->n * sizeof(int32_t) + (size_t)L->naggs * v +
                      (size_t)(L->R != NULL ? L->R->nnz : 0) * sizeof(int32_t);
@@ -617,6 +617,7 @@ static void kd_amg_release(kd_precond_t *P)
                 clReleaseMemObject(kept[i]);
         kd_csr_device_release(&L->ap);
         kd_csr_device_release(&L->coarse);
+        kd_csr_device_release(&L->operand);
         if (l > 0)
             kd_matrix_free(L->A);
         kd_matrix_free(L->P);

@@ -44,6 +44,10 @@ typedef struct kd_amg_level {
     /* A refresh's device copies of agg, 1/sqrt(|aggregate|) and tmap (NULL until the first
      * refresh uploads them), retained by the hierarchies refreshed from this one. */
     cl_mem agg_mem, scale_mem, tmap_mem;
+    /* Level 0 of a refreshed hierarchy whose matrix is in another format than csr_scalar: the
+     * matrix's CSR pattern on the device (values NULL), uploaded by the first refresh and
+     * retained by the next, which fill its values from the format's own (no upload). */
+    kd_csr_device_t operand;
 } kd_amg_level_t;
 
 typedef struct kd_amg_tail {

@@ -233,6 +233,34 @@ static int kd_amg_refresh_keep(kd_amg_level_t *L, const kd_amg_level_t *O, int64
     return KD_OK;
 }
 
+/* Level 0's CSR arrays on the device for the Galerkin product: A's own when it is csr_scalar;
+ * else the pattern an earlier refresh kept (O->operand) with the values filled from A's format
+ * through its shared pattern's maps (kd_matrix_values_canonical: nothing crosses the bus), or,
+ * the first time (or where A has no such maps), the host CSR uploaded and its pattern kept in L
+ * for the next refresh. */
+static int kd_amg_refresh_operand(kd_ocl_t *ocl, const kd_amg_level_t *O, kd_amg_level_t *L,
+                                  const kd_matrix_t *A, const kd_csr_t *fine, kd_csr_device_t *dA,
+                                  kd_err_t *err)
+{
+    if (kd_format_csr_scalar_arrays(A) != NULL)
+        return kd_amg_operand(ocl, A, fine, dA, err);
+    if (O->operand.indptr != NULL && O->operand.rows == A->rows && O->operand.nnz == A->nnz) {
+        int rc = kd_amg_on_pattern(ocl, &O->operand, dA, err);
+        if (rc == KD_OK && (rc = kd_matrix_values_canonical(ocl, A, dA->values, err)) == KD_OK) {
+            kd_amg_keep_pattern(&O->operand, &L->operand);
+            return KD_OK;
+        }
+        kd_csr_device_release(dA);
+        if (rc != KD_EUNSUPPORTED)
+            return rc;
+        kd_err_clear(err);
+    }
+    int rc = kd_amg_operand(ocl, A, fine, dA, err);
+    if (rc == KD_OK)
+        kd_amg_keep_pattern(dA, &L->operand);
+    return rc;
+}
+
 /* Adds the time since t0 to the refresh's step (kd_amg_stats_t.phase_ms, as setup's steps are
  * counted) once the device has done what the step enqueued; now, for the next step's t0. */
 static uint64_t kd_amg_refresh_phase(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_phase_t phase,
@@ -260,7 +288,7 @@ int kd_amg_refresh_device(kd_ocl_t *ocl, kd_amg_t *amg, const kd_amg_t *old, con
             L->A = (kd_matrix_t *)A;
             L->n = A->rows;
             L->nnz = A->nnz;
-            rc = kd_amg_operand(ocl, A, fine, &dA, err);
+            rc = kd_amg_refresh_operand(ocl, O, L, A, fine, &dA, err);
             if (rc == KD_OK && A->inv_diagonal == NULL)
                 rc = kd_err_set(err, KD_EINTERNAL, "amg: the matrix has no inverse diagonal");
         } else {

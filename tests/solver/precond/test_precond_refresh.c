@@ -523,6 +523,72 @@ static void test_refusals_and_fallbacks(void)
     kd_csr_free(other);
 }
 
+/*
+ * A time step's AMG refreshes, as the server makes them: A2 and A3 hold A1's pattern arrays in
+ * another format than csr_scalar (kd_matrix_with_values), A1 -> A2 -> A3. The second refresh fills
+ * level 0's CSR values on the device from A3's format (kd_matrix_values_canonical) on the
+ * pattern the first kept: its M^-1 equals a fresh setup's on A3, for each format that shares.
+ */
+static void test_amg_time_steps_in_formats(void)
+{
+    const kd_format_t formats[] = {KD_FMT_ELLPACK_R, KD_FMT_ELL, KD_FMT_SELL_C_SIGMA, KD_FMT_HYB,
+                                   KD_FMT_CSR_VECTOR};
+    kd_csr_t *c1 = weighted_laplacian(40, 1.0, 1.0, 0.0);
+    kd_csr_t *c2 = weighted_laplacian(40, 0.3, 3.0, 2.0);
+    kd_csr_t *c3 = weighted_laplacian(40, 0.5, 1.5, 0.5);
+    const int64_t n = c1->rows, k = 2;
+    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++) {
+        kd_err_t err = {0};
+        kd_matrix_t *A1 = NULL, *A2 = NULL, *A3 = NULL, *F3 = upload(c3);
+        must(kd_matrix_upload(ocl, c1, formats[f], &A1, &err) == KD_OK, "upload", &err);
+        must(kd_matrix_with_values(ocl, A1, c2, &A2, NULL, &err) == KD_OK, "with values", &err);
+        must(kd_matrix_with_values(ocl, A1, c3, &A3, NULL, &err) == KD_OK, "with values", &err);
+        const kd_precond_t *P1 = NULL, *R2 = NULL, *R3 = NULL, *P3 = NULL;
+        kd_precond_origin_t how;
+        must(kd_precond_get(ocl, A1, &kd_precond_amg, NULL, c1, &P1, &err) == KD_OK, "setup",
+             &err);
+        must(kd_precond_refresh(ocl, A1, A2, &kd_precond_amg, NULL, c2, &R2, &how, &err) == KD_OK,
+             "refresh", &err);
+        /* a buffer of the values' size filled with NaN and freed: an allocator that hands it out
+         * again must not leave a value unwritten unnoticed (A3's own staging held its values) */
+        cl_mem junk = NULL;
+        const size_t vbytes = (size_t)c3->nnz * sizeof(double);
+        const double nan = NAN;
+        must(kd_ocl_buffer_create(ocl, CL_MEM_READ_WRITE, vbytes, NULL, "junk", &junk, &err) ==
+                 KD_OK,
+             "junk", &err);
+        REQUIRE(clEnqueueFillBuffer(kd_ocl_queue(ocl), junk, &nan, sizeof(nan), 0, vbytes, 0, NULL,
+                                    NULL) == CL_SUCCESS);
+        REQUIRE(clFinish(kd_ocl_queue(ocl)) == CL_SUCCESS);
+        clReleaseMemObject(junk);
+        must(kd_precond_refresh(ocl, A2, A3, &kd_precond_amg, NULL, c3, &R3, &how, &err) == KD_OK,
+             "second refresh", &err);
+        CHECK(how == KD_PRECOND_REFRESHED);
+        must(kd_precond_get(ocl, F3, &kd_precond_amg, NULL, c3, &P3, &err) == KD_OK, "setup",
+             &err);
+        double *rw = NULL;
+        void *r = kd_test_random_vector(n * k, KD_DTYPE_F64, -1.0, 1.0, &rw);
+        free(rw);
+        double *z1 = malloc((size_t)(n * k) * sizeof(double)),
+               *z2 = malloc((size_t)(n * k) * sizeof(double));
+        apply(R3, n, k, KD_DTYPE_F64, r, z1);
+        apply(P3, n, k, KD_DTYPE_F64, r, z2);
+        const double d = rel_diff(z1, z2, n * k, KD_DTYPE_F64);
+        CHECK_MSG(d <= 1e-11, "%s: A3's twice-refreshed AMG and a fresh one differ by %g",
+                  kd_format_name(formats[f]), d);
+        free(r);
+        free(z1);
+        free(z2);
+        kd_matrix_free(A3);
+        kd_matrix_free(A2);
+        kd_matrix_free(A1);
+        kd_matrix_free(F3);
+    }
+    kd_csr_free(c1);
+    kd_csr_free(c2);
+    kd_csr_free(c3);
+}
+
 int main(void)
 {
     kd_test_seed();
@@ -534,6 +600,7 @@ int main(void)
     RUN(test_real);
     RUN(test_reordered);
     RUN(test_variable_blocks);
+    RUN(test_amg_time_steps_in_formats);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
