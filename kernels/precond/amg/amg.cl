@@ -115,6 +115,40 @@ __kernel void kd_amg_product(const int rows, __global const int *a_ptr,
     }
 }
 
+/* kd_amg_product with KD_TPR work-items a row of C, each owning C's columns lane, lane + KD_TPR,
+ * ...: an entry c_ij is summed over k ascending along A's row (b_kj found by bisection in B's row
+ * k), the same additions in the same order as kd_amg_product's, so the same bits; rows of C
+ * with tens of entries (R (A P)) take tens of work-items instead of one. */
+__kernel void kd_amg_product_lanes(const int rows, __global const int *a_ptr,
+                                   __global const int *a_idx, __global const VALUE *a_val,
+                                   __global const int *b_ptr, __global const int *b_idx,
+                                   __global const VALUE *b_val, __global const int *c_ptr,
+                                   __global const int *c_idx, __global VALUE *c_val)
+{
+    const int i = (int)(get_global_id(0) / KD_TPR), lane = (int)(get_global_id(0) % KD_TPR);
+    if (i >= rows)
+        return;
+    const int a0 = a_ptr[i], a1 = a_ptr[i + 1];
+    for (int p = c_ptr[i] + lane; p < c_ptr[i + 1]; p += KD_TPR) {
+        const int j = c_idx[p];
+        VALUE sum = (VALUE)0;
+        for (int ka = a0; ka < a1; ka++) {
+            const int k = a_idx[ka], b0 = b_ptr[k], b1 = b_ptr[k + 1];
+            int lo = b0, hi = b1;
+            while (lo < hi) {
+                const int mid = lo + (hi - lo) / 2;
+                if (b_idx[mid] < j)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo < b1 && b_idx[lo] == j)
+                sum += a_val[ka] * b_val[lo];
+        }
+        c_val[p] = sum;
+    }
+}
+
 __kernel void kd_amg_prolong(const int n, const VALUE omega, __global const int *a_ptr,
                              __global const int *a_idx, __global const VALUE *a_val,
                              __global const int *agg, __global const VALUE *scale,

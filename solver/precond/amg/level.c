@@ -303,6 +303,23 @@ int kd_amg_product(kd_ocl_t *ocl, kd_amg_t *amg, const kd_csr_device_t *A, const
 {
     if (C->nnz == 0) /* else A and B have entries: C's pattern is their symbolic product */
         return KD_OK;
+    /* a GPU gives each row of C lanes for its columns (R (A P)'s rows have tens of entries, and
+     * one work-item a row summed about a thousand products each); one work-item a row else */
+    const int lanes = kd_amg_lanes(amg, (double)C->nnz / (double)C->rows);
+    if (lanes > 1) {
+        size_t global;
+        if (kd_mul_overflow((size_t)C->rows, (size_t)lanes, &global))
+            return kd_err_set(err, KD_ETOOLARGE, "amg: a Galerkin product of %lld rows",
+                              (long long)C->rows);
+        return kd_amg_launch(
+            ocl, amg, "kd_amg_product_lanes", lanes, (global + amg->wg - 1) / amg->wg * amg->wg,
+            amg->wg,
+            KD_ARGS(KD_ARG_INT(C->rows), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
+                    KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr), KD_ARG_MEM(B->indices),
+                    KD_ARG_MEM(B->values), KD_ARG_MEM(C->indptr), KD_ARG_MEM(C->indices),
+                    KD_ARG_MEM(C->values)),
+            err);
+    }
     return kd_amg_launch(ocl, amg, "kd_amg_product", 0, kd_amg_global(amg, C->rows), amg->wg,
                          KD_ARGS(KD_ARG_INT(C->rows), KD_ARG_MEM(A->indptr), KD_ARG_MEM(A->indices),
                                  KD_ARG_MEM(A->values), KD_ARG_MEM(B->indptr),

@@ -527,7 +527,8 @@ static void test_refusals_and_fallbacks(void)
  * A time step's AMG refreshes, as the server makes them: A2 and A3 hold A1's pattern arrays in
  * another format than csr_scalar (kd_matrix_with_values), A1 -> A2 -> A3. The second refresh fills
  * level 0's CSR values on the device from A3's format (kd_matrix_values_canonical) on the
- * pattern the first kept: its M^-1 equals a fresh setup's on A3, for each format that shares.
+ * pattern the first kept: its M^-1 equals a fresh setup's on A3, for each format that shares,
+ * with the Galerkin products' one work-item a row and with a GPU's lanes a row.
  */
 static void test_amg_time_steps_in_formats(void)
 {
@@ -537,7 +538,11 @@ static void test_amg_time_steps_in_formats(void)
     kd_csr_t *c2 = weighted_laplacian(40, 0.3, 3.0, 2.0);
     kd_csr_t *c3 = weighted_laplacian(40, 0.5, 1.5, 0.5);
     const int64_t n = c1->rows, k = 2;
-    for (size_t f = 0; f < sizeof(formats) / sizeof(formats[0]); f++) {
+    /* each twice: one work-item a row of the Galerkin products (a CPU's), and lanes a row (a
+     * GPU's: kd_amg_product_lanes) */
+    for (size_t run = 0; run < 2 * sizeof(formats) / sizeof(formats[0]); run++) {
+        const size_t f = run / 2;
+        kd_amg_test_set_gpu_lanes((int)(run % 2));
         kd_err_t err = {0};
         kd_matrix_t *A1 = NULL, *A2 = NULL, *A3 = NULL, *F3 = upload(c3);
         must(kd_matrix_upload(ocl, c1, formats[f], &A1, &err) == KD_OK, "upload", &err);
@@ -574,8 +579,8 @@ static void test_amg_time_steps_in_formats(void)
         apply(R3, n, k, KD_DTYPE_F64, r, z1);
         apply(P3, n, k, KD_DTYPE_F64, r, z2);
         const double d = rel_diff(z1, z2, n * k, KD_DTYPE_F64);
-        CHECK_MSG(d <= 1e-11, "%s: A3's twice-refreshed AMG and a fresh one differ by %g",
-                  kd_format_name(formats[f]), d);
+        CHECK_MSG(d <= 1e-11, "%s%s: A3's twice-refreshed AMG and a fresh one differ by %g",
+                  kd_format_name(formats[f]), run % 2 ? " (GPU lanes)" : "", d);
         free(r);
         free(z1);
         free(z2);
@@ -584,6 +589,7 @@ static void test_amg_time_steps_in_formats(void)
         kd_matrix_free(A1);
         kd_matrix_free(F3);
     }
+    kd_amg_test_set_gpu_lanes(0);
     kd_csr_free(c1);
     kd_csr_free(c2);
     kd_csr_free(c3);
