@@ -107,6 +107,14 @@ class Direct(unittest.TestCase):
                 self.assertEqual(one.status, "converged")
                 self.assertLessEqual(relres(A, B[:, :1], one.x[:, None])[0], 1e-10)
 
+    def test_status_lists(self):
+        st = self.kd.status()
+        solvers = st.raw["solvers"]
+        self.assertIn("direct", solvers["methods"])
+        self.assertEqual(set(solvers["direct_solvers"]), {"klu", "umfpack", "cholmod"})
+        self.assertGreater(st.raw["factor_budget_bytes"], 0)
+        self.assertGreaterEqual(st.raw["factor_bytes_used"], 0)
+
     def test_solver_choice(self):
         A = load("watt_2")
         b = A @ rng.uniform(-1, 1, A.shape[0])
