@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Method "direct" against SciPy's spsolve on the same host, in the same run (issue 37;
+docs/BENCHMARKS.md, "Direct solves (issue 37)"):
+
+    /usr/bin/python3 bench/service/direct.py [--server HOST:PORT] [--reps 5] [--cached 20]
+        [--matrices adder_dcop_05,bayer10,...]
+
+Without --server it starts build/bin/krylovd on a free loopback port (and stops it). For each
+real square matrix of tests/matrices that is nonsingular, one right-hand side b = A x_true:
+
+  first   a solve that factors: the client's wall time of kd.solve(method="direct") on a matrix
+          just put (the put not counted), median over --reps puts of A * 2^r (the same matrix
+          scaled exactly, a new content id each, so a new factor each)
+  cached  the client's wall time of a solve with the factor kept, median over --cached solves
+  scipy   scipy.sparse.linalg.spsolve(A_csc, b) (SuperLU, which factors every call), median of
+          --reps, A converted to CSC beforehand
+
+with the server's own times of the first solve (analysis, factorisation, triangular solves),
+its library, the fill nnz(factor) / nnz(A), and the true relative residuals of both answers.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import scipy.io
+import scipy.sparse as sp
+import scipy.sparse.linalg as sla
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import krylov  # noqa: E402
+
+MATRICES = ["adder_dcop_05", "bayer10", "watt_2", "ani4", "young1c", "arrow", "494_bus"]
+
+
+def load(name):
+    A = scipy.io.mmread(os.path.join(ROOT, "tests", "matrices", name + ".mtx"))
+    if np.iscomplexobj(A.data):
+        A = A.real  # young1c: its real part
+    return sp.csr_matrix(A, dtype=np.float64)
+
+
+def start_daemon():
+    d = tempfile.mkdtemp(prefix="kd-bench-direct-")
+    port_file = os.path.join(d, "port")
+    proc = subprocess.Popen([os.path.join(ROOT, "build", "bin", "krylovd"), "--listen",
+                             "127.0.0.1:0", "--port-file", port_file, "--log-level", "warn"])
+    for _ in range(600):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return proc, "127.0.0.1:" + open(port_file).read().strip()
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("krylovd did not start")
+
+
+def relres(A, b, x):
+    return np.linalg.norm(b - A @ x) / np.linalg.norm(b)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", default=None)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--cached", type=int, default=20)
+    ap.add_argument("--matrices", default=",".join(MATRICES), help="comma-separated names")
+    a = ap.parse_args()
+    proc = None
+    address = a.server
+    if address is None:
+        proc, address = start_daemon()
+    rng = np.random.default_rng(37)
+    kd = krylov.Client(address)
+    print("| matrix | rows | nnz | library | fill | first solve ms (analyze + factor + solve on "
+          "the server) | cached solve ms | SciPy spsolve ms | first / SciPy | cached / SciPy "
+          "| residual direct / SciPy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    try:
+        for name in a.matrices.split(","):
+            A = load(name)
+            b = A @ rng.uniform(-1, 1, A.shape[0])
+            firsts, res = [], None
+            for r in range(a.reps):
+                s = 2.0 ** (r + 1)  # exact: the same system, a new content id (a new factor)
+                kid = kd.put(A * s)
+                t = time.perf_counter()
+                res = kd.solve(kid, b * s, method="direct", rtol=1e-12)
+                firsts.append(time.perf_counter() - t)
+                assert res.direct["factored"], name
+                if r + 1 < a.reps:
+                    kd.drop(kid)
+            cached = []
+            for _ in range(a.cached):
+                t = time.perf_counter()
+                again = kd.solve(kid, b * s, method="direct", rtol=1e-12)
+                cached.append(time.perf_counter() - t)
+                assert not again.direct["factored"], name
+            kd.drop(kid)
+            Ac = A.tocsc()
+            sla.spsolve(Ac, b)  # warm
+            scipy_t = []
+            for _ in range(a.reps):
+                t = time.perf_counter()
+                xs = sla.spsolve(Ac, b)
+                scipy_t.append(time.perf_counter() - t)
+            f, c, sc = (np.median(v) * 1e3 for v in (firsts, cached, scipy_t))
+            d = res.direct
+            print(f"| {name} | {A.shape[0]} | {A.nnz} | {d['solver']} | {d['fill']:.2f} | "
+                  f"{f:.2f} ({d['analyze_ms']:.2f} + {d['factor_ms']:.2f} + {d['solve_ms']:.2f}) | "
+                  f"{c:.2f} | {sc:.2f} | {f / sc:.2f} | {c / sc:.2f} | "
+                  f"{relres(A, b, res.x):.1e} / {relres(A, b, xs):.1e} |", flush=True)
+    finally:
+        kd.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
