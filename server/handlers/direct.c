@@ -41,6 +41,9 @@ typedef struct kd_direct_task {
     kd_direct_budget_t *budget;
     kd_direct_t *D;
     kd_direct_info_t info;
+    /* refactor */
+    kd_direct_t *like;
+    int like_spent;
     /* solve */
     int64_t nrhs;
     const double *B;
@@ -55,6 +58,12 @@ typedef struct kd_direct_task {
 static int kd_direct_task_factor(kd_direct_task_t *t)
 {
     return kd_direct_factor(t->csr, t->looks_spd, t->ops, t->budget, &t->D, &t->info, &t->err);
+}
+
+static int kd_direct_task_refactor(kd_direct_task_t *t)
+{
+    return kd_direct_refactor(t->like, t->csr, t->budget, &t->D, &t->info, &t->like_spent,
+                              &t->err);
 }
 
 static int kd_direct_task_solve(kd_direct_task_t *t)
@@ -141,7 +150,22 @@ static int kd_direct_choose(const kd_solve_request_t *q, const kd_matrix_t *A,
     return KD_OK;
 }
 
-/* The matrix's factor: held, or made now (*info says which). NULL with info->singular. */
+/* The factor of the matrix entry was put `like` (matrix.put with like), when it holds one by
+ * `ops` (NULL: any), kept busy till the caller lets it go; else NULL. */
+static kd_store_entry_t *kd_direct_like(kd_server_t *server, const kd_store_entry_t *entry,
+                                        const kd_direct_ops_t *ops)
+{
+    kd_store_entry_t *like =
+        entry->meta.has_like ? kd_store_find(server->store, entry->meta.like) : NULL;
+    if (like == NULL || like->dev == NULL || like == entry ||
+        !kd_direct_is(kd_direct_of(like->dev), ops))
+        return NULL;
+    like->busy++;
+    return like;
+}
+
+/* The matrix's factor: held, refactored from the like matrix's, or made now (*info says which).
+ * NULL with info->singular. */
 static int kd_direct_get(kd_server_t *server, kd_store_entry_t *entry, const kd_direct_ops_t *ops,
                          kd_direct_t **out, kd_direct_info_t *info, kd_err_t *err)
 {
@@ -158,16 +182,35 @@ static int kd_direct_get(kd_server_t *server, kd_store_entry_t *entry, const kd_
     int rc = kd_cache_host_csr(server, entry->meta.id, &csr, &owned, err);
     if (rc != KD_OK)
         return rc;
-    kd_direct_task_t t = {.fn = kd_direct_task_factor,
+    kd_store_entry_t *like = kd_direct_like(server, entry, ops);
+    kd_direct_task_t t = {.fn = like != NULL ? kd_direct_task_refactor : kd_direct_task_factor,
                           .csr = csr,
                           .looks_spd = A->scan.looks_spd,
                           .ops = ops,
-                          .budget = &server->factor_budget};
+                          .budget = &server->factor_budget,
+                          .like = like != NULL ? kd_direct_of(like->dev) : NULL};
     /* another library's factor goes first: its bytes are the budget's */
     kd_direct_keep(A, NULL);
     rc = kd_direct_run(server, &t, csr->nnz < KD_DIRECT_INLINE_NNZ);
     kd_csr_free(owned);
     *info = t.info;
+    if (like != NULL) {
+        if (t.like_spent) /* klu: its factor moved into this one's */
+            kd_direct_keep(like->dev, NULL);
+        like->busy--;
+        if (rc == KD_OK && t.D != NULL) {
+            char note[sizeof(info->message)];
+            if (info->refactored)
+                snprintf(note, sizeof(note), "refactored on the analysis of matrix %s%s",
+                         like->meta.hex,
+                         t.like_spent ? " (its factor moved here: its next direct solve "
+                                        "factors again)"
+                                      : "");
+            else
+                snprintf(note, sizeof(note), "%.200s (like %s)", info->message, like->meta.hex);
+            snprintf(info->message, sizeof(info->message), "%s", note);
+        }
+    }
     if (rc != KD_OK) {
         *err = t.err;
         return rc;
@@ -176,11 +219,11 @@ static int kd_direct_get(kd_server_t *server, kd_store_entry_t *entry, const kd_
         kd_direct_keep(A, t.D);
     *out = t.D;
     KD_INFO("solve",
-            "direct factor of matrix %s: %s%s entries=%lld bytes=%zu fill=%.2f analyze_ms=%.3f "
+            "direct factor of matrix %s: %s%s%s entries=%lld bytes=%zu fill=%.2f analyze_ms=%.3f "
             "factor_ms=%.3f",
-            entry->meta.hex, info->singular ? "singular " : "", info->solver ? info->solver : "?",
-            (long long)info->factor_entries, info->factor_bytes, info->fill, info->analyze_ms,
-            info->factor_ms);
+            entry->meta.hex, info->singular ? "singular " : "", info->refactored ? "refactored " : "",
+            info->solver ? info->solver : "?", (long long)info->factor_entries,
+            info->factor_bytes, info->fill, info->analyze_ms, info->factor_ms);
     return KD_OK;
 }
 

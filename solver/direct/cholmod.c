@@ -108,6 +108,41 @@ static int kd_cholmod_factor(void *state, const int32_t *colptr, const int32_t *
     return KD_OK;
 }
 
+/* cholmod_factorize into a copy of like's L (its ordering and supernodal structure kept): like
+ * keeps its own. Refused when the new values are not positive definite. */
+static int kd_cholmod_refactor(void *like_state, void **state, const int32_t *colptr,
+                               const int32_t *rows, const double *values, int64_t *entries,
+                               size_t *bytes, int *declined, int *like_spent, char *why,
+                               size_t whylen, kd_err_t *err)
+{
+    kd_cholmod_t *like = like_state, *c = calloc(1, sizeof(*c));
+    *state = NULL;
+    *declined = 0;
+    *like_spent = 0;
+    if (c == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for cholmod");
+    cholmod_start(&c->common);
+    c->common.print = 0;
+    c->common.final_ll = 1;
+    c->n = like->n;
+    c->L = cholmod_copy_factor(like->L, &c->common);
+    if (c->L == NULL) {
+        kd_cholmod_release(c);
+        return kd_err_set(err, KD_ENOMEM, "cholmod_copy_factor: out of host memory");
+    }
+    int singular = 0;
+    int rc = kd_cholmod_factor(c, colptr, rows, values, entries, bytes, &singular, why, whylen,
+                               err);
+    if (rc != KD_OK || singular) {
+        *declined = singular;
+        kd_cholmod_release(c);
+        return rc;
+    }
+    *bytes = c->common.memory_inuse;
+    *state = c;
+    return KD_OK;
+}
+
 static int kd_cholmod_solve(void *state, const int32_t *colptr, const int32_t *rows,
                             const double *values, int64_t nrhs, double *B, kd_err_t *err)
 {
@@ -136,6 +171,7 @@ const kd_direct_ops_t kd_direct_cholmod = {
     .cholesky = 1,
     .analyze = kd_cholmod_analyze,
     .factor = kd_cholmod_factor,
+    .refactor = kd_cholmod_refactor,
     .solve = kd_cholmod_solve,
     .release = kd_cholmod_release,
 };

@@ -262,6 +262,71 @@ int kd_direct_factor(const kd_csr_t *csr, int looks_spd, const kd_direct_ops_t *
     return KD_OK;
 }
 
+int kd_direct_refactor(kd_direct_t *like, const kd_csr_t *csr, kd_direct_budget_t *budget,
+                       kd_direct_t **out, kd_direct_info_t *info, int *like_spent, kd_err_t *err)
+{
+    assert(like != NULL && csr != NULL && budget != NULL && out != NULL && info != NULL);
+    memset(info, 0, sizeof(*info));
+    *out = NULL;
+    *like_spent = 0;
+    if (csr->rows != like->n || csr->cols != like->n || csr->nnz != like->nnz ||
+        memcmp(csr->indptr, like->colptr, (size_t)(like->n + 1) * sizeof(int32_t)) != 0 ||
+        memcmp(csr->indices, like->rows, (size_t)like->nnz * sizeof(int32_t)) != 0)
+        return kd_err_set(err, KD_EBADREQ,
+                          "refactor: the matrix's pattern is not the one of the factor it is "
+                          "like");
+    if (like->ops->refactor == NULL || like->state == NULL)
+        return kd_direct_factor(csr, 0, like->ops, budget, out, info, err);
+    kd_direct_t *D = NULL;
+    int rc = kd_direct_new(csr, &D, err), declined = 0;
+    if (rc != KD_OK)
+        return rc;
+    D->ops = like->ops;
+    D->budget = budget;
+    char what[96];
+    snprintf(what, sizeof(what), "refactor (%s) of a %lld x %lld matrix", like->ops->name,
+             (long long)D->n, (long long)D->n);
+    /* the same pattern and analysis: like's factor's size is this one's estimate */
+    D->estimate_bytes = (double)like->factor_bytes;
+    if ((rc = kd_direct_charge(budget, like->factor_bytes, what, err)) != KD_OK) {
+        kd_direct_free(D);
+        return rc;
+    }
+    D->charged = like->factor_bytes;
+    size_t library_bytes = 0;
+    char why[sizeof(D->message)] = "";
+    const uint64_t t0 = kd_clock_ns();
+    rc = like->ops->refactor(like->state, &D->state, D->colptr, D->rows, D->values,
+                             &D->factor_entries, &library_bytes, &declined, like_spent, why,
+                             sizeof(why), err);
+    D->factor_ms = kd_clock_ms_since(t0);
+    if (*like_spent) { /* its factor is D's now (or gone): like gives its bytes back */
+        like->ops->release(like->state);
+        like->state = NULL;
+        kd_direct_uncharge(like->budget, like->charged);
+        like->charged = 0;
+    }
+    if (rc == KD_OK && !declined) {
+        kd_direct_settle(D, library_bytes, kd_direct_copy_bytes(csr));
+        D->refactored = 1;
+        kd_direct_info_fill(D, info);
+        info->factored = 1;
+        *out = D;
+        return KD_OK;
+    }
+    kd_direct_free(D);
+    if (rc != KD_OK)
+        return rc;
+    /* the kept pivots fail these values: a fresh factorisation, with its own analysis */
+    rc = kd_direct_factor(csr, 0, like->ops, budget, out, info, err);
+    if (rc == KD_OK && *out != NULL) {
+        snprintf((*out)->message, sizeof((*out)->message),
+                 "refactor declined (%.150s): factored afresh", why);
+        snprintf(info->message, sizeof(info->message), "%s", (*out)->message);
+    }
+    return rc;
+}
+
 void kd_direct_describe(const kd_direct_t *D, kd_direct_info_t *info)
 {
     assert(D != NULL && info != NULL);

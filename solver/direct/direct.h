@@ -59,11 +59,14 @@ typedef struct kd_direct_ops {
     int (*factor)(void *state, const int32_t *colptr, const int32_t *rows, const double *values,
                   int64_t *entries, size_t *bytes, int *singular, char *why, size_t whylen,
                   kd_err_t *err);
-    /* New values on the same pattern, reusing the analysis (and the pivot order where the
-     * library can: klu_refactor). *declined = 1 when the kept pivots fail these values (the
-     * caller then runs factor, which pivots afresh). */
-    int (*refactor)(void *state, const int32_t *colptr, const int32_t *rows, const double *values,
-                    int64_t *entries, size_t *bytes, int *declined, kd_err_t *err);
+    /* May be NULL (the caller factors afresh). New values on like_state's pattern, reusing its
+     * analysis: a new state in *state with the new factor, or *declined = 1 with `why` when the
+     * kept pivot order fails these values (the caller then factors afresh, *state NULL). What
+     * like_state's solves need stays valid unless *like_spent = 1: the library moved its factor
+     * over (klu: klu_refactor works in place), and the caller drops like's factor. */
+    int (*refactor)(void *like_state, void **state, const int32_t *colptr, const int32_t *rows,
+                    const double *values, int64_t *entries, size_t *bytes, int *declined,
+                    int *like_spent, char *why, size_t whylen, kd_err_t *err);
     /* B (n x nrhs, column-major, leading dimension n) overwritten by the solution of the
      * client's system A X = B. */
     int (*solve)(void *state, const int32_t *colptr, const int32_t *rows, const double *values,
@@ -112,6 +115,19 @@ typedef struct kd_direct_info {
 int kd_direct_factor(const kd_csr_t *csr, int looks_spd, const kd_direct_ops_t *ops,
                      kd_direct_budget_t *budget, kd_direct_t **out, kd_direct_info_t *info,
                      kd_err_t *err);
+
+/*
+ * New values on like's pattern (matrix.put with like, issue 37 item 2): a factor of csr on like's
+ * kept analysis through the library's refactor (klu_refactor on like's pivot order; umfpack's
+ * numeric phase on its symbolic object; cholmod's numeric factorisation in a copy of its
+ * supernodal L), info->refactored = 1; where the kept pivots fail the new values, a fresh
+ * factorisation (info->message says why). csr's pattern must be like's (KD_EBADREQ otherwise,
+ * nothing done). *like_spent = 1 when like's factor moved into the new one (klu): the caller
+ * frees like's (kd_direct_keep(like matrix, NULL)); else like's stays as it was. budget as
+ * kd_direct_factor (the estimate is like's factor's size).
+ */
+int kd_direct_refactor(kd_direct_t *like, const kd_csr_t *csr, kd_direct_budget_t *budget,
+                       kd_direct_t **out, kd_direct_info_t *info, int *like_spent, kd_err_t *err);
 
 /* What D is: its library, size and times (info->factored = 0). */
 void kd_direct_describe(const kd_direct_t *D, kd_direct_info_t *info);

@@ -17,7 +17,11 @@ typedef struct kd_klu {
     klu_symbolic *symbolic;
     klu_numeric *numeric;
     int n;
+    double rcond; /* klu_rcond's min |u_ii| / max |u_ii| of the factor: refactor's yardstick */
 } kd_klu_t;
+
+/* A refactor's pivots are refused when they lost this much against the fresh factor's. */
+#define KD_KLU_RCOND_LOSS 1e-6
 
 static void kd_klu_release(void *state)
 {
@@ -91,6 +95,50 @@ static int kd_klu_factor(void *state, const int32_t *colptr, const int32_t *rows
     }
     *entries = (int64_t)k->numeric->lnz + (int64_t)k->numeric->unz;
     *bytes = k->common.memusage;
+    k->rcond = klu_rcond(k->symbolic, k->numeric, &k->common) ? k->common.rcond : 0.0;
+    return KD_OK;
+}
+
+/* klu_refactor on like's pivot order, in like's numeric object, which moves into the new state
+ * (KLU cannot copy one): like is spent. Refused when klu_refactor meets a zero pivot or the
+ * pivots' ratio fell by KD_KLU_RCOND_LOSS against the factor's own (the kept order no longer
+ * fits the values): then the caller factors afresh. */
+static int kd_klu_refactor(void *like_state, void **state, const int32_t *colptr,
+                           const int32_t *rows, const double *values, int64_t *entries,
+                           size_t *bytes, int *declined, int *like_spent, char *why,
+                           size_t whylen, kd_err_t *err)
+{
+    kd_klu_t *like = like_state, *k = calloc(1, sizeof(*k));
+    *state = NULL;
+    *declined = 0;
+    if (k == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for klu");
+    k->common = like->common;
+    k->n = like->n;
+    k->symbolic = like->symbolic;
+    k->numeric = like->numeric;
+    like->symbolic = NULL;
+    like->numeric = NULL;
+    *like_spent = 1;
+    const int ok = klu_refactor((int *)colptr, (int *)rows, (double *)values, k->symbolic,
+                                k->numeric, &k->common);
+    k->rcond = ok && klu_rcond(k->symbolic, k->numeric, &k->common) ? k->common.rcond : 0.0;
+    if (!ok || !(k->rcond >= like->rcond * KD_KLU_RCOND_LOSS)) {
+        *declined = 1;
+        if (!ok)
+            snprintf(why, whylen, "klu_refactor: %s (status %d)",
+                     k->common.status == KLU_SINGULAR ? "a zero pivot" : "failed",
+                     k->common.status);
+        else
+            snprintf(why, whylen,
+                     "the kept pivot order's min/max |u_ii| fell from %.3g to %.3g", like->rcond,
+                     k->rcond);
+        kd_klu_release(k);
+        return KD_OK;
+    }
+    *entries = (int64_t)k->numeric->lnz + (int64_t)k->numeric->unz;
+    *bytes = k->common.memusage;
+    *state = k;
     return KD_OK;
 }
 
@@ -110,6 +158,7 @@ const kd_direct_ops_t kd_direct_klu = {
     .summary = "sparse LU for circuit-like matrices (KLU: BTF, AMD, partial pivoting)",
     .analyze = kd_klu_analyze,
     .factor = kd_klu_factor,
+    .refactor = kd_klu_refactor,
     .solve = kd_klu_solve,
     .release = kd_klu_release,
 };

@@ -85,6 +85,42 @@ static int kd_umfpack_factor(void *state, const int32_t *colptr, const int32_t *
     return KD_OK;
 }
 
+/* umfpack_di_numeric with like's symbolic object (its column ordering and frontal structure),
+ * which moves into the new state: like keeps its numeric object, all its solves need. Refused
+ * when the new values are singular on that ordering (the caller factors afresh). */
+static int kd_umfpack_refactor(void *like_state, void **state, const int32_t *colptr,
+                               const int32_t *rows, const double *values, int64_t *entries,
+                               size_t *bytes, int *declined, int *like_spent, char *why,
+                               size_t whylen, kd_err_t *err)
+{
+    kd_umfpack_t *like = like_state, *u = calloc(1, sizeof(*u));
+    *state = NULL;
+    *declined = 0;
+    *like_spent = 0;
+    if (u == NULL)
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for umfpack");
+    if (like->symbolic == NULL) { /* moved on by an earlier refactor */
+        free(u);
+        *declined = 1;
+        snprintf(why, whylen, "the like matrix's analysis went to another refactor");
+        return KD_OK;
+    }
+    memcpy(u->control, like->control, sizeof(u->control));
+    u->n = like->n;
+    u->symbolic = like->symbolic;
+    like->symbolic = NULL;
+    int singular = 0;
+    int rc = kd_umfpack_factor(u, colptr, rows, values, entries, bytes, &singular, why, whylen,
+                               err);
+    if (rc != KD_OK || singular) {
+        *declined = singular;
+        kd_umfpack_release(u);
+        return rc;
+    }
+    *state = u;
+    return KD_OK;
+}
+
 static int kd_umfpack_solve(void *state, const int32_t *colptr, const int32_t *rows,
                             const double *values, int64_t nrhs, double *B, kd_err_t *err)
 {
@@ -115,6 +151,7 @@ const kd_direct_ops_t kd_direct_umfpack = {
     .summary = "multifrontal sparse LU for general matrices (UMFPACK)",
     .analyze = kd_umfpack_analyze,
     .factor = kd_umfpack_factor,
+    .refactor = kd_umfpack_refactor,
     .solve = kd_umfpack_solve,
     .release = kd_umfpack_release,
 };

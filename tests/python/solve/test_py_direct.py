@@ -15,6 +15,9 @@ Python client, SciPy's spsolve as the reference on the same right-hand sides.
 - Refusals: a factor over --factor-memory (TOO_LARGE naming the estimate and the budget, before
   the factorisation: SpMV and cg still answered), bad direct_options (BAD_REQUEST naming what is
   wrong), a preconditioner with direct, cholmod on a nonsymmetric matrix.
+- A time step (put with like, then a direct solve) refactors on the like matrix's analysis and
+  says so (klu: the factor moves; umfpack: the like matrix keeps its own); new values that the
+  kept pivots cannot take are factored afresh, and the note says why.
 - An SpMV on another matrix is answered while a large factorisation runs.
 """
 
@@ -138,6 +141,57 @@ class Direct(unittest.TestCase):
         res = self.kd.solve(sid, bs, method="direct", direct_options={"solver": "cholmod"})
         self.assertEqual(res.direct["solver"], "cholmod")
         self.assertLessEqual(relres(S, bs[:, None], res.x[:, None])[0], 1e-10)
+
+    def step(self, A, k):
+        """A time step's matrix: A's pattern, values a_ij (1 + 0.01 k sin(i j + i + j))."""
+        C = A.tocoo()
+        f = 1.0 + 0.01 * k * np.sin(C.row * C.col + C.row + C.col)
+        return sp.csr_matrix((C.data * f, (C.row, C.col)), shape=A.shape)
+
+    def test_time_step(self):
+        """put with like, then a direct solve: refactored on the like matrix's analysis, and
+        the reply says so; klu's factor moves from the like matrix, umfpack's stays."""
+        for solver, name in (("klu", "bayer10"), ("umfpack", "adder_dcop_05")):
+            with self.subTest(solver=solver):
+                A = load(name) * 5.0  # its own content: not the matrix other tests factored
+                opts = {"solver": solver}
+                kid = self.kd.put(A)
+                b = A @ rng.uniform(-1, 1, A.shape[0])
+                first = self.kd.solve(kid, b, method="direct", direct_options=opts)
+                self.assertTrue(first.direct["factored"])
+                self.assertFalse(first.direct["refactored"])
+                prev, prev_id = A, kid
+                for k in (1, 2, 3):
+                    Ak = self.step(A, k)
+                    sid = self.kd.put(Ak, like=prev_id)
+                    bk = Ak @ rng.uniform(-1, 1, A.shape[0])
+                    res = self.kd.solve(sid, bk, method="direct", direct_options=opts)
+                    self.assertEqual(res.status, "converged", res.message)
+                    self.assertTrue(res.direct["refactored"], res.direct["note"])
+                    self.assertEqual(res.direct["analyze_ms"], 0.0)
+                    self.assertIn("refactored on the analysis of matrix " + prev_id.id,
+                                  res.direct["note"])
+                    self.assertLessEqual(relres(Ak, bk[:, None], res.x[:, None])[0], 1e-10)
+                    again = self.kd.solve(prev_id, prev @ np.ones(A.shape[0]),
+                                          method="direct", direct_options=opts)
+                    # klu's factor moved to the new matrix; umfpack's like keeps its own
+                    self.assertEqual(again.direct["factored"], solver == "klu")
+                    prev, prev_id = Ak, sid
+
+    def test_time_step_declined(self):
+        """New values the kept pivot order cannot take: factored afresh, and said."""
+        A = sp.csr_matrix(np.array([[10.0, 1.0], [1.0, 1.0]]))
+        kid = self.kd.put(A)
+        self.kd.solve(kid, np.ones(2), method="direct", direct_options={"solver": "klu"})
+        A2 = sp.csr_matrix(np.array([[1e-14, 1.0], [1.0, 1.0]]))
+        sid = self.kd.put(A2, like=kid)
+        res = self.kd.solve(sid, A2 @ np.ones(2), method="direct",
+                            direct_options={"solver": "klu"})
+        self.assertEqual(res.status, "converged")
+        self.assertFalse(res.direct["refactored"])
+        self.assertTrue(res.direct["factored"])
+        self.assertIn("refactor declined", res.direct["note"])
+        np.testing.assert_allclose(res.x, [1.0, 1.0], rtol=1e-8)
 
     def test_reordered(self):
         """A matrix the server keeps reordered (rcm) is factored in the client's order: b and x

@@ -14,6 +14,9 @@
  *     naming the estimate and the budget, nothing charged), a factor charges its bytes and gives
  *     them back when freed.
  *   - float32 values are factored in double.
+ *   - Refactoring new values on a kept analysis (klu, umfpack, cholmod): residuals, like's factor
+ *     moved (klu) or kept (the others), another pattern refused, and a pivot order that fails
+ *     the new values declined for a fresh factorisation.
  */
 #include "kd_test.h"
 #include "kd_test_mtx.h"
@@ -242,6 +245,121 @@ static void test_float32(void)
     kd_csr_free(A);
 }
 
+/* A copy of A's pattern with a_ij (1 + scale sin(i j + i + j)): symmetric when A is. */
+static kd_csr_t perturbed(const kd_csr_t *A, double scale, double *values)
+{
+    for (int64_t i = 0; i < A->rows; i++)
+        for (int32_t k = A->indptr[i]; k < A->indptr[i + 1]; k++) {
+            const double j = A->indices[k];
+            values[k] = kd_csr_value(A, k) * (1.0 + scale * sin((double)i * j + (double)i + j));
+        }
+    kd_csr_t P = *A;
+    P.dtype = KD_DTYPE_F64;
+    P.values = values;
+    P.pattern = NULL;
+    return P;
+}
+
+/* New values on a factor's pattern: refactored on its analysis, residuals at rounding; klu's
+ * factor moves (like spent), umfpack's and cholmod's stay; a pattern that differs is refused. */
+static void test_refactor(void)
+{
+    static const struct {
+        const char *file;
+        double shift;
+        const kd_direct_ops_t *ops;
+        int spent;
+    } cases[] = {
+        {"watt_2.mtx", 0, &kd_direct_klu, 1},
+        {"bayer10.mtx", 0, &kd_direct_klu, 1},
+        {"adder_dcop_05.mtx", 0, &kd_direct_umfpack, 0},
+        {"dwt_878.mtx", 4.0, &kd_direct_cholmod, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        kd_csr_t *A = kd_test_load_mtx(cases[i].file, cases[i].shift);
+        double *v = malloc((size_t)A->nnz * sizeof(double));
+        kd_csr_t A2 = perturbed(A, 0.01, v);
+        kd_direct_budget_t budget = {.limit = (size_t)1 << 32};
+        atomic_init(&budget.used, 0);
+        kd_direct_t *D = NULL, *E = NULL;
+        kd_direct_info_t info;
+        kd_err_t err = {0};
+        int spent = -1;
+        REQUIRE(kd_direct_factor(A, 0, cases[i].ops, &budget, &D, &info, &err) == KD_OK &&
+                D != NULL);
+        const double fresh_ms = info.analyze_ms + info.factor_ms;
+        CHECK_EQ_INT(kd_direct_refactor(D, &A2, &budget, &E, &info, &spent, &err), KD_OK);
+        REQUIRE(E != NULL);
+        CHECK_MSG(info.refactored, "%s: %s", cases[i].file, info.message);
+        CHECK_EQ_INT(spent, cases[i].spent);
+        CHECK(info.analyze_ms == 0.0);
+        printf("  refactor %-14s %-8s %.2f ms against %.2f ms fresh\n", cases[i].file,
+               info.solver, info.factor_ms, fresh_ms);
+        const int64_t n = A->rows;
+        double *B = random_rhs(&A2, 2), *X = calloc((size_t)(2 * n), sizeof(double));
+        double norms[2];
+        int refinements[2];
+        CHECK_EQ_INT(kd_direct_solve(E, 2, B, X, norms, refinements, &err), KD_OK);
+        const double rel = true_residual(&A2, 2, B, X);
+        CHECK_MSG(rel <= 1e-10, "%s refactored: %.3g", cases[i].file, rel);
+        if (!spent) { /* like's factor still answers A's systems */
+            double *B1 = random_rhs(A, 1);
+            CHECK_EQ_INT(kd_direct_solve(D, 1, B1, X, norms, refinements, &err), KD_OK);
+            CHECK(true_residual(A, 1, B1, X) <= 1e-10);
+            free(B1);
+        }
+        /* another pattern: refused before anything */
+        kd_csr_t other = *A;
+        other.nnz = A->nnz - 1;
+        kd_direct_t *F = NULL;
+        CHECK_EQ_INT(kd_direct_refactor(E, &other, &budget, &F, &info, &spent, &err), KD_EBADREQ);
+        CHECK_STR_CONTAINS(err.message, "pattern");
+        free(B);
+        free(X);
+        free(v);
+        kd_direct_free(D);
+        kd_direct_free(E);
+        CHECK_EQ_INT((int)atomic_load(&budget.used), 0);
+        kd_csr_free(A);
+    }
+}
+
+/* The kept pivot order fails new values: a fresh factorisation, saying why. */
+static void test_refactor_declined(void)
+{
+    static int32_t indptr[] = {0, 2, 4}, indices[] = {0, 1, 0, 1};
+    static double v1[] = {10.0, 1.0, 1.0, 1.0}, v2[] = {1e-14, 1.0, 1.0, 1.0};
+    kd_csr_t A1 = {.rows = 2, .cols = 2, .nnz = 4, .dtype = KD_DTYPE_F64, .indptr = indptr,
+                   .indices = indices, .values = v1};
+    kd_csr_t A2 = A1;
+    A2.values = v2;
+    kd_direct_budget_t budget = {.limit = (size_t)1 << 30};
+    atomic_init(&budget.used, 0);
+    const kd_direct_ops_t *libs[] = {&kd_direct_klu, &kd_direct_umfpack};
+    for (int l = 0; l < 2; l++) {
+        kd_direct_t *D = NULL, *E = NULL;
+        kd_direct_info_t info;
+        kd_err_t err = {0};
+        int spent;
+        REQUIRE(kd_direct_factor(&A1, 0, libs[l], &budget, &D, &info, &err) == KD_OK);
+        CHECK_EQ_INT(kd_direct_refactor(D, &A2, &budget, &E, &info, &spent, &err), KD_OK);
+        REQUIRE(E != NULL);
+        if (l == 0) { /* klu keeps its pivots; umfpack's numeric phase pivots afresh anyway */
+            CHECK(!info.refactored);
+            CHECK_STR_CONTAINS(info.message, "refactor declined");
+            CHECK_STR_CONTAINS(info.message, "factored afresh");
+        }
+        double b[2] = {1.0 + 1e-14, 2.0}, x[2], norms[1];
+        int refinements[1];
+        CHECK_EQ_INT(kd_direct_solve(E, 1, b, x, norms, refinements, &err), KD_OK);
+        CHECK_NEAR(x[0], 1.0, 1e-8);
+        CHECK_NEAR(x[1], 1.0, 1e-8);
+        kd_direct_free(D);
+        kd_direct_free(E);
+    }
+    CHECK_EQ_INT((int)atomic_load(&budget.used), 0);
+}
+
 static void test_table(void)
 {
     char names[128];
@@ -260,5 +378,7 @@ int main(void)
     RUN(test_singular);
     RUN(test_budget);
     RUN(test_float32);
+    RUN(test_refactor);
+    RUN(test_refactor_declined);
     return kd_test_finish();
 }
