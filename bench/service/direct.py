@@ -17,6 +17,11 @@ real square matrix of tests/matrices that is nonsingular, one right-hand side b 
 
 with the server's own times of the first solve (analysis, factorisation, triangular solves),
 its library, the fill nnz(factor) / nnz(A), and the true relative residuals of both answers.
+
+With --steps, a second table: a time step (issue 37 item 2) is kd.put(A_k, like=A_{k-1}) (new
+values on the pattern) then a direct solve, which refactors on the like matrix's analysis:
+median over --reps steps of the put, the solve and both, against a first solve of the same
+matrix (put not counted), and the server's refactorisation time against its fresh one.
 """
 import argparse
 import os
@@ -61,12 +66,55 @@ def relres(A, b, x):
     return np.linalg.norm(b - A @ x) / np.linalg.norm(b)
 
 
+def step_values(A, k):
+    """A_k: A's pattern, values a_ij (1 + 0.01 k sin(i j + i + j)) (symmetric when A is)."""
+    C = A.tocoo()
+    f = 1.0 + 0.01 * k * np.sin(C.row * C.col + C.row + C.col)
+    return sp.csr_matrix((C.data * f, (C.row, C.col)), shape=A.shape)
+
+
+def steps(kd, a, rng):
+    print()
+    print("| matrix | library | first solve ms (factor) | step: put like ms | step: solve ms "
+          "(refactor) | step total / first solve | refactored |")
+    print("|---|---|---|---|---|---|---|")
+    for name in a.matrices.split(","):
+        A = load(name) * 3.0  # content of its own
+        b = A @ rng.uniform(-1, 1, A.shape[0])
+        prev = kd.put(A)
+        t = time.perf_counter()
+        first = kd.solve(prev, b, method="direct", rtol=1e-12)
+        first_s = time.perf_counter() - t
+        puts, solves, refactor_ms, refactored = [], [], [], 0
+        for k in range(1, a.reps + 1):
+            Ak = step_values(A, k)
+            t = time.perf_counter()
+            cur = kd.put(Ak, like=prev)
+            t1 = time.perf_counter()
+            res = kd.solve(cur, Ak @ np.ones(A.shape[0]), method="direct", rtol=1e-12)
+            t2 = time.perf_counter()
+            assert res.status == "converged", (name, res.message)
+            puts.append(t1 - t)
+            solves.append(t2 - t1)
+            refactor_ms.append(res.direct["factor_ms"])
+            refactored += bool(res.direct["refactored"])
+            kd.drop(prev)
+            prev = cur
+        kd.drop(prev)
+        p, s_ = np.median(puts) * 1e3, np.median(solves) * 1e3
+        d = first.direct
+        print(f"| {name} | {d['solver']} | {first_s * 1e3:.2f} ({d['factor_ms']:.2f}) | {p:.2f} | "
+              f"{s_:.2f} ({np.median(refactor_ms):.2f}) | {(p + s_) / (first_s * 1e3):.2f} | "
+              f"{refactored} of {a.reps} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", default=None)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--cached", type=int, default=20)
     ap.add_argument("--matrices", default=",".join(MATRICES), help="comma-separated names")
+    ap.add_argument("--steps", action="store_true", help="also time steps (put like + solve)")
     a = ap.parse_args()
     proc = None
     address = a.server
@@ -112,6 +160,8 @@ def main():
                   f"{f:.2f} ({d['analyze_ms']:.2f} + {d['factor_ms']:.2f} + {d['solve_ms']:.2f}) | "
                   f"{c:.2f} | {sc:.2f} | {f / sc:.2f} | {c / sc:.2f} | "
                   f"{relres(A, b, res.x):.1e} / {relres(A, b, xs):.1e} |", flush=True)
+        if a.steps:
+            steps(kd, a, rng)
     finally:
         kd.close()
         if proc is not None:
