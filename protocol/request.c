@@ -880,8 +880,7 @@ static int kd_param_direct_options(struct kd_decoder *d, kd_solve_request_t *sol
     if (o == NULL)
         return KD_OK;
     if (strcmp(solve->method, "direct") != 0)
-        return kd_err_set(d->err, KD_EBADREQ,
-                          "direct_options is for method \"direct\", not \"%s\"",
+        return kd_err_set(d->err, KD_EBADREQ, "direct_options is for method \"direct\", not \"%s\"",
                           solve->method[0] != '\0' ? solve->method : "cg");
     if (o->type != MSGPACK_OBJECT_MAP)
         return kd_err_set(d->err, KD_EBADREQ,

@@ -125,7 +125,7 @@ typedef struct kd_server {
     struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
-    kd_direct_budget_t factor_budget;    /* host bytes of method direct's factors (--factor-memory) */
+    kd_direct_budget_t factor_budget; /* host bytes of method direct's factors (--factor-memory) */
     int budget_refused;     /* worker: the last KD_EDEVMEM came from the budget, not the driver */
     int budget_wait;        /* worker: ... and would fit once requests in flight end (cache.c) */
     atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */

@@ -26,7 +26,7 @@
 /* Work this small runs on the worker itself: a thread's start and wake-up cost more than it (up
  * to milliseconds on a loaded machine, measured on 494_bus: 0.05 ms of solve, 1-4 ms handed
  * over), and it delays no SpMV by more than a fraction of a millisecond. */
-#define KD_DIRECT_INLINE_NNZ 32768          /* factorisations of matrices with fewer entries */
+#define KD_DIRECT_INLINE_NNZ 32768 /* factorisations of matrices with fewer entries */
 #define KD_DIRECT_INLINE_SOLVE ((int64_t)1 << 20) /* solves of factor entries x columns */
 
 /* One piece of host work on the helper thread. */
@@ -62,8 +62,7 @@ static int kd_direct_task_factor(kd_direct_task_t *t)
 
 static int kd_direct_task_refactor(kd_direct_task_t *t)
 {
-    return kd_direct_refactor(t->like, t->csr, t->budget, &t->D, &t->info, &t->like_spent,
-                              &t->err);
+    return kd_direct_refactor(t->like, t->csr, t->budget, &t->D, &t->info, &t->like_spent, &t->err);
 }
 
 static int kd_direct_task_solve(kd_direct_task_t *t)
@@ -221,9 +220,10 @@ static int kd_direct_get(kd_server_t *server, kd_store_entry_t *entry, const kd_
     KD_INFO("solve",
             "direct factor of matrix %s: %s%s%s entries=%lld bytes=%zu fill=%.2f analyze_ms=%.3f "
             "factor_ms=%.3f",
-            entry->meta.hex, info->singular ? "singular " : "", info->refactored ? "refactored " : "",
-            info->solver ? info->solver : "?", (long long)info->factor_entries,
-            info->factor_bytes, info->fill, info->analyze_ms, info->factor_ms);
+            entry->meta.hex, info->singular ? "singular " : "",
+            info->refactored ? "refactored " : "", info->solver ? info->solver : "?",
+            (long long)info->factor_entries, info->factor_bytes, info->fill, info->analyze_ms,
+            info->factor_ms);
     return KD_OK;
 }
 

@@ -131,8 +131,8 @@ static int kd_cholmod_refactor(void *like_state, void **state, const int32_t *co
         return kd_err_set(err, KD_ENOMEM, "cholmod_copy_factor: out of host memory");
     }
     int singular = 0;
-    int rc = kd_cholmod_factor(c, colptr, rows, values, entries, bytes, &singular, why, whylen,
-                               err);
+    int rc =
+        kd_cholmod_factor(c, colptr, rows, values, entries, bytes, &singular, why, whylen, err);
     if (rc != KD_OK || singular) {
         *declined = singular;
         kd_cholmod_release(c);

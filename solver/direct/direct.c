@@ -50,8 +50,8 @@ void kd_direct_names(char *out, size_t cap)
     assert(out != NULL && cap > 0);
     out[0] = '\0';
     for (size_t i = 0; i < kd_direct_count && w < cap; i++)
-        w += (size_t)snprintf(out + w, cap - w, "%s%s", i > 0 ? ", " : "",
-                              kd_direct_table[i]->name);
+        w +=
+            (size_t)snprintf(out + w, cap - w, "%s%s", i > 0 ? ", " : "", kd_direct_table[i]->name);
     if (kd_direct_count == 0)
         snprintf(out, cap, "none (built without SuiteSparse: -DKD_DIRECT=OFF)");
 }
@@ -176,8 +176,8 @@ static int kd_direct_build(kd_direct_t *D, const kd_direct_ops_t *ops, kd_direct
     double want = bytes + (double)copy_bytes;
     D->estimate_bytes = want;
     char what[96];
-    snprintf(what, sizeof(what), "direct (%s) on a %lld x %lld matrix with %lld entries",
-             ops->name, (long long)D->n, (long long)D->n, (long long)D->nnz);
+    snprintf(what, sizeof(what), "direct (%s) on a %lld x %lld matrix with %lld entries", ops->name,
+             (long long)D->n, (long long)D->n, (long long)D->nnz);
     const size_t charge = want >= (double)(SIZE_MAX / 2) ? SIZE_MAX / 2 : (size_t)want;
     if ((rc = kd_direct_charge(budget, charge, what, err)) != KD_OK)
         return rc;
@@ -386,8 +386,8 @@ int kd_direct_solve(const kd_direct_t *D, int64_t nrhs, const double *B, double 
     const int64_t n = D->n;
     size_t count;
     if (kd_mul_overflow((size_t)n, (size_t)nrhs, &count))
-        return kd_err_set(err, KD_ETOOLARGE, "%lld right-hand sides of %lld rows",
-                          (long long)nrhs, (long long)n);
+        return kd_err_set(err, KD_ETOOLARGE, "%lld right-hand sides of %lld rows", (long long)nrhs,
+                          (long long)n);
     memcpy(X, B, count * sizeof(double));
     int rc = D->ops->solve(D->state, D->colptr, D->rows, D->values, nrhs, X, err);
     if (rc != KD_OK)
@@ -398,8 +398,7 @@ int kd_direct_solve(const kd_direct_t *D, int64_t nrhs, const double *B, double 
     if (R == NULL || again == NULL) {
         free(R);
         free(again);
-        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld residuals",
-                          (long long)nrhs);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld residuals", (long long)nrhs);
     }
     for (int step = 0; rc == KD_OK && step <= KD_DIRECT_REFINE_MAX; step++) {
         int any = 0;
@@ -421,7 +420,8 @@ int kd_direct_solve(const kd_direct_t *D, int64_t nrhs, const double *B, double 
             residual_norms[k] = norm;
             /* a residual above a few ulps of b: one more step may help (it stops when a step
              * no longer shrinks ||r||) */
-            again[k] = step < KD_DIRECT_REFINE_MAX && rmax > 16.0 * DBL_EPSILON * kd_direct_max_abs(B + at, n);
+            again[k] = step < KD_DIRECT_REFINE_MAX &&
+                       rmax > 16.0 * DBL_EPSILON * kd_direct_max_abs(B + at, n);
             any |= again[k];
         }
         if (!any)

@@ -90,16 +90,16 @@ void kd_direct_names(char *out, size_t cap);
 
 /* How a factorisation went: for the solve's reply and logs. */
 typedef struct kd_direct_info {
-    const char *solver;         /* the library that holds the factor */
-    int factored;               /* this call factored (0: the factor was held) */
-    int refactored;             /* ... numerically on a kept analysis (kd_direct_refactor) */
-    int singular;               /* no factor: structurally or numerically singular */
-    int64_t factor_entries;     /* nnz(L) + nnz(U) (LU) or nnz(L) (Cholesky) */
-    size_t factor_bytes;        /* the host memory the factor holds, A's copy included */
-    double estimate_bytes;      /* what the analysis estimated, charged to the budget */
-    double fill;                /* factor_entries / nnz(A) */
+    const char *solver;           /* the library that holds the factor */
+    int factored;                 /* this call factored (0: the factor was held) */
+    int refactored;               /* ... numerically on a kept analysis (kd_direct_refactor) */
+    int singular;                 /* no factor: structurally or numerically singular */
+    int64_t factor_entries;       /* nnz(L) + nnz(U) (LU) or nnz(L) (Cholesky) */
+    size_t factor_bytes;          /* the host memory the factor holds, A's copy included */
+    double estimate_bytes;        /* what the analysis estimated, charged to the budget */
+    double fill;                  /* factor_entries / nnz(A) */
     double analyze_ms, factor_ms; /* of the factorisation that made the factor */
-    char message[256];          /* singular: why; a fallback (cholmod to klu): what happened */
+    char message[256];            /* singular: why; a fallback (cholmod to klu): what happened */
 } kd_direct_info_t;
 
 /*

@@ -105,8 +105,8 @@ static int kd_klu_factor(void *state, const int32_t *colptr, const int32_t *rows
  * fits the values): then the caller factors afresh. */
 static int kd_klu_refactor(void *like_state, void **state, const int32_t *colptr,
                            const int32_t *rows, const double *values, int64_t *entries,
-                           size_t *bytes, int *declined, int *like_spent, char *why,
-                           size_t whylen, kd_err_t *err)
+                           size_t *bytes, int *declined, int *like_spent, char *why, size_t whylen,
+                           kd_err_t *err)
 {
     kd_klu_t *like = like_state, *k = calloc(1, sizeof(*k));
     *state = NULL;
@@ -130,9 +130,8 @@ static int kd_klu_refactor(void *like_state, void **state, const int32_t *colptr
                      k->common.status == KLU_SINGULAR ? "a zero pivot" : "failed",
                      k->common.status);
         else
-            snprintf(why, whylen,
-                     "the kept pivot order's min/max |u_ii| fell from %.3g to %.3g", like->rcond,
-                     k->rcond);
+            snprintf(why, whylen, "the kept pivot order's min/max |u_ii| fell from %.3g to %.3g",
+                     like->rcond, k->rcond);
         kd_klu_release(k);
         return KD_OK;
     }

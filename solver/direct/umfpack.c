@@ -49,8 +49,8 @@ static int kd_umfpack_analyze(int64_t n, const int32_t *colptr, const int32_t *r
         return kd_err_set(err, KD_ENOMEM, "out of host memory for umfpack");
     umfpack_di_defaults(u->control);
     u->n = (int)n;
-    const int status = umfpack_di_symbolic(u->n, u->n, colptr, rows, values, &u->symbolic,
-                                           u->control, u->info);
+    const int status =
+        umfpack_di_symbolic(u->n, u->n, colptr, rows, values, &u->symbolic, u->control, u->info);
     if (status != UMFPACK_OK) {
         kd_umfpack_release(u);
         return kd_umfpack_error(status, "umfpack_di_symbolic", err);
@@ -110,8 +110,8 @@ static int kd_umfpack_refactor(void *like_state, void **state, const int32_t *co
     u->symbolic = like->symbolic;
     like->symbolic = NULL;
     int singular = 0;
-    int rc = kd_umfpack_factor(u, colptr, rows, values, entries, bytes, &singular, why, whylen,
-                               err);
+    int rc =
+        kd_umfpack_factor(u, colptr, rows, values, entries, bytes, &singular, why, whylen, err);
     if (rc != KD_OK || singular) {
         *declined = singular;
         kd_umfpack_release(u);
@@ -135,8 +135,8 @@ static int kd_umfpack_solve(void *state, const int32_t *colptr, const int32_t *r
     for (int64_t k = 0; k < nrhs && rc == KD_OK; k++) {
         double *b = B + (size_t)k * (size_t)u->n;
         /* A^T was factored: UMFPACK_At solves the client's A x = b */
-        const int status = umfpack_di_solve(UMFPACK_At, colptr, rows, values, x, b, u->numeric,
-                                            control, info);
+        const int status =
+            umfpack_di_solve(UMFPACK_At, colptr, rows, values, x, b, u->numeric, control, info);
         if (status != UMFPACK_OK && status != UMFPACK_WARNING_singular_matrix)
             rc = kd_umfpack_error(status, "umfpack_di_solve", err);
         else

@@ -192,8 +192,13 @@ static void test_singular(void)
     /* 3 x 3 with column 1 empty: structurally singular */
     static int32_t indptr[] = {0, 1, 2, 3}, indices[] = {0, 0, 2};
     static double values[] = {1.0, 2.0, 3.0};
-    kd_csr_t S = {.rows = 3, .cols = 3, .nnz = 3, .dtype = KD_DTYPE_F64, .indptr = indptr,
-                  .indices = indices, .values = values};
+    kd_csr_t S = {.rows = 3,
+                  .cols = 3,
+                  .nnz = 3,
+                  .dtype = KD_DTYPE_F64,
+                  .indptr = indptr,
+                  .indices = indices,
+                  .values = values};
     expect_singular("constructed", &S, &kd_direct_klu, "structurally singular");
     expect_singular("constructed", &S, &kd_direct_umfpack, "singular");
 }
@@ -293,8 +298,8 @@ static void test_refactor(void)
         CHECK_MSG(info.refactored, "%s: %s", cases[i].file, info.message);
         CHECK_EQ_INT(spent, cases[i].spent);
         CHECK(info.analyze_ms == 0.0);
-        printf("  refactor %-14s %-8s %.2f ms against %.2f ms fresh\n", cases[i].file,
-               info.solver, info.factor_ms, fresh_ms);
+        printf("  refactor %-14s %-8s %.2f ms against %.2f ms fresh\n", cases[i].file, info.solver,
+               info.factor_ms, fresh_ms);
         const int64_t n = A->rows;
         double *B = random_rhs(&A2, 2), *X = calloc((size_t)(2 * n), sizeof(double));
         double norms[2];
@@ -329,8 +334,13 @@ static void test_refactor_declined(void)
 {
     static int32_t indptr[] = {0, 2, 4}, indices[] = {0, 1, 0, 1};
     static double v1[] = {10.0, 1.0, 1.0, 1.0}, v2[] = {1e-14, 1.0, 1.0, 1.0};
-    kd_csr_t A1 = {.rows = 2, .cols = 2, .nnz = 4, .dtype = KD_DTYPE_F64, .indptr = indptr,
-                   .indices = indices, .values = v1};
+    kd_csr_t A1 = {.rows = 2,
+                   .cols = 2,
+                   .nnz = 4,
+                   .dtype = KD_DTYPE_F64,
+                   .indptr = indptr,
+                   .indices = indices,
+                   .values = v1};
     kd_csr_t A2 = A1;
     A2.values = v2;
     kd_direct_budget_t budget = {.limit = (size_t)1 << 30};
