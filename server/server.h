@@ -137,6 +137,8 @@ typedef struct kd_server {
                              at most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
     int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
+    int direct_serving;   /* worker: > 0 while a direct solve's wait runs another solve
+                             (handlers/direct.c): that one serves no further solves */
     atomic_uint_fast64_t solves_batched;   /* solve requests that ran in a batch of several */
     struct {                               /* worker writes, the loop's status and metrics read */
         atomic_uint_fast64_t grouped;      /* spmv requests served in a group of several */

@@ -3,8 +3,9 @@
  * (solver/direct/direct.h), made on its first direct solve and kept with the device matrix (freed
  * with it, like a preconditioner's setup), then triangular solves for every right-hand side of the
  * request. The factorisation and the solves run on a helper thread while the device worker
- * serves the SpMV requests queued meanwhile (kd_spmv_yield, as at a Krylov solve's checks), so a
- * long factorisation neither blocks the event loop nor the SpMVs of other matrices. The factor's
+ * serves the SpMV requests queued meanwhile (kd_spmv_yield, as at a Krylov solve's checks) and
+ * Krylov solves, one at a time, so a long factorisation blocks neither the event loop nor the
+ * SpMVs and Krylov solves of other matrices. The factor's
  * estimated size is charged to --factor-memory before it is computed. Never batched with other
  * solves: each request's right-hand sides are solved at once already.
  */
@@ -81,8 +82,38 @@ static void *kd_direct_thread(void *arg)
     return NULL;
 }
 
-/* Run t on a helper thread, serving queued SpMV requests until it is done; inline when it is
- * small or no thread can be made. */
+/* A Krylov solve queued meanwhile (not a direct one, not one waiting for device memory). */
+static int kd_direct_match_solve(void *arg, const kd_job_t *job)
+{
+    int *blocked = arg;
+    if (*blocked || job->req->method != KD_METHOD_SOLVE)
+        return 0;
+    if (job->mem_wait_ns != 0) { /* it waits for what requests in flight hold: after them */
+        *blocked = 1;
+        return 0;
+    }
+    return strcmp(job->req->u.solve.method, KD_METHOD_DIRECT) != 0;
+}
+
+/* While the helper thread works: the SpMV requests queued, and one Krylov solve, each served on
+ * the worker as if it had taken them (a solve run here serves SpMVs at its checks, no solve). */
+static void kd_direct_serve(kd_server_t *server)
+{
+    kd_spmv_yield(server);
+    if (server->direct_serving > 0 || server->solve_alone > 0)
+        return;
+    kd_job_t *job;
+    int blocked = 0;
+    if (kd_worker_take(server->worker, kd_direct_match_solve, &blocked, &job, 1) != 1)
+        return;
+    server->direct_serving++;
+    kd_worker_run(server->worker, job);
+    kd_worker_finish(server->worker, job);
+    server->direct_serving--;
+}
+
+/* Run t on a helper thread, serving queued SpMV requests and Krylov solves until it is done;
+ * inline when it is small or no thread can be made. */
 static int kd_direct_run(kd_server_t *server, kd_direct_task_t *t, int small)
 {
     pthread_t tid;
@@ -97,7 +128,7 @@ static int kd_direct_run(kd_server_t *server, kd_direct_task_t *t, int small)
         pthread_mutex_lock(&t->mu);
         while (!t->done) {
             pthread_mutex_unlock(&t->mu);
-            kd_spmv_yield(server);
+            kd_direct_serve(server);
             pthread_mutex_lock(&t->mu);
             if (t->done)
                 break;
