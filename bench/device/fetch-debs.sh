@@ -19,5 +19,5 @@ apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 
 # they load; `apt-cache depends libsuitesparse-dev libcholmod3` names them)
 apt-get download libsuitesparse-dev libklu1 libumfpack5 libcholmod3 libamd2 libcolamd2 libbtf1 \
   libsuitesparseconfig5 libccolamd2 libcamd2 libcxsparse3 libldl2 libspqr2 librbio2 libsliplu1 \
-  libmongoose2 libblas3 liblapack3 libgfortran5
+  libmongoose2 libblas3 liblapack3 libgfortran5 libquadmath0
 ls -l
