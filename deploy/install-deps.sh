@@ -31,6 +31,9 @@ packages=(
   # one matrix over several devices and hosts: krylovd ranks under mpirun (optional at build: CMake
   # finds MPI, -DKD_MPI=OFF builds without it)
   openmpi-bin libopenmpi-dev
+  # method "direct": sparse LU and Cholesky factorisations on the host (KLU, UMFPACK, CHOLMOD;
+  # optional at build: CMake finds them, -DKD_DIRECT=OFF builds without them)
+  libsuitesparse-dev
 )
 
 missing=()

@@ -113,6 +113,7 @@ enum kd_param {
     KD_P_SHM,
     KD_P_OUT,
     KD_P_PERSIST,
+    KD_P_DIRECT_OPTIONS,
     KD_P_COUNT
 };
 
@@ -169,6 +170,7 @@ static const char *const kd_param_names[KD_P_COUNT] = {
     [KD_P_SHM] = "shm",
     [KD_P_OUT] = "out",
     [KD_P_PERSIST] = "persist",
+    [KD_P_DIRECT_OPTIONS] = "direct_options",
 };
 
 #define KD_BIT(p) ((uint64_t)1 << KD_P_##p)
@@ -194,7 +196,7 @@ static const uint64_t kd_method_params[KD_METHOD_COUNT] = {
                         KD_BIT(RTOL) | KD_BIT(ATOL) | KD_BIT(MAXITER) | KD_BIT(NRHS) |
                         KD_BIT(CHECK_EVERY) | KD_BIT(HISTORY) | KD_BIT(PROGRESS) |
                         KD_BIT(PRECONDITIONER) | KD_BIT(PRECONDITIONER_OPTIONS) | KD_BIT(RESTART) |
-                        KD_BIT(REUSE_PRECONDITIONER) | KD_BIT(OUT),
+                        KD_BIT(REUSE_PRECONDITIONER) | KD_BIT(OUT) | KD_BIT(DIRECT_OPTIONS),
     [KD_METHOD_JOB_CANCEL] = KD_BIT(MSGID),
     [KD_METHOD_SERVER_STATUS] = KD_BIT(WAIT_WARM),
     [KD_METHOD_AUTH] = KD_BIT(NAME) | KD_BIT(TOKEN),
@@ -869,6 +871,48 @@ static int kd_param_options(struct kd_decoder *d, enum kd_param p, kd_solve_requ
     return KD_OK;
 }
 
+/* direct_options (method "direct" only): a map of `solver` (str: a name of the server's table of
+ * factorisation libraries, which the server checks). */
+static int kd_param_direct_options(struct kd_decoder *d, kd_solve_request_t *solve)
+{
+    const msgpack_object *o = d->param[KD_P_DIRECT_OPTIONS];
+    solve->direct_solver[0] = '\0';
+    if (o == NULL)
+        return KD_OK;
+    if (strcmp(solve->method, "direct") != 0)
+        return kd_err_set(d->err, KD_EBADREQ, "direct_options is for method \"direct\", not \"%s\"",
+                          solve->method[0] != '\0' ? solve->method : "cg");
+    if (o->type != MSGPACK_OBJECT_MAP)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "direct_options must be a map (solver: \"klu\", \"umfpack\" or "
+                          "\"cholmod\"), got %s",
+                          kd_obj_type_name(o));
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object_kv *kv = &o->via.map.ptr[i];
+        const char *key, *val;
+        size_t klen, vlen;
+        char shown[48];
+        if (kd_obj_str(&kv->key, &key, &klen) != 0)
+            return kd_err_set(d->err, KD_EBADREQ, "direct_options: a key is a %s, not a str",
+                              kd_obj_type_name(&kv->key));
+        if (klen != 6 || memcmp(key, "solver", 6) != 0)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "direct_options: unknown option '%s' (it takes solver)",
+                              kd_printable(shown, key, klen));
+        if (kd_obj_str(&kv->val, &val, &vlen) != 0)
+            return kd_err_set(d->err, KD_EBADREQ,
+                              "direct_options: solver must be a str (\"klu\", \"umfpack\" or "
+                              "\"cholmod\"), got %s",
+                              kd_obj_type_name(&kv->val));
+        if (vlen == 0 || vlen >= sizeof(solve->direct_solver) || memchr(val, '\0', vlen) != NULL)
+            return kd_err_set(d->err, KD_EBADREQ, "direct_options: '%s' is not a solver name",
+                              kd_printable(shown, val, vlen));
+        memcpy(solve->direct_solver, val, vlen);
+        solve->direct_solver[vlen] = '\0';
+    }
+    return KD_OK;
+}
+
 /* rtol, atol (out: a number) or maxiter (out NULL: an integer) as one value, or as an array
  * of them for a batched matrix's systems (float64; int64 for maxiter), into *arr. */
 static int kd_param_per_system(struct kd_decoder *d, enum kd_param p, double min, double def,
@@ -911,7 +955,8 @@ static int kd_decode_solve(struct kd_decoder *d)
         (rc = kd_param_int(d, KD_P_RESTART, 0, 0, &solve->restart)) != KD_OK ||
         (rc = kd_param_bool(d, KD_P_REUSE_PRECONDITIONER, 0, &solve->reuse_preconditioner)) !=
             KD_OK ||
-        (rc = kd_param_out(d, solve->dtype, &solve->out)) != KD_OK)
+        (rc = kd_param_out(d, solve->dtype, &solve->out)) != KD_OK ||
+        (rc = kd_param_direct_options(d, solve)) != KD_OK)
         return rc;
     /* The method's and preconditioner's names are the server's to check (its tables). */
     if (solve->restart > KD_RESTART_MAX)

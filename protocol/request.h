@@ -167,6 +167,9 @@ typedef struct kd_solve_request {
      * checks their length) instead of numbers: float64, float64, int64 */
     kd_array_t rtols, atols, maxiters;
     kd_array_t out; /* optional: a region x is written into instead of the reply */
+    /* method "direct": direct_options.solver, a name of the server's factorisation libraries
+     * ("klu", "umfpack", "cholmod"), or "": the server's choice */
+    char direct_solver[KD_FORMAT_NAME_MAX];
 } kd_solve_request_t;
 
 /* solve.batch: many small systems of their own patterns (resident matrices) in one request. */

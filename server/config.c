@@ -137,6 +137,9 @@ void kd_config_print_usage(const char *argv0)
         "                             $CACHE_DIRECTORY, else $XDG_CACHE_HOME/krylovd, else\n"
         "                             ~/.cache/krylovd); never in the state directory\n"
         "  --device-memory SIZE|P%%    device-memory budget for matrices (default 90%%)\n"
+        "  --factor-memory SIZE       host memory method direct's factors may hold together\n"
+        "                             (default 0: RAM/4, at most 4G); over it a factor is\n"
+        "                             refused before it is computed\n"
         "  --port-file FILE           write the bound port here once listening\n"
         "  --metrics HOST:PORT        serve Prometheus metrics on http://HOST:PORT/metrics\n"
         "  --metrics-port-file FILE   write the metrics port here once listening\n"
@@ -239,6 +242,7 @@ int kd_config_set(kd_config_t *cfg, const char *name, const char *val, kd_err_t 
     KD_SIZE_OPT("client-memory", client_memory, 1)
     KD_SIZE_OPT("connection-memory", connection_memory, 1)
     KD_SIZE_OPT("state-max-bytes", state_max_bytes, 1)
+    KD_SIZE_OPT("factor-memory", factor_memory, 1)
     KD_SIZE_OPT("test-max-alloc", test_max_alloc, 1)
     KD_INT_OPT("max-array-elements", max_array_elements, 1, INT32_MAX)
     KD_INT_OPT("max-connections", max_connections, 1, 1000000)

@@ -67,6 +67,8 @@ typedef struct kd_config {
     size_t device_memory_bytes; /* device-memory budget in bytes, or 0: ... */
     double device_memory_percent; /* ... this percentage of the device's global memory */
     size_t state_max_bytes;       /* total size of the state files, 0 = no limit */
+    size_t factor_memory;         /* host bytes method "direct"'s factors may hold together; 0 =
+                                     auto: RAM / 4, at most 4 GiB (server/hostmem.c) */
     size_t test_max_alloc; /* tests only: lower the device's largest allocation (0 = as is) */
     int warm_programs;     /* 1: build programs before READY (--warm-programs all or a list),
                               0: none */

@@ -12,6 +12,9 @@
  * + matrices' host copies      without --state-dir every matrix keeps its CSR on the host: up to
  *                              the device budget; with one they are read back from files
  * + device memory              on a CPU device (PoCL) "device memory" is host memory: the budget
+ * (+ factors                   --factor-memory: method "direct"'s factors on the host, charged
+ *                              before each is computed; resolved here (0: RAM / 4, at most 4 GiB)
+ *                              but not part of the sum: an operator sets it beside the rest)
  *
  * A budget given as a percentage of the device (the default, 90%) is lowered to what fits, with a
  * warning, since the device's size says nothing about the host's; a budget given in bytes, or a
@@ -26,6 +29,7 @@
 
 #define KD_HOSTMEM_BASE ((size_t)256 << 20)
 #define KD_HOSTMEM_CLIENT_DEFAULT ((size_t)1 << 30)
+#define KD_HOSTMEM_FACTOR_DEFAULT ((size_t)4 << 30)
 #define KD_HOSTMEM_BUDGET_MIN                                                                      \
     ((size_t)64 << 20) /* a fitted budget smaller than this is refused                             \
                         */
@@ -42,6 +46,11 @@ int kd_hostmem_check(kd_server_t *server, kd_err_t *err)
     size_t ram = pages > 0 && page > 0 && (size_t)pages <= SIZE_MAX / (size_t)page
                      ? (size_t)pages * (size_t)page
                      : 0;
+    /* --factor-memory 0: a quarter of RAM, at most KD_HOSTMEM_FACTOR_DEFAULT (4 GiB) */
+    if (cfg->factor_memory == 0)
+        cfg->factor_memory =
+            ram > 0 && ram / 4 < KD_HOSTMEM_FACTOR_DEFAULT ? ram / 4 : KD_HOSTMEM_FACTOR_DEFAULT;
+    server->factor_budget.limit = cfg->factor_memory;
     if (cfg->client_memory == 0)
         cfg->client_memory =
             ram > 0 && ram / 8 < KD_HOSTMEM_CLIENT_DEFAULT ? ram / 8 : KD_HOSTMEM_CLIENT_DEFAULT;

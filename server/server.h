@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include "solver/runtime/ocl.h"
 #include "solver/runtime/programs.h"
+#include "solver/direct/direct.h"
 
 #include <uv.h>
 
@@ -124,6 +125,7 @@ typedef struct kd_server {
     struct kd_warm_waiter *warm_waiters; /* server.status requests with wait_warm */
     char ready_status[160];              /* systemd's STATUS= once listening */
     size_t device_budget;                /* bytes of device memory matrices and vectors may use */
+    kd_direct_budget_t factor_budget; /* host bytes of method direct's factors (--factor-memory) */
     int budget_refused;     /* worker: the last KD_EDEVMEM came from the budget, not the driver */
     int budget_wait;        /* worker: ... and would fit once requests in flight end (cache.c) */
     atomic_int mem_waiting; /* requests waiting for device memory (kd_cache_wait_begin/end) */
@@ -135,6 +137,8 @@ typedef struct kd_server {
                              at most KD_SERVER_POOL_BYTES, none over KD_SERVER_POOL_ITEM_BYTES */
     int spmv_alone;       /* worker: > 0 while spmv must not take more jobs (spmv.c) */
     int solve_alone;      /* worker: > 0 while solve must not take more jobs (solve_job.c) */
+    int direct_serving;   /* worker: > 0 while a direct solve's wait runs another solve
+                             (handlers/direct.c): that one serves no further solves */
     atomic_uint_fast64_t solves_batched;   /* solve requests that ran in a batch of several */
     struct {                               /* worker writes, the loop's status and metrics read */
         atomic_uint_fast64_t grouped;      /* spmv requests served in a group of several */

@@ -5,6 +5,7 @@
  * formats themselves live in solver/formats/<name>.c.
  */
 #include "solver/matrix.h"
+#include "solver/direct/direct.h"
 #include "solver/batch/batch.h"
 #include "solver/formats/format.h"
 #include "solver/precond/precond.h"
@@ -135,6 +136,7 @@ void kd_matrix_free(kd_matrix_t *m)
     if (m == NULL)
         return;
     kd_precond_release_all(m);
+    kd_direct_free(m->direct);
     kd_matrix_share_leave(m);
     kd_matrix_order_release(m);
     if (m->ops != NULL)

@@ -107,6 +107,10 @@ typedef struct kd_matrix {
     /* The pattern arrays this matrix shares with matrices of other values (kd_matrix_with_values);
      * NULL when it shares nothing. */
     struct kd_matrix_share *share;
+    /* Its LU or Cholesky factorisation on the host (solver/direct/direct.h: method "direct"),
+     * made on first use and freed with it; its bytes are the factor budget's, not device_bytes.
+     * NULL until then. */
+    struct kd_direct *direct;
 } kd_matrix_t;
 typedef struct kd_matrix_share kd_matrix_share_t;
 

@@ -15,4 +15,9 @@ apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 
   libhwloc-plugins libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1 \
   ibverbs-providers librdmacm1 libnl-3-200 libnl-route-3-200 libnuma1 libpsm-infinipath1 \
   libpsm2-2 libmunge2
+# method "direct" (SuiteSparse 5.12 on Debian 12: KLU, UMFPACK, CHOLMOD and the orderings and BLAS
+# they load; `apt-cache depends libsuitesparse-dev libcholmod3` names them)
+apt-get download libsuitesparse-dev libklu1 libumfpack5 libcholmod3 libamd2 libcolamd2 libbtf1 \
+  libsuitesparseconfig5 libccolamd2 libcamd2 libcxsparse3 libldl2 libspqr2 librbio2 libsliplu1 \
+  libmongoose2 libblas3 liblapack3 libgfortran5 libquadmath0
 ls -l

@@ -7,6 +7,11 @@ KD_PREFIX=${KD_PREFIX:-/tmp/kdprefix}
 mkdir -p "$KD_PREFIX"
 for f in .debs/*.deb; do dpkg -x "$f" "$KD_PREFIX"; done
 KD_LIBDIR=$KD_PREFIX/usr/lib/x86_64-linux-gnu
+# BLAS and LAPACK (CHOLMOD's and UMFPACK's) lie under blas/ and lapack/ behind Debian's
+# alternatives, which dpkg -x does not make: the loader and the linker find them through these.
+for l in blas/libblas.so.3 lapack/liblapack.so.3; do
+  if [ -e "$KD_LIBDIR/$l" ]; then ln -sf "$l" "$KD_LIBDIR/${l#*/}"; fi
+done
 # The .pc files say prefix=/usr: make them point into the prefix.
 for pc in "$KD_LIBDIR"/pkgconfig/*.pc "$KD_PREFIX"/usr/share/pkgconfig/*.pc; do
   [ -f "$pc" ] && sed -i "s|^prefix=/usr\$|prefix=$KD_PREFIX/usr|; s|=/usr/include|=$KD_PREFIX/usr/include|; s|=/usr/lib|=$KD_PREFIX/usr/lib|" "$pc"
@@ -25,9 +30,14 @@ echo "$nvcl" > "$KD_PREFIX/vendors/nvidia.icd"
 export OCL_ICD_VENDORS=$KD_PREFIX/vendors
 
 kd_device_build() {
+  # method "direct" needs SuiteSparse (fetch-debs.sh carries it); .debs fetched before it was
+  # added build without it rather than not at all (the caller's -DKD_DIRECT wins)
+  local direct=()
+  [ -e "$KD_PREFIX/usr/include/suitesparse/klu.h" ] || [ -e /usr/include/suitesparse/klu.h ] ||
+    direct=(-DKD_DIRECT=OFF)
   cmake -S . -B build-device -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$KD_PREFIX/usr" \
     -DOpenCL_INCLUDE_DIR="$KD_PREFIX/usr/include" -DOpenCL_LIBRARY="$KD_LIBDIR/libOpenCL.so" \
-    -DOPENSSL_ROOT_DIR="$KD_PREFIX/usr" \
+    -DOPENSSL_ROOT_DIR="$KD_PREFIX/usr" "${direct[@]}" \
     "$@" > build-device.log 2>&1 && cmake --build build-device -j 16 >> build-device.log 2>&1 \
     || { tail -40 build-device.log; return 1; }
 }

@@ -91,18 +91,25 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
         paused += conn->read_paused != 0;
     const int users = full && server->auth != NULL;
     kd_w_result_begin(w, msgid);
-    kd_w_map(w, full ? 30 + (users ? 1 : 0) : 4);
+    kd_w_map(w, full ? 32 + (users ? 1 : 0) : 4);
     kd_w_kv_str(w, "version", KD_VERSION);
     /* For everyone: a client that wants a warm server can see how far it is. */
     kd_w_str(w, "warm_up");
     kd_reply_warm_up(w, server);
     /* What solve takes, from the tables themselves: a client lists them without guessing. */
     kd_w_str(w, "solvers");
-    kd_w_map(w, 2);
+    kd_w_map(w, 3);
     kd_w_str(w, "methods");
-    kd_w_map(w, (uint32_t)kd_method_count);
+    kd_w_map(w, (uint32_t)kd_method_count + (kd_direct_count > 0 ? 1 : 0));
     for (size_t i = 0; i < kd_method_count; i++)
         kd_w_kv_str(w, kd_method_table[i]->name, kd_method_table[i]->summary);
+    if (kd_direct_count > 0)
+        kd_w_kv_str(w, KD_METHOD_DIRECT,
+                    "sparse LU or Cholesky factorisation on the host, kept with the matrix");
+    kd_w_str(w, "direct_solvers"); /* direct_options.solver */
+    kd_w_map(w, (uint32_t)kd_direct_count);
+    for (size_t i = 0; i < kd_direct_count; i++)
+        kd_w_kv_str(w, kd_direct_table[i]->name, kd_direct_table[i]->summary);
     kd_w_str(w, "preconditioners");
     kd_w_map(w, (uint32_t)kd_precond_count);
     for (size_t i = 0; i < kd_precond_count; i++)
@@ -123,6 +130,8 @@ void kd_reply_status(kd_writer_t *w, kd_server_t *server, uint64_t msgid, int fu
     kd_w_kv_int(w, "resident_matrices", (int64_t)totals.resident);
     kd_w_kv_int(w, "device_bytes_used", (int64_t)totals.device_bytes);
     kd_w_kv_int(w, "device_budget_bytes", (int64_t)server->device_budget);
+    kd_w_kv_int(w, "factor_bytes_used", (int64_t)atomic_load(&server->factor_budget.used));
+    kd_w_kv_int(w, "factor_budget_bytes", (int64_t)server->factor_budget.limit);
     kd_w_kv_int(w, "state_bytes", (int64_t)totals.file_bytes);
     kd_w_kv_int(w, "state_max_bytes", (int64_t)server->cfg.state_max_bytes);
     kd_w_kv_double(w, "uptime_s", (double)(kd_clock_ns() - server->start_ns) / 1e9);

@@ -98,6 +98,11 @@ int kd_handlers_check_out(const kd_array_t *out, int64_t want, const char *what,
 /* solve (solve_job.c): job, and the solves queued behind it that can run with it as one. */
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 
+/* solve with method "direct" (direct.c) on entry, found resident and its lengths checked by
+ * kd_handle_solve: the matrix's factorisation, made or held, and its solves. */
+int kd_handle_solve_direct(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                           kd_writer_t *w, kd_err_t *err);
+
 /* solve_job.c: the answer to a solve request, its results[0..nrhs) and x (xout, in the
  * request's dtype); t0 when the worker started on it; setup: how the preconditioner came
  * ("reused", "refreshed", ...) for `preconditioner_setup`, or NULL for no such key. spread.c

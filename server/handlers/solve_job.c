@@ -615,8 +615,11 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
         return kd_err_set(err, KD_EBADREQ, "solve needs a square matrix; %s is %lld x %lld",
                           entry->meta.hex, (long long)entry->meta.rows,
                           (long long)entry->meta.cols);
-    if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK ||
-        (rc = kd_solve_reserve(server, q, q->nrhs, entry, err)) != KD_OK)
+    if ((rc = kd_solve_check_lengths(q, entry, err)) != KD_OK)
+        return rc;
+    if (strcmp(q->method, KD_METHOD_DIRECT) == 0) /* a factorisation on the host (direct.c) */
+        return kd_handle_solve_direct(server, entry, job, w, err);
+    if ((rc = kd_solve_reserve(server, q, q->nrhs, entry, err)) != KD_OK)
         return rc;
     if (entry->dist != NULL) { /* spread over ranks: alone, through them (never batched) */
         kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};

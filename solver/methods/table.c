@@ -67,8 +67,9 @@ int kd_method_choose(const char *method, const char *preconditioner, const kd_me
     const kd_method_ops_t *mo = kd_method_find(method);
     if (mo == NULL) {
         kd_method_names(names, sizeof(names));
-        return kd_err_set(err, KD_EBADREQ, "unknown method '%.64s': this server has %s, or auto",
-                          method, names);
+        return kd_err_set(err, KD_EBADREQ,
+                          "unknown method '%.64s': this server has %s, auto or direct", method,
+                          names);
     }
     const kd_precond_ops_t *po = kd_precond_find(precond_name != NULL ? precond_name : "none");
     if (po == NULL) {

@@ -195,6 +195,9 @@ class SolveResult:
     anatomy: dict = field(default_factory=dict)  # where the server's time went (docs/PROTOCOL.md)
     # how the preconditioner came on a matrix put with like: "reused", "refreshed", "built fresh..."
     preconditioner_setup: str = ""
+    # method "direct": the factor (solver, factored, factor_entries, factor_bytes, fill,
+    # analyze_ms, factor_ms, solve_ms, ...; docs/PROTOCOL.md), else empty
+    direct: dict = field(default_factory=dict)
 
     @property
     def residual_norm(self):
@@ -1023,7 +1026,7 @@ class Client:
     def solve(self, matrix, b, *, method="cg", rtol=1e-8, atol=0.0, maxiter=None, x0=None,
               preconditioner=None, preconditioner_options=None, check_every=None, history=False,
               callback=None, dtype=None, timeout_ms=None, restart=None, tol=None,
-              reuse_preconditioner=None, out=None):
+              reuse_preconditioner=None, out=None, direct_options=None):
         """Solve A x = b on the server.
 
         matrix: an id, a MatrixInfo, or a matrix put() takes (a scipy.sparse matrix, a dense
@@ -1034,7 +1037,11 @@ class Client:
         a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
         methods), "gmres", "bicgstab", "minres", or "auto": the server picks cg for a symmetric
         matrix with a positive diagonal, minres for another symmetric one, gmres otherwise
-        (SolveResult.method says which). restart: GMRES(m)'s basis size (1..200; None: the
+        (SolveResult.method says which), or "direct": a sparse LU or Cholesky factorisation on
+        the server's host, kept with the matrix so that later solves only run the triangular
+        solves (direct_options={"solver": "klu" | "umfpack" | "cholmod"}; SolveResult.direct
+        reports the factor's size, fill and times; a singular matrix ends status "singular").
+        restart: GMRES(m)'s basis size (1..200; None: the
         server's 30). preconditioner: "none", "jacobi", "amg" (smoothed-aggregation multigrid,
         built on the server once per matrix), "ic0" / "ilu0" (incomplete factorisations),
         "block_jacobi" (inverted diagonal blocks) or "chebyshev" (a polynomial in D^-1 A), each
@@ -1102,6 +1109,8 @@ class Client:
         if preconditioner_options:
             params["preconditioner_options"] = {str(k): float(v)
                                                 for k, v in preconditioner_options.items()}
+        if direct_options:
+            params["direct_options"] = dict(direct_options)
         _optional(params, maxiter=None if maxiter is None else int(maxiter),
                   preconditioner=preconditioner,
                   check_every=None if check_every is None else int(check_every),
@@ -1165,6 +1174,7 @@ class Client:
                 preconditioner=result.get("preconditioner", ""),
                 anatomy=dict(result.get("anatomy") or {}),
                 preconditioner_setup=result.get("preconditioner_setup") or "",
+                direct=dict(result.get("direct") or {}),
             )
 
         def per_rhs(key):
@@ -1191,6 +1201,7 @@ class Client:
             preconditioner=result.get("preconditioner", ""),
             anatomy=dict(result.get("anatomy") or {}),
             preconditioner_setup=result.get("preconditioner_setup") or "",
+            direct=dict(result.get("direct") or {}),
         )
 
     def operator(self, matrix, *, symmetric=None):
