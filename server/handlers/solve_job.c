@@ -243,7 +243,7 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
  * copied from xout, or (xtail) sent from it as the response's tail. */
 static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
                                const kd_solve_result_t *results, const void *xout, void *xtail,
-                               uint64_t t0, double total_ms, const char *setup)
+                               uint64_t t0, double prepare_ms, double total_ms, const char *setup)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
@@ -254,8 +254,9 @@ static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_sol
     /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
     const kd_solve_anatomy_t *an = &results[0].anatomy;
     kd_w_str(w, "anatomy");
-    kd_w_map(w, 11);
+    kd_w_map(w, 12);
     kd_w_kv_double(w, "queue_ms", (double)(t0 - job->submitted_ns) / 1e6);
+    kd_w_kv_double(w, "prepare_ms", prepare_ms);
     kd_w_kv_double(w, "setup_ms", an->setup_ms);
     kd_w_kv_double(w, "host_ms", an->host_ms);
     kd_w_kv_double(w, "alloc_ms", an->alloc_ms);
@@ -332,7 +333,7 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
                         const kd_solve_result_t *results, const void *xout, uint64_t t0,
                         double total_ms, const char *setup)
 {
-    kd_solve_job_write(w, job, params, results, xout, NULL, t0, total_ms, setup);
+    kd_solve_job_write(w, job, params, results, xout, NULL, t0, 0.0, total_ms, setup);
 }
 
 static int kd_solve_aligned(const void *p, size_t size)
@@ -380,6 +381,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
     kd_job_t *job = parts[0].job;
     const kd_solve_request_t *q = &job->req->u.solve;
     kd_matrix_t *A = entry->dev;
+    const uint64_t t_start = kd_clock_ns(); /* the worker took it: time_ms counts from here */
     kd_solve_params_t params;
     kd_solve_params_default(&params);
     kd_precond_options_t opt;
@@ -477,7 +479,8 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         rc = KD_SOLVE_ALONE; /* perhaps one request's values: each alone says whose */
         goto done;
     }
-    double total_ms = (double)(kd_clock_ns() - t0) / 1e6;
+    const double total_ms = (double)(kd_clock_ns() - t_start) / 1e6,
+                 prepare_ms = (double)(t0 - t_start) / 1e6;
     if (nbatch > 1)
         atomic_fetch_add(&server->solves_batched, (uint64_t)nbatch);
     for (size_t i = 0; i < n; i++) {
@@ -506,8 +509,8 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
                             (size_t)pq->b.count);
         }
         if (prc == KD_OK) /* the writer takes xout */
-            kd_solve_job_write(pw, p->job, &params, results + p->col0, NULL, xout, t0, total_ms,
-                               setup);
+            kd_solve_job_write(pw, p->job, &params, results + p->col0, NULL, xout, t_start,
+                               prepare_ms, total_ms, setup);
         if (i == 0) {
             rc = prc;
             *err = perr;

@@ -223,6 +223,10 @@ class LikeTest(unittest.TestCase):
             self.assertEqual(r2.status, "converged")
             self.assertLess(np.linalg.norm(b - a2 @ r2.x), 1.01e-8 * np.linalg.norm(b))
             counts[precond] = r2.iterations
+            # the refresh is the solve's: before the solver starts (prepare_ms), in time_ms
+            a = r2.anatomy
+            self.assertGreater(a["prepare_ms"], 0)
+            self.assertGreaterEqual(r2.time_ms, a["prepare_ms"] + a["solve_ms"] - 0.01)
         self.assertEqual(self.kd.info(i2.id).raw.get("preconditioners_refreshed"), 2)
         # the same matrix put whole on a fresh server builds its setup from scratch: the same
         # iteration counts (amg within 10%)

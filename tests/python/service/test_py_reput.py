@@ -139,7 +139,7 @@ class TestReput(unittest.TestCase):
         a = res.anatomy
         phases = ("setup_ms", "host_ms", "alloc_ms", "upload_ms", "start_ms", "iterate_ms",
                   "final_ms", "download_ms")
-        for key in phases + ("queue_ms", "solve_ms", "checks"):
+        for key in phases + ("queue_ms", "prepare_ms", "solve_ms", "checks"):
             self.assertIn(key, a)
             self.assertGreaterEqual(a[key], 0)
         self.assertGreater(a["checks"], 0)
