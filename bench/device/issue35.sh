@@ -13,6 +13,9 @@
 #            and pinned memory, the scan) on lap3d 100^3's values                 xfer-gpu.txt
 #   refresh  krylov-bench refresh (issue 36 part 2): AMG's full setup against its refresh on the
 #            issue's three Laplacians, and the refresh's steps                    refresh-gpu.txt
+#   timestep a user's time step (issue 36's table): new values on the last step's pattern, then
+#            AMG-CG to 1e-8 with x back, through shared memory (bench/service/timestep.py),
+#            put_values and put like                                              timestep-gpu.txt
 #   amg      krylov-bench amg's setup phases (issue 36) on the issue's three Laplacians, the
 #            aggregates on the host and on the device                            amg-gpu.txt
 set -uo pipefail
@@ -89,6 +92,11 @@ PY
     timeout 300 "$bin/krylov-bench" refresh --device gpu --precond amg lap3d:64 lap2d:1024 lap3d:100 \
       > "$out/refresh-gpu.txt" 2>&1
     grep -v '^info' "$out/refresh-gpu.txt" ;;
+  timestep)
+    for mode in values like; do
+      timeout 240 "$py" bench/service/timestep.py --krylovd "$bin/krylovd" --mode $mode
+    done > "$out/timestep-gpu.txt" 2>&1
+    cat "$out/timestep-gpu.txt" ;;
   amg)
     for agg in 0 1; do
       echo "== --aggregation $agg"
