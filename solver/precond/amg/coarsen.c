@@ -413,26 +413,44 @@ int kd_amg_dense_inverse(double *A, int64_t n, kd_err_t *err)
             A[i * n + j] = t / ljj;
         }
     }
-    /* L^-1 in the lower triangle, in place. */
-    for (int64_t j = 0; j < n; j++) {
-        A[j * n + j] = 1.0 / A[j * n + j];
-        for (int64_t i = j + 1; i < n; i++) {
-            double t = 0.0;
-            for (int64_t k = j; k < i; k++)
-                t -= A[i * n + k] * A[k * n + j];
-            A[i * n + j] = t / A[i * n + i];
+    /* X = L^-1 by rows, into the upper triangle's room as X^T (a scratch copy of L's rows is not
+     * needed: row i of X needs rows k < i of X and row i of L): X[i][j] for j <= i, kept in a
+     * separate buffer so every inner loop runs along a row (contiguous, vectorised); the
+     * column-order loops this replaced strode through memory (5.5 ms for 219 rows on the H200
+     * host, a refresh's whole coarsest step). */
+    double *X = calloc((size_t)(n * n) + 1, sizeof(double));
+    if (X == NULL)
+        return kd_err_set(err, KD_ENOMEM, "amg: out of host memory for the coarsest level");
+    for (int64_t i = 0; i < n; i++) {
+        double *xi = X + i * n;
+        const double *li = A + i * n;
+        for (int64_t k = 0; k < i; k++) { /* xi -= L[i][k] X[k], X[k] nonzero in [0, k] */
+            const double lik = li[k];
+            const double *xk = X + k * n;
+            for (int64_t j = 0; j <= k; j++)
+                xi[j] -= lik * xk[j];
+        }
+        xi[i] += 1.0;
+        const double inv = 1.0 / li[i];
+        for (int64_t j = 0; j <= i; j++)
+            xi[j] *= inv;
+    }
+    /* A^-1 = X^T X: the sum over k of row k's outer product with itself, into the lower
+     * triangle of A (L is done with), then mirrored. */
+    for (int64_t i = 0; i < n; i++)
+        memset(A + i * n, 0, (size_t)(i + 1) * sizeof(double));
+    for (int64_t k = 0; k < n; k++) {
+        const double *xk = X + k * n;
+        for (int64_t i = 0; i <= k; i++) {
+            const double xki = xk[i];
+            double *ai = A + i * n;
+            for (int64_t j = 0; j <= i; j++)
+                ai[j] += xki * xk[j];
         }
     }
-    /* A^-1 = L^-T L^-1: entry (i, j), i >= j, is the sum over k >= i of L^-1[k][i] L^-1[k][j]. */
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j <= i; j++) {
-            double t = 0.0;
-            for (int64_t k = i; k < n; k++)
-                t += A[k * n + i] * A[k * n + j];
-            A[j * n + i] = t; /* the upper triangle is free: L^-1 lives in the lower one */
-        }
+    free(X);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < i; j++)
-            A[i * n + j] = A[j * n + i];
+            A[j * n + i] = A[i * n + j];
     return KD_OK;
 }

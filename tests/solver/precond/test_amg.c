@@ -45,33 +45,38 @@ static kd_csr_t *laplacian_3d(int64_t m)
 
 static void test_dense_inverse(void)
 {
-    const int64_t n = 17;
-    double *a = malloc(n * n * sizeof(double)), *inv = malloc(n * n * sizeof(double));
-    kd_csr_t *spd = kd_test_spd_matrix(n, 5, 0.5);
-    memset(a, 0, n * n * sizeof(double));
-    for (int64_t i = 0; i < n; i++)
-        for (int32_t k = spd->indptr[i]; k < spd->indptr[i + 1]; k++)
-            a[i * n + spd->indices[k]] = kd_csr_value(spd, k);
-    memcpy(inv, a, n * n * sizeof(double));
-    kd_err_t err = {0};
-    CHECK(kd_amg_dense_inverse(inv, n, &err) == KD_OK);
-    double worst = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = 0.0;
-            for (int64_t k = 0; k < n; k++)
-                s += a[i * n + k] * inv[k * n + j];
-            worst = fmax(worst, fabs(s - (i == j ? 1.0 : 0.0)));
-        }
-    CHECK_MSG(worst < 1e-10, "A A^-1 - I: %g", worst);
-    /* not positive definite: a clear error naming the pivot */
-    memcpy(inv, a, n * n * sizeof(double));
-    inv[3 * n + 3] = -1.0;
-    CHECK_EQ_INT(kd_amg_dense_inverse(inv, n, &err), KD_ENOTSPD);
-    CHECK_STR_CONTAINS(err.message, "not positive definite");
-    kd_csr_free(spd);
-    free(a);
-    free(inv);
+    static const int64_t sizes[] = {1, 2, 17, 230};
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+        const int64_t n = sizes[si];
+        double *a = malloc(n * n * sizeof(double)), *inv = malloc(n * n * sizeof(double));
+        kd_csr_t *spd = kd_test_spd_matrix(n, n < 5 ? n : 5, 0.5);
+        memset(a, 0, n * n * sizeof(double));
+        for (int64_t i = 0; i < n; i++)
+            for (int32_t k = spd->indptr[i]; k < spd->indptr[i + 1]; k++)
+                a[i * n + spd->indices[k]] = kd_csr_value(spd, k);
+        memcpy(inv, a, n * n * sizeof(double));
+        kd_err_t err = {0};
+        CHECK(kd_amg_dense_inverse(inv, n, &err) == KD_OK);
+        double worst = 0.0, asym = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0.0;
+                for (int64_t k = 0; k < n; k++)
+                    s += a[i * n + k] * inv[k * n + j];
+                worst = fmax(worst, fabs(s - (i == j ? 1.0 : 0.0)));
+                asym = fmax(asym, fabs(inv[i * n + j] - inv[j * n + i]));
+            }
+        CHECK_MSG(worst < 1e-10, "n = %lld: A A^-1 - I: %g", (long long)n, worst);
+        CHECK_MSG(asym == 0.0, "n = %lld: A^-1 is not stored symmetric (%g)", (long long)n, asym);
+        /* not positive definite: a clear error naming the pivot */
+        memcpy(inv, a, n * n * sizeof(double));
+        inv[(n / 2) * n + n / 2] = -1.0;
+        CHECK_EQ_INT(kd_amg_dense_inverse(inv, n, &err), KD_ENOTSPD);
+        CHECK_STR_CONTAINS(err.message, "not positive definite");
+        kd_csr_free(spd);
+        free(a);
+        free(inv);
+    }
 }
 
 static void test_tridiagonal(void)
