@@ -79,9 +79,12 @@ static void kd_usage(FILE *out)
             "\n"
             "  put FILE.mtx[.gz] [--name N] [--format F] [--dtype float64|float32] [--pin]\n"
             "                    [--reorder auto|none|rcm|metis] [--like ID]\n"
+            "                    [--persist sync|behind|none]\n"
             "                          upload a Matrix Market matrix; prints its id; --like:\n"
             "                          only its values, on matrix ID's pattern (new values\n"
-            "                          of a time step), kept as ID is\n"
+            "                          of a time step), kept as ID is; --persist: when the\n"
+            "                          server writes it to its state directory (before the\n"
+            "                          reply, after it, or never; default: the server's)\n"
             "  multiply A_ID B_ID [--transpose-a] [--name N] [--format F] [--pin]\n"
             "                    [--reorder auto|none|rcm|metis]\n"
             "                          C = A B (A^T B) on the server, kept there as a new\n"
@@ -477,6 +480,8 @@ static int kd_cmd_put(kd_cli_t *cli, int argc, char **argv)
             opt.dtype = argv[++i];
         else if (i + 1 < argc && strcmp(argv[i], "--reorder") == 0)
             opt.reorder = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--persist") == 0)
+            opt.persist = argv[++i];
         else
             return kd_report(cli, KD_EXIT_USAGE, "USAGE", "unknown option '%s'", argv[i]);
     }

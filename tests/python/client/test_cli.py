@@ -131,6 +131,29 @@ class TestJson(unittest.TestCase):
         human = run("info", doc["id"])
         self.assertIn("494 x 494, 1666 nonzeros", human.stdout)
 
+    def test_put_persist(self):
+        # --persist reaches the server: none is never durable; a bad choice is the server's
+        # BAD_REQUEST naming the choices
+        import scipy.io
+
+        A = sp.random(40, 40, density=0.1, random_state=int(rng.integers(1 << 30)), format="coo")
+        with tempfile.NamedTemporaryFile(suffix=".mtx", delete=False) as f:
+            path = f.name
+        scipy.io.mmwrite(path, A)  # content no other test put: nothing held to change nothing
+        try:
+            doc, _ = run_json(self, "put", path, "--persist", "none")
+        finally:
+            os.unlink(path)
+        import krylov  # the CLI's JSON leaves these out: the server's own answer
+
+        with krylov.Client(daemon.address) as kd:
+            raw = kd.info(doc["id"]).raw
+        self.assertIs(raw["durable"], False)
+        self.assertEqual(raw["persisted"], "none")
+        bad, _ = run_json(self, "put", matrix_path("494_bus.mtx"), "--persist", "later", expect=1)
+        self.assertEqual(bad["error"]["code"], "BAD_REQUEST")
+        self.assertIn("sync", bad["error"]["message"])
+
     def test_put_reorder(self):
         # dwt_878 under RCM: the ordering and the bandwidths show in JSON and in the table; a bad
         # name is a usage error from the server, not a crash
