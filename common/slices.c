@@ -75,10 +75,22 @@ static void *kd_copy_slice_run(void *arg)
     return NULL;
 }
 
+static void kd_slices_memcpy_n(void *dst, const void *src, size_t bytes, int n);
+
 void kd_slices_memcpy(void *dst, const void *src, size_t bytes)
 {
+    kd_slices_memcpy_n(dst, src, bytes, kd_slices_count((int64_t)(bytes / 8)));
+}
+
+void kd_slices_memcpy_wide(void *dst, const void *src, size_t bytes)
+{
+    /* one slice a MiB: kd_slices_count's unit of 2^20 entries, at 8 bytes an entry */
+    kd_slices_memcpy_n(dst, src, bytes, kd_slices_count((int64_t)(bytes >> 20) << 20));
+}
+
+static void kd_slices_memcpy_n(void *dst, const void *src, size_t bytes, int n)
+{
     kd_copy_slice_t slices[KD_SLICES_MAX];
-    const int n = kd_slices_count((int64_t)(bytes / 8));
     const size_t each = (bytes + (size_t)n - 1) / (size_t)n;
     for (int i = 0; i < n; i++) {
         const size_t at = (size_t)i * each < bytes ? (size_t)i * each : bytes;

@@ -33,5 +33,9 @@ void kd_slices_run(void *(*fn)(void *), void *items, size_t size, int n);
 /* memcpy in slices on kd_slices_count(bytes / 8) threads: a large copy into fresh pages is mostly
  * page faults, which overlap across threads (a put's values: server/handlers/like.c). */
 void kd_slices_memcpy(void *dst, const void *src, size_t bytes);
+/* The same with a thread a MiB (up to KD_SLICES_MAX and the CPUs): a copy into or out of warm
+ * memory (the pinned staging buffer, solver/runtime/ocl.c) is bound by the threads' bandwidth,
+ * not by page faults, so it wants more threads than kd_slices_memcpy gives a 16 MiB chunk. */
+void kd_slices_memcpy_wide(void *dst, const void *src, size_t bytes);
 
 #endif

@@ -1650,7 +1650,7 @@ static char *kd_ocl_staging_buffer(kd_ocl_t *ocl)
 
 /*
  * bytes between host memory and mem at offset, blocking. Through the pinned staging buffer in
- * chunks, the copy of one half (on the host's threads: kd_slices_memcpy) overlapping the other
+ * chunks, the copy of one half (on the host's threads: kd_slices_memcpy_wide) overlapping the other
  * half's DMA: from pageable memory NVIDIA's OpenCL moved 55 MB at 5.8 GB/s on the H200 (its own
  * one-thread copy); a copy on 16 threads runs at 28 GB/s and the DMA from pinned memory at 54.
  * One transfer holds the buffer; another thread's meanwhile goes direct.
@@ -1684,8 +1684,8 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
             clReleaseEvent(ev[h]);
             ev[h] = NULL;
             if (st == CL_SUCCESS && !write)
-                kd_slices_memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
-                                 pend_len[h]);
+                kd_slices_memcpy_wide((char *)dst + pend_at[h],
+                                      stage + (size_t)h * KD_OCL_STAGING_CHUNK, pend_len[h]);
         }
         if (i == chunks || st != CL_SUCCESS)
             continue;
@@ -1693,7 +1693,7 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
         const size_t len = bytes - at < KD_OCL_STAGING_CHUNK ? bytes - at : KD_OCL_STAGING_CHUNK;
         char *half = stage + (size_t)h * KD_OCL_STAGING_CHUNK;
         if (write) {
-            kd_slices_memcpy(half, (const char *)src + at, len);
+            kd_slices_memcpy_wide(half, (const char *)src + at, len);
             st = kd_ocl_enqueue_write(ocl->queue, mem, CL_FALSE, offset + at, len, half, 0, NULL,
                                       &ev[h]);
         } else {
@@ -1710,8 +1710,8 @@ static int kd_ocl_transfer(kd_ocl_t *ocl, cl_mem mem, size_t offset, size_t byte
         if (ev[h] != NULL) {
             cl_int w = clWaitForEvents(1, &ev[h]);
             if (w == CL_SUCCESS && st == CL_SUCCESS && !write)
-                kd_slices_memcpy((char *)dst + pend_at[h], stage + (size_t)h * KD_OCL_STAGING_CHUNK,
-                                 pend_len[h]);
+                kd_slices_memcpy_wide((char *)dst + pend_at[h],
+                                      stage + (size_t)h * KD_OCL_STAGING_CHUNK, pend_len[h]);
             st = st == CL_SUCCESS ? w : st;
             clReleaseEvent(ev[h]);
         }

@@ -349,19 +349,25 @@ static void test_slices(void)
     kd_csr_free(m);
 }
 
-/* kd_slices_memcpy copies every byte, whatever the size's remainder against the slices. */
+/* kd_slices_memcpy and kd_slices_memcpy_wide (a thread a MiB) copy every byte, whatever the
+ * size's remainder against the slices. */
 static void test_slices_memcpy(void)
 {
-    const size_t sizes[] = {0, 1, 7, 4096, ((size_t)9 << 20) + 3};
-    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        const size_t n = sizes[i];
+    const size_t sizes[] = {0, 1, 7, 4096, ((size_t)1 << 20) - 1, ((size_t)3 << 20) + 5,
+                            ((size_t)9 << 20) + 3};
+    for (size_t i = 0; i < 2 * sizeof(sizes) / sizeof(sizes[0]); i++) {
+        const int wide = i % 2;
+        const size_t n = sizes[i / 2];
         unsigned char *src = malloc(n + 1), *dst = malloc(n + 2);
         REQUIRE(src != NULL && dst != NULL);
         for (size_t k = 0; k < n; k++)
             src[k] = (unsigned char)kd_test_rand_below(256);
         memset(dst, 0xA5, n + 2);
-        kd_slices_memcpy(dst, src, n);
-        CHECK_MSG(memcmp(dst, src, n) == 0, "%zu bytes copied wrong", n);
+        if (wide)
+            kd_slices_memcpy_wide(dst, src, n);
+        else
+            kd_slices_memcpy(dst, src, n);
+        CHECK_MSG(memcmp(dst, src, n) == 0, "%zu bytes copied wrong%s", n, wide ? " (wide)" : "");
         CHECK(dst[n] == 0xA5 && dst[n + 1] == 0xA5); /* nothing past the end */
         free(src);
         free(dst);
