@@ -11,6 +11,7 @@
  *   write pinned      the same from a mapped CL_MEM_ALLOC_HOST_PTR buffer (offset 0, and at an
  *                     offset of 4104 bytes: a bin inside a received frame)
  *   copy+write pinned kd_slices_memcpy into the pinned buffer, then the write
+ *   kd_ocl_write/read what krylovd's transfers take (through the pinned staging buffer on a GPU)
  *   scan              kd_matrix_scan of the CSR (symmetry, diagonal, non-finite)
  *
  *   krylov-ocl-xfer [--device SEL] [--n 100] [--runs 7]
@@ -42,7 +43,7 @@ static double kd_xfer_median(double *t, int n)
 
 static void kd_xfer_row(const char *what, double ms, size_t bytes)
 {
-    printf("| %-26s | %8.3f | %7.2f |\n", what, ms, (double)bytes / (ms * 1e6));
+    printf("| %-30s | %8.3f | %7.2f |\n", what, ms, (double)bytes / (ms * 1e6));
 }
 
 int main(int argc, char **argv)
@@ -120,6 +121,8 @@ int main(int argc, char **argv)
         kd_slices_memcpy(pin, src, bytes);
         clEnqueueWriteBuffer(q, dev, CL_TRUE, 0, bytes, pin, 0, NULL, NULL);
     });
+    KD_XFER_TIME("kd_ocl_write (staged on a GPU)", (void)kd_ocl_write(ocl, dev, 0, bytes, src, &err));
+    KD_XFER_TIME("kd_ocl_read (staged on a GPU)", (void)kd_ocl_read(ocl, dev, 0, bytes, dst, &err));
     KD_XFER_TIME("read pageable", clEnqueueReadBuffer(q, dev, CL_TRUE, 0, bytes, dst, 0, NULL,
                                                       NULL));
     KD_XFER_TIME("read pinned", clEnqueueReadBuffer(q, dev, CL_TRUE, 0, bytes, pin, 0, NULL, NULL));
