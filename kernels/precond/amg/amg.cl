@@ -193,6 +193,71 @@ __kernel KD_WG_ATTR void kd_amg_dense_mv(const int n, __global const VALUE *M,
         x[row] = scratch[0];
 }
 
+/*
+ * The block V-cycle's vector kernels (solver/precond/amg/block.c): k columns of n values, column c
+ * at c * ld, all of one level's buffers with the same ld. One work-item per row, looping over the
+ * columns: for each column the work-items' accesses are consecutive (coalesced), and a row's
+ * 1/a_ii is read once for all k. Each column gets the one-column kernel's expression exactly.
+ * kd_amg_block_dense_mv: one work-group per row of the coarsest inverse, as kd_amg_dense_mv, the
+ * columns one after another (the row of M from cache after the first), each with its own tree; the
+ * loop's trip count is k for the whole group, so every barrier is reached by all work-items.
+ */
+__kernel void kd_amg_block_chebyshev(const int n, const int k, const long ld, const int from_zero,
+                                     const int first, const VALUE c_d, const VALUE c_r,
+                                     __global const VALUE *b, __global const VALUE *q,
+                                     __global const VALUE *inv_diagonal, __global VALUE *d,
+                                     __global VALUE *x)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const VALUE w = inv_diagonal[i];
+    for (int c = 0; c < k; c++) {
+        const size_t o = (size_t)c * (size_t)ld + (size_t)i;
+        const VALUE r = from_zero ? b[o] : b[o] - q[o];
+        const VALUE step = c_r * (w * r);
+        const VALUE di = first ? step : c_d * d[o] + step;
+        d[o] = di;
+        x[o] = from_zero ? di : x[o] + di;
+    }
+}
+
+__kernel void kd_amg_block_residual(const int n, const int k, const long ld,
+                                    __global const VALUE *b, __global VALUE *q)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    for (int c = 0; c < k; c++) {
+        const size_t o = (size_t)c * (size_t)ld + (size_t)i;
+        q[o] = b[o] - q[o];
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_block_dense_mv(const int n, const int k, const long ld,
+                                               __global const VALUE *M, __global const VALUE *b,
+                                               __global VALUE *x)
+{
+    __local VALUE scratch[KD_WG_SIZE];
+    const int row = (int)get_group_id(0), lane = (int)get_local_id(0);
+    for (int c = 0; c < k; c++) {
+        __global const VALUE *bc = b + (size_t)c * (size_t)ld;
+        VALUE s = (VALUE)0;
+        for (int j = lane; j < n; j += KD_WG_SIZE)
+            s += M[(size_t)row * (size_t)n + (size_t)j] * bc[j];
+        scratch[lane] = s;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int w = KD_WG_SIZE / 2; w > 0; w >>= 1) {
+            if (lane < w)
+                scratch[lane] += scratch[lane + w];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lane == 0)
+            x[(size_t)c * (size_t)ld + (size_t)row] = scratch[0];
+        barrier(CLK_LOCAL_MEM_FENCE); /* scratch[0] read before the next column writes it */
+    }
+}
+
 /* (M v)_row by `lanes` work-items (lane = lid % lanes), valid in lane 0; all the group's
  * work-items call it (barriers), rows past `rows` contribute nothing. */
 VALUE kd_amg_row_sum(const int lanes, const int row, const int rows, __global const int *indptr,

@@ -1,0 +1,151 @@
+/*
+ * The AMG V-cycle on k right-hand sides at once (issue 36, item 3): the same operator as
+ * kd_amg_vcycle applied to each column, with every matrix product an SpMM over the block
+ * (kd_matrix_spmm_inner: the matrix read once per chunk of 8 columns, not once per column) and the
+ * vector steps one launch for all k (kernels/precond/amg/amg.cl kd_amg_block_*). Per level and
+ * sweep: the smoother's A X, the residual's A X, R Q into the coarser level and P X_c back, each
+ * one SpMM; the coarsest level's dense inverse applied to k columns in one launch (or its
+ * smoothing). A level costs the launches of one column's straightforward cycle whatever k is.
+ *
+ * The fused cycle's ping-pong kernels and the tail stay one-column: the block cycle runs every
+ * level through its matrix's format (levels >= 1 are csr_scalar in a fused hierarchy, which has
+ * SpMM). Level 0's b and x are the caller's r and z; the coarser levels' b, x and every level's q
+ * and d are block vectors allocated on the first apply of several columns and kept until the solve
+ * ends (kd_amg_block_release from the preconditioner's finish op); a solve charges them beside its
+ * own vectors (kd_precond_ops_t.block_values).
+ */
+#include "solver/precond/amg/cycle.h"
+
+#include <assert.h>
+
+/* mv's first k columns (mv holds at least k; k > 1, so ld is n's for any k). */
+static kd_multivec_t kd_amg_block_view(const kd_multivec_t *mv, int64_t k)
+{
+    kd_multivec_t view = *mv;
+    view.k = k;
+    return view;
+}
+
+void kd_amg_block_release(kd_amg_t *amg)
+{
+    assert(amg != NULL);
+    for (int l = 0; l < amg->levels; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        kd_multivec_release(&L->block_b);
+        kd_multivec_release(&L->block_x);
+        kd_multivec_release(&L->block_q);
+        kd_multivec_release(&L->block_d);
+    }
+    amg->block_k = 0;
+}
+
+/* Every level's block vectors for at least k columns. */
+static int kd_amg_block_alloc(kd_ocl_t *ocl, kd_amg_t *amg, int64_t k, kd_err_t *err)
+{
+    if (amg->block_k >= k)
+        return KD_OK;
+    kd_amg_block_release(amg);
+    int rc = KD_OK;
+    for (int l = 0; l < amg->levels && rc == KD_OK; l++) {
+        kd_amg_level_t *L = &amg->level[l];
+        kd_multivec_t *mv[] = {&L->block_q, &L->block_d, &L->block_b, &L->block_x};
+        for (int i = 0; i < (l == 0 ? 2 : 4) && rc == KD_OK; i++)
+            rc = kd_multivec_alloc(ocl, L->n, k, amg->dtype, mv[i], err);
+    }
+    if (rc != KD_OK) {
+        kd_amg_block_release(amg);
+        return rc;
+    }
+    amg->block_k = k;
+    return KD_OK;
+}
+
+/* The block cycle applies: every level's matrices have SpMM. */
+static int kd_amg_block_formats(const kd_amg_t *amg)
+{
+    for (int l = 0; l < amg->levels; l++) {
+        const kd_amg_level_t *L = &amg->level[l];
+        if (!kd_matrix_has_spmm(L->A) || (L->P != NULL && !kd_matrix_has_spmm(L->P)) ||
+            (L->R != NULL && !kd_matrix_has_spmm(L->R)))
+            return 0;
+    }
+    return 1;
+}
+
+/* `steps` Chebyshev steps on level L for A X = B, every column, from X = 0 (from_zero) or X. */
+static int kd_amg_block_smooth(kd_ocl_t *ocl, kd_amg_t *amg, kd_amg_level_t *L,
+                               const kd_multivec_t *b, kd_multivec_t *x, int from_zero, int steps,
+                               kd_err_t *err)
+{
+    kd_multivec_t q = kd_amg_block_view(&L->block_q, b->k);
+    const kd_multivec_t d = kd_amg_block_view(&L->block_d, b->k);
+    int rc = KD_OK;
+    for (int step = 0; step < steps && rc == KD_OK; step++) {
+        const int zero = from_zero && step == 0;
+        if (!zero && (rc = kd_matrix_spmm_inner(ocl, L->A, 1.0, x, 0.0, &q, err)) != KD_OK)
+            break;
+        double c_d, c_r;
+        kd_amg_chebyshev_coefficients(amg, L, step, &c_d, &c_r);
+        rc = kd_amg_launch(
+            ocl, amg, "kd_amg_block_chebyshev", 0, kd_amg_global(amg, L->n), amg->wg,
+            KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(b->k), KD_ARG_LONG(b->ld), KD_ARG_INT(zero),
+                    KD_ARG_INT(step == 0), KD_ARG_VALUE(amg->dtype, c_d),
+                    KD_ARG_VALUE(amg->dtype, c_r), KD_ARG_MEM(b->mem), KD_ARG_MEM(q.mem),
+                    KD_ARG_MEM(L->inv_diagonal), KD_ARG_MEM(d.mem), KD_ARG_MEM(x->mem)),
+            err);
+    }
+    return rc;
+}
+
+/* The block V-cycle from level l: X = M_l^-1 B, as kd_amg_vcycle column by column. */
+static int kd_amg_block_level(kd_ocl_t *ocl, kd_amg_t *amg, int l, const kd_multivec_t *b,
+                              kd_multivec_t *x, kd_err_t *err)
+{
+    kd_amg_level_t *L = &amg->level[l];
+    const int64_t k = b->k;
+    if (l == amg->levels - 1) {
+        if (amg->coarse_inverse == NULL)
+            return kd_amg_block_smooth(ocl, amg, L, b, x, 1, kd_amg_steps(amg, l), err);
+        return kd_amg_launch(ocl, amg, "kd_amg_block_dense_mv", 0, (size_t)L->n * amg->wg, amg->wg,
+                             KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(k), KD_ARG_LONG(b->ld),
+                                     KD_ARG_MEM(amg->coarse_inverse), KD_ARG_MEM(b->mem),
+                                     KD_ARG_MEM(x->mem)),
+                             err);
+    }
+    kd_amg_level_t *C = &amg->level[l + 1];
+    kd_multivec_t q = kd_amg_block_view(&L->block_q, k);
+    kd_multivec_t cb = kd_amg_block_view(&C->block_b, k), cx = kd_amg_block_view(&C->block_x, k);
+    int rc = kd_amg_block_smooth(ocl, amg, L, b, x, 1, amg->opt.degree, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_spmm_inner(ocl, L->A, 1.0, x, 0.0, &q, err);
+    if (rc == KD_OK)
+        rc = kd_amg_launch(ocl, amg, "kd_amg_block_residual", 0, kd_amg_global(amg, L->n), amg->wg,
+                           KD_ARGS(KD_ARG_INT(L->n), KD_ARG_INT(k), KD_ARG_LONG(b->ld),
+                                   KD_ARG_MEM(b->mem), KD_ARG_MEM(q.mem)),
+                           err);
+    if (rc == KD_OK)
+        rc = kd_matrix_spmm_inner(ocl, L->R, 1.0, &q, 0.0, &cb, err);
+    if (rc == KD_OK)
+        rc = kd_amg_block_level(ocl, amg, l + 1, &cb, &cx, err);
+    if (rc == KD_OK)
+        rc = kd_matrix_spmm_inner(ocl, L->P, 1.0, &cx, 1.0, x, err);
+    if (rc == KD_OK)
+        rc = kd_amg_block_smooth(ocl, amg, L, b, x, 0, amg->opt.degree, err);
+    return rc;
+}
+
+int kd_amg_block_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_multivec_t *r, kd_multivec_t *z,
+                        int *declined, kd_err_t *err)
+{
+    assert(ocl != NULL && amg != NULL && r != NULL && z != NULL && r->k == z->k && r->k > 1);
+    *declined = 1;
+    if (!kd_amg_block_formats(amg) || r->ld != z->ld || r->ld > INT32_MAX)
+        return KD_OK;
+    int rc = kd_amg_block_alloc(ocl, amg, r->k, err);
+    if (rc != KD_OK)
+        return rc;
+    if (amg->level[0].block_q.ld != r->ld)
+        return KD_OK;
+    *declined = 0;
+    return kd_amg_block_level(ocl, amg, 0, r, z, err);
+}
