@@ -177,7 +177,7 @@ static void test_block_vcycle(void)
 {
     kd_dtype_t dt[2];
     const int ndt = kd_test_dtypes(ocl, dt);
-    const int64_t g = small ? 12 : 64, m = small ? 6 : 16;
+    const int64_t g = small ? 24 : 64, m = small ? 8 : 16; /* small: still two levels */
     for (int d = 0; d < ndt; d++) {
         const kd_dtype_t t = dt[d];
         const kd_precond_options_t none = {0};
@@ -192,7 +192,7 @@ static void test_block_vcycle(void)
                       -1);
         block_matches("lap3d coarse_size 10", laplacian_3d(m), KD_FMT_CSR_SCALAR, t, &small_coarse,
                       3, 1);
-        block_matches("lonely rows (P's rows empty)", with_lonely_rows(small ? 300 : 3000),
+        block_matches("lonely rows (P's rows empty)", with_lonely_rows(small ? 400 : 3000),
                       KD_FMT_CSR_SCALAR, t, &none, 5, 1);
         block_matches("one level, dense inverse", kd_test_laplacian_2d(15, small ? 8 : 15),
                       KD_FMT_CSR_SCALAR, t, &one_inv, 3, 1);
@@ -266,8 +266,8 @@ static void test_cg(void)
     kd_dtype_t dt[2];
     const int ndt = kd_test_dtypes(ocl, dt);
     for (int d = 0; d < ndt; d++) {
-        cg_together_as_alone("lap3d", laplacian_3d(small ? 6 : 16), dt[d], 4);
-        cg_together_as_alone("lap2d", kd_test_laplacian_2d(small ? 12 : 64, small ? 10 : 48), dt[d],
+        cg_together_as_alone("lap3d", laplacian_3d(small ? 8 : 16), dt[d], 4);
+        cg_together_as_alone("lap2d", kd_test_laplacian_2d(small ? 24 : 64, small ? 20 : 48), dt[d],
                              3);
     }
 }
