@@ -61,6 +61,44 @@ static int kd_ba_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, int64
     return 0;
 }
 
+/* Device time by kernel of `runs` applies of P to k columns of ones, per apply, on one line. */
+static int kd_ba_profile_apply(kd_ocl_t *ocl, const kd_precond_t *P, int64_t n, int64_t k,
+                               kd_dtype_t dtype, int runs, kd_err_t *err)
+{
+    kd_multivec_t r = {0}, z = {0};
+    kd_ocl_kernel_time_t times[KD_OCL_KERNEL_TIMES_MAX];
+    size_t count = 0;
+    int rc = kd_multivec_alloc(ocl, n, k, dtype, &r, err);
+    if (rc == KD_OK)
+        rc = kd_multivec_alloc(ocl, n, k, dtype, &z, err);
+    for (int64_t c = 0; c < k && rc == KD_OK; c++)
+        rc = kd_vec_fill(ocl, &r.cols[c], 1.0, err);
+    if (rc == KD_OK)
+        rc = P->ops->apply(ocl, P, &r, &z, err); /* warm: programs built, buffers allocated */
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    kd_ocl_kernel_profile_begin(ocl);
+    for (int i = 0; i < runs && rc == KD_OK; i++)
+        rc = P->ops->apply(ocl, P, &r, &z, err);
+    const int rc2 = kd_ocl_kernel_profile_end(ocl, times, KD_OCL_KERNEL_TIMES_MAX, &count, err);
+    if (rc == KD_OK && rc2 == KD_OK) {
+        double total = 0.0;
+        for (size_t i = 0; i < count; i++)
+            total += times[i].ms;
+        printf("#   apply on %lld column%s: %.3f ms device (%.3f a column);", (long long)k,
+               k > 1 ? "s" : "", total / runs, total / runs / (double)k);
+        for (size_t i = 0; i < count; i++)
+            printf(" %s %.3f (%.0f)", times[i].name, times[i].ms / runs,
+                   (double)times[i].launches / runs);
+        printf("\n");
+    }
+    if (P->ops->finish != NULL)
+        P->ops->finish(P);
+    kd_multivec_release(&r);
+    kd_multivec_release(&z);
+    return rc != KD_OK ? rc : rc2;
+}
+
 static void kd_ba_usage(void)
 {
     fprintf(
@@ -253,6 +291,9 @@ int kd_bench_amg_main(int argc, char **argv)
                        nrhs, many.ms, many.ms / nrhs, many.ms / nrhs / amg.ms,
                        (long long)many.iterations, many.relres,
                        many.converged ? "" : "  (NOT CONVERGED)");
+            if (nrhs > 1 && (kd_ba_profile_apply(ocl, P, n, 1, dtype, 5, &err) != KD_OK ||
+                             kd_ba_profile_apply(ocl, P, n, nrhs, dtype, 5, &err) != KD_OK))
+                fprintf(stderr, "%s: profile: %s\n", label, err.message);
             printf("#   setup %.2f solves; phases ms:", setup_wall / amg.ms);
             for (int ph = 0; ph < KD_AMG_PHASES; ph++)
                 printf(" %s=%.1f", kd_amg_phase_names[ph], st.phase_ms[ph]);
