@@ -26,7 +26,8 @@
  * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
  * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
  * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
- * the coarsest level.
+ * the coarsest level. Several right-hand sides run the same cycle on all columns at once, each
+ * product an SpMM (solver/precond/amg/block.c).
  */
 #include "solver/precond/amg/amg.h"
 #include "solver/precond/amg/cycle.h"

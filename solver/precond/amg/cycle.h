@@ -33,6 +33,7 @@ typedef struct kd_amg_level {
     /* The block cycle's k columns of b, x (levels >= 1: level 0's are the caller's), q and d:
      * allocated by the first apply of several columns, freed when its solve ends (block.c). */
     kd_multivec_t block_b, block_x, block_q, block_d;
+    kd_multivec_t block_x_other; /* fused, levels >= 1: block_x's ping-pong partner */
     double lambda;       /* estimated lambda_max(D^-1 A) */
     int64_t n, nnz;
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */

@@ -4,11 +4,12 @@
  * of the same hierarchy to rounding, in float64 and float32: on 2-D and 3-D Laplacians, fused and
  * straightforward hierarchies, k = 1 (the one-column path), k = 3 (odd), k = 9 (past the SpMM's
  * chunk of 8), rows in no aggregate (P's rows empty: A's own never are, a zero diagonal is
- * refused), one level (the dense inverse alone, or a smoothed coarsest), level 0 in another
- * format with SpMM (sell_c_sigma) and in one without (coo: then a cycle per column, asserted by
- * counting launches). CG with AMG on k columns converges in the iterations of k separate solves
- * (within one) to a true residual, computed here on the host, that meets rtol.
- * `test_amg_block --small`: small cases for Oclgrind.
+ * refused), one level (the dense inverse alone, or a smoothed coarsest), several lanes a row as
+ * on a GPU (the fused kernels' trees), level 0 in another format with SpMM (sell_c_sigma) and in
+ * one without (coo: then a cycle per column, asserted by counting launches). (On PoCL every case
+ * prints 0: the block kernels sum in the one-column kernels' order.) CG with AMG on k columns
+ * converges in the iterations of k separate solves (within one) to a true residual, computed here
+ * on the host, that meets rtol. `test_amg_block --small`: small cases for Oclgrind.
  */
 #include "kd_solver_test.h"
 #include "solver/methods/method.h"
@@ -200,6 +201,11 @@ static void test_block_vcycle(void)
                       KD_FMT_CSR_SCALAR, t, &one_inv, 3, 1);
         block_matches("lap2d level 0 sell_c_sigma", kd_test_laplacian_2d(g, g), KD_FMT_SELL_C_SIGMA,
                       t, &none, 6, 1);
+        kd_amg_test_set_gpu_lanes(1); /* several lanes a row and their trees, as on a GPU */
+        block_matches("lap3d gpu lanes", laplacian_3d(m), KD_FMT_CSR_SCALAR, t, &none, 9, 1);
+        block_matches("lap2d gpu lanes", kd_test_laplacian_2d(g, g - 3), KD_FMT_CSR_SCALAR, t,
+                      &none, 3, 1);
+        kd_amg_test_set_gpu_lanes(0);
         block_matches("lap2d level 0 coo (no SpMM)", kd_test_laplacian_2d(g, g), KD_FMT_COO, t,
                       &none, 3, 0);
     }
