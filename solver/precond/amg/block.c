@@ -1,18 +1,21 @@
 /*
- * The AMG V-cycle on k right-hand sides at once (issue 36, item 3): the same operator as
- * kd_amg_vcycle applied to each column, with every matrix product an SpMM over the block
- * (kd_matrix_spmm_inner: the matrix read once per chunk of 8 columns, not once per column) and the
- * vector steps one launch for all k (kernels/precond/amg/amg.cl kd_amg_block_*). Per level and
- * sweep: the smoother's A X, the residual's A X, R Q into the coarser level and P X_c back, each
- * one SpMM; the coarsest level's dense inverse applied to k columns in one launch (or its
- * smoothing). A level costs the launches of one column's straightforward cycle whatever k is.
+ * The AMG V-cycle on k right-hand sides at once (issue 36, item 3): each column's V-cycle, with
+ * every launch taking all k columns, so each level's matrices are read once per sweep for the
+ * block (once per chunk of 8 columns) and a level costs one column's launches whatever k is.
  *
- * The fused cycle's ping-pong kernels and the tail stay one-column: the block cycle runs every
- * level through its matrix's format (levels >= 1 are csr_scalar in a fused hierarchy, which has
- * SpMM). Level 0's b and x are the caller's r and z; the coarser levels' b, x and every level's q
- * and d are block vectors allocated on the first apply of several columns and kept until the solve
- * ends (kd_amg_block_release from the preconditioner's finish op); a solve charges them beside its
- * own vectors (kd_precond_ops_t.block_values).
+ * A fused hierarchy (the default) runs fused.c's sequence: level 0 through its format's SpMM
+ * (kd_matrix_spmm_inner) and kd_amg_block_chebyshev / kd_amg_block_residual, levels >= 1 and the
+ * transfers through kd_amg_block_csr_* (kernels/precond/amg/amg.cl: the fused kernels on chunks of
+ * columns, each column summed in the one-column kernel's order, so every column's result is its
+ * one-column cycle's bit for bit), the coarsest inverse by kd_amg_block_dense_mv. A straightforward
+ * hierarchy (fused 0) runs kd_amg_vcycle's sequence with an SpMM for every product. The tail
+ * (one work-group for the small levels, off by default) is not widened: apply declines to the
+ * per-column cycle, as it does where a level's format has no SpMM.
+ *
+ * Level 0's b and x are the caller's r and z; the coarser levels' b, x (and x's ping-pong
+ * partner) and every level's q and d are block vectors allocated on the first apply of several
+ * columns and kept until the solve ends (kd_amg_block_release from the preconditioner's finish
+ * op); a solve charges them beside its own vectors (kd_precond_ops_t.block_values).
  */
 #include "solver/precond/amg/cycle.h"
 #include "solver/formats/format.h"

@@ -4,8 +4,8 @@
  * SpMV and per vector step through each level matrix's format; solver/precond/amg/fused.c runs the
  * same V-cycle in fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual
  * fused into their SpMVs, and the small levels at the bottom in one single-work-group launch (the
- * "tail"); solver/precond/amg/block.c runs the straightforward one on k columns at once, each
- * product an SpMM.
+ * "tail"); solver/precond/amg/block.c runs either on k columns at once, every launch on all
+ * of them.
  *
  * The files call down, never up: amg.c (the ops, setup, the straightforward V-cycle) calls
  * fused.c, tail.c, block.c and refresh.c; each of those calls level.c (one level's device steps,
@@ -143,9 +143,10 @@ void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released o
 
 /* ---- block.c: the V-cycle on k columns at once ------------------------------------------------ */
 
-/* z = M^-1 r for all r->k columns in one V-cycle, every product an SpMM over the block. *declined
- * = 1 (nothing enqueued, KD_OK) where it cannot: a level's matrix has no SpMM, or r's and z's
- * column strides are not the level buffers'; the caller then cycles column by column. */
+/* z = M^-1 r for all r->k columns in one V-cycle, each launch on the whole block, each column
+ * the one-column cycle's (fused: bit for bit). *declined = 1 (nothing enqueued, KD_OK) where it
+ * cannot: a level's matrix has no SpMM, the tail is on, or r's and z's column strides are not the
+ * level buffers'; the caller then cycles column by column. */
 int kd_amg_block_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_multivec_t *r, kd_multivec_t *z,
                         int *declined, kd_err_t *err);
 /* Free the levels' block vectors (a solve of several columns is over). */
