@@ -153,8 +153,8 @@ static int kd_amg_cycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_
     return kd_amg_vcycle(ocl, amg, 0, b, x, err);
 }
 
-/* Several columns: one block V-cycle for all (solver/precond/amg/block.c) where every level's
- * format has SpMM, else a V-cycle per column. */
+/* Several columns: one block V-cycle for all (solver/precond/amg/block.c) where it applies, else
+ * a V-cycle per column. */
 static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
                         kd_multivec_t *z, kd_err_t *err)
 {
@@ -652,7 +652,7 @@ const kd_precond_ops_t kd_precond_amg = {
     .plan_bytes = kd_amg_plan_bytes,
     .setup = kd_amg_setup,
     .apply = kd_amg_apply,
-    .block_values = 3, /* level 0's q and d, the coarser levels' four (about a fifth of n) */
+    .block_values = 3, /* level 0's q and d, the coarser levels' five (about a fifth of n) */
     .finish = kd_amg_finish,
     .release = kd_amg_release,
     .refresh = kd_amg_refresh,

@@ -291,9 +291,8 @@ int kd_amg_block_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_multivec_t *r, kd
     if (!kd_amg_block_formats(amg) || (fused && amg->tail.first != 0) || r->ld != z->ld ||
         r->ld > INT32_MAX)
         return KD_OK;
-    int rc = kd_amg_block_alloc(ocl, amg, r->k, err);
-    if (rc != KD_OK)
-        return rc;
+    if (kd_amg_block_alloc(ocl, amg, r->k, err) != KD_OK)
+        return KD_OK; /* no room for the block's vectors: column by column */
     if (amg->level[0].block_q.ld != r->ld)
         return KD_OK;
     *declined = 0;

@@ -145,8 +145,8 @@ void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released o
 
 /* z = M^-1 r for all r->k columns in one V-cycle, each launch on the whole block, each column
  * the one-column cycle's (fused: bit for bit). *declined = 1 (nothing enqueued, KD_OK) where it
- * cannot: a level's matrix has no SpMM, the tail is on, or r's and z's column strides are not the
- * level buffers'; the caller then cycles column by column. */
+ * cannot: a level's matrix has no SpMM, the tail is on, r's and z's column strides are not the
+ * level buffers', or the device has no room for those; the caller then cycles column by column. */
 int kd_amg_block_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_multivec_t *r, kd_multivec_t *z,
                         int *declined, kd_err_t *err);
 /* Free the levels' block vectors (a solve of several columns is over). */

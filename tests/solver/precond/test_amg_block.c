@@ -5,8 +5,9 @@
  * straightforward hierarchies, k = 1 (the one-column path), k = 3 (odd), k = 9 (past the SpMM's
  * chunk of 8), rows in no aggregate (P's rows empty: A's own never are, a zero diagonal is
  * refused), one level (the dense inverse alone, or a smoothed coarsest), several lanes a row as
- * on a GPU (the fused kernels' trees), level 0 in another format with SpMM (sell_c_sigma) and in
- * one without (coo: then a cycle per column, asserted by counting launches). (On PoCL every case
+ * on a GPU (the fused kernels' trees), level 0 in another format with SpMM (sell_c_sigma), and
+ * where the block cycle declines (level 0 in coo, without SpMM; the one-work-group tail): then a
+ * cycle per column, asserted by counting launches. (On PoCL every case
  * prints 0: the block kernels sum in the one-column kernels' order.) CG with AMG on k columns
  * converges in the iterations of k separate solves (within one) to a true residual, computed here
  * on the host, that meets rtol. `test_amg_block --small`: small cases for Oclgrind.
@@ -206,6 +207,9 @@ static void test_block_vcycle(void)
         block_matches("lap2d gpu lanes", kd_test_laplacian_2d(g, g - 3), KD_FMT_CSR_SCALAR, t,
                       &none, 3, 1);
         kd_amg_test_set_gpu_lanes(0);
+        const kd_precond_options_t tail = options("tail_rows", 4096, NULL, 0);
+        block_matches("lap2d tail_rows 4096 (per column)", kd_test_laplacian_2d(g, g),
+                      KD_FMT_CSR_SCALAR, t, &tail, 3, 0);
         block_matches("lap2d level 0 coo (no SpMM)", kd_test_laplacian_2d(g, g), KD_FMT_COO, t,
                       &none, 3, 0);
     }
