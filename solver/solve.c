@@ -928,6 +928,8 @@ static void kd_solve_ctx_release(kd_solve_ctx_t *ctx)
     kd_krylov_snapshot_release(&ctx->snaps[1]);
     if (run->method != NULL && run->method->finish != NULL)
         run->method->finish(run);
+    if (run->precond != NULL && run->precond->ops->finish != NULL)
+        run->precond->ops->finish(run->precond);
     kd_krylov_release(&run->kr);
     kd_multivec_release(&run->b);
     kd_multivec_release(&run->x);

@@ -21,32 +21,82 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KD_BA_NRHS_MAX 64
+
 typedef struct kd_ba_run {
     int64_t iterations;
     double ms, relres, iterate_ms; /* iterate_ms: the solver's own, of the last solve */
     int converged;
 } kd_ba_run_t;
 
-/* `repeat` solves (the median's time), after one untimed. */
-static int kd_ba_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, const void *b,
-                       const double *bw, void *x, kd_solve_params_t *prm, int repeat,
-                       kd_ba_run_t *out, kd_err_t *err)
+/* `repeat` solves of the k columns of b (the median's time), after one untimed; iterations and
+ * relres the largest over the columns. */
+static int kd_ba_solve(kd_ocl_t *ocl, kd_matrix_t *A, const kd_csr_t *csr, int64_t k,
+                       const void *b, const double *bw, void *x, kd_solve_params_t *prm,
+                       int repeat, kd_ba_run_t *out, kd_err_t *err)
 {
     double t[64];
-    kd_solve_result_t res;
+    kd_solve_result_t res[KD_BA_NRHS_MAX];
+    const size_t column = (size_t)csr->rows * kd_dtype_size(csr->dtype);
     for (int r = 0; r <= repeat && r < 64; r++) {
         const uint64_t t0 = kd_clock_ns();
-        if (kd_solve(ocl, A, 1, b, NULL, x, prm, &res, err) != KD_OK)
+        if (kd_solve(ocl, A, k, b, NULL, x, prm, res, err) != KD_OK)
             return -1;
         t[r] = (double)(kd_clock_ns() - t0) / 1e6;
-        out->iterations = res.iterations;
-        out->iterate_ms = res.iterate_ms;
-        out->converged = res.status == KD_SOLVE_CONVERGED;
-        kd_solve_result_free(&res);
+        out->iterations = 0;
+        out->converged = 1;
+        for (int64_t c = 0; c < k; c++) {
+            if (res[c].iterations > out->iterations)
+                out->iterations = res[c].iterations;
+            out->converged &= res[c].status == KD_SOLVE_CONVERGED;
+            kd_solve_result_free(&res[c]);
+        }
+        out->iterate_ms = res[0].iterate_ms;
     }
     out->ms = kd_bench_median(t + 1, (size_t)(repeat < 63 ? repeat : 63));
-    out->relres = kd_bench_relres(csr, bw, x);
+    out->relres = 0.0;
+    for (int64_t c = 0; c < k; c++)
+        out->relres = fmax(out->relres, kd_bench_relres(csr, bw + c * csr->rows,
+                                                        (const char *)x + (size_t)c * column));
     return 0;
+}
+
+/* Device time by kernel of `runs` applies of P to k columns of ones, per apply, on one line. */
+static int kd_ba_profile_apply(kd_ocl_t *ocl, const kd_precond_t *P, int64_t n, int64_t k,
+                               kd_dtype_t dtype, int runs, kd_err_t *err)
+{
+    kd_multivec_t r = {0}, z = {0};
+    kd_ocl_kernel_time_t times[KD_OCL_KERNEL_TIMES_MAX];
+    size_t count = 0;
+    int rc = kd_multivec_alloc(ocl, n, k, dtype, &r, err);
+    if (rc == KD_OK)
+        rc = kd_multivec_alloc(ocl, n, k, dtype, &z, err);
+    for (int64_t c = 0; c < k && rc == KD_OK; c++)
+        rc = kd_vec_fill(ocl, &r.cols[c], 1.0, err);
+    if (rc == KD_OK)
+        rc = P->ops->apply(ocl, P, &r, &z, err); /* warm: programs built, buffers allocated */
+    if (rc == KD_OK)
+        rc = kd_ocl_finish(ocl, err);
+    kd_ocl_kernel_profile_begin(ocl);
+    for (int i = 0; i < runs && rc == KD_OK; i++)
+        rc = P->ops->apply(ocl, P, &r, &z, err);
+    const int rc2 = kd_ocl_kernel_profile_end(ocl, times, KD_OCL_KERNEL_TIMES_MAX, &count, err);
+    if (rc == KD_OK && rc2 == KD_OK) {
+        double total = 0.0;
+        for (size_t i = 0; i < count; i++)
+            total += times[i].ms;
+        printf("#   apply on %lld column%s: %.3f ms device (%.3f a column);", (long long)k,
+               k > 1 ? "s" : "", total / runs, total / runs / (double)k);
+        for (size_t i = 0; i < count; i++)
+            printf(" %s %.3f (%.0f)", times[i].name, times[i].ms / runs,
+                   (double)times[i].launches / runs);
+        printf("\n");
+    }
+    if (P->ops->finish != NULL)
+        P->ops->finish(P);
+    kd_multivec_release(&r);
+    kd_multivec_release(&z);
+    return rc != KD_OK ? rc : rc2;
 }
 
 static void kd_ba_usage(void)
@@ -64,6 +114,9 @@ static void kd_ba_usage(void)
         "  --tail-rows N       AMG: levels of at most N rows in one launch (0: none)\n"
         "  --aggregation 0|1   AMG's aggregates on the host (0) or the device (1)\n"
         "  --max-levels N      AMG's levels at most (default: the preconditioner's, 10)\n"
+        "  --nrhs K            also an AMG-PCG solve of K right-hand sides at once (b_j = (1 + j / K)\n"
+        "                      ones: each column's iterations are one's), its time per column\n"
+        "                      against one's (default 1: none)\n"
         "MATRIX: lap2d:N, lap3d:N, aniso2d:N:EPS, kronlap3d:N, elast3d:N, ... or a .mtx file\n");
 }
 
@@ -73,7 +126,7 @@ int kd_bench_amg_main(int argc, char **argv)
     kd_dtype_t dtype = KD_DTYPE_F64;
     double rtol = 1e-8, threshold = -1.0, block_size = 0.0, fused = -1.0, tail_rows = -1.0,
            aggregation = -1.0, max_levels = -1.0;
-    int repeat = 3, first = argc;
+    int repeat = 3, first = argc, nrhs = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int has = i + 1 < argc;
@@ -97,6 +150,8 @@ int kd_bench_amg_main(int argc, char **argv)
             aggregation = atof(argv[++i]);
         else if (strcmp(a, "--max-levels") == 0 && has)
             max_levels = atof(argv[++i]);
+        else if (strcmp(a, "--nrhs") == 0 && has)
+            nrhs = atoi(argv[++i]);
         else if (strcmp(a, "--format") == 0 && has)
             format = argv[++i];
         else if (a[0] == '-') {
@@ -107,7 +162,7 @@ int kd_bench_amg_main(int argc, char **argv)
             break;
         }
     }
-    if (first >= argc || repeat < 1) {
+    if (first >= argc || repeat < 1 || nrhs < 1 || nrhs > KD_BA_NRHS_MAX) {
         kd_ba_usage();
         return 2;
     }
@@ -179,13 +234,15 @@ int kd_bench_amg_main(int argc, char **argv)
             continue;
         }
         const int64_t n = csr->rows;
-        void *b = malloc((size_t)n * kd_dtype_size(dtype) + 8);
-        void *x = malloc((size_t)n * kd_dtype_size(dtype) + 8);
-        double *bw = malloc((size_t)n * sizeof(double) + 8);
-        for (int64_t i = 0; i < n; i++) {
-            kd_store_real(b, dtype, (size_t)i, 1.0);
-            bw[i] = 1.0;
-        }
+        void *b = malloc((size_t)(n * nrhs) * kd_dtype_size(dtype) + 8);
+        void *x = malloc((size_t)(n * nrhs) * kd_dtype_size(dtype) + 8);
+        double *bw = malloc((size_t)(n * nrhs) * sizeof(double) + 8);
+        for (int64_t c = 0; c < nrhs; c++)
+            for (int64_t i = 0; i < n; i++) {
+                const double v = 1.0 + (double)c / (double)nrhs;
+                kd_store_real(b, dtype, (size_t)(c * n + i), v);
+                bw[c * n + i] = v;
+            }
         kd_solve_params_t prm;
         kd_solve_params_default(&prm);
         prm.rtol = rtol;
@@ -193,7 +250,7 @@ int kd_bench_amg_main(int argc, char **argv)
         kd_ba_run_t jac = {0}, amg = {0};
         kd_amg_stats_t st = {0};
         int failed = kd_method_choose("cg", "jacobi", &prm.method, &prm.precond, &err) != KD_OK ||
-                     kd_ba_solve(ocl, A, csr, b, bw, x, &prm, repeat, &jac, &err) != 0;
+                     kd_ba_solve(ocl, A, csr, 1, b, bw, x, &prm, repeat, &jac, &err) != 0;
         const kd_precond_t *P = NULL;
         double setup_wall = 0.0;
         if (!failed) {
@@ -206,8 +263,11 @@ int kd_bench_amg_main(int argc, char **argv)
                      kd_ocl_finish(ocl, &err) != KD_OK;
             setup_wall = (double)(kd_clock_ns() - t0) / 1e6;
             failed = failed || kd_amg_describe(P, &st, &err) != KD_OK ||
-                     kd_ba_solve(ocl, A, csr, b, bw, x, &prm, repeat, &amg, &err) != 0;
+                     kd_ba_solve(ocl, A, csr, 1, b, bw, x, &prm, repeat, &amg, &err) != 0;
         }
+        kd_ba_run_t many = {0};
+        if (!failed && nrhs > 1)
+            failed = kd_ba_solve(ocl, A, csr, nrhs, b, bw, x, &prm, repeat, &many, &err) != 0;
         char label[64];
         kd_bench_matrix_name(argv[mi], label, sizeof(label));
         if (failed) {
@@ -225,6 +285,15 @@ int kd_bench_amg_main(int argc, char **argv)
             for (int l = 0; l < st.levels; l++)
                 printf(" %lld/%lld", (long long)st.rows[l], (long long)st.nnz[l]);
             printf("; jacobi relres %.1e\n", jac.relres);
+            if (nrhs > 1)
+                printf("#   %d right-hand sides: %.2f ms, %.2f ms a column = %.3f x one's (%lld its "
+                       "at most, relres %.1e)%s\n",
+                       nrhs, many.ms, many.ms / nrhs, many.ms / nrhs / amg.ms,
+                       (long long)many.iterations, many.relres,
+                       many.converged ? "" : "  (NOT CONVERGED)");
+            if (nrhs > 1 && (kd_ba_profile_apply(ocl, P, n, 1, dtype, 5, &err) != KD_OK ||
+                             kd_ba_profile_apply(ocl, P, n, nrhs, dtype, 5, &err) != KD_OK))
+                fprintf(stderr, "%s: profile: %s\n", label, err.message);
             printf("#   setup %.2f solves; phases ms:", setup_wall / amg.ms);
             for (int ph = 0; ph < KD_AMG_PHASES; ph++)
                 printf(" %s=%.1f", kd_amg_phase_names[ph], st.phase_ms[ph]);

@@ -570,6 +570,9 @@ static int64_t kd_solve_values_per_row(const kd_solve_request_t *q, int64_t colu
     int64_t per_row = (5 + kd_solve_work_vectors(q)) * columns;
     if (per_row < 6 + columns)
         per_row = 6 + columns;
+    const kd_precond_ops_t *pc = kd_precond_find(q->preconditioner);
+    if (columns > 1 && pc != NULL) /* amg's block V-cycle's vectors */
+        per_row += pc->block_values * columns;
     if (!kd_solve_runs_gmres(q, entry))
         return per_row;
     const int64_t m = q->restart > 0 ? q->restart : KD_SOLVE_RESTART_DEFAULT;

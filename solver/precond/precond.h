@@ -73,6 +73,11 @@ typedef struct kd_precond_ops {
     /* KD_PRECOND_OPERATOR: z = M^-1 r for every column (enqueued). */
     int (*apply)(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r, kd_multivec_t *z,
                  kd_err_t *err);
+    /* Values per row and right-hand side that apply keeps on the device during a solve of
+     * several columns (amg's block V-cycle vectors): the solve's reservation counts them. */
+    int block_values;
+    /* May be NULL. The solve that applied P is over: free what apply kept for its columns. */
+    void (*finish)(const kd_precond_t *P);
     /* Free what setup built (not P itself). */
     void (*release)(kd_precond_t *P);
     /*

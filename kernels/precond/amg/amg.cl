@@ -303,6 +303,71 @@ __kernel KD_WG_ATTR void kd_amg_dense_mv(const int n, __global const VALUE *M,
         x[row] = scratch[0];
 }
 
+/*
+ * The block V-cycle's vector kernels (solver/precond/amg/block.c): k columns of n values, column c
+ * at c * ld, all of one level's buffers with the same ld. One work-item per row, looping over the
+ * columns: for each column the work-items' accesses are consecutive (coalesced), and a row's
+ * 1/a_ii is read once for all k. Each column gets the one-column kernel's expression exactly.
+ * kd_amg_block_dense_mv: one work-group per row of the coarsest inverse, as kd_amg_dense_mv, the
+ * columns one after another (the row of M from cache after the first), each with its own tree; the
+ * loop's trip count is k for the whole group, so every barrier is reached by all work-items.
+ */
+__kernel void kd_amg_block_chebyshev(const int n, const int k, const long ld, const int from_zero,
+                                     const int first, const VALUE c_d, const VALUE c_r,
+                                     __global const VALUE *b, __global const VALUE *q,
+                                     __global const VALUE *inv_diagonal, __global VALUE *d,
+                                     __global VALUE *x)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    const VALUE w = inv_diagonal[i];
+    for (int c = 0; c < k; c++) {
+        const size_t o = (size_t)c * (size_t)ld + (size_t)i;
+        const VALUE r = from_zero ? b[o] : b[o] - q[o];
+        const VALUE step = c_r * (w * r);
+        const VALUE di = first ? step : c_d * d[o] + step;
+        d[o] = di;
+        x[o] = from_zero ? di : x[o] + di;
+    }
+}
+
+__kernel void kd_amg_block_residual(const int n, const int k, const long ld,
+                                    __global const VALUE *b, __global VALUE *q)
+{
+    const int i = (int)get_global_id(0);
+    if (i >= n)
+        return;
+    for (int c = 0; c < k; c++) {
+        const size_t o = (size_t)c * (size_t)ld + (size_t)i;
+        q[o] = b[o] - q[o];
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_block_dense_mv(const int n, const int k, const long ld,
+                                               __global const VALUE *M, __global const VALUE *b,
+                                               __global VALUE *x)
+{
+    __local VALUE scratch[KD_WG_SIZE];
+    const int row = (int)get_group_id(0), lane = (int)get_local_id(0);
+    for (int c = 0; c < k; c++) {
+        __global const VALUE *bc = b + (size_t)c * (size_t)ld;
+        VALUE s = (VALUE)0;
+        for (int j = lane; j < n; j += KD_WG_SIZE)
+            s += M[(size_t)row * (size_t)n + (size_t)j] * bc[j];
+        scratch[lane] = s;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int w = KD_WG_SIZE / 2; w > 0; w >>= 1) {
+            if (lane < w)
+                scratch[lane] += scratch[lane + w];
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (lane == 0)
+            x[(size_t)c * (size_t)ld + (size_t)row] = scratch[0];
+        barrier(CLK_LOCAL_MEM_FENCE); /* scratch[0] read before the next column writes it */
+    }
+}
+
 /* (M v)_row by `lanes` work-items (lane = lid % lanes), valid in lane 0; all the group's
  * work-items call it (barriers), rows past `rows` contribute nothing. */
 VALUE kd_amg_row_sum(const int lanes, const int row, const int rows, __global const int *indptr,
@@ -385,6 +450,164 @@ __kernel KD_WG_ATTR void kd_amg_csr_prolong(const int n, __global const int *ind
     const VALUE s = kd_amg_row_sum(KD_TPR, row, n, indptr, indices, values, x_coarse, partial);
     if (row < n && (get_local_id(0) & (KD_TPR - 1)) == 0)
         x[row] = s + x[row];
+}
+
+/*
+ * The fused block V-cycle's CSR kernels (solver/precond/amg/block.c): the fused kernels above on
+ * k columns (column c of a vector at c * ld), in chunks of KD_AMG_CHUNK columns whose sums a
+ * work-item keeps in registers, so each matrix entry is read once per chunk. The thread mapping is
+ * kd_amg_row_sum's (KD_TPR lanes a row, lane l summing entries l, l + KD_TPR, ...), and the lanes'
+ * sums of each column are folded by the same tree in local memory (one slice of KD_WG_SIZE values
+ * per column of the chunk), so every column gets exactly the one-column kernel's value on any
+ * device. The chunk loop's trip count is the group's, and a work-item past the last row still
+ * takes part (summing nothing), so every barrier is reached by all work-items.
+ */
+#define KD_AMG_CHUNK 8
+
+/* acc[t] = (M v_t)_row for the chunk's cnt columns (v at its first column), valid in lane 0. */
+void kd_amg_block_row_sums(const int row, const int rows, __global const int *indptr,
+                           __global const int *indices, __global const VALUE *values,
+                           __global const VALUE *v, const long ld, const int cnt,
+                           __local VALUE *partial, VALUE *acc)
+{
+    for (int t = 0; t < KD_AMG_CHUNK; t++)
+        acc[t] = (VALUE)0;
+    if (row < rows)
+        for (int e = indptr[row] + (int)(get_local_id(0) & (KD_TPR - 1)); e < indptr[row + 1];
+             e += KD_TPR) {
+            const VALUE a = values[e];
+            const size_t j = (size_t)indices[e];
+            for (int t = 0; t < KD_AMG_CHUNK; t++)
+                if (t < cnt)
+                    acc[t] += a * v[(size_t)t * (size_t)ld + j];
+        }
+#if KD_TPR > 1
+    const int lid = (int)get_local_id(0), lane = lid & (KD_TPR - 1);
+    for (int t = 0; t < KD_AMG_CHUNK; t++)
+        partial[t * KD_WG_SIZE + lid] = acc[t];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int w = KD_TPR / 2; w > 0; w >>= 1) {
+        if (lane < w)
+            for (int t = 0; t < KD_AMG_CHUNK; t++)
+                partial[t * KD_WG_SIZE + lid] += partial[t * KD_WG_SIZE + lid + w];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int t = 0; t < KD_AMG_CHUNK; t++)
+        acc[t] = partial[t * KD_WG_SIZE + lid];
+    barrier(CLK_LOCAL_MEM_FENCE); /* read before the next chunk writes */
+#endif
+}
+
+/* The chunk loop: columns c0 .. c0 + cnt - 1. */
+#define KD_AMG_CHUNKS(k)                                                                           \
+    for (int c0 = 0, cnt = (k) < KD_AMG_CHUNK ? (k) : KD_AMG_CHUNK; c0 < (k);                      \
+         c0 += KD_AMG_CHUNK, cnt = (k)-c0 < KD_AMG_CHUNK ? (k)-c0 : KD_AMG_CHUNK)
+
+#if KD_TPR > 1
+#define KD_AMG_PARTIAL __local VALUE partial[KD_AMG_CHUNK * KD_WG_SIZE]
+#else
+#define KD_AMG_PARTIAL __local VALUE *partial = 0
+#endif
+
+/* This work-item finishes its row (lane 0 of a row that exists). */
+#define KD_AMG_LEAD(row, n) ((row) < (n) && (get_local_id(0) & (KD_TPR - 1)) == 0)
+
+__kernel KD_WG_ATTR void kd_amg_block_csr_chebyshev(
+    const int n, const int k, const long ld, const int first, const VALUE c_d, const VALUE c_r,
+    __global const int *indptr, __global const int *indices, __global const VALUE *values,
+    __global const VALUE *b, __global const VALUE *inv_diagonal, __global VALUE *d,
+    __global const VALUE *x_in, __global VALUE *x_out)
+{
+    KD_AMG_PARTIAL;
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    KD_AMG_CHUNKS(k)
+    {
+        VALUE acc[KD_AMG_CHUNK];
+        kd_amg_block_row_sums(row, n, indptr, indices, values, x_in + (size_t)c0 * (size_t)ld, ld,
+                              cnt, partial, acc);
+        if (KD_AMG_LEAD(row, n))
+            for (int t = 0; t < cnt; t++) {
+                const size_t o = (size_t)(c0 + t) * (size_t)ld + (size_t)row;
+                const VALUE r = b[o] - acc[t];
+                const VALUE step = c_r * (inv_diagonal[row] * r);
+                const VALUE di = first ? step : c_d * d[o] + step;
+                d[o] = di;
+                x_out[o] = x_in[o] + di;
+            }
+    }
+}
+
+__kernel KD_WG_ATTR void kd_amg_block_csr_residual(const int n, const int k, const long ld,
+                                                   __global const int *indptr,
+                                                   __global const int *indices,
+                                                   __global const VALUE *values,
+                                                   __global const VALUE *x,
+                                                   __global const VALUE *b, __global VALUE *q)
+{
+    KD_AMG_PARTIAL;
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    KD_AMG_CHUNKS(k)
+    {
+        VALUE acc[KD_AMG_CHUNK];
+        kd_amg_block_row_sums(row, n, indptr, indices, values, x + (size_t)c0 * (size_t)ld, ld,
+                              cnt, partial, acc);
+        if (KD_AMG_LEAD(row, n))
+            for (int t = 0; t < cnt; t++) {
+                const size_t o = (size_t)(c0 + t) * (size_t)ld + (size_t)row;
+                q[o] = b[o] - acc[t];
+            }
+    }
+}
+
+/* b_c = R q (q's columns at ld_q, the coarse level's at ld); with smooth, the coarse level's
+ * first Chebyshev step from 0. */
+__kernel KD_WG_ATTR void kd_amg_block_csr_restrict(
+    const int n, const int k, const long ld_q, const long ld, const int smooth, const VALUE c_r,
+    __global const int *indptr, __global const int *indices, __global const VALUE *values,
+    __global const VALUE *q, __global VALUE *b, __global const VALUE *inv_diagonal,
+    __global VALUE *d, __global VALUE *x)
+{
+    KD_AMG_PARTIAL;
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    KD_AMG_CHUNKS(k)
+    {
+        VALUE acc[KD_AMG_CHUNK];
+        kd_amg_block_row_sums(row, n, indptr, indices, values, q + (size_t)c0 * (size_t)ld_q,
+                              ld_q, cnt, partial, acc);
+        if (KD_AMG_LEAD(row, n))
+            for (int t = 0; t < cnt; t++) {
+                const size_t o = (size_t)(c0 + t) * (size_t)ld + (size_t)row;
+                b[o] = acc[t];
+                if (smooth) {
+                    const VALUE di = c_r * (inv_diagonal[row] * acc[t]);
+                    d[o] = di;
+                    x[o] = di;
+                }
+            }
+    }
+}
+
+/* x += P x_c (x_c's columns at ld_c, x's at ld). */
+__kernel KD_WG_ATTR void kd_amg_block_csr_prolong(const int n, const int k, const long ld_c,
+                                                  const long ld, __global const int *indptr,
+                                                  __global const int *indices,
+                                                  __global const VALUE *values,
+                                                  __global const VALUE *x_coarse,
+                                                  __global VALUE *x)
+{
+    KD_AMG_PARTIAL;
+    const int row = (int)(get_global_id(0) / KD_TPR);
+    KD_AMG_CHUNKS(k)
+    {
+        VALUE acc[KD_AMG_CHUNK];
+        kd_amg_block_row_sums(row, n, indptr, indices, values,
+                              x_coarse + (size_t)c0 * (size_t)ld_c, ld_c, cnt, partial, acc);
+        if (KD_AMG_LEAD(row, n))
+            for (int t = 0; t < cnt; t++) {
+                const size_t o = (size_t)(c0 + t) * (size_t)ld + (size_t)row;
+                x[o] = acc[t] + x[o];
+            }
+    }
 }
 
 __global VALUE *kd_amg_tail_vector(const int ref, __global VALUE *scratch, __global VALUE *b_first,

@@ -26,7 +26,8 @@
  * Apply, per right-hand side: the V-cycle with Chebyshev smoothing of degree `degree` before and
  * after (the same polynomial in D^-1 A, self-adjoint in the A inner product, so M is symmetric
  * and CG stays valid), restriction and prolongation as SpMVs with R and P, x_c = A_c^-1 b_c on
- * the coarsest level.
+ * the coarsest level. Several right-hand sides run the same cycle on all columns at once, each
+ * product an SpMM (solver/precond/amg/block.c).
  */
 #include "solver/precond/amg/amg.h"
 #include "solver/precond/amg/cycle.h"
@@ -152,15 +153,26 @@ static int kd_amg_cycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_
     return kd_amg_vcycle(ocl, amg, 0, b, x, err);
 }
 
+/* Several columns: one block V-cycle for all (solver/precond/amg/block.c) where it applies, else
+ * a V-cycle per column. */
 static int kd_amg_apply(kd_ocl_t *ocl, const kd_precond_t *P, const kd_multivec_t *r,
                         kd_multivec_t *z, kd_err_t *err)
 {
     assert(P != NULL && r != NULL && z != NULL && r->k == z->k);
     kd_amg_t *amg = P->impl;
-    int rc = KD_OK;
-    for (int64_t c = 0; c < r->k && rc == KD_OK; c++)
+    int declined = 1, rc = KD_OK;
+    if (r->k > 1 && (rc = kd_amg_block_vcycle(ocl, amg, r, z, &declined, err)) != KD_OK)
+        return rc;
+    for (int64_t c = 0; declined && c < r->k && rc == KD_OK; c++)
         rc = kd_amg_cycle(ocl, amg, &r->cols[c], &z->cols[c], err);
     return rc;
+}
+
+/* The solve is over: its block vectors go. */
+static void kd_amg_finish(const kd_precond_t *P)
+{
+    if (P->impl != NULL)
+        kd_amg_block_release(P->impl);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -630,6 +642,7 @@ static void kd_amg_release(kd_precond_t *P)
         kd_vec_release(&L->d);
         kd_vec_release(&L->x_other);
     }
+    kd_amg_block_release(amg);
     kd_amg_tail_release(&amg->tail);
     if (amg->coarse_inverse != NULL)
         clReleaseMemObject(amg->coarse_inverse);
@@ -647,6 +660,8 @@ const kd_precond_ops_t kd_precond_amg = {
     .plan_bytes = kd_amg_plan_bytes,
     .setup = kd_amg_setup,
     .apply = kd_amg_apply,
+    .block_values = 3, /* level 0's q and d, the coarser levels' five (about a fifth of n) */
+    .finish = kd_amg_finish,
     .release = kd_amg_release,
     .refresh = kd_amg_refresh,
 };

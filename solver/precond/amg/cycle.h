@@ -4,12 +4,13 @@
  * SpMV and per vector step through each level matrix's format; solver/precond/amg/fused.c runs the
  * same V-cycle in fewer launches: levels >= 1 in CSR with the Chebyshev steps and the residual
  * fused into their SpMVs, and the small levels at the bottom in one single-work-group launch (the
- * "tail").
+ * "tail"); solver/precond/amg/block.c runs either on k columns at once, every launch on all
+ * of them.
  *
  * The files call down, never up: amg.c (the ops, setup, the straightforward V-cycle) calls
- * fused.c, tail.c and refresh.c; each of those calls level.c (one level's device steps, which
- * every cycle and the refresh share), which calls none of them. Each declaration below names
- * its file.
+ * fused.c, tail.c, block.c and refresh.c; each of those calls level.c (one level's device steps,
+ * which every cycle and the refresh share), which calls none of them. Each declaration below
+ * names its file.
  */
 #ifndef KD_SOLVER_AMG_CYCLE_H
 #define KD_SOLVER_AMG_CYCLE_H
@@ -29,6 +30,10 @@ typedef struct kd_amg_level {
     kd_vec_t b, x;       /* the level's right-hand side and iterate (level 0: the caller's) */
     kd_vec_t q, d;       /* scratch: A x, and the Chebyshev direction */
     kd_vec_t x_other;    /* fused, levels >= 1: x's ping-pong partner */
+    /* The block cycle's k columns of b, x (levels >= 1: level 0's are the caller's), q and d:
+     * allocated by the first apply of several columns, freed when its solve ends (block.c). */
+    kd_multivec_t block_b, block_x, block_q, block_d;
+    kd_multivec_t block_x_other; /* fused, levels >= 1: block_x's ping-pong partner */
     double lambda;       /* estimated lambda_max(D^-1 A) */
     int64_t n, nnz;
     int lanes_a, lanes_p, lanes_r; /* fused: work-items per row of A, P and R */
@@ -69,7 +74,8 @@ typedef struct kd_amg {
     kd_amg_tail_t tail;
     double setup_ms, spgemm_ms, host_ms;
     double phase_ms[KD_AMG_PHASES]; /* kd_amg_stats_t's */
-    int refreshed; /* built by a refresh from another hierarchy's aggregates and patterns */
+    int refreshed;   /* built by a refresh from another hierarchy's aggregates and patterns */
+    int64_t block_k; /* columns the levels' block vectors hold; 0: none allocated */
 } kd_amg_t;
 
 /* ---- level.c: one level's device steps, shared by every file below --------------------------- */
@@ -141,6 +147,17 @@ int kd_amg_fused_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_vec_t *b, kd_vec_
  * fit. */
 int kd_amg_tail_build(kd_ocl_t *ocl, kd_amg_t *amg, kd_err_t *err);
 void kd_amg_tail_release(kd_amg_tail_t *tail); /* accepts a zeroed or released one */
+
+/* ---- block.c: the V-cycle on k columns at once ------------------------------------------------ */
+
+/* z = M^-1 r for all r->k columns in one V-cycle, each launch on the whole block, each column
+ * the one-column cycle's (fused: bit for bit). *declined = 1 (nothing enqueued, KD_OK) where it
+ * cannot: a level's matrix has no SpMM, the tail is on, r's and z's column strides are not the
+ * level buffers', or the device has no room for those; the caller then cycles column by column. */
+int kd_amg_block_vcycle(kd_ocl_t *ocl, kd_amg_t *amg, const kd_multivec_t *r, kd_multivec_t *z,
+                        int *declined, kd_err_t *err);
+/* Free the levels' block vectors (a solve of several columns is over). */
+void kd_amg_block_release(kd_amg_t *amg);
 
 /* ---- refresh.c: new values on a kept fused hierarchy ----------------------------------------- */
 
