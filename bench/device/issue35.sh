@@ -16,6 +16,8 @@
 #   timestep a user's time step (issue 36's table): new values on the last step's pattern, then
 #            AMG-CG to 1e-8 with x back, through shared memory (bench/service/timestep.py),
 #            put_values and put like                                              timestep-gpu.txt
+#   mrhs     krylov-bench amg --nrhs 8 (issue 36 part 3): 8 right-hand sides in one V-cycle
+#            against one, per column                                              mrhs-gpu.txt
 #   amg      krylov-bench amg's setup phases (issue 36) on the issue's three Laplacians, the
 #            aggregates on the host and on the device                            amg-gpu.txt
 set -uo pipefail
@@ -97,6 +99,10 @@ PY
       timeout 240 "$py" bench/service/timestep.py --krylovd "$bin/krylovd" --mode $mode
     done > "$out/timestep-gpu.txt" 2>&1
     cat "$out/timestep-gpu.txt" ;;
+  mrhs)
+    timeout 300 "$bin/krylov-bench" amg --device gpu --nrhs 8 lap3d:64 lap2d:1024 lap3d:100 \
+      > "$out/mrhs-gpu.txt" 2>&1
+    grep -v '^info' "$out/mrhs-gpu.txt" ;;
   amg)
     for agg in 0 1; do
       echo "== --aggregation $agg"
