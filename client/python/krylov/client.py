@@ -198,6 +198,10 @@ class SolveResult:
     # method "direct": the factor (solver, factored, factor_entries, factor_bytes, fill,
     # analyze_ms, factor_ms, solve_ms, ...; docs/PROTOCOL.md), else empty
     direct: dict = field(default_factory=dict)
+    # method "auto": {"chosen": "direct" or "gmres+ilu0" ("" when none converged), "tried": a list
+    # of {method, preconditioner, status, iterations, relative_residual, time_ms, message}, in the
+    # order run}; else empty
+    auto: dict = field(default_factory=dict)
 
     @property
     def residual_norm(self):
@@ -1175,6 +1179,7 @@ class Client:
                 anatomy=dict(result.get("anatomy") or {}),
                 preconditioner_setup=result.get("preconditioner_setup") or "",
                 direct=dict(result.get("direct") or {}),
+                auto=dict(result.get("auto") or {}),
             )
 
         def per_rhs(key):
@@ -1202,6 +1207,7 @@ class Client:
             anatomy=dict(result.get("anatomy") or {}),
             preconditioner_setup=result.get("preconditioner_setup") or "",
             direct=dict(result.get("direct") or {}),
+            auto=dict(result.get("auto") or {}),
         )
 
     def operator(self, matrix, *, symmetric=None):
