@@ -16,7 +16,9 @@
  *   - a preconditioner named in the request: its Krylov method first, direct only after it.
  * An attempt that breaks down, stagnates, reaches max_iterations or cannot be set up (a zero pivot,
  * a zero diagonal, a factor over the budget) passes to the next; the answer is the first that
- * converged, else "singular" where direct found the matrix so, else the closest attempt. After
+ * converged, else "singular" where direct found the matrix so, else the closest attempt. A direct
+ * attempt that stagnated (refined, still above rtol: an ill-conditioned matrix) ends the plan: no
+ * Krylov method gets closer in that dtype, and a plain one would spend 10 x rows iterations. After
  * direct found it singular, a Krylov attempt (which may still solve a consistent system) runs at
  * most KD_AUTO_SINGULAR_MAXITER iterations. The reply
  * lists every attempt under `auto` and its messages say what happened before.
@@ -451,8 +453,8 @@ int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t 
             rc = done;
         else if (done == 1)
             converged_by = strcmp(t->method, KD_METHOD_DIRECT) == 0 ? 'd' : 'k';
-        else if (done == 2)
-            break;
+        else if (done == 2 || (st.direct_ran && !st.singular))
+            break; /* non_finite; or the factor's x, refined, is as close as the dtype gets */
     }
     if (rc == KD_OK) {
         KD_INFO("solve", "auto on matrix %s: %d attempts, %s%s", entry->meta.hex, st.trail.count,
