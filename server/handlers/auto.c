@@ -33,6 +33,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +443,12 @@ int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t 
         const kd_auto_try_t *t = &plan[i];
         if (t->after_breakdown && !broke)
             continue;
+        const int stop = atomic_load(&job->cancel); /* between attempts too */
+        if (stop != 0) {
+            rc = kd_err_set(err, stop, "solve cancelled (method auto, after %d attempts)",
+                            st.trail.count);
+            break;
+        }
         int done;
         if (strcmp(t->method, KD_METHOD_DIRECT) == 0) {
             done = kd_auto_direct(server, entry, &st, ops, B, err);

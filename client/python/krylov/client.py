@@ -1039,9 +1039,12 @@ class Client:
         b: a vector (n), or n x k for k right-hand sides at once. method: a name of the server's
         table: "cg" (the default), "pcg" (cg with Jacobi), "sd" (steepest descent) and "cg1" need
         a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
-        methods), "gmres", "bicgstab", "minres", or "auto": the server picks cg for a symmetric
-        matrix with a positive diagonal, minres for another symmetric one, gmres otherwise
-        (SolveResult.method says which), or "direct": a sparse LU or Cholesky factorisation on
+        methods), "gmres", "bicgstab", "minres", or "auto": the server tries, in order until one converges, cg (minres
+        where it breaks down) for a symmetric matrix with a positive diagonal, "direct" first
+        for another of up to 100,000 rows, preconditioned Krylov methods, and "direct" where a
+        Krylov attempt fails and the factor fits the server's budget (SolveResult.method says
+        what answered, SolveResult.auto lists the attempts; a singular matrix ends "singular"),
+        or "direct": a sparse LU or Cholesky factorisation on
         the server's host, kept with the matrix so that later solves only run the triangular
         solves (direct_options={"solver": "klu" | "umfpack" | "cholmod"}; SolveResult.direct
         reports the factor's size, fill and times; a singular matrix ends status "singular").
