@@ -363,8 +363,8 @@ static int kd_auto_answer(kd_auto_state_t *st, kd_job_t *job, kd_store_entry_t *
 {
     const kd_solve_request_t *q = st->q;
     const int use_direct =
-        converged_by == 'd' ||
-        (converged_by == 0 && st->direct_ran && (st->singular || st->direct_worst < st->krylov_worst));
+        converged_by == 'd' || (converged_by == 0 && st->direct_ran &&
+                                (st->singular || st->direct_worst < st->krylov_worst));
     if (!use_direct && st->results == NULL)
         return kd_err_set(err, KD_EBADREQ, "method auto: no attempt could be set up: %.400s",
                           st->why);
@@ -466,7 +466,9 @@ int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t 
     if (rc == KD_OK) {
         KD_INFO("solve", "auto on matrix %s: %d attempts, %s%s", entry->meta.hex, st.trail.count,
                 converged_by != 0 ? "converged by " : "none converged",
-                converged_by == 'd' ? "direct" : converged_by == 'k' ? st.params.method->name : "");
+                converged_by == 'd'   ? "direct"
+                : converged_by == 'k' ? st.params.method->name
+                                      : "");
         rc = kd_auto_answer(&st, job, entry, converged_by, t0, w, err);
     }
     if (st.results != NULL)

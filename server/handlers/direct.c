@@ -317,7 +317,8 @@ void kd_direct_write(kd_writer_t *w, const kd_job_t *job, const kd_direct_info_t
     kd_w_kv_double(w, "time_ms", kd_clock_ms_since(t0));
     if (trail != NULL)
         kd_auto_write_trail(w, trail);
-    kd_handlers_kv_vector(w, "x", &q->out, (void *)xout, (size_t)q->b.count * kd_dtype_size(q->dtype), 0);
+    kd_handlers_kv_vector(w, "x", &q->out, (void *)xout,
+                          (size_t)q->b.count * kd_dtype_size(q->dtype), 0);
 }
 
 /* ||b_k|| of each column. */
