@@ -438,10 +438,14 @@ int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t 
         rc = kd_err_set(err, KD_ENOMEM, "out of host memory for %lld values", (long long)st.count);
     if (rc == KD_OK)
         rc = kd_auto_inputs(q, A->dtype, &b, &x0, &B, err);
+    /* NaN or Inf in A or b: the Krylov attempt says non_finite where; a factor would not */
+    int finite = A->scan.non_finite_count == 0;
+    for (int64_t i = 0; rc == KD_OK && finite && i < st.count; i++)
+        finite = isfinite(B[i]);
     int converged_by = 0, broke = 0;
     for (size_t i = 0; rc == KD_OK && i < nplan && converged_by == 0; i++) {
         const kd_auto_try_t *t = &plan[i];
-        if (t->after_breakdown && !broke)
+        if ((t->after_breakdown && !broke) || (!finite && strcmp(t->method, KD_METHOD_DIRECT) == 0))
             continue;
         const int stop = atomic_load(&job->cancel); /* between attempts too */
         if (stop != 0) {
@@ -482,28 +486,4 @@ int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t 
     free(x0);
     free(B);
     return rc;
-}
-
-void kd_auto_write_trail(kd_writer_t *w, const kd_auto_trail_t *trail)
-{
-    const kd_auto_step_t *last = trail->count > 0 ? &trail->steps[trail->count - 1] : NULL;
-    char chosen[40] = "";
-    if (last != NULL && last->status != NULL && strcmp(last->status, "converged") == 0)
-        kd_auto_label(chosen, sizeof(chosen), last->method, last->preconditioner);
-    kd_w_str(w, "auto");
-    kd_w_map(w, 2);
-    kd_w_kv_str(w, "chosen", chosen);
-    kd_w_str(w, "tried");
-    kd_w_array(w, (uint32_t)trail->count);
-    for (int i = 0; i < trail->count; i++) {
-        const kd_auto_step_t *s = &trail->steps[i];
-        kd_w_map(w, 7);
-        kd_w_kv_str(w, "method", s->method);
-        kd_w_kv_str(w, "preconditioner", s->preconditioner);
-        kd_w_kv_str(w, "status", s->status != NULL ? s->status : "");
-        kd_w_kv_int(w, "iterations", s->iterations);
-        kd_w_kv_double(w, "relative_residual", s->relative_residual);
-        kd_w_kv_double(w, "time_ms", s->time_ms);
-        kd_w_kv_str(w, "message", s->message);
-    }
 }

@@ -132,7 +132,7 @@ typedef struct kd_auto_trail {
 int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
                          kd_writer_t *w, kd_err_t *err);
 
-/* auto.c: the `auto` key and its list of steps. */
+/* auto_trail.c: the `auto` key, the attempt that converged and the list of attempts. */
 void kd_auto_write_trail(kd_writer_t *w, const kd_auto_trail_t *trail);
 
 /* solve_job.c: one Krylov solve of job's columns on entry with qs's method, preconditioner and

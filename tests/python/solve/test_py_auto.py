@@ -11,7 +11,7 @@ Python client, residuals computed here in double.
 - Fallbacks: cg at max_iterations goes on to direct; a preconditioner that cannot be set up (ilu0
   on a zero diagonal) to direct; a factor over --factor-memory is an attempt refused, and the
   Krylov answer comes back (not TOO_LARGE); a structurally singular matrix says so.
-- Several right-hand sides go through one plan.
+- Several right-hand sides go through one plan; NaN in b ends it at the first Krylov attempt.
 - Bad requests stay errors: a non-square matrix, an unknown preconditioner, options it does not
   take, an unknown direct solver.
 """
@@ -169,6 +169,16 @@ class Auto(unittest.TestCase):
         self.assertEqual(r.method, "minres")
         self.assertEqual(list(r.status), ["converged"] * 2)
         self.assertEqual([s["status"] for s in r.auto["tried"]], ["breakdown", "converged"])
+
+    def test_non_finite_b(self):
+        # NaN in b: the Krylov attempt says non_finite where, and auto stops there (no factor)
+        A = load("adder_dcop_05")
+        b = np.ones(A.shape[0])
+        b[5] = np.nan
+        r = self.kd.solve(self.kd.put(A), b, method="auto")
+        self.assertEqual(r.status, "non_finite", r.message)
+        self.assertNotIn("direct", [s["method"] for s in r.auto["tried"]])
+        self.assertEqual(len(r.auto["tried"]), 1)
 
     def test_bad_requests(self):
         A = load("watt_2")
