@@ -115,8 +115,8 @@ class Auto(unittest.TestCase):
 
     def test_krylov_failure_falls_back_to_direct(self):
         S = load("494_bus")
-        b = rng.uniform(-1, 1, S.shape[0])
-        r = self.kd.solve(self.kd.put(S), b, method="auto", rtol=1e-12, maxiter=5)
+        b = S @ rng.uniform(-1, 1, S.shape[0])  # a random b leaves the factor near 1e-12
+        r = self.kd.solve(self.kd.put(S), b, method="auto", rtol=1e-10, maxiter=5)
         self.assertEqual((r.method, r.status), ("direct", "converged"))
         tried = self.check_trail(r)
         self.assertEqual([(label(s), s["status"], s["iterations"]) for s in tried[:1]],
