@@ -871,16 +871,17 @@ static int kd_param_options(struct kd_decoder *d, enum kd_param p, kd_solve_requ
     return KD_OK;
 }
 
-/* direct_options (method "direct" only): a map of `solver` (str: a name of the server's table of
- * factorisation libraries, which the server checks). */
+/* direct_options (methods "direct" and "auto", whose direct attempt it names): a map of `solver`
+ * (str: a name of the server's table of factorisation libraries, which the server checks). */
 static int kd_param_direct_options(struct kd_decoder *d, kd_solve_request_t *solve)
 {
     const msgpack_object *o = d->param[KD_P_DIRECT_OPTIONS];
     solve->direct_solver[0] = '\0';
     if (o == NULL)
         return KD_OK;
-    if (strcmp(solve->method, "direct") != 0)
-        return kd_err_set(d->err, KD_EBADREQ, "direct_options is for method \"direct\", not \"%s\"",
+    if (strcmp(solve->method, "direct") != 0 && strcmp(solve->method, "auto") != 0)
+        return kd_err_set(d->err, KD_EBADREQ,
+                          "direct_options is for method \"direct\" (or \"auto\"), not \"%s\"",
                           solve->method[0] != '\0' ? solve->method : "cg");
     if (o->type != MSGPACK_OBJECT_MAP)
         return kd_err_set(d->err, KD_EBADREQ,

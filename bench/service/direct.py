@@ -116,6 +116,72 @@ def steps(kd, a, rng):
               f"{(p + s_) / f:.2f} | {refactored} of {a.reps} |", flush=True)
 
 
+AUTO_MATRICES = MATRICES + ["can___24", "dwt_878", "rajat01"]
+
+
+def median_ms(fn, reps):
+    times = []
+    for r in range(reps):
+        t = time.perf_counter()
+        fn(r)
+        times.append(time.perf_counter() - t)
+    return np.median(times) * 1e3
+
+
+def auto_table(kd, a, rng):
+    print()
+    print("| matrix | rows | auto chose (attempts before it) | auto first solve ms | auto again ms "
+          "| direct first solve ms | SciPy spsolve ms | auto first / SciPy | residual auto |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in a.auto_matrices.split(","):
+        A = load(name)
+        b = A @ rng.uniform(-1, 1, A.shape[0])
+        last = {}
+
+        def auto_first(r, method="auto"):
+            s = 2.0 ** (r + 1)  # exact: the same system, a new content id each
+            kid = kd.put(A * s)
+            t = time.perf_counter()
+            last[method] = kd.solve(kid, b * s, method=method, rtol=1e-12)
+            last["t"] = time.perf_counter() - t
+            last["id"], last["s"] = kid, s
+
+        firsts = []
+        for r in range(a.reps):
+            auto_first(r)
+            firsts.append(last["t"])
+            if r + 1 < a.reps:
+                kd.drop(last["id"])
+        res = last["auto"]
+        again = median_ms(lambda r: kd.solve(last["id"], b * last["s"], method="auto",
+                                             rtol=1e-12), a.cached)
+        kd.drop(last["id"])
+        directs = []
+        for r in range(a.reps):
+            auto_first(r + a.reps, "direct")
+            directs.append(last["t"])
+            kd.drop(last["id"])
+        Ac = A.tocsc()
+        try:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sla.spsolve(Ac, b)
+                scipy_ms = median_ms(lambda r: sla.spsolve(Ac, b), a.reps)
+        except RuntimeError:  # "Factor is exactly singular"
+            scipy_ms = float("nan")
+        tried = res.auto.get("tried", [])
+        names = ["+".join(x for x in (t["method"], t["preconditioner"]) if x not in ("", "none"))
+                 + " " + t["status"] for t in tried]
+        chose = res.auto.get("chosen") or res.status
+        before = "; ".join(names[:-1]) if res.auto.get("chosen") else "; ".join(names)
+        f = np.median(firsts) * 1e3
+        d = np.median(directs) * 1e3
+        print(f"| {name} | {A.shape[0]} | {chose}{' (' + before + ')' if before else ''} | "
+              f"{f:.2f} | {again:.2f} | {d:.2f} | {scipy_ms:.2f} | {f / scipy_ms:.2f} | "
+              f"{relres(A, b, res.x):.1e} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", default=None)
@@ -123,6 +189,9 @@ def main():
     ap.add_argument("--cached", type=int, default=20)
     ap.add_argument("--matrices", default=",".join(MATRICES), help="comma-separated names")
     ap.add_argument("--steps", action="store_true", help="also time steps (put like + solve)")
+    ap.add_argument("--auto", action="store_true", help="also time method auto on every matrix")
+    ap.add_argument("--auto-only", action="store_true", help="only the --auto table")
+    ap.add_argument("--auto-matrices", default=",".join(AUTO_MATRICES))
     a = ap.parse_args()
     proc = None
     address = a.server
@@ -130,6 +199,15 @@ def main():
         proc, address = start_daemon()
     rng = np.random.default_rng(37)
     kd = krylov.Client(address)
+    if a.auto_only:
+        try:
+            auto_table(kd, a, rng)
+        finally:
+            kd.close()
+            if proc is not None:
+                proc.terminate()
+                proc.wait()
+        return
     print("| matrix | rows | nnz | library | fill | first solve ms (analyze + factor + solve on "
           "the server) | cached solve ms | SciPy spsolve ms | first / SciPy | cached / SciPy "
           "| residual direct / SciPy |")
@@ -170,6 +248,8 @@ def main():
                   f"{relres(A, b, res.x):.1e} / {relres(A, b, xs):.1e} |", flush=True)
         if a.steps:
             steps(kd, a, rng)
+        if a.auto:
+            auto_table(kd, a, rng)
     finally:
         kd.close()
         if proc is not None:

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/recycle.h"
+#include "server/handlers/direct.h"
 #include "server/handlers/handlers.h"
 #include "server/handlers/spmv.h"
 #include "solver/direct/direct.h"
@@ -258,22 +259,14 @@ static int kd_direct_get(kd_server_t *server, kd_store_entry_t *entry, const kd_
     return KD_OK;
 }
 
-/* The per-column results of a direct solve (or of a singular matrix: x = 0). */
-typedef struct kd_direct_column {
-    const char *status;
-    double residual, relative;
-    int refinements;
-    char message[256];
-} kd_direct_column_t;
-
-static void kd_direct_write(kd_writer_t *w, const kd_job_t *job, const kd_direct_info_t *info,
-                            const kd_direct_column_t *cols, double solve_ms, void *xout,
-                            uint64_t t0)
+void kd_direct_write(kd_writer_t *w, const kd_job_t *job, const kd_direct_info_t *info,
+                     const kd_direct_column_t *cols, double solve_ms, const void *xout, uint64_t t0,
+                     const kd_auto_trail_t *trail)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 12);
+    kd_w_map(w, 12 + (trail != NULL ? 1 : 0));
     kd_w_str(w, "anatomy");
     kd_w_map(w, 3);
     kd_w_kv_double(w, "queue_ms", (double)(t0 - job->submitted_ns) / 1e6);
@@ -322,7 +315,10 @@ static void kd_direct_write(kd_writer_t *w, const kd_job_t *job, const kd_direct
         }
     }
     kd_w_kv_double(w, "time_ms", kd_clock_ms_since(t0));
-    kd_handlers_kv_vector(w, "x", &q->out, xout, (size_t)q->b.count * kd_dtype_size(q->dtype), 0);
+    if (trail != NULL)
+        kd_auto_write_trail(w, trail);
+    kd_handlers_kv_vector(w, "x", &q->out, (void *)xout,
+                          (size_t)q->b.count * kd_dtype_size(q->dtype), 0);
 }
 
 /* ||b_k|| of each column. */
@@ -363,6 +359,53 @@ static void kd_direct_judge(const kd_solve_request_t *q, const double *B, int64_
     }
 }
 
+int kd_direct_solve_columns(kd_server_t *server, kd_store_entry_t *entry,
+                            const kd_solve_request_t *q, const kd_direct_ops_t *ops,
+                            const double *B, double *X, kd_direct_column_t *cols,
+                            kd_direct_info_t *info, double *solve_ms, kd_err_t *err)
+{
+    kd_matrix_t *A = entry->dev;
+    const int64_t n = A->rows;
+    const size_t count = (size_t)q->b.count; /* n * nrhs, checked by the caller */
+    double *norms = calloc((size_t)q->nrhs, sizeof(double));
+    int *refinements = calloc((size_t)q->nrhs, sizeof(int));
+    memset(info, 0, sizeof(*info));
+    *solve_ms = 0.0;
+    if (norms == NULL || refinements == NULL) {
+        free(norms);
+        free(refinements);
+        return kd_err_set(err, KD_ENOMEM, "out of host memory for %lld columns",
+                          (long long)q->nrhs);
+    }
+    entry->busy++;
+    kd_direct_t *D = NULL;
+    int rc = kd_direct_get(server, entry, ops, &D, info, err);
+    if (rc == KD_OK && D != NULL) {
+        kd_direct_task_t t = {.fn = kd_direct_task_solve,
+                              .D = D,
+                              .nrhs = q->nrhs,
+                              .B = B,
+                              .X = X,
+                              .norms = norms,
+                              .refinements = refinements};
+        const uint64_t s0 = kd_clock_ns();
+        kd_direct_info_t held;
+        kd_direct_describe(D, &held);
+        const int small = held.factor_entries <= KD_DIRECT_INLINE_SOLVE / q->nrhs;
+        if ((rc = kd_direct_run(server, &t, small)) != KD_OK)
+            *err = t.err;
+        *solve_ms = kd_clock_ms_since(s0);
+    } else if (rc == KD_OK) {
+        memset(X, 0, count * sizeof(double));
+    }
+    entry->busy--;
+    if (rc == KD_OK)
+        kd_direct_judge(q, B, n, norms, refinements, D == NULL, info->message, cols);
+    free(norms);
+    free(refinements);
+    return rc;
+}
+
 int kd_handle_solve_direct(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
                            kd_writer_t *w, kd_err_t *err)
 {
@@ -378,57 +421,28 @@ int kd_handle_solve_direct(kd_server_t *server, kd_store_entry_t *entry, kd_job_
     int rc = kd_direct_choose(q, A, &ops, err);
     if (rc != KD_OK)
         return rc;
-    const int64_t n = A->rows;
     const size_t count = (size_t)q->b.count; /* n * nrhs, checked by the caller */
     double *B = malloc((count > 0 ? count : 1) * sizeof(double));
     double *X = malloc((count > 0 ? count : 1) * sizeof(double));
-    double *norms = calloc((size_t)q->nrhs, sizeof(double));
-    int *refinements = calloc((size_t)q->nrhs, sizeof(int));
     kd_direct_column_t *cols = calloc((size_t)q->nrhs, sizeof(*cols));
     void *xout = kd_handlers_alloc_values(q->b.count, q->dtype, err);
-    if (B == NULL || X == NULL || norms == NULL || refinements == NULL || cols == NULL ||
-        xout == NULL) {
+    if (B == NULL || X == NULL || cols == NULL || xout == NULL) {
         rc = xout == NULL ? err->code
                           : kd_err_set(err, KD_ENOMEM, "out of host memory for %lld x %lld values",
-                                       (long long)n, (long long)q->nrhs);
+                                       (long long)A->rows, (long long)q->nrhs);
         goto done;
     }
     kd_convert_real(B, KD_DTYPE_F64, q->b.data, q->b.dtype, count);
-    entry->busy++;
-    kd_direct_t *D = NULL;
     kd_direct_info_t info;
-    memset(&info, 0, sizeof(info));
-    rc = kd_direct_get(server, entry, ops, &D, &info, err);
-    double solve_ms = 0.0;
-    if (rc == KD_OK && D != NULL) {
-        kd_direct_task_t t = {.fn = kd_direct_task_solve,
-                              .D = D,
-                              .nrhs = q->nrhs,
-                              .B = B,
-                              .X = X,
-                              .norms = norms,
-                              .refinements = refinements};
-        const uint64_t s0 = kd_clock_ns();
-        kd_direct_info_t held;
-        kd_direct_describe(D, &held);
-        const int small = held.factor_entries <= KD_DIRECT_INLINE_SOLVE / q->nrhs;
-        if ((rc = kd_direct_run(server, &t, small)) != KD_OK)
-            *err = t.err;
-        solve_ms = kd_clock_ms_since(s0);
-    } else if (rc == KD_OK) {
-        memset(X, 0, count * sizeof(double));
-    }
-    entry->busy--;
+    double solve_ms;
+    rc = kd_direct_solve_columns(server, entry, q, ops, B, X, cols, &info, &solve_ms, err);
     if (rc == KD_OK) {
-        kd_direct_judge(q, B, n, norms, refinements, D == NULL, info.message, cols);
         kd_convert_real(xout, q->dtype, X, KD_DTYPE_F64, count);
-        kd_direct_write(w, job, &info, cols, solve_ms, xout, t0);
+        kd_direct_write(w, job, &info, cols, solve_ms, xout, t0, NULL);
     }
 done:
     free(B);
     free(X);
-    free(norms);
-    free(refinements);
     free(cols);
     free(xout);
     return rc;

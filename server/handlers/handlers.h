@@ -111,6 +111,44 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
                         const kd_solve_result_t *results, const void *xout, uint64_t t0,
                         double total_ms, const char *setup);
 
+/* What method "auto" tried before its answer (auto.c), for the reply's `auto` list. */
+#define KD_AUTO_STEPS_MAX 8
+typedef struct kd_auto_step {
+    char method[16], preconditioner[16];
+    const char *status;       /* a solve status, or "refused" (it could not be set up) */
+    int64_t iterations;       /* the most of any column (direct: refinement steps) */
+    double relative_residual; /* the worst column's; -1 when it did not run */
+    double time_ms;
+    char message[224];
+} kd_auto_step_t;
+
+typedef struct kd_auto_trail {
+    int count;
+    kd_auto_step_t steps[KD_AUTO_STEPS_MAX];
+} kd_auto_trail_t;
+
+/* solve with method "auto" (auto.c) on entry, a matrix held whole, found resident and checked by
+ * kd_handle_solve: its plan of Krylov methods and direct, in order, until one converges. */
+int kd_handle_solve_auto(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                         kd_writer_t *w, kd_err_t *err);
+
+/* auto_trail.c: the `auto` key, the attempt that converged and the list of attempts. */
+void kd_auto_write_trail(kd_writer_t *w, const kd_auto_trail_t *trail);
+
+/* solve_job.c: one Krylov solve of job's columns on entry with qs's method, preconditioner and
+ * options (qs: job's request, or auto's copy naming a step): room reserved, the preconditioner
+ * set up, b, x0 (NULL: zero) and x in the matrix's dtype. params and results as kd_solve's;
+ * *setup as kd_solve_job_reply's. */
+int kd_solve_job_krylov(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                        const kd_solve_request_t *qs, const void *b, const void *x0, void *x,
+                        kd_solve_params_t *params, kd_solve_result_t *results, const char **setup,
+                        kd_err_t *err);
+
+/* kd_solve_job_reply for auto's answer, with `auto` listing the trail. */
+void kd_solve_job_reply_auto(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                             const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                             const char *setup, const kd_auto_trail_t *trail);
+
 /* matrix.multiply (multiply.c). */
 int kd_handle_multiply(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err);
 

@@ -23,6 +23,7 @@
 #include "solver/precond/precond.h"
 #include "solver/solve.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,14 +244,15 @@ static int kd_solve_check_lengths(const kd_solve_request_t *q, const kd_store_en
  * copied from xout, or (xtail) sent from it as the response's tail. */
 static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
                                const kd_solve_result_t *results, const void *xout, void *xtail,
-                               uint64_t t0, double prepare_ms, double total_ms, const char *setup)
+                               uint64_t t0, double prepare_ms, double total_ms, const char *setup,
+                               const kd_auto_trail_t *trail)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
     const int64_t nrhs = q->nrhs;
     const size_t want = (size_t)q->b.count, osize = kd_dtype_size(q->dtype);
     const int any_history = q->history;
     kd_w_result_begin(w, job->msgid);
-    kd_w_map(w, 11 + (any_history ? 1 : 0) + (setup != NULL ? 1 : 0));
+    kd_w_map(w, 11 + (any_history ? 1 : 0) + (setup != NULL ? 1 : 0) + (trail != NULL ? 1 : 0));
     /* Where the time went: waiting for the worker, then the solver's phases (docs/PROTOCOL.md) */
     const kd_solve_anatomy_t *an = &results[0].anatomy;
     kd_w_str(w, "anatomy");
@@ -323,6 +325,8 @@ static void kd_solve_job_write(kd_writer_t *w, const kd_job_t *job, const kd_sol
         }
     }
     kd_w_kv_double(w, "time_ms", total_ms);
+    if (trail != NULL)
+        kd_auto_write_trail(w, trail);
     if (xtail != NULL)
         kd_handlers_kv_vector(w, "x", &q->out, xtail, want * osize, 1);
     else
@@ -333,7 +337,15 @@ void kd_solve_job_reply(kd_writer_t *w, const kd_job_t *job, const kd_solve_para
                         const kd_solve_result_t *results, const void *xout, uint64_t t0,
                         double total_ms, const char *setup)
 {
-    kd_solve_job_write(w, job, params, results, xout, NULL, t0, 0.0, total_ms, setup);
+    kd_solve_job_write(w, job, params, results, xout, NULL, t0, 0.0, total_ms, setup, NULL);
+}
+
+void kd_solve_job_reply_auto(kd_writer_t *w, const kd_job_t *job, const kd_solve_params_t *params,
+                             const kd_solve_result_t *results, const void *xout, uint64_t t0,
+                             const char *setup, const kd_auto_trail_t *trail)
+{
+    kd_solve_job_write(w, job, params, results, xout, NULL, t0, 0.0, kd_clock_ms_since(t0), setup,
+                       trail);
 }
 
 static int kd_solve_aligned(const void *p, size_t size)
@@ -510,7 +522,7 @@ static int kd_solve_batch(kd_server_t *server, kd_store_entry_t *entry, kd_solve
         }
         if (prc == KD_OK) /* the writer takes xout */
             kd_solve_job_write(pw, p->job, &params, results + p->col0, NULL, xout, t_start,
-                               prepare_ms, total_ms, setup);
+                               prepare_ms, total_ms, setup, NULL);
         if (i == 0) {
             rc = prc;
             *err = perr;
@@ -603,6 +615,48 @@ static int kd_solve_reserve(kd_server_t *server, const kd_solve_request_t *q, in
                             what, err);
 }
 
+int kd_solve_job_krylov(kd_server_t *server, kd_store_entry_t *entry, kd_job_t *job,
+                        const kd_solve_request_t *qs, const void *b, const void *x0, void *x,
+                        kd_solve_params_t *params, kd_solve_result_t *results, const char **setup,
+                        kd_err_t *err)
+{
+    kd_precond_options_t opt;
+    kd_csr_t *owned = NULL;
+    kd_store_entry_t *held = NULL;
+    assert(entry->dev != NULL && qs->nrhs >= 1);
+    kd_solve_params_default(params);
+    *setup = NULL;
+    int rc = kd_solve_reserve(server, qs, qs->nrhs, entry, err);
+    if (rc == KD_OK)
+        rc = kd_method_choose(qs->method, qs->preconditioner, &params->method, &params->precond,
+                              err);
+    if (rc == KD_OK)
+        rc = kd_solve_job_precond(server, entry, qs, params, &opt, &owned, &held, setup, err);
+    if (rc == KD_OK) {
+        kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = qs->progress};
+        params->rtol = qs->rtol;
+        params->atol = qs->atol;
+        params->maxiter = qs->maxiter >= 0 ? qs->maxiter : KD_SOLVE_MAXITER_AUTO;
+        params->check_every = qs->check_every;
+        params->restart = qs->restart;
+        params->record_history = qs->history;
+        params->progress = kd_on_progress;
+        params->progress_ctx = &pc;
+        params->cancel = &job->cancel;
+        params->deadline_ns = job->deadline_ns;
+        params->yield = kd_spmv_yield;
+        params->yield_ctx = server;
+        rc = kd_solve(server->ocl, entry->dev, qs->nrhs, b, x0, x, params, results, err);
+    }
+    if (held != NULL)
+        held->busy--;
+    kd_csr_free(owned);
+    kd_store_refresh_bytes(server->store, entry);
+    params->precond_options = NULL; /* opt and pc were this function's */
+    params->progress_ctx = NULL;
+    return rc;
+}
+
 int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t *err)
 {
     const kd_solve_request_t *q = &job->req->u.solve;
@@ -627,6 +681,13 @@ int kd_handle_solve(kd_server_t *server, kd_job_t *job, kd_writer_t *w, kd_err_t
         return kd_handle_solve_direct(server, entry, job, w, err);
     if ((rc = kd_solve_reserve(server, q, q->nrhs, entry, err)) != KD_OK)
         return rc;
+    if (strcmp(q->method, KD_METHOD_AUTO) == 0 && entry->dist == NULL && entry->dev != NULL &&
+        entry->dev->batch == NULL) { /* the choice and its fallbacks, direct among them */
+        entry->busy++;
+        rc = kd_handle_solve_auto(server, entry, job, w, err);
+        entry->busy--;
+        return rc;
+    }
     if (entry->dist != NULL) { /* spread over ranks: alone, through them (never batched) */
         kd_progress_ctx_t pc = {.server = server, .job = job, .enabled = q->progress};
         return kd_spread_solve(server, entry, job, kd_on_progress, &pc, kd_solve_job_reply, w, err);

@@ -198,6 +198,10 @@ class SolveResult:
     # method "direct": the factor (solver, factored, factor_entries, factor_bytes, fill,
     # analyze_ms, factor_ms, solve_ms, ...; docs/PROTOCOL.md), else empty
     direct: dict = field(default_factory=dict)
+    # method "auto": {"chosen": "direct" or "gmres+ilu0" ("" when none converged), "tried": a list
+    # of {method, preconditioner, status, iterations, relative_residual, time_ms, message}, in the
+    # order run}; else empty
+    auto: dict = field(default_factory=dict)
 
     @property
     def residual_norm(self):
@@ -1035,9 +1039,12 @@ class Client:
         b: a vector (n), or n x k for k right-hand sides at once. method: a name of the server's
         table: "cg" (the default), "pcg" (cg with Jacobi), "sd" (steepest descent) and "cg1" need
         a symmetric matrix (MatrixInfo.symmetric; BAD_REQUEST otherwise, naming the general
-        methods), "gmres", "bicgstab", "minres", or "auto": the server picks cg for a symmetric
-        matrix with a positive diagonal, minres for another symmetric one, gmres otherwise
-        (SolveResult.method says which), or "direct": a sparse LU or Cholesky factorisation on
+        methods), "gmres", "bicgstab", "minres", or "auto": the server tries, in order until one converges, cg (minres
+        where it breaks down) for a symmetric matrix with a positive diagonal, "direct" first
+        for another of up to 100,000 rows, preconditioned Krylov methods, and "direct" where a
+        Krylov attempt fails and the factor fits the server's budget (SolveResult.method says
+        what answered, SolveResult.auto lists the attempts; a singular matrix ends "singular"),
+        or "direct": a sparse LU or Cholesky factorisation on
         the server's host, kept with the matrix so that later solves only run the triangular
         solves (direct_options={"solver": "klu" | "umfpack" | "cholmod"}; SolveResult.direct
         reports the factor's size, fill and times; a singular matrix ends status "singular").
@@ -1175,6 +1182,7 @@ class Client:
                 anatomy=dict(result.get("anatomy") or {}),
                 preconditioner_setup=result.get("preconditioner_setup") or "",
                 direct=dict(result.get("direct") or {}),
+                auto=dict(result.get("auto") or {}),
             )
 
         def per_rhs(key):
@@ -1202,6 +1210,7 @@ class Client:
             anatomy=dict(result.get("anatomy") or {}),
             preconditioner_setup=result.get("preconditioner_setup") or "",
             direct=dict(result.get("direct") or {}),
+            auto=dict(result.get("auto") or {}),
         )
 
     def operator(self, matrix, *, symmetric=None):
