@@ -127,6 +127,38 @@ static inline kd_csr_t *kd_test_laplacian_2d(int64_t nx, int64_t ny)
     return kd_test_coo_finish(&c);
 }
 
+/* A random symmetric matrix whose every fifth row has its diagonal alone (in no AMG aggregate:
+ * an empty row of P), the rest two random off-diagonal pairs a row, diagonal 6..7. */
+static inline kd_csr_t *kd_test_lonely_rows(int64_t n)
+{
+    kd_test_coo_t c = {.rows = n, .cols = n};
+    for (int64_t i = 0; i < n; i++) {
+        kd_test_coo_add(&c, i, i, 6.0 + kd_test_rand_double(0.0, 1.0));
+        for (int e = 0; e < 2 && i % 5 != 1; e++) {
+            const int64_t j = kd_test_rand_below(n);
+            if (j != i && j % 5 != 1) {
+                const double v = kd_test_rand_double(-1.0, 1.0);
+                kd_test_coo_add(&c, i, j, v);
+                kd_test_coo_add(&c, j, i, v);
+            }
+        }
+    }
+    return kd_test_coo_finish(&c);
+}
+
+/* A converted to float32 (A freed); exits on failure. */
+static inline kd_csr_t *kd_test_as_float32(kd_csr_t *A)
+{
+    kd_csr_t *out = NULL;
+    kd_err_t err = {0};
+    if (kd_csr_convert(A, KD_DTYPE_F32, &out, &err) != KD_OK) {
+        fprintf(stderr, "%s\n", err.message);
+        exit(1);
+    }
+    kd_csr_free(A);
+    return out;
+}
+
 /* Symmetric, strictly diagonally dominant with a positive diagonal (so SPD): about `per_row`
  * random off-diagonal pairs per row, diagonal = sum |off-diagonal| + margin. */
 static inline kd_csr_t *kd_test_spd_matrix(int64_t n, int64_t per_row, double margin)

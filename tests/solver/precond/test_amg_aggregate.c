@@ -212,18 +212,6 @@ static kd_csr_t *single(double v)
     return kd_test_coo_finish(&c);
 }
 
-static kd_csr_t *as_float32(kd_csr_t *A)
-{
-    kd_csr_t *out = NULL;
-    kd_err_t err = {0};
-    if (kd_csr_convert(A, KD_DTYPE_F32, &out, &err) != KD_OK) {
-        fprintf(stderr, "%s\n", err.message);
-        exit(1);
-    }
-    kd_csr_free(A);
-    return out;
-}
-
 /* Small cases of each kind, for a simulator. */
 static void test_small(void)
 {
@@ -252,8 +240,8 @@ static void test_against_reference(void)
     check_aggregates("2x2 empty", kd_test_coo_finish(&(kd_test_coo_t){.rows = 2, .cols = 2}), 0.0);
     kd_dtype_t dt[2];
     if (kd_test_dtypes(ocl, dt) == 2 || dt[0] == KD_DTYPE_F32) {
-        check_aggregates("random spd", as_float32(kd_test_spd_matrix(1500, 8, 0.5)), 0.0);
-        check_aggregates("anisotropic 40 eps 1e-3", as_float32(anisotropic_2d(40, 1e-3)), 0.25);
+        check_aggregates("random spd", kd_test_as_float32(kd_test_spd_matrix(1500, 8, 0.5)), 0.0);
+        check_aggregates("anisotropic 40 eps 1e-3", kd_test_as_float32(anisotropic_2d(40, 1e-3)), 0.25);
     }
 }
 

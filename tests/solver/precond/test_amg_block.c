@@ -38,24 +38,6 @@ static kd_csr_t *laplacian_3d(int64_t m)
     return kd_test_coo_finish(&c);
 }
 
-/* Every fifth row diagonal-only (in no aggregate: an empty row of P), the rest random SPD. */
-static kd_csr_t *with_lonely_rows(int64_t n)
-{
-    kd_test_coo_t c = {.rows = n, .cols = n};
-    for (int64_t i = 0; i < n; i++) {
-        kd_test_coo_add(&c, i, i, 6.0 + kd_test_rand_double(0.0, 1.0));
-        for (int e = 0; e < 2 && i % 5 != 1; e++) {
-            const int64_t j = kd_test_rand_below(n);
-            if (j != i && j % 5 != 1) {
-                const double v = kd_test_rand_double(-1.0, 1.0);
-                kd_test_coo_add(&c, i, j, v);
-                kd_test_coo_add(&c, j, i, v);
-            }
-        }
-    }
-    return kd_test_coo_finish(&c);
-}
-
 /* Up to two named options. */
 static kd_precond_options_t options(const char *a, double va, const char *b, double vb)
 {
@@ -194,7 +176,7 @@ static void test_block_vcycle(void)
                       -1);
         block_matches("lap3d coarse_size 10", laplacian_3d(m), KD_FMT_CSR_SCALAR, t, &small_coarse,
                       3, 1);
-        block_matches("lonely rows (P's rows empty)", with_lonely_rows(small ? 400 : 3000),
+        block_matches("lonely rows (P's rows empty)", kd_test_lonely_rows(small ? 400 : 3000),
                       KD_FMT_CSR_SCALAR, t, &none, 5, 1);
         block_matches("one level, dense inverse", kd_test_laplacian_2d(15, small ? 8 : 15),
                       KD_FMT_CSR_SCALAR, t, &one_inv, 3, 1);

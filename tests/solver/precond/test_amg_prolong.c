@@ -123,24 +123,6 @@ static void check_prolongator(const char *name, kd_csr_t *A, double threshold)
     kd_csr_free(A);
 }
 
-/* A random symmetric pattern where every fifth row has its diagonal alone. */
-static kd_csr_t *with_lonely_rows(int64_t n)
-{
-    kd_test_coo_t c = {.rows = n, .cols = n};
-    for (int64_t i = 0; i < n; i++) {
-        kd_test_coo_add(&c, i, i, 6.0 + kd_test_rand_double(0.0, 1.0));
-        for (int e = 0; e < 2 && i % 5 != 1; e++) {
-            const int64_t j = kd_test_rand_below(n);
-            if (j != i && j % 5 != 1) {
-                const double v = kd_test_rand_double(-1.0, 1.0);
-                kd_test_coo_add(&c, i, j, v);
-                kd_test_coo_add(&c, j, i, v);
-            }
-        }
-    }
-    return kd_test_coo_finish(&c);
-}
-
 static kd_csr_t *two_by_two(void)
 {
     kd_test_coo_t c = {.rows = 2, .cols = 2};
@@ -149,18 +131,6 @@ static kd_csr_t *two_by_two(void)
     kd_test_coo_add(&c, 1, 0, -1.0);
     kd_test_coo_add(&c, 1, 1, 2.0);
     return kd_test_coo_finish(&c);
-}
-
-static kd_csr_t *as_float32(kd_csr_t *A)
-{
-    kd_csr_t *out = NULL;
-    kd_err_t err = {0};
-    if (kd_csr_convert(A, KD_DTYPE_F32, &out, &err) != KD_OK) {
-        fprintf(stderr, "%s\n", err.message);
-        exit(1);
-    }
-    kd_csr_free(A);
-    return out;
 }
 
 int main(int argc, char **argv)
@@ -174,12 +144,12 @@ int main(int argc, char **argv)
                       0.0);
     check_prolongator("random spd", kd_test_spd_matrix(small ? 120 : 2500, 8, 0.5), 0.0);
     check_prolongator("random spd", kd_test_spd_matrix(small ? 120 : 2500, 6, 0.5), 0.15);
-    check_prolongator("diagonal-only rows", with_lonely_rows(small ? 80 : 1500), 0.0);
+    check_prolongator("diagonal-only rows", kd_test_lonely_rows(small ? 80 : 1500), 0.0);
     check_prolongator("arrow (one dense row)", kd_test_arrow_matrix(small ? 60 : 900), 0.0);
     check_prolongator("2x2", two_by_two(), 0.0);
     kd_dtype_t dt[2];
     if (!small && (kd_test_dtypes(ocl, dt) == 2 || dt[0] == KD_DTYPE_F32))
-        check_prolongator("random spd", as_float32(kd_test_spd_matrix(1500, 8, 0.5)), 0.0);
+        check_prolongator("random spd", kd_test_as_float32(kd_test_spd_matrix(1500, 8, 0.5)), 0.0);
     kd_ocl_close(ocl);
     return kd_test_finish();
 }
