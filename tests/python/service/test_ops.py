@@ -64,6 +64,20 @@ class NotifySocket:
 
 
 class SystemdTest(unittest.TestCase):
+
+    def wait_serving(self, proc, port):
+        """Until the krylovd that proc runs answers server.status on port (socket activation: it
+        must take the listener it was given); fails if it exits first or takes over 120 s."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with krylov.Client(f"127.0.0.1:{port}", timeout=30) as c:
+                    c.status()
+                    return
+            except (krylov.ConnectionFailed, OSError):
+                self.assertIsNone(proc.poll(), "krylovd exited: it did not take its sockets")
+                time.sleep(0.1)
+        self.fail("krylovd did not answer within 120 s")
     def start(self, env_extra, pass_fds=(), extra_args=()):
         state = tempfile.mkdtemp(prefix="krylovd-ops-")
         self.addCleanup(lambda: subprocess.run(["rm", "-rf", state]))
@@ -138,16 +152,7 @@ class SystemdTest(unittest.TestCase):
             pass_fds=(fd,), env=dict(os.environ, KD_FD=str(fd)), stdin=subprocess.DEVNULL)
         listener.close()
         try:
-            deadline = time.monotonic() + 120
-            status = None
-            while time.monotonic() < deadline and status is None:
-                try:
-                    with krylov.Client(f"127.0.0.1:{port}", timeout=30) as c:
-                        status = c.status()
-                except (krylov.ConnectionFailed, OSError):
-                    self.assertIsNone(proc.poll(), "krylovd exited: it did not take the socket")
-                    time.sleep(0.1)
-            self.assertIsNotNone(status)
+            self.wait_serving(proc, port)
             with krylov.Client(f"127.0.0.1:{port}") as c:
                 A = laplacian(12)
                 info = c.put(A)
@@ -185,16 +190,7 @@ class SystemdTest(unittest.TestCase):
         tcp.close()
         unix.close()
         try:
-            deadline = time.monotonic() + 120
-            status = None
-            while time.monotonic() < deadline and status is None:
-                try:
-                    with krylov.Client(f"127.0.0.1:{port}", timeout=30) as c:
-                        status = c.status()
-                except (krylov.ConnectionFailed, OSError):
-                    self.assertIsNone(proc.poll(), "krylovd exited: it did not take the sockets")
-                    time.sleep(0.1)
-            self.assertIsNotNone(status)
+            self.wait_serving(proc, port)
             A = laplacian(300)  # 90,000 rows: x and y over the shared-memory threshold
             x = make_rng().standard_normal(A.shape[1])
             with krylov.Client("unix:" + path) as c:
